@@ -6,14 +6,14 @@
 namespace dlprobe {
 
 struct BuildInfo {
-  std::string_view version;       // dlprobe's own version
-  std::string_view git_hash;      // short hash of the source tree, or "unknown"
-  std::string_view compiler;      // e.g. "GNU 12.2.0"
-  std::string_view build_type;    // CMake build type
+  std::string_view version;     // dlprobe's own version
+  std::string_view git_hash;    // short hash of the source tree, or "unknown"
+  std::string_view compiler;    // e.g. "GNU 12.2.0"
+  std::string_view build_type;  // CMake build type
   bool with_cuda;
   bool with_onednn;
-  int cuda_runtime_version;       // CUDART_VERSION built against (e.g. 13000), 0 without CUDA
-  int cudnn_version;              // CUDNN_VERSION built against (e.g. 91900), 0 without CUDA
+  int cuda_runtime_version;  // CUDART_VERSION built against (e.g. 13000), 0 without CUDA
+  int cudnn_version;         // CUDNN_VERSION built against (e.g. 91900), 0 without CUDA
   std::string_view cuda_architectures;
 };
 

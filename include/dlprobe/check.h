@@ -15,9 +15,10 @@ Status api_failure(std::string_view family, std::string_view call, std::string_v
 
 }  // namespace dlprobe
 
-// `ok` is the boolean success test over the call's return value `rc_`; `detail` turns `rc_` into text.
-#define DLPROBE_API_CHECK(family, call, ok, detail)                                           \
-  do {                                                                                        \
-    auto rc_ = (call);                                                                        \
-    if (!(ok)) return ::dlprobe::api_failure(family, #call, (detail), __FILE__, __LINE__);    \
+// `ok` is the boolean success test over the call's return value `rc_`; `detail` turns `rc_` into
+// text.
+#define DLPROBE_API_CHECK(family, call, ok, detail)                                        \
+  do {                                                                                     \
+    auto rc_ = (call);                                                                     \
+    if (!(ok)) return ::dlprobe::api_failure(family, #call, (detail), __FILE__, __LINE__); \
   } while (0)

@@ -1,12 +1,17 @@
 // dlprobe's command line: one subcommand per job. Results go to stdout, progress and errors to
 // stderr; bad input ends with a one-line error and exit code 2.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
+#include <cstdio>
+#include <vector>
+
+#include "commands.h"
 #include "dlprobe/build_info.h"
 #include "dlprobe/log.h"
 
 int main(int argc, char** argv) {
+  using namespace dlprobe::cli;
   const auto& build = dlprobe::build_info();
   CLI::App app{"dlprobe: how fast and how big a deep-learning workload is on this GPU and stack"};
   app.set_version_flag("--version", fmt::format("dlprobe {} ({})", build.version, build.git_hash));
@@ -14,11 +19,20 @@ int main(int argc, char** argv) {
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "Log debug detail to stderr");
 
+  const std::vector<Command> commands = {};
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) {
+      std::fprintf(stderr, "dlprobe: error: %s (see --help)\n", e.what());
+      return kExitError;
+    }
     return app.exit(e);
   }
   if (verbose) dlprobe::log_set_level(dlprobe::LogLevel::debug);
-  return 0;
+  for (const auto& command : commands) {
+    if (command.app->parsed()) return command.run();
+  }
+  return kExitError;
 }

@@ -11,18 +11,27 @@ std::mutex g_write_mutex;  // keeps lines from the sampler thread and the main t
 
 const char* level_prefix(LogLevel level) {
   switch (level) {
-    case LogLevel::debug: return "debug";
-    case LogLevel::info: return "info";
-    case LogLevel::warn: return "warning";
-    case LogLevel::error: return "error";
-    case LogLevel::quiet: return "";
+    case LogLevel::debug:
+      return "debug";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::warn:
+      return "warning";
+    case LogLevel::error:
+      return "error";
+    case LogLevel::quiet:
+      return "";
   }
   return "";
 }
 }  // namespace
 
-void log_set_level(LogLevel level) { g_level.store(level); }
-LogLevel log_level() { return g_level.load(); }
+void log_set_level(LogLevel level) {
+  g_level.store(level);
+}
+LogLevel log_level() {
+  return g_level.load();
+}
 
 void log_write(LogLevel level, std::string_view message) {
   std::lock_guard lock(g_write_mutex);

@@ -9,15 +9,24 @@ namespace dlprobe {
 
 std::string_view errc_name(Errc code) {
   switch (code) {
-    case Errc::ok: return "ok";
-    case Errc::invalid_argument: return "invalid argument";
-    case Errc::not_found: return "not found";
-    case Errc::unavailable: return "unavailable";
-    case Errc::unsupported: return "unsupported";
-    case Errc::out_of_memory: return "out of memory";
-    case Errc::api_error: return "API error";
-    case Errc::io_error: return "I/O error";
-    case Errc::internal: return "internal error";
+    case Errc::ok:
+      return "ok";
+    case Errc::invalid_argument:
+      return "invalid argument";
+    case Errc::not_found:
+      return "not found";
+    case Errc::unavailable:
+      return "unavailable";
+    case Errc::unsupported:
+      return "unsupported";
+    case Errc::out_of_memory:
+      return "out of memory";
+    case Errc::api_error:
+      return "API error";
+    case Errc::io_error:
+      return "I/O error";
+    case Errc::internal:
+      return "internal error";
   }
   return "unknown";
 }
@@ -27,11 +36,14 @@ Status Status::with_context(std::string_view context) const {
   return {code_, fmt::format("{}: {}", context, message_)};
 }
 
-Status error(Errc code, std::string message) { return {code, std::move(message)}; }
+Status error(Errc code, std::string message) {
+  return {code, std::move(message)};
+}
 
 Status api_failure(std::string_view family, std::string_view call, std::string_view detail,
                    const char* file, int line, Errc code) {
-  std::string message = fmt::format("{} call {} failed: {} ({}:{})", family, call, detail, file, line);
+  std::string message =
+      fmt::format("{} call {} failed: {} ({}:{})", family, call, detail, file, line);
   log_debug("{}", message);
   return {code, std::move(message)};
 }

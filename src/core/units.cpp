@@ -148,11 +148,11 @@ Result<std::vector<std::string>> parse_list(std::string_view text, std::string_v
   std::size_t start = 0;
   while (true) {
     const std::size_t comma = text.find(',', start);
-    const std::string_view item =
-        trim(text.substr(start, comma == std::string_view::npos ? text.size() - start : comma - start));
+    const std::string_view item = trim(
+        text.substr(start, comma == std::string_view::npos ? text.size() - start : comma - start));
     if (item.empty()) {
-      return invalid_argument(
-          fmt::format("{}: '{}' has an empty item (accepts a comma list, e.g. 16,32,64)", flag, text));
+      return invalid_argument(fmt::format(
+          "{}: '{}' has an empty item (accepts a comma list, e.g. 16,32,64)", flag, text));
     }
     items.emplace_back(item);
     if (comma == std::string_view::npos) break;

@@ -1,0 +1,28 @@
+// One function per subcommand, `add_<name>_command(app)`: it registers the subcommand and its flags
+// on `app` and returns a Command whose run() does the job once parsing has succeeded. main.cpp
+// lists them and runs the one the user named.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+#include "dlprobe/status.h"
+
+namespace dlprobe::cli {
+
+// Exit codes: 0 success, 1 the job ran and found a failure (e.g. a regression), 2 bad input or
+// an error that stopped the job.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitError = 2;
+
+struct Command {
+  CLI::App* app = nullptr;   // the subcommand, to see whether it was named
+  std::function<int()> run;  // returns the process exit code
+};
+
+// Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
+int report_error(const Status& status);
+
+}  // namespace dlprobe::cli
