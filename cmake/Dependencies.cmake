@@ -19,3 +19,9 @@ endif()
 if(DLPROBE_WITH_ONEDNN)
   find_package(dnnl REQUIRED)
 endif()
+if(DLPROBE_WITH_CUDA)
+  # cuDNN ships with the CUDA toolkit here but has no CMake package of its own.
+  find_library(DLPROBE_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
+  # Binaries find the toolkit's shared libraries (cuBLASLt, cuDNN) without LD_LIBRARY_PATH.
+  list(APPEND CMAKE_BUILD_RPATH ${CUDAToolkit_LIBRARY_DIR})
+endif()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds dlprobe for a GPU machine and gathers what must travel there into .devbuild/: the dlprobe
+# binary, every test binary that has tests labelled `gpu` (stripped), a list of those tests, and any
+# non-system shared library the binaries need. The GPU machine then runs scripts/gpu-check.sh
+# without building (it lacks Debian's headers). oneDNN stays off: the CPU backend is tested in CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DLPROBE_BUILD_DIR=build-gpu ./scripts/build.sh -DCMAKE_BUILD_TYPE=Release -DDLPROBE_WITH_ONEDNN=OFF \
+  -DDLPROBE_BUILD_BENCH=OFF "$@"
+
+rm -rf .devbuild && mkdir -p .devbuild/bin .devbuild/lib
+cp build-gpu/dlprobe .devbuild/bin/
+# Tests labelled gpu, as "binary<TAB>gtest filter" lines.
+ctest --test-dir build-gpu -L gpu --show-only=json-v1 | python3 -c '
+import json, os, sys
+for t in json.load(sys.stdin)["tests"]:
+    cmd = t["command"]
+    flt = next((a for a in cmd[1:] if a.startswith("--gtest_filter=")), "")
+    print(os.path.basename(cmd[0]) + "\t" + flt)
+' > .devbuild/gpu-tests.tsv
+cut -f1 .devbuild/gpu-tests.tsv | sort -u | while read -r name; do
+  cp "$(find build-gpu -type f -name "$name" -perm -u+x | head -n1)" .devbuild/bin/
+done
+# Helper executables the tests start (fake workloads, fake NVML) travel too.
+find build-gpu -maxdepth 3 -type f \( -name 'libfake_nvml*.so' -o -name 'dlprobe_*workload*' \) \
+  -exec cp {} .devbuild/lib/ \;
+strip --strip-unneeded .devbuild/bin/*
+# Shared libraries from Debian that Ubuntu's image may lack (cpp-httplib); the CUDA ones are there.
+for lib in $(ldd .devbuild/bin/* 2>/dev/null | awk '/=> \/(usr\/)?lib.*(httplib)/ {print $3}' | sort -u); do
+  cp -L "$lib" .devbuild/lib/
+done
+du -sh .devbuild

@@ -1,0 +1,338 @@
+#include "cudnn_graph.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "cuda_check.h"
+#include "dlprobe/log.h"
+
+namespace dlprobe::cuda {
+
+Result<BackendDescriptor> BackendDescriptor::create(cudnnBackendDescriptorType_t type) {
+  cudnnBackendDescriptor_t d = nullptr;
+  auto make = [&]() -> Status {
+    DLPROBE_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d));
+    return Status::ok();
+  };
+  DLPROBE_RETURN_IF_ERROR(make());
+  return BackendDescriptor(d);
+}
+
+BackendDescriptor::BackendDescriptor(BackendDescriptor&& other) noexcept
+    : d_(std::exchange(other.d_, nullptr)) {}
+
+BackendDescriptor& BackendDescriptor::operator=(BackendDescriptor&& other) noexcept {
+  if (this != &other) {
+    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+    d_ = std::exchange(other.d_, nullptr);
+  }
+  return *this;
+}
+
+BackendDescriptor::~BackendDescriptor() {
+  if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+}
+
+Status BackendDescriptor::set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                              std::int64_t count, const void* values) {
+  DLPROBE_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
+  return Status::ok();
+}
+
+Status BackendDescriptor::set_descriptor(cudnnBackendAttributeName_t name,
+                                         const BackendDescriptor& value) {
+  cudnnBackendDescriptor_t raw = value.get();
+  return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
+}
+
+Status BackendDescriptor::finalize() {
+  DLPROBE_CUDNN_CHECK(cudnnBackendFinalize(d_));
+  return Status::ok();
+}
+
+namespace {
+
+// cuDNN 9 deprecates the handle attributes in favour of device-property descriptors, but the
+// handle form is what every cuDNN 9 release accepts, including the 9.x a user may have installed.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_HANDLE;
+constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
+#pragma GCC diagnostic pop
+
+// Tensors are 16-byte aligned: the caching allocator hands out 512-byte aligned blocks.
+constexpr std::int64_t kTensorAlignment = 16;
+
+Result<BackendDescriptor> make_tensor(const TensorSpec& t) {
+  if (t.dims.size() != t.strides.size() || t.dims.empty()) {
+    return error(Errc::internal, fmt::format("tensor {}: dims and strides differ in rank", t.uid));
+  }
+  DLPROBE_ASSIGN_OR_RETURN(auto d, BackendDescriptor::create(CUDNN_BACKEND_TENSOR_DESCRIPTOR));
+  const auto rank = static_cast<std::int64_t>(t.dims.size());
+  const bool is_virtual = t.is_virtual;
+  DLPROBE_RETURN_IF_ERROR(d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t.dtype));
+  DLPROBE_RETURN_IF_ERROR(
+      d.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, rank, t.dims.data()));
+  DLPROBE_RETURN_IF_ERROR(
+      d.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, rank, t.strides.data()));
+  DLPROBE_RETURN_IF_ERROR(d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &t.uid));
+  DLPROBE_RETURN_IF_ERROR(
+      d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kTensorAlignment));
+  DLPROBE_RETURN_IF_ERROR(d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual));
+  DLPROBE_RETURN_IF_ERROR(d.finalize());
+  return d;
+}
+
+Result<BackendDescriptor> make_conv_desc(const ConvSpec& s) {
+  DLPROBE_ASSIGN_OR_RETURN(auto d, BackendDescriptor::create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR));
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const std::int64_t spatial = 2;
+  DLPROBE_RETURN_IF_ERROR(
+      d.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &s.compute));
+  DLPROBE_RETURN_IF_ERROR(
+      d.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+  DLPROBE_RETURN_IF_ERROR(
+      d.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial));
+  DLPROBE_RETURN_IF_ERROR(d.set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, s.dilation));
+  DLPROBE_RETURN_IF_ERROR(
+      d.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, s.stride));
+  DLPROBE_RETURN_IF_ERROR(d.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, s.pad));
+  DLPROBE_RETURN_IF_ERROR(d.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, s.pad));
+  DLPROBE_RETURN_IF_ERROR(d.finalize());
+  return d;
+}
+
+Result<BackendDescriptor> make_conv_op(const ConvSpec& s, const BackendDescriptor& x,
+                                       const BackendDescriptor& w, const BackendDescriptor& y,
+                                       const BackendDescriptor& conv) {
+  struct Attrs {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+  };
+  Attrs a{};
+  switch (s.direction) {
+    case ConvDirection::forward:
+      a = {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
+      break;
+    case ConvDirection::backward_data:
+      a = {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+      break;
+    case ConvDirection::backward_filter:
+      a = {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+      break;
+  }
+  DLPROBE_ASSIGN_OR_RETURN(auto op, BackendDescriptor::create(a.type));
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(a.x, x));
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(a.w, w));
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(a.y, y));
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(a.conv, conv));
+  // Scaling factors take the compute type's host type: double for double compute, else float.
+  if (s.compute == CUDNN_DATA_DOUBLE) {
+    const double alpha = 1.0;
+    const double beta = 0.0;
+    DLPROBE_RETURN_IF_ERROR(op.set(a.alpha, CUDNN_TYPE_DOUBLE, 1, &alpha));
+    DLPROBE_RETURN_IF_ERROR(op.set(a.beta, CUDNN_TYPE_DOUBLE, 1, &beta));
+  } else {
+    const float alpha = 1.0F;
+    const float beta = 0.0F;
+    DLPROBE_RETURN_IF_ERROR(op.set(a.alpha, CUDNN_TYPE_FLOAT, 1, &alpha));
+    DLPROBE_RETURN_IF_ERROR(op.set(a.beta, CUDNN_TYPE_FLOAT, 1, &beta));
+  }
+  DLPROBE_RETURN_IF_ERROR(op.finalize());
+  return op;
+}
+
+// The numerical notes of the engine behind an engine configuration.
+Result<std::vector<cudnnBackendNumericalNote_t>> engine_notes(const BackendDescriptor& cfg,
+                                                              std::int64_t& global_index) {
+  DLPROBE_ASSIGN_OR_RETURN(auto engine, BackendDescriptor::create(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
+  cudnnBackendDescriptor_t raw = engine.get();
+  std::int64_t count = 0;
+  auto read = [&]() -> Status {
+    DLPROBE_CUDNN_CHECK(cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count, &raw));
+    DLPROBE_CUDNN_CHECK(cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                                 CUDNN_TYPE_INT64, 1, &count, &global_index));
+    return Status::ok();
+  };
+  DLPROBE_RETURN_IF_ERROR(read());
+  std::vector<cudnnBackendNumericalNote_t> notes(CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
+  auto read_notes = [&]() -> Status {
+    DLPROBE_CUDNN_CHECK(
+        cudnnBackendGetAttribute(raw, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 static_cast<std::int64_t>(notes.size()), &count, notes.data()));
+    return Status::ok();
+  };
+  DLPROBE_RETURN_IF_ERROR(read_notes());
+  notes.resize(static_cast<std::size_t>(count));
+  return notes;
+}
+
+bool strict_fp32(const ConvSpec& s) {
+  return s.x.dtype == CUDNN_DATA_FLOAT && s.compute == CUDNN_DATA_FLOAT && !s.allow_tf32;
+}
+
+}  // namespace
+
+std::string conv_key(const ConvSpec& s) {
+  auto tensor = [](const TensorSpec& t) {
+    return fmt::format("{}:[{}]/[{}]", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
+                       fmt::join(t.strides, ","));
+  };
+  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={}",
+                     static_cast<int>(s.direction), tensor(s.x), tensor(s.w), tensor(s.y), s.pad[0],
+                     s.pad[1], s.stride[0], s.stride[1], s.dilation[0], s.dilation[1],
+                     static_cast<int>(s.compute), s.allow_tf32 ? 1 : 0);
+}
+
+Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
+                                      EngineChoice choice, std::int64_t max_workspace_bytes,
+                                      const PlanTimer& timer) {
+  DLPROBE_ASSIGN_OR_RETURN(auto x, make_tensor(spec.x));
+  DLPROBE_ASSIGN_OR_RETURN(auto w, make_tensor(spec.w));
+  DLPROBE_ASSIGN_OR_RETURN(auto y, make_tensor(spec.y));
+  DLPROBE_ASSIGN_OR_RETURN(auto conv, make_conv_desc(spec));
+  DLPROBE_ASSIGN_OR_RETURN(auto op, make_conv_op(spec, x, w, y, conv));
+
+  DLPROBE_ASSIGN_OR_RETURN(auto graph,
+                           BackendDescriptor::create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
+  cudnnBackendDescriptor_t op_raw = op.get();
+  DLPROBE_RETURN_IF_ERROR(graph.set(kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle));
+  DLPROBE_RETURN_IF_ERROR(
+      graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op_raw));
+  DLPROBE_RETURN_IF_ERROR(graph.finalize());
+
+  // Heuristics mode A ranks the engines; the fallback list adds the ones A leaves out.
+  std::vector<BackendDescriptor> configs;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    DLPROBE_ASSIGN_OR_RETURN(auto heur,
+                             BackendDescriptor::create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
+    DLPROBE_RETURN_IF_ERROR(heur.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph));
+    DLPROBE_RETURN_IF_ERROR(heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+    if (!heur.finalize().is_ok()) continue;  // a mode may not apply to this graph
+    std::int64_t available = 0;
+    auto count_results = [&]() -> Status {
+      DLPROBE_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &available,
+                                                   nullptr));
+      return Status::ok();
+    };
+    DLPROBE_RETURN_IF_ERROR(count_results());
+    std::vector<BackendDescriptor> batch;
+    std::vector<cudnnBackendDescriptor_t> raws;
+    for (std::int64_t i = 0; i < available; ++i) {
+      DLPROBE_ASSIGN_OR_RETURN(auto cfg,
+                               BackendDescriptor::create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+      raws.push_back(cfg.get());
+      batch.push_back(std::move(cfg));
+    }
+    std::int64_t returned = 0;
+    auto fill = [&]() -> Status {
+      DLPROBE_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, available,
+                                                   &returned, raws.data()));
+      return Status::ok();
+    };
+    DLPROBE_RETURN_IF_ERROR(fill());
+    batch.resize(static_cast<std::size_t>(std::min(returned, available)));
+    for (auto& cfg : batch) configs.push_back(std::move(cfg));
+  }
+
+  std::optional<ExecutionPlan> best;
+  float best_ms = std::numeric_limits<float>::infinity();
+  std::vector<std::int64_t> tried;
+  for (const auto& cfg : configs) {
+    std::int64_t index = -1;
+    auto notes = engine_notes(cfg, index);
+    if (!notes) continue;
+    if (std::find(tried.begin(), tried.end(), index) != tried.end()) continue;
+    tried.push_back(index);
+    if (strict_fp32(spec) &&
+        std::any_of(notes->begin(), notes->end(), [](cudnnBackendNumericalNote_t n) {
+          return n == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
+                 n == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
+        })) {
+      continue;
+    }
+    auto plan_desc = BackendDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    if (!plan_desc) return plan_desc.status();
+    cudnnBackendDescriptor_t cfg_raw = cfg.get();
+    DLPROBE_RETURN_IF_ERROR(plan_desc->set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle));
+    DLPROBE_RETURN_IF_ERROR(plan_desc->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw));
+    if (!plan_desc->finalize().is_ok()) continue;  // this engine cannot run this graph here
+    ExecutionPlan plan{std::move(plan_desc).value(), 0, fmt::format("eng{}", index)};
+    std::int64_t n = 0;
+    if (cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                 CUDNN_TYPE_INT64, 1, &n,
+                                 &plan.workspace_bytes) != CUDNN_STATUS_SUCCESS) {
+      continue;
+    }
+    if (plan.workspace_bytes > max_workspace_bytes) continue;
+    if (choice == EngineChoice::heuristic || !timer) return plan;
+    auto ms = timer(plan);
+    if (!ms) {
+      log_debug("conv autotune: {} failed: {}", plan.engine_name, ms.status().message());
+      continue;
+    }
+    log_debug("conv autotune: {} {:.3f} ms", plan.engine_name, *ms);
+    if (*ms < best_ms) {
+      best_ms = *ms;
+      best = std::move(plan);
+    }
+  }
+  if (best) return std::move(*best);
+  return error(Errc::unsupported,
+               fmt::format("cuDNN has no engine for {} within {} bytes of workspace",
+                           conv_key(spec), max_workspace_bytes));
+}
+
+Status execute_plan(cudnnHandle_t handle, const ExecutionPlan& plan,
+                    std::span<const std::int64_t> uids, std::span<void* const> pointers,
+                    void* workspace) {
+  DLPROBE_ASSIGN_OR_RETURN(auto pack,
+                           BackendDescriptor::create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
+  const auto n = static_cast<std::int64_t>(uids.size());
+  DLPROBE_RETURN_IF_ERROR(
+      pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids.data()));
+  DLPROBE_RETURN_IF_ERROR(
+      pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, pointers.data()));
+  DLPROBE_RETURN_IF_ERROR(
+      pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace));
+  DLPROBE_RETURN_IF_ERROR(pack.finalize());
+  DLPROBE_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan.get(), pack.get()));
+  return Status::ok();
+}
+
+const ExecutionPlan* PlanCache::find(const std::string& key) const {
+  auto it = plans_.find(key);
+  return it == plans_.end() ? nullptr : it->second.get();
+}
+
+const ExecutionPlan& PlanCache::insert(const std::string& key, ExecutionPlan plan) {
+  auto& slot = plans_[key];
+  slot = std::make_unique<ExecutionPlan>(std::move(plan));
+  return *slot;
+}
+
+}  // namespace dlprobe::cuda

@@ -1,0 +1,110 @@
+// A thin builder over cuDNN's backend (graph) API: RAII descriptors, tensors, convolution
+// operation graphs, engine selection (heuristics, optional autotuning) and execution plans cached
+// per shape key. cudnn-frontend does this in C++ too but is not packaged for Debian, so dlprobe
+// keeps its own small builder; it covers only the operations the engine uses.
+#pragma once
+
+#include <cudnn.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dlprobe/status.h"
+
+namespace dlprobe::cuda {
+
+// Owns one cudnnBackendDescriptor_t.
+class BackendDescriptor {
+ public:
+  static Result<BackendDescriptor> create(cudnnBackendDescriptorType_t type);
+  BackendDescriptor() = default;
+  BackendDescriptor(BackendDescriptor&& other) noexcept;
+  BackendDescriptor& operator=(BackendDescriptor&& other) noexcept;
+  BackendDescriptor(const BackendDescriptor&) = delete;
+  BackendDescriptor& operator=(const BackendDescriptor&) = delete;
+  ~BackendDescriptor();
+
+  cudnnBackendDescriptor_t get() const { return d_; }
+  Status set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, std::int64_t count,
+             const void* values);
+  Status set_descriptor(cudnnBackendAttributeName_t name, const BackendDescriptor& value);
+  Status finalize();
+
+ private:
+  explicit BackendDescriptor(cudnnBackendDescriptor_t d) : d_(d) {}
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+// A tensor of the graph: dims and strides in cuDNN's order (N, C, H, W) whatever the memory
+// layout; NHWC is expressed through the strides.
+struct TensorSpec {
+  std::int64_t uid = 0;
+  cudnnDataType_t dtype = CUDNN_DATA_FLOAT;
+  std::vector<std::int64_t> dims;
+  std::vector<std::int64_t> strides;
+  bool is_virtual = false;
+};
+
+enum class ConvDirection { forward, backward_data, backward_filter };
+
+// y = conv(x, w). For backward_data, x is the gradient being produced (dx) and y the incoming
+// gradient (dy); for backward_filter, w is the gradient being produced (dw).
+struct ConvSpec {
+  ConvDirection direction = ConvDirection::forward;
+  TensorSpec x;
+  TensorSpec w;
+  TensorSpec y;
+  std::int64_t pad[2] = {0, 0};
+  std::int64_t stride[2] = {1, 1};
+  std::int64_t dilation[2] = {1, 1};
+  cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  // False keeps fp32 convolutions off tensor cores (TF32), as strict fp32 requires.
+  bool allow_tf32 = false;
+};
+
+// Text that identifies a ConvSpec for the plan cache.
+std::string conv_key(const ConvSpec& spec);
+
+struct ExecutionPlan {
+  BackendDescriptor plan;
+  std::int64_t workspace_bytes = 0;
+  std::string engine_name;  // "eng<global index>" plus knobs, for logs and reports
+};
+
+// How to choose among the engines cuDNN offers for a graph.
+enum class EngineChoice {
+  heuristic,  // the first engine configuration of heuristics mode A that finalizes
+  autotune,   // time every candidate that finalizes and keep the fastest
+};
+
+// Runs one candidate plan once on real buffers so autotuning can time it (returns its time in ms).
+using PlanTimer = std::function<Result<float>(const ExecutionPlan&)>;
+
+// Builds the operation graph for `spec` and returns an execution plan. With autotune, `timer`
+// measures each candidate; candidates whose workspace exceeds `max_workspace_bytes` are skipped.
+Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
+                                      EngineChoice choice, std::int64_t max_workspace_bytes,
+                                      const PlanTimer& timer = {});
+
+// Executes `plan` with a device pointer for each unique id.
+Status execute_plan(cudnnHandle_t handle, const ExecutionPlan& plan,
+                    std::span<const std::int64_t> uids, std::span<void* const> pointers,
+                    void* workspace);
+
+// Plans built once per shape key and reused for every step.
+class PlanCache {
+ public:
+  const ExecutionPlan* find(const std::string& key) const;
+  const ExecutionPlan& insert(const std::string& key, ExecutionPlan plan);
+  std::size_t size() const { return plans_.size(); }
+
+ private:
+  std::map<std::string, std::unique_ptr<ExecutionPlan>> plans_;
+};
+
+}  // namespace dlprobe::cuda
