@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "cuda_check.h"
+#include "cuda_library_check.h"
 #include "dlprobe/log.h"
 
 namespace dlprobe::cuda {

@@ -1,15 +1,13 @@
-// Check macros for the CUDA runtime, cuDNN and cuBLAS: a failed call returns a Status naming the
-// call, the library's error text and file:line from the enclosing function (see dlprobe/check.h).
+// Check macros for cuDNN and cuBLAS(Lt), beside the CUDA runtime's DLPROBE_CUDA_CHECK: a failed
+// call returns a Status naming the call, the library's error text and file:line from the
+// enclosing function (see dlprobe/check.h).
 #pragma once
 
 #include <cublasLt.h>
-#include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include "dlprobe/check.h"
+#include "core/cuda_check.h"
 
-#define DLPROBE_CUDA_CHECK(call) \
-  DLPROBE_API_CHECK("CUDA", call, rc_ == cudaSuccess, cudaGetErrorString(rc_))
 #define DLPROBE_CUDNN_CHECK(call) \
   DLPROBE_API_CHECK("cuDNN", call, rc_ == CUDNN_STATUS_SUCCESS, cudnnGetErrorString(rc_))
 #define DLPROBE_CUBLAS_CHECK(call) \
