@@ -35,7 +35,9 @@ const ConvCase kConvCases[] = {
 };
 
 // gtest prints a parameter in test names and failures; the case's name says it all.
-void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const ConvCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 // Direct convolution, independent of the reference's tap loop: pad the input with explicit
 // zeros first, then gather each output from the padded image.

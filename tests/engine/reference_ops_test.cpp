@@ -257,16 +257,20 @@ TEST(MaxPool, TiesGoToTheFirstMaximumAndNaNPropagates) {
   const MaxPool2dParams p;
   HostTensor dy = HostTensor::zeros(desc({1, 1, 2, 2}));
   for (int i = 0; i < 4; ++i) dy.set(i, 10.0 * (i + 1));
-  HostTensor dx = reference::max_pool2d_backward<double>(dy, x, p).value();
   // Windows start at rows/cols -1 and 1 (pad 1, stride 2): first elements (0,0), (0,1), (1,0),
-  // (1,1).
-  EXPECT_EQ(dx.at<double>(0, 0, 0, 0), 10.0);
-  EXPECT_EQ(dx.at<double>(0, 0, 0, 1), 20.0);
-  EXPECT_EQ(dx.at<double>(0, 0, 1, 0), 30.0);
-  EXPECT_EQ(dx.at<double>(0, 0, 1, 1), 40.0);
-  double total = 0;
-  for (double v : dx.values<double>()) total += v;
-  EXPECT_EQ(total, 100.0);
+  // (1,1). A window of -inf never moves off its first element either.
+  for (double fill : {1.0, -std::numeric_limits<double>::infinity()}) {
+    x.fill(fill);
+    HostTensor dx = reference::max_pool2d_backward<double>(dy, x, p).value();
+    EXPECT_EQ(dx.at<double>(0, 0, 0, 0), 10.0) << fill;
+    EXPECT_EQ(dx.at<double>(0, 0, 0, 1), 20.0) << fill;
+    EXPECT_EQ(dx.at<double>(0, 0, 1, 0), 30.0) << fill;
+    EXPECT_EQ(dx.at<double>(0, 0, 1, 1), 40.0) << fill;
+    double total = 0;
+    for (double v : dx.values<double>()) total += v;
+    EXPECT_EQ(total, 100.0) << fill;
+  }
+  x.fill(1.0);
   x.at<double>(0, 0, 3, 3) = std::numeric_limits<double>::quiet_NaN();
   HostTensor y = reference::max_pool2d_forward<double>(x, p).value();
   EXPECT_TRUE(std::isnan(y.at<double>(0, 0, 1, 1)));
@@ -408,6 +412,39 @@ TEST(CrossEntropy, RefusesBadLabels) {
   auto f = reference::cross_entropy_forward<double>(z, rand({2}, 1));
   ASSERT_FALSE(f.has_value());
   EXPECT_EQ(f.status().message(), "cross_entropy_forward: labels must be int32 or int64, got fp64");
+}
+
+}  // namespace
+}  // namespace dlprobe
+
+namespace dlprobe {
+namespace {
+
+// The remaining ops in float against double on the same float-rounded inputs. ReLU and max pool
+// only select values, so they agree exactly.
+TEST(FloatVsDouble, PoolsReluAndLoss) {
+  const HostTensor xf = testing::rand({2, 3, 5, 5}, 140, DType::fp32, Layout::nhwc);
+  const HostTensor xd = xf.to_dtype(DType::fp64).value();
+  EXPECT_TRUE(testing::all_close(reference::relu_forward<float>(xf).value(),
+                                 reference::relu_forward<double>(xd).value(), 0, 0));
+  EXPECT_TRUE(testing::all_close(reference::max_pool2d_forward<float>(xf, {}).value(),
+                                 reference::max_pool2d_forward<double>(xd, {}).value(), 0, 0));
+  EXPECT_TRUE(testing::all_close(reference::global_avg_pool_forward<float>(xf).value(),
+                                 reference::global_avg_pool_forward<double>(xd).value(), 1e-6,
+                                 1e-7));
+  const HostTensor zf = testing::rand({4, 10}, 141, DType::fp32, Layout::nchw, -5.0, 5.0);
+  const HostTensor zd = zf.to_dtype(DType::fp64).value();
+  const HostTensor labels = testing::rand({4}, 142, DType::int64, Layout::nchw, 0, 10);
+  EXPECT_TRUE(testing::all_close(reference::cross_entropy_forward<float>(zf, labels).value(),
+                                 reference::cross_entropy_forward<double>(zd, labels).value(), 1e-6,
+                                 1e-7));
+  HostTensor onef(testing::desc({1}, DType::fp32));
+  onef.set(0, 1.0);
+  EXPECT_TRUE(testing::all_close(
+      reference::cross_entropy_backward<float>(zf, labels, onef).value(),
+      reference::cross_entropy_backward<double>(zd, labels, onef.to_dtype(DType::fp64).value())
+          .value(),
+      1e-5, 1e-7));
 }
 
 }  // namespace

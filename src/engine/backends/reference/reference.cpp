@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -41,12 +42,13 @@ Result<TensorDesc> output_desc(const Shape& shape, DType dtype, Layout layout) {
   return TensorDesc::make(shape, dtype, shape.rank == 4 ? layout : Layout::nchw);
 }
 
-// One term of a convolution's sum: output element (n, k, p, q) takes input element (n, ci, h, w)
-// times weight (k, c, r, s), where ci is input channel c of output channel k's group. All three
+// One term of a convolution's sum: output element (n, k, p, q) takes input element
+// (n, ci, ih, iw) times weight (k, c, r, s), where ci is input channel c of output channel k's
+// group. All three
 // passes sum over exactly these terms, so they share the index arithmetic; taps that land in the
 // zero padding contribute nothing and are skipped.
 struct ConvTap {
-  std::int64_t n, k, p, q, ci, c, r, s, h, w;
+  std::int64_t n, k, p, q, ci, c, r, s, ih, iw;
 };
 
 template <class F>
@@ -86,7 +88,7 @@ Result<HostTensor> conv2d_forward(const HostTensor& x, const HostTensor& w, cons
   DLPROBE_ASSIGN_OR_RETURN(TensorDesc yd, output_desc(ys, dtype_of<T>, x.layout()));
   HostTensor y = HostTensor::zeros(yd);
   for_each_conv_tap(x.shape(), w.shape(), ys, p, [&](const ConvTap& t) {
-    y.at<T>(t.n, t.k, t.p, t.q) += x.at<T>(t.n, t.ci, t.h, t.w) * w.at<T>(t.k, t.c, t.r, t.s);
+    y.at<T>(t.n, t.k, t.p, t.q) += x.at<T>(t.n, t.ci, t.ih, t.iw) * w.at<T>(t.k, t.c, t.r, t.s);
   });
   return y;
 }
@@ -102,7 +104,7 @@ Result<HostTensor> conv2d_backward_data(const HostTensor& dy, const HostTensor& 
   DLPROBE_RETURN_IF_ERROR(same_shape_check(op, dy.shape(), ys));
   HostTensor dx = HostTensor::zeros(x_desc);
   for_each_conv_tap(x_desc.shape(), w.shape(), ys, p, [&](const ConvTap& t) {
-    dx.at<T>(t.n, t.ci, t.h, t.w) += dy.at<T>(t.n, t.k, t.p, t.q) * w.at<T>(t.k, t.c, t.r, t.s);
+    dx.at<T>(t.n, t.ci, t.ih, t.iw) += dy.at<T>(t.n, t.k, t.p, t.q) * w.at<T>(t.k, t.c, t.r, t.s);
   });
   return dx;
 }
@@ -118,7 +120,7 @@ Result<HostTensor> conv2d_backward_weight(const HostTensor& x, const HostTensor&
   DLPROBE_RETURN_IF_ERROR(same_shape_check(op, dy.shape(), ys));
   HostTensor dw = HostTensor::zeros(w_desc);
   for_each_conv_tap(x.shape(), w_desc.shape(), ys, p, [&](const ConvTap& t) {
-    dw.at<T>(t.k, t.c, t.r, t.s) += dy.at<T>(t.n, t.k, t.p, t.q) * x.at<T>(t.n, t.ci, t.h, t.w);
+    dw.at<T>(t.k, t.c, t.r, t.s) += dy.at<T>(t.n, t.k, t.p, t.q) * x.at<T>(t.n, t.ci, t.ih, t.iw);
   });
   return dw;
 }
