@@ -336,8 +336,7 @@ Result<Report> run_doctor(const DoctorOptions& options) {
         {Severity::info, "no_gpu",
          fmt::format("no GPU found ({}). What still works: this report of the host and the "
                      "libraries{}; GPU measurements, `dlprobe monitor` and the ceilings need a GPU",
-                     r.no_gpu_reason,
-                     r.with_onednn ? ", and dlprobe's CPU backend (oneDNN)" : ""),
+                     r.no_gpu_reason, r.with_onednn ? ", and dlprobe's CPU backend (oneDNN)" : ""),
          ""});
   } else if (cuda_gpus == 0) {
     r.findings.push_back(
