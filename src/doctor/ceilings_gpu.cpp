@@ -226,11 +226,15 @@ class Gemm {
     if (dtype_ == GemmDtype::fp8_e4m3) {
       // fp8 GEMMs dequantise with per-tensor scales; unit scales keep the data as filled. Fast
       // accumulation stays off so the accumulator is the fp32 the ceiling is labelled with.
-      DLPROBE_RETURN_IF_ERROR(device_alloc(scales_, 2 * sizeof(float)));
-      const float ones[2] = {1.0f, 1.0f};
+      // Each scale gets its own 16-byte-aligned slot: cuBLASLt's fp8 kernels want every pointer
+      // they read 16-byte aligned.
+      constexpr std::size_t kSlot = 16 / sizeof(float);
+      DLPROBE_RETURN_IF_ERROR(device_alloc(scales_, 2 * kSlot * sizeof(float)));
+      float ones[2 * kSlot] = {};
+      ones[0] = ones[kSlot] = 1.0f;
       DLPROBE_CUDA_CHECK(cudaMemcpy(scales_.ptr, ones, sizeof(ones), cudaMemcpyHostToDevice));
       const float* a_scale = static_cast<const float*>(scales_.ptr);
-      const float* b_scale = a_scale + 1;
+      const float* b_scale = a_scale + kSlot;
       DLPROBE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                           &a_scale, sizeof(a_scale)));
       DLPROBE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
@@ -252,7 +256,7 @@ class Gemm {
     int returned = 0;
     DLPROBE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, op_, a_layout_, b_layout_, d_layout_,
                                                         d_layout_, pref_, 1, &result, &returned));
-    if (returned == 0) {
+    if (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
       return error(Errc::unsupported,
                    fmt::format("cuBLASLt has no {} GEMM algorithm for {}x{}x{} on this GPU",
                                gemm_dtype_name(dtype_), m_, n_, k_));

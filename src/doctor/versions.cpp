@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -275,7 +276,8 @@ std::vector<Finding> compatibility_findings(const StackVersions& v) {
   if (v.cudnn.loaded && !v.cudnn.built_with.empty()) {
     const Version loaded = decode_cudnn_version(v.cudnn.raw_version);
     const std::string& built = v.cudnn.built_with;
-    const int built_major = std::atoi(built.c_str());
+    int built_major = 0, built_minor = 0;
+    std::sscanf(built.c_str(), "%d.%d", &built_major, &built_minor);
     if (loaded.major != built_major) {
       out.push_back({Severity::error, "cudnn_major_mismatch",
                      fmt::format("cuDNN {} is loaded ({}) but dlprobe was built with cuDNN {}: the "
@@ -284,6 +286,13 @@ std::vector<Finding> compatibility_findings(const StackVersions& v) {
                      fmt::format("install cuDNN {}.x for CUDA {} (e.g. package cudnn{}-cuda-{}) or "
                                  "put its lib folder first on LD_LIBRARY_PATH",
                                  built_major, runtime.major, built_major, runtime.major)});
+    } else if (loaded.minor < built_minor) {
+      // Within a major version cuDNN only adds API, so an older library runs, minus what is new.
+      out.push_back({Severity::info, "cudnn_older_than_built",
+                     fmt::format("cuDNN {} is loaded ({}), older than the {} dlprobe was built "
+                                 "with: engines and features added since are unavailable",
+                                 loaded.str(), v.cudnn.path, built),
+                     fmt::format("install cuDNN {} or newer for CUDA {}", built, runtime.major)});
     }
   } else if (!v.cudnn.loaded && v.cuda_runtime_built > 0) {
     out.push_back({Severity::warning, "cudnn_not_found",
