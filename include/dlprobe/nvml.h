@@ -66,8 +66,15 @@ struct DeviceSample {
   std::optional<unsigned> sm_clock_mhz;
   std::optional<unsigned> mem_clock_mhz;
   std::optional<std::uint64_t> clock_event_reasons;  // ClockEventReason bits
-  std::optional<unsigned> pcie_rx_kbps;
+  std::optional<unsigned> pcie_rx_kbps;              // only with SampleOptions::pcie_throughput
   std::optional<unsigned> pcie_tx_kbps;
+};
+
+// What sample() reads beyond the default fields.
+struct SampleOptions {
+  // nvmlDeviceGetPcieThroughput counts bytes over 20 ms per direction inside the call, so it is
+  // off unless asked for: it would take longer than a 10 ms sampling interval.
+  bool pcie_throughput = false;
 };
 
 // A process with a context on the GPU.
@@ -111,6 +118,7 @@ class Library {
   Result<unsigned> device_count() const;
   Result<DeviceInfo> device_info(unsigned index) const;
   Result<DeviceSample> sample(unsigned index) const;
+  Result<DeviceSample> sample(unsigned index, const SampleOptions& options) const;
   Result<std::vector<ProcessMemory>> processes(unsigned index) const;
   // Samples newer than `since_us` (0 = whatever NVML keeps); unavailable on GPUs without it.
   Result<std::vector<ProcessUtilization>> process_utilization(unsigned index,

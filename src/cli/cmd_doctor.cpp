@@ -1,0 +1,80 @@
+// `dlprobe doctor`: the machine, its stack, what works here and the GPU's ceilings.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "commands.h"
+#include "dlprobe/doctor.h"
+#include "dlprobe/units.h"
+
+namespace dlprobe::cli {
+
+Command add_doctor_command(CLI::App& app) {
+  struct Flags {
+    bool json = false;
+    std::string output;
+    bool no_ceilings = false;
+    int device = 0;
+    std::string gemm_size = "8192";
+    std::string repetitions = "10";
+    std::string dtypes;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* sub = app.add_subcommand(
+      "doctor", "Report the machine, software stack, compatibility, GPU state and ceilings");
+  sub->add_flag("--json", flags->json, "Print the report as JSON (schema dlprobe.doctor/1)");
+  sub->add_option("-o,--output", flags->output, "Write the report to FILE instead of stdout");
+  sub->add_flag("--no-ceilings", flags->no_ceilings,
+                "Skip the GEMM and bandwidth measurements (they take tens of seconds)");
+  sub->add_option("--device", flags->device, "CUDA device the ceilings are measured on")
+      ->capture_default_str();
+  sub->add_option("--gemm-size", flags->gemm_size, "m = n = k of the GEMM ceilings")
+      ->capture_default_str();
+  sub->add_option("--repetitions", flags->repetitions, "Timed repetitions per ceiling (median)")
+      ->capture_default_str();
+  sub->add_option("--dtypes", flags->dtypes,
+                  "GEMM data types to measure, e.g. bf16,fp8_e4m3 (default: all)");
+
+  Command command;
+  command.app = sub;
+  command.run = [flags]() -> int {
+    doctor::DoctorOptions options;
+    options.ceilings = !flags->no_ceilings;
+    options.ceilings_device = flags->device;
+    auto size = parse_int(flags->gemm_size, "--gemm-size", 16, 65536);
+    if (!size) return report_error(size.status());
+    options.ceiling_options.gemm_size = *size;
+    auto reps = parse_int(flags->repetitions, "--repetitions", 1, 1000);
+    if (!reps) return report_error(reps.status());
+    options.ceiling_options.repetitions = static_cast<int>(*reps);
+    if (!flags->dtypes.empty()) {
+      auto names = parse_list(flags->dtypes, "--dtypes");
+      if (!names) return report_error(names.status());
+      options.ceiling_options.dtypes.clear();
+      for (const auto& name : *names) {
+        auto dtype = parse_gemm_dtype(name);
+        if (!dtype)
+          return report_error(invalid_argument(fmt::format(
+              "--dtypes: unknown data type '{}' (fp32, tf32, fp16, bf16, fp8_e4m3)", name)));
+        options.ceiling_options.dtypes.push_back(*dtype);
+      }
+    }
+
+    auto report = doctor::run_doctor(options);
+    if (!report) return report_error(report.status());
+    const std::string text =
+        flags->json ? doctor::render_json(*report) : doctor::render_text(*report);
+    if (flags->output.empty()) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      return kExitOk;
+    }
+    std::ofstream out(flags->output);
+    if (!(out << text))
+      return report_error(error(Errc::io_error, fmt::format("cannot write {}", flags->output)));
+    return kExitOk;
+  };
+  return command;
+}
+
+}  // namespace dlprobe::cli
