@@ -25,4 +25,6 @@ struct Command {
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
 
+Command add_monitor_command(CLI::App& app);
+
 }  // namespace dlprobe::cli
