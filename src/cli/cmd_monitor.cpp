@@ -89,6 +89,7 @@ struct Endpoint {
   int port = 0;
 };
 
+#ifdef DLPROBE_WITH_HTTP
 Result<Endpoint> parse_endpoint(const std::string& text) {
   const auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0) {
@@ -108,6 +109,7 @@ Result<Endpoint> parse_endpoint(const std::string& text) {
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
+#endif
 
 struct Plan {
   monitor::SamplerOptions sampler;
@@ -257,6 +259,8 @@ int run_monitor(const MonitorFlags& flags) {
   g_interrupted = 0;
   struct sigaction action {};
   action.sa_handler = on_signal;
+  // Restart interrupted writes: the sampler thread may be printing a row when Ctrl-C arrives.
+  action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   struct sigaction old_int {};
   struct sigaction old_term {};
