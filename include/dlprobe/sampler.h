@@ -32,9 +32,11 @@ struct ProcessRow {
 struct GpuReading {
   unsigned gpu = 0;
   nvml::DeviceSample sample;
-  // Energy since the sampler started: the driver's energy counter where the GPU has one, else
-  // power integrated over time (trapezoids between samples).
+  // Energy since the sampler started: the driver's energy counter where the GPU has one (with
+  // power integrated over the time since its last reading, see energy_interval), else power
+  // integrated over time (trapezoids between samples).
   std::optional<double> energy_since_start_j;
+  bool energy_from_counter = false;   // whether the counter underlies energy_since_start_j
   std::vector<ProcessRow> processes;  // only with SamplerOptions::processes
 };
 
@@ -50,6 +52,9 @@ struct SamplerOptions {
   std::vector<unsigned> gpus;  // empty: every GPU NVML sees
   bool processes = false;      // per-process memory and utilisation rows
   bool pcie_throughput = false;
+  // How often to read the energy counter (0: every round). Reading it costs milliseconds (see
+  // nvml::SampleOptions::energy_counter); between readings power fills the gap.
+  std::chrono::nanoseconds energy_interval = std::chrono::seconds(1);
   std::size_t ring_capacity = 6000;  // rounds kept for window queries and summaries
   std::uint64_t max_ticks = 0;       // stop by itself after this many rounds; 0: until stop()
   // Called on the sampler thread after each round; keep it short, the next round waits for it.
@@ -105,8 +110,9 @@ struct Summary {
   std::vector<GpuSummary> gpus;
 };
 
-// Statistics over `ticks` (in time order). Energy: the counter's difference between the first and
-// last round when both have it, else the trapezoid integral of power.
+// Statistics over `ticks` (in time order). Energy: the difference of energy_since_start_j between
+// the first and last round where the rounds carry it (as the sampler's do); otherwise the energy
+// counter's difference between the first and last reading, else the trapezoid integral of power.
 Summary summarize(const std::vector<Tick>& ticks);
 
 // What sampling itself costs, so a user can judge whether it disturbs the measurement.

@@ -129,6 +129,9 @@ Summary summarize(const std::vector<Tick>& ticks) {
   }
   for (GpuSummary& gs : summary.gpus) {
     std::array<std::vector<double>, kColumns.size()> values;
+    const GpuReading* first_reading = nullptr;
+    const GpuReading* last_reading = nullptr;
+    bool counter_seen = false;
     const nvml::DeviceSample* first_counter = nullptr;
     const nvml::DeviceSample* last_counter = nullptr;
     const nvml::DeviceSample* previous_power = nullptr;
@@ -138,6 +141,9 @@ Summary summarize(const std::vector<Tick>& ticks) {
       for (const GpuReading& r : tick.gpus) {
         if (r.gpu != gs.gpu) continue;
         ++gs.samples;
+        if (first_reading == nullptr) first_reading = &r;
+        last_reading = &r;
+        counter_seen = counter_seen || r.energy_from_counter;
         for (std::size_t c = 0; c < kColumns.size(); ++c) {
           if (auto v = column_value(r.sample, kColumns[c])) values[c].push_back(*v);
         }
@@ -158,8 +164,12 @@ Summary summarize(const std::vector<Tick>& ticks) {
     for (std::size_t c = 0; c < kColumns.size(); ++c) {
       if (!values[c].empty()) gs.columns[c] = stats_of(std::move(values[c]));
     }
-    if (first_counter != nullptr && first_counter != last_counter &&
-        *last_counter->energy_mj >= *first_counter->energy_mj) {
+    if (first_reading != last_reading && first_reading->energy_since_start_j &&
+        last_reading->energy_since_start_j) {
+      gs.energy_j = *last_reading->energy_since_start_j - *first_reading->energy_since_start_j;
+      gs.energy_source = counter_seen ? EnergySource::counter : EnergySource::power_integral;
+    } else if (first_counter != nullptr && first_counter != last_counter &&
+               *last_counter->energy_mj >= *first_counter->energy_mj) {
       gs.energy_j = static_cast<double>(*last_counter->energy_mj - *first_counter->energy_mj) / 1e3;
       gs.energy_source = EnergySource::counter;
     } else if (power_samples >= 2) {
@@ -191,32 +201,53 @@ struct Sampler::State {
   // Sampler-thread-only state.
   struct Energy {
     std::optional<std::uint64_t> counter_base_mj;
+    std::uint64_t counter_last_mj = 0;
+    std::optional<std::int64_t> counter_read_ns;  // when the counter was last asked for
     std::optional<std::int64_t> last_power_ns;
     double last_power_w = 0;
-    double integral_j = 0;
+    double integral_j = 0;                // power integrated since start
+    double integral_since_counter_j = 0;  // power integrated since the last counter reading
   };
+
+  // Whether this round should read the energy counter for `gpu`.
+  bool energy_due(unsigned gpu, std::int64_t now_ns) {
+    Energy& e = energy[gpu];
+    if (!e.counter_read_ns || now_ns - *e.counter_read_ns >= options.energy_interval.count()) {
+      e.counter_read_ns = now_ns;
+      return true;
+    }
+    return false;
+  }
   std::map<unsigned, Energy> energy;
   std::map<unsigned, std::uint64_t> putil_seen_us;
   std::map<unsigned, std::map<unsigned, nvml::ProcessUtilization>> putil_latest;
   std::map<unsigned, bool> process_warned;
 
-  std::optional<double> energy_since_start(unsigned gpu, const nvml::DeviceSample& s) {
+  void add_energy(unsigned gpu, GpuReading& r) {
     Energy& e = energy[gpu];
+    const nvml::DeviceSample& s = r.sample;
     if (s.power_w) {
       if (e.last_power_ns) {
-        e.integral_j += trapezoid_j(*e.last_power_ns, e.last_power_w, s.timestamp_ns, *s.power_w);
+        const double j = trapezoid_j(*e.last_power_ns, e.last_power_w, s.timestamp_ns, *s.power_w);
+        e.integral_j += j;
+        e.integral_since_counter_j += j;
       }
       e.last_power_ns = s.timestamp_ns;
       e.last_power_w = *s.power_w;
     }
-    if (s.energy_mj) {
+    // A counter that went backwards (driver reload) cannot be trusted: fall back to power.
+    if (s.energy_mj && (!e.counter_base_mj || *s.energy_mj >= *e.counter_base_mj)) {
       if (!e.counter_base_mj) e.counter_base_mj = *s.energy_mj;
-      if (*s.energy_mj >= *e.counter_base_mj) {
-        return static_cast<double>(*s.energy_mj - *e.counter_base_mj) / 1e3;
-      }
+      e.counter_last_mj = *s.energy_mj;
+      e.integral_since_counter_j = 0;
     }
-    if (e.last_power_ns) return e.integral_j;
-    return std::nullopt;
+    if (e.counter_base_mj) {
+      r.energy_since_start_j = static_cast<double>(e.counter_last_mj - *e.counter_base_mj) / 1e3 +
+                               e.integral_since_counter_j;
+      r.energy_from_counter = true;
+    } else if (e.last_power_ns) {
+      r.energy_since_start_j = e.integral_j;
+    }
   }
 
   std::vector<ProcessRow> process_rows(unsigned gpu) {
@@ -258,12 +289,14 @@ struct Sampler::State {
     Tick tick;
     tick.index = index;
     tick.timestamp_ns = to_ns(Clock::now());
-    const nvml::SampleOptions sample_options{.pcie_throughput = options.pcie_throughput};
     for (unsigned gpu : gpus) {
       GpuReading& r = tick.gpus.emplace_back();
       r.gpu = gpu;
+      const nvml::SampleOptions sample_options{
+          .pcie_throughput = options.pcie_throughput,
+          .energy_counter = energy_due(gpu, tick.timestamp_ns)};
       DLPROBE_ASSIGN_OR_RETURN(r.sample, nvml->sample(gpu, sample_options));
-      r.energy_since_start_j = energy_since_start(gpu, r.sample);
+      add_energy(gpu, r);
       if (options.processes) r.processes = process_rows(gpu);
     }
     return tick;

@@ -81,6 +81,7 @@ TEST(Sampler, StatisticsOverScriptedSamples) {
   SamplerOptions options;
   options.interval = 10ms;
   options.max_ticks = 3;
+  options.energy_interval = std::chrono::nanoseconds(0);  // the counter every round
   options.sink = [&](const Tick& t) { EXPECT_EQ(t.index, static_cast<std::uint64_t>(sunk++)); };
   auto sampler = run_to_end(open_fake(), options);
   ASSERT_TRUE(sampler);
@@ -135,7 +136,35 @@ TEST(Sampler, EnergyFromPowerWithoutCounter) {
   const double expected = 200.0 * seconds(0, 1) + 250.0 * seconds(1, 2);
   EXPECT_DOUBLE_EQ(*ticks[2].gpus[0].energy_since_start_j, expected);
   const Summary s = sampler->summary();
+  EXPECT_FALSE(ticks[2].gpus[0].energy_from_counter);
   EXPECT_EQ(s.gpus[0].energy_source, EnergySource::power_integral);
+  EXPECT_DOUBLE_EQ(*s.gpus[0].energy_j, expected);
+}
+
+TEST(Sampler, SlowEnergyCounterIsReadOnlyEveryEnergyInterval) {
+  FakeScript script(kH200Script);
+  SamplerOptions options;
+  options.interval = 10ms;
+  options.max_ticks = 3;
+  options.energy_interval = 1h;
+  auto sampler = run_to_end(open_fake(), options);
+  ASSERT_TRUE(sampler);
+  const auto ticks = sampler->window(0, INT64_MAX);
+  ASSERT_EQ(ticks.size(), 3U);
+  EXPECT_EQ(ticks[0].gpus[0].sample.energy_mj, 1000000ULL);
+  EXPECT_FALSE(ticks[1].gpus[0].sample.energy_mj);  // not asked for, so not a reading of 0
+  EXPECT_FALSE(ticks[2].gpus[0].sample.energy_mj);
+  // Counter at the first round, power (100, 300, 200 W) integrated after it.
+  auto seconds = [&](int a, int b) {
+    return static_cast<double>(ticks[b].gpus[0].sample.timestamp_ns -
+                               ticks[a].gpus[0].sample.timestamp_ns) /
+           1e9;
+  };
+  const double expected = 200.0 * seconds(0, 1) + 250.0 * seconds(1, 2);
+  EXPECT_DOUBLE_EQ(*ticks[2].gpus[0].energy_since_start_j, expected);
+  EXPECT_TRUE(ticks[2].gpus[0].energy_from_counter);
+  const Summary s = sampler->summary();
+  EXPECT_EQ(s.gpus[0].energy_source, EnergySource::counter);
   EXPECT_DOUBLE_EQ(*s.gpus[0].energy_j, expected);
 }
 
