@@ -1,13 +1,19 @@
 # Debian's packages (scripts/setup.sh installs them). The header-only forms are used so that a binary
-# built here carries no Debian shared library to the GPU machine, except oneDNN, which is optional.
+# built here carries no Debian shared library to the GPU machine, except oneDNN and cpp-httplib,
+# which are optional.
 find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)
-find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
-add_library(dlprobe_httplib INTERFACE)
-target_include_directories(dlprobe_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR})
-target_link_libraries(dlprobe_httplib INTERFACE Threads::Threads)
+if(DLPROBE_WITH_HTTP)
+  # Debian splits cpp-httplib: httplib.h only declares, libcpp-httplib.so implements, so this one
+  # is a shared library the binary needs at run time. Its pkg-config file carries the feature
+  # macros (OpenSSL, zlib, brotli) that the header's class layouts depend on.
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+  add_library(dlprobe_httplib INTERFACE)
+  target_link_libraries(dlprobe_httplib INTERFACE PkgConfig::CPP_HTTPLIB Threads::Threads)
+endif()
 
 if(DLPROBE_BUILD_TESTS)
   find_package(GTest REQUIRED)

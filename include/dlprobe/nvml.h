@@ -75,6 +75,9 @@ struct SampleOptions {
   // nvmlDeviceGetPcieThroughput counts bytes over 20 ms per direction inside the call, so it is
   // off unless asked for: it would take longer than a 10 ms sampling interval.
   bool pcie_throughput = false;
+  // nvmlDeviceGetTotalEnergyConsumption takes about 4 ms per call on an H200 with driver 580,
+  // a thousand times any other field, so a fast sampler reads it only now and then.
+  bool energy_counter = true;
 };
 
 // A process with a context on the GPU.

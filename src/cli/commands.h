@@ -27,4 +27,6 @@ Command add_doctor_command(CLI::App& app);
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
 
+Command add_monitor_command(CLI::App& app);
+
 }  // namespace dlprobe::cli

@@ -528,7 +528,8 @@ Result<DeviceSample> Library::sample(unsigned index, const SampleOptions& option
     s.power_w = milliwatts / 1000.0;
   }
   unsigned long long millijoules = 0;
-  if (r.call("nvmlDeviceGetTotalEnergyConsumption", lib.get_energy, dev, &millijoules)) {
+  if (options.energy_counter &&
+      r.call("nvmlDeviceGetTotalEnergyConsumption", lib.get_energy, dev, &millijoules)) {
     s.energy_mj = millijoules;
   }
   unsigned value = 0;

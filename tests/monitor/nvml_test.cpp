@@ -86,8 +86,10 @@ TEST(NvmlLoader, DynamicSamplesFollowTheScript) {
   EXPECT_FALSE(first->pcie_rx_kbps);
   EXPECT_EQ(fake_calls(DLPROBE_FAKE_NVML, "nvmlDeviceGetPcieThroughput"), 0U);
 
-  auto second = lib->sample(0, SampleOptions{.pcie_throughput = true});
+  auto second = lib->sample(0, SampleOptions{.pcie_throughput = true, .energy_counter = false});
   ASSERT_TRUE(second);
+  EXPECT_FALSE(second->energy_mj);
+  EXPECT_EQ(fake_calls(DLPROBE_FAKE_NVML, "nvmlDeviceGetTotalEnergyConsumption"), 1U);
   EXPECT_EQ(second->gpu_util_pct, 90U);
   EXPECT_EQ(second->power_w, 300.0);
   EXPECT_EQ(second->clock_event_reasons, 0x44ULL);
