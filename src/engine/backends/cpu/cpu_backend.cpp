@@ -399,6 +399,9 @@ class CpuBackend final : public Backend {
                   {DNNL_ARG_VARIANCE, channel(channels, var)},
                   {DNNL_ARG_DIFF_DST, user(dy.desc, dy.data)},
                   {DNNL_ARG_SCALE, channel(channels, gamma.data)},
+                  // oneDNN 2.6 refuses to run the backward without a shift argument although
+                  // the gradients do not depend on beta; gamma stands in, read-only and unused.
+                  {DNNL_ARG_SHIFT, channel(channels, gamma.data)},
                   {DNNL_ARG_DIFF_SRC, user(dx.desc, dx.data)},
                   {DNNL_ARG_DIFF_SCALE, channel(channels, dgamma.data)},
                   {DNNL_ARG_DIFF_SHIFT, channel(channels, dbeta.data)}});
@@ -407,36 +410,19 @@ class CpuBackend final : public Backend {
 
   Status relu_forward(const TensorView& x, const TensorView& y) override {
     constexpr std::string_view op = "relu_forward";
-    return guarded(op, [&]() -> Status {
-      DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&x.desc, &y.desc}));
-      DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "y", y.desc, x.desc));
-      Prim& prim = cached(fmt::format("relu_fwd {}", x.desc.str()), [&] {
-        auto pd = relu_forward_pd(x.desc);
-        return Prim{dnnl::eltwise_forward(pd), pd.scratchpad_desc()};
-      });
-      return run(op, prim.prim, prim.scratchpad,
-                 {{DNNL_ARG_SRC, user(x.desc, x.data)}, {DNNL_ARG_DST, user(y.desc, y.data)}});
-    });
+    DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&x.desc, &y.desc}));
+    DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "y", y.desc, x.desc));
+    cpu::relu_forward(x, y);
+    return Status::ok();
   }
 
   Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) override {
     constexpr std::string_view op = "relu_backward";
-    return guarded(op, [&]() -> Status {
-      DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&dy.desc, &y.desc, &dx.desc}));
-      DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "dx", dx.desc, dy.desc));
-      Prim& prim = cached(fmt::format("relu_bwd {} {}", dy.desc.str(), y.desc.str()), [&] {
-        auto hint = relu_forward_pd(y.desc);
-        // From the forward's output: dx = dy where y > 0, which is PyTorch's threshold_backward.
-        dnnl::eltwise_backward::primitive_desc pd(
-            {dnnl::algorithm::eltwise_relu_use_dst_for_bwd, md(dy.desc), md(y.desc), 0.0f, 0.0f},
-            make_attr(), engine_, hint);
-        return Prim{dnnl::eltwise_backward(pd), pd.scratchpad_desc()};
-      });
-      return run(op, prim.prim, prim.scratchpad,
-                 {{DNNL_ARG_DIFF_DST, user(dy.desc, dy.data)},
-                  {DNNL_ARG_DST, user(y.desc, y.data)},
-                  {DNNL_ARG_DIFF_SRC, user(dx.desc, dx.data)}});
-    });
+    DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&dy.desc, &y.desc, &dx.desc}));
+    DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "y", y.desc, dy.desc));
+    DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "dx", dx.desc, dy.desc));
+    cpu::relu_backward(dy, y, dx);
+    return Status::ok();
   }
 
   Status max_pool2d_forward(const TensorView& x, const TensorView& y,
@@ -794,13 +780,6 @@ class CpuBackend final : public Backend {
   dnnl::batch_normalization_forward::primitive_desc bn_forward_pd(
       const TensorDesc& x, dnnl::prop_kind kind, float eps, dnnl::normalization_flags flags) const {
     return {{kind, md(x), eps, flags}, make_attr(), engine_};
-  }
-
-  dnnl::eltwise_forward::primitive_desc relu_forward_pd(const TensorDesc& x) const {
-    return {{dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu_use_dst_for_bwd,
-             md(x), 0.0f, 0.0f},
-            make_attr(),
-            engine_};
   }
 
   dnnl::pooling_forward::primitive_desc avg_pool_forward_pd(const TensorDesc& x,

@@ -32,6 +32,33 @@ void fill_as(const TensorView& t, E value) {
   std::fill(d, d + t.desc.numel(), value);
 }
 
+// ReLU is written here because oneDNN 2.6's JIT eltwise differs from PyTorch on NaN, and a NaN
+// changed there changes what the loss scaler's inf/NaN check sees: its forward turns NaN into 0
+// (a max with zero) where torch.relu lets it through, and its backward multiplies dy by the mask
+// (NaN * 0 = NaN) where threshold_backward selects 0.
+template <class E>
+void relu_forward_as(const TensorView& x, const TensorView& y) {
+  const auto* in = static_cast<const E*>(x.data);
+  auto* o = static_cast<E*>(y.data);
+  const std::int64_t count = x.desc.numel();
+#pragma omp parallel for simd
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float v = to_float(in[i]);
+    o[i] = from_float<E>(v < 0.0f ? 0.0f : v);
+  }
+}
+
+// PyTorch's threshold_backward(dy, y, 0): y <= 0 ? 0 : dy. A NaN y passes the gradient.
+template <class E>
+void relu_backward_as(const TensorView& dy, const TensorView& y, const TensorView& dx) {
+  const auto* g = static_cast<const E*>(dy.data);
+  const auto* out = static_cast<const E*>(y.data);
+  auto* d = static_cast<E*>(dx.data);
+  const std::int64_t count = dy.desc.numel();
+#pragma omp parallel for simd
+  for (std::int64_t i = 0; i < count; ++i) d[i] = to_float(out[i]) <= 0.0f ? E{} : g[i];
+}
+
 // oneDNN's pooling_max differs from PyTorch where it matters to a comparison with it: it starts
 // each window from the lowest finite float (an all -inf window gives -3.4e38, not -inf) and its
 // `>` comparison drops NaN (PyTorch propagates it). So max pooling is written here: start from
@@ -43,6 +70,7 @@ void max_pool_forward_as(const TensorView& x, const TensorView& y, const MaxPool
   auto* ys = static_cast<E*>(y.data);
   const TensorDesc& xd = x.desc;
   const TensorDesc& yd = y.desc;
+#pragma omp parallel for collapse(2)
   for (std::int64_t n = 0; n < yd.dim(0); ++n)
     for (std::int64_t c = 0; c < yd.dim(1); ++c)
       for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
@@ -69,6 +97,8 @@ void max_pool_backward_as(const TensorView& dy, const TensorView& x, const Tenso
   const auto* dys = static_cast<const E*>(dy.data);
   const TensorDesc& xd = x.desc;
   const TensorDesc& yd = dy.desc;
+  // Each (n, c) plane of dx collects only its own plane's gradients: no two threads meet.
+#pragma omp parallel for collapse(2)
   for (std::int64_t n = 0; n < yd.dim(0); ++n)
     for (std::int64_t c = 0; c < yd.dim(1); ++c)
       for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
@@ -151,6 +181,22 @@ Status fill(const TensorView& t, double value) {
   }
   return invalid_argument(
       fmt::format("cpu backend: fill: {} is not a floating dtype", dtype_name(t.desc.dtype())));
+}
+
+void relu_forward(const TensorView& x, const TensorView& y) {
+  if (x.desc.dtype() == DType::bf16) {
+    relu_forward_as<BFloat16>(x, y);
+  } else {
+    relu_forward_as<float>(x, y);
+  }
+}
+
+void relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) {
+  if (dy.desc.dtype() == DType::bf16) {
+    relu_backward_as<BFloat16>(dy, y, dx);
+  } else {
+    relu_backward_as<float>(dy, y, dx);
+  }
 }
 
 void max_pool2d_forward(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {

@@ -1,7 +1,8 @@
 // The CPU backend's own loops, for the ops oneDNN 2.6 has no primitive for (cross-entropy, fills,
-// gradient unscaling, the optimizers) or computes differently from PyTorch (max pooling: see
-// cpu_loops.cpp). Each works in place on host tensors the caller allocated; dtypes and shapes are
-// checked by the backend before it calls them, except what only the data can tell (labels).
+// gradient unscaling, the optimizers) or computes differently from PyTorch (ReLU and max
+// pooling: see cpu_loops.cpp). Each works in place on host tensors the caller allocated; dtypes and
+// shapes are checked by the backend before it calls them, except what only the data can tell
+// (labels).
 #pragma once
 
 #include <span>
@@ -14,6 +15,10 @@ namespace dlprobe::cpu {
 
 // fp32, bf16, fp16 or fp64 elements, every one set to `value` rounded to the dtype.
 Status fill(const TensorView& t, double value);
+
+// fp32 or bf16; x and y (dy, y and dx) share one descriptor.
+void relu_forward(const TensorView& x, const TensorView& y);
+void relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx);
 
 // fp32 or bf16, either layout (x and y may differ).
 void max_pool2d_forward(const TensorView& x, const TensorView& y, const MaxPool2dParams& p);
