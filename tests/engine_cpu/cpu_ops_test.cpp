@@ -348,6 +348,90 @@ TEST_F(CpuOps, FillEveryFloatingDtype) {
   EXPECT_EQ(backend_->fill(labels.view(), 1.0).code(), Errc::invalid_argument);
 }
 
+// ---- bf16 ----
+
+TEST_F(CpuOps, Bf16OpsMatchReferenceWhereSupported) {
+  if (!bf16_supported()) GTEST_SKIP() << "this CPU has no AVX-512: oneDNN 2.6 runs no bf16 here";
+  const DType bf = DType::bf16;
+  const testing::Tol stats{1e-4, 1e-4};  // fp32 statistics of bf16 inputs
+  for (Layout l : {Layout::nchw, Layout::nhwc}) {
+    SCOPED_TRACE(layout_name(l));
+    const Shape s{2, 6, 5, 4};
+    BnInputs in = bn_inputs(s, bf, l, 140);
+    auto want = reference::batch_norm_train_forward<double>(in.x.f64, in.gamma.f64, in.beta.f64,
+                                                            in.rm.f64, in.rv.f64, {})
+                    .value();
+    HostTensor y = out(in.x.low.desc());
+    HostTensor mean = out(in.gamma.low.desc());
+    HostTensor invstd = out(in.gamma.low.desc());
+    Status st = backend_->batch_norm_train_forward(
+        in.x.low.view(), in.gamma.low.view(), in.beta.low.view(), in.rm.low.view(),
+        in.rv.low.view(), y.view(), mean.view(), invstd.view(), {});
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_TRUE(close(y, want.y, tol(bf)));
+    EXPECT_TRUE(close(mean, want.save_mean, stats));
+    EXPECT_TRUE(close(invstd, want.save_invstd, stats));
+    EXPECT_TRUE(close(in.rv.low, want.running_var, stats));
+
+    auto dy = pair(s, 141, bf, l);
+    auto grads = reference::batch_norm_backward<double>(dy.f64, in.x.f64, in.gamma.f64, to64(mean),
+                                                        to64(invstd))
+                     .value();
+    HostTensor dx = out(dy.low.desc());
+    HostTensor dgamma = out(in.gamma.low.desc());
+    HostTensor dbeta = out(in.gamma.low.desc());
+    st = backend_->batch_norm_backward(dy.low.view(), in.x.low.view(), in.gamma.low.view(),
+                                       mean.view(), invstd.view(), dx.view(), dgamma.view(),
+                                       dbeta.view());
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    EXPECT_TRUE(close(dx, grads.dx, tol(bf, 40)));
+    EXPECT_TRUE(close(dgamma, grads.dgamma, tol(bf, 40)));
+    EXPECT_TRUE(close(dbeta, grads.dbeta, tol(bf, 40)));
+
+    HostTensor r = out(in.x.low.desc());
+    ASSERT_TRUE(backend_->relu_forward(in.x.low.view(), r.view()).is_ok());
+    EXPECT_TRUE(close(r, reference::relu_forward<double>(in.x.f64).value(), {0, 0}));
+
+    HostTensor p = out(desc(max_pool2d_output_shape(s, {}).value(), bf, l));
+    ASSERT_TRUE(backend_->max_pool2d_forward(in.x.low.view(), p.view(), {}).is_ok());
+    EXPECT_TRUE(close(p, reference::max_pool2d_forward<double>(in.x.f64, {}).value(), {0, 0}));
+    auto dp = pair(p.shape(), 142, bf, l);
+    HostTensor dpx = out(in.x.low.desc());
+    ASSERT_TRUE(
+        backend_->max_pool2d_backward(dp.low.view(), in.x.low.view(), p.view(), dpx.view(), {})
+            .is_ok());
+    EXPECT_TRUE(close(dpx, reference::max_pool2d_backward<double>(dp.f64, in.x.f64, {}).value(),
+                      tol(bf, 4)));
+
+    auto b = pair(s, 143, bf, l);
+    HostTensor sum = out(in.x.low.desc());
+    ASSERT_TRUE(backend_->add(in.x.low.view(), b.low.view(), sum.view()).is_ok());
+    EXPECT_TRUE(close(sum, reference::add<double>(in.x.f64, b.f64).value(), tol(bf)));
+
+    HostTensor g = out(desc({2, 6}, bf));
+    ASSERT_TRUE(backend_->global_avg_pool_forward(in.x.low.view(), g.view()).is_ok());
+    EXPECT_TRUE(close(g, reference::global_avg_pool_forward<double>(in.x.f64).value(), tol(bf)));
+  }
+  auto x = pair({4, 24}, 150, bf);
+  auto w = pair({5, 24}, 151, bf);
+  auto b = pair({5}, 152, bf);
+  auto dy = pair({4, 5}, 153, bf);
+  HostTensor y = out(desc({4, 5}, bf));
+  ASSERT_TRUE(backend_->linear_forward(x.low.view(), w.low.view(), b.low.view(), y.view()).is_ok());
+  EXPECT_TRUE(
+      close(y, reference::linear_forward<double>(x.f64, w.f64, b.f64).value(), tol(bf, 24)));
+  HostTensor dx = out(x.low.desc());
+  HostTensor dw = out(w.low.desc());
+  HostTensor db = out(b.low.desc());
+  Status st = backend_->linear_backward(dy.low.view(), x.low.view(), w.low.view(), dx.view(),
+                                        dw.view(), db.view());
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  auto want = reference::linear_backward<double>(dy.f64, x.f64, w.f64).value();
+  EXPECT_TRUE(close(dx, want.dx, tol(bf, 5)));
+  EXPECT_TRUE(close(dw, want.dw, tol(bf, 4)));
+  EXPECT_TRUE(close(db, want.db, tol(bf, 4)));
+}
+
 // ---- gradient unscaling ----
 
 TEST_F(CpuOps, UnscaleMultipliesAndDetectsInfAndNan) {
