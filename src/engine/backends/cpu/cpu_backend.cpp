@@ -646,8 +646,7 @@ class CpuBackend final : public Backend {
   static Status need_fp32(std::string_view op, std::initializer_list<const TensorDesc*> ts) {
     for (const TensorDesc* d : ts) {
       if (d->dtype() != DType::fp32) {
-        return invalid_argument(
-            fmt::format("cpu backend: {}: {} must be fp32 ({})", op, d->str(), "see backend.h"));
+        return invalid_argument(fmt::format("cpu backend: {}: {} must be fp32", op, d->str()));
       }
     }
     return Status::ok();
