@@ -1,7 +1,7 @@
-// The CPU backend of the training engine: convolutions, batch norm, ReLU, average pooling, the
-// residual add, linear layers and casts through oneDNN primitives; max pooling, cross-entropy,
-// fills, gradient unscaling and the optimizers as dlprobe's own loops (docs/cpu-backend.md says
-// which and why). Built only with DLPROBE_WITH_ONEDNN.
+// The CPU backend of the training engine: convolutions, batch norm, average pooling, the residual
+// add, linear layers and casts through oneDNN primitives; ReLU, max pooling, cross-entropy, fills,
+// gradient unscaling and the optimizers as dlprobe's own loops (docs/cpu-backend.md says which and
+// why). Built only with DLPROBE_WITH_ONEDNN.
 //
 // Tensors live in host memory, so upload() and download() are copies and every op has finished
 // when its slot returns; synchronize() only waits on the oneDNN stream. Scratch memory (oneDNN
