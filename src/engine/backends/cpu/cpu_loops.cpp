@@ -1,0 +1,329 @@
+#include "engine/backends/cpu/cpu_loops.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace dlprobe::cpu {
+namespace {
+
+inline float to_float(float v) {
+  return v;
+}
+inline float to_float(BFloat16 v) {
+  return bf16_to_float(v);
+}
+template <class E>
+E from_float(float v);
+template <>
+float from_float<float>(float v) {
+  return v;
+}
+template <>
+BFloat16 from_float<BFloat16>(float v) {
+  return float_to_bf16(v);
+}
+
+template <class E>
+void fill_as(const TensorView& t, E value) {
+  auto* d = static_cast<E*>(t.data);
+  std::fill(d, d + t.desc.numel(), value);
+}
+
+// ReLU is written here because oneDNN 2.6's JIT eltwise differs from PyTorch on NaN, and a NaN
+// changed there changes what the loss scaler's inf/NaN check sees: its forward turns NaN into 0
+// (a max with zero) where torch.relu lets it through, and its backward multiplies dy by the mask
+// (NaN * 0 = NaN) where threshold_backward selects 0.
+template <class E>
+void relu_forward_as(const TensorView& x, const TensorView& y) {
+  const auto* in = static_cast<const E*>(x.data);
+  auto* o = static_cast<E*>(y.data);
+  const std::int64_t count = x.desc.numel();
+#pragma omp parallel for simd
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float v = to_float(in[i]);
+    o[i] = from_float<E>(v < 0.0f ? 0.0f : v);
+  }
+}
+
+// PyTorch's threshold_backward(dy, y, 0): y <= 0 ? 0 : dy. A NaN y passes the gradient.
+template <class E>
+void relu_backward_as(const TensorView& dy, const TensorView& y, const TensorView& dx) {
+  const auto* g = static_cast<const E*>(dy.data);
+  const auto* out = static_cast<const E*>(y.data);
+  auto* d = static_cast<E*>(dx.data);
+  const std::int64_t count = dy.desc.numel();
+#pragma omp parallel for simd
+  for (std::int64_t i = 0; i < count; ++i) d[i] = to_float(out[i]) <= 0.0f ? E{} : g[i];
+}
+
+// oneDNN's pooling_max differs from PyTorch where it matters to a comparison with it: it starts
+// each window from the lowest finite float (an all -inf window gives -3.4e38, not -inf) and its
+// `>` comparison drops NaN (PyTorch propagates it). So max pooling is written here: start from
+// -inf, move on a strictly greater value or a NaN, and in backward route the gradient to the first
+// maximum of the window, as PyTorch's CPU kernel does.
+template <class E>
+void max_pool_forward_as(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
+  const auto* xs = static_cast<const E*>(x.data);
+  auto* ys = static_cast<E*>(y.data);
+  const TensorDesc& xd = x.desc;
+  const TensorDesc& yd = y.desc;
+#pragma omp parallel for collapse(2)
+  for (std::int64_t n = 0; n < yd.dim(0); ++n)
+    for (std::int64_t c = 0; c < yd.dim(1); ++c)
+      for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
+        for (std::int64_t ow = 0; ow < yd.dim(3); ++ow) {
+          float best = -std::numeric_limits<float>::infinity();
+          const std::int64_t h0 = oh * p.stride[0] - p.pad[0];
+          const std::int64_t w0 = ow * p.stride[1] - p.pad[1];
+          for (std::int64_t h = std::max<std::int64_t>(h0, 0);
+               h < std::min(h0 + p.kernel[0], xd.dim(2)); ++h)
+            for (std::int64_t w = std::max<std::int64_t>(w0, 0);
+                 w < std::min(w0 + p.kernel[1], xd.dim(3)); ++w) {
+              const float v = to_float(xs[xd.offset(n, c, h, w)]);
+              if (v > best || std::isnan(v)) best = v;
+            }
+          ys[yd.offset(n, c, oh, ow)] = from_float<E>(best);
+        }
+}
+
+// Calls add(offset of the first maximum in dx's storage, dy value) for every dy element.
+template <class E, class Add>
+void max_pool_backward_as(const TensorView& dy, const TensorView& x, const TensorView& dx,
+                          const MaxPool2dParams& p, Add&& add) {
+  const auto* xs = static_cast<const E*>(x.data);
+  const auto* dys = static_cast<const E*>(dy.data);
+  const TensorDesc& xd = x.desc;
+  const TensorDesc& yd = dy.desc;
+  // Each (n, c) plane of dx collects only its own plane's gradients: no two threads meet.
+#pragma omp parallel for collapse(2)
+  for (std::int64_t n = 0; n < yd.dim(0); ++n)
+    for (std::int64_t c = 0; c < yd.dim(1); ++c)
+      for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
+        for (std::int64_t ow = 0; ow < yd.dim(3); ++ow) {
+          const std::int64_t h0 = oh * p.stride[0] - p.pad[0];
+          const std::int64_t w0 = ow * p.stride[1] - p.pad[1];
+          // An all -inf window keeps its first in-bounds element, as PyTorch's does.
+          std::int64_t best_h = std::max<std::int64_t>(h0, 0);
+          std::int64_t best_w = std::max<std::int64_t>(w0, 0);
+          float best = -std::numeric_limits<float>::infinity();
+          for (std::int64_t h = best_h; h < std::min(h0 + p.kernel[0], xd.dim(2)); ++h)
+            for (std::int64_t w = std::max<std::int64_t>(w0, 0);
+                 w < std::min(w0 + p.kernel[1], xd.dim(3)); ++w) {
+              const float v = to_float(xs[xd.offset(n, c, h, w)]);
+              if (v > best || std::isnan(v)) {
+                best = v;
+                best_h = h;
+                best_w = w;
+              }
+            }
+          add(dx.desc.offset(n, c, best_h, best_w), to_float(dys[yd.offset(n, c, oh, ow)]));
+        }
+}
+
+std::int64_t label_at(const TensorView& labels, std::int64_t n) {
+  const std::int64_t i = labels.desc.offset(n);
+  return labels.desc.dtype() == DType::int32 ? static_cast<const std::int32_t*>(labels.data)[i]
+                                             : static_cast<const std::int64_t*>(labels.data)[i];
+}
+
+Status check_labels(std::string_view op, const TensorView& labels, std::int64_t classes) {
+  for (std::int64_t n = 0; n < labels.desc.dim(0); ++n) {
+    const std::int64_t label = label_at(labels, n);
+    if (label < 0 || label >= classes) {
+      return invalid_argument(fmt::format(
+          "cpu backend: {}: label {} of sample {} is outside [0, {})", op, label, n, classes));
+    }
+  }
+  return Status::ok();
+}
+
+// log(sum_k exp(z_k)) of one row, shifted by its maximum so that no exp overflows. The sum is in
+// double: K is at most a few thousand per row, and it keeps the loss as exact as the fp32 logits.
+double log_sum_exp(const float* row, std::int64_t classes) {
+  const float max = *std::max_element(row, row + classes);
+  double sum = 0;
+  for (std::int64_t k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(row[k]) - max);
+  return max + std::log(sum);
+}
+
+// torch.lerp's formula: from whichever end is nearer the weight, which keeps lerp(a, b, 1) == b.
+float lerp(float self, float end, float weight) {
+  const float diff = end - self;
+  return std::abs(weight) < 0.5f ? self + weight * diff : end - diff * (1.0f - weight);
+}
+
+float* floats(const TensorView& t) {
+  return static_cast<float*>(t.data);
+}
+
+}  // namespace
+
+Status fill(const TensorView& t, double value) {
+  switch (t.desc.dtype()) {
+    case DType::fp64:
+      fill_as<double>(t, value);
+      return Status::ok();
+    case DType::fp32:
+      fill_as<float>(t, static_cast<float>(value));
+      return Status::ok();
+    case DType::bf16:
+      fill_as<BFloat16>(t, float_to_bf16(static_cast<float>(value)));
+      return Status::ok();
+    case DType::fp16:
+      fill_as<Half>(t, float_to_half(static_cast<float>(value)));
+      return Status::ok();
+    case DType::int32:
+    case DType::int64:
+      break;
+  }
+  return invalid_argument(
+      fmt::format("cpu backend: fill: {} is not a floating dtype", dtype_name(t.desc.dtype())));
+}
+
+void relu_forward(const TensorView& x, const TensorView& y) {
+  if (x.desc.dtype() == DType::bf16) {
+    relu_forward_as<BFloat16>(x, y);
+  } else {
+    relu_forward_as<float>(x, y);
+  }
+}
+
+void relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) {
+  if (dy.desc.dtype() == DType::bf16) {
+    relu_backward_as<BFloat16>(dy, y, dx);
+  } else {
+    relu_backward_as<float>(dy, y, dx);
+  }
+}
+
+void max_pool2d_forward(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
+  if (x.desc.dtype() == DType::bf16) {
+    max_pool_forward_as<BFloat16>(x, y, p);
+  } else {
+    max_pool_forward_as<float>(x, y, p);
+  }
+}
+
+void max_pool2d_backward(const TensorView& dy, const TensorView& x, const TensorView& dx,
+                         const MaxPool2dParams& p, std::span<float> accum) {
+  if (dx.desc.dtype() == DType::bf16) {
+    // Windows overlap, so one dx element can collect several dy values: sum them in fp32 and
+    // round once, as PyTorch's bf16 kernel accumulates in float.
+    std::fill(accum.begin(), accum.end(), 0.0f);
+    max_pool_backward_as<BFloat16>(dy, x, dx, p, [&](std::int64_t i, float g) { accum[i] += g; });
+    auto* d = static_cast<BFloat16*>(dx.data);
+    for (std::size_t i = 0; i < accum.size(); ++i) d[i] = float_to_bf16(accum[i]);
+  } else {
+    float* d = floats(dx);
+    std::fill(d, d + dx.desc.numel(), 0.0f);
+    max_pool_backward_as<float>(dy, x, dx, p, [&](std::int64_t i, float g) { d[i] += g; });
+  }
+}
+
+Status cross_entropy_forward(const TensorView& logits, const TensorView& labels,
+                             const TensorView& loss) {
+  const std::int64_t batch = logits.desc.dim(0);
+  const std::int64_t classes = logits.desc.dim(1);
+  DLPROBE_RETURN_IF_ERROR(check_labels("cross_entropy_forward", labels, classes));
+  const float* z = floats(logits);
+  double sum = 0;
+  for (std::int64_t n = 0; n < batch; ++n) {
+    const float* row = z + logits.desc.offset(n, 0);
+    sum += log_sum_exp(row, classes) - row[label_at(labels, n)];
+  }
+  floats(loss)[0] = static_cast<float>(sum / static_cast<double>(batch));
+  return Status::ok();
+}
+
+Status cross_entropy_backward(const TensorView& logits, const TensorView& labels, double loss_scale,
+                              const TensorView& dlogits) {
+  const std::int64_t batch = logits.desc.dim(0);
+  const std::int64_t classes = logits.desc.dim(1);
+  DLPROBE_RETURN_IF_ERROR(check_labels("cross_entropy_backward", labels, classes));
+  const double scale = loss_scale / static_cast<double>(batch);
+  for (std::int64_t n = 0; n < batch; ++n) {
+    const float* row = floats(logits) + logits.desc.offset(n, 0);
+    float* out = floats(dlogits) + dlogits.desc.offset(n, 0);
+    const double lse = log_sum_exp(row, classes);
+    const std::int64_t label = label_at(labels, n);
+    for (std::int64_t k = 0; k < classes; ++k) {
+      const double softmax = std::exp(static_cast<double>(row[k]) - lse);
+      out[k] = static_cast<float>((softmax - (k == label ? 1.0 : 0.0)) * scale);
+    }
+  }
+  return Status::ok();
+}
+
+void unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+                       const TensorView& found_inf) {
+  // Multiplied in fp32 by the fp32 scale, as torch's _amp_foreach_non_finite_check_and_unscale_.
+  const auto inv = static_cast<float>(inv_scale);
+  bool found = false;
+  for (const TensorView& g : grads) {
+    float* d = floats(g);
+    for (std::int64_t i = 0; i < g.desc.numel(); ++i) {
+      if (!std::isfinite(d[i])) found = true;
+      d[i] *= inv;
+    }
+  }
+  if (found) floats(found_inf)[0] = 1.0f;
+}
+
+bool step_skipped(const TensorView& found_inf) {
+  return found_inf.data != nullptr && floats(found_inf)[0] != 0.0f;
+}
+
+void sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step) {
+  const auto lr = static_cast<float>(p.lr);
+  const auto wd = static_cast<float>(p.weight_decay);
+  const auto momentum = static_cast<float>(p.momentum);
+  const auto dampening = static_cast<float>(p.dampening);
+  const bool use_momentum = p.momentum != 0.0;
+  for (const OptimizerSlot& slot : slots) {
+    float* w = floats(slot.param);
+    const float* g = floats(slot.grad);
+    float* buf = floats(slot.state0);
+    for (std::int64_t i = 0; i < slot.param.desc.numel(); ++i) {
+      float d = g[i];
+      if (p.weight_decay != 0.0) d = d + wd * w[i];
+      if (use_momentum) {
+        // The first step copies the gradient: no dampening on it, as torch.optim.SGD does.
+        buf[i] = step == 1 ? d : momentum * buf[i] + (1.0f - dampening) * d;
+        d = p.nesterov ? d + momentum * buf[i] : buf[i];
+      }
+      w[i] = w[i] - lr * d;
+    }
+  }
+}
+
+void adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step) {
+  // The per-step scalars are Python floats (double) in torch.optim; they meet the tensors in fp32.
+  const double bias_correction1 = 1.0 - std::pow(p.beta1, static_cast<double>(step));
+  const double bias_correction2 = 1.0 - std::pow(p.beta2, static_cast<double>(step));
+  const auto step_size = static_cast<float>(p.lr / bias_correction1);
+  const auto bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  const auto decay = static_cast<float>(1.0 - p.lr * p.weight_decay);
+  const auto weight1 = static_cast<float>(1.0 - p.beta1);
+  const auto beta2 = static_cast<float>(p.beta2);
+  const auto weight2 = static_cast<float>(1.0 - p.beta2);
+  const auto eps = static_cast<float>(p.eps);
+  const bool first = step == 1;
+  for (const OptimizerSlot& slot : slots) {
+    float* w = floats(slot.param);
+    const float* g = floats(slot.grad);
+    float* m = floats(slot.state0);
+    float* v = floats(slot.state1);
+    for (std::int64_t i = 0; i < slot.param.desc.numel(); ++i) {
+      w[i] = w[i] * decay;
+      m[i] = lerp(first ? 0.0f : m[i], g[i], weight1);  // exp_avg.lerp_(grad, 1 - beta1)
+      v[i] = (first ? 0.0f : v[i]) * beta2 + weight2 * g[i] * g[i];
+      const float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
+      w[i] = w[i] - step_size * m[i] / denom;
+    }
+  }
+}
+
+}  // namespace dlprobe::cpu
