@@ -62,9 +62,6 @@ constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_H
 constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
 #pragma GCC diagnostic pop
 
-// Tensors are 16-byte aligned: the caching allocator hands out 512-byte aligned blocks.
-constexpr std::int64_t kTensorAlignment = 16;
-
 Result<BackendDescriptor> make_tensor(const TensorSpec& t) {
   if (t.dims.size() != t.strides.size() || t.dims.empty()) {
     return error(Errc::internal, fmt::format("tensor {}: dims and strides differ in rank", t.uid));
@@ -79,7 +76,7 @@ Result<BackendDescriptor> make_tensor(const TensorSpec& t) {
       d.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, rank, t.strides.data()));
   DLPROBE_RETURN_IF_ERROR(d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &t.uid));
   DLPROBE_RETURN_IF_ERROR(
-      d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kTensorAlignment));
+      d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &t.alignment));
   DLPROBE_RETURN_IF_ERROR(d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual));
   DLPROBE_RETURN_IF_ERROR(d.finalize());
   return d;
@@ -192,12 +189,36 @@ bool strict_fp32(const ConvSpec& s) {
   return s.x.dtype == CUDNN_DATA_FLOAT && s.compute == CUDNN_DATA_FLOAT && !s.allow_tf32;
 }
 
+// Whether an engine with these numerical notes may run `spec`. Reduced-precision reductions
+// (16-bit partial sums) never: the engine must accumulate in fp32 as autocast does. Strict fp32
+// also rules out tensor cores (TF32), down-converted inputs, and FFT and Winograd, whose
+// transforms add error well beyond that of a direct fp32 sum.
+bool engine_allowed(const ConvSpec& spec, const std::vector<cudnnBackendNumericalNote_t>& notes) {
+  for (cudnnBackendNumericalNote_t n : notes) {
+    if (n == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) return false;
+    if (!strict_fp32(spec)) continue;
+    switch (n) {
+      case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+      case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+      case CUDNN_NUMERICAL_NOTE_FFT:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13:
+        return false;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string conv_key(const ConvSpec& s) {
   auto tensor = [](const TensorSpec& t) {
-    return fmt::format("{}:[{}]/[{}]", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
-                       fmt::join(t.strides, ","));
+    return fmt::format("{}:[{}]/[{}]@{}", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
+                       fmt::join(t.strides, ","), t.alignment);
   };
   return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={}",
                      static_cast<int>(s.direction), tensor(s.x), tensor(s.w), tensor(s.y), s.pad[0],
@@ -267,13 +288,7 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     if (!notes) continue;
     if (std::find(tried.begin(), tried.end(), index) != tried.end()) continue;
     tried.push_back(index);
-    if (strict_fp32(spec) &&
-        std::any_of(notes->begin(), notes->end(), [](cudnnBackendNumericalNote_t n) {
-          return n == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
-                 n == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
-        })) {
-      continue;
-    }
+    if (!engine_allowed(spec, *notes)) continue;
     auto plan_desc = BackendDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     if (!plan_desc) return plan_desc.status();
     cudnnBackendDescriptor_t cfg_raw = cfg.get();

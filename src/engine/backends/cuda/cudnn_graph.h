@@ -48,6 +48,8 @@ struct TensorSpec {
   std::vector<std::int64_t> dims;
   std::vector<std::int64_t> strides;
   bool is_virtual = false;
+  // Bytes the data pointer is aligned to (at most 16); engines needing more are not offered.
+  std::int64_t alignment = 16;
 };
 
 enum class ConvDirection { forward, backward_data, backward_filter };
