@@ -33,6 +33,10 @@ struct CudaBackendOptions {
   // The most scratch memory one cuDNN or cuBLASLt call may take; engines needing more are skipped.
   std::int64_t max_workspace_bytes = std::int64_t{256} << 20;
   MathMode math_mode = MathMode::strict_fp32;
+  // Only convolution engines that give the same bits on every run: cuDNN's non-deterministic ones
+  // add partial sums with atomics, in the output's dtype when that is fp16/bf16, which costs
+  // accuracy as well as reproducibility. False lets them compete for speed.
+  bool deterministic = true;
 };
 
 // Makes `device` current on the calling thread, which must keep it current while it uses the

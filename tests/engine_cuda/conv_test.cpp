@@ -37,6 +37,21 @@ const Mode kModes[] = {
     {DType::bf16, MathMode::strict_fp32, tolerance_for(DType::bf16)},
 };
 
+// The engine of the latest call honours the mode: no TF32 tensor cores under strict fp32, no
+// Winograd or FFT, and (the default) no non-deterministic engine.
+::testing::AssertionResult engine_fits(const std::string& engine, MathMode math, DType t) {
+  if (t == DType::fp32 && math == MathMode::strict_fp32 &&
+      engine.find("tensor_core") != std::string::npos) {
+    return ::testing::AssertionFailure() << engine << " runs strict fp32 on tensor cores";
+  }
+  for (const char* banned : {"nondeterministic", "winograd", "fft", "reduced_precision"}) {
+    if (engine.find(banned) != std::string::npos) {
+      return ::testing::AssertionFailure() << engine << " is " << banned;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(CudaConv, AllDirectionsMatchReference) {
   auto& backend = CudaEnv::backend();
   std::uint64_t seed = 100;
@@ -57,7 +72,9 @@ TEST(CudaConv, AllDirectionsMatchReference) {
         DeviceTensor y = device_output(desc(ys, mode.dtype, layout));
         ASSERT_TRUE(backend.conv2d_forward(dx_in.view(), dw_in.view(), y.view(), c.p).is_ok());
         const HostTensor y_ref = reference::conv2d_forward<double>(f64(x), f64(w), c.p).value();
-        EXPECT_TRUE(matches(to_host(y), y_ref, mode.tol)) << "forward";
+        EXPECT_TRUE(matches(to_host(y), y_ref, mode.tol))
+            << "forward on " << backend.last_conv_engine();
+        EXPECT_TRUE(engine_fits(backend.last_conv_engine(), mode.math, mode.dtype));
 
         DeviceTensor dx = device_output(x.desc());
         const Status sd = backend.conv2d_backward_data(ddy.view(), dw_in.view(), dx.view(), c.p);
@@ -65,7 +82,9 @@ TEST(CudaConv, AllDirectionsMatchReference) {
         const HostTensor dx_ref = reference::conv2d_backward_data<double>(
                                       f64(dy), f64(w), x.desc().with_dtype(DType::fp64), c.p)
                                       .value();
-        EXPECT_TRUE(matches(to_host(dx), dx_ref, mode.tol)) << "backward data";
+        EXPECT_TRUE(matches(to_host(dx), dx_ref, mode.tol))
+            << "backward data on " << backend.last_conv_engine();
+        EXPECT_TRUE(engine_fits(backend.last_conv_engine(), mode.math, mode.dtype));
 
         DeviceTensor dw = device_output(w.desc());
         const Status sw = backend.conv2d_backward_weight(dx_in.view(), ddy.view(), dw.view(), c.p);
@@ -73,7 +92,9 @@ TEST(CudaConv, AllDirectionsMatchReference) {
         const HostTensor dw_ref = reference::conv2d_backward_weight<double>(
                                       f64(x), f64(dy), w.desc().with_dtype(DType::fp64), c.p)
                                       .value();
-        EXPECT_TRUE(matches(to_host(dw), dw_ref, mode.tol)) << "backward weight";
+        EXPECT_TRUE(matches(to_host(dw), dw_ref, mode.tol))
+            << "backward weight on " << backend.last_conv_engine();
+        EXPECT_TRUE(engine_fits(backend.last_conv_engine(), mode.math, mode.dtype));
       }
     }
   }

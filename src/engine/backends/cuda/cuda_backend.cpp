@@ -234,6 +234,7 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
   // fp32 accumulation for every dtype, as autocast's convolutions.
   spec.compute = CUDNN_DATA_FLOAT;
   spec.allow_tf32 = options_.math_mode == MathMode::tf32;
+  spec.deterministic = options_.deterministic;
 
   const std::string key = conv_key(spec);
   const ExecutionPlan* plan = conv_plans_.find(key);
@@ -266,6 +267,7 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
     log_debug("{}: {} for {}", op, built.engine_name, key);
     plan = &conv_plans_.insert(key, std::move(built));
   }
+  last_conv_engine_ = plan->engine_name;
   DLPROBE_ASSIGN_OR_RETURN(
       auto ws, allocator_.allocate_buffer(static_cast<std::size_t>(plan->workspace_bytes),
                                           memory::Category::workspace, op));

@@ -120,6 +120,8 @@ class CudaBackend final : public Backend {
   std::size_t conv_plan_count() const { return conv_plans_.size(); }
   std::size_t matmul_algo_count() const { return matmul_algos_.size(); }
   cudaStream_t stream() const { return stream_.get(); }
+  // The cuDNN engine of the latest convolution ("eng12 [tensor_core]"), for reports and tests.
+  const std::string& last_conv_engine() const { return last_conv_engine_; }
 
  private:
   CudaBackend(memory::CachingAllocator& allocator, const CudaBackendOptions& options)
@@ -140,6 +142,7 @@ class CudaBackend final : public Backend {
   EventPtr stop_;
   PlanCache conv_plans_;
   std::map<std::string, cublasLtMatmulHeuristicResult_t> matmul_algos_;
+  std::string last_conv_engine_;
 };
 
 }  // namespace dlprobe::cuda

@@ -189,28 +189,53 @@ bool strict_fp32(const ConvSpec& s) {
   return s.x.dtype == CUDNN_DATA_FLOAT && s.compute == CUDNN_DATA_FLOAT && !s.allow_tf32;
 }
 
-// Whether an engine with these numerical notes may run `spec`. Reduced-precision reductions
-// (16-bit partial sums) never: the engine must accumulate in fp32 as autocast does. Strict fp32
-// also rules out tensor cores (TF32), down-converted inputs, and FFT and Winograd, whose
-// transforms add error well beyond that of a direct fp32 sum.
+// Whether an engine with these numerical notes may run `spec`. Never reduced-precision reductions
+// (16-bit partial sums: the engine must accumulate in fp32 as autocast does), nor FFT or Winograd,
+// whose transformed operands carry rounding error well beyond that of a direct sum (in fp16 they
+// are rounded to fp16). Non-deterministic engines only when the spec allows them. Strict fp32
+// also rules out tensor cores (TF32) and down-converted inputs.
 bool engine_allowed(const ConvSpec& spec, const std::vector<cudnnBackendNumericalNote_t>& notes) {
   for (cudnnBackendNumericalNote_t n : notes) {
-    if (n == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) return false;
-    if (!strict_fp32(spec)) continue;
     switch (n) {
-      case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
-      case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+      case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
       case CUDNN_NUMERICAL_NOTE_FFT:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13:
         return false;
+      case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+        if (spec.deterministic) return false;
+        break;
+      case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+      case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+        if (strict_fp32(spec)) return false;
+        break;
       default:
         break;
     }
   }
   return true;
+}
+
+std::string engine_label(std::int64_t index,
+                         const std::vector<cudnnBackendNumericalNote_t>& notes) {
+  static constexpr const char* kNames[] = {"tensor_core",
+                                           "down_convert_inputs",
+                                           "reduced_precision_reduction",
+                                           "fft",
+                                           "nondeterministic",
+                                           "winograd",
+                                           "winograd_4x4",
+                                           "winograd_6x6",
+                                           "winograd_13x13",
+                                           "strict_nan_prop"};
+  std::vector<std::string> names;
+  for (cudnnBackendNumericalNote_t n : notes) {
+    const auto i = static_cast<std::size_t>(n);
+    names.push_back(i < std::size(kNames) ? kNames[i] : fmt::format("note{}", i));
+  }
+  return fmt::format("eng{} [{}]", index, fmt::join(names, ","));
 }
 
 }  // namespace
@@ -220,10 +245,10 @@ std::string conv_key(const ConvSpec& s) {
     return fmt::format("{}:[{}]/[{}]@{}", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
                        fmt::join(t.strides, ","), t.alignment);
   };
-  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={}",
+  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={} det={}",
                      static_cast<int>(s.direction), tensor(s.x), tensor(s.w), tensor(s.y), s.pad[0],
                      s.pad[1], s.stride[0], s.stride[1], s.dilation[0], s.dilation[1],
-                     static_cast<int>(s.compute), s.allow_tf32 ? 1 : 0);
+                     static_cast<int>(s.compute), s.allow_tf32 ? 1 : 0, s.deterministic ? 1 : 0);
 }
 
 Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
@@ -296,7 +321,7 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     DLPROBE_RETURN_IF_ERROR(plan_desc->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw));
     if (!plan_desc->finalize().is_ok()) continue;  // this engine cannot run this graph here
-    ExecutionPlan plan{std::move(plan_desc).value(), 0, fmt::format("eng{}", index)};
+    ExecutionPlan plan{std::move(plan_desc).value(), 0, engine_label(index, *notes)};
     std::int64_t n = 0;
     if (cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                  CUDNN_TYPE_INT64, 1, &n,
