@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+
+#include "dlprobe/log.h"
 
 namespace dlprobe::testing {
 namespace {
@@ -18,6 +21,8 @@ std::unique_ptr<cuda::CudaBackend> g_backend;
 }  // namespace
 
 void CudaEnv::SetUp() {
+  // DLPROBE_TEST_DEBUG=1 logs which cuDNN engine each convolution shape got.
+  if (std::getenv("DLPROBE_TEST_DEBUG") != nullptr) log_set_level(LogLevel::debug);
   auto source = memory::make_cuda_memory_source(0);
   ASSERT_TRUE(source.has_value()) << source.status().message();
   auto allocator = memory::CachingAllocator::create(std::move(source).value());

@@ -304,16 +304,38 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     for (auto& cfg : batch) configs.push_back(std::move(cfg));
   }
 
-  std::optional<ExecutionPlan> best;
-  float best_ms = std::numeric_limits<float>::infinity();
-  std::vector<std::int64_t> tried;
+  // The allowed engines, once each, in heuristic order; where tensor cores may run (fp16, bf16,
+  // fp32 under TF32) those using them come first. They keep the products' fp32 sums in registers
+  // until the one final rounding, and they are the fast ones; engines without them are the
+  // fallback for shapes they cannot take.
+  struct Candidate {
+    const BackendDescriptor* cfg;
+    std::int64_t index;
+    std::vector<cudnnBackendNumericalNote_t> notes;
+  };
+  std::vector<Candidate> candidates;
   for (const auto& cfg : configs) {
     std::int64_t index = -1;
     auto notes = engine_notes(cfg, index);
     if (!notes) continue;
-    if (std::find(tried.begin(), tried.end(), index) != tried.end()) continue;
-    tried.push_back(index);
+    if (std::any_of(candidates.begin(), candidates.end(),
+                    [&](const Candidate& c) { return c.index == index; })) {
+      continue;
+    }
     if (!engine_allowed(spec, *notes)) continue;
+    candidates.push_back({&cfg, index, std::move(notes).value()});
+  }
+  if (!strict_fp32(spec)) {
+    std::stable_partition(candidates.begin(), candidates.end(), [](const Candidate& c) {
+      return std::find(c.notes.begin(), c.notes.end(), CUDNN_NUMERICAL_NOTE_TENSOR_CORE) !=
+             c.notes.end();
+    });
+  }
+
+  std::optional<ExecutionPlan> best;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (const Candidate& candidate : candidates) {
+    const BackendDescriptor& cfg = *candidate.cfg;
     auto plan_desc = BackendDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     if (!plan_desc) return plan_desc.status();
     cudnnBackendDescriptor_t cfg_raw = cfg.get();
@@ -321,7 +343,8 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     DLPROBE_RETURN_IF_ERROR(plan_desc->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw));
     if (!plan_desc->finalize().is_ok()) continue;  // this engine cannot run this graph here
-    ExecutionPlan plan{std::move(plan_desc).value(), 0, engine_label(index, *notes)};
+    ExecutionPlan plan{std::move(plan_desc).value(), 0,
+                       engine_label(candidate.index, candidate.notes)};
     std::int64_t n = 0;
     if (cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                  CUDNN_TYPE_INT64, 1, &n,
