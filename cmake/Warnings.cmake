@@ -10,12 +10,3 @@ if(DLPROBE_SANITIZE)
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all>)
   target_link_options(dlprobe_sanitize INTERFACE -fsanitize=address,undefined)
 endif()
-
-# dlprobe_cuda_cxx20(TARGET): C++20 for a target's .cu files. CMake 3.25 has no flag table for
-# CUDA20 with nvcc and, since the CUDA standard follows CXX_STANDARD when unset, refuses to
-# generate; nvcc 12+ takes -std=c++20, so the target asks for it directly.
-function(dlprobe_cuda_cxx20 target)
-  set_property(TARGET ${target} PROPERTY CUDA_STANDARD)
-  set_property(TARGET ${target} PROPERTY CUDA_STANDARD_REQUIRED OFF)
-  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
-endfunction()
