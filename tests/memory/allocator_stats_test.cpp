@@ -153,7 +153,7 @@ TEST(AllocatorStats, ReadableWhileAnotherThreadAllocates) {
   auto a = make_fake_allocator();
   auto& al = *a.allocator;
   std::atomic<bool> done{false};
-  std::int64_t reads = 0;
+  std::atomic<std::int64_t> reads{0};
   std::int64_t inconsistent = 0;
   std::thread sampler([&] {
     while (!done.load()) {
@@ -165,6 +165,9 @@ TEST(AllocatorStats, ReadableWhileAnotherThreadAllocates) {
       ++reads;
     }
   });
+  // On a loaded machine the reader may not be scheduled before the loop ends; let it start first
+  // so the test checks concurrent reads rather than the scheduler.
+  while (reads.load() == 0) std::this_thread::yield();
   std::vector<void*> live;
   for (int i = 0; i < 20000; ++i) {
     if (live.size() < 50 && i % 3 != 0) {
@@ -177,7 +180,7 @@ TEST(AllocatorStats, ReadableWhileAnotherThreadAllocates) {
   done = true;
   sampler.join();
   for (void* p : live) must_free(al, p);
-  EXPECT_GT(reads, 0);
+  EXPECT_GT(reads.load(), 0);
   EXPECT_EQ(inconsistent, 0);
 }
 
