@@ -23,7 +23,7 @@ def main() -> None:
     torch.cuda.synchronize()
     start = time.monotonic()
     # Each phase: (seconds, fraction of the time busy).
-    phases = [(4.0, 1.0), (3.0, 0.3), (4.0, 1.0), (3.0, 0.0)]
+    phases = [(7.0, 1.0), (6.0, 0.3), (7.0, 1.0), (6.0, 0.0)]
     while time.monotonic() - start < args.seconds:
         for seconds, duty in phases:
             phase_end = time.monotonic() + seconds
