@@ -82,8 +82,11 @@ std::string precision_of(Kind kind, const Settings& settings) {
 
 std::string describe(Kind kind, const Settings& s) {
   if (kind == Kind::native) {
-    return fmt::format("{} bs={} {} {} {} {} {}", s.model, s.batch, s.precision, s.mode, s.layout,
-                       s.device, s.optimizer);
+    std::string out = fmt::format("{} bs={}", s.model, s.batch);
+    for (const std::string* part : {&s.precision, &s.mode, &s.layout, &s.device, &s.optimizer}) {
+      if (!part->empty()) out += " " + *part;
+    }
+    return out;
   }
   if (s.sweep.empty()) return s.command;
   std::string sweep;
