@@ -8,6 +8,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev
+  chromium
 )
 
 missing=()

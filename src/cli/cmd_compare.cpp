@@ -1,0 +1,75 @@
+// `dlprobe compare BASE.json NEW.json [--fail-above 3%]`: per matching configuration the throughput
+// ratio with its CI, the Mann–Whitney U p-value and a verdict; exit 1 when a regression is larger
+// than --fail-above, so CI can gate on it.
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "commands.h"
+#include "dlprobe/compare.h"
+#include "dlprobe/units.h"
+
+namespace dlprobe::cli {
+
+Command add_compare_command(CLI::App& app) {
+  struct Flags {
+    std::string base;
+    std::string next;
+    std::string fail_above;
+    std::string alpha = "0.05";
+    bool json = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* sub = app.add_subcommand(
+      "compare", "Compare two results files configuration by configuration; gate on regressions");
+  sub->add_option("base", flags->base, "Baseline results file")->required();
+  sub->add_option("new", flags->next, "New results file")->required();
+  sub->add_option("--fail-above", flags->fail_above,
+                  "Exit 1 when a configuration is significantly slower by more than this "
+                  "(e.g. 3% or 0.03)");
+  sub->add_option("--alpha", flags->alpha, "Significance level of the Mann-Whitney U test")
+      ->capture_default_str();
+  sub->add_flag("--json", flags->json, "Print the comparison as JSON (schema dlprobe.compare/1)");
+
+  Command command;
+  command.app = sub;
+  command.run = [flags]() -> int {
+    std::optional<double> fail_above;
+    if (!flags->fail_above.empty()) {
+      auto f = parse_fraction(flags->fail_above, "--fail-above");
+      if (!f) return report_error(f.status());
+      fail_above = *f;
+    }
+    auto alpha = parse_fraction(flags->alpha, "--alpha");
+    if (!alpha) return report_error(alpha.status());
+    report::CompareOptions options;
+    options.alpha = *alpha;
+    auto base = results::read_file(flags->base);
+    if (!base) return report_error(base.status());
+    auto next = results::read_file(flags->next);
+    if (!next) return report_error(next.status());
+    auto comparison = report::compare(*base, *next, options);
+    if (!comparison) {
+      return report_error(
+          comparison.status().with_context(fmt::format("{} vs {}", flags->base, flags->next)));
+    }
+    const std::string text = flags->json ? report::comparison_json(*comparison).dump(2) + "\n"
+                                         : report::render_comparison_text(*comparison);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    if (!fail_above) return kExitOk;
+    int regressions = 0;
+    for (const auto& row : comparison->rows) {
+      const double drop = report::regression(row);
+      if (drop > *fail_above) {
+        ++regressions;
+        std::fprintf(stderr, "dlprobe: regression: %s is %.1f%% slower (limit %.1f%%)\n",
+                     results::describe(row.kind, row.settings).c_str(), drop * 100,
+                     *fail_above * 100);
+      }
+    }
+    return regressions > 0 ? kExitFailure : kExitOk;
+  };
+  return command;
+}
+
+}  // namespace dlprobe::cli

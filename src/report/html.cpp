@@ -1,0 +1,718 @@
+// The HTML report. Charts are SVG written here rather than drawn by a JavaScript chart library:
+// the page must work offline and fetch nothing, and the few chart types needed (lines with error
+// bars, box plots, stacked bars) are short to draw directly.
+#include "dlprobe/report_html.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "dlprobe/statistics.h"
+#include "dlprobe/units.h"
+
+namespace dlprobe::report {
+
+using results::Configuration;
+using results::Kind;
+using results::NamedDocument;
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    switch (ch) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += ch;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Colour-blind-safe qualitative palette (Okabe & Ito), then darker variants.
+constexpr const char* kPalette[] = {"#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7",
+                                    "#56B4E9", "#F0E442", "#000000", "#7f3c8d", "#11a579"};
+constexpr std::size_t kPaletteSize = std::size(kPalette);
+const char* colour(std::size_t i) {
+  return kPalette[i % kPaletteSize];
+}
+
+std::string esc(std::string_view s) {
+  return html_escape(s);
+}
+
+std::string num(double v) {
+  return fmt::format("{:.2f}", v);
+}
+
+// Tick values at 1, 2 or 5 × 10^k covering [lo, hi] with about `target` intervals.
+struct Axis {
+  double lo = 0;
+  double hi = 1;
+  std::vector<double> ticks;
+};
+
+Axis nice_axis(double lo, double hi, int target = 5) {
+  if (!(hi > lo)) {
+    const double pad = lo == 0 ? 1 : std::abs(lo) * 0.1;
+    lo -= pad;
+    hi += pad;
+  }
+  const double raw = (hi - lo) / target;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = magnitude;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    step = m * magnitude;
+    if (step >= raw) break;
+  }
+  Axis a;
+  a.lo = std::floor(lo / step) * step;
+  a.hi = std::ceil(hi / step) * step;
+  for (double t = a.lo; t <= a.hi + step * 1e-9; t += step) a.ticks.push_back(t);
+  return a;
+}
+
+std::string tick_label(double v) {
+  const double a = std::abs(v);
+  if (a >= 1e6) return fmt::format("{:g}M", v / 1e6);
+  if (a >= 1e4) return fmt::format("{:g}k", v / 1e3);
+  return fmt::format("{:g}", v);
+}
+
+// The plotting area of one chart and its mapping from data to pixels.
+struct Frame {
+  double width = 1000;
+  double height = 340;
+  double left = 70;
+  double right = 330;  // room for the legend
+  double top = 30;
+  double bottom = 50;
+  double x0() const { return left; }
+  double x1() const { return width - right; }
+  double y0() const { return height - bottom; }
+  double y1() const { return top; }
+};
+
+double map(double v, double lo, double hi, double p0, double p1) {
+  return hi == lo ? (p0 + p1) / 2 : p0 + (v - lo) / (hi - lo) * (p1 - p0);
+}
+
+std::string svg_open(std::string_view id, const Frame& f, std::string_view title) {
+  return fmt::format(
+      "<svg id=\"{}\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
+      "height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n<title>{}</title>\n",
+      esc(id), num(f.width), num(f.height), num(f.width), num(f.height), esc(title), esc(title));
+}
+
+std::string y_axis(const Frame& f, const Axis& a, std::string_view label) {
+  std::string s;
+  for (double t : a.ticks) {
+    const double y = map(t, a.lo, a.hi, f.y0(), f.y1());
+    s += fmt::format(
+        "<line class=\"grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
+        "<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
+        num(f.x0()), num(y), num(f.x1()), num(y), num(f.x0() - 6), num(y + 4), esc(tick_label(t)));
+  }
+  s += fmt::format(
+      "<text class=\"axis-label\" transform=\"translate(16 {}) rotate(-90)\" "
+      "text-anchor=\"middle\">{}</text>\n",
+      num((f.y0() + f.y1()) / 2), esc(label));
+  return s;
+}
+
+std::string x_axis(const Frame& f, const Axis& a, std::string_view label) {
+  std::string s;
+  for (double t : a.ticks) {
+    const double x = map(t, a.lo, a.hi, f.x0(), f.x1());
+    s += fmt::format(
+        "<line class=\"grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
+        "<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+        num(x), num(f.y1()), num(x), num(f.y0()), num(x), num(f.y0() + 16), esc(tick_label(t)));
+  }
+  s +=
+      fmt::format("<text class=\"axis-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                  num((f.x0() + f.x1()) / 2), num(f.height - 10), esc(label));
+  return s;
+}
+
+std::string legend(const Frame& f, const std::vector<std::string>& names) {
+  std::string s;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const double y = f.y1() + 4 + 18 * static_cast<double>(i);
+    std::string shown = names[i];
+    if (shown.size() > 50) shown = shown.substr(0, 49) + "…";
+    s += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
+        "<text class=\"legend\" x=\"{}\" y=\"{}\"><title>{}</title>{}</text>\n",
+        num(f.x1() + 14), num(y), colour(i), num(f.x1() + 32), num(y + 10), esc(names[i]),
+        esc(shown));
+  }
+  return s;
+}
+
+// A configuration with the file it came from.
+struct Entry {
+  const NamedDocument* file = nullptr;
+  const Configuration* config = nullptr;
+};
+
+std::vector<Entry> entries(std::span<const NamedDocument> documents) {
+  std::vector<Entry> out;
+  for (const auto& d : documents) {
+    for (const auto& c : d.document.configurations) out.push_back({&d, &c});
+  }
+  return out;
+}
+
+std::string label(const Entry& e, bool several_files) {
+  const std::string d = results::describe(e.config->kind, e.config->settings);
+  return several_files ? fmt::format("{}: {}", e.file->name, d) : d;
+}
+
+// Everything but the batch: the line a configuration belongs to in throughput vs batch.
+std::string series_name(const Entry& e, bool several_files) {
+  const auto& s = e.config->settings;
+  std::string name;
+  if (e.config->kind == Kind::native) {
+    name = fmt::format("{} {} {} {} {} {}", s.model, s.precision, s.mode, s.layout, s.device,
+                       s.optimizer);
+  } else {
+    name = s.command;
+    for (const auto& [key, value] : s.sweep) {
+      if (key != "batch") name += fmt::format(" {}={}", key, value);
+    }
+  }
+  return several_files ? fmt::format("{}: {}", e.file->name, name) : name;
+}
+
+std::string chart_throughput(const std::vector<Entry>& all, bool several) {
+  std::map<std::string, std::vector<const Entry*>> series;  // name -> points
+  std::vector<std::string> order;
+  std::set<std::int64_t> batches;
+  double top = 0;
+  for (const auto& e : all) {
+    const auto batch = results::batch_of(e.config->kind, e.config->settings);
+    if (!batch || !e.config->statistics) continue;
+    const std::string name = series_name(e, several);
+    if (!series.count(name)) order.push_back(name);
+    series[name].push_back(&e);
+    batches.insert(*batch);
+    top = std::max(top, e.config->statistics->throughput_ci.high);
+  }
+  if (series.empty()) {
+    return "<p class=\"none\">No configuration has both a batch and a measured throughput.</p>\n";
+  }
+  Frame f;
+  const Axis y = nice_axis(0, top * 1.05);
+  // Batches sit at even spacing: sweeps double the batch, and a linear axis would crowd the small
+  // ones into a corner.
+  const std::vector<std::int64_t> xs(batches.begin(), batches.end());
+  auto x_of = [&](std::int64_t b) {
+    const auto i = std::lower_bound(xs.begin(), xs.end(), b) - xs.begin();
+    return xs.size() == 1 ? (f.x0() + f.x1()) / 2
+                          : map(static_cast<double>(i), -0.5, static_cast<double>(xs.size()) - 0.5,
+                                f.x0(), f.x1());
+  };
+  std::string s = svg_open("chart-throughput", f, "Throughput vs batch size");
+  s += y_axis(f, y, "items / s");
+  for (auto b : xs) {
+    s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                     num(x_of(b)), num(f.y0() + 16), b);
+  }
+  s += fmt::format(
+      "<text class=\"axis-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">batch "
+      "size</text>\n",
+      num((f.x0() + f.x1()) / 2), num(f.height - 10));
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    auto points = series[order[i]];
+    std::sort(points.begin(), points.end(), [](const Entry* a, const Entry* b) {
+      return *results::batch_of(a->config->kind, a->config->settings) <
+             *results::batch_of(b->config->kind, b->config->settings);
+    });
+    std::string path;
+    std::string marks;
+    for (const Entry* p : points) {
+      const auto& st = *p->config->statistics;
+      const double x = x_of(*results::batch_of(p->config->kind, p->config->settings));
+      const double yv = map(st.throughput, y.lo, y.hi, f.y0(), f.y1());
+      const double ylo = map(st.throughput_ci.low, y.lo, y.hi, f.y0(), f.y1());
+      const double yhi = map(st.throughput_ci.high, y.lo, y.hi, f.y0(), f.y1());
+      path += fmt::format("{}{},{}", path.empty() ? "" : " ", num(x), num(yv));
+      marks += fmt::format(
+          "<g class=\"point\"><title>{}: {:.1f} items/s ({:.0f}% CI {:.1f} – {:.1f})</title>"
+          "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
+          "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
+          "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
+          "<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/></g>\n",
+          esc(label(*p, several)), st.throughput, st.ci_level * 100, st.throughput_ci.low,
+          st.throughput_ci.high, num(x), num(ylo), num(x), num(yhi), colour(i), num(x - 5),
+          num(ylo), num(x + 5), num(ylo), colour(i), num(x - 5), num(yhi), num(x + 5), num(yhi),
+          colour(i), num(x), num(yv), colour(i));
+    }
+    s += fmt::format("<polyline class=\"series\" points=\"{}\" stroke=\"{}\"/>\n{}", path,
+                     colour(i), marks);
+  }
+  s += legend(f, order);
+  return s + "</svg>\n";
+}
+
+// Each row on its own scale, as percent off its median: configurations differ tenfold in step time,
+// and on one shared axis every box would shrink to a line. The median itself is written beside it.
+std::string chart_step_times(const std::vector<Entry>& all, bool several) {
+  std::vector<const Entry*> rows;
+  double reach = 1;  // percent either side of the median the axis covers
+  for (const auto& e : all) {
+    const auto& t = e.config->samples.step_seconds;
+    if (t.empty()) continue;
+    rows.push_back(&e);
+    const double m = stats::median(t);
+    for (double v : t) reach = std::max(reach, std::abs(v / m - 1) * 100);
+  }
+  if (rows.empty()) return "<p class=\"none\">No configuration has timed steps.</p>\n";
+  Frame f;
+  f.left = 330;
+  f.right = 130;
+  const double row_h = 26;
+  f.height = f.top + f.bottom + row_h * static_cast<double>(rows.size());
+  const Axis x = nice_axis(-reach * 1.05, reach * 1.05, 8);
+  std::string s = svg_open("chart-step-times", f, "Step time distribution per configuration");
+  s += x_axis(f, x,
+              "step time, % off the configuration's median (box: quartiles, whiskers: range "
+              "without outliers, circles: outliers)");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& c = *rows[i]->config;
+    const double median_s = stats::median(c.samples.step_seconds);
+    std::vector<double> pct;
+    for (double v : c.samples.step_seconds) pct.push_back((v / median_s - 1) * 100);
+    const std::vector<std::size_t> out = stats::outliers(pct);
+    std::vector<double> inliers;
+    for (std::size_t k = 0; k < pct.size(); ++k) {
+      if (!std::binary_search(out.begin(), out.end(), k)) inliers.push_back(pct[k]);
+    }
+    std::sort(inliers.begin(), inliers.end());
+    const double q1 = stats::percentile_sorted(inliers, 0.25);
+    const double q3 = stats::percentile_sorted(inliers, 0.75);
+    auto px = [&](double v) { return map(v, x.lo, x.hi, f.x0(), f.x1()); };
+    const double yc = f.y1() + row_h * (static_cast<double>(i) + 0.5);
+    const std::string name = label(*rows[i], several);
+    std::string shown = name.size() > 48 ? name.substr(0, 47) + "…" : name;
+    s += fmt::format(
+        "<g class=\"box\"><title>{}: median {:.3f} ms, quartiles {:+.2f}% / {:+.2f}%, {} steps, {} "
+        "outliers</title>"
+        "<text class=\"row-label\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>"
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
+        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"16\" fill=\"{}\" fill-opacity=\"0.35\" "
+        "stroke=\"{}\"/>"
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>"
+        "<text class=\"row-label\" x=\"{}\" y=\"{}\">{:.3f} ms</text>",
+        esc(name), median_s * 1e3, q1, q3, pct.size(), out.size(), num(f.x0() - 8), num(yc + 4),
+        esc(shown), num(px(inliers.front())), num(yc), num(px(inliers.back())), num(yc), colour(i),
+        num(px(q1)), num(yc - 8), num(std::max(px(q3) - px(q1), 1.0)), colour(i), colour(i),
+        num(px(0)), num(yc - 8), num(px(0)), num(yc + 8), colour(i), num(f.x1() + 8), num(yc + 4),
+        median_s * 1e3);
+    for (std::size_t k : out) {
+      s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"none\" stroke=\"{}\"/>",
+                       num(px(pct[k])), num(yc), colour(i));
+    }
+    s += "</g>\n";
+  }
+  return s + "</svg>\n";
+}
+
+std::string chart_memory(const std::vector<Entry>& all, bool several) {
+  struct Row {
+    const Entry* entry;
+    std::vector<std::pair<std::string, std::int64_t>> parts;
+  };
+  std::vector<Row> rows;
+  std::vector<std::string> categories;
+  double top = 0;
+  for (const auto& e : all) {
+    if (!e.config->memory) continue;
+    const auto& m = *e.config->memory;
+    auto parts = results::peak_by_category(m);
+    if (parts.empty()) {
+      const auto peak = results::peak_memory_bytes(m);
+      if (!peak) continue;
+      const char* what = m.framework_peak_allocated_bytes ? "peak (framework)" : "peak (NVML)";
+      parts.emplace_back(what, *peak);
+    }
+    double sum = 0;
+    for (const auto& [name, bytes] : parts) {
+      if (std::find(categories.begin(), categories.end(), name) == categories.end()) {
+        categories.push_back(name);
+      }
+      sum += static_cast<double>(bytes);
+    }
+    top = std::max(top, sum);
+    rows.push_back({&e, std::move(parts)});
+  }
+  if (rows.empty()) return "";
+  // Grouped by series, rising batch inside each, so a row reads as memory growing with the batch.
+  std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
+    const auto sa = series_name(*a.entry, several);
+    const auto sb = series_name(*b.entry, several);
+    if (sa != sb) return sa < sb;
+    return results::batch_of(a.entry->config->kind, a.entry->config->settings).value_or(0) <
+           results::batch_of(b.entry->config->kind, b.entry->config->settings).value_or(0);
+  });
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  Frame f;
+  f.left = 330;
+  const double row_h = 26;
+  f.height = std::max(f.top + f.bottom + row_h * static_cast<double>(rows.size()),
+                      f.top + f.bottom + 18 * static_cast<double>(categories.size()) + 10);
+  const Axis x = nice_axis(0, top / kGiB * 1.02);
+  std::string s = svg_open("chart-memory", f, "Peak device memory by category");
+  s += x_axis(f, x, "GiB at the peak");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const double yc = f.y1() + row_h * (static_cast<double>(i) + 0.5);
+    const std::string name = label(*rows[i].entry, several);
+    const std::string shown = name.size() > 48 ? name.substr(0, 47) + "…" : name;
+    s += fmt::format(
+        "<text class=\"row-label\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}<title>{}"
+        "</title></text>",
+        num(f.x0() - 8), num(yc + 4), esc(shown), esc(name));
+    double at = 0;
+    for (const auto& [category, bytes] : rows[i].parts) {
+      const auto k = static_cast<std::size_t>(
+          std::find(categories.begin(), categories.end(), category) - categories.begin());
+      const double gib = static_cast<double>(bytes) / kGiB;
+      const double x0 = map(at, x.lo, x.hi, f.x0(), f.x1());
+      const double x1 = map(at + gib, x.lo, x.hi, f.x0(), f.x1());
+      s += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"16\" fill=\"{}\"><title>{}: {} "
+          "{}</title></rect>",
+          num(x0), num(yc - 8), num(std::max(x1 - x0, 0.0)), colour(k), esc(name), esc(category),
+          esc(format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(bytes, 0)))));
+      at += gib;
+    }
+    s += "\n";
+  }
+  s += legend(f, categories);
+  return s + "</svg>\n";
+}
+
+using SampleField = std::optional<double> results::TelemetrySample::*;
+
+std::string chart_timeline(const std::vector<Entry>& all, bool several, std::string_view id,
+                           std::string_view title, std::string_view unit, SampleField field) {
+  struct Line {
+    std::string name;
+    std::vector<std::pair<double, double>> points;
+  };
+  std::vector<Line> lines;
+  double t_max = 0;
+  double v_max = 0;
+  for (const auto& e : all) {
+    for (const auto& t : e.config->telemetry) {
+      Line line;
+      line.name = e.config->telemetry.size() > 1
+                      ? fmt::format("{} (GPU {})", label(e, several), t.gpu)
+                      : label(e, several);
+      for (const auto& sample : t.timeline) {
+        if (const auto v = sample.*field) {
+          line.points.emplace_back(sample.t_s, *v);
+          t_max = std::max(t_max, sample.t_s);
+          v_max = std::max(v_max, *v);
+        }
+      }
+      if (!line.points.empty()) lines.push_back(std::move(line));
+    }
+  }
+  if (lines.empty()) return "";
+  Frame f;
+  f.height = 260;
+  const Axis x = nice_axis(0, t_max);
+  const Axis y = nice_axis(0, v_max * 1.05);
+  std::string s = svg_open(id, f, title);
+  s += x_axis(f, x, "seconds into the timed window");
+  s += y_axis(f, y, unit);
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::string path;
+    for (const auto& [t, v] : lines[i].points) {
+      path +=
+          fmt::format("{}{},{}", path.empty() ? "" : " ", num(map(t, x.lo, x.hi, f.x0(), f.x1())),
+                      num(map(v, y.lo, y.hi, f.y0(), f.y1())));
+    }
+    s += fmt::format(
+        "<polyline class=\"series\" points=\"{}\" stroke=\"{}\"><title>{}</title>"
+        "</polyline>\n",
+        path, colour(i), esc(lines[i].name));
+    names.push_back(lines[i].name);
+  }
+  s += legend(f, names);
+  return s + "</svg>\n";
+}
+
+std::string key_value_rows(const std::vector<std::pair<std::string, std::string>>& rows) {
+  std::string s = "<table class=\"kv\">\n";
+  for (const auto& [k, v] : rows) {
+    s += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", esc(k), esc(v));
+  }
+  return s + "</table>\n";
+}
+
+template <class T>
+std::string or_unknown(const std::optional<T>& v) {
+  if (!v) return "unknown";
+  if constexpr (std::is_same_v<T, std::string>) {
+    return *v;
+  } else {
+    return fmt::format("{}", *v);
+  }
+}
+
+std::string environment(const NamedDocument& d) {
+  const auto& c = d.document.context;
+  std::string command;
+  for (const auto& arg : c.command_line) command += (command.empty() ? "" : " ") + arg;
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"date (UTC)", c.date},
+      {"dlprobe", fmt::format("{} ({})", c.dlprobe_version, c.git_hash)},
+      {"command line", command},
+      {"host", c.hostname},
+      {"OS", c.os},
+      {"CPU", c.cpu + (c.cpu_threads ? fmt::format(" ({} threads)", *c.cpu_threads) : "")},
+      {"host memory",
+       c.host_memory_bytes ? format_size(*c.host_memory_bytes) : std::string("unknown")},
+      {"driver", or_unknown(c.driver_version)},
+      {"CUDA (driver supports)", or_unknown(c.cuda_driver_version)},
+      {"CUDA runtime", or_unknown(c.cuda_runtime_version)},
+  };
+  for (const auto& l : c.libraries) {
+    rows.emplace_back(
+        l.name, l.version.empty()
+                    ? "not found"
+                    : (l.path.empty() ? l.version : fmt::format("{} ({})", l.version, l.path)));
+  }
+  for (const auto& g : c.gpus) {
+    rows.emplace_back(
+        fmt::format("GPU {}", g.index),
+        fmt::format("{} (cc {}, {} SMs, {}, {}, {})", g.name, or_unknown(g.compute_capability),
+                    or_unknown(g.sm_count),
+                    g.memory_total_bytes ? format_size(*g.memory_total_bytes) : "memory unknown",
+                    g.pci_bus_id, g.uuid));
+  }
+  for (const auto& st : c.device_state) {
+    std::string reasons;
+    for (const auto& r : st.clock_event_reasons) reasons += (reasons.empty() ? "" : ", ") + r;
+    std::string others;
+    for (const auto& p : st.other_processes) {
+      others += fmt::format("{}pid {}{}", others.empty() ? "" : ", ", p.pid,
+                            p.used_bytes ? " (" + format_size(*p.used_bytes) + ")" : "");
+    }
+    rows.emplace_back(
+        fmt::format("GPU {} at start", st.gpu),
+        fmt::format("SM clock {} MHz, memory clock {} MHz, {} °C, {} W of {} W limit; throttle: "
+                    "{}; other processes: {}",
+                    or_unknown(st.sm_clock_mhz), or_unknown(st.mem_clock_mhz),
+                    or_unknown(st.temperature_c), or_unknown(st.power_w),
+                    or_unknown(st.power_limit_w), reasons.empty() ? "none" : reasons,
+                    others.empty() ? "none" : others));
+  }
+  return fmt::format("<h3>{}</h3>\n{}", esc(d.name), key_value_rows(rows));
+}
+
+struct Note {
+  std::string severity;
+  std::string where;
+  std::string id;
+  std::string message;
+  std::string evidence;
+  std::string fix;
+};
+
+// What the numbers themselves warn about, next to the findings the measuring command recorded.
+std::vector<Note> notes(const std::vector<Entry>& all, std::span<const NamedDocument> documents,
+                        bool several) {
+  std::vector<Note> out;
+  for (const auto& d : documents) {
+    for (const auto& f : d.document.findings) {
+      out.push_back({std::string(results::severity_name(f.severity)), d.name, f.id, f.message,
+                     f.evidence, f.fix});
+    }
+  }
+  for (const auto& e : all) {
+    const auto& c = *e.config;
+    const std::string where = label(e, several);
+    if (c.status != results::RunStatus::ok) {
+      out.push_back({"error", where, std::string(results::run_status_name(c.status)),
+                     c.error.empty() ? "did not finish" : c.error, "", ""});
+    }
+    if (c.statistics) {
+      const auto& s = *c.statistics;
+      if (s.cv > 0.05) {
+        out.push_back(
+            {"warning", where, "noisy_steps",
+             "step times vary by more than 5%; the throughput is less certain",
+             fmt::format("CV {:.1f}%, {} outliers in {} steps", s.cv * 100, s.outliers, s.steps),
+             "close other GPU work, use more steps, check the telemetry for throttling"});
+      }
+      if (s.steps < 10) {
+        out.push_back({"warning", where, "few_steps", "fewer than 10 timed steps",
+                       fmt::format("{} steps", s.steps), "time more steps"});
+      }
+    }
+    for (const auto& t : c.telemetry) {
+      if (t.throttle_reasons.empty()) continue;
+      std::string reasons;
+      for (const auto& r : t.throttle_reasons) reasons += (reasons.empty() ? "" : ", ") + r;
+      out.push_back({"warning", where, "clock_events",
+                     fmt::format("GPU {} lowered its clocks during the timed window", t.gpu),
+                     reasons, ""});
+    }
+    for (const auto& f : c.findings) {
+      out.push_back({std::string(results::severity_name(f.severity)), where, f.id, f.message,
+                     f.evidence, f.fix});
+    }
+  }
+  return out;
+}
+
+std::string notes_html(const std::vector<Note>& list) {
+  if (list.empty()) return "<p class=\"none\">None.</p>\n";
+  std::string s =
+      "<table id=\"findings\"><thead><tr><th>severity</th><th>where</th><th>id</th>"
+      "<th>message</th><th>evidence</th><th>fix</th></tr></thead><tbody>\n";
+  for (const auto& n : list) {
+    s += fmt::format(
+        "<tr class=\"sev-{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "</tr>\n",
+        esc(n.severity), esc(n.severity), esc(n.where), esc(n.id), esc(n.message), esc(n.evidence),
+        esc(n.fix));
+  }
+  return s + "</tbody></table>\n";
+}
+
+std::string table_html(const results::Table& t) {
+  std::string s = "<table id=\"configurations\" class=\"sortable\"><thead><tr>";
+  for (const auto& c : t.columns) s += fmt::format("<th>{}</th>", esc(c));
+  s += "</tr></thead><tbody>\n";
+  for (const auto& r : t.rows) {
+    s += "<tr>";
+    for (const auto& cell : r) {
+      if (cell.number) {
+        s += fmt::format("<td class=\"n\" data-sort=\"{}\">{}</td>", *cell.number, esc(cell.text));
+      } else {
+        s += fmt::format("<td>{}</td>", esc(cell.text));
+      }
+    }
+    s += "</tr>\n";
+  }
+  return s + "</tbody></table>\n";
+}
+
+constexpr std::string_view kStyle = R"(
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 22px; margin-bottom: 4px; }
+h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+h3 { font-size: 15px; }
+.sub { color: #666; margin-top: 0; }
+svg.chart { display: block; margin: 8px 0 16px; background: #fff; }
+svg .grid { stroke: #e6e6e6; }
+svg .tick, svg .legend, svg .row-label { font-size: 11px; fill: #444; }
+svg .axis-label { font-size: 12px; fill: #222; }
+svg .series { fill: none; stroke-width: 2; }
+table { border-collapse: collapse; margin: 8px 0; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+table.sortable th { cursor: pointer; background: #f4f4f4; user-select: none; }
+table.sortable th[data-order="asc"]::after { content: " \25B2"; }
+table.sortable th[data-order="desc"]::after { content: " \25BC"; }
+table.kv th { background: #f8f8f8; width: 220px; }
+tr.sev-error td:first-child { color: #b00020; font-weight: bold; }
+tr.sev-warning td:first-child { color: #a65e00; font-weight: bold; }
+.none { color: #777; }
+)";
+
+// Sorts the configuration table by the clicked column: numbers by their data-sort value, the rest
+// as text; a second click reverses.
+constexpr std::string_view kScript = R"(
+document.querySelectorAll('table.sortable').forEach(function (table) {
+  var heads = table.tHead.rows[0].cells;
+  Array.prototype.forEach.call(heads, function (th, column) {
+    th.addEventListener('click', function () {
+      var ascending = th.getAttribute('data-order') !== 'asc';
+      Array.prototype.forEach.call(heads, function (h) { h.removeAttribute('data-order'); });
+      th.setAttribute('data-order', ascending ? 'asc' : 'desc');
+      var body = table.tBodies[0];
+      var rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {
+        var x = a.cells[column], y = b.cells[column];
+        var nx = x.getAttribute('data-sort'), ny = y.getAttribute('data-sort');
+        var order;
+        if (nx !== null && ny !== null) order = parseFloat(nx) - parseFloat(ny);
+        else if (nx !== null) order = -1;
+        else if (ny !== null) order = 1;
+        else order = x.textContent.localeCompare(y.textContent);
+        return ascending ? order : -order;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+});
+)";
+
+}  // namespace
+
+std::string render_html(std::span<const NamedDocument> documents) {
+  const bool several = documents.size() > 1;
+  const std::vector<Entry> all = entries(documents);
+  std::string files;
+  for (const auto& d : documents) files += (files.empty() ? "" : ", ") + d.name;
+
+  std::string body;
+  body += fmt::format("<h1>dlprobe report</h1>\n<p class=\"sub\">{} configuration{} from {}</p>\n",
+                      all.size(), all.size() == 1 ? "" : "s", esc(files));
+  body += "<h2>Throughput</h2>\n" + chart_throughput(all, several);
+  body += "<h2>Step times</h2>\n" + chart_step_times(all, several);
+  if (const std::string memory = chart_memory(all, several); !memory.empty()) {
+    body += "<h2>Memory</h2>\n" + memory;
+  }
+  std::string telemetry =
+      chart_timeline(all, several, "chart-gpu-util", "GPU utilisation", "utilisation (%)",
+                     &results::TelemetrySample::gpu_util_pct) +
+      chart_timeline(all, several, "chart-power", "Power draw", "W",
+                     &results::TelemetrySample::power_w) +
+      chart_timeline(all, several, "chart-sm-clock", "SM clock", "MHz",
+                     &results::TelemetrySample::sm_clock_mhz);
+  if (!telemetry.empty()) body += "<h2>GPU telemetry</h2>\n" + telemetry;
+  body += "<h2>Warnings and findings</h2>\n" + notes_html(notes(all, documents, several));
+  body += "<h2>Configurations</h2>\n<p class=\"sub\">Click a column heading to sort.</p>\n" +
+          table_html(results::configuration_table(documents));
+  body += "<h2>Environment</h2>\n";
+  for (const auto& d : documents) body += environment(d);
+
+  return fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      // The page may load nothing from anywhere: only its own inline style and script run.
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
+      "'unsafe-inline'; script-src 'unsafe-inline'\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+      "<title>dlprobe report: {}</title>\n<style>{}</style>\n</head>\n<body>\n{}<script>{}"
+      "</script>\n</body>\n</html>\n",
+      esc(files), kStyle, body, kScript);
+}
+
+}  // namespace dlprobe::report

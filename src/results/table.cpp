@@ -1,0 +1,198 @@
+#include "dlprobe/results_table.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "dlprobe/allocator.h"
+#include "dlprobe/units.h"
+
+namespace dlprobe::results {
+
+std::optional<std::int64_t> peak_memory_bytes(const Memory& memory) {
+  if (memory.allocator_stats.is_object()) {
+    const auto it = memory.allocator_stats.find("allocated_bytes.all.peak");
+    if (it != memory.allocator_stats.end() && it->is_number_integer()) {
+      return it->get<std::int64_t>();
+    }
+  }
+  if (memory.framework_peak_allocated_bytes) return memory.framework_peak_allocated_bytes;
+  return memory.nvml_process_peak_bytes;
+}
+
+std::vector<std::pair<std::string, std::int64_t>> peak_by_category(const Memory& memory) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  if (!memory.allocator_stats.is_object()) return out;
+  for (const auto category : memory::kAllCategories) {
+    const std::string name(memory::category_name(category));
+    const auto it = memory.allocator_stats.find("peak.allocated_bytes." + name);
+    if (it != memory.allocator_stats.end() && it->is_number_integer()) {
+      out.emplace_back(name, it->get<std::int64_t>());
+    }
+  }
+  return out;
+}
+
+namespace {
+
+Cell text(std::string s) {
+  return {std::move(s), std::nullopt};
+}
+Cell number(double v, std::string shown) {
+  return {std::move(shown), v};
+}
+Cell empty() {
+  return {};
+}
+
+// 12345.6 -> "12,345.6": throughputs are read at a glance, thousands separators help.
+std::string grouped(double v, int decimals) {
+  const std::string digits = fmt::format("{:.{}f}", v, decimals);
+  const std::size_t sign = digits[0] == '-' ? 1 : 0;
+  const std::size_t dot = std::min(digits.find('.'), digits.size());
+  std::string out = digits.substr(0, sign);
+  for (std::size_t i = sign; i < dot; ++i) {
+    if (i > sign && (dot - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out + digits.substr(dot);
+}
+
+Cell optional_number(const std::optional<double>& v, std::string_view format) {
+  if (!v) return empty();
+  return number(*v, fmt::format(fmt::runtime(format), *v));
+}
+
+std::vector<Cell> row(const Configuration& c) {
+  std::vector<Cell> r;
+  r.push_back(text(std::string(kind_name(c.kind))));
+  r.push_back(text(describe(c.kind, c.settings)));
+  r.push_back(text(c.kind == Kind::native ? c.settings.model : c.settings.command));
+  const auto batch = batch_of(c.kind, c.settings);
+  r.push_back(batch ? number(static_cast<double>(*batch), std::to_string(*batch)) : empty());
+  r.push_back(text(precision_of(c.kind, c.settings)));
+  r.push_back(text(c.settings.mode));
+  r.push_back(text(std::string(run_status_name(c.status))));
+  if (c.statistics) {
+    const auto& s = *c.statistics;
+    r.push_back(number(s.throughput, grouped(s.throughput, 1)));
+    r.push_back(number(s.throughput_ci.low, grouped(s.throughput_ci.low, 1)));
+    r.push_back(number(s.throughput_ci.high, grouped(s.throughput_ci.high, 1)));
+    r.push_back(number(s.median_s * 1e3, fmt::format("{:.3f}", s.median_s * 1e3)));
+    r.push_back(number(s.p90_s * 1e3, fmt::format("{:.3f}", s.p90_s * 1e3)));
+    r.push_back(number(s.p99_s * 1e3, fmt::format("{:.3f}", s.p99_s * 1e3)));
+    r.push_back(number(s.cv * 100, fmt::format("{:.2f}", s.cv * 100)));
+    r.push_back(number(static_cast<double>(s.outliers), std::to_string(s.outliers)));
+    r.push_back(number(static_cast<double>(s.steps), std::to_string(s.steps)));
+  } else {
+    for (int i = 0; i < 9; ++i) r.push_back(empty());
+  }
+  const auto peak = c.memory ? peak_memory_bytes(*c.memory) : std::nullopt;
+  r.push_back(peak ? number(static_cast<double>(*peak), format_size(static_cast<std::uint64_t>(
+                                                            std::max<std::int64_t>(*peak, 0))))
+                   : empty());
+  r.push_back(c.compute ? optional_number(c.compute->achieved_tflops, "{:.1f}") : empty());
+  r.push_back(c.compute && c.compute->fraction_of_ceiling
+                  ? number(*c.compute->fraction_of_ceiling * 100,
+                           fmt::format("{:.1f}", *c.compute->fraction_of_ceiling * 100))
+                  : empty());
+  std::optional<double> power;
+  if (!c.telemetry.empty() && c.telemetry.front().power_w) {
+    power = c.telemetry.front().power_w->median;
+  }
+  r.push_back(optional_number(power, "{:.0f}"));
+  r.push_back(text(c.error));
+  return r;
+}
+
+}  // namespace
+
+Table configuration_table(std::span<const NamedDocument> documents) {
+  Table t;
+  const bool several = documents.size() > 1;
+  if (several) t.columns.push_back("file");
+  for (const char* column :
+       {"kind",          "configuration", "model / command",  "batch",
+        "precision",     "mode",          "status",           "throughput (items/s)",
+        "CI low",        "CI high",       "median step (ms)", "p90 step (ms)",
+        "p99 step (ms)", "CV (%)",        "outliers",         "steps",
+        "peak memory",   "TFLOP/s",       "of ceiling (%)",   "median power (W)",
+        "error"}) {
+    t.columns.emplace_back(column);
+  }
+  for (const auto& d : documents) {
+    for (const auto& c : d.document.configurations) {
+      auto r = row(c);
+      if (several) r.insert(r.begin(), text(d.name));
+      t.rows.push_back(std::move(r));
+    }
+  }
+  return t;
+}
+
+namespace {
+
+std::string csv_field(const Cell& cell) {
+  if (cell.number) return fmt::format("{}", *cell.number);
+  const std::string& s = cell.text;
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"') out += '"';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+std::string csv_line(const std::vector<std::string>& fields) {
+  std::string line;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (i) line += ',';
+    line += fields[i];
+  }
+  return line + "\r\n";
+}
+
+std::string markdown_escape(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '|') {
+      out += "\\|";
+    } else if (ch == '\n' || ch == '\r') {
+      out += ' ';
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string to_csv(const Table& table) {
+  std::vector<std::string> header;
+  for (const auto& c : table.columns) header.push_back(csv_field(text(c)));
+  std::string out = csv_line(header);
+  for (const auto& r : table.rows) {
+    std::vector<std::string> fields;
+    for (const auto& cell : r) fields.push_back(csv_field(cell));
+    out += csv_line(fields);
+  }
+  return out;
+}
+
+std::string to_markdown(const Table& table) {
+  std::string out = "|";
+  for (const auto& c : table.columns) out += " " + markdown_escape(c) + " |";
+  out += "\n|";
+  for (std::size_t i = 0; i < table.columns.size(); ++i) out += "---|";
+  out += "\n";
+  for (const auto& r : table.rows) {
+    out += "|";
+    for (const auto& cell : r) out += " " + markdown_escape(cell.text) + " |";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace dlprobe::results

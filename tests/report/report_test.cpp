@@ -1,0 +1,228 @@
+// The configuration table and its exports, the HTML report's content and escaping, and compare's
+// verdicts, on the SYNTHETIC TEST FIXTURE documents and small hand-made ones.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "dlprobe/compare.h"
+#include "dlprobe/report_html.h"
+#include "dlprobe/results_table.h"
+#include "fixture.h"
+
+namespace dlprobe::report {
+namespace {
+
+using results::Configuration;
+using results::Document;
+using results::NamedDocument;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(Fixture, CommittedFilesMatchTheGenerator) {
+  // If this fails after an intended schema or fixture change, regenerate with
+  // build/tests/report/make_report_fixture tests/report/fixtures
+  EXPECT_EQ(read_text(DLPROBE_FIXTURES "/synthetic_native.json"),
+            results::serialize(testing::synthetic_native_document()));
+  EXPECT_EQ(read_text(DLPROBE_FIXTURES "/synthetic_external.json"),
+            results::serialize(testing::synthetic_external_document()));
+}
+
+std::size_t count(const std::string& text, std::string_view what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::vector<NamedDocument> both() {
+  return {{"native.json", testing::synthetic_native_document()},
+          {"external.json", testing::synthetic_external_document()}};
+}
+
+TEST(Table, OneRowPerConfigurationWithFileColumnWhenMerged) {
+  const auto docs = both();
+  const auto merged = results::configuration_table(docs);
+  EXPECT_EQ(merged.columns.front(), "file");
+  EXPECT_EQ(merged.rows.size(), 9u + 2u);
+  for (const auto& r : merged.rows) EXPECT_EQ(r.size(), merged.columns.size());
+  const auto single = results::configuration_table(std::span(docs).first(1));
+  EXPECT_EQ(single.columns.front(), "kind");
+  EXPECT_EQ(single.rows.size(), 9u);
+  // The out-of-memory row has its status and error and no throughput.
+  const auto& oom = single.rows[8];
+  EXPECT_EQ(oom[6].text, "oom");
+  EXPECT_FALSE(oom[7].number.has_value());
+  EXPECT_EQ(oom.back().text, "cannot allocate 1.50 GiB for activations <layer2.0.conv1> & more");
+}
+
+TEST(Table, CsvQuotesAndKeepsFullPrecision) {
+  results::Table t;
+  t.columns = {"a", "b,c"};
+  t.rows = {{{"say \"hi\"", std::nullopt}, {"1,234.6", 1234.5678}},
+            {{"two\nlines", std::nullopt}, {"", std::nullopt}}};
+  EXPECT_EQ(results::to_csv(t), "a,\"b,c\"\r\n\"say \"\"hi\"\"\",1234.5678\r\n\"two\nlines\",\r\n");
+}
+
+TEST(Table, MarkdownEscapesPipes) {
+  results::Table t;
+  t.columns = {"x", "y"};
+  t.rows = {{{"a|b", std::nullopt}, {"1.0", 1.0}}};
+  EXPECT_EQ(results::to_markdown(t), "| x | y |\n|---|---|\n| a\\|b | 1.0 |\n");
+}
+
+TEST(Table, ThroughputIsGroupedAndPeakMemoryPrefersTheAllocator) {
+  const Document d = testing::synthetic_native_document();
+  const std::vector<NamedDocument> docs = {{"n", d}};
+  const auto t = results::configuration_table(docs);
+  const auto& c = d.configurations[3];  // bf16, batch 256
+  EXPECT_DOUBLE_EQ(*t.rows[3][7].number, c.statistics->throughput);
+  EXPECT_NE(t.rows[3][7].text.find(','), std::string::npos);  // thousands separator
+  EXPECT_EQ(results::peak_memory_bytes(*c.memory),
+            c.memory->allocator_stats["allocated_bytes.all.peak"].get<std::int64_t>());
+  const auto parts = results::peak_by_category(*c.memory);
+  ASSERT_EQ(parts.size(), 7u);
+  EXPECT_EQ(parts.front().first, "weights");
+  EXPECT_EQ(parts.back().first, "input");
+}
+
+TEST(Html, EscapesEverythingItWrites) {
+  EXPECT_EQ(html_escape("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+  Document d = testing::synthetic_external_document();
+  d.configurations[0].settings.command = "<script>alert(1)</script>";
+  d.context.hostname = "host\"><img src=x>";
+  const std::vector<NamedDocument> docs = {{"evil <file>.json", d}};
+  const std::string html = render_html(docs);
+  EXPECT_EQ(html.find("<script>alert"), std::string::npos);
+  EXPECT_EQ(html.find("<img"), std::string::npos);
+  EXPECT_EQ(html.find("<file>"), std::string::npos);
+  EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
+}
+
+TEST(Html, HasEveryChartAndTableAndFetchesNothing) {
+  const auto docs = both();
+  const std::string html = render_html(docs);
+  for (const char* id : {"chart-throughput", "chart-step-times", "chart-memory", "chart-gpu-util",
+                         "chart-power", "chart-sm-clock", "configurations", "findings"}) {
+    EXPECT_NE(html.find(fmt::format("id=\"{}\"", id)), std::string::npos) << id;
+  }
+  // Self-contained: no external resource of any kind.
+  for (const char* fetch : {"src=\"http", "href=\"http", "<link", "@import", "url("}) {
+    EXPECT_EQ(html.find(fetch), std::string::npos) << fetch;
+  }
+  // Three lines (bf16 and fp32 from one file, the external command from the other) through ten
+  // points with error bars: the out-of-memory configuration has no point.
+  const auto begin = html.find("id=\"chart-throughput\"");
+  const std::string chart = html.substr(begin, html.find("</svg>", begin) - begin);
+  EXPECT_EQ(count(chart, "class=\"series\""), 3u);
+  EXPECT_EQ(count(chart, "<g class=\"point\">"), 10u);
+  // One box per configuration with timed steps.
+  const auto box_begin = html.find("id=\"chart-step-times\"");
+  const std::string boxes = html.substr(box_begin, html.find("</svg>", box_begin) - box_begin);
+  EXPECT_EQ(count(boxes, "<g class=\"box\">"), 10u);
+  // The table: a row per configuration.
+  const auto table_begin = html.find("id=\"configurations\"");
+  const std::string table =
+      html.substr(table_begin, html.find("</table>", table_begin) - table_begin);
+  EXPECT_EQ(count(table, "<tr>"), 1u + 11u);
+}
+
+TEST(Html, LeavesOutChartsWithoutData) {
+  Document d = testing::synthetic_external_document();
+  for (auto& c : d.configurations) c.memory.reset();
+  const std::vector<NamedDocument> docs = {{"x.json", d}};
+  const std::string html = render_html(docs);
+  EXPECT_EQ(html.find("id=\"chart-memory\""), std::string::npos);
+  EXPECT_EQ(html.find("id=\"chart-power\""), std::string::npos);
+  EXPECT_NE(html.find("id=\"chart-throughput\""), std::string::npos);
+}
+
+// ---- compare ----
+
+Configuration steps(std::int64_t batch, std::vector<double> seconds) {
+  Configuration c;
+  c.settings.model = "m";
+  c.settings.batch = batch;
+  c.settings.precision = "bf16";
+  c.samples.step_items.assign(seconds.size(), static_cast<double>(batch));
+  c.samples.step_seconds = std::move(seconds);
+  c.statistics = *stats::summarize(c.samples.step_seconds, c.samples.step_items);
+  return c;
+}
+
+std::vector<double> around(double mean, int n, double wiggle) {
+  std::vector<double> v;
+  for (int i = 0; i < n; ++i) v.push_back(mean * (1 + wiggle * ((i * 7) % 11 - 5) / 5.0));
+  return v;
+}
+
+TEST(Compare, Verdicts) {
+  Document base;
+  Document next;
+  base.configurations = {steps(32, around(0.100, 40, 0.01)), steps(64, around(0.200, 40, 0.01)),
+                         steps(128, around(0.400, 40, 0.01)), steps(256, around(0.8, 40, 0.01))};
+  next.configurations = {steps(32, around(0.100, 40, 0.01)),   // same
+                         steps(64, around(0.180, 40, 0.01)),   // 11% faster
+                         steps(128, around(0.440, 40, 0.01)),  // 9% slower
+                         steps(512, around(1.6, 40, 0.01))};   // only in new
+  auto r = compare(base, next);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  ASSERT_EQ(r->rows.size(), 3u);
+  EXPECT_EQ(r->rows[0].verdict, Verdict::no_change);
+  EXPECT_NEAR(r->rows[0].ratio->ratio, 1.0, 1e-12);
+  EXPECT_EQ(r->rows[1].verdict, Verdict::faster);
+  EXPECT_NEAR(r->rows[1].ratio->ratio, 0.2 / 0.18, 1e-9);
+  EXPECT_LT(r->rows[1].mann_whitney->p_value, 1e-6);
+  EXPECT_EQ(r->rows[2].verdict, Verdict::slower);
+  EXPECT_NEAR(regression(r->rows[2]), 1 - 0.4 / 0.44, 1e-9);
+  EXPECT_EQ(regression(r->rows[1]), 0);
+  EXPECT_EQ(r->only_in_base, std::vector<std::string>{"m bs=256 bf16"});
+  EXPECT_EQ(r->only_in_new, std::vector<std::string>{"m bs=512 bf16"});
+  const auto j = comparison_json(*r);
+  EXPECT_EQ(j["rows"][2]["verdict"], "slower");
+  const std::string text = render_comparison_text(*r);
+  EXPECT_NE(text.find("only in new: m bs=512"), std::string::npos);
+}
+
+TEST(Compare, NoChangeWhenTheTestsDisagreeOrTheDataIsTooNoisy) {
+  Document base;
+  Document next;
+  // A 2% shift buried in 30% noise over few steps: neither the CI nor the U test can tell.
+  base.configurations = {steps(32, around(0.100, 6, 0.3))};
+  next.configurations = {steps(32, around(0.102, 6, 0.3))};
+  auto r = compare(base, next);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->rows[0].verdict, Verdict::no_change);
+  EXPECT_TRUE(r->rows[0].ratio->ci.contains(1.0));
+}
+
+TEST(Compare, FailedRunsAreNotComparableAndNothingMatchingIsAnError) {
+  Document base;
+  Document next;
+  base.configurations = {steps(32, around(0.1, 20, 0.01))};
+  Configuration oom = steps(32, around(0.1, 20, 0.01));
+  oom.status = results::RunStatus::oom;
+  oom.samples = {};
+  oom.statistics.reset();
+  next.configurations = {oom};
+  auto r = compare(base, next);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->rows[0].verdict, Verdict::not_comparable);
+  EXPECT_EQ(regression(r->rows[0]), 0);
+
+  next.configurations = {steps(64, around(0.1, 20, 0.01))};
+  auto none = compare(base, next);
+  ASSERT_FALSE(none.has_value());
+  EXPECT_EQ(none.status().message(),
+            "no configuration matches between the files (1 in base, 1 in new); they measured "
+            "different settings");
+}
+
+}  // namespace
+}  // namespace dlprobe::report
