@@ -28,5 +28,6 @@ Command add_doctor_command(CLI::App& app);
 int report_error(const Status& status);
 
 Command add_monitor_command(CLI::App& app);
+Command add_run_command(CLI::App& app);
 
 }  // namespace dlprobe::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       add_doctor_command(app),
       add_monitor_command(app),
+      add_run_command(app),
   };
 
   try {
