@@ -191,7 +191,7 @@ class Runner {
                      ? fmt::format(", {:.1f} items/s", *result.steps.items_per_s).c_str()
                      : "");
     if (result.outcome == run::Outcome::launch_error) {
-      std::fprintf(stderr, "dlprobe run: %s\n", result.launch_error.c_str());
+      report_error(error(Errc::not_found, result.launch_error));
     }
     report_.runs.push_back(result);
     if (result.outcome == run::Outcome::interrupted) report_.interrupted = true;
@@ -384,7 +384,9 @@ Command add_run_command(CLI::App& app) {
                   "(?<step_s>...) in seconds per step with --batch");
   sub->add_option("--sweep", flags->sweeps,
                   "KEY=V1,V2,...: one run per value, replacing {KEY} in the command; repeat for "
-                  "all combinations");
+                  "all combinations")
+      // One value per --sweep, so "--sweep batch=8,16 -- cmd" leaves '--' to end the options.
+      ->allow_extra_args(false);
   sub->add_flag("--max-batch", flags->max_batch,
                 "Find the largest {batch} that runs: double until failure, then bisect");
   sub->add_option("--max-batch-start", flags->max_batch_start, "First batch tried (default 16)");

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "dlprobe/build_info.h"
 #include "dlprobe/run.h"
@@ -196,8 +197,13 @@ std::string report_table(const RunReport& report) {
                            : "",
                        m.note.empty() ? "" : "; " + m.note);
   }
+  // A note that every run of a sweep shares (no telemetry) is said once.
+  std::set<std::pair<std::string, std::string>> said;
   auto write_findings = [&](std::string_view where, const std::vector<diagnosis::Finding>& fs) {
     for (const auto& f : fs) {
+      if (f.severity == diagnosis::Severity::info && !said.insert({f.id, f.evidence}).second) {
+        continue;
+      }
       out += fmt::format("[{}] {}{}: {}\n  evidence: {}\n  fix: {}\n",
                          diagnosis::severity_name(f.severity), where, f.id, f.title, f.evidence,
                          f.fix);
