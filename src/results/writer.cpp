@@ -1,0 +1,27 @@
+#include "dlprobe/results_writer.h"
+
+namespace dlprobe::results {
+
+Result<ResultsWriter> ResultsWriter::create(std::filesystem::path path, Context context) {
+  Document document;
+  document.context = std::move(context);
+  ResultsWriter writer(std::move(path), std::move(document));
+  DLPROBE_RETURN_IF_ERROR(writer.flush());
+  return writer;
+}
+
+Status ResultsWriter::add(Configuration configuration) {
+  document_.configurations.push_back(std::move(configuration));
+  return flush();
+}
+
+Status ResultsWriter::add_finding(Finding finding) {
+  document_.findings.push_back(std::move(finding));
+  return flush();
+}
+
+Status ResultsWriter::flush() const {
+  return write_file_atomic(path_, serialize(document_));
+}
+
+}  // namespace dlprobe::results

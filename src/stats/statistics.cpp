@@ -1,0 +1,299 @@
+#include "dlprobe/statistics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace dlprobe::stats {
+
+double percentile_sorted(std::span<const double> sorted, double q) {
+  if (sorted.empty()) return 0;
+  const double h = static_cast<double>(sorted.size() - 1) * std::clamp(q, 0.0, 1.0);
+  const double lower = std::floor(h);
+  const auto i = static_cast<std::size_t>(lower);
+  if (i + 1 >= sorted.size()) return sorted.back();
+  return sorted[i] + (h - lower) * (sorted[i + 1] - sorted[i]);
+}
+
+double percentile(std::span<const double> values, double q) {
+  std::vector<double> sorted(values.begin(), values.end());
+  std::sort(sorted.begin(), sorted.end());
+  return percentile_sorted(sorted, q);
+}
+
+double median(std::span<const double> values) {
+  return percentile(values, 0.5);
+}
+
+double mean(std::span<const double> values) {
+  if (values.empty()) return 0;
+  double sum = 0;
+  for (double v : values) sum += v;
+  return sum / static_cast<double>(values.size());
+}
+
+double stddev(std::span<const double> values) {
+  if (values.size() < 2) return 0;
+  const double m = mean(values);
+  double sum = 0;
+  for (double v : values) sum += (v - m) * (v - m);
+  return std::sqrt(sum / static_cast<double>(values.size() - 1));
+}
+
+double mad(std::span<const double> values) {
+  const double m = median(values);
+  std::vector<double> deviations;
+  deviations.reserve(values.size());
+  for (double v : values) deviations.push_back(std::abs(v - m));
+  return median(deviations);
+}
+
+double coefficient_of_variation(std::span<const double> values) {
+  const double m = mean(values);
+  if (values.size() < 2 || m == 0) return 0;
+  return stddev(values) / m;
+}
+
+std::vector<std::size_t> outliers(std::span<const double> values, double threshold) {
+  std::vector<std::size_t> out;
+  if (values.size() < 3) return out;
+  const double m = median(values);
+  // Scale so that the score is in standard deviations for normal data: 1.4826 MAD estimates sigma,
+  // and so does 1.2533 times the mean absolute deviation (Iglewicz & Hoaglin's fallback).
+  double scale = 1.4826 * mad(values);
+  if (scale == 0) {
+    double sum = 0;
+    for (double v : values) sum += std::abs(v - m);
+    scale = 1.2533 * sum / static_cast<double>(values.size());
+  }
+  if (scale == 0) return out;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (std::abs(values[i] - m) / scale > threshold) out.push_back(i);
+  }
+  return out;
+}
+
+namespace {
+
+Status check_steps(std::span<const double> seconds, std::span<const double> items,
+                   std::string_view what) {
+  if (seconds.empty()) return invalid_argument(fmt::format("{}: no timed steps", what));
+  if (seconds.size() != items.size()) {
+    return invalid_argument(
+        fmt::format("{}: {} step times but {} item counts", what, seconds.size(), items.size()));
+  }
+  for (std::size_t i = 0; i < seconds.size(); ++i) {
+    if (!std::isfinite(seconds[i]) || seconds[i] <= 0) {
+      return invalid_argument(
+          fmt::format("{}: step {} took {} s; step times must be positive", what, i, seconds[i]));
+    }
+    if (!std::isfinite(items[i]) || items[i] <= 0) {
+      return invalid_argument(fmt::format("{}: step {} processed {} items; counts must be positive",
+                                          what, i, items[i]));
+    }
+  }
+  return {};
+}
+
+Status check_options(const BootstrapOptions& options) {
+  if (options.resamples < 1) {
+    return invalid_argument(
+        fmt::format("bootstrap resamples must be at least 1, got {}", options.resamples));
+  }
+  if (!(options.level > 0 && options.level < 1)) {
+    return invalid_argument(
+        fmt::format("confidence level must be between 0 and 1, got {}", options.level));
+  }
+  return {};
+}
+
+double total(std::span<const double> values) {
+  double sum = 0;
+  for (double v : values) sum += v;
+  return sum;
+}
+
+// A uniform index below n. std::uniform_int_distribution is not specified bit for bit, so the same
+// seed could give other intervals with another standard library; mt19937_64 itself is specified,
+// and rejection sampling over its output is exact and portable.
+std::size_t uniform_index(std::mt19937_64& rng, std::size_t n) {
+  const std::uint64_t bound = n;
+  const std::uint64_t threshold = (0 - bound) % bound;  // 2^64 mod n
+  for (;;) {
+    const std::uint64_t r = rng();
+    if (r >= threshold) return static_cast<std::size_t>(r % bound);
+  }
+}
+
+// The throughput of one resample of the steps.
+double resampled_throughput(std::mt19937_64& rng, std::span<const double> seconds,
+                            std::span<const double> items) {
+  double t = 0;
+  double n = 0;
+  for (std::size_t k = 0; k < seconds.size(); ++k) {
+    const std::size_t i = uniform_index(rng, seconds.size());
+    t += seconds[i];
+    n += items[i];
+  }
+  return n / t;
+}
+
+Interval percentile_interval(std::vector<double> values, double level) {
+  std::sort(values.begin(), values.end());
+  const double tail = (1 - level) / 2;
+  return {percentile_sorted(values, tail), percentile_sorted(values, 1 - tail)};
+}
+
+}  // namespace
+
+Result<Interval> throughput_ci(std::span<const double> seconds, std::span<const double> items,
+                               const BootstrapOptions& options) {
+  DLPROBE_RETURN_IF_ERROR(check_steps(seconds, items, "throughput"));
+  DLPROBE_RETURN_IF_ERROR(check_options(options));
+  std::mt19937_64 rng(options.seed);
+  std::vector<double> throughputs(static_cast<std::size_t>(options.resamples));
+  for (auto& t : throughputs) t = resampled_throughput(rng, seconds, items);
+  return percentile_interval(std::move(throughputs), options.level);
+}
+
+Result<Summary> summarize(std::span<const double> seconds, std::span<const double> items,
+                          const BootstrapOptions& options) {
+  DLPROBE_ASSIGN_OR_RETURN(const Interval ci, throughput_ci(seconds, items, options));
+  std::vector<double> sorted(seconds.begin(), seconds.end());
+  std::sort(sorted.begin(), sorted.end());
+  Summary s;
+  s.steps = seconds.size();
+  s.total_items = total(items);
+  s.total_seconds = total(seconds);
+  s.throughput = s.total_items / s.total_seconds;
+  s.throughput_ci = ci;
+  s.ci_level = options.level;
+  s.bootstrap_resamples = options.resamples;
+  s.bootstrap_seed = options.seed;
+  s.mean_s = mean(seconds);
+  s.median_s = percentile_sorted(sorted, 0.5);
+  s.p90_s = percentile_sorted(sorted, 0.9);
+  s.p99_s = percentile_sorted(sorted, 0.99);
+  s.min_s = sorted.front();
+  s.max_s = sorted.back();
+  s.mad_s = mad(seconds);
+  s.cv = coefficient_of_variation(seconds);
+  s.outliers = outliers(seconds).size();
+  return s;
+}
+
+Result<Ratio> throughput_ratio(std::span<const double> base_seconds,
+                               std::span<const double> base_items,
+                               std::span<const double> new_seconds,
+                               std::span<const double> new_items, const BootstrapOptions& options) {
+  DLPROBE_RETURN_IF_ERROR(check_steps(base_seconds, base_items, "base"));
+  DLPROBE_RETURN_IF_ERROR(check_steps(new_seconds, new_items, "new"));
+  DLPROBE_RETURN_IF_ERROR(check_options(options));
+  Ratio r;
+  r.ratio = (total(new_items) / total(new_seconds)) / (total(base_items) / total(base_seconds));
+  r.level = options.level;
+  std::mt19937_64 rng(options.seed);
+  std::vector<double> ratios(static_cast<std::size_t>(options.resamples));
+  for (auto& x : ratios) {
+    const double base = resampled_throughput(rng, base_seconds, base_items);
+    x = resampled_throughput(rng, new_seconds, new_items) / base;
+  }
+  r.ci = percentile_interval(std::move(ratios), options.level);
+  return r;
+}
+
+namespace {
+
+// P(U <= u) counts for samples of sizes m and n without ties: counts[u] is the number of the
+// C(m + n, m) orderings with U = u. Recurrence c(j, k, u) = c(j - 1, k, u - k) + c(j, k - 1, u)
+// (the largest value belongs to the first sample and beats all k of the second, or to the second).
+// Only sums of positive counts, so doubles stay accurate far past 2^53 in relative terms.
+std::vector<double> u_distribution(std::size_t m, std::size_t n) {
+  const std::size_t width = m * n + 1;
+  // layer[j][u] = c(j, k, u) for the current k.
+  std::vector<std::vector<double>> layer(m + 1, std::vector<double>(width, 0.0));
+  for (auto& row : layer) row[0] = 1;  // k = 0: U is 0 whatever j is
+  for (std::size_t k = 1; k <= n; ++k) {
+    // c(0, k, u) stays [u == 0]; rising j reads c(j - 1, k, .) already updated for this k.
+    for (std::size_t j = 1; j <= m; ++j) {
+      for (std::size_t u = j * k + 1; u-- > 0;) {
+        if (u >= k) layer[j][u] += layer[j - 1][u - k];
+      }
+    }
+  }
+  return layer[m];
+}
+
+}  // namespace
+
+Result<MannWhitney> mann_whitney_u(std::span<const double> a, std::span<const double> b) {
+  if (a.empty() || b.empty()) {
+    return invalid_argument("Mann-Whitney U needs at least one value in each sample");
+  }
+  struct Item {
+    double value;
+    bool from_a;
+  };
+  std::vector<Item> all;
+  all.reserve(a.size() + b.size());
+  for (double v : a) {
+    if (!std::isfinite(v)) return invalid_argument("Mann-Whitney U: a value is not finite");
+    all.push_back({v, true});
+  }
+  for (double v : b) {
+    if (!std::isfinite(v)) return invalid_argument("Mann-Whitney U: a value is not finite");
+    all.push_back({v, false});
+  }
+  std::sort(all.begin(), all.end(), [](const Item& x, const Item& y) { return x.value < y.value; });
+  // Average ranks (1-based) over runs of ties; tie_term = sum of t^3 - t over the runs.
+  double rank_sum_a = 0;
+  double tie_term = 0;
+  for (std::size_t i = 0; i < all.size();) {
+    std::size_t j = i;
+    while (j < all.size() && all[j].value == all[i].value) ++j;
+    const double rank = (static_cast<double>(i + 1) + static_cast<double>(j)) / 2;
+    for (std::size_t k = i; k < j; ++k) {
+      if (all[k].from_a) rank_sum_a += rank;
+    }
+    const auto t = static_cast<double>(j - i);
+    tie_term += t * t * t - t;
+    i = j;
+  }
+  const auto na = static_cast<double>(a.size());
+  const auto nb = static_cast<double>(b.size());
+  MannWhitney r;
+  r.u_a = rank_sum_a - na * (na + 1) / 2;
+  r.u_b = na * nb - r.u_a;
+
+  if (tie_term == 0 && std::min(a.size(), b.size()) <= kMannWhitneyExactMax) {
+    const std::size_t m = std::min(a.size(), b.size());
+    const std::size_t n = std::max(a.size(), b.size());
+    const std::vector<double> counts = u_distribution(m, n);
+    double all_orderings = 0;
+    for (double c : counts) all_orderings += c;
+    // No ties: U is a whole number. The distribution is symmetric, so the two-sided p-value is
+    // twice the lower tail at the smaller U.
+    const auto u_min = static_cast<std::size_t>(std::min(r.u_a, r.u_b));
+    double tail = 0;
+    for (std::size_t u = 0; u <= u_min; ++u) tail += counts[u];
+    r.exact = true;
+    r.p_value = std::min(1.0, 2 * tail / all_orderings);
+    return r;
+  }
+
+  const double n = na + nb;
+  const double mu = na * nb / 2;
+  const double variance = na * nb / 12 * ((n + 1) - tie_term / (n * (n - 1)));
+  if (variance <= 0) {  // every value equal: no evidence of any difference
+    r.p_value = 1;
+    return r;
+  }
+  r.z = (std::max(r.u_a, r.u_b) - mu - 0.5) / std::sqrt(variance);
+  r.p_value = std::min(1.0, std::erfc(r.z / std::sqrt(2.0)));
+  return r;
+}
+
+}  // namespace dlprobe::stats

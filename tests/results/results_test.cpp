@@ -1,0 +1,288 @@
+#include "dlprobe/results.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "dlprobe/results_writer.h"
+
+namespace dlprobe::results {
+namespace {
+
+using nlohmann::json;
+
+Configuration native_config(std::int64_t batch, std::string precision) {
+  Configuration c;
+  c.kind = Kind::native;
+  c.settings.model = "resnet50";
+  c.settings.batch = batch;
+  c.settings.precision = std::move(precision);
+  c.settings.mode = "train";
+  c.settings.layout = "nhwc";
+  c.settings.device = "cuda:0";
+  c.settings.optimizer = "sgd";
+  c.samples.step_seconds = {0.101, 0.099, 0.1, 0.102};
+  c.samples.step_items.assign(4, static_cast<double>(batch));
+  c.samples.warmup_steps = 5;
+  auto summary = stats::summarize(c.samples.step_seconds, c.samples.step_items);
+  EXPECT_TRUE(summary.has_value());
+  c.statistics = *summary;
+  Memory m;
+  m.source = "allocator";
+  m.allocator_stats = {{"peak.allocated_bytes", 123456789}, {"peak.owner", "layer3.2.conv2"}};
+  m.nvml_process_peak_bytes = 2000000000;
+  c.memory = m;
+  Telemetry t;
+  t.gpu = 0;
+  t.samples = 40;
+  t.window_s = 4.0;
+  t.gpu_util_pct = Range{40, 95, 99, 100};
+  t.power_w = Range{40, 550.5, 640.25, 700};
+  t.energy_j = 2561.0;
+  t.energy_source = "counter";
+  t.throttle_reasons = {"sw_power_cap"};
+  t.timeline = {{0.0, 98.0, 600.0, 1980.0, 30000.0, 55.0},
+                {0.1, 99.0, std::nullopt, 1975.0, {}, {}}};
+  c.telemetry.push_back(t);
+  c.compute = Compute{12.3e9, 310.5, 700.0, "bf16", 310.5 / 700.0};
+  c.findings.push_back({Severity::warning, "power_cap", "power limited", "sw_power_cap seen", ""});
+  return c;
+}
+
+Document sample_document() {
+  Document d;
+  d.context.dlprobe_version = "0.1.0";
+  d.context.git_hash = "abc123";
+  d.context.command_line = {"dlprobe", "bench", "--batch", "64,128"};
+  d.context.date = "2025-03-01T12:34:56Z";
+  d.context.hostname = "test-host";
+  d.context.os = "Linux 6.1";
+  d.context.cpu = "Test CPU";
+  d.context.cpu_threads = 64;
+  d.context.driver_version = "580.65.06";
+  d.context.cuda_driver_version = "13.0";
+  d.context.libraries = {{"cuDNN", "9.19.0", "/usr/lib/libcudnn.so.9"}, {"NCCL", "", ""}};
+  d.context.gpus = {{0, "Test GPU", "GPU-1", "00000000:19:00.0", "9.0", 150ull << 30, 132}};
+  DeviceState state;
+  state.gpu = 0;
+  state.sm_clock_mhz = 1980;
+  state.temperature_c = 35;
+  state.power_limit_w = 700;
+  state.other_processes = {{4242, 1ull << 30}, {4343, std::nullopt}};
+  d.context.device_state = {state};
+  d.configurations.push_back(native_config(64, "bf16"));
+  Configuration oom;
+  oom.kind = Kind::native;
+  oom.settings = native_config(1024, "fp32").settings;
+  oom.status = RunStatus::oom;
+  oom.error = "out of memory: asked for 2.00 GiB";
+  d.configurations.push_back(oom);
+  Configuration ext;
+  ext.kind = Kind::external;
+  ext.settings.command = "python train.py --bs {batch}";
+  ext.settings.sweep = {{"batch", "32"}, {"precision", "bf16"}};
+  ext.samples.step_seconds = {0.05, 0.06, 0.055};
+  ext.samples.step_items = {32, 32, 16};  // a short last batch: written per step
+  ext.statistics = *stats::summarize(ext.samples.step_seconds, ext.samples.step_items);
+  Memory fm;
+  fm.source = "framework";
+  fm.framework_peak_allocated_bytes = 5000000;
+  fm.framework_peak_reserved_bytes = 8000000;
+  ext.memory = fm;
+  d.configurations.push_back(ext);
+  d.findings.push_back({Severity::info, "note", "a note", "", "do nothing"});
+  return d;
+}
+
+TEST(Results, RoundTripKeepsEverything) {
+  const Document d = sample_document();
+  const std::string text = serialize(d);
+  auto back = parse(text, "x.json");
+  ASSERT_TRUE(back.has_value()) << back.status().message();
+  // Serialising what was read gives the same text: nothing was lost or changed.
+  EXPECT_EQ(serialize(*back), text);
+  EXPECT_EQ(back->configurations.size(), 3u);
+  EXPECT_EQ(back->configurations[1].status, RunStatus::oom);
+  EXPECT_EQ(back->configurations[2].samples.step_items, (std::vector<double>{32, 32, 16}));
+  EXPECT_EQ(back->configurations[0].samples.step_items, std::vector<double>(4, 64.0));
+  EXPECT_EQ(back->configurations[0].statistics->bootstrap_seed,
+            d.configurations[0].statistics->bootstrap_seed);
+  EXPECT_FALSE(back->configurations[0].telemetry[0].timeline[1].power_w.has_value());
+  EXPECT_EQ(back->context.device_state[0].other_processes.size(), 2u);
+}
+
+TEST(Results, ConstantItemsAreWrittenOnce) {
+  const json j = to_json(sample_document());
+  EXPECT_TRUE(j["configurations"][0]["samples"]["step_items"].is_number());
+  EXPECT_TRUE(j["configurations"][2]["samples"]["step_items"].is_array());
+  EXPECT_EQ(j["schema"], "dlprobe.results/1");
+  // Unknown values are null, not absent.
+  EXPECT_TRUE(j["context"].contains("host_memory_bytes"));
+  EXPECT_TRUE(j["context"]["host_memory_bytes"].is_null());
+}
+
+TEST(Results, DescribeAndAccessors) {
+  const Document d = sample_document();
+  const auto& native = d.configurations[0];
+  const auto& ext = d.configurations[2];
+  EXPECT_EQ(describe(native.kind, native.settings), "resnet50 bs=64 bf16 train nhwc cuda:0 sgd");
+  EXPECT_EQ(describe(ext.kind, ext.settings),
+            "python train.py --bs {batch} (batch=32, precision=bf16)");
+  EXPECT_EQ(batch_of(ext.kind, ext.settings), 32);
+  EXPECT_EQ(precision_of(ext.kind, ext.settings), "bf16");
+  Settings no_batch;
+  no_batch.sweep = {{"batch", "32x"}};
+  EXPECT_FALSE(batch_of(Kind::external, no_batch).has_value());
+}
+
+std::string error_of(std::string_view text) {
+  auto r = parse(text, "f.json");
+  EXPECT_FALSE(r.has_value());
+  return r.has_value() ? "" : r.status().message();
+}
+
+TEST(Results, RefusesWhatIsNotResults) {
+  EXPECT_EQ(error_of(""), "f.json: empty file, not dlprobe results");
+  EXPECT_EQ(error_of("[1,2]"),
+            "f.json: not a dlprobe results file (the top level is array, not an object)");
+  EXPECT_EQ(error_of(R"({"a": 1})"), "f.json: not a dlprobe results file (no \"schema\" field)");
+  EXPECT_EQ(error_of(R"({"schema": "dlprobe.doctor/1"})"),
+            "f.json: not a dlprobe results file (schema is \"dlprobe.doctor/1\", expected "
+            "\"dlprobe.results/1\")");
+  EXPECT_EQ(error_of(R"({"schema": "dlprobe.results/2"})"),
+            "f.json: results schema \"dlprobe.results/2\" is not supported; this dlprobe reads "
+            "\"dlprobe.results/1\"");
+}
+
+TEST(Results, RefusesTruncatedFile) {
+  const std::string text = serialize(sample_document());
+  const std::string message = error_of(std::string_view(text).substr(0, text.size() / 2));
+  EXPECT_NE(message.find("f.json: truncated JSON (the file ends early)"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  EXPECT_NE(error_of("{\"schema\": ]").find("f.json: invalid JSON at byte"), std::string::npos);
+}
+
+TEST(Results, NamesTheMissingOrWrongField) {
+  json j = to_json(sample_document());
+  j["configurations"][1]["settings"].erase("batch");
+  EXPECT_EQ(error_of(j.dump()), "f.json: configurations[1].settings: missing field \"batch\"");
+
+  j = to_json(sample_document());
+  j["configurations"][0]["status"] = "exploded";
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].status: \"exploded\" is not one of ok, oom, failed, "
+            "interrupted, timeout");
+
+  j = to_json(sample_document());
+  j["context"]["gpus"][0]["sm_count"] = "many";
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: context.gpus[0].sm_count: expected an integer, found string");
+
+  j = to_json(sample_document());
+  j["configurations"][0]["samples"]["step_seconds"][2] = nullptr;
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].samples.step_seconds[2]: expected a number, found null");
+
+  j = to_json(sample_document());
+  j["configurations"][2]["samples"]["step_items"] = {1, 2};
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[2].samples.step_items: 2 entries for 3 steps");
+
+  j = to_json(sample_document());
+  j.erase("configurations");
+  EXPECT_EQ(error_of(j.dump()), "f.json: top level: missing field \"configurations\"");
+
+  j = to_json(sample_document());
+  j["context"]["device_state"][0]["other_processes"][0]["pid"] = -1;
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: context.device_state[0].other_processes[0].pid: -1 is negative");
+}
+
+TEST(Results, IgnoresUnknownKeys) {
+  json j = to_json(sample_document());
+  j["configurations"][0]["added_in_a_later_minor_version"] = 1;
+  EXPECT_TRUE(parse(j.dump()).has_value());
+}
+
+std::filesystem::path temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("dlprobe_results_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(Results, ReadFileErrorsNameTheFile) {
+  auto r = read_file("/nonexistent/dir/r.json");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.status().code(), Errc::not_found);
+  EXPECT_NE(r.status().message().find("/nonexistent/dir/r.json: cannot open"), std::string::npos);
+}
+
+TEST(ResultsWriter, FileIsCompleteAfterEveryConfiguration) {
+  const auto path = temp_dir() / "writer.json";
+  auto writer = ResultsWriter::create(path, sample_document().context);
+  ASSERT_TRUE(writer.has_value()) << writer.status().message();
+  auto empty = read_file(path);
+  ASSERT_TRUE(empty.has_value()) << empty.status().message();
+  EXPECT_TRUE(empty->configurations.empty());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(writer->add(native_config(32 << i, "bf16")).is_ok());
+    auto now = read_file(path);
+    ASSERT_TRUE(now.has_value()) << now.status().message();
+    EXPECT_EQ(now->configurations.size(), static_cast<std::size_t>(i + 1));
+  }
+  ASSERT_TRUE(writer->add_finding({Severity::error, "x", "y", "", ""}).is_ok());
+  EXPECT_EQ(read_file(path)->findings.size(), 1u);
+  // No temporary left behind.
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(path.parent_path())) {
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
+  std::filesystem::remove_all(path.parent_path());
+}
+
+// A reader polling the file while the writer rewrites it must never see a partial document.
+TEST(ResultsWriter, ConcurrentReaderNeverSeesPartialFile) {
+  const auto path = temp_dir() / "race.json";
+  auto writer = ResultsWriter::create(path, sample_document().context);
+  ASSERT_TRUE(writer.has_value());
+  std::atomic<bool> done{false};
+  std::atomic<int> bad{0};
+  std::atomic<int> reads{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      auto r = read_file(path);
+      if (!r.has_value()) ++bad;
+      ++reads;
+    }
+  });
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(writer->add(native_config(64, "fp16")).is_ok());
+  done = true;
+  reader.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(reads.load(), 0);
+  std::filesystem::remove_all(path.parent_path());
+}
+
+TEST(ResultsWriter, BadPathFailsAtCreate) {
+  auto writer = ResultsWriter::create("/nonexistent/dir/r.json", {});
+  ASSERT_FALSE(writer.has_value());
+  EXPECT_EQ(writer.status().code(), Errc::io_error);
+}
+
+TEST(Results, Iso8601Now) {
+  const std::string now = iso8601_utc_now();
+  ASSERT_EQ(now.size(), 20u);
+  EXPECT_EQ(now[4], '-');
+  EXPECT_EQ(now[10], 'T');
+  EXPECT_EQ(now.back(), 'Z');
+}
+
+}  // namespace
+}  // namespace dlprobe::results
