@@ -69,7 +69,9 @@ class ChildProcess {
   // Sends `sig` to the whole process group; false when nobody was left to receive it.
   bool signal_group(int sig) const;
 
-  const std::deque<std::string>& tail(Stream s) const { return s == Stream::out ? out_.tail : err_.tail; }
+  const std::deque<std::string>& tail(Stream s) const {
+    return s == Stream::out ? out_.tail : err_.tail;
+  }
   std::uint64_t lines(Stream s) const { return s == Stream::out ? out_.lines : err_.lines; }
 
  private:

@@ -18,9 +18,9 @@ std::string_view severity_name(Severity s);
 struct Finding {
   std::string id;  // stable, e.g. "input_bound"
   Severity severity = Severity::info;
-  std::string title;     // one line
-  std::string evidence;  // the numbers, in words
-  std::string fix;       // what to try
+  std::string title;                      // one line
+  std::string evidence;                   // the numbers, in words
+  std::string fix;                        // what to try
   std::map<std::string, double> numbers;  // the evidence, machine-readable
 };
 

@@ -62,8 +62,8 @@ struct StepStats {
   std::int64_t steps_seen = 0;
   std::int64_t warmup_dropped = 0;
   std::int64_t steps_measured = 0;
-  std::optional<double> items;      // summed batch over measured steps
-  std::optional<double> elapsed_s;  // measured steps' time
+  std::optional<double> items;        // summed batch over measured steps
+  std::optional<double> elapsed_s;    // measured steps' time
   std::optional<double> items_per_s;  // headline: items / elapsed (or the reported rate)
   std::string throughput_source;      // "steps", "reported rate", "regex"
   std::optional<double> step_median_s;
@@ -73,6 +73,9 @@ struct StepStats {
   std::optional<double> step_max_s;
   std::optional<double> data_wait_share;  // sum(data_time) / sum(step_time) over measured steps
   std::optional<std::int64_t> batch;      // last batch seen
+  // The measured steps' times and items, where every one has both (for the results file).
+  std::vector<double> step_seconds;
+  std::vector<double> step_items;
 };
 
 // One step as the runner saw it.
@@ -94,10 +97,10 @@ StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vecto
 
 // Where the GPU memory figures come from.
 enum class Attribution {
-  none,            // no NVML, or no GPU memory seen
-  process_tree,    // NVML listed pids of the workload's tree
-  new_processes,   // pids outside the tree that appeared after launch (containers)
-  device_wide,     // only the device's used memory minus what was used before launch
+  none,           // no NVML, or no GPU memory seen
+  process_tree,   // NVML listed pids of the workload's tree
+  new_processes,  // pids outside the tree that appeared after launch (containers)
+  device_wide,    // only the device's used memory minus what was used before launch
 };
 std::string_view attribution_name(Attribution a);
 
@@ -124,7 +127,7 @@ struct GpuFigures {
   Attribution attribution = Attribution::none;
   std::optional<std::uint64_t> peak_bytes;  // workload, per attribution, summed over GPUs
   std::optional<std::uint64_t> busiest_gpu_peak_bytes;  // on the GPU where it held the most
-  std::optional<std::uint64_t> early_peak_bytes;   // within prealloc_window of its first memory
+  std::optional<std::uint64_t> early_peak_bytes;    // within prealloc_window of its first memory
   std::optional<std::uint64_t> device_total_bytes;  // smallest total of the GPUs it used
   std::optional<std::uint64_t> device_used_before_bytes;
   std::optional<std::uint64_t> device_peak_used_bytes;
@@ -212,8 +215,7 @@ bool mentions(const std::vector<std::string>& argv, std::string_view key);
 // within `max_runs` runs.
 class MaxBatchSearch {
  public:
-  MaxBatchSearch(std::int64_t start, std::int64_t limit, std::int64_t granularity,
-                 int max_runs);
+  MaxBatchSearch(std::int64_t start, std::int64_t limit, std::int64_t granularity, int max_runs);
   // The next batch to try, or nullopt when the search is over.
   std::optional<std::int64_t> next() const;
   void report(std::int64_t batch, bool ran);

@@ -1,6 +1,8 @@
 // `dlprobe run [options] -- CMD ARGS...`: runs any workload (a training script, a container) and
 // measures it from outside; sweeps and --max-batch run one process per point. Results: a table on
-// stdout, JSON (--json, rewritten after every point so an interrupted sweep keeps what it has).
+// stdout, the shared results file (--json, dlprobe.results/1) and the run's own detail
+// (--details-json, dlprobe.run/1: output tails, time line, max-batch searches), both rewritten
+// after every point so that an interrupted sweep keeps what it has.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -13,8 +15,10 @@
 
 #include "commands.h"
 #include "dlprobe/log.h"
+#include "dlprobe/results_writer.h"
 #include "dlprobe/run.h"
 #include "dlprobe/units.h"
+#include "run_results.h"
 
 namespace dlprobe::cli {
 
@@ -23,7 +27,8 @@ namespace {
 using namespace std::chrono_literals;
 
 std::atomic<int> g_interrupts{0};
-static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free counter");
+static_assert(std::atomic<int>::is_always_lock_free,
+              "the signal handler needs a lock-free counter");
 
 void on_signal(int) {
   g_interrupts.fetch_add(1);
@@ -46,6 +51,7 @@ struct RunFlags {
   std::string max_batch_runs = "12";
   std::string log_dir;
   std::string json;
+  std::string details_json;
   std::string gpus;
   std::string interval = "100ms";
   bool quiet = false;
@@ -100,8 +106,8 @@ Result<Plan> plan_from(const RunFlags& f) {
     }
     keys.push_back(axis.key);
     if (!run::mentions(f.command, axis.key)) {
-      return invalid_argument(fmt::format(
-          "--sweep {}: '{{{}}}' does not appear in the command", axis.key, axis.key));
+      return invalid_argument(
+          fmt::format("--sweep {}: '{{{}}}' does not appear in the command", axis.key, axis.key));
     }
     p.axes.push_back(std::move(axis));
   }
@@ -119,16 +125,16 @@ Result<Plan> plan_from(const RunFlags& f) {
                              parse_int(f.max_batch_limit, "--max-batch-limit", 1, 1LL << 40));
     DLPROBE_ASSIGN_OR_RETURN(p.mb_step,
                              parse_int(f.max_batch_step, "--max-batch-step", 1, 1LL << 30));
-    DLPROBE_ASSIGN_OR_RETURN(auto runs,
-                             parse_int(f.max_batch_runs, "--max-batch-runs", 1, 100));
+    DLPROBE_ASSIGN_OR_RETURN(auto runs, parse_int(f.max_batch_runs, "--max-batch-runs", 1, 100));
     p.mb_runs = static_cast<int>(runs);
     if (p.mb_limit < p.mb_start) {
       return invalid_argument("--max-batch-limit: below --max-batch-start");
     }
   } else if (run::mentions(f.command, "batch") &&
              std::find(keys.begin(), keys.end(), "batch") == keys.end()) {
-    log_warn("'{{batch}}' appears in the command but neither --sweep batch=... nor --max-batch "
-             "is given; it is passed on as written");
+    log_warn(
+        "'{{batch}}' appears in the command but neither --sweep batch=... nor --max-batch "
+        "is given; it is passed on as written");
   }
   p.base.echo = !f.quiet;
   return p;
@@ -151,7 +157,8 @@ std::string shell_join(const std::vector<std::string>& args) {
 
 class Runner {
  public:
-  Runner(const RunFlags& flags, Plan plan) : flags_(flags), plan_(std::move(plan)) {
+  Runner(const RunFlags& flags, Plan plan, std::vector<std::string> command_line)
+      : flags_(flags), plan_(std::move(plan)), command_line_(std::move(command_line)) {
     report_.command = flags.command;
     report_.shell = flags.shell;
     report_.started_at = utc_now();
@@ -180,7 +187,8 @@ class Runner {
     o.nvml = nvml_;
     o.subreaper = subreaper_;
     o.interrupt = &g_interrupts;
-    const std::string label = params.empty() ? "" : fmt::format(" {}", fmt::join(labels(params), " "));
+    const std::string label =
+        params.empty() ? "" : fmt::format(" {}", fmt::join(labels(params), " "));
     std::fprintf(stderr, "dlprobe run [%d]%s: %s\n", index_, label.c_str(),
                  shell_join(o.argv).c_str());
     DLPROBE_ASSIGN_OR_RETURN(auto result, run::run_workload(o));
@@ -195,7 +203,8 @@ class Runner {
     }
     report_.runs.push_back(result);
     if (result.outcome == run::Outcome::interrupted) report_.interrupted = true;
-    DLPROBE_RETURN_IF_ERROR(write_json());
+    if (writer_) DLPROBE_RETURN_IF_ERROR(writer_->add(to_configuration(result, command_text())));
+    DLPROBE_RETURN_IF_ERROR(write_details());
     return result;
   }
 
@@ -205,22 +214,14 @@ class Runner {
     return out;
   }
 
-  Status write_json() {
-    if (flags_.json.empty()) return Status::ok();
-    // Written to a temporary file and renamed, so a reader never sees half a file.
-    const std::string tmp = flags_.json + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << run::report_json(report_);
-      if (!out) return error(Errc::io_error, fmt::format("--json: cannot write '{}'", tmp));
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, flags_.json, ec);
-    if (ec) {
-      return error(Errc::io_error,
-                   fmt::format("--json: cannot write '{}': {}", flags_.json, ec.message()));
-    }
-    return Status::ok();
+  std::string command_text() const {
+    return (flags_.shell ? "sh -c " : "") + shell_join(flags_.command);
+  }
+
+  Status write_details() {
+    if (flags_.details_json.empty()) return Status::ok();
+    return results::write_file_atomic(flags_.details_json, run::report_json(report_))
+        .with_context("--details-json");
   }
 
   Status search_max_batch(const std::map<std::string, std::string>& outer) {
@@ -239,8 +240,8 @@ class Runner {
       if (!ran && r.outcome != run::Outcome::oom) {
         // Some stacks fail without an OOM message when memory runs out (cuDNN workspace
         // errors), so the search treats any failure as "too large" but says so.
-        outcome.note = fmt::format("batch {} failed without an out-of-memory message ({})",
-                                   *batch, run::outcome_name(r.outcome));
+        outcome.note = fmt::format("batch {} failed without an out-of-memory message ({})", *batch,
+                                   run::outcome_name(r.outcome));
       }
       search.report(*batch, ran);
     }
@@ -249,11 +250,25 @@ class Runner {
     outcome.converged = search.converged();
     outcome.runs = search.runs();
     if (!outcome.converged && outcome.note.empty() && outcome.largest_ok) {
-      outcome.note = search.runs() >= plan_.mb_runs ? "--max-batch-runs reached"
-                                                    : "--max-batch-limit reached";
+      outcome.note =
+          search.runs() >= plan_.mb_runs ? "--max-batch-runs reached" : "--max-batch-limit reached";
+    }
+    if (writer_) {
+      results::Finding f;
+      f.id = "max_batch";
+      f.severity = results::Severity::info;
+      f.message = outcome.largest_ok
+                      ? fmt::format("Largest batch that ran: {}", *outcome.largest_ok)
+                      : "No batch ran";
+      f.evidence = fmt::format(
+          "{}{} runs{}{}", outer.empty() ? "" : fmt::format("{}; ", fmt::join(labels(outer), " ")),
+          outcome.runs,
+          outcome.smallest_failed ? fmt::format(", batch {} failed", *outcome.smallest_failed) : "",
+          outcome.note.empty() ? "" : "; " + outcome.note);
+      DLPROBE_RETURN_IF_ERROR(writer_->add_finding(std::move(f)));
     }
     report_.max_batch.push_back(std::move(outcome));
-    return write_json();
+    return write_details();
   }
 
   // Batch-sweep findings for each group of runs that differ only in batch.
@@ -292,6 +307,11 @@ class Runner {
     } else {
       log_warn("no GPU telemetry: {}", lib.status().message());
     }
+    if (!flags_.json.empty()) {
+      auto writer = results::ResultsWriter::create(flags_.json, run_context(command_line_, nvml_));
+      if (!writer) return report_error(writer.status().with_context("--json"));
+      writer_ = std::move(writer).value();
+    }
     if (Status s = run::become_subreaper(); s) {
       subreaper_ = true;
     } else {
@@ -320,7 +340,12 @@ class Runner {
     sigaction(SIGTERM, &old_term, nullptr);
     if (g_interrupts.load() > 0) report_.interrupted = true;
     sweep_findings();
-    if (Status s = write_json(); !s && status) status = s;
+    if (writer_) {
+      for (const auto& f : report_.sweep_findings) {
+        if (Status s = writer_->add_finding(to_results_finding(f)); !s && status) status = s;
+      }
+    }
+    if (Status s = write_details(); !s && status) status = s;
     std::fflush(stderr);
     std::fputs(run::report_table(report_).c_str(), stdout);
     std::fflush(stdout);
@@ -347,17 +372,29 @@ class Runner {
  private:
   const RunFlags& flags_;
   Plan plan_;
+  std::vector<std::string> command_line_;
+  std::optional<results::ResultsWriter> writer_;
   run::RunReport report_;
   std::shared_ptr<nvml::Library> nvml_;
   bool subreaper_ = false;
   int index_ = 0;
 };
 
-int run_run(const RunFlags& flags) {
+// The command line exactly as typed, for the results' context: main() does not hand argv to
+// subcommands, and /proc keeps it.
+std::vector<std::string> own_command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> out;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) out.push_back(arg);
+  return out;
+}
+
+int run_run(const RunFlags& flags, const std::vector<std::string>& command_line) {
   auto plan = plan_from(flags);
   if (!plan) return report_error(plan.status());
   g_interrupts = 0;
-  Runner runner(flags, std::move(plan).value());
+  Runner runner(flags, std::move(plan).value(), command_line);
   return runner.run_all();
 }
 
@@ -398,12 +435,16 @@ Command add_run_command(CLI::App& app) {
                   "At most this many runs per search (default 12)");
   sub->add_option("--log-dir", flags->log_dir, "Keep each run's full stdout and stderr here");
   sub->add_option("--json", flags->json,
-                  "Write the results as JSON (schema dlprobe.run/1), rewritten after every run");
+                  "Write the results file (schema dlprobe.results/1, for report and compare), "
+                  "rewritten after every run");
+  sub->add_option("--details-json", flags->details_json,
+                  "Write everything run measured (schema dlprobe.run/1: output tails, time line, "
+                  "max-batch searches)");
   sub->add_option("--gpu", flags->gpus, "GPU indices to watch, e.g. 0,1 (default: all)");
   sub->add_option("-i,--interval", flags->interval, "Sampling interval (default 100ms)");
   sub->add_flag("-q,--quiet", flags->quiet, "Do not pass the workload's output through");
   sub->add_option("command", flags->command, "The workload, after '--'")->expected(-1);
-  return {sub, [flags] { return run_run(*flags); }};
+  return {sub, [flags] { return run_run(*flags, own_command_line()); }};
 }
 
 }  // namespace dlprobe::cli

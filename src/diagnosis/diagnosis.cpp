@@ -15,8 +15,8 @@ double gib(std::uint64_t bytes) {
 }
 
 bool is_half(const std::string& p) {
-  return p == "fp16" || p == "bf16" || p == "float16" || p == "bfloat16" ||
-         p == "mixed_float16" || p == "mixed_bfloat16";
+  return p == "fp16" || p == "bf16" || p == "float16" || p == "bfloat16" || p == "mixed_float16" ||
+         p == "mixed_bfloat16";
 }
 
 void input_rules(const RunFacts& f, std::vector<Finding>& out) {
@@ -258,7 +258,9 @@ std::vector<Finding> diagnose_run(const RunFacts& facts) {
   precision_rules(facts, out);
   clock_rules(facts, out);
   if (facts.no_gpu_telemetry) {
-    out.push_back({"no_gpu_telemetry", Severity::info, "No GPU telemetry for this run",
+    out.push_back({"no_gpu_telemetry",
+                   Severity::info,
+                   "No GPU telemetry for this run",
                    "NVML could not be opened, so GPU memory, utilisation and clocks are missing",
                    "Run on the GPU host with the NVIDIA driver (dlprobe doctor says what is "
                    "missing)",
@@ -278,29 +280,33 @@ std::vector<Finding> diagnose_batch_sweep(const std::vector<SweepPointFacts>& po
   std::sort(ran.begin(), ran.end(), [](auto& a, auto& b) { return a.batch < b.batch; });
 
   if (smallest_oom) {
-    Finding f{"oom_batch", Severity::info,
-              fmt::format("Out of memory from batch {}", *smallest_oom), "", "", {}};
+    Finding f{"oom_batch",
+              Severity::info,
+              fmt::format("Out of memory from batch {}", *smallest_oom),
+              "",
+              "",
+              {}};
     f.numbers["smallest_oom_batch"] = static_cast<double>(*smallest_oom);
     std::optional<std::int64_t> largest_ok;
     for (const auto& p : ran) {
       if (p.batch < *smallest_oom) largest_ok = p.batch;
     }
     if (largest_ok) {
-      f.evidence = fmt::format("batch {} ran, batch {} ran out of memory", *largest_ok,
-                               *smallest_oom);
+      f.evidence =
+          fmt::format("batch {} ran, batch {} ran out of memory", *largest_ok, *smallest_oom);
       f.numbers["largest_ok_batch"] = static_cast<double>(*largest_ok);
     } else {
       f.evidence = fmt::format("no batch below {} ran", *smallest_oom);
     }
-    f.fix = "Use at most the largest batch that ran, or cut activation memory (mixed precision, "
-            "checkpointing) to go further";
+    f.fix =
+        "Use at most the largest batch that ran, or cut activation memory (mixed precision, "
+        "checkpointing) to go further";
     out.push_back(std::move(f));
   }
   if (ran.size() < 2) return out;
 
-  const auto best = std::max_element(ran.begin(), ran.end(), [](auto& a, auto& b) {
-    return *a.items_per_s < *b.items_per_s;
-  });
+  const auto best = std::max_element(
+      ran.begin(), ran.end(), [](auto& a, auto& b) { return *a.items_per_s < *b.items_per_s; });
   const double max_rate = *best->items_per_s;
   const auto& last = ran.back();
   const auto& before = ran[ran.size() - 2];

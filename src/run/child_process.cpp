@@ -52,7 +52,8 @@ std::string describe_exit(const ExitInfo& info) {
 
 Status become_subreaper() {
   if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
-    return error(Errc::api_error, fmt::format("prctl(PR_SET_CHILD_SUBREAPER): {}", strerror(errno)));
+    return error(Errc::api_error,
+                 fmt::format("prctl(PR_SET_CHILD_SUBREAPER): {}", strerror(errno)));
   }
   return Status::ok();
 }
@@ -157,8 +158,9 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::spawn(const SpawnOptions& op
     waitpid(pid, &status, 0);
     child->exit_ = ExitInfo{WIFEXITED(status) ? std::optional(WEXITSTATUS(status)) : std::nullopt,
                             std::nullopt, false};
-    return error(exec_errno == ENOENT ? Errc::not_found : Errc::api_error,
-                 fmt::format("cannot execute '{}': {}", options.argv.front(), strerror(exec_errno)));
+    return error(
+        exec_errno == ENOENT ? Errc::not_found : Errc::api_error,
+        fmt::format("cannot execute '{}': {}", options.argv.front(), strerror(exec_errno)));
   }
   return child;
 }

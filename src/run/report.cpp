@@ -19,12 +19,9 @@ json opt(const std::optional<T>& v) {
 }
 
 json finding_json(const diagnosis::Finding& f) {
-  return {{"id", f.id},
-          {"severity", diagnosis::severity_name(f.severity)},
-          {"title", f.title},
-          {"evidence", f.evidence},
-          {"fix", f.fix},
-          {"numbers", f.numbers}};
+  return {{"id", f.id},       {"severity", diagnosis::severity_name(f.severity)},
+          {"title", f.title}, {"evidence", f.evidence},
+          {"fix", f.fix},     {"numbers", f.numbers}};
 }
 
 json run_json(const RunResult& r) {
@@ -57,9 +54,8 @@ json run_json(const RunResult& r) {
       {"launch_error", r.launch_error.empty() ? json(nullptr) : json(r.launch_error)},
       {"wall_s", r.wall_s},
       {"end_marker", r.end_marker},
-      {"oom",
-       r.oom ? json{{"framework", framework_name(r.oom->framework)}, {"line", r.oom->line}}
-             : json(nullptr)},
+      {"oom", r.oom ? json{{"framework", framework_name(r.oom->framework)}, {"line", r.oom->line}}
+                    : json(nullptr)},
       {"error_line", opt(r.error_line)},
       {"throughput",
        {{"items_per_s", opt(s.items_per_s)},
@@ -166,9 +162,9 @@ std::string report_json(const RunReport& report) {
 }
 
 std::string report_table(const RunReport& report) {
-  std::string out = fmt::format("{:<24} {:<12} {:>10} {:>11} {:>10} {:>11}  {}\n", "point",
-                                "status", "items/s", "median ms", "GPU MiB", "fw peak MiB",
-                                "findings");
+  std::string out =
+      fmt::format("{:<24} {:<12} {:>10} {:>11} {:>10} {:>11}  {}\n", "point", "status", "items/s",
+                  "median ms", "GPU MiB", "fw peak MiB", "findings");
   for (const auto& r : report.runs) {
     std::vector<std::string> ids;
     for (const auto& f : r.findings) ids.push_back(f.id);
@@ -189,13 +185,11 @@ std::string report_table(const RunReport& report) {
   }
   if (device_wide) out += "* device-wide: the workload's processes were not visible to NVML\n";
   for (const auto& m : report.max_batch) {
-    out += fmt::format("max batch{}: {}{}{}\n",
-                       m.params.empty() ? "" : " (" + params_text(m.params) + ")",
-                       m.largest_ok ? std::to_string(*m.largest_ok) : "none ran",
-                       m.smallest_failed
-                           ? fmt::format(" (batch {} failed)", *m.smallest_failed)
-                           : "",
-                       m.note.empty() ? "" : "; " + m.note);
+    out += fmt::format(
+        "max batch{}: {}{}{}\n", m.params.empty() ? "" : " (" + params_text(m.params) + ")",
+        m.largest_ok ? std::to_string(*m.largest_ok) : "none ran",
+        m.smallest_failed ? fmt::format(" (batch {} failed)", *m.smallest_failed) : "",
+        m.note.empty() ? "" : "; " + m.note);
   }
   // A note that every run of a sweep shares (no telemetry) is said once.
   std::set<std::pair<std::string, std::string>> said;

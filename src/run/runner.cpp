@@ -45,7 +45,7 @@ struct RawPoint {
   std::map<unsigned, std::uint64_t> new_bytes;
   std::map<unsigned, std::uint64_t> device_bytes;
   bool tree_rows_without_bytes = false;
-  std::map<unsigned, double> util;          // per GPU
+  std::map<unsigned, double> util;           // per GPU
   std::map<unsigned, std::uint64_t> events;  // clock-event reasons per GPU
   std::map<unsigned, double> power;
 };
@@ -286,10 +286,10 @@ void Run::take_ticks() {
   for (const monitor::Tick& tick : queue_.take()) {
     RawPoint raw;
     TelemetryPoint& p = raw.point;
-    p.t_s = static_cast<double>(tick.timestamp_ns -
-                                std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    start_.time_since_epoch())
-                                    .count()) /
+    p.t_s = static_cast<double>(
+                tick.timestamp_ns -
+                std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch())
+                    .count()) /
             1e9;
     p.host_cpu_pct = last_reading_.cpu_pct;
     p.busiest_process_cpu_pct = last_reading_.busiest_cpu_pct;
@@ -462,7 +462,7 @@ void Run::compute_gpu_figures() {
     any_new = any_new || !raw.new_bytes.empty();
     rows_without_bytes = rows_without_bytes || raw.tree_rows_without_bytes;
   }
-  g.attribution = any_tree ? Attribution::process_tree
+  g.attribution = any_tree  ? Attribution::process_tree
                   : any_new ? Attribution::new_processes
                             : Attribution::device_wide;
   if (!any_tree && rows_without_bytes) {
@@ -593,10 +593,10 @@ void Run::compute_host_figures() {
     // Without GPU telemetry the time line is the host's.
     for (const auto& reading : host_readings_) {
       TelemetryPoint p;
-      p.t_s = static_cast<double>(reading.timestamp_ns -
-                                  std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                      start_.time_since_epoch())
-                                      .count()) /
+      p.t_s = static_cast<double>(
+                  reading.timestamp_ns -
+                  std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch())
+                      .count()) /
               1e9;
       p.host_cpu_pct = reading.cpu_pct;
       p.busiest_process_cpu_pct = reading.busiest_cpu_pct;

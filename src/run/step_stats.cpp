@@ -1,21 +1,15 @@
-// Step statistics of a run. The project's statistics library (include/dlprobe/statistics.h) is
-// being written on another branch; until it is merged, the one order statistic needed here lives
-// in this file, so switching over touches only `quantile`.
+// Step statistics of a run; order statistics come from the project's statistics library.
 #include <algorithm>
-#include <cmath>
 
 #include "dlprobe/run.h"
+#include "dlprobe/statistics.h"
 
 namespace dlprobe::run {
 
 namespace {
 
-// Linear interpolation between closest ranks (numpy's default), `sorted` non-empty.
 double quantile(const std::vector<double>& sorted, double q) {
-  const double pos = q * static_cast<double>(sorted.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(pos));
-  const auto hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+  return stats::percentile_sorted(sorted, q);
 }
 
 }  // namespace
@@ -30,8 +24,8 @@ StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vecto
   std::optional<double> warmup_end_s;  // arrival of the last warm-up step
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const StepRecord& r = steps[i];
-    const bool warm = marked ? r.warmup.value_or(false)
-                             : static_cast<std::int64_t>(i) < warmup_steps;
+    const bool warm =
+        marked ? r.warmup.value_or(false) : static_cast<std::int64_t>(i) < warmup_steps;
     if (warm) {
       ++s.warmup_dropped;
       warmup_end_s = r.arrival_s;
@@ -87,6 +81,12 @@ StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vecto
       }
     }
     if (all_batched) s.items = items;
+    if (all_timed && all_batched) {
+      for (const auto* r : measured) {
+        s.step_seconds.push_back(*r->step_time_s);
+        s.step_items.push_back(static_cast<double>(r->batch ? *r->batch : *default_batch));
+      }
+    }
     if (s.items && s.elapsed_s && *s.elapsed_s > 0) {
       s.items_per_s = *s.items / *s.elapsed_s;
       s.throughput_source = "steps";

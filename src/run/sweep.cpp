@@ -11,7 +11,8 @@ namespace dlprobe::run {
 Result<SweepAxis> parse_sweep(std::string_view text) {
   const auto eq = text.find('=');
   if (eq == std::string_view::npos || eq == 0) {
-    return invalid_argument(fmt::format("--sweep: '{}' is not KEY=V1,V2,... (e.g. batch=16,32)", text));
+    return invalid_argument(
+        fmt::format("--sweep: '{}' is not KEY=V1,V2,... (e.g. batch=16,32)", text));
   }
   SweepAxis axis;
   axis.key = std::string(text.substr(0, eq));

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "dlprobe/results.h"
 #include "monitor/fake_script.h"
 
 namespace {
@@ -84,7 +85,7 @@ class RunCli : public ::testing::Test {
 };
 
 TEST_F(RunCli, SweepGoesOnAfterAnOomInTheMiddle) {
-  const auto o = dlprobe({"run", "-q", "--json", path("r.json"), "--warmup-steps", "2",
+  const auto o = dlprobe({"run", "-q", "--details-json", path("r.json"), "--warmup-steps", "2",
                           "--sweep", "batch=16,64,32", "--", DLPROBE_FAKE_WORKLOAD, "--batch",
                           "{batch}", "--oom-at-batch", "48", "--steps", "8", "--step-ms", "2"});
   EXPECT_EQ(o.code, 1) << o.err;  // one point failed
@@ -106,10 +107,26 @@ TEST_F(RunCli, SweepGoesOnAfterAnOomInTheMiddle) {
 }
 
 TEST_F(RunCli, TwoSweepsRunEveryCombinationAndSetEnvironment) {
-  const auto o = dlprobe({"run", "-q", "--json", path("r.json"), "--sweep", "batch=8,16",
-                          "--sweep", "steps=3,4", "--shell", "--", "test",
-                          "\"$DLPROBE_BATCH\" = {batch}", "&&", DLPROBE_FAKE_WORKLOAD,
-                          "--batch", "{batch}", "--steps", "{steps}", "--step-ms", "1"});
+  const auto o = dlprobe({"run",
+                          "-q",
+                          "--details-json",
+                          path("r.json"),
+                          "--sweep",
+                          "batch=8,16",
+                          "--sweep",
+                          "steps=3,4",
+                          "--shell",
+                          "--",
+                          "test",
+                          "\"$DLPROBE_BATCH\" = {batch}",
+                          "&&",
+                          DLPROBE_FAKE_WORKLOAD,
+                          "--batch",
+                          "{batch}",
+                          "--steps",
+                          "{steps}",
+                          "--step-ms",
+                          "1"});
   EXPECT_EQ(o.code, 0) << o.err;
   const json r = results();
   ASSERT_EQ(r["runs"].size(), 4u);
@@ -119,10 +136,10 @@ TEST_F(RunCli, TwoSweepsRunEveryCombinationAndSetEnvironment) {
 }
 
 TEST_F(RunCli, MaxBatchBisects) {
-  const auto o = dlprobe({"run", "-q", "--json", path("r.json"), "--max-batch",
-                          "--max-batch-start", "8", "--max-batch-runs", "12", "--",
-                          DLPROBE_FAKE_WORKLOAD, "--batch", "{batch}", "--oom-at-batch", "100",
-                          "--steps", "3", "--step-ms", "1"});
+  const auto o =
+      dlprobe({"run", "-q", "--details-json", path("r.json"), "--max-batch", "--max-batch-start",
+               "8", "--max-batch-runs", "12", "--", DLPROBE_FAKE_WORKLOAD, "--batch", "{batch}",
+               "--oom-at-batch", "100", "--steps", "3", "--step-ms", "1"});
   EXPECT_EQ(o.code, 0) << o.err;
   const json r = results();
   ASSERT_EQ(r["max_batch"].size(), 1u);
@@ -134,10 +151,10 @@ TEST_F(RunCli, MaxBatchBisects) {
 }
 
 TEST_F(RunCli, MaxBatchBoundedByRuns) {
-  const auto o = dlprobe({"run", "-q", "--json", path("r.json"), "--max-batch",
-                          "--max-batch-start", "1", "--max-batch-runs", "4", "--",
-                          DLPROBE_FAKE_WORKLOAD, "--batch", "{batch}", "--steps", "1",
-                          "--step-ms", "1"});
+  const auto o =
+      dlprobe({"run", "-q", "--details-json", path("r.json"), "--max-batch", "--max-batch-start",
+               "1", "--max-batch-runs", "4", "--", DLPROBE_FAKE_WORKLOAD, "--batch", "{batch}",
+               "--steps", "1", "--step-ms", "1"});
   EXPECT_EQ(o.code, 0) << o.err;
   const json r = results();
   EXPECT_EQ(r["runs"].size(), 4u);
@@ -148,9 +165,10 @@ TEST_F(RunCli, MaxBatchBoundedByRuns) {
 
 TEST_F(RunCli, CtrlCStopsTheWorkloadAndKeepsResults) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto o = dlprobe({"run", "-q", "--json", path("r.json"), "--sweep", "batch=4,8", "--",
-                          DLPROBE_FAKE_WORKLOAD, "--batch", "{batch}", "--steps", "3", "--hang"},
-                         1000ms);
+  const auto o =
+      dlprobe({"run", "-q", "--details-json", path("r.json"), "--sweep", "batch=4,8", "--",
+               DLPROBE_FAKE_WORKLOAD, "--batch", "{batch}", "--steps", "3", "--hang"},
+              1000ms);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 8s);
   EXPECT_EQ(o.code, 1) << o.err;
   const json r = results();
@@ -163,7 +181,7 @@ TEST_F(RunCli, CtrlCStopsTheWorkloadAndKeepsResults) {
 }
 
 TEST_F(RunCli, TimeoutAndLogDir) {
-  const auto o = dlprobe({"run", "-q", "--json", path("r.json"), "--timeout", "500ms",
+  const auto o = dlprobe({"run", "-q", "--details-json", path("r.json"), "--timeout", "500ms",
                           "--kill-grace", "200ms", "--log-dir", path("logs"), "--",
                           DLPROBE_FAKE_WORKLOAD, "--steps", "2", "--hang"});
   EXPECT_EQ(o.code, 1);
@@ -175,10 +193,10 @@ TEST_F(RunCli, TimeoutAndLogDir) {
 }
 
 TEST_F(RunCli, ShellPipelineWithThroughputRegex) {
-  const std::string cmd = std::string(DLPROBE_FAKE_WORKLOAD) +
-                          " --regex --batch 10 --steps 6 --step-ms 2 | cat";
-  const auto o = dlprobe({"run", "-q", "--json", path("r.json"), "--shell", "--throughput-regex",
-                          "(?<ips>[0-9.]+) img/s", "--", cmd});
+  const std::string cmd =
+      std::string(DLPROBE_FAKE_WORKLOAD) + " --regex --batch 10 --steps 6 --step-ms 2 | cat";
+  const auto o = dlprobe({"run", "-q", "--details-json", path("r.json"), "--shell",
+                          "--throughput-regex", "(?<ips>[0-9.]+) img/s", "--", cmd});
   EXPECT_EQ(o.code, 0) << o.err;
   const json r = results();
   EXPECT_NEAR(r["runs"][0]["throughput"]["items_per_s"].get<double>(), 5000, 1);
@@ -196,12 +214,13 @@ TEST_F(RunCli, PassesOutputThrough) {
 TEST_F(RunCli, GpuMemoryFromTheFakeNvml) {
   const std::string procs = path("procs");
   std::ofstream(procs) << "";
-  dlprobe::testing::FakeScript script("device\nname NVIDIA H200\nmemory_total 150754820096\n"
-                                      "gpu_util 90\nmem_util 30\nmem_used 4294967296\n"
-                                      "process_file " +
-                                      procs + "\n");
+  dlprobe::testing::FakeScript script(
+      "device\nname NVIDIA H200\nmemory_total 150754820096\n"
+      "gpu_util 90\nmem_util 30\nmem_used 4294967296\n"
+      "process_file " +
+      procs + "\n");
   setenv("DLPROBE_NVML_LIBRARY", DLPROBE_FAKE_NVML, 1);
-  const auto o = dlprobe({"run", "-q", "--json", path("r.json"), "-i", "20ms", "--",
+  const auto o = dlprobe({"run", "-q", "--details-json", path("r.json"), "-i", "20ms", "--",
                           DLPROBE_FAKE_WORKLOAD, "--child", "--steps", "10", "--step-ms", "20",
                           "--gpu-file", procs, "--gpu-bytes", "3221225472"});
   unsetenv("DLPROBE_NVML_LIBRARY");
@@ -213,6 +232,67 @@ TEST_F(RunCli, GpuMemoryFromTheFakeNvml) {
   EXPECT_EQ(gpu["peak_bytes"], 3221225472u);
   EXPECT_EQ(gpu["name"], "NVIDIA H200");
   EXPECT_NE(o.out.find("3072"), std::string::npos);  // MiB in the table
+}
+
+TEST_F(RunCli, ResultsFileInTheSharedSchema) {
+  const std::string procs = path("procs");
+  std::ofstream(procs) << "";
+  dlprobe::testing::FakeScript script(
+      "device\nname NVIDIA H200\nmemory_total 150754820096\n"
+      "gpu_util 90\nmem_util 30\nmem_used 4294967296\n"
+      "sm_clock 1980\nclock_events 0x4\nprocess_file " +
+      procs + "\n");
+  setenv("DLPROBE_NVML_LIBRARY", DLPROBE_FAKE_NVML, 1);
+  const auto o = dlprobe({"run",
+                          "-q",
+                          "--json",
+                          path("results.json"),
+                          "-i",
+                          "20ms",
+                          "--warmup-steps",
+                          "2",
+                          "--sweep",
+                          "batch=16,64,32",
+                          "--",
+                          DLPROBE_FAKE_WORKLOAD,
+                          "--batch",
+                          "{batch}",
+                          "--oom-at-batch",
+                          "48",
+                          "--steps",
+                          "10",
+                          "--step-ms",
+                          "10",
+                          "--gpu-file",
+                          procs,
+                          "--gpu-bytes",
+                          "1073741824"});
+  unsetenv("DLPROBE_NVML_LIBRARY");
+  EXPECT_EQ(o.code, 1) << o.err;
+  // The strict reader of the report branch accepts it.
+  auto doc = dlprobe::results::read_file(path("results.json"));
+  ASSERT_TRUE(doc) << doc.status().message();
+  EXPECT_EQ(doc->context.gpus.size(), 1u);
+  EXPECT_EQ(doc->context.command_line.at(1), "run");
+  ASSERT_EQ(doc->configurations.size(), 3u);
+  const auto& ok = doc->configurations[0];
+  EXPECT_EQ(ok.kind, dlprobe::results::Kind::external);
+  EXPECT_EQ(ok.settings.sweep.at("batch"), "16");
+  EXPECT_EQ(ok.status, dlprobe::results::RunStatus::ok);
+  ASSERT_TRUE(ok.statistics);
+  EXPECT_EQ(ok.statistics->steps, 8u);
+  EXPECT_NEAR(ok.statistics->throughput, 1600, 1);
+  EXPECT_EQ(ok.samples.warmup_steps, 2);
+  ASSERT_TRUE(ok.memory);
+  EXPECT_EQ(ok.memory->source, "framework");
+  EXPECT_EQ(ok.memory->framework_peak_allocated_bytes, 16 << 20);
+  EXPECT_EQ(ok.memory->nvml_process_peak_bytes, 1073741824);
+  ASSERT_EQ(ok.telemetry.size(), 1u);
+  EXPECT_EQ(ok.telemetry[0].throttle_reasons, std::vector<std::string>{"sw_power_cap"});
+  EXPECT_EQ(doc->configurations[1].status, dlprobe::results::RunStatus::oom);
+  EXPECT_NE(doc->configurations[1].error.find("CUDA out of memory"), std::string::npos);
+  ASSERT_FALSE(doc->findings.empty());
+  EXPECT_EQ(doc->findings[0].id, "oom_batch");
 }
 
 TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {

@@ -101,9 +101,10 @@ int work(const Args& a) {
     if (a.regex) {
       std::printf("step %d: %.1f img/s\n", step, static_cast<double>(a.batch) / step_s);
     } else {
-      std::printf("{\"dlprobe\": {\"step\": %d, \"step_time_s\": %.6f, \"data_time_s\": %.6f, "
-                  "\"batch\": %ld, \"framework_peak_bytes\": %ld",
-                  step, step_s, a.data_ms / 1000.0, a.batch, a.batch * 1048576L);
+      std::printf(
+          "{\"dlprobe\": {\"step\": %d, \"step_time_s\": %.6f, \"data_time_s\": %.6f, "
+          "\"batch\": %ld, \"framework_peak_bytes\": %ld",
+          step, step_s, a.data_ms / 1000.0, a.batch, a.batch * 1048576L);
       if (step == 0 && !a.precision.empty()) {
         std::printf(", \"precision\": \"%s\"", a.precision.c_str());
       }
@@ -136,24 +137,42 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--steps") a.steps = std::atoi(value());
-    else if (k == "--step-ms") a.step_ms = std::atoi(value());
-    else if (k == "--data-ms") a.data_ms = std::atoi(value());
-    else if (k == "--batch") a.batch = std::atol(value());
-    else if (k == "--alloc-mib") a.alloc_mib = std::atol(value());
-    else if (k == "--child") a.child = true;
-    else if (k == "--gpu-file") a.gpu_file = value();
-    else if (k == "--gpu-bytes") a.gpu_bytes = std::atoll(value());
-    else if (k == "--oom-at-batch") a.oom_at_batch = std::atol(value());
-    else if (k == "--oom-style") a.oom_style = value();
-    else if (k == "--oom-protocol") a.oom_protocol = true;
-    else if (k == "--hang") a.hang = true;
-    else if (k == "--ignore-sigint") a.ignore_sigint = true;
-    else if (k == "--signal") a.signal = std::atoi(value());
-    else if (k == "--exit") a.exit_code = std::atoi(value());
-    else if (k == "--regex") a.regex = true;
-    else if (k == "--precision") a.precision = value();
-    else if (k == "--channels-last") a.channels_last = std::atoi(value());
+    if (k == "--steps")
+      a.steps = std::atoi(value());
+    else if (k == "--step-ms")
+      a.step_ms = std::atoi(value());
+    else if (k == "--data-ms")
+      a.data_ms = std::atoi(value());
+    else if (k == "--batch")
+      a.batch = std::atol(value());
+    else if (k == "--alloc-mib")
+      a.alloc_mib = std::atol(value());
+    else if (k == "--child")
+      a.child = true;
+    else if (k == "--gpu-file")
+      a.gpu_file = value();
+    else if (k == "--gpu-bytes")
+      a.gpu_bytes = std::atoll(value());
+    else if (k == "--oom-at-batch")
+      a.oom_at_batch = std::atol(value());
+    else if (k == "--oom-style")
+      a.oom_style = value();
+    else if (k == "--oom-protocol")
+      a.oom_protocol = true;
+    else if (k == "--hang")
+      a.hang = true;
+    else if (k == "--ignore-sigint")
+      a.ignore_sigint = true;
+    else if (k == "--signal")
+      a.signal = std::atoi(value());
+    else if (k == "--exit")
+      a.exit_code = std::atoi(value());
+    else if (k == "--regex")
+      a.regex = true;
+    else if (k == "--precision")
+      a.precision = value();
+    else if (k == "--channels-last")
+      a.channels_last = std::atoi(value());
     else {
       std::fprintf(stderr, "fake_workload: unknown argument %s\n", k.c_str());
       return 2;

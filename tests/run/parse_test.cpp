@@ -42,7 +42,7 @@ ProcStat proc(int pid, int ppid, int pgid) {
 
 TEST(TreePids, DescendantsAndGroupMembers) {
   // 10 -> 11 -> 12; 13 re-parented to init but still in group 10; 20 unrelated.
-  const std::vector<ProcStat> all{proc(1, 0, 1),   proc(10, 5, 10), proc(11, 10, 10),
+  const std::vector<ProcStat> all{proc(1, 0, 1),    proc(10, 5, 10), proc(11, 10, 10),
                                   proc(12, 11, 12), proc(13, 1, 10), proc(20, 1, 20)};
   EXPECT_EQ(tree_pids(all, {10}, 10), (std::vector<int>{10, 11, 12, 13}));
   EXPECT_EQ(tree_pids(all, {10}, 0), (std::vector<int>{10, 11, 12}));

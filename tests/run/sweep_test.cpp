@@ -30,8 +30,8 @@ TEST(Sweep, CartesianProductFirstAxisSlowest) {
 }
 
 TEST(Sweep, SubstitutesOnlyKnownKeys) {
-  const std::vector<std::string> argv{"python3", "train.py", "--batch={batch}", "{batch}x{batch}",
-                                      "print({'a': 1})", "{other}"};
+  const std::vector<std::string> argv{"python3",         "train.py",        "--batch={batch}",
+                                      "{batch}x{batch}", "print({'a': 1})", "{other}"};
   const auto out = substitute(argv, {{"batch", "64"}});
   EXPECT_EQ(out, (std::vector<std::string>{"python3", "train.py", "--batch=64", "64x64",
                                            "print({'a': 1})", "{other}"}));

@@ -80,8 +80,8 @@ TEST(RunWorkload, RegexThroughput) {
 }
 
 TEST(RunWorkload, FollowsChildrenAndHostMemory) {
-  const RunResult r = run_ok(
-      options({"--child", "--alloc-mib", "64", "--steps", "15", "--step-ms", "20"}));
+  const RunResult r =
+      run_ok(options({"--child", "--alloc-mib", "64", "--steps", "15", "--step-ms", "20"}));
   EXPECT_EQ(r.outcome, Outcome::ok);
   EXPECT_GE(r.host.max_processes, 2u);
   EXPECT_GE(r.host.rss_peak_bytes, 64ull << 20);

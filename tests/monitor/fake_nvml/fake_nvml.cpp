@@ -84,7 +84,8 @@ void reload_process_file(FakeDevice& d) {
   std::ifstream in(d.process_file);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.find_first_not_of(" \t") != std::string::npos) d.processes.push_back(process_info(line));
+    if (line.find_first_not_of(" \t") != std::string::npos)
+      d.processes.push_back(process_info(line));
   }
 }
 
