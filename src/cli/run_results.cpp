@@ -15,6 +15,15 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
+// The results serializer refuses invalid UTF-8, and a workload's output can hold any bytes: text
+// taken from it passes through nlohmann's replacing dump (U+FFFD for bad bytes) and back.
+std::string clean(const std::string& text) {
+  const nlohmann::json as_json(text);
+  return nlohmann::json::parse(
+             as_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+      .get<std::string>();
+}
+
 std::optional<results::Range> range_of(std::vector<double> v) {
   if (v.empty()) return std::nullopt;
   std::sort(v.begin(), v.end());
@@ -70,9 +79,9 @@ results::Finding to_results_finding(const diagnosis::Finding& f) {
                  : f.severity == diagnosis::Severity::warning ? results::Severity::warning
                                                               : results::Severity::info;
   out.id = f.id;
-  out.message = f.title;
-  out.evidence = f.evidence;
-  out.fix = f.fix;
+  out.message = clean(f.title);
+  out.evidence = clean(f.evidence);
+  out.fix = clean(f.fix);
   return out;
 }
 
@@ -82,7 +91,7 @@ results::Context run_context(const std::vector<std::string>& command_line,
   const auto& build = build_info();
   c.dlprobe_version = std::string(build.version);
   c.git_hash = std::string(build.git_hash);
-  c.command_line = command_line;
+  for (const auto& arg : command_line) c.command_line.push_back(clean(arg));
   c.date = results::iso8601_utc_now();
   if (auto host = doctor::read_host_info()) {
     c.hostname = host->hostname;
@@ -137,10 +146,10 @@ results::Context run_context(const std::vector<std::string>& command_line,
 results::Configuration to_configuration(const run::RunResult& r, const std::string& command) {
   results::Configuration c;
   c.kind = results::Kind::external;
-  c.settings.command = command;
-  c.settings.sweep = r.params;
+  c.settings.command = clean(command);
+  for (const auto& [k, v] : r.params) c.settings.sweep[k] = clean(v);
   c.status = status_of(r.outcome);
-  c.error = error_of(r);
+  c.error = clean(error_of(r));
   c.samples.step_seconds = r.steps.step_seconds;
   c.samples.step_items = r.steps.step_items;
   c.samples.warmup_steps = static_cast<int>(r.steps.warmup_dropped);

@@ -295,6 +295,17 @@ TEST_F(RunCli, ResultsFileInTheSharedSchema) {
   EXPECT_EQ(doc->findings[0].id, "oom_batch");
 }
 
+TEST_F(RunCli, InvalidUtf8InTheOutputStillWritesResults) {
+  const auto o = dlprobe({"run", "-q", "--json", path("results.json"), "--shell", "--",
+                          "printf 'RuntimeError: CUDA out of memory \\377\\376\\n' >&2; exit 1"});
+  EXPECT_EQ(o.code, 1) << o.err;
+  auto doc = dlprobe::results::read_file(path("results.json"));
+  ASSERT_TRUE(doc) << doc.status().message();
+  ASSERT_EQ(doc->configurations.size(), 1u);
+  EXPECT_EQ(doc->configurations[0].status, dlprobe::results::RunStatus::oom);
+  EXPECT_NE(doc->configurations[0].error.find("CUDA out of memory"), std::string::npos);
+}
+
 TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
   const std::vector<std::vector<std::string>> cases = {
       {"run"},
