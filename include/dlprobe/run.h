@@ -127,7 +127,8 @@ struct GpuFigures {
   Attribution attribution = Attribution::none;
   std::optional<std::uint64_t> peak_bytes;  // workload, per attribution, summed over GPUs
   std::optional<std::uint64_t> busiest_gpu_peak_bytes;  // on the GPU where it held the most
-  std::optional<std::uint64_t> early_peak_bytes;    // within prealloc_window of its first memory
+  std::optional<std::uint64_t> early_peak_bytes;  // within prealloc_window of its first memory
+  double prealloc_window_s = 0;
   std::optional<std::uint64_t> device_total_bytes;  // smallest total of the GPUs it used
   std::optional<std::uint64_t> device_used_before_bytes;
   std::optional<std::uint64_t> device_peak_used_bytes;

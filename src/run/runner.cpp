@@ -452,6 +452,7 @@ void Run::compute_gpu_figures() {
     if (!g.cc_major) g.cc_major = b.info.cc_major;
   }
   g.samples = raw_.size();
+  g.prealloc_window_s = std::chrono::duration<double>(o_.prealloc_window).count();
   if (!g.telemetry) return;
 
   bool any_tree = false;
@@ -660,6 +661,7 @@ diagnosis::RunFacts facts_of(const RunResult& r) {
   f.host_cores = r.host.cores;
   f.peak_gpu_bytes = r.gpu.busiest_gpu_peak_bytes;
   f.early_gpu_bytes = r.gpu.early_peak_bytes;
+  f.prealloc_window_s = r.gpu.prealloc_window_s;
   f.device_total_bytes = r.gpu.device_total_bytes;
   f.framework_peak_bytes = r.framework.peak_bytes;
   f.framework_reserved_bytes = r.framework.reserved_bytes;
