@@ -278,7 +278,9 @@ TEST(RunWorkload, DeviceWideFallbackPreallocationAndThrottling) {
   EXPECT_TRUE(has_finding(r, "gpu_memory_device_wide"));
   EXPECT_TRUE(has_finding(r, "memory_preallocated"));
   for (const auto& f : r.findings) {
-    if (f.id == "memory_preallocated") EXPECT_NE(f.evidence.find("within 5 s"), std::string::npos);
+    if (f.id == "memory_preallocated") {
+      EXPECT_NE(f.evidence.find("within 5 s"), std::string::npos);
+    }
   }
   EXPECT_TRUE(has_finding(r, "power_throttling"));
   EXPECT_DOUBLE_EQ(r.gpu.power_throttle_share, 1.0);
