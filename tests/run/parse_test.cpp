@@ -1,6 +1,10 @@
 // The pure parts of `dlprobe run`: /proc stat lines, tree membership, the line protocol, the
 // throughput regex, framework OOM messages and step statistics.
 #include <gtest/gtest.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
 
 #include "dlprobe/process_tree.h"
 #include "dlprobe/run.h"
@@ -55,14 +59,25 @@ TEST(TreeTracker, SeesOwnProcessCpu) {
   EXPECT_FALSE(first.cpu_pct.has_value());
   ASSERT_EQ(first.pids, std::vector<int>{static_cast<int>(getpid())});
   EXPECT_GT(first.rss_bytes, 0u);
-  // Burn ~100 ms of CPU.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  // Burn 150 ms of this process's CPU time (not wall time: the machine may be busy), then the
+  // tracker's figure must match CPU time over wall time within two clock ticks.
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+  };
+  const double cpu0 = cpu_now();
+  const auto wall0 = std::chrono::steady_clock::now();
   volatile double x = 0;
-  while (std::chrono::steady_clock::now() < until) x = x + 1.0;
+  while (cpu_now() - cpu0 < 0.15) x = x + 1.0;
   const auto second = tracker.poll();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   ASSERT_TRUE(second.cpu_pct.has_value());
-  EXPECT_GT(*second.cpu_pct, 30.0);
-  EXPECT_LT(*second.cpu_pct, 150.0);
+  const double expected = 100.0 * (cpu_now() - cpu0) / wall;
+  const double tick_pct = 100.0 * 2.0 / static_cast<double>(sysconf(_SC_CLK_TCK)) / wall;
+  EXPECT_NEAR(*second.cpu_pct, expected, tick_pct + 5.0);
+  EXPECT_GT(*second.cpu_pct, 0.0);
 }
 
 TEST(Protocol, StepLine) {

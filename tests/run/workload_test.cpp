@@ -149,7 +149,7 @@ TEST(RunWorkload, LaunchError) {
 
 TEST(RunWorkload, TimeoutStopsTheWholeTree) {
   auto o = options({"--child", "--steps", "2", "--hang"});
-  o.timeout = 300ms;
+  o.timeout = 1s;
   const auto t0 = std::chrono::steady_clock::now();
   const RunResult r = run_ok(o);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
@@ -160,7 +160,7 @@ TEST(RunWorkload, TimeoutStopsTheWholeTree) {
 
 TEST(RunWorkload, HangWithoutOutput) {
   auto o = options({"--steps", "2", "--hang"});
-  o.hang_after = 400ms;
+  o.hang_after = 700ms;
   o.timeout = 8s;
   const RunResult r = run_ok(o);
   EXPECT_EQ(r.outcome, Outcome::hang);
@@ -174,7 +174,7 @@ TEST(RunWorkload, InterruptForwardsSigintThenEscalates) {
   std::atomic<int> interrupt{0};
   o.interrupt = &interrupt;
   std::thread press([&] {
-    std::this_thread::sleep_for(300ms);
+    std::this_thread::sleep_for(700ms);
     interrupt = 1;
   });
   const RunResult r = run_ok(o);
@@ -189,7 +189,7 @@ TEST(RunWorkload, InterruptEndsAWorkloadThatObeysSigint) {
   std::atomic<int> interrupt{0};
   o.interrupt = &interrupt;
   std::thread press([&] {
-    std::this_thread::sleep_for(200ms);
+    std::this_thread::sleep_for(700ms);
     interrupt = 1;
   });
   const RunResult r = run_ok(o);
