@@ -168,7 +168,7 @@ TEST_F(RunCli, CtrlCStopsTheWorkloadAndKeepsResults) {
   const auto o =
       dlprobe({"run", "-q", "--details-json", path("r.json"), "--sweep", "batch=4,8", "--",
                DLPROBE_FAKE_WORKLOAD, "--batch", "{batch}", "--steps", "3", "--hang"},
-              1000ms);
+              1500ms);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 8s);
   EXPECT_EQ(o.code, 1) << o.err;
   const json r = results();
