@@ -72,7 +72,6 @@ class ChildProcess {
   const std::deque<std::string>& tail(Stream s) const {
     return s == Stream::out ? out_.tail : err_.tail;
   }
-  std::uint64_t lines(Stream s) const { return s == Stream::out ? out_.lines : err_.lines; }
 
  private:
   struct Pipe {
@@ -81,7 +80,6 @@ class ChildProcess {
     int file_fd = -1;
     std::string partial;
     std::deque<std::string> tail;
-    std::uint64_t lines = 0;
     std::uint64_t bytes = 0;
     bool last_cr = false;
   };

@@ -59,7 +59,6 @@ struct RunFacts {
   std::optional<double> prealloc_window_s;
   std::optional<std::uint64_t> device_total_bytes;
   std::optional<std::uint64_t> framework_peak_bytes;
-  std::optional<std::uint64_t> framework_reserved_bytes;
   bool attribution_device_wide = false;  // memory is the whole device's, others included
   bool no_gpu_telemetry = false;
   // Precision and layout, where the workload said.

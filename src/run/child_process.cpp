@@ -43,8 +43,8 @@ void close_fd(int& fd) {
 std::string describe_exit(const ExitInfo& info) {
   if (info.signal) {
     const char* name = sigabbrev_np(*info.signal);
-    return fmt::format("signal {} ({}{})", *info.signal, name != nullptr ? "SIG" : "?",
-                       name != nullptr ? name : "");
+    return fmt::format("signal {} ({}{}){}", *info.signal, name != nullptr ? "SIG" : "?",
+                       name != nullptr ? name : "", info.core_dumped ? ", core dumped" : "");
   }
   if (info.exit_code) return fmt::format("exit {}", *info.exit_code);
   return "running";
@@ -179,7 +179,6 @@ ChildProcess::~ChildProcess() {
 }
 
 void ChildProcess::end_line(Pipe& pipe, Stream stream, const LineSink& on_line) {
-  ++pipe.lines;
   if (on_line) on_line(stream, pipe.partial);
   if (tail_lines_ > 0) {
     pipe.tail.push_back(pipe.partial.size() > kMaxTailLine ? pipe.partial.substr(0, kMaxTailLine)

@@ -51,6 +51,7 @@ json run_json(const RunResult& r) {
       {"outcome", outcome_name(r.outcome)},
       {"exit_code", opt(r.exit.exit_code)},
       {"signal", opt(r.exit.signal)},
+      {"core_dumped", r.exit.core_dumped},
       {"launch_error", r.launch_error.empty() ? json(nullptr) : json(r.launch_error)},
       {"wall_s", r.wall_s},
       {"end_marker", r.end_marker},

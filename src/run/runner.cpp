@@ -664,7 +664,6 @@ diagnosis::RunFacts facts_of(const RunResult& r) {
   f.prealloc_window_s = r.gpu.prealloc_window_s;
   f.device_total_bytes = r.gpu.device_total_bytes;
   f.framework_peak_bytes = r.framework.peak_bytes;
-  f.framework_reserved_bytes = r.framework.reserved_bytes;
   f.attribution_device_wide =
       r.gpu.attribution == Attribution::device_wide && r.gpu.peak_bytes.value_or(0) > 0;
   f.no_gpu_telemetry = !r.gpu.telemetry && r.outcome != Outcome::launch_error;
