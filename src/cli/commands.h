@@ -30,5 +30,6 @@ int report_error(const Status& status);
 Command add_monitor_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
+Command add_run_command(CLI::App& app);
 
 }  // namespace dlprobe::cli

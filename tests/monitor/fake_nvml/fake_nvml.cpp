@@ -14,6 +14,9 @@
 //                                    answers NVML_ERROR_NOT_SUPPORTED
 //   fail API CODE                    the NVML function API returns CODE on this GPU
 //   process PID BYTES|na             a compute process (na = NVML_VALUE_NOT_AVAILABLE)
+//   process_file PATH                the process list is read from PATH at every call, one
+//                                    "PID BYTES|na" per line (a test rewrites it while a
+//                                    workload runs, with pids it only learns then)
 //   process_insufficient N           the first N process-list fills answer INSUFFICIENT_SIZE
 //   putil PID SM MEM TIMESTAMP_US    a per-process utilisation sample
 #include <cstdio>
@@ -45,6 +48,7 @@ struct FakeDevice {
   std::map<std::string, std::size_t> cursor;
   std::map<std::string, int> failures;
   std::vector<abi::ProcessInfoV2> processes;
+  std::string process_file;
   int process_insufficient = 0;
   std::vector<Putil> putil;
 };
@@ -61,6 +65,28 @@ struct State {
 State& state() {
   static State s;
   return s;
+}
+
+abi::ProcessInfoV2 process_info(const std::string& text) {
+  std::istringstream f(text);
+  abi::ProcessInfoV2 info{};
+  std::string used;
+  f >> info.pid >> used;
+  info.usedGpuMemory = used == "na" ? abi::kValueNotAvailable : std::stoull(used);
+  info.gpuInstanceId = 0xFFFFFFFFU;
+  info.computeInstanceId = 0xFFFFFFFFU;
+  return info;
+}
+
+void reload_process_file(FakeDevice& d) {
+  if (d.process_file.empty()) return;
+  d.processes.clear();
+  std::ifstream in(d.process_file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t") != std::string::npos)
+      d.processes.push_back(process_info(line));
+  }
 }
 
 abi::Return load_script(State& s) {
@@ -97,14 +123,9 @@ abi::Return load_script(State& s) {
       f >> api >> code;
       s.devices.back().failures[api] = code;
     } else if (key == "process") {
-      std::istringstream f(rest);
-      abi::ProcessInfoV2 info{};
-      std::string used;
-      f >> info.pid >> used;
-      info.usedGpuMemory = used == "na" ? abi::kValueNotAvailable : std::stoull(used);
-      info.gpuInstanceId = 0xFFFFFFFFU;
-      info.computeInstanceId = 0xFFFFFFFFU;
-      s.devices.back().processes.push_back(info);
+      s.devices.back().processes.push_back(process_info(rest));
+    } else if (key == "process_file") {
+      s.devices.back().process_file = rest;
     } else if (key == "process_insufficient") {
       s.devices.back().process_insufficient = std::atoi(rest.c_str());
     } else if (key == "putil") {
@@ -208,6 +229,7 @@ abi::Return process_list(abi::Device device, const char* api, unsigned* count, I
   FakeDevice* d = dev_of(device);
   if (abi::Return rc = enter(d, api); rc != abi::kSuccess) return rc;
   if (count == nullptr) return abi::kErrorInvalidArgument;
+  reload_process_file(*d);
   const auto n = static_cast<unsigned>(d->processes.size());
   // Scripted races: processes that start between the size query and the fill.
   if (*count > 0 && d->process_insufficient > 0) {

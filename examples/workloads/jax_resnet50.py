@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""ResNet-50 training steps in JAX/Flax (linen) with bf16 compute on synthetic on-device input,
+printing the dlprobe line protocol (docs/external.md).
+
+    dlprobe run -- python3 jax_resnet50.py --batch 256
+
+JAX preallocates 75% of the GPU at start unless XLA_PYTHON_CLIENT_PREALLOCATE=false; dlprobe run
+reports that (memory_preallocated) and reads the real peak from the figures printed here.
+"""
+import argparse
+import functools
+import json
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+
+def emit(**fields):
+    print(json.dumps({"dlprobe": fields}), flush=True)
+
+
+class Bottleneck(nn.Module):
+    width: int
+    stride: int
+    dtype: jnp.dtype
+
+    @nn.compact
+    def __call__(self, x, train):
+        conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype)
+        norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9,
+                                 dtype=self.dtype)
+        y = nn.relu(norm()(conv(self.width, (1, 1))(x)))
+        y = nn.relu(norm()(conv(self.width, (3, 3), (self.stride, self.stride))(y)))
+        y = norm(scale_init=nn.initializers.zeros)(conv(self.width * 4, (1, 1))(y))
+        if x.shape[-1] != self.width * 4 or self.stride != 1:
+            x = norm()(conv(self.width * 4, (1, 1), (self.stride, self.stride))(x))
+        return nn.relu(x + y)
+
+
+class ResNet50(nn.Module):
+    classes: int = 1000
+    dtype: jnp.dtype = jnp.bfloat16
+
+    @nn.compact
+    def __call__(self, x, train=True):
+        x = nn.Conv(64, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], use_bias=False,
+                    dtype=self.dtype)(x)
+        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9,
+                                 dtype=self.dtype)(x))
+        x = nn.max_pool(x, (3, 3), (2, 2), padding="SAME")
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                x = Bottleneck(width, stride if i == 0 else 1, self.dtype)(x, train)
+        x = jnp.mean(x, axis=(1, 2))
+        return nn.Dense(self.classes, dtype=jnp.float32)(x)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--image-size", type=int, default=224)
+    args = p.parse_args()
+
+    model = ResNet50()
+    key = jax.random.PRNGKey(0)
+    # NHWC, XLA's layout for GPU convolutions.
+    x = jax.random.normal(key, (args.batch, args.image_size, args.image_size, 3), jnp.bfloat16)
+    y = jax.random.randint(key, (args.batch,), 0, 1000)
+    variables = model.init(key, x[:1], train=False)
+    params, stats = variables["params"], variables["batch_stats"]
+    momentum = jax.tree_util.tree_map(jnp.zeros_like, params)
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1, 2))
+    def train_step(params, stats, momentum, x, y):
+        def loss_fn(p):
+            logits, updates = model.apply({"params": p, "batch_stats": stats}, x, train=True,
+                                          mutable=["batch_stats"])
+            onehot = jax.nn.one_hot(y, 1000)
+            loss = -jnp.mean(jnp.sum(onehot * jax.nn.log_softmax(logits), axis=-1))
+            return loss, updates["batch_stats"]
+
+        (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        # SGD with momentum by hand, so the script needs nothing beyond jax and flax.
+        momentum = jax.tree_util.tree_map(lambda m, g: 0.9 * m + g, momentum, grads)
+        params = jax.tree_util.tree_map(lambda w, m: w - 0.1 * m, params, momentum)
+        return params, new_stats, momentum, loss
+
+    dev = jax.devices()[0]
+    emit(framework="jax", model="resnet50", precision="bf16", channels_last=True,
+         warmup_steps=args.warmup, batch=args.batch)
+    try:
+        for i in range(args.warmup + args.steps):
+            t0 = time.perf_counter()
+            params, stats, momentum, loss = train_step(params, stats, momentum, x, y)
+            loss.block_until_ready()
+            dt = time.perf_counter() - t0
+            mem = dev.memory_stats() or {}
+            fields = dict(step=i, step_time_s=dt, data_time_s=0.0, batch=args.batch,
+                          warmup=i < args.warmup)
+            if "peak_bytes_in_use" in mem:
+                fields["framework_peak_bytes"] = mem["peak_bytes_in_use"]
+            if "bytes_reserved" in mem:
+                fields["framework_reserved_bytes"] = mem["bytes_reserved"]
+            elif "bytes_limit" in mem:
+                fields["framework_reserved_bytes"] = mem["bytes_limit"]
+            emit(**fields)
+    except Exception as e:  # XlaRuntimeError's module moved between jaxlib versions
+        if "RESOURCE_EXHAUSTED" in str(e):
+            emit(oom=True, framework="jax", message=str(e).splitlines()[0])
+        raise
+    emit(end=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

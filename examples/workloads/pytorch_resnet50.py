@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""ResNet-50 training steps in PyTorch on synthetic on-device input, printing the dlprobe line
+protocol (docs/external.md) so that `dlprobe run` measures it.
+
+    dlprobe run -- python3 pytorch_resnet50.py --batch 256 --amp bf16 --channels-last
+
+The model is written here (no torchvision needed) with torchvision's ResNet-50 v1.5 layout.
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def emit(**fields):
+    print(json.dumps({"dlprobe": fields}), flush=True)
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = width * 4
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return F.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet50(nn.Module):
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+                                  nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+                                  nn.MaxPool2d(3, stride=2, padding=1))
+        layers, cin = [], 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                cin = width * 4
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--steps", type=int, default=30, help="timed steps after warm-up")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--amp", choices=["none", "fp16", "bf16"], default="none")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--image-size", type=int, default=224)
+    args = p.parse_args()
+
+    if not torch.cuda.is_available():
+        print("pytorch_resnet50.py: no CUDA device", file=sys.stderr)
+        return 2
+    dev = torch.device("cuda")
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = ResNet50().to(dev, memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step_fn_model = torch.compile(model) if args.compile else model
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.amp)
+    # fp16 needs loss scaling; bf16 has fp32's range and does not.
+    scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16")
+    x = torch.randn(args.batch, 3, args.image_size, args.image_size, device=dev)
+    x = x.contiguous(memory_format=fmt)
+    y = torch.randint(0, 1000, (args.batch,), device=dev)
+    # Without autocast, cuDNN convolutions (almost all of ResNet's work) run in TF32 by default.
+    precision = args.amp if dtype is not None else (
+        "tf32" if torch.backends.cudnn.allow_tf32 else "fp32")
+    emit(framework="pytorch", model="resnet50", precision=precision,
+         channels_last=args.channels_last, warmup_steps=args.warmup, batch=args.batch)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = F.cross_entropy(step_fn_model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        for i in range(args.warmup + args.steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            # Input is synthetic and already on the GPU: no step waits for data.
+            emit(step=i, step_time_s=dt, data_time_s=0.0, batch=args.batch,
+                 warmup=i < args.warmup,
+                 framework_peak_bytes=torch.cuda.max_memory_allocated(),
+                 framework_reserved_bytes=torch.cuda.max_memory_reserved())
+    except torch.OutOfMemoryError as e:
+        emit(oom=True, framework="pytorch", message=str(e).splitlines()[0])
+        raise
+    emit(end=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+// Findings about a workload run, shared by `bench`, `run` and `evaluate`: each rule reads facts
+// measured during the run (never guesses) and, when it fires, says what it saw (the numbers), how
+// bad it is and what to change. A rule whose facts are unknown stays silent.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dlprobe::diagnosis {
+
+enum class Severity { info, warning, error };
+std::string_view severity_name(Severity s);
+
+struct Finding {
+  std::string id;  // stable, e.g. "input_bound"
+  Severity severity = Severity::info;
+  std::string title;                      // one line
+  std::string evidence;                   // the numbers, in words
+  std::string fix;                        // what to try
+  std::map<std::string, double> numbers;  // the evidence, machine-readable
+};
+
+// Thresholds, named so the docs and tests refer to the same values.
+inline constexpr double kDataWaitModerate = 0.05;
+inline constexpr double kDataWaitHigh = 0.20;
+inline constexpr double kLowGpuUtilPct = 70.0;
+inline constexpr double kCpuSaturatedShare = 0.90;  // of the usable cores, or of one core
+inline constexpr double kPreallocShare = 0.80;
+inline constexpr double kNearOomShare = 0.90;
+inline constexpr double kThrottleShare = 0.05;  // of samples
+inline constexpr double kStillRising = 0.10;    // throughput gain at the largest batch
+inline constexpr double kSmallBatchShare = 0.50;
+inline constexpr double kFallingShare = 0.95;
+
+struct RunFacts {
+  // Outcome.
+  bool oom = false;
+  std::optional<std::string> oom_framework;
+  std::optional<std::string> oom_line;
+  bool crashed = false;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool hang = false;
+  bool timeout = false;
+  std::optional<double> hang_after_s;
+  // Input pipeline.
+  std::optional<double> data_wait_share;  // of step time, from the workload's data_time_s
+  std::optional<double> gpu_util_median_pct;
+  std::optional<double> host_cpu_median_pct;  // percent of one core, over the process tree
+  std::optional<double> busiest_process_cpu_pct;
+  unsigned host_cores = 0;
+  // Memory.
+  std::optional<std::uint64_t> peak_gpu_bytes;   // the workload's, as NVML attributes it
+  std::optional<std::uint64_t> early_gpu_bytes;  // within the first seconds of its GPU memory
+  std::optional<double> prealloc_window_s;
+  std::optional<std::uint64_t> device_total_bytes;
+  std::optional<std::uint64_t> framework_peak_bytes;
+  bool attribution_device_wide = false;  // memory is the whole device's, others included
+  bool no_gpu_telemetry = false;
+  // Precision and layout, where the workload said.
+  std::optional<std::string> precision;
+  std::optional<bool> channels_last;
+  std::optional<int> cc_major;
+  // Clocks.
+  double power_throttle_share = 0;
+  double thermal_throttle_share = 0;
+  std::size_t telemetry_samples = 0;
+};
+
+std::vector<Finding> diagnose_run(const RunFacts& facts);
+
+struct SweepPointFacts {
+  std::int64_t batch = 0;
+  bool ran = false;  // finished and measured
+  bool oom = false;
+  std::optional<double> items_per_s;
+};
+
+// Over the points of one batch sweep (any order; points that did not run are OOM or failures).
+std::vector<Finding> diagnose_batch_sweep(const std::vector<SweepPointFacts>& points);
+
+}  // namespace dlprobe::diagnosis

@@ -1,0 +1,216 @@
+#include "run_results.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "dlprobe/build_info.h"
+#include "dlprobe/cpu_info.h"
+#include "dlprobe/log.h"
+#include "dlprobe/statistics.h"
+
+namespace dlprobe::cli {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// The results serializer refuses invalid UTF-8, and a workload's output can hold any bytes: text
+// taken from it passes through nlohmann's replacing dump (U+FFFD for bad bytes) and back.
+std::string clean(const std::string& text) {
+  const nlohmann::json as_json(text);
+  return nlohmann::json::parse(
+             as_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+      .get<std::string>();
+}
+
+std::optional<results::Range> range_of(std::vector<double> v) {
+  if (v.empty()) return std::nullopt;
+  std::sort(v.begin(), v.end());
+  return results::Range{v.size(), v.front(), stats::percentile_sorted(v, 0.5), v.back()};
+}
+
+results::RunStatus status_of(run::Outcome o) {
+  switch (o) {
+    case run::Outcome::ok:
+      return results::RunStatus::ok;
+    case run::Outcome::oom:
+      return results::RunStatus::oom;
+    case run::Outcome::interrupted:
+      return results::RunStatus::interrupted;
+    case run::Outcome::timeout:
+      return results::RunStatus::timeout;
+    case run::Outcome::failed:
+    case run::Outcome::crashed:
+    case run::Outcome::hang:
+    case run::Outcome::launch_error:
+      break;
+  }
+  return results::RunStatus::failed;
+}
+
+std::string error_of(const run::RunResult& r) {
+  switch (r.outcome) {
+    case run::Outcome::ok:
+      return "";
+    case run::Outcome::launch_error:
+      return r.launch_error;
+    case run::Outcome::oom:
+      return r.oom ? r.oom->line : "out of memory";
+    case run::Outcome::hang:
+      return "hang: no output and no GPU activity for --hang-after";
+    case run::Outcome::timeout:
+      return "stopped at --timeout";
+    case run::Outcome::interrupted:
+      return "interrupted (Ctrl-C)";
+    case run::Outcome::failed:
+    case run::Outcome::crashed:
+      break;
+  }
+  return r.error_line ? fmt::format("{}: {}", run::describe_exit(r.exit), *r.error_line)
+                      : run::describe_exit(r.exit);
+}
+
+}  // namespace
+
+results::Finding to_results_finding(const diagnosis::Finding& f) {
+  results::Finding out;
+  out.severity = f.severity == diagnosis::Severity::error     ? results::Severity::error
+                 : f.severity == diagnosis::Severity::warning ? results::Severity::warning
+                                                              : results::Severity::info;
+  out.id = f.id;
+  out.message = clean(f.title);
+  out.evidence = clean(f.evidence);
+  out.fix = clean(f.fix);
+  return out;
+}
+
+results::Context run_context(const std::vector<std::string>& command_line,
+                             const std::shared_ptr<nvml::Library>& nvml) {
+  results::Context c;
+  const auto& build = build_info();
+  c.dlprobe_version = std::string(build.version);
+  c.git_hash = std::string(build.git_hash);
+  for (const auto& arg : command_line) c.command_line.push_back(clean(arg));
+  c.date = results::iso8601_utc_now();
+  if (auto host = doctor::read_host_info()) {
+    c.hostname = host->hostname;
+    c.os = host->os;
+    c.cpu = host->cpu.model;
+    c.cpu_threads = host->cpu.threads;
+    c.host_memory_bytes = host->memory_total_bytes;
+  } else {
+    log_debug("host info: {}", host.status().message());
+  }
+  if (!nvml) return c;
+  c.driver_version = nvml->driver_version();
+  if (auto v = nvml->cuda_driver_version()) {
+    c.cuda_driver_version = fmt::format("{}.{}", *v / 1000, (*v % 1000) / 10);
+  }
+  const unsigned count = nvml->device_count().value_or(0);
+  for (unsigned i = 0; i < count; ++i) {
+    auto info = nvml->device_info(i);
+    if (!info) continue;
+    results::Gpu g;
+    g.index = static_cast<int>(i);
+    g.name = info->name;
+    g.uuid = info->uuid;
+    g.pci_bus_id = info->pci_bus_id;
+    if (info->cc_major && info->cc_minor) {
+      g.compute_capability = fmt::format("{}.{}", *info->cc_major, *info->cc_minor);
+    }
+    g.memory_total_bytes = info->memory_total_bytes;
+    c.gpus.push_back(std::move(g));
+    results::DeviceState state;
+    state.gpu = static_cast<int>(i);
+    state.power_limit_w = info->power_limit_w;
+    nvml::SampleOptions quick;
+    quick.energy_counter = false;
+    if (auto s = nvml->sample(i, quick)) {
+      if (s->sm_clock_mhz) state.sm_clock_mhz = *s->sm_clock_mhz;
+      if (s->mem_clock_mhz) state.mem_clock_mhz = *s->mem_clock_mhz;
+      if (s->temperature_c) state.temperature_c = *s->temperature_c;
+      state.power_w = s->power_w;
+      if (s->clock_event_reasons) {
+        state.clock_event_reasons = nvml::clock_event_reason_names(*s->clock_event_reasons);
+      }
+    }
+    if (auto procs = nvml->processes(i)) {
+      for (const auto& p : *procs) state.other_processes.push_back({p.pid, p.used_bytes});
+    }
+    c.device_state.push_back(std::move(state));
+  }
+  return c;
+}
+
+results::Configuration to_configuration(const run::RunResult& r, const std::string& command) {
+  results::Configuration c;
+  c.kind = results::Kind::external;
+  c.settings.command = clean(command);
+  for (const auto& [k, v] : r.params) c.settings.sweep[k] = clean(v);
+  c.status = status_of(r.outcome);
+  c.error = clean(error_of(r));
+  c.samples.step_seconds = r.steps.step_seconds;
+  c.samples.step_items = r.steps.step_items;
+  c.samples.warmup_steps = static_cast<int>(r.steps.warmup_dropped);
+  if (!r.steps.step_seconds.empty()) {
+    // Steps of zero seconds (a coarse clock in the workload) cannot enter the statistics.
+    if (auto summary = stats::summarize(r.steps.step_seconds, r.steps.step_items)) {
+      c.statistics = *summary;
+    } else {
+      log_warn("step statistics: {}", summary.status().message());
+    }
+  }
+  const auto signed_bytes = [](std::optional<std::uint64_t> b) -> std::optional<std::int64_t> {
+    if (!b) return std::nullopt;
+    return static_cast<std::int64_t>(*b);
+  };
+  const bool framework = r.framework.peak_bytes || r.framework.reserved_bytes;
+  if (framework || r.gpu.peak_bytes) {
+    results::Memory m;
+    m.source = framework ? "framework" : "nvml";
+    m.allocator_stats = nullptr;
+    m.framework_peak_allocated_bytes = signed_bytes(r.framework.peak_bytes);
+    m.framework_peak_reserved_bytes = signed_bytes(r.framework.reserved_bytes);
+    // Only a figure that belongs to the workload's processes; device-wide memory includes others.
+    if (r.gpu.attribution == run::Attribution::process_tree ||
+        r.gpu.attribution == run::Attribution::new_processes) {
+      m.nvml_process_peak_bytes = signed_bytes(r.gpu.peak_bytes);
+    }
+    c.memory = m;
+  }
+  if (r.gpu.telemetry && !r.timeline.empty()) {
+    results::Telemetry t;
+    t.gpu = r.gpu.gpus_used.empty() ? 0 : static_cast<int>(r.gpu.gpus_used.front());
+    t.samples = r.timeline.size();
+    t.window_s = r.timeline.back().t_s - r.timeline.front().t_s;
+    std::vector<double> util, power, clock, temp, mem;
+    for (const auto& p : r.timeline) {
+      if (p.gpu_util_pct) util.push_back(*p.gpu_util_pct);
+      if (p.power_w) power.push_back(*p.power_w);
+      if (p.sm_clock_mhz) clock.push_back(*p.sm_clock_mhz);
+      if (p.temperature_c) temp.push_back(*p.temperature_c);
+      if (p.device_used_bytes) mem.push_back(static_cast<double>(*p.device_used_bytes) / kMiB);
+      results::TelemetrySample s;
+      s.t_s = p.t_s;
+      s.gpu_util_pct = p.gpu_util_pct;
+      s.power_w = p.power_w;
+      if (p.sm_clock_mhz) s.sm_clock_mhz = *p.sm_clock_mhz;
+      if (p.device_used_bytes) s.mem_used_mib = static_cast<double>(*p.device_used_bytes) / kMiB;
+      s.temperature_c = p.temperature_c;
+      t.timeline.push_back(s);
+    }
+    t.gpu_util_pct = range_of(util);
+    t.power_w = range_of(power);
+    t.sm_clock_mhz = range_of(clock);
+    t.temperature_c = range_of(temp);
+    t.mem_used_mib = range_of(mem);
+    t.energy_source = "none";
+    t.throttle_reasons = nvml::clock_event_reason_names(r.gpu.clock_events_seen);
+    c.telemetry.push_back(std::move(t));
+  }
+  for (const auto& f : r.findings) c.findings.push_back(to_results_finding(f));
+  return c;
+}
+
+}  // namespace dlprobe::cli

@@ -1,0 +1,24 @@
+// `dlprobe run`'s measurements in the shared results schema (dlprobe.results/1), so that
+// `dlprobe report` and `dlprobe compare` read an external workload like a native benchmark.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dlprobe/nvml.h"
+#include "dlprobe/results.h"
+#include "dlprobe/run.h"
+
+namespace dlprobe::cli {
+
+// Host, software and GPUs as they were at the start; GPU parts only where NVML is open.
+results::Context run_context(const std::vector<std::string>& command_line,
+                             const std::shared_ptr<nvml::Library>& nvml);
+
+// One configuration: kind external, the command template and sweep values as settings.
+results::Configuration to_configuration(const run::RunResult& result, const std::string& command);
+
+results::Finding to_results_finding(const diagnosis::Finding& finding);
+
+}  // namespace dlprobe::cli

@@ -1,0 +1,360 @@
+#include "dlprobe/diagnosis.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace dlprobe::diagnosis {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double gib(std::uint64_t bytes) {
+  return static_cast<double>(bytes) / kGiB;
+}
+
+bool is_half(const std::string& p) {
+  return p == "fp16" || p == "bf16" || p == "float16" || p == "bfloat16" || p == "mixed_float16" ||
+         p == "mixed_bfloat16";
+}
+
+void input_rules(const RunFacts& f, std::vector<Finding>& out) {
+  if (f.data_wait_share && *f.data_wait_share >= kDataWaitModerate) {
+    const bool high = *f.data_wait_share >= kDataWaitHigh;
+    out.push_back({
+        "input_bound",
+        high ? Severity::error : Severity::warning,
+        fmt::format("{} share of step time waiting for input", high ? "High" : "Moderate"),
+        fmt::format("{:.0f}% of the measured step time was data wait (data_time_s / step_time_s)",
+                    *f.data_wait_share * 100),
+        "Load ahead of the GPU: more data-loader workers, pinned memory and non-blocking copies, "
+        "prefetch (tf.data .prefetch(AUTOTUNE), DataLoader prefetch_factor), decode on the GPU "
+        "(DALI) or cache decoded data",
+        {{"data_wait_share", *f.data_wait_share}},
+    });
+  }
+  if (!f.gpu_util_median_pct || *f.gpu_util_median_pct >= kLowGpuUtilPct) return;
+  const double all_cores = 100.0 * f.host_cores;
+  const bool all_busy = f.host_cpu_median_pct && f.host_cores > 0 &&
+                        *f.host_cpu_median_pct >= kCpuSaturatedShare * all_cores;
+  const bool one_busy =
+      f.busiest_process_cpu_pct && *f.busiest_process_cpu_pct >= kCpuSaturatedShare * 100.0;
+  if (all_busy || one_busy) {
+    Finding finding{
+        "host_bound",
+        Severity::warning,
+        "GPU under-used while the host CPU is saturated",
+        fmt::format("median GPU utilisation {:.0f}%; workload CPU {:.0f}% of {} cores{}",
+                    *f.gpu_util_median_pct, f.host_cpu_median_pct.value_or(0), f.host_cores,
+                    one_busy ? fmt::format(", busiest process {:.0f}% of one core",
+                                           *f.busiest_process_cpu_pct)
+                             : std::string()),
+        all_busy ? "Every core is busy: move preprocessing to the GPU or offline, use a faster "
+                   "decoder, or give the job more cores"
+                 : "One process is at 100% of a core (e.g. Python's main thread): spread input "
+                   "work over worker processes, avoid per-step host syncs (.item(), printing "
+                   "losses), capture the step in a graph (torch.compile, tf.function, jax.jit)",
+        {{"gpu_util_median_pct", *f.gpu_util_median_pct}},
+    };
+    if (f.host_cpu_median_pct) finding.numbers["host_cpu_median_pct"] = *f.host_cpu_median_pct;
+    if (f.busiest_process_cpu_pct) {
+      finding.numbers["busiest_process_cpu_pct"] = *f.busiest_process_cpu_pct;
+    }
+    finding.numbers["host_cores"] = f.host_cores;
+    out.push_back(std::move(finding));
+  } else if (!f.oom && !f.crashed) {
+    out.push_back({
+        "gpu_underused",
+        Severity::info,
+        "GPU utilisation below 70% without a saturated host",
+        fmt::format("median GPU utilisation {:.0f}%", *f.gpu_util_median_pct),
+        "Look for synchronisation or small kernels: larger batch, fused/compiled step, fewer "
+        "host-device copies; profile one step",
+        {{"gpu_util_median_pct", *f.gpu_util_median_pct}},
+    });
+  }
+}
+
+void memory_rules(const RunFacts& f, std::vector<Finding>& out) {
+  if (f.attribution_device_wide) {
+    out.push_back({
+        "gpu_memory_device_wide",
+        Severity::info,
+        "GPU memory could not be attributed to the workload's processes",
+        "NVML listed no process of the workload's tree and no new GPU process (a container's PID "
+        "namespace can hide them), so memory figures are the device's used memory minus what "
+        "was in use before the start, which includes any other process",
+        "Run on an otherwise idle GPU, or run dlprobe inside the container (--pid=host lets NVML "
+        "report the container's processes)",
+        {},
+    });
+  }
+  if (!f.device_total_bytes || *f.device_total_bytes == 0) return;
+  const double total = static_cast<double>(*f.device_total_bytes);
+  bool preallocated = false;
+  if (f.early_gpu_bytes && static_cast<double>(*f.early_gpu_bytes) >= kPreallocShare * total) {
+    preallocated = true;
+    out.push_back({
+        "memory_preallocated",
+        Severity::info,
+        "The framework took most of the GPU's memory at start",
+        fmt::format("{:.1f} GiB of {:.1f} GiB ({:.0f}%) held within {:.0f} s of the first "
+                    "allocation",
+                    gib(*f.early_gpu_bytes), gib(*f.device_total_bytes),
+                    static_cast<double>(*f.early_gpu_bytes) / total * 100,
+                    f.prealloc_window_s.value_or(0)),
+        "NVML's figure is the framework's pool, not what the model needs: read the framework's "
+        "peak (framework_peak_bytes), or turn preallocation off to measure "
+        "(TF_FORCE_GPU_ALLOW_GROWTH=true, XLA_PYTHON_CLIENT_PREALLOCATE=false)",
+        {{"early_gpu_bytes", static_cast<double>(*f.early_gpu_bytes)},
+         {"device_total_bytes", total}},
+    });
+  }
+  // A preallocated pool says nothing about headroom; the framework's own peak does.
+  std::optional<std::uint64_t> used;
+  std::string what;
+  if (preallocated) {
+    used = f.framework_peak_bytes;
+    what = "framework peak";
+  } else {
+    used = f.peak_gpu_bytes;
+    what = "peak GPU memory (NVML)";
+  }
+  if (!f.oom && used && static_cast<double>(*used) > kNearOomShare * total) {
+    out.push_back({
+        "near_oom",
+        Severity::warning,
+        "Close to running out of GPU memory",
+        fmt::format("{} {:.1f} GiB of {:.1f} GiB ({:.0f}%)", what, gib(*used),
+                    gib(*f.device_total_bytes), static_cast<double>(*used) / total * 100),
+        "A longer sequence, another process or fragmentation may tip it over: leave headroom "
+        "(smaller batch, activation checkpointing, bf16/fp16 activations)",
+        {{"peak_bytes", static_cast<double>(*used)}, {"device_total_bytes", total}},
+    });
+  }
+}
+
+void precision_rules(const RunFacts& f, std::vector<Finding>& out) {
+  if (!f.precision) return;
+  const std::string& p = *f.precision;
+  if ((p == "fp32" || p == "float32") && f.cc_major && *f.cc_major >= 7) {
+    out.push_back({
+        "fp32_on_tensor_cores",
+        Severity::warning,
+        "fp32 training on a GPU with tensor cores",
+        fmt::format("precision fp32 on compute capability {}.x", *f.cc_major),
+        "Use mixed precision (torch.autocast bf16/fp16, "
+        "tf.keras.mixed_precision.set_global_policy('mixed_float16'), bf16 params in JAX) or at "
+        "least TF32 matmuls (torch.backends.cuda.matmul.allow_tf32 / "
+        "torch.set_float32_matmul_precision('high'))",
+        {{"cc_major", static_cast<double>(*f.cc_major)}},
+    });
+  }
+  if (is_half(p) && f.channels_last && !*f.channels_last) {
+    out.push_back({
+        "not_channels_last",
+        Severity::warning,
+        "Half precision convolutions in NCHW layout",
+        fmt::format("precision {} with channels_last false", p),
+        "Tensor-core convolutions want NHWC: model.to(memory_format=torch.channels_last) and "
+        "inputs likewise in PyTorch; TensorFlow and JAX/XLA pick NHWC on GPU by themselves",
+        {},
+    });
+  }
+}
+
+void clock_rules(const RunFacts& f, std::vector<Finding>& out) {
+  if (f.power_throttle_share >= kThrottleShare) {
+    out.push_back({
+        "power_throttling",
+        Severity::warning,
+        "GPU clocks held back by the power limit",
+        fmt::format("power cap or power brake active in {:.0f}% of {} samples",
+                    f.power_throttle_share * 100, f.telemetry_samples),
+        "Expected under full load on some boards; compare against the board's default power "
+        "limit (dlprobe doctor) and check nobody lowered it (nvidia-smi -q -d POWER)",
+        {{"power_throttle_share", f.power_throttle_share}},
+    });
+  }
+  if (f.thermal_throttle_share >= kThrottleShare) {
+    out.push_back({
+        "thermal_throttling",
+        Severity::warning,
+        "GPU clocks held back by temperature",
+        fmt::format("thermal slowdown active in {:.0f}% of {} samples",
+                    f.thermal_throttle_share * 100, f.telemetry_samples),
+        "Check cooling (fans, airflow, inlet temperature); results from this run understate the "
+        "GPU",
+        {{"thermal_throttle_share", f.thermal_throttle_share}},
+    });
+  }
+}
+
+void outcome_rules(const RunFacts& f, std::vector<Finding>& out) {
+  if (f.oom) {
+    out.push_back({
+        "oom",
+        Severity::error,
+        "The workload ran out of GPU memory",
+        fmt::format("{}: {}", f.oom_framework.value_or("unknown framework"),
+                    f.oom_line.value_or("(reported by the workload)")),
+        "Smaller batch (dlprobe run --max-batch finds the largest), mixed precision, activation "
+        "checkpointing; with a preallocating framework make sure no other process holds memory",
+        {},
+    });
+  } else if (f.hang) {
+    out.push_back({
+        "hang",
+        Severity::error,
+        "The workload stopped making progress",
+        fmt::format("no output and no GPU activity for {:.0f} s", f.hang_after_s.value_or(0)),
+        "Look for a deadlock in data loading or collective communication (NCCL_DEBUG=INFO), or "
+        "a process waiting on a GPU another job holds",
+        {},
+    });
+  } else if (f.crashed) {
+    out.push_back({
+        "crashed",
+        Severity::error,
+        "The workload failed",
+        f.signal ? fmt::format("ended by signal {}", *f.signal)
+                 : fmt::format("exit status {}", f.exit_code.value_or(-1)),
+        "See the output's last lines (kept in the results); a signal 9 without a message is "
+        "often the host's out-of-memory killer (dmesg)",
+        {},
+    });
+  } else if (f.timeout) {
+    out.push_back({
+        "timeout",
+        Severity::warning,
+        "The workload was stopped at --timeout",
+        "the run reached its time limit",
+        "Raise --timeout or lower the number of steps",
+        {},
+    });
+  }
+}
+
+}  // namespace
+
+std::string_view severity_name(Severity s) {
+  switch (s) {
+    case Severity::info:
+      return "info";
+    case Severity::warning:
+      return "warning";
+    case Severity::error:
+      return "error";
+  }
+  return "info";
+}
+
+std::vector<Finding> diagnose_run(const RunFacts& facts) {
+  std::vector<Finding> out;
+  outcome_rules(facts, out);
+  input_rules(facts, out);
+  memory_rules(facts, out);
+  precision_rules(facts, out);
+  clock_rules(facts, out);
+  if (facts.no_gpu_telemetry) {
+    out.push_back({"no_gpu_telemetry",
+                   Severity::info,
+                   "No GPU telemetry for this run",
+                   "NVML could not be opened, so GPU memory, utilisation and clocks are missing",
+                   "Run on the GPU host with the NVIDIA driver (dlprobe doctor says what is "
+                   "missing)",
+                   {}});
+  }
+  return out;
+}
+
+std::vector<Finding> diagnose_batch_sweep(const std::vector<SweepPointFacts>& points) {
+  std::vector<Finding> out;
+  std::vector<SweepPointFacts> ran;
+  std::optional<std::int64_t> smallest_oom;
+  for (const auto& p : points) {
+    if (p.ran && p.items_per_s) ran.push_back(p);
+    if (p.oom && (!smallest_oom || p.batch < *smallest_oom)) smallest_oom = p.batch;
+  }
+  std::sort(ran.begin(), ran.end(), [](auto& a, auto& b) { return a.batch < b.batch; });
+
+  if (smallest_oom) {
+    Finding f{"oom_batch",
+              Severity::info,
+              fmt::format("Out of memory from batch {}", *smallest_oom),
+              "",
+              "",
+              {}};
+    f.numbers["smallest_oom_batch"] = static_cast<double>(*smallest_oom);
+    std::optional<std::int64_t> largest_ok;
+    for (const auto& p : ran) {
+      if (p.batch < *smallest_oom) largest_ok = p.batch;
+    }
+    if (largest_ok) {
+      f.evidence =
+          fmt::format("batch {} ran, batch {} ran out of memory", *largest_ok, *smallest_oom);
+      f.numbers["largest_ok_batch"] = static_cast<double>(*largest_ok);
+    } else {
+      f.evidence = fmt::format("no batch below {} ran", *smallest_oom);
+    }
+    f.fix =
+        "Use at most the largest batch that ran, or cut activation memory (mixed precision, "
+        "checkpointing) to go further";
+    out.push_back(std::move(f));
+  }
+  if (ran.size() < 2) return out;
+
+  const auto best = std::max_element(
+      ran.begin(), ran.end(), [](auto& a, auto& b) { return *a.items_per_s < *b.items_per_s; });
+  const double max_rate = *best->items_per_s;
+  const auto& last = ran.back();
+  const auto& before = ran[ran.size() - 2];
+  const double gain = *last.items_per_s / *before.items_per_s - 1.0;
+  if (gain > kStillRising && !smallest_oom) {
+    out.push_back({
+        "batch_too_small",
+        Severity::info,
+        "Throughput still rising at the largest batch tried",
+        fmt::format("batch {} -> {}: {:+.0f}% throughput", before.batch, last.batch, gain * 100),
+        "Try larger batches (dlprobe run --max-batch) if training quality allows",
+        {{"gain", gain},
+         {"batch", static_cast<double>(last.batch)},
+         {"items_per_s", *last.items_per_s}},
+    });
+  }
+  std::vector<std::string> small;
+  for (const auto& p : ran) {
+    if (*p.items_per_s < kSmallBatchShare * max_rate) small.push_back(std::to_string(p.batch));
+  }
+  if (!small.empty()) {
+    out.push_back({
+        "small_batch_slow",
+        Severity::info,
+        "Small batches leave the GPU under-used",
+        fmt::format("batch {} below {:.0f}% of the best throughput ({:.0f}/s at batch {})",
+                    fmt::join(small, ", "), kSmallBatchShare * 100, max_rate, best->batch),
+        "Prefer a batch near the best one; at small batches launch overhead dominates (CUDA "
+        "graphs / torch.compile mode=reduce-overhead help)",
+        {{"best_items_per_s", max_rate}, {"best_batch", static_cast<double>(best->batch)}},
+    });
+  }
+  if (best->batch < last.batch && *last.items_per_s < kFallingShare * max_rate) {
+    out.push_back({
+        "throughput_falls",
+        Severity::warning,
+        "Throughput falls at larger batches",
+        fmt::format("{:.0f}/s at batch {}, {:.0f}/s at batch {}", max_rate, best->batch,
+                    *last.items_per_s, last.batch),
+        "Past the best batch the step gets slower per item (memory pressure, allocator retries, "
+        "algorithm choice): use batch " +
+            std::to_string(best->batch),
+        {{"best_batch", static_cast<double>(best->batch)},
+         {"best_items_per_s", max_rate},
+         {"largest_items_per_s", *last.items_per_s}},
+    });
+  }
+  return out;
+}
+
+}  // namespace dlprobe::diagnosis

@@ -1,0 +1,215 @@
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "dlprobe/build_info.h"
+#include "dlprobe/run.h"
+#include "dlprobe/units.h"
+
+namespace dlprobe::run {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+template <class T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+json finding_json(const diagnosis::Finding& f) {
+  return {{"id", f.id},       {"severity", diagnosis::severity_name(f.severity)},
+          {"title", f.title}, {"evidence", f.evidence},
+          {"fix", f.fix},     {"numbers", f.numbers}};
+}
+
+json run_json(const RunResult& r) {
+  json findings = json::array();
+  for (const auto& f : r.findings) findings.push_back(finding_json(f));
+  json timeline = json::array();
+  for (const auto& p : r.timeline) {
+    timeline.push_back({{"t_s", p.t_s},
+                        {"gpu_util_pct", opt(p.gpu_util_pct)},
+                        {"workload_sm_util_pct", opt(p.tree_sm_util_pct)},
+                        {"workload_gpu_bytes", opt(p.workload_gpu_bytes)},
+                        {"device_used_bytes", opt(p.device_used_bytes)},
+                        {"power_w", opt(p.power_w)},
+                        {"temperature_c", opt(p.temperature_c)},
+                        {"sm_clock_mhz", opt(p.sm_clock_mhz)},
+                        {"clock_event_reasons", opt(p.clock_event_reasons)},
+                        {"host_cpu_pct", opt(p.host_cpu_pct)},
+                        {"busiest_process_cpu_pct", opt(p.busiest_process_cpu_pct)},
+                        {"rss_bytes", p.rss_bytes},
+                        {"processes", p.processes}});
+  }
+  const StepStats& s = r.steps;
+  const GpuFigures& g = r.gpu;
+  return {
+      {"params", r.params},
+      {"argv", r.argv},
+      {"outcome", outcome_name(r.outcome)},
+      {"exit_code", opt(r.exit.exit_code)},
+      {"signal", opt(r.exit.signal)},
+      {"core_dumped", r.exit.core_dumped},
+      {"launch_error", r.launch_error.empty() ? json(nullptr) : json(r.launch_error)},
+      {"wall_s", r.wall_s},
+      {"end_marker", r.end_marker},
+      {"oom", r.oom ? json{{"framework", framework_name(r.oom->framework)}, {"line", r.oom->line}}
+                    : json(nullptr)},
+      {"error_line", opt(r.error_line)},
+      {"throughput",
+       {{"items_per_s", opt(s.items_per_s)},
+        {"source", s.throughput_source.empty() ? json(nullptr) : json(s.throughput_source)},
+        {"batch", opt(s.batch)},
+        {"steps_seen", s.steps_seen},
+        {"warmup_dropped", s.warmup_dropped},
+        {"steps_measured", s.steps_measured},
+        {"items", opt(s.items)},
+        {"elapsed_s", opt(s.elapsed_s)},
+        {"step_time_s",
+         {{"median", opt(s.step_median_s)},
+          {"p90", opt(s.step_p90_s)},
+          {"mean", opt(s.step_mean_s)},
+          {"min", opt(s.step_min_s)},
+          {"max", opt(s.step_max_s)}}},
+        {"data_wait_share", opt(s.data_wait_share)}}},
+      {"framework",
+       {{"name", opt(r.framework.framework)},
+        {"model", opt(r.framework.model)},
+        {"precision", opt(r.framework.precision)},
+        {"channels_last", opt(r.framework.channels_last)},
+        {"peak_bytes", opt(r.framework.peak_bytes)},
+        {"reserved_bytes", opt(r.framework.reserved_bytes)},
+        {"allocated_bytes", opt(r.framework.allocated_bytes)}}},
+      {"gpu",
+       {{"telemetry", g.telemetry},
+        {"note", g.telemetry_note.empty() ? json(nullptr) : json(g.telemetry_note)},
+        {"attribution", attribution_name(g.attribution)},
+        {"name", opt(g.gpu_name)},
+        {"gpus_used", g.gpus_used},
+        {"peak_bytes", opt(g.peak_bytes)},
+        {"busiest_gpu_peak_bytes", opt(g.busiest_gpu_peak_bytes)},
+        {"early_peak_bytes", opt(g.early_peak_bytes)},
+        {"device_total_bytes", opt(g.device_total_bytes)},
+        {"device_used_before_bytes", opt(g.device_used_before_bytes)},
+        {"device_peak_used_bytes", opt(g.device_peak_used_bytes)},
+        {"util_median_pct", opt(g.util_median_pct)},
+        {"workload_sm_util_median_pct", opt(g.tree_sm_util_median_pct)},
+        {"power_median_w", opt(g.power_median_w)},
+        {"power_limit_w", opt(g.power_limit_w)},
+        {"temperature_max_c", opt(g.temperature_max_c)},
+        {"clock_events_seen", g.clock_events_seen},
+        {"power_throttle_share", g.power_throttle_share},
+        {"thermal_throttle_share", g.thermal_throttle_share},
+        {"samples", g.samples}}},
+      {"host",
+       {{"cores", r.host.cores},
+        {"cpu_median_pct", opt(r.host.cpu_median_pct)},
+        {"cpu_max_pct", opt(r.host.cpu_max_pct)},
+        {"busiest_process_median_pct", opt(r.host.busiest_process_median_pct)},
+        {"rss_peak_bytes", r.host.rss_peak_bytes},
+        {"max_processes", r.host.max_processes}}},
+      {"findings", findings},
+      {"protocol_errors", r.protocol_errors},
+      {"stdout_tail", r.stdout_tail},
+      {"stderr_tail", r.stderr_tail},
+      {"logs",
+       {{"stdout", r.stdout_log.empty() ? json(nullptr) : json(r.stdout_log)},
+        {"stderr", r.stderr_log.empty() ? json(nullptr) : json(r.stderr_log)}}},
+      {"timeline", timeline},
+  };
+}
+
+std::string mib(const std::optional<std::uint64_t>& bytes) {
+  if (!bytes) return "-";
+  return fmt::format("{:.0f}", static_cast<double>(*bytes) / (1024.0 * 1024.0));
+}
+
+std::string params_text(const std::map<std::string, std::string>& params) {
+  std::string out;
+  for (const auto& [k, v] : params) out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, v);
+  return out.empty() ? "-" : out;
+}
+
+}  // namespace
+
+std::string report_json(const RunReport& report) {
+  const auto& build = build_info();
+  json runs = json::array();
+  for (const auto& r : report.runs) runs.push_back(run_json(r));
+  json searches = json::array();
+  for (const auto& m : report.max_batch) {
+    searches.push_back({{"params", m.params},
+                        {"largest_ok", opt(m.largest_ok)},
+                        {"smallest_failed", opt(m.smallest_failed)},
+                        {"converged", m.converged},
+                        {"runs", m.runs},
+                        {"note", m.note.empty() ? json(nullptr) : json(m.note)}});
+  }
+  json sweep = json::array();
+  for (const auto& f : report.sweep_findings) sweep.push_back(finding_json(f));
+  json doc = {{"schema", "dlprobe.run/1"},
+              {"dlprobe", {{"version", build.version}, {"git_hash", build.git_hash}}},
+              {"started_at", report.started_at},
+              {"command", report.command},
+              {"shell", report.shell},
+              {"interrupted", report.interrupted},
+              {"runs", runs},
+              {"max_batch", searches},
+              {"sweep_findings", sweep}};
+  // Bad UTF-8 in a workload's output must not make the whole file unwritable.
+  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string report_table(const RunReport& report) {
+  std::string out =
+      fmt::format("{:<24} {:<12} {:>10} {:>11} {:>10} {:>11}  {}\n", "point", "status", "items/s",
+                  "median ms", "GPU MiB", "fw peak MiB", "findings");
+  for (const auto& r : report.runs) {
+    std::vector<std::string> ids;
+    for (const auto& f : r.findings) ids.push_back(f.id);
+    std::string status(outcome_name(r.outcome));
+    if (r.outcome == Outcome::failed || r.outcome == Outcome::crashed) {
+      status = describe_exit(r.exit);
+    }
+    out += fmt::format(
+        "{:<24} {:<12} {:>10} {:>11} {:>10} {:>11}  {}\n", params_text(r.params), status,
+        r.steps.items_per_s ? fmt::format("{:.1f}", *r.steps.items_per_s) : "-",
+        r.steps.step_median_s ? fmt::format("{:.2f}", *r.steps.step_median_s * 1e3) : "-",
+        mib(r.gpu.peak_bytes) + (r.gpu.attribution == Attribution::device_wide ? "*" : ""),
+        mib(r.framework.peak_bytes), ids.empty() ? "-" : fmt::format("{}", fmt::join(ids, ",")));
+  }
+  bool device_wide = false;
+  for (const auto& r : report.runs) {
+    device_wide = device_wide || r.gpu.attribution == Attribution::device_wide;
+  }
+  if (device_wide) out += "* device-wide: the workload's processes were not visible to NVML\n";
+  for (const auto& m : report.max_batch) {
+    out += fmt::format(
+        "max batch{}: {}{}{}\n", m.params.empty() ? "" : " (" + params_text(m.params) + ")",
+        m.largest_ok ? std::to_string(*m.largest_ok) : "none ran",
+        m.smallest_failed ? fmt::format(" (batch {} failed)", *m.smallest_failed) : "",
+        m.note.empty() ? "" : "; " + m.note);
+  }
+  // A note that every run of a sweep shares (no telemetry) is said once.
+  std::set<std::pair<std::string, std::string>> said;
+  auto write_findings = [&](std::string_view where, const std::vector<diagnosis::Finding>& fs) {
+    for (const auto& f : fs) {
+      if (f.severity == diagnosis::Severity::info && !said.insert({f.id, f.evidence}).second) {
+        continue;
+      }
+      out += fmt::format("[{}] {}{}: {}\n  evidence: {}\n  fix: {}\n",
+                         diagnosis::severity_name(f.severity), where, f.id, f.title, f.evidence,
+                         f.fix);
+    }
+  };
+  const bool several = report.runs.size() > 1;
+  for (const auto& r : report.runs) {
+    write_findings(several ? params_text(r.params) + ": " : "", r.findings);
+  }
+  write_findings("sweep: ", report.sweep_findings);
+  return out;
+}
+
+}  // namespace dlprobe::run

@@ -1,0 +1,702 @@
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include "dlprobe/log.h"
+#include "dlprobe/process_tree.h"
+#include "dlprobe/run.h"
+#include "dlprobe/sampler.h"
+
+namespace dlprobe::run {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr std::size_t kMaxTimeline = 20000;  // points kept; a longer run is thinned evenly
+constexpr std::size_t kMaxQueuedTicks = 1000;
+constexpr std::size_t kMaxProtocolErrors = 5;
+constexpr std::size_t kMaxErrorLine = 500;
+// When the root has exited, how long stragglers may keep the pipes open before they are killed.
+constexpr auto kDrainAfterExit = 2s;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::optional<double> median(std::vector<double> v) {
+  if (v.empty()) return std::nullopt;
+  std::sort(v.begin(), v.end());
+  const std::size_t mid = v.size() / 2;
+  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2.0;
+}
+
+// Per round of telemetry, the workload's GPU memory three ways; which one the run reports is
+// decided at the end (the best attribution that ever worked).
+struct RawPoint {
+  TelemetryPoint point;
+  std::map<unsigned, std::uint64_t> tree_bytes;  // per GPU
+  std::map<unsigned, std::uint64_t> new_bytes;
+  std::map<unsigned, std::uint64_t> device_bytes;
+  bool tree_rows_without_bytes = false;
+  std::map<unsigned, double> util;           // per GPU
+  std::map<unsigned, std::uint64_t> events;  // clock-event reasons per GPU
+  std::map<unsigned, double> power;
+};
+
+class TickQueue {
+ public:
+  void push(const monitor::Tick& tick) {
+    std::lock_guard lock(mutex_);
+    ticks_.push_back(tick);
+    while (ticks_.size() > kMaxQueuedTicks) ticks_.pop_front();
+  }
+  std::deque<monitor::Tick> take() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(ticks_, {});
+  }
+
+ private:
+  std::mutex mutex_;
+  std::deque<monitor::Tick> ticks_;
+};
+
+struct GpuBaseline {
+  nvml::DeviceInfo info;
+  std::optional<std::uint64_t> used_before;
+};
+
+}  // namespace
+
+std::string_view outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::ok:
+      return "ok";
+    case Outcome::failed:
+      return "failed";
+    case Outcome::oom:
+      return "oom";
+    case Outcome::crashed:
+      return "crashed";
+    case Outcome::timeout:
+      return "timeout";
+    case Outcome::hang:
+      return "hang";
+    case Outcome::interrupted:
+      return "interrupted";
+    case Outcome::launch_error:
+      return "launch_error";
+  }
+  return "?";
+}
+
+std::string_view attribution_name(Attribution a) {
+  switch (a) {
+    case Attribution::none:
+      return "none";
+    case Attribution::process_tree:
+      return "process_tree";
+    case Attribution::new_processes:
+      return "new_processes";
+    case Attribution::device_wide:
+      return "device_wide";
+  }
+  return "?";
+}
+
+namespace {
+
+// Everything run_workload accumulates while the workload runs.
+class Run {
+ public:
+  Run(const RunOptions& o, RunResult& r) : o_(o), r_(r) {}
+
+  void setup_telemetry();
+  Status launch();
+  void loop();
+  void finish();
+
+ private:
+  void on_line(Stream stream, std::string_view line);
+  void poll_tree();
+  void take_ticks();
+  void send(int sig);
+  void escalate(Clock::time_point now);
+  void compute_gpu_figures();
+  void compute_host_figures();
+  void decide_outcome();
+
+  const RunOptions& o_;
+  RunResult& r_;
+  Clock::time_point start_;
+  std::unique_ptr<ChildProcess> child_;
+  std::unique_ptr<TreeTracker> tracker_;
+  std::unique_ptr<monitor::Sampler> sampler_;
+  TickQueue queue_;
+  std::map<unsigned, GpuBaseline> gpus_;
+  std::set<unsigned> baseline_pids_;
+  std::set<int> tree_ever_;
+  std::vector<int> tree_now_;
+  TreeReading last_reading_;
+  std::vector<RawPoint> raw_;
+  std::size_t raw_stride_ = 1;  // keep every n-th point after thinning
+  std::size_t raw_seen_ = 0;
+  std::vector<TreeReading> host_readings_;
+  std::vector<StepRecord> steps_;
+  std::vector<double> rates_;
+  bool rates_from_regex_ = false;
+  std::optional<std::int64_t> protocol_warmup_;
+  Clock::time_point last_activity_;
+  enum class Stop { none, interrupted, timeout, hang };
+  Stop stop_ = Stop::none;
+  std::vector<int> signal_plan_;  // signals still to send, in order
+  Clock::time_point last_signal_{};
+  int interrupts_seen_ = 0;
+};
+
+void Run::setup_telemetry() {
+  if (!o_.nvml) {
+    r_.gpu.telemetry_note = "NVML not available";
+    return;
+  }
+  monitor::SamplerOptions so;
+  so.interval = o_.interval;
+  so.gpus = o_.gpus;
+  so.processes = true;
+  so.ring_capacity = 16;  // the runner keeps its own time line
+  so.sink = [this](const monitor::Tick& tick) { queue_.push(tick); };
+  std::vector<unsigned> indices = o_.gpus;
+  if (indices.empty()) {
+    if (auto count = o_.nvml->device_count()) {
+      for (unsigned i = 0; i < *count; ++i) indices.push_back(i);
+    }
+  }
+  for (unsigned i : indices) {
+    GpuBaseline b;
+    if (auto info = o_.nvml->device_info(i)) b.info = std::move(info).value();
+    if (auto sample = o_.nvml->sample(i)) b.used_before = sample->mem_used_bytes;
+    if (auto procs = o_.nvml->processes(i)) {
+      for (const auto& p : *procs) baseline_pids_.insert(p.pid);
+    }
+    gpus_[i] = std::move(b);
+  }
+  auto sampler = monitor::Sampler::start(o_.nvml, std::move(so));
+  if (!sampler) {
+    r_.gpu.telemetry_note = "GPU sampling failed: " + sampler.status().message();
+    return;
+  }
+  sampler_ = std::move(sampler).value();
+  r_.gpu.telemetry = true;
+}
+
+Status Run::launch() {
+  SpawnOptions so;
+  so.argv = o_.argv;
+  so.env_set = o_.env_set;
+  // Python buffers a pipe's output in 8 KiB blocks: lines would arrive late and in bursts, which
+  // breaks hang detection and timing from arrival.
+  if (std::getenv("PYTHONUNBUFFERED") == nullptr && so.env_set.count("PYTHONUNBUFFERED") == 0) {
+    so.env_set["PYTHONUNBUFFERED"] = "1";
+  }
+  so.echo = o_.echo;
+  so.stdout_path = o_.stdout_log;
+  so.stderr_path = o_.stderr_log;
+  so.tail_lines = o_.tail_lines;
+  start_ = Clock::now();
+  last_activity_ = start_;
+  auto child = ChildProcess::spawn(so);
+  if (!child) return child.status();
+  child_ = std::move(child).value();
+  std::vector<int> roots{child_->pid()};
+  // As a subreaper, orphaned grandchildren become our children: our own descendants are the tree.
+  if (o_.subreaper) roots.push_back(static_cast<int>(getpid()));
+  tracker_ = std::make_unique<TreeTracker>(roots, child_->pgid(),
+                                           std::vector<int>{static_cast<int>(getpid())});
+  return Status::ok();
+}
+
+void Run::on_line(Stream, std::string_view line) {
+  const double t = seconds_between(start_, Clock::now());
+  auto record = parse_protocol_line(line);
+  if (!record) {
+    if (r_.protocol_errors.size() < kMaxProtocolErrors) {
+      if (r_.protocol_errors.empty()) log_warn("{}", record.status().message());
+      r_.protocol_errors.push_back(record.status().message());
+    }
+  } else if (record->has_value()) {
+    const ProtocolRecord& p = **record;
+    if (p.step || p.step_time_s) {
+      steps_.push_back({p.step, p.step_time_s, p.data_time_s, p.batch, p.warmup, t});
+    } else if (p.items_per_s && !p.warmup.value_or(false)) {
+      rates_.push_back(*p.items_per_s);
+    }
+    if (p.batch) r_.steps.batch = p.batch;
+    if (p.warmup_steps) protocol_warmup_ = p.warmup_steps;
+    auto keep_max = [](std::optional<std::uint64_t>& into, std::optional<std::uint64_t> v) {
+      if (v && (!into || *v > *into)) into = v;
+    };
+    keep_max(r_.framework.peak_bytes, p.framework_peak_bytes);
+    keep_max(r_.framework.reserved_bytes, p.framework_reserved_bytes);
+    keep_max(r_.framework.allocated_bytes, p.framework_allocated_bytes);
+    if (p.framework) r_.framework.framework = p.framework;
+    if (p.model) r_.framework.model = p.model;
+    if (p.precision) r_.framework.precision = p.precision;
+    if (p.channels_last) r_.framework.channels_last = p.channels_last;
+    if (p.oom.value_or(false) && !r_.oom) {
+      Framework f = Framework::unknown;
+      for (Framework k : {Framework::pytorch, Framework::tensorflow, Framework::jax}) {
+        if (p.framework && *p.framework == framework_name(k)) f = k;
+      }
+      r_.oom = OomMatch{f, p.message.value_or("reported by the workload")};
+    }
+    if (p.end) r_.end_marker = true;
+    return;
+  }
+  if (o_.throughput_regex) {
+    if (auto m = o_.throughput_regex->match(line)) {
+      if (m->step_time_s) {
+        steps_.push_back({m->step, m->step_time_s, std::nullopt, std::nullopt, std::nullopt, t});
+      } else if (m->items_per_s) {
+        rates_.push_back(*m->items_per_s);
+        rates_from_regex_ = true;
+      }
+    }
+  }
+  if (!r_.oom) {
+    if (auto oom = detect_oom(line)) r_.oom = std::move(oom);
+  }
+  if (looks_like_error(line)) r_.error_line = std::string(line.substr(0, kMaxErrorLine));
+}
+
+void Run::poll_tree() {
+  TreeReading reading = tracker_->poll();
+  tree_now_ = reading.pids;
+  tree_ever_.insert(reading.pids.begin(), reading.pids.end());
+  host_readings_.push_back(reading);
+  last_reading_ = std::move(reading);
+}
+
+void Run::take_ticks() {
+  for (const monitor::Tick& tick : queue_.take()) {
+    RawPoint raw;
+    TelemetryPoint& p = raw.point;
+    p.t_s = static_cast<double>(
+                tick.timestamp_ns -
+                std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch())
+                    .count()) /
+            1e9;
+    p.host_cpu_pct = last_reading_.cpu_pct;
+    p.busiest_process_cpu_pct = last_reading_.busiest_cpu_pct;
+    p.rss_bytes = last_reading_.rss_bytes;
+    p.processes = last_reading_.pids.size();
+    bool gpu_active = false;
+    for (const auto& g : tick.gpus) {
+      const auto& s = g.sample;
+      if (s.gpu_util_pct) {
+        raw.util[g.gpu] = *s.gpu_util_pct;
+        if (*s.gpu_util_pct > 0) gpu_active = true;
+      }
+      if (s.clock_event_reasons) raw.events[g.gpu] = *s.clock_event_reasons;
+      if (s.power_w) raw.power[g.gpu] = *s.power_w;
+      if (s.mem_used_bytes) {
+        p.device_used_bytes = p.device_used_bytes.value_or(0) + *s.mem_used_bytes;
+        const auto before = gpus_[g.gpu].used_before.value_or(0);
+        raw.device_bytes[g.gpu] = *s.mem_used_bytes > before ? *s.mem_used_bytes - before : 0;
+      }
+      if (s.temperature_c) {
+        p.temperature_c = std::max(p.temperature_c.value_or(0), double(*s.temperature_c));
+      }
+      if (s.sm_clock_mhz) p.sm_clock_mhz = *s.sm_clock_mhz;
+      if (s.clock_event_reasons) {
+        p.clock_event_reasons = p.clock_event_reasons.value_or(0) | *s.clock_event_reasons;
+      }
+      if (s.power_w) p.power_w = p.power_w.value_or(0) + *s.power_w;
+      for (const auto& row : g.processes) {
+        const int pid = static_cast<int>(row.pid);
+        if (tree_ever_.count(pid) != 0) {
+          if (row.used_bytes) {
+            raw.tree_bytes[g.gpu] += *row.used_bytes;
+          } else {
+            raw.tree_rows_without_bytes = true;
+          }
+          if (row.sm_util_pct) {
+            p.tree_sm_util_pct = p.tree_sm_util_pct.value_or(0) + *row.sm_util_pct;
+            if (*row.sm_util_pct > 0) gpu_active = true;
+          }
+        } else if (baseline_pids_.count(row.pid) == 0 && row.used_bytes) {
+          raw.new_bytes[g.gpu] += *row.used_bytes;
+        }
+      }
+    }
+    if (gpu_active) last_activity_ = Clock::now();
+    if (!raw.util.empty()) {
+      double sum = 0;
+      for (auto& [gpu, u] : raw.util) sum += u;
+      p.gpu_util_pct = sum / static_cast<double>(raw.util.size());
+    }
+    // Keep every raw_stride_-th point; when full, drop every other one and double the stride, so
+    // a long run keeps an even time line in bounded memory.
+    if (raw_seen_++ % raw_stride_ == 0) raw_.push_back(std::move(raw));
+    if (raw_.size() >= kMaxTimeline) {
+      std::vector<RawPoint> thinned;
+      for (std::size_t i = 0; i < raw_.size(); i += 2) thinned.push_back(std::move(raw_[i]));
+      raw_ = std::move(thinned);
+      raw_stride_ *= 2;
+    }
+  }
+}
+
+void Run::send(int sig) {
+  log_info("sending {} to the workload's process group {}", sigabbrev_np(sig), child_->pgid());
+  child_->signal_group(sig);
+  last_signal_ = Clock::now();
+}
+
+void Run::escalate(Clock::time_point now) {
+  if (signal_plan_.empty() || now - last_signal_ < o_.kill_grace) return;
+  const int sig = signal_plan_.front();
+  signal_plan_.erase(signal_plan_.begin());
+  send(sig);
+}
+
+void Run::loop() {
+  auto last_poll = Clock::now() - o_.interval;
+  auto line = [this](Stream s, std::string_view l) { on_line(s, l); };
+  for (;;) {
+    if (child_->pump(std::chrono::milliseconds(20), line)) last_activity_ = Clock::now();
+    const auto now = Clock::now();
+    if (now - last_poll >= o_.interval) {
+      poll_tree();
+      last_poll = now;
+    }
+    take_ticks();
+    if (child_->poll_exit(o_.subreaper)) break;
+
+    if (o_.interrupt != nullptr && o_.interrupt->load() > interrupts_seen_) {
+      const bool again = interrupts_seen_ > 0;
+      interrupts_seen_ = o_.interrupt->load();
+      if (!again) {
+        stop_ = Stop::interrupted;
+        signal_plan_ = {SIGTERM, SIGKILL};
+        send(SIGINT);
+      } else if (!signal_plan_.empty()) {
+        // A second Ctrl-C: the user does not want to wait out the grace period.
+        last_signal_ = now - o_.kill_grace;
+      }
+    }
+    if (stop_ == Stop::none && o_.timeout && now - start_ >= *o_.timeout) {
+      stop_ = Stop::timeout;
+      signal_plan_ = {SIGKILL};
+      send(SIGTERM);
+    }
+    if (stop_ == Stop::none && o_.hang_after && now - last_activity_ >= *o_.hang_after) {
+      stop_ = Stop::hang;
+      signal_plan_ = {SIGKILL};
+      send(SIGTERM);
+    }
+    escalate(now);
+  }
+  // The root is gone; what it printed last may still be in the pipes, and children that kept
+  // them open are given a moment before they are killed.
+  auto line_sink = [this](Stream s, std::string_view l) { on_line(s, l); };
+  const auto drain_until = Clock::now() + kDrainAfterExit;
+  while (!child_->output_closed() && Clock::now() < drain_until) {
+    child_->pump(std::chrono::milliseconds(20), line_sink);
+  }
+  if (child_->signal_group(0)) {
+    log_info("killing what is left of the workload's process group");
+    child_->signal_group(SIGKILL);
+    const auto kill_drain = Clock::now() + 1s;
+    while (!child_->output_closed() && Clock::now() < kill_drain) {
+      child_->pump(std::chrono::milliseconds(20), line_sink);
+    }
+  }
+  child_->flush_partial(line_sink);
+  if (o_.subreaper) child_->poll_exit(true);
+}
+
+void Run::finish() {
+  r_.wall_s = seconds_between(start_, Clock::now());
+  if (sampler_) {
+    sampler_->stop();
+    take_ticks();
+  }
+  if (child_) {
+    r_.exit = child_->exit_info().value_or(ExitInfo{});
+    r_.stdout_tail = child_->tail(Stream::out);
+    r_.stderr_tail = child_->tail(Stream::err);
+  }
+  const std::int64_t warmup = protocol_warmup_.value_or(o_.warmup_steps);
+  const auto batch = r_.steps.batch ? r_.steps.batch : o_.batch;
+  r_.steps = summarize_steps(steps_, rates_, warmup, o_.batch);
+  if (!r_.steps.batch) r_.steps.batch = batch;
+  if (r_.steps.throughput_source == "reported rate" && rates_from_regex_) {
+    r_.steps.throughput_source = "regex";
+  }
+  compute_gpu_figures();
+  compute_host_figures();
+  decide_outcome();
+  r_.findings = diagnosis::diagnose_run(facts_of(r_));
+}
+
+void Run::compute_gpu_figures() {
+  GpuFigures& g = r_.gpu;
+  for (const auto& [index, b] : gpus_) {
+    if (!g.gpu_name) g.gpu_name = b.info.name;
+    if (!g.cc_major) g.cc_major = b.info.cc_major;
+  }
+  g.samples = raw_.size();
+  g.prealloc_window_s = std::chrono::duration<double>(o_.prealloc_window).count();
+  if (!g.telemetry) return;
+
+  bool any_tree = false;
+  bool any_new = false;
+  bool rows_without_bytes = false;
+  for (const auto& raw : raw_) {
+    any_tree = any_tree || !raw.tree_bytes.empty();
+    any_new = any_new || !raw.new_bytes.empty();
+    rows_without_bytes = rows_without_bytes || raw.tree_rows_without_bytes;
+  }
+  g.attribution = any_tree  ? Attribution::process_tree
+                  : any_new ? Attribution::new_processes
+                            : Attribution::device_wide;
+  if (!any_tree && rows_without_bytes) {
+    g.telemetry_note = "NVML lists the workload's processes without their memory";
+  }
+  auto bytes_of = [&](const RawPoint& raw) -> const std::map<unsigned, std::uint64_t>& {
+    switch (g.attribution) {
+      case Attribution::process_tree:
+        return raw.tree_bytes;
+      case Attribution::new_processes:
+        return raw.new_bytes;
+      default:
+        return raw.device_bytes;
+    }
+  };
+  // A device-wide rise below this is other noise (another process, the driver), not the workload.
+  constexpr std::uint64_t kDeviceNoise = 256ull << 20;
+  std::map<unsigned, std::uint64_t> per_gpu_peak;
+  std::optional<double> first_memory_s;
+  for (auto& raw : raw_) {
+    std::uint64_t sum = 0;
+    for (const auto& [gpu, bytes] : bytes_of(raw)) {
+      sum += bytes;
+      per_gpu_peak[gpu] = std::max(per_gpu_peak[gpu], bytes);
+    }
+    raw.point.workload_gpu_bytes = sum;
+    const bool holds = g.attribution == Attribution::device_wide ? sum > kDeviceNoise : sum > 0;
+    if (holds && !first_memory_s) first_memory_s = raw.point.t_s;
+    if (!g.peak_bytes || sum > *g.peak_bytes) g.peak_bytes = sum;
+    if (raw.point.device_used_bytes &&
+        (!g.device_peak_used_bytes || *raw.point.device_used_bytes > *g.device_peak_used_bytes)) {
+      g.device_peak_used_bytes = raw.point.device_used_bytes;
+    }
+    if (holds && *first_memory_s + std::chrono::duration<double>(o_.prealloc_window).count() >=
+                     raw.point.t_s) {
+      g.early_peak_bytes = std::max(g.early_peak_bytes.value_or(0), sum);
+    }
+  }
+  for (const auto& [gpu, peak] : per_gpu_peak) {
+    if (g.attribution != Attribution::device_wide ? peak > 0 : peak > kDeviceNoise) {
+      g.gpus_used.push_back(gpu);
+    }
+  }
+  // The GPU that held the most decides the device-relative figures (near OOM, preallocation).
+  std::optional<unsigned> busiest;
+  for (unsigned gpu : g.gpus_used) {
+    if (!busiest || per_gpu_peak[gpu] > per_gpu_peak[*busiest]) busiest = gpu;
+  }
+  if (busiest) {
+    const auto& info = gpus_[*busiest].info;
+    g.device_total_bytes = info.memory_total_bytes;
+    g.power_limit_w = info.power_limit_w;
+    g.gpu_name = info.name;
+    g.cc_major = info.cc_major;
+    g.device_used_before_bytes = gpus_[*busiest].used_before;
+    g.busiest_gpu_peak_bytes = per_gpu_peak[*busiest];
+  } else if (gpus_.size() == 1) {
+    const auto& b = gpus_.begin()->second;
+    g.device_total_bytes = b.info.memory_total_bytes;
+    g.power_limit_w = b.info.power_limit_w;
+    g.device_used_before_bytes = b.used_before;
+  }
+
+  // Utilisation and clocks while the workload held GPU memory (or over the whole run when it
+  // never did), on the GPUs it used.
+  std::vector<double> util;
+  std::vector<double> sm;
+  std::vector<double> power;
+  std::size_t counted = 0;
+  std::size_t power_capped = 0;
+  std::size_t thermal = 0;
+  const std::set<unsigned> used(g.gpus_used.begin(), g.gpus_used.end());
+  for (const auto& raw : raw_) {
+    const bool active = !first_memory_s || (raw.point.workload_gpu_bytes.value_or(0) > 0 &&
+                                            raw.point.t_s >= *first_memory_s);
+    if (!active) continue;
+    for (const auto& [gpu, u] : raw.util) {
+      if (used.empty() || used.count(gpu) != 0) util.push_back(u);
+    }
+    for (const auto& [gpu, w] : raw.power) {
+      if (used.empty() || used.count(gpu) != 0) power.push_back(w);
+    }
+    if (raw.point.tree_sm_util_pct) sm.push_back(*raw.point.tree_sm_util_pct);
+    for (const auto& [gpu, events] : raw.events) {
+      if (!used.empty() && used.count(gpu) == 0) continue;
+      ++counted;
+      g.clock_events_seen |= events;
+      if ((events & (nvml::kClockEventSwPowerCap | nvml::kClockEventHwPowerBrakeSlowdown)) != 0) {
+        ++power_capped;
+      }
+      if ((events & (nvml::kClockEventSwThermalSlowdown | nvml::kClockEventHwThermalSlowdown)) !=
+          0) {
+        ++thermal;
+      }
+    }
+    if (raw.point.temperature_c) {
+      g.temperature_max_c = std::max(g.temperature_max_c.value_or(0), *raw.point.temperature_c);
+    }
+  }
+  g.util_median_pct = median(util);
+  g.tree_sm_util_median_pct = median(sm);
+  g.power_median_w = median(power);
+  if (counted > 0) {
+    g.power_throttle_share = static_cast<double>(power_capped) / static_cast<double>(counted);
+    g.thermal_throttle_share = static_cast<double>(thermal) / static_cast<double>(counted);
+  }
+  r_.timeline.reserve(raw_.size());
+  for (const auto& raw : raw_) r_.timeline.push_back(raw.point);
+}
+
+void Run::compute_host_figures() {
+  HostFigures& h = r_.host;
+  h.cores = usable_cores();
+  std::vector<double> cpu;
+  std::vector<double> busiest;
+  for (const auto& reading : host_readings_) {
+    if (reading.cpu_pct) {
+      cpu.push_back(*reading.cpu_pct);
+      h.cpu_max_pct = std::max(h.cpu_max_pct.value_or(0), *reading.cpu_pct);
+    }
+    if (reading.busiest_cpu_pct) busiest.push_back(*reading.busiest_cpu_pct);
+    h.rss_peak_bytes = std::max(h.rss_peak_bytes, reading.rss_bytes);
+    h.max_processes = std::max(h.max_processes, reading.pids.size());
+  }
+  h.cpu_median_pct = median(cpu);
+  h.busiest_process_median_pct = median(busiest);
+  if (r_.timeline.empty()) {
+    // Without GPU telemetry the time line is the host's.
+    for (const auto& reading : host_readings_) {
+      TelemetryPoint p;
+      p.t_s = static_cast<double>(
+                  reading.timestamp_ns -
+                  std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch())
+                      .count()) /
+              1e9;
+      p.host_cpu_pct = reading.cpu_pct;
+      p.busiest_process_cpu_pct = reading.busiest_cpu_pct;
+      p.rss_bytes = reading.rss_bytes;
+      p.processes = reading.pids.size();
+      r_.timeline.push_back(p);
+    }
+    if (r_.timeline.size() > kMaxTimeline) {
+      std::vector<TelemetryPoint> thinned;
+      const std::size_t stride = r_.timeline.size() / kMaxTimeline + 1;
+      for (std::size_t i = 0; i < r_.timeline.size(); i += stride) {
+        thinned.push_back(r_.timeline[i]);
+      }
+      r_.timeline = std::move(thinned);
+    }
+  }
+}
+
+void Run::decide_outcome() {
+  if (!child_) {
+    r_.outcome = Outcome::launch_error;
+    return;
+  }
+  const ExitInfo& e = r_.exit;
+  const bool failed = e.signal.has_value() || e.exit_code.value_or(0) != 0;
+  if (stop_ == Stop::interrupted) {
+    r_.outcome = Outcome::interrupted;
+  } else if (stop_ == Stop::timeout) {
+    r_.outcome = Outcome::timeout;
+  } else if (stop_ == Stop::hang) {
+    r_.outcome = Outcome::hang;
+  } else if (r_.oom && failed) {
+    r_.outcome = Outcome::oom;
+  } else if (e.signal) {
+    r_.outcome = Outcome::crashed;
+  } else if (failed) {
+    r_.outcome = Outcome::failed;
+  } else {
+    r_.outcome = Outcome::ok;
+  }
+}
+
+}  // namespace
+
+diagnosis::RunFacts facts_of(const RunResult& r) {
+  diagnosis::RunFacts f;
+  f.oom = r.outcome == Outcome::oom;
+  if (f.oom && r.oom) {
+    f.oom_framework = std::string(framework_name(r.oom->framework));
+    f.oom_line = r.oom->line;
+  }
+  f.crashed = r.outcome == Outcome::crashed || r.outcome == Outcome::failed;
+  f.exit_code = r.exit.exit_code;
+  f.signal = r.exit.signal;
+  f.hang = r.outcome == Outcome::hang;
+  f.timeout = r.outcome == Outcome::timeout;
+  f.data_wait_share = r.steps.data_wait_share;
+  f.gpu_util_median_pct = r.gpu.util_median_pct;
+  f.host_cpu_median_pct = r.host.cpu_median_pct;
+  f.busiest_process_cpu_pct = r.host.busiest_process_median_pct;
+  f.host_cores = r.host.cores;
+  f.peak_gpu_bytes = r.gpu.busiest_gpu_peak_bytes;
+  f.early_gpu_bytes = r.gpu.early_peak_bytes;
+  f.prealloc_window_s = r.gpu.prealloc_window_s;
+  f.device_total_bytes = r.gpu.device_total_bytes;
+  f.framework_peak_bytes = r.framework.peak_bytes;
+  f.attribution_device_wide =
+      r.gpu.attribution == Attribution::device_wide && r.gpu.peak_bytes.value_or(0) > 0;
+  f.no_gpu_telemetry = !r.gpu.telemetry && r.outcome != Outcome::launch_error;
+  f.precision = r.framework.precision;
+  f.channels_last = r.framework.channels_last;
+  f.cc_major = r.gpu.cc_major;
+  f.power_throttle_share = r.gpu.power_throttle_share;
+  f.thermal_throttle_share = r.gpu.thermal_throttle_share;
+  f.telemetry_samples = r.gpu.samples;
+  return f;
+}
+
+Result<RunResult> run_workload(const RunOptions& options) {
+  if (options.argv.empty()) return invalid_argument("no command to run");
+  if (options.warmup_steps < 0) return invalid_argument("--warmup-steps: must be >= 0");
+  if (options.interval < monitor::kMinInterval) {
+    return invalid_argument("--interval: below the minimum of 10ms");
+  }
+  RunResult result;
+  result.argv = options.argv;
+  result.stdout_log = options.stdout_log;
+  result.stderr_log = options.stderr_log;
+  Run run(options, result);
+  run.setup_telemetry();
+  if (Status s = run.launch(); !s) {
+    result.outcome = Outcome::launch_error;
+    result.launch_error = s.message();
+    run.finish();
+    return result;
+  }
+  run.loop();
+  run.finish();
+  return result;
+}
+
+}  // namespace dlprobe::run

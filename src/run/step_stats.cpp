@@ -1,0 +1,104 @@
+// Step statistics of a run; order statistics come from the project's statistics library.
+#include <algorithm>
+
+#include "dlprobe/run.h"
+#include "dlprobe/statistics.h"
+
+namespace dlprobe::run {
+
+namespace {
+
+double quantile(const std::vector<double>& sorted, double q) {
+  return stats::percentile_sorted(sorted, q);
+}
+
+}  // namespace
+
+StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vector<double>& rates,
+                          std::int64_t warmup_steps, std::optional<std::int64_t> default_batch) {
+  StepStats s;
+  s.steps_seen = static_cast<std::int64_t>(steps.size());
+  const bool marked = std::any_of(steps.begin(), steps.end(),
+                                  [](const StepRecord& r) { return r.warmup.has_value(); });
+  std::vector<const StepRecord*> measured;
+  std::optional<double> warmup_end_s;  // arrival of the last warm-up step
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const StepRecord& r = steps[i];
+    const bool warm =
+        marked ? r.warmup.value_or(false) : static_cast<std::int64_t>(i) < warmup_steps;
+    if (warm) {
+      ++s.warmup_dropped;
+      warmup_end_s = r.arrival_s;
+    } else {
+      measured.push_back(&r);
+    }
+    if (r.batch) s.batch = r.batch;
+  }
+  if (!s.batch) s.batch = default_batch;
+  s.steps_measured = static_cast<std::int64_t>(measured.size());
+
+  if (!measured.empty()) {
+    std::vector<double> times;
+    double data = 0;
+    bool all_data = true;
+    for (const auto* r : measured) {
+      if (r->step_time_s) times.push_back(*r->step_time_s);
+      if (r->data_time_s) {
+        data += *r->data_time_s;
+      } else {
+        all_data = false;
+      }
+    }
+    const bool all_timed = times.size() == measured.size();
+    if (all_timed) {
+      double sum = 0;
+      for (double t : times) sum += t;
+      s.elapsed_s = sum;
+      if (all_data && sum > 0) s.data_wait_share = data / sum;
+    } else if (warmup_end_s && measured.back()->arrival_s > *warmup_end_s) {
+      // Without step times, the time the measured steps took is read from when their lines came.
+      s.elapsed_s = measured.back()->arrival_s - *warmup_end_s;
+    }
+    if (!times.empty()) {
+      std::sort(times.begin(), times.end());
+      s.step_min_s = times.front();
+      s.step_max_s = times.back();
+      s.step_median_s = quantile(times, 0.5);
+      s.step_p90_s = quantile(times, 0.9);
+      double sum = 0;
+      for (double t : times) sum += t;
+      s.step_mean_s = sum / static_cast<double>(times.size());
+    }
+    double items = 0;
+    bool all_batched = true;
+    for (const auto* r : measured) {
+      if (r->batch) {
+        items += static_cast<double>(*r->batch);
+      } else if (default_batch) {
+        items += static_cast<double>(*default_batch);
+      } else {
+        all_batched = false;
+      }
+    }
+    if (all_batched) s.items = items;
+    if (all_timed && all_batched) {
+      for (const auto* r : measured) {
+        s.step_seconds.push_back(*r->step_time_s);
+        s.step_items.push_back(static_cast<double>(r->batch ? *r->batch : *default_batch));
+      }
+    }
+    if (s.items && s.elapsed_s && *s.elapsed_s > 0) {
+      s.items_per_s = *s.items / *s.elapsed_s;
+      s.throughput_source = "steps";
+    }
+  }
+  if (!s.items_per_s && !rates.empty()) {
+    std::vector<double> sorted = rates;
+    std::sort(sorted.begin(), sorted.end());
+    s.items_per_s = quantile(sorted, 0.5);
+    s.throughput_source = "reported rate";
+  }
+  return s;
+}
+
+}  // namespace dlprobe::run

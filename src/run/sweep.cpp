@@ -1,0 +1,110 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "dlprobe/run.h"
+#include "dlprobe/units.h"
+
+namespace dlprobe::run {
+
+Result<SweepAxis> parse_sweep(std::string_view text) {
+  const auto eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    return invalid_argument(
+        fmt::format("--sweep: '{}' is not KEY=V1,V2,... (e.g. batch=16,32)", text));
+  }
+  SweepAxis axis;
+  axis.key = std::string(text.substr(0, eq));
+  for (char c : axis.key) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) {
+      return invalid_argument(
+          fmt::format("--sweep: key '{}' may hold only letters, digits and '_'", axis.key));
+    }
+  }
+  DLPROBE_ASSIGN_OR_RETURN(axis.values, parse_list(text.substr(eq + 1), "--sweep " + axis.key));
+  return axis;
+}
+
+std::vector<std::map<std::string, std::string>> sweep_points(const std::vector<SweepAxis>& axes) {
+  std::vector<std::map<std::string, std::string>> points{{}};
+  for (const auto& axis : axes) {
+    std::vector<std::map<std::string, std::string>> next;
+    for (const auto& point : points) {
+      for (const auto& value : axis.values) {
+        auto p = point;
+        p[axis.key] = value;
+        next.push_back(std::move(p));
+      }
+    }
+    points = std::move(next);
+  }
+  return points;
+}
+
+std::vector<std::string> substitute(const std::vector<std::string>& argv,
+                                    const std::map<std::string, std::string>& params) {
+  std::vector<std::string> out;
+  out.reserve(argv.size());
+  for (std::string arg : argv) {
+    for (const auto& [key, value] : params) {
+      const std::string token = "{" + key + "}";
+      for (auto at = arg.find(token); at != std::string::npos;
+           at = arg.find(token, at + value.size())) {
+        arg.replace(at, token.size(), value);
+      }
+    }
+    out.push_back(std::move(arg));
+  }
+  return out;
+}
+
+bool mentions(const std::vector<std::string>& argv, std::string_view key) {
+  const std::string token = fmt::format("{{{}}}", key);
+  return std::any_of(argv.begin(), argv.end(),
+                     [&](const std::string& a) { return a.find(token) != std::string::npos; });
+}
+
+MaxBatchSearch::MaxBatchSearch(std::int64_t start, std::int64_t limit, std::int64_t granularity,
+                               int max_runs)
+    : start_(std::max<std::int64_t>(start, 1)),
+      limit_(std::max(limit, start_)),
+      granularity_(std::max<std::int64_t>(granularity, 1)),
+      max_runs_(max_runs) {}
+
+std::optional<std::int64_t> MaxBatchSearch::next() const {
+  if (runs_ >= max_runs_) return std::nullopt;
+  if (!largest_ok_) {
+    // Nothing ran yet: the start, unless it already failed.
+    if (smallest_failed_) return std::nullopt;
+    return start_;
+  }
+  if (!smallest_failed_) {
+    if (*largest_ok_ >= limit_) return std::nullopt;
+    return std::min(*largest_ok_ * 2, limit_);
+  }
+  const std::int64_t lo = *largest_ok_;
+  const std::int64_t hi = *smallest_failed_;
+  if (hi - lo <= granularity_) return std::nullopt;
+  std::int64_t mid = (lo + (hi - lo) / 2) / granularity_ * granularity_;
+  if (mid <= lo) mid = lo + granularity_;
+  if (mid >= hi) return std::nullopt;
+  return mid;
+}
+
+void MaxBatchSearch::report(std::int64_t batch, bool ran) {
+  ++runs_;
+  if (ran) {
+    if (!largest_ok_ || batch > *largest_ok_) largest_ok_ = batch;
+  } else if (!smallest_failed_ || batch < *smallest_failed_) {
+    smallest_failed_ = batch;
+  }
+}
+
+bool MaxBatchSearch::converged() const {
+  if (!largest_ok_) return false;
+  if (!smallest_failed_) return *largest_ok_ >= limit_;
+  return *smallest_failed_ - *largest_ok_ <= granularity_;
+}
+
+}  // namespace dlprobe::run

@@ -1,0 +1,193 @@
+// Each diagnosis rule on constructed facts: fires where the numbers say so, stays silent just
+// below its threshold and when its facts are unknown.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "dlprobe/diagnosis.h"
+
+namespace dlprobe::diagnosis {
+namespace {
+
+const Finding* find(const std::vector<Finding>& v, std::string_view id) {
+  auto it = std::find_if(v.begin(), v.end(), [&](const Finding& f) { return f.id == id; });
+  return it == v.end() ? nullptr : &*it;
+}
+
+constexpr std::uint64_t kGiB = 1ull << 30;
+
+TEST(Diagnosis, NothingKnownNothingSaid) {
+  EXPECT_TRUE(diagnose_run(RunFacts{}).empty());
+}
+
+TEST(Diagnosis, InputWaitBands) {
+  RunFacts f;
+  f.data_wait_share = 0.049;
+  EXPECT_EQ(find(diagnose_run(f), "input_bound"), nullptr);
+  f.data_wait_share = 0.05;
+  const auto moderate = diagnose_run(f);
+  ASSERT_NE(find(moderate, "input_bound"), nullptr);
+  EXPECT_EQ(find(moderate, "input_bound")->severity, Severity::warning);
+  f.data_wait_share = 0.2;
+  const auto high = diagnose_run(f);
+  EXPECT_EQ(find(high, "input_bound")->severity, Severity::error);
+  EXPECT_DOUBLE_EQ(find(high, "input_bound")->numbers.at("data_wait_share"), 0.2);
+}
+
+TEST(Diagnosis, LowUtilisationWithSaturatedHost) {
+  RunFacts f;
+  f.gpu_util_median_pct = 45;
+  f.host_cores = 8;
+  f.host_cpu_median_pct = 760;  // 95% of 8 cores
+  ASSERT_NE(find(diagnose_run(f), "host_bound"), nullptr);
+  // One process pinned at a full core (Python's main thread) counts too.
+  f.host_cpu_median_pct = 110;
+  f.busiest_process_cpu_pct = 99;
+  EXPECT_NE(find(diagnose_run(f), "host_bound"), nullptr);
+  // Not saturated: a plain under-use note instead.
+  f.busiest_process_cpu_pct = 60;
+  const auto v = diagnose_run(f);
+  EXPECT_EQ(find(v, "host_bound"), nullptr);
+  EXPECT_NE(find(v, "gpu_underused"), nullptr);
+  // Busy GPU: neither.
+  f.gpu_util_median_pct = 70;
+  f.busiest_process_cpu_pct = 100;
+  EXPECT_TRUE(diagnose_run(f).empty());
+}
+
+TEST(Diagnosis, PreallocationAndNearOom) {
+  RunFacts f;
+  f.device_total_bytes = 140 * kGiB;
+  f.prealloc_window_s = 5;
+  f.early_gpu_bytes = 112 * kGiB;  // exactly 80%
+  f.peak_gpu_bytes = 135 * kGiB;
+  auto v = diagnose_run(f);
+  EXPECT_NE(find(v, "memory_preallocated"), nullptr);
+  // A preallocated pool near the total is not "near OOM" without the framework's own peak.
+  EXPECT_EQ(find(v, "near_oom"), nullptr);
+  f.framework_peak_bytes = 130 * kGiB;
+  EXPECT_NE(find(diagnose_run(f), "near_oom"), nullptr);
+  f.framework_peak_bytes = 20 * kGiB;
+  EXPECT_EQ(find(diagnose_run(f), "near_oom"), nullptr);
+
+  RunFacts g;
+  g.device_total_bytes = 140 * kGiB;
+  g.early_gpu_bytes = 10 * kGiB;
+  g.peak_gpu_bytes = 127 * kGiB;  // 90.7%
+  v = diagnose_run(g);
+  EXPECT_EQ(find(v, "memory_preallocated"), nullptr);
+  EXPECT_NE(find(v, "near_oom"), nullptr);
+  g.peak_gpu_bytes = 125 * kGiB;  // 89.3%
+  EXPECT_EQ(find(diagnose_run(g), "near_oom"), nullptr);
+}
+
+TEST(Diagnosis, Precision) {
+  RunFacts f;
+  f.precision = "fp32";
+  f.cc_major = 9;
+  EXPECT_NE(find(diagnose_run(f), "fp32_on_tensor_cores"), nullptr);
+  f.cc_major = 6;
+  EXPECT_EQ(find(diagnose_run(f), "fp32_on_tensor_cores"), nullptr);
+  f.cc_major.reset();
+  EXPECT_EQ(find(diagnose_run(f), "fp32_on_tensor_cores"), nullptr);
+
+  RunFacts h;
+  h.precision = "bf16";
+  h.channels_last = false;
+  EXPECT_NE(find(diagnose_run(h), "not_channels_last"), nullptr);
+  h.channels_last = true;
+  EXPECT_EQ(find(diagnose_run(h), "not_channels_last"), nullptr);
+  h.channels_last.reset();
+  EXPECT_EQ(find(diagnose_run(h), "not_channels_last"), nullptr);
+}
+
+TEST(Diagnosis, Throttling) {
+  RunFacts f;
+  f.telemetry_samples = 100;
+  f.power_throttle_share = 0.04;
+  f.thermal_throttle_share = 0.04;
+  EXPECT_TRUE(diagnose_run(f).empty());
+  f.power_throttle_share = 0.3;
+  f.thermal_throttle_share = 0.05;
+  const auto v = diagnose_run(f);
+  EXPECT_NE(find(v, "power_throttling"), nullptr);
+  EXPECT_NE(find(v, "thermal_throttling"), nullptr);
+}
+
+TEST(Diagnosis, Outcomes) {
+  RunFacts oom;
+  oom.oom = true;
+  oom.crashed = true;
+  oom.oom_framework = "pytorch";
+  oom.oom_line = "torch.OutOfMemoryError: CUDA out of memory.";
+  const auto v = diagnose_run(oom);
+  ASSERT_NE(find(v, "oom"), nullptr);
+  EXPECT_EQ(find(v, "oom")->severity, Severity::error);
+  EXPECT_NE(find(v, "oom")->evidence.find("pytorch"), std::string::npos);
+  EXPECT_EQ(find(v, "crashed"), nullptr);  // the OOM explains the failure
+
+  RunFacts crash;
+  crash.crashed = true;
+  crash.signal = 11;
+  EXPECT_NE(find(diagnose_run(crash), "crashed")->evidence.find("signal 11"), std::string::npos);
+  RunFacts hang;
+  hang.hang = true;
+  hang.hang_after_s = 60;
+  EXPECT_NE(find(diagnose_run(hang), "hang"), nullptr);
+  RunFacts timeout;
+  timeout.timeout = true;
+  EXPECT_EQ(find(diagnose_run(timeout), "timeout")->severity, Severity::warning);
+}
+
+TEST(Diagnosis, AttributionAndTelemetryNotes) {
+  RunFacts f;
+  f.attribution_device_wide = true;
+  EXPECT_NE(find(diagnose_run(f), "gpu_memory_device_wide"), nullptr);
+  RunFacts g;
+  g.no_gpu_telemetry = true;
+  EXPECT_NE(find(diagnose_run(g), "no_gpu_telemetry"), nullptr);
+}
+
+std::vector<SweepPointFacts> sweep(std::vector<std::pair<std::int64_t, double>> ok,
+                                   std::vector<std::int64_t> oom = {}) {
+  std::vector<SweepPointFacts> out;
+  for (auto [b, r] : ok) out.push_back({b, true, false, r});
+  for (auto b : oom) out.push_back({b, false, true, std::nullopt});
+  return out;
+}
+
+TEST(SweepDiagnosis, StillRisingAtLargestBatch) {
+  auto v = diagnose_batch_sweep(sweep({{16, 1000}, {32, 1800}, {64, 2100}}));
+  ASSERT_NE(find(v, "batch_too_small"), nullptr);  // +16.7%
+  EXPECT_NEAR(find(v, "batch_too_small")->numbers.at("gain"), 2100.0 / 1800 - 1, 1e-12);
+  v = diagnose_batch_sweep(sweep({{16, 1000}, {32, 1800}, {64, 1950}}));  // +8.3%
+  EXPECT_EQ(find(v, "batch_too_small"), nullptr);
+}
+
+TEST(SweepDiagnosis, SmallBatchesBelowHalfOfBest) {
+  const auto v = diagnose_batch_sweep(sweep({{8, 900}, {16, 1100}, {64, 2000}, {128, 2050}}));
+  ASSERT_NE(find(v, "small_batch_slow"), nullptr);
+  EXPECT_NE(find(v, "small_batch_slow")->evidence.find("batch 8"), std::string::npos);
+  EXPECT_EQ(find(v, "small_batch_slow")->evidence.find("16"), std::string::npos);
+}
+
+TEST(SweepDiagnosis, ThroughputFalls) {
+  auto v = diagnose_batch_sweep(sweep({{64, 2000}, {128, 2500}, {256, 2300}}));
+  ASSERT_NE(find(v, "throughput_falls"), nullptr);
+  EXPECT_DOUBLE_EQ(find(v, "throughput_falls")->numbers.at("best_batch"), 128);
+  v = diagnose_batch_sweep(sweep({{64, 2000}, {128, 2500}, {256, 2400}}));  // within 5%
+  EXPECT_EQ(find(v, "throughput_falls"), nullptr);
+}
+
+TEST(SweepDiagnosis, OomWithLargestThatRan) {
+  const auto v = diagnose_batch_sweep(sweep({{64, 2000}, {128, 2600}}, {512, 256}));
+  const Finding* f = find(v, "oom_batch");
+  ASSERT_NE(f, nullptr);
+  EXPECT_DOUBLE_EQ(f->numbers.at("smallest_oom_batch"), 256);
+  EXPECT_DOUBLE_EQ(f->numbers.at("largest_ok_batch"), 128);
+  // With an OOM above, "still rising" would advise a batch that does not fit.
+  EXPECT_EQ(find(v, "batch_too_small"), nullptr);
+}
+
+}  // namespace
+}  // namespace dlprobe::diagnosis

@@ -1,0 +1,295 @@
+// The pure parts of `dlprobe run`: /proc stat lines, tree membership, the line protocol, the
+// throughput regex, framework OOM messages and step statistics.
+#include <gtest/gtest.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "dlprobe/process_tree.h"
+#include "dlprobe/run.h"
+#include "dlprobe/workload_output.h"
+
+namespace dlprobe::run {
+namespace {
+
+TEST(ProcStat, ParsesCommWithSpacesAndParentheses) {
+  auto s = parse_proc_stat(
+      "4242 (python3 (w) x) S 4000 4242 4000 0 -1 4194560 100 0 0 0 250 30 7 3 20 0 9 0 "
+      "123456 1000000 2000 18446744073709551615");
+  ASSERT_TRUE(s) << s.status().message();
+  EXPECT_EQ(s->pid, 4242);
+  EXPECT_EQ(s->comm, "python3 (w) x");
+  EXPECT_EQ(s->state, 'S');
+  EXPECT_EQ(s->ppid, 4000);
+  EXPECT_EQ(s->pgid, 4242);
+  EXPECT_EQ(s->utime, 250u);
+  EXPECT_EQ(s->stime, 30u);
+  EXPECT_EQ(s->cutime, 7u);
+  EXPECT_EQ(s->cstime, 3u);
+  EXPECT_EQ(s->starttime, 123456u);
+}
+
+TEST(ProcStat, RefusesTruncatedLines) {
+  EXPECT_FALSE(parse_proc_stat("12 (x) S 1 12"));
+  EXPECT_FALSE(parse_proc_stat("garbage"));
+  EXPECT_FALSE(parse_proc_stat("x (y) S 1 1 1 0 0 0 0 0 0 0 1 1 0 0 0 0 0 0 5"));
+}
+
+ProcStat proc(int pid, int ppid, int pgid) {
+  ProcStat p;
+  p.pid = pid;
+  p.ppid = ppid;
+  p.pgid = pgid;
+  return p;
+}
+
+TEST(TreePids, DescendantsAndGroupMembers) {
+  // 10 -> 11 -> 12; 13 re-parented to init but still in group 10; 20 unrelated.
+  const std::vector<ProcStat> all{proc(1, 0, 1),    proc(10, 5, 10), proc(11, 10, 10),
+                                  proc(12, 11, 12), proc(13, 1, 10), proc(20, 1, 20)};
+  EXPECT_EQ(tree_pids(all, {10}, 10), (std::vector<int>{10, 11, 12, 13}));
+  EXPECT_EQ(tree_pids(all, {10}, 0), (std::vector<int>{10, 11, 12}));
+  EXPECT_EQ(tree_pids(all, {99}, 0), std::vector<int>{});
+}
+
+TEST(TreeTracker, SeesOwnProcessCpu) {
+  TreeTracker tracker({static_cast<int>(getpid())}, 0, {});
+  const auto first = tracker.poll();
+  EXPECT_FALSE(first.cpu_pct.has_value());
+  ASSERT_EQ(first.pids, std::vector<int>{static_cast<int>(getpid())});
+  EXPECT_GT(first.rss_bytes, 0u);
+  // Burn 150 ms of this process's CPU time (not wall time: the machine may be busy), then the
+  // tracker's figure must match CPU time over wall time within two clock ticks.
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+  };
+  const double cpu0 = cpu_now();
+  const auto wall0 = std::chrono::steady_clock::now();
+  volatile double x = 0;
+  while (cpu_now() - cpu0 < 0.15) x = x + 1.0;
+  const auto second = tracker.poll();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  ASSERT_TRUE(second.cpu_pct.has_value());
+  const double expected = 100.0 * (cpu_now() - cpu0) / wall;
+  const double tick_pct = 100.0 * 2.0 / static_cast<double>(sysconf(_SC_CLK_TCK)) / wall;
+  EXPECT_NEAR(*second.cpu_pct, expected, tick_pct + 5.0);
+  EXPECT_GT(*second.cpu_pct, 0.0);
+}
+
+TEST(Protocol, StepLine) {
+  auto r = parse_protocol_line(
+      R"({"dlprobe": {"step": 12, "step_time_s": 0.041, "batch": 256, "data_time_s": 0.002,)"
+      R"( "framework_peak_bytes": 1073741824, "precision": "bf16", "channels_last": true}})");
+  ASSERT_TRUE(r) << r.status().message();
+  ASSERT_TRUE(r->has_value());
+  const ProtocolRecord& p = **r;
+  EXPECT_EQ(p.step, 12);
+  EXPECT_DOUBLE_EQ(*p.step_time_s, 0.041);
+  EXPECT_DOUBLE_EQ(*p.data_time_s, 0.002);
+  EXPECT_EQ(p.batch, 256);
+  EXPECT_EQ(p.framework_peak_bytes, 1073741824u);
+  EXPECT_EQ(p.precision, "bf16");
+  EXPECT_EQ(p.channels_last, true);
+  EXPECT_FALSE(p.end);
+}
+
+TEST(Protocol, RateAliasesEndMarkerPrefixAndUnknownKeys) {
+  auto r = parse_protocol_line(R"(INFO:root: {"dlprobe": {"images_per_s": 6100, "new_key": 1}})");
+  ASSERT_TRUE(r && r->has_value());
+  EXPECT_DOUBLE_EQ(*(*r)->items_per_s, 6100);
+  auto end = parse_protocol_line(R"({"dlprobe": {"end": true}})");
+  ASSERT_TRUE(end && end->has_value());
+  EXPECT_TRUE((*end)->end);
+  auto oom = parse_protocol_line(R"({"dlprobe": {"oom": true, "message": "CUDA OOM"}})");
+  ASSERT_TRUE(oom && oom->has_value());
+  EXPECT_EQ((*oom)->oom, true);
+}
+
+TEST(Protocol, OtherLinesAreNotProtocol) {
+  auto r = parse_protocol_line("Epoch 1/10 loss 0.3 {\"other\": 1}");
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->has_value());
+}
+
+TEST(Protocol, MalformedLinesAreErrors) {
+  EXPECT_FALSE(parse_protocol_line(R"({"dlprobe": {"step": 1)"));
+  EXPECT_FALSE(parse_protocol_line(R"({"dlprobe": 5})"));
+  EXPECT_FALSE(parse_protocol_line(R"({"dlprobe": {"step": "one"}})"));
+  EXPECT_FALSE(parse_protocol_line(R"({"dlprobe": {"step_time_s": -1}})"));
+  EXPECT_FALSE(parse_protocol_line(R"({"dlprobe": {"batch": 0}})"));
+  EXPECT_FALSE(parse_protocol_line(R"({"dlprobe": {"end": "yes"}})"));
+}
+
+TEST(ThroughputRegex, NamedGroups) {
+  auto re = ThroughputRegex::compile(R"(step (?<step>\d+).* (?<ips>[0-9.]+) img/s)");
+  ASSERT_TRUE(re) << re.status().message();
+  auto m = re->match("step 7 | loss 0.1 | 1234.5 img/s");
+  ASSERT_TRUE(m);
+  EXPECT_DOUBLE_EQ(*m->items_per_s, 1234.5);
+  EXPECT_EQ(m->step, 7);
+  EXPECT_FALSE(re->match("epoch done"));
+
+  auto py = ThroughputRegex::compile(R"(time (?P<step_s>[0-9.]+)s \((?:avg)\))");
+  ASSERT_TRUE(py) << py.status().message();
+  auto t = py->match("iter 3 time 0.25s (avg)");
+  ASSERT_TRUE(t);
+  EXPECT_DOUBLE_EQ(*t->step_time_s, 0.25);
+  EXPECT_FALSE(t->items_per_s);
+}
+
+TEST(ThroughputRegex, PlainGroupAndClassesWithParentheses) {
+  auto re = ThroughputRegex::compile(R"([(]x[)] ([0-9.]+) samples/sec)");
+  ASSERT_TRUE(re) << re.status().message();
+  auto m = re->match("(x) 99.5 samples/sec");
+  ASSERT_TRUE(m);
+  EXPECT_DOUBLE_EQ(*m->items_per_s, 99.5);
+}
+
+TEST(ThroughputRegex, BadPatterns) {
+  EXPECT_FALSE(ThroughputRegex::compile("no group here"));
+  EXPECT_FALSE(ThroughputRegex::compile("(?<speed>[0-9]+)"));
+  EXPECT_FALSE(ThroughputRegex::compile("([0-9]+"));
+  EXPECT_FALSE(ThroughputRegex::compile("(?<ips[0-9]+)"));
+}
+
+TEST(Oom, FrameworkMessages) {
+  struct Sample {
+    const char* line;
+    Framework framework;
+  };
+  const Sample samples[] = {
+      {"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+       "total capacity of 79.15 GiB of which 1.2 GiB is free.",
+       Framework::pytorch},
+      {"RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total "
+       "capacity)",
+       Framework::pytorch},
+      {"OutOfMemoryError: CUDA error: out of memory", Framework::pytorch},
+      {"tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating "
+       "tensor with shape[256,64,112,112] and type float on "
+       "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:Conv2D]",
+       Framework::tensorflow},
+      {"  (0) Resource exhausted: OOM when allocating tensor with shape[512,2048,7,7]",
+       Framework::tensorflow},
+      {"jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+       "allocate 25769803776 bytes.",
+       Framework::jax},
+      {"2024-01-01 12:00:00.000000: W external/xla/xla/service/gpu/... RESOURCE_EXHAUSTED: Out "
+       "of memory allocating 123 bytes",
+       Framework::jax},
+      {"RuntimeError: CUDA error: out of memory", Framework::unknown},
+  };
+  for (const auto& s : samples) {
+    auto m = detect_oom(s.line);
+    ASSERT_TRUE(m) << s.line;
+    EXPECT_EQ(m->framework, s.framework) << s.line;
+  }
+}
+
+TEST(Oom, OrdinaryLinesAreNot) {
+  EXPECT_FALSE(detect_oom("Epoch 1: loss 0.5, 1200 img/s"));
+  EXPECT_FALSE(detect_oom("RuntimeError: Expected all tensors to be on the same device"));
+  EXPECT_FALSE(detect_oom("jaxlib.xla_extension.XlaRuntimeError: INVALID_ARGUMENT: bad shape"));
+  EXPECT_FALSE(detect_oom("memory use 12 GiB of 80"));
+}
+
+TEST(ErrorLines, TracebackEndings) {
+  EXPECT_TRUE(looks_like_error("RuntimeError: CUDA error: an illegal memory access"));
+  EXPECT_TRUE(looks_like_error("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: x"));
+  EXPECT_TRUE(looks_like_error("ValueError"));
+  EXPECT_TRUE(looks_like_error("F0412 12:00:00.000 1234 cuda_dnn.cc:100] Check failed"));
+  EXPECT_TRUE(looks_like_error("terminate called after throwing an instance of 'c10::Error'"));
+  EXPECT_FALSE(looks_like_error("step 3: no Error here"));
+  EXPECT_FALSE(looks_like_error("Errors: 0"));
+}
+
+std::vector<StepRecord> timed_steps(int n, double step_s, std::int64_t batch) {
+  std::vector<StepRecord> out;
+  for (int i = 0; i < n; ++i) {
+    StepRecord r;
+    r.step = i;
+    r.step_time_s = i < 2 ? 10 * step_s : step_s;  // slow first steps, as compilation makes them
+    r.data_time_s = step_s / 10;
+    r.batch = batch;
+    r.arrival_s = i;
+    out.push_back(r);
+  }
+  return out;
+}
+
+TEST(StepStats, DropsWarmupAndComputesThroughput) {
+  const auto s = summarize_steps(timed_steps(12, 0.05, 100), {}, 2, std::nullopt);
+  EXPECT_EQ(s.steps_seen, 12);
+  EXPECT_EQ(s.warmup_dropped, 2);
+  EXPECT_EQ(s.steps_measured, 10);
+  EXPECT_DOUBLE_EQ(*s.items, 1000);
+  EXPECT_NEAR(*s.elapsed_s, 0.5, 1e-12);
+  EXPECT_NEAR(*s.items_per_s, 2000, 1e-9);
+  EXPECT_NEAR(*s.step_median_s, 0.05, 1e-12);
+  EXPECT_NEAR(*s.step_p90_s, 0.05, 1e-12);
+  EXPECT_NEAR(*s.data_wait_share, 0.1, 1e-12);
+  EXPECT_EQ(s.throughput_source, "steps");
+}
+
+TEST(StepStats, WarmupFlagsOverrideTheCount) {
+  auto steps = timed_steps(6, 0.1, 10);
+  steps[0].warmup = true;
+  for (std::size_t i = 1; i < steps.size(); ++i) steps[i].warmup = false;
+  const auto s = summarize_steps(steps, {}, 5, std::nullopt);
+  EXPECT_EQ(s.warmup_dropped, 1);
+  EXPECT_EQ(s.steps_measured, 5);
+}
+
+TEST(StepStats, ArrivalTimesWithoutStepTimes) {
+  std::vector<StepRecord> steps;
+  for (int i = 0; i < 5; ++i) {
+    StepRecord r;
+    r.step = i;
+    r.arrival_s = 0.5 * i;
+    steps.push_back(r);
+  }
+  // One warm-up step (arrival 0), four measured steps ending at 2.0 s, batch 8 from --batch.
+  const auto s = summarize_steps(steps, {}, 1, 8);
+  EXPECT_NEAR(*s.elapsed_s, 2.0, 1e-12);
+  EXPECT_NEAR(*s.items_per_s, 16.0, 1e-12);
+  EXPECT_FALSE(s.step_median_s);
+}
+
+TEST(StepStats, PercentilesInterpolate) {
+  std::vector<StepRecord> steps;
+  for (int i = 1; i <= 10; ++i) {
+    StepRecord r;
+    r.step_time_s = i;
+    steps.push_back(r);
+  }
+  const auto s = summarize_steps(steps, {}, 0, 1);
+  EXPECT_DOUBLE_EQ(*s.step_median_s, 5.5);
+  EXPECT_DOUBLE_EQ(*s.step_p90_s, 9.1);
+  EXPECT_DOUBLE_EQ(*s.step_min_s, 1);
+  EXPECT_DOUBLE_EQ(*s.step_max_s, 10);
+}
+
+TEST(StepStats, ReportedRatesWhenNoSteps) {
+  const auto s = summarize_steps({}, {100, 300, 200}, 5, std::nullopt);
+  EXPECT_DOUBLE_EQ(*s.items_per_s, 200);
+  EXPECT_EQ(s.throughput_source, "reported rate");
+  const auto none = summarize_steps({}, {}, 5, std::nullopt);
+  EXPECT_FALSE(none.items_per_s);
+}
+
+TEST(StepStats, NoThroughputWithoutBatch) {
+  const auto s = summarize_steps(timed_steps(8, 0.1, 1), {}, 2, std::nullopt);
+  EXPECT_TRUE(s.items_per_s);
+  auto steps = timed_steps(8, 0.1, 1);
+  for (auto& r : steps) r.batch.reset();
+  const auto t = summarize_steps(steps, {}, 2, std::nullopt);
+  EXPECT_FALSE(t.items_per_s);
+  EXPECT_TRUE(t.step_median_s);
+}
+
+}  // namespace
+}  // namespace dlprobe::run

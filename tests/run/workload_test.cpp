@@ -1,0 +1,290 @@
+// run_workload against the fake workload: output and protocol, the process tree, OOM in three
+// frameworks' words, exits and signals, timeout, hang, Ctrl-C, and GPU memory attribution through
+// the fake NVML (whose process list a test rewrites with pids it learns while the run goes).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "dlprobe/run.h"
+#include "monitor/fake_script.h"
+
+namespace dlprobe::run {
+namespace {
+
+using namespace std::chrono_literals;
+
+RunOptions options(std::vector<std::string> args) {
+  RunOptions o;
+  o.argv = {DLPROBE_FAKE_WORKLOAD};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.echo = false;
+  o.interval = 20ms;
+  o.kill_grace = 300ms;
+  return o;
+}
+
+RunResult run_ok(const RunOptions& o) {
+  auto r = run_workload(o);
+  EXPECT_TRUE(r) << r.status().message();
+  return r ? std::move(r).value() : RunResult{};
+}
+
+bool has_finding(const RunResult& r, std::string_view id) {
+  for (const auto& f : r.findings) {
+    if (f.id == id) return true;
+  }
+  return false;
+}
+
+std::string temp_path(const char* stem) {
+  return ::testing::TempDir() + stem + std::to_string(getpid());
+}
+
+TEST(RunWorkload, ProtocolStepsAndThroughput) {
+  auto o = options({"--steps", "12", "--step-ms", "4", "--data-ms", "1", "--batch", "32"});
+  o.warmup_steps = 2;
+  const RunResult r = run_ok(o);
+  EXPECT_EQ(r.outcome, Outcome::ok);
+  EXPECT_EQ(r.exit.exit_code, 0);
+  EXPECT_TRUE(r.end_marker);
+  EXPECT_EQ(r.steps.steps_seen, 12);
+  EXPECT_EQ(r.steps.steps_measured, 10);
+  ASSERT_TRUE(r.steps.items_per_s);
+  // Step times come from the workload's own figures: 32 items per 5 ms.
+  EXPECT_NEAR(*r.steps.items_per_s, 6400, 1);
+  EXPECT_NEAR(*r.steps.data_wait_share, 0.2, 1e-6);
+  EXPECT_TRUE(has_finding(r, "input_bound"));
+  EXPECT_EQ(r.framework.peak_bytes, 32u << 20);
+  EXPECT_EQ(r.steps.batch, 32);
+  EXPECT_FALSE(r.gpu.telemetry);
+  EXPECT_TRUE(has_finding(r, "no_gpu_telemetry"));
+  EXPECT_EQ(r.stdout_tail.size(), 13u);  // 12 steps and the end marker
+}
+
+TEST(RunWorkload, RegexThroughput) {
+  auto o = options({"--regex", "--steps", "8", "--batch", "10", "--step-ms", "2"});
+  auto re = ThroughputRegex::compile(R"(: (?<ips>[0-9.]+) img/s)");
+  ASSERT_TRUE(re);
+  o.throughput_regex = std::move(re).value();
+  const RunResult r = run_ok(o);
+  ASSERT_TRUE(r.steps.items_per_s);
+  EXPECT_NEAR(*r.steps.items_per_s, 5000, 1);
+  EXPECT_EQ(r.steps.throughput_source, "regex");
+}
+
+TEST(RunWorkload, FollowsChildrenAndHostMemory) {
+  const RunResult r =
+      run_ok(options({"--child", "--alloc-mib", "64", "--steps", "15", "--step-ms", "20"}));
+  EXPECT_EQ(r.outcome, Outcome::ok);
+  EXPECT_GE(r.host.max_processes, 2u);
+  EXPECT_GE(r.host.rss_peak_bytes, 64ull << 20);
+  EXPECT_GT(r.host.cores, 0u);
+  EXPECT_EQ(r.steps.steps_seen, 15);
+}
+
+TEST(RunWorkload, KeepsLogFiles) {
+  auto o = options({"--steps", "3", "--step-ms", "1"});
+  o.stdout_log = temp_path("out.log");
+  o.stderr_log = temp_path("err.log");
+  run_ok(o);
+  std::ifstream in(o.stdout_log);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("\"step\": 2"), std::string::npos);
+  EXPECT_NE(text.str().find("\"end\": true"), std::string::npos);
+  std::remove(o.stdout_log.c_str());
+  std::remove(o.stderr_log.c_str());
+}
+
+TEST(RunWorkload, OutOfMemoryInEachFramework) {
+  const std::pair<const char*, Framework> styles[] = {
+      {"pytorch", Framework::pytorch}, {"tf", Framework::tensorflow}, {"jax", Framework::jax}};
+  for (const auto& [style, framework] : styles) {
+    const RunResult r =
+        run_ok(options({"--batch", "512", "--oom-at-batch", "256", "--oom-style", style}));
+    EXPECT_EQ(r.outcome, Outcome::oom) << style;
+    ASSERT_TRUE(r.oom) << style;
+    EXPECT_EQ(r.oom->framework, framework) << style;
+    EXPECT_EQ(r.exit.exit_code, 1);
+    EXPECT_EQ(r.steps.steps_seen, 2);
+    EXPECT_TRUE(has_finding(r, "oom")) << style;
+    EXPECT_TRUE(r.error_line) << style;
+  }
+}
+
+TEST(RunWorkload, OutOfMemoryThroughTheProtocol) {
+  const RunResult r =
+      run_ok(options({"--batch", "512", "--oom-at-batch", "256", "--oom-protocol"}));
+  EXPECT_EQ(r.outcome, Outcome::oom);
+  ASSERT_TRUE(r.oom);
+  EXPECT_EQ(r.oom->framework, Framework::pytorch);
+}
+
+TEST(RunWorkload, ExitStatusAndSignal) {
+  const RunResult failed = run_ok(options({"--steps", "2", "--exit", "3"}));
+  EXPECT_EQ(failed.outcome, Outcome::failed);
+  EXPECT_EQ(failed.exit.exit_code, 3);
+  EXPECT_TRUE(has_finding(failed, "crashed"));
+
+  const RunResult killed = run_ok(options({"--steps", "2", "--signal", "15"}));
+  EXPECT_EQ(killed.outcome, Outcome::crashed);
+  EXPECT_EQ(killed.exit.signal, SIGTERM);
+  EXPECT_EQ(describe_exit(killed.exit), "signal 15 (SIGTERM)");
+}
+
+TEST(RunWorkload, LaunchError) {
+  RunOptions o = options({});
+  o.argv = {"/nonexistent/dlprobe-no-such-program"};
+  const RunResult r = run_ok(o);
+  EXPECT_EQ(r.outcome, Outcome::launch_error);
+  EXPECT_NE(r.launch_error.find("cannot execute"), std::string::npos);
+}
+
+TEST(RunWorkload, TimeoutStopsTheWholeTree) {
+  auto o = options({"--child", "--steps", "2", "--hang"});
+  o.timeout = 1s;
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult r = run_ok(o);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(r.outcome, Outcome::timeout);
+  EXPECT_EQ(r.steps.steps_seen, 2);
+  EXPECT_TRUE(has_finding(r, "timeout"));
+}
+
+TEST(RunWorkload, HangWithoutOutput) {
+  auto o = options({"--steps", "2", "--hang"});
+  o.hang_after = 700ms;
+  o.timeout = 8s;
+  const RunResult r = run_ok(o);
+  EXPECT_EQ(r.outcome, Outcome::hang);
+  EXPECT_TRUE(has_finding(r, "hang"));
+  EXPECT_LT(r.wall_s, 5.0);
+}
+
+TEST(RunWorkload, InterruptForwardsSigintThenEscalates) {
+  // The workload ignores SIGINT, so the runner must go on to SIGTERM after the grace period.
+  auto o = options({"--steps", "3", "--hang", "--ignore-sigint"});
+  std::atomic<int> interrupt{0};
+  o.interrupt = &interrupt;
+  std::thread press([&] {
+    std::this_thread::sleep_for(700ms);
+    interrupt = 1;
+  });
+  const RunResult r = run_ok(o);
+  press.join();
+  EXPECT_EQ(r.outcome, Outcome::interrupted);
+  EXPECT_EQ(r.exit.signal, SIGTERM);
+  EXPECT_EQ(r.steps.steps_seen, 3);
+}
+
+TEST(RunWorkload, InterruptEndsAWorkloadThatObeysSigint) {
+  auto o = options({"--steps", "3", "--hang"});
+  std::atomic<int> interrupt{0};
+  o.interrupt = &interrupt;
+  std::thread press([&] {
+    std::this_thread::sleep_for(700ms);
+    interrupt = 1;
+  });
+  const RunResult r = run_ok(o);
+  press.join();
+  EXPECT_EQ(r.outcome, Outcome::interrupted);
+  EXPECT_EQ(r.exit.signal, SIGINT);
+}
+
+std::string h200_script(const std::string& extra) {
+  return std::string(R"(
+device
+name NVIDIA H200
+memory_total 150754820096
+power_limit_mw 700000
+cc_major 9
+cc_minor 0
+gpu_util 95
+mem_util 40
+power_mw 650000
+temperature 60
+sm_clock 1980
+)") + extra;
+}
+
+std::shared_ptr<nvml::Library> open_fake() {
+  auto lib = nvml::Library::open(DLPROBE_FAKE_NVML);
+  EXPECT_TRUE(lib) << lib.status().message();
+  return lib ? *lib : nullptr;
+}
+
+TEST(RunWorkload, AttributesGpuMemoryToAGrandchild) {
+  const std::string procs = temp_path("procs");
+  { std::ofstream(procs) << "7 1073741824\n"; }  // another job's process, present before start
+  testing::FakeScript script(
+      h200_script("mem_used 1073741824 3221225472\nclock_events 0x0\nprocess_file " + procs));
+  auto o = options({"--child", "--steps", "15", "--step-ms", "20", "--gpu-file", procs,
+                    "--gpu-bytes", "2147483648"});
+  o.nvml = open_fake();
+  ASSERT_TRUE(o.nvml);
+  const RunResult r = run_ok(o);
+  EXPECT_TRUE(r.gpu.telemetry);
+  EXPECT_EQ(r.gpu.attribution, Attribution::process_tree);
+  EXPECT_EQ(r.gpu.peak_bytes, 2147483648u);
+  EXPECT_EQ(r.gpu.gpus_used, std::vector<unsigned>{0});
+  EXPECT_EQ(r.gpu.device_total_bytes, 150754820096u);
+  EXPECT_EQ(r.gpu.gpu_name, "NVIDIA H200");
+  EXPECT_NEAR(*r.gpu.util_median_pct, 95, 1e-9);
+  EXPECT_GT(r.gpu.samples, 3u);
+  EXPECT_FALSE(has_finding(r, "gpu_memory_device_wide"));
+  EXPECT_FALSE(has_finding(r, "memory_preallocated"));
+  std::remove(procs.c_str());
+}
+
+TEST(RunWorkload, NewGpuProcessOutsideTheTree) {
+  // As with `docker run`: the GPU process is not a descendant, but it is new since the start.
+  const std::string procs = temp_path("procs_new");
+  { std::ofstream(procs) << "7 1073741824\n"; }
+  testing::FakeScript script(h200_script("mem_used 1073741824\nprocess_file " + procs));
+  auto o = options({"--steps", "20", "--step-ms", "20"});
+  o.nvml = open_fake();
+  ASSERT_TRUE(o.nvml);
+  std::thread container([&] {
+    std::this_thread::sleep_for(100ms);
+    std::ofstream(procs + ".tmp") << "7 1073741824\n999999 4294967296\n";
+    std::rename((procs + ".tmp").c_str(), procs.c_str());
+  });
+  const RunResult r = run_ok(o);
+  container.join();
+  EXPECT_EQ(r.gpu.attribution, Attribution::new_processes);
+  EXPECT_EQ(r.gpu.peak_bytes, 4294967296u);
+  std::remove(procs.c_str());
+}
+
+TEST(RunWorkload, DeviceWideFallbackPreallocationAndThrottling) {
+  // No process rows at all (a PID namespace hides them): the device's used memory jumps to 130 GB
+  // of 140 GiB at once, the clocks report a power cap.
+  testing::FakeScript script(
+      h200_script("mem_used 1073741824 1073741824 131073741824\nclock_events 0x4\n"));
+  auto o = options({"--steps", "15", "--step-ms", "20"});
+  o.nvml = open_fake();
+  ASSERT_TRUE(o.nvml);
+  const RunResult r = run_ok(o);
+  EXPECT_EQ(r.gpu.attribution, Attribution::device_wide);
+  EXPECT_EQ(r.gpu.peak_bytes, 130000000000u);
+  EXPECT_EQ(r.gpu.device_used_before_bytes, 1073741824u);
+  EXPECT_TRUE(has_finding(r, "gpu_memory_device_wide"));
+  EXPECT_TRUE(has_finding(r, "memory_preallocated"));
+  for (const auto& f : r.findings) {
+    if (f.id == "memory_preallocated") {
+      EXPECT_NE(f.evidence.find("within 5 s"), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(has_finding(r, "power_throttling"));
+  EXPECT_DOUBLE_EQ(r.gpu.power_throttle_share, 1.0);
+}
+
+}  // namespace
+}  // namespace dlprobe::run
