@@ -62,9 +62,6 @@ constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_H
 constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
 #pragma GCC diagnostic pop
 
-// Tensors are 16-byte aligned: the caching allocator hands out 512-byte aligned blocks.
-constexpr std::int64_t kTensorAlignment = 16;
-
 Result<BackendDescriptor> make_tensor(const TensorSpec& t) {
   if (t.dims.size() != t.strides.size() || t.dims.empty()) {
     return error(Errc::internal, fmt::format("tensor {}: dims and strides differ in rank", t.uid));
@@ -79,7 +76,7 @@ Result<BackendDescriptor> make_tensor(const TensorSpec& t) {
       d.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, rank, t.strides.data()));
   DLPROBE_RETURN_IF_ERROR(d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &t.uid));
   DLPROBE_RETURN_IF_ERROR(
-      d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kTensorAlignment));
+      d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &t.alignment));
   DLPROBE_RETURN_IF_ERROR(d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual));
   DLPROBE_RETURN_IF_ERROR(d.finalize());
   return d;
@@ -192,17 +189,66 @@ bool strict_fp32(const ConvSpec& s) {
   return s.x.dtype == CUDNN_DATA_FLOAT && s.compute == CUDNN_DATA_FLOAT && !s.allow_tf32;
 }
 
+// Whether an engine with these numerical notes may run `spec`. Never reduced-precision reductions
+// (16-bit partial sums: the engine must accumulate in fp32 as autocast does), nor FFT or Winograd,
+// whose transformed operands carry rounding error well beyond that of a direct sum (in fp16 they
+// are rounded to fp16). Non-deterministic engines only when the spec allows them. Strict fp32
+// also rules out tensor cores (TF32) and down-converted inputs.
+bool engine_allowed(const ConvSpec& spec, const std::vector<cudnnBackendNumericalNote_t>& notes) {
+  for (cudnnBackendNumericalNote_t n : notes) {
+    switch (n) {
+      case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+      case CUDNN_NUMERICAL_NOTE_FFT:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
+      case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13:
+        return false;
+      case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+        if (spec.deterministic) return false;
+        break;
+      case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+      case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+        if (strict_fp32(spec)) return false;
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
+std::string engine_label(std::int64_t index,
+                         const std::vector<cudnnBackendNumericalNote_t>& notes) {
+  static constexpr const char* kNames[] = {"tensor_core",
+                                           "down_convert_inputs",
+                                           "reduced_precision_reduction",
+                                           "fft",
+                                           "nondeterministic",
+                                           "winograd",
+                                           "winograd_4x4",
+                                           "winograd_6x6",
+                                           "winograd_13x13",
+                                           "strict_nan_prop"};
+  std::vector<std::string> names;
+  for (cudnnBackendNumericalNote_t n : notes) {
+    const auto i = static_cast<std::size_t>(n);
+    names.push_back(i < std::size(kNames) ? kNames[i] : fmt::format("note{}", i));
+  }
+  return fmt::format("eng{} [{}]", index, fmt::join(names, ","));
+}
+
 }  // namespace
 
 std::string conv_key(const ConvSpec& s) {
   auto tensor = [](const TensorSpec& t) {
-    return fmt::format("{}:[{}]/[{}]", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
-                       fmt::join(t.strides, ","));
+    return fmt::format("{}:[{}]/[{}]@{}", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
+                       fmt::join(t.strides, ","), t.alignment);
   };
-  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={}",
+  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={} det={}",
                      static_cast<int>(s.direction), tensor(s.x), tensor(s.w), tensor(s.y), s.pad[0],
                      s.pad[1], s.stride[0], s.stride[1], s.dilation[0], s.dilation[1],
-                     static_cast<int>(s.compute), s.allow_tf32 ? 1 : 0);
+                     static_cast<int>(s.compute), s.allow_tf32 ? 1 : 0, s.deterministic ? 1 : 0);
 }
 
 Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
@@ -258,22 +304,38 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     for (auto& cfg : batch) configs.push_back(std::move(cfg));
   }
 
-  std::optional<ExecutionPlan> best;
-  float best_ms = std::numeric_limits<float>::infinity();
-  std::vector<std::int64_t> tried;
+  // The allowed engines, once each, in heuristic order; where tensor cores may run (fp16, bf16,
+  // fp32 under TF32) those using them come first. They keep the products' fp32 sums in registers
+  // until the one final rounding, and they are the fast ones; engines without them are the
+  // fallback for shapes they cannot take.
+  struct Candidate {
+    const BackendDescriptor* cfg;
+    std::int64_t index;
+    std::vector<cudnnBackendNumericalNote_t> notes;
+  };
+  std::vector<Candidate> candidates;
   for (const auto& cfg : configs) {
     std::int64_t index = -1;
     auto notes = engine_notes(cfg, index);
     if (!notes) continue;
-    if (std::find(tried.begin(), tried.end(), index) != tried.end()) continue;
-    tried.push_back(index);
-    if (strict_fp32(spec) &&
-        std::any_of(notes->begin(), notes->end(), [](cudnnBackendNumericalNote_t n) {
-          return n == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
-                 n == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
-        })) {
+    if (std::any_of(candidates.begin(), candidates.end(),
+                    [&](const Candidate& c) { return c.index == index; })) {
       continue;
     }
+    if (!engine_allowed(spec, *notes)) continue;
+    candidates.push_back({&cfg, index, std::move(notes).value()});
+  }
+  if (!strict_fp32(spec)) {
+    std::stable_partition(candidates.begin(), candidates.end(), [](const Candidate& c) {
+      return std::find(c.notes.begin(), c.notes.end(), CUDNN_NUMERICAL_NOTE_TENSOR_CORE) !=
+             c.notes.end();
+    });
+  }
+
+  std::optional<ExecutionPlan> best;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (const Candidate& candidate : candidates) {
+    const BackendDescriptor& cfg = *candidate.cfg;
     auto plan_desc = BackendDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     if (!plan_desc) return plan_desc.status();
     cudnnBackendDescriptor_t cfg_raw = cfg.get();
@@ -281,7 +343,8 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     DLPROBE_RETURN_IF_ERROR(plan_desc->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw));
     if (!plan_desc->finalize().is_ok()) continue;  // this engine cannot run this graph here
-    ExecutionPlan plan{std::move(plan_desc).value(), 0, fmt::format("eng{}", index)};
+    ExecutionPlan plan{std::move(plan_desc).value(), 0,
+                       engine_label(candidate.index, candidate.notes)};
     std::int64_t n = 0;
     if (cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                  CUDNN_TYPE_INT64, 1, &n,

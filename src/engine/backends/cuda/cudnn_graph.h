@@ -48,6 +48,8 @@ struct TensorSpec {
   std::vector<std::int64_t> dims;
   std::vector<std::int64_t> strides;
   bool is_virtual = false;
+  // Bytes the data pointer is aligned to (at most 16); engines needing more are not offered.
+  std::int64_t alignment = 16;
 };
 
 enum class ConvDirection { forward, backward_data, backward_filter };
@@ -65,6 +67,9 @@ struct ConvSpec {
   cudnnDataType_t compute = CUDNN_DATA_FLOAT;
   // False keeps fp32 convolutions off tensor cores (TF32), as strict fp32 requires.
   bool allow_tf32 = false;
+  // True keeps off engines cuDNN marks non-deterministic (atomic accumulation across blocks),
+  // whose sums also land in the output's dtype when it is fp16/bf16.
+  bool deterministic = true;
 };
 
 // Text that identifies a ConvSpec for the plan cache.
@@ -73,7 +78,7 @@ std::string conv_key(const ConvSpec& spec);
 struct ExecutionPlan {
   BackendDescriptor plan;
   std::int64_t workspace_bytes = 0;
-  std::string engine_name;  // "eng<global index>" plus knobs, for logs and reports
+  std::string engine_name;  // "eng<global index>" and its numerical notes, for logs and reports
 };
 
 // How to choose among the engines cuDNN offers for a graph.

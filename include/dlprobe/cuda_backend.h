@@ -1,0 +1,48 @@
+// The CUDA backend of the training engine: convolutions through cuDNN's graph API, linear layers
+// through cuBLASLt, every other op in dlprobe's own kernels. Built only with DLPROBE_WITH_CUDA.
+//
+// All work runs on one non-blocking stream the backend owns, in call order. upload() queues the
+// copy (a pageable source is staged before upload returns, so it may be reused at once; a pinned
+// one must stay unchanged until synchronize()), download() returns once the data is on the host,
+// synchronize() waits for everything queued.
+//
+// Scratch memory (cuDNN and cuBLASLt workspaces, partial reductions, optimizer slot tables) comes
+// from the allocator passed in, category `workspace`, owner = the op's name, and is given back as
+// soon as the op is queued. That is safe because the allocator's blocks are reused in stream order:
+// every user of this allocator must work on this backend's stream (the engine does), never on
+// another stream or from the host directly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "dlprobe/allocator.h"
+#include "dlprobe/backend.h"
+#include "dlprobe/status.h"
+
+namespace dlprobe {
+
+// How convolution engines are chosen, once per shape (the plan is cached and reused).
+enum class ConvEngineChoice : std::uint8_t {
+  heuristic,  // cuDNN's first-ranked engine that fits the workspace limit
+  autotune,   // time every engine that fits on the real buffers and keep the fastest
+};
+
+struct CudaBackendOptions {
+  ConvEngineChoice conv_engine = ConvEngineChoice::heuristic;
+  // The most scratch memory one cuDNN or cuBLASLt call may take; engines needing more are skipped.
+  std::int64_t max_workspace_bytes = std::int64_t{256} << 20;
+  MathMode math_mode = MathMode::strict_fp32;
+  // Only convolution engines that give the same bits on every run: cuDNN's non-deterministic ones
+  // add partial sums with atomics, in the output's dtype when that is fp16/bf16, which costs
+  // accuracy as well as reproducibility. False lets them compete for speed.
+  bool deterministic = true;
+};
+
+// Makes `device` current on the calling thread, which must keep it current while it uses the
+// backend. The allocator must be over that device's memory and outlive the backend. Fails with
+// Errc::unavailable when no usable GPU is there.
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, memory::CachingAllocator& allocator,
+                                                   CudaBackendOptions options = {});
+
+}  // namespace dlprobe

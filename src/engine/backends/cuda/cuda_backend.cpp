@@ -1,0 +1,654 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda_backend_impl.h"
+#include "cuda_library_check.h"
+#include "dlprobe/log.h"
+
+namespace dlprobe {
+namespace cuda {
+namespace {
+
+// ---- argument checks: dtypes and layouts (the shapes were checked by ops.h's functions) ----
+
+Status need(bool ok, std::string_view op, std::string_view what) {
+  if (ok) return Status::ok();
+  return invalid_argument(fmt::format("{}: {}", op, what));
+}
+
+bool is_activation(DType t) {
+  return t == DType::fp32 || t == DType::fp16 || t == DType::bf16;
+}
+
+Status need_activation(std::string_view op, std::string_view name, const TensorView& t) {
+  DLPROBE_RETURN_IF_ERROR(need(t.data != nullptr, op, fmt::format("{} has no data", name)));
+  return need(is_activation(t.desc.dtype()), op,
+              fmt::format("{} is {}; fp32, fp16 or bf16 expected", name, t.desc.str()));
+}
+
+Status need_fp32(std::string_view op, std::string_view name, const TensorView& t) {
+  DLPROBE_RETURN_IF_ERROR(need(t.data != nullptr, op, fmt::format("{} has no data", name)));
+  return need(t.desc.dtype() == DType::fp32, op,
+              fmt::format("{} is {}; fp32 expected", name, t.desc.str()));
+}
+
+// Same shape, dtype and layout: the elementwise kernels walk both in storage order.
+Status need_like(std::string_view op, std::string_view name, const TensorView& t,
+                 const TensorView& like) {
+  DLPROBE_RETURN_IF_ERROR(need(t.data != nullptr, op, fmt::format("{} has no data", name)));
+  return need(t.desc == like.desc, op,
+              fmt::format("{} is {}, expected {}", name, t.desc.str(), like.desc.str()));
+}
+
+Status need_same_layout(std::string_view op, std::string_view name, const TensorView& t,
+                        const TensorView& like) {
+  return need(t.desc.layout() == like.desc.layout() && t.desc.dtype() == like.desc.dtype(), op,
+              fmt::format("{} is {} but {} is expected in {} layout", name, t.desc.str(),
+                          dtype_name(like.desc.dtype()), layout_name(like.desc.layout())));
+}
+
+// ---- cuDNN ----
+
+Result<cudnnDataType_t> cudnn_type(DType t) {
+  switch (t) {
+    case DType::fp32:
+      return CUDNN_DATA_FLOAT;
+    case DType::fp16:
+      return CUDNN_DATA_HALF;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      return error(Errc::unsupported,
+                   fmt::format("convolutions take fp32, fp16 or bf16, not {}", dtype_name(t)));
+  }
+}
+
+// Largest power of two up to `cap` that divides the address.
+std::int64_t alignment_of(const void* p, std::int64_t cap) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  if (address == 0) return cap;
+  return std::min<std::int64_t>(cap, static_cast<std::int64_t>(address & (~address + 1)));
+}
+
+// cuDNN's dims are N, C, H, W whatever the memory layout; TensorDesc's strides say where each
+// element is, so NHWC needs nothing more.
+Result<TensorSpec> tensor_spec(std::int64_t uid, const TensorView& v) {
+  DLPROBE_ASSIGN_OR_RETURN(cudnnDataType_t type, cudnn_type(v.desc.dtype()));
+  TensorSpec t;
+  t.uid = uid;
+  t.dtype = type;
+  for (int i = 0; i < 4; ++i) {
+    t.dims.push_back(v.desc.dim(i));
+    t.strides.push_back(v.desc.stride(i));
+  }
+  t.alignment = alignment_of(v.data, 16);
+  return t;
+}
+
+constexpr std::int64_t kUidX = 1;
+constexpr std::int64_t kUidW = 2;
+constexpr std::int64_t kUidY = 3;
+
+// ---- cuBLASLt ----
+
+struct MatmulDescDeleter {
+  void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
+};
+struct LayoutDeleter {
+  void operator()(cublasLtMatrixLayout_t d) const { cublasLtMatrixLayoutDestroy(d); }
+};
+struct PreferenceDeleter {
+  void operator()(cublasLtMatmulPreference_t d) const { cublasLtMatmulPreferenceDestroy(d); }
+};
+using MatmulDesc = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, MatmulDescDeleter>;
+using MatrixLayout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDeleter>;
+using Preference =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDeleter>;
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::fp16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+Result<MatrixLayout> matrix_layout(DType t, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  cublasLtMatrixLayout_t raw = nullptr;
+  auto make = [&]() -> Status {
+    DLPROBE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, cuda_type(t),
+                                                    static_cast<std::uint64_t>(rows),
+                                                    static_cast<std::uint64_t>(cols), ld));
+    return Status::ok();
+  };
+  DLPROBE_RETURN_IF_ERROR(make());
+  return MatrixLayout(raw);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
+                                                         memory::CachingAllocator& allocator,
+                                                         const CudaBackendOptions& options) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return error(Errc::unavailable, "no CUDA device is usable");
+  }
+  if (device < 0 || device >= count) {
+    return error(Errc::not_found,
+                 fmt::format("CUDA device {} does not exist ({} found)", device, count));
+  }
+  if (options.max_workspace_bytes < 0) {
+    return invalid_argument("the CUDA backend's max workspace must not be negative");
+  }
+  std::unique_ptr<CudaBackend> b(new CudaBackend(allocator, options));
+  auto init = [&]() -> Status {
+    DLPROBE_CUDA_CHECK(cudaSetDevice(device));
+    DLPROBE_CUDA_CHECK(
+        cudaDeviceGetAttribute(&b->sm_count_, cudaDevAttrMultiProcessorCount, device));
+    cudaStream_t stream = nullptr;
+    DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    b->stream_.reset(stream);
+    cudnnHandle_t cudnn = nullptr;
+    DLPROBE_CUDNN_CHECK(cudnnCreate(&cudnn));
+    b->cudnn_.reset(cudnn);
+    DLPROBE_CUDNN_CHECK(cudnnSetStream(cudnn, stream));
+    cublasLtHandle_t lt = nullptr;
+    DLPROBE_CUBLAS_CHECK(cublasLtCreate(&lt));
+    b->lt_.reset(lt);
+    cudaEvent_t start = nullptr;
+    cudaEvent_t stop = nullptr;
+    DLPROBE_CUDA_CHECK(cudaEventCreate(&start));
+    b->start_.reset(start);
+    DLPROBE_CUDA_CHECK(cudaEventCreate(&stop));
+    b->stop_.reset(stop);
+    return Status::ok();
+  };
+  DLPROBE_RETURN_IF_ERROR(init());
+  return b;
+}
+
+CudaBackend::~CudaBackend() {
+  // Queued work may still use scratch blocks and plans; let it finish before they go.
+  if (stream_) (void)cudaStreamSynchronize(stream_.get());
+}
+
+Status CudaBackend::upload(void* dst, const void* src, std::size_t bytes) {
+  DLPROBE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
+  return Status::ok();
+}
+
+Status CudaBackend::download(void* dst, const void* src, std::size_t bytes) {
+  DLPROBE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_.get()));
+  DLPROBE_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  return Status::ok();
+}
+
+Status CudaBackend::synchronize() {
+  DLPROBE_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  return Status::ok();
+}
+
+Status CudaBackend::fill(const TensorView& t, double value) {
+  DLPROBE_RETURN_IF_ERROR(need(t.data != nullptr, "fill", "the tensor has no data"));
+  return launch_fill(ctx(), t, value);
+}
+
+Status CudaBackend::cast(const TensorView& src, const TensorView& dst) {
+  constexpr std::string_view op = "cast";
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "src", src));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "dst", dst));
+  DLPROBE_RETURN_IF_ERROR(
+      need(src.desc.shape() == dst.desc.shape() && src.desc.layout() == dst.desc.layout(), op,
+           fmt::format("{} cannot be cast into {}", src.desc.str(), dst.desc.str())));
+  return launch_cast(ctx(), src, dst);
+}
+
+// ---- convolutions ----
+
+Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const TensorView& w,
+                         const TensorView& y, const Conv2dParams& p, std::string_view op) {
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "w", w));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "y", y));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.dtype() == w.desc.dtype() && x.desc.dtype() == y.desc.dtype(),
+                               op,
+                               fmt::format("operands {}, {}, {} differ in dtype", x.desc.str(),
+                                           w.desc.str(), y.desc.str())));
+  ConvSpec spec;
+  spec.direction = direction;
+  DLPROBE_ASSIGN_OR_RETURN(spec.x, tensor_spec(kUidX, x));
+  DLPROBE_ASSIGN_OR_RETURN(spec.w, tensor_spec(kUidW, w));
+  DLPROBE_ASSIGN_OR_RETURN(spec.y, tensor_spec(kUidY, y));
+  for (int i = 0; i < 2; ++i) {
+    spec.pad[i] = p.pad[static_cast<std::size_t>(i)];
+    spec.stride[i] = p.stride[static_cast<std::size_t>(i)];
+    spec.dilation[i] = p.dilation[static_cast<std::size_t>(i)];
+  }
+  // fp32 accumulation for every dtype, as autocast's convolutions.
+  spec.compute = CUDNN_DATA_FLOAT;
+  spec.allow_tf32 = options_.math_mode == MathMode::tf32;
+  spec.deterministic = options_.deterministic;
+
+  const std::string key = conv_key(spec);
+  const ExecutionPlan* plan = conv_plans_.find(key);
+  if (plan == nullptr) {
+    const std::int64_t uids[] = {kUidX, kUidW, kUidY};
+    void* const ptrs[] = {x.data, w.data, y.data};
+    // Times one candidate on the real buffers: one warm-up run, then the mean of three.
+    PlanTimer timer = [&](const ExecutionPlan& candidate) -> Result<float> {
+      DLPROBE_ASSIGN_OR_RETURN(
+          auto ws, allocator_.allocate_buffer(static_cast<std::size_t>(candidate.workspace_bytes),
+                                              memory::Category::workspace, op));
+      DLPROBE_RETURN_IF_ERROR(execute_plan(cudnn_.get(), candidate, uids, ptrs, ws.data()));
+      DLPROBE_CUDA_CHECK(cudaEventRecord(start_.get(), stream_.get()));
+      constexpr int kRuns = 3;
+      for (int i = 0; i < kRuns; ++i) {
+        DLPROBE_RETURN_IF_ERROR(execute_plan(cudnn_.get(), candidate, uids, ptrs, ws.data()));
+      }
+      DLPROBE_CUDA_CHECK(cudaEventRecord(stop_.get(), stream_.get()));
+      DLPROBE_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
+      float ms = 0;
+      DLPROBE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
+      return ms / kRuns;
+    };
+    const EngineChoice choice = options_.conv_engine == ConvEngineChoice::autotune
+                                    ? EngineChoice::autotune
+                                    : EngineChoice::heuristic;
+    DLPROBE_ASSIGN_OR_RETURN(
+        ExecutionPlan built,
+        build_conv_plan(cudnn_.get(), spec, choice, options_.max_workspace_bytes, timer));
+    log_debug("{}: {} for {}", op, built.engine_name, key);
+    plan = &conv_plans_.insert(key, std::move(built));
+  }
+  last_conv_engine_ = plan->engine_name;
+  DLPROBE_ASSIGN_OR_RETURN(
+      auto ws, allocator_.allocate_buffer(static_cast<std::size_t>(plan->workspace_bytes),
+                                          memory::Category::workspace, op));
+  const std::int64_t uids[] = {kUidX, kUidW, kUidY};
+  void* const ptrs[] = {x.data, w.data, y.data};
+  return execute_plan(cudnn_.get(), *plan, uids, ptrs, ws.data());
+}
+
+Status CudaBackend::conv2d_forward(const TensorView& x, const TensorView& w, const TensorView& y,
+                                   const Conv2dParams& p) {
+  return conv(ConvDirection::forward, x, w, y, p, "conv2d_forward");
+}
+
+Status CudaBackend::conv2d_backward_data(const TensorView& dy, const TensorView& w,
+                                         const TensorView& dx, const Conv2dParams& p) {
+  return conv(ConvDirection::backward_data, dx, w, dy, p, "conv2d_backward_data");
+}
+
+Status CudaBackend::conv2d_backward_weight(const TensorView& x, const TensorView& dy,
+                                           const TensorView& dw, const Conv2dParams& p) {
+  return conv(ConvDirection::backward_filter, x, dw, dy, p, "conv2d_backward_weight");
+}
+
+// ---- batch norm ----
+
+namespace {
+
+Status check_batch_norm(std::string_view op, const TensorView& x,
+                        std::initializer_list<std::pair<std::string_view, const TensorView*>> ch) {
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4, op, "x must be rank 4"));
+  for (const auto& [name, t] : ch) {
+    DLPROBE_RETURN_IF_ERROR(need_fp32(op, name, *t));
+    DLPROBE_RETURN_IF_ERROR(need(
+        t->desc.numel() == x.desc.dim(1), op,
+        fmt::format("{} has {} elements for {} channels", name, t->desc.numel(), x.desc.dim(1))));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status CudaBackend::batch_norm_train_forward(const TensorView& x, const TensorView& gamma,
+                                             const TensorView& beta, const TensorView& running_mean,
+                                             const TensorView& running_var, const TensorView& y,
+                                             const TensorView& save_mean,
+                                             const TensorView& save_invstd,
+                                             const BatchNormParams& p) {
+  constexpr std::string_view op = "batch_norm_train_forward";
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"beta", &beta},
+                                            {"running_mean", &running_mean},
+                                            {"running_var", &running_var},
+                                            {"save_mean", &save_mean},
+                                            {"save_invstd", &save_invstd}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
+  return launch_batch_norm_train_forward(ctx(), x, gamma, beta, running_mean, running_var, y,
+                                         save_mean, save_invstd, p);
+}
+
+Status CudaBackend::batch_norm_inference_forward(const TensorView& x, const TensorView& gamma,
+                                                 const TensorView& beta,
+                                                 const TensorView& running_mean,
+                                                 const TensorView& running_var, const TensorView& y,
+                                                 const BatchNormParams& p) {
+  constexpr std::string_view op = "batch_norm_inference_forward";
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"beta", &beta},
+                                            {"running_mean", &running_mean},
+                                            {"running_var", &running_var}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
+  return launch_batch_norm_inference_forward(ctx(), x, gamma, beta, running_mean, running_var, y,
+                                             p);
+}
+
+Status CudaBackend::batch_norm_backward(const TensorView& dy, const TensorView& x,
+                                        const TensorView& gamma, const TensorView& save_mean,
+                                        const TensorView& save_invstd, const TensorView& dx,
+                                        const TensorView& dgamma, const TensorView& dbeta) {
+  constexpr std::string_view op = "batch_norm_backward";
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"save_mean", &save_mean},
+                                            {"save_invstd", &save_invstd},
+                                            {"dgamma", &dgamma},
+                                            {"dbeta", &dbeta}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "dy", dy, x));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
+  return launch_batch_norm_backward(ctx(), dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+// ---- elementwise, pooling ----
+
+Status CudaBackend::relu_forward(const TensorView& x, const TensorView& y) {
+  DLPROBE_RETURN_IF_ERROR(need_activation("relu_forward", "x", x));
+  DLPROBE_RETURN_IF_ERROR(need_like("relu_forward", "y", y, x));
+  return launch_relu_forward(ctx(), x, y);
+}
+
+Status CudaBackend::relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) {
+  DLPROBE_RETURN_IF_ERROR(need_activation("relu_backward", "dy", dy));
+  DLPROBE_RETURN_IF_ERROR(need_like("relu_backward", "y", y, dy));
+  DLPROBE_RETURN_IF_ERROR(need_like("relu_backward", "dx", dx, dy));
+  return launch_relu_backward(ctx(), dy, y, dx);
+}
+
+Status CudaBackend::max_pool2d_forward(const TensorView& x, const TensorView& y,
+                                       const MaxPool2dParams& p) {
+  constexpr std::string_view op = "max_pool2d_forward";
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "y", y));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4 && y.desc.rank() == 4, op, "rank 4 expected"));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.dtype() == y.desc.dtype(), op, "x and y differ in dtype"));
+  return launch_max_pool2d_forward(ctx(), x, y, p);
+}
+
+Status CudaBackend::max_pool2d_backward(const TensorView& dy, const TensorView& x,
+                                        const TensorView& y, const TensorView& dx,
+                                        const MaxPool2dParams& p) {
+  // y is not needed: the backward finds each window's maximum again in x (see kernels_pool.cu).
+  (void)y;
+  constexpr std::string_view op = "max_pool2d_backward";
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "dy", dy));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4 && dy.desc.rank() == 4, op, "rank 4 expected"));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.dtype() == dy.desc.dtype(), op, "x and dy differ in dtype"));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
+  return launch_max_pool2d_backward(ctx(), dy, x, dx, p);
+}
+
+Status CudaBackend::add(const TensorView& a, const TensorView& b, const TensorView& y) {
+  DLPROBE_RETURN_IF_ERROR(need_activation("add", "a", a));
+  DLPROBE_RETURN_IF_ERROR(need_like("add", "b", b, a));
+  DLPROBE_RETURN_IF_ERROR(need_like("add", "y", y, a));
+  return launch_add(ctx(), a, b, y);
+}
+
+Status CudaBackend::global_avg_pool_forward(const TensorView& x, const TensorView& y) {
+  constexpr std::string_view op = "global_avg_pool_forward";
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4, op, "x must be rank 4"));
+  DLPROBE_RETURN_IF_ERROR(need(y.data != nullptr && y.desc.dtype() == x.desc.dtype() &&
+                                   y.desc.numel() == x.desc.dim(0) * x.desc.dim(1),
+                               op, fmt::format("y is {} for x {}", y.desc.str(), x.desc.str())));
+  return launch_global_avg_pool_forward(ctx(), x, y);
+}
+
+Status CudaBackend::global_avg_pool_backward(const TensorView& dy, const TensorView& dx) {
+  constexpr std::string_view op = "global_avg_pool_backward";
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "dx", dx));
+  DLPROBE_RETURN_IF_ERROR(need(dx.desc.rank() == 4, op, "dx must be rank 4"));
+  DLPROBE_RETURN_IF_ERROR(need(dy.data != nullptr && dy.desc.dtype() == dx.desc.dtype() &&
+                                   dy.desc.numel() == dx.desc.dim(0) * dx.desc.dim(1),
+                               op,
+                               fmt::format("dy is {} for dx {}", dy.desc.str(), dx.desc.str())));
+  return launch_global_avg_pool_backward(ctx(), dy, dx);
+}
+
+// ---- linear ----
+
+Status CudaBackend::matmul(const Gemm& g, std::string_view op) {
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  if (g.dtype == DType::fp32 && options_.math_mode == MathMode::tf32) {
+    compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  }
+  const cudaDataType_t scale_type = CUDA_R_32F;
+  cublasLtMatmulDesc_t desc_raw = nullptr;
+  auto make_desc = [&]() -> Status {
+    DLPROBE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_raw, compute, scale_type));
+    return Status::ok();
+  };
+  DLPROBE_RETURN_IF_ERROR(make_desc());
+  MatmulDesc desc(desc_raw);
+  auto set_desc = [&](cublasLtMatmulDescAttributes_t attr, const void* value,
+                      std::size_t size) -> Status {
+    DLPROBE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.get(), attr, value, size));
+    return Status::ok();
+  };
+  DLPROBE_RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_TRANSA, &g.trans_a, sizeof(g.trans_a)));
+  DLPROBE_RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_TRANSB, &g.trans_b, sizeof(g.trans_b)));
+  if (g.bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    DLPROBE_RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    DLPROBE_RETURN_IF_ERROR(set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  }
+  const bool na = g.trans_a == CUBLAS_OP_N;
+  const bool nb = g.trans_b == CUBLAS_OP_N;
+  DLPROBE_ASSIGN_OR_RETURN(auto a, matrix_layout(g.dtype, na ? g.m : g.k, na ? g.k : g.m, g.lda));
+  DLPROBE_ASSIGN_OR_RETURN(auto b, matrix_layout(g.dtype, nb ? g.k : g.n, nb ? g.n : g.k, g.ldb));
+  DLPROBE_ASSIGN_OR_RETURN(auto d, matrix_layout(g.dtype, g.m, g.n, g.ldd));
+
+  // Algorithms depend on how the buffers are aligned; tell the heuristic, and key the cache on it.
+  const auto align_a = static_cast<std::uint32_t>(alignment_of(g.a, 256));
+  const auto align_b = static_cast<std::uint32_t>(alignment_of(g.b, 256));
+  const auto align_d = static_cast<std::uint32_t>(alignment_of(g.d, 256));
+  const std::string key = fmt::format(
+      "{} {} {} m{} n{} k{} ld{},{},{} t{} c{} bias{} align{},{},{}", static_cast<int>(g.trans_a),
+      static_cast<int>(g.trans_b), op, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, dtype_name(g.dtype),
+      static_cast<int>(compute), g.bias != nullptr ? 1 : 0, align_a, align_b, align_d);
+  auto found = matmul_algos_.find(key);
+  if (found == matmul_algos_.end()) {
+    cublasLtMatmulPreference_t pref_raw = nullptr;
+    cublasLtMatmulHeuristicResult_t result{};
+    int returned = 0;
+    auto heuristic = [&]() -> Status {
+      DLPROBE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
+      Preference pref(pref_raw);
+      const auto max_ws = static_cast<std::uint64_t>(options_.max_workspace_bytes);
+      DLPROBE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)));
+      DLPROBE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+      DLPROBE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+      DLPROBE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+      DLPROBE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+      DLPROBE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_.get(), desc.get(), a.get(), b.get(),
+                                                          d.get(), d.get(), pref.get(), 1, &result,
+                                                          &returned));
+      return Status::ok();
+    };
+    DLPROBE_RETURN_IF_ERROR(heuristic());
+    if (returned == 0) {
+      return error(Errc::unsupported, fmt::format("{}: cuBLASLt has no algorithm for {}", op, key));
+    }
+    found = matmul_algos_.emplace(key, result).first;
+  }
+  const cublasLtMatmulHeuristicResult_t& algo = found->second;
+  DLPROBE_ASSIGN_OR_RETURN(
+      auto ws, allocator_.allocate_buffer(algo.workspaceSize, memory::Category::workspace, op));
+  const float alpha = 1.0F;
+  const float beta = 0.0F;
+  DLPROBE_CUBLAS_CHECK(cublasLtMatmul(lt_.get(), desc.get(), &alpha, g.a, a.get(), g.b, b.get(),
+                                      &beta, g.d, d.get(), g.d, d.get(), &algo.algo, ws.data(),
+                                      algo.workspaceSize, stream_.get()));
+  return Status::ok();
+}
+
+// Row-major x [N, IN] is column-major x^T [IN, N], and likewise for every operand, so each
+// product is computed transposed: y^T = w x^T is D [OUT, N] = op(A) B with A = w's buffer read as
+// [IN, OUT] and transposed.
+Status CudaBackend::linear_forward(const TensorView& x, const TensorView& w, const TensorView& b,
+                                   const TensorView& y) {
+  constexpr std::string_view op = "linear_forward";
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
+  DLPROBE_RETURN_IF_ERROR(need_same_layout(op, "w", w, x));
+  DLPROBE_RETURN_IF_ERROR(need_same_layout(op, "b", b, x));
+  DLPROBE_RETURN_IF_ERROR(need_same_layout(op, "y", y, x));
+  const std::int64_t n = x.desc.dim(0);
+  const std::int64_t in = x.desc.dim(1);
+  const std::int64_t out = w.desc.dim(0);
+  // The bias rides on cuBLASLt's BIAS epilogue: added to the fp32 accumulator before the one
+  // rounding to y's dtype, with no extra pass over y.
+  return matmul({CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w.data, in, x.data, in, y.data, out,
+                 x.desc.dtype(), b.data},
+                op);
+}
+
+Status CudaBackend::linear_backward(const TensorView& dy, const TensorView& x, const TensorView& w,
+                                    const TensorView& dx, const TensorView& dw,
+                                    const TensorView& db) {
+  constexpr std::string_view op = "linear_backward";
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "dy", dy));
+  for (const auto& [name, t] :
+       {std::pair{"x", &x}, {"w", &w}, {"dx", &dx}, {"dw", &dw}, {"db", &db}}) {
+    DLPROBE_RETURN_IF_ERROR(need(t->data != nullptr, op, fmt::format("{} has no data", name)));
+    DLPROBE_RETURN_IF_ERROR(need_same_layout(op, name, *t, dy));
+  }
+  const std::int64_t n = x.desc.dim(0);
+  const std::int64_t in = x.desc.dim(1);
+  const std::int64_t out = w.desc.dim(0);
+  const DType t = dy.desc.dtype();
+  // dx^T [IN, N] = w^T [IN, OUT] dy^T [OUT, N].
+  DLPROBE_RETURN_IF_ERROR(matmul(
+      {CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w.data, in, dy.data, out, dx.data, in, t, nullptr},
+      "linear_backward_data"));
+  // dw^T [IN, OUT] = x^T [IN, N] (dy^T)^T [N, OUT].
+  DLPROBE_RETURN_IF_ERROR(matmul(
+      {CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x.data, in, dy.data, out, dw.data, in, t, nullptr},
+      "linear_backward_weight"));
+  // db is a small kernel rather than the BGRADB epilogue: cuBLASLt offers that epilogue only for
+  // some type, compute and transpose combinations (not for every one the engine uses), and the
+  // sum over N rows of a [N, OUT] matrix is tiny beside the two products.
+  return launch_column_sum(ctx(), dy, db);
+}
+
+// ---- loss ----
+
+Status CudaBackend::cross_entropy_forward(const TensorView& logits, const TensorView& labels,
+                                          const TensorView& loss) {
+  constexpr std::string_view op = "cross_entropy_forward";
+  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "logits", logits));
+  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "loss", loss));
+  DLPROBE_RETURN_IF_ERROR(need(labels.data != nullptr, op, "labels has no data"));
+  return launch_cross_entropy_forward(ctx(), logits, labels, loss);
+}
+
+Status CudaBackend::cross_entropy_backward(const TensorView& logits, const TensorView& labels,
+                                           double loss_scale, const TensorView& dlogits) {
+  constexpr std::string_view op = "cross_entropy_backward";
+  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "logits", logits));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "dlogits", dlogits, logits));
+  DLPROBE_RETURN_IF_ERROR(need(labels.data != nullptr, op, "labels has no data"));
+  return launch_cross_entropy_backward(ctx(), logits, labels, loss_scale, dlogits);
+}
+
+// ---- mixed precision, optimizers ----
+
+Status CudaBackend::unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+                                      const TensorView& found_inf) {
+  constexpr std::string_view op = "unscale_gradients";
+  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "found_inf", found_inf));
+  std::vector<PackedTensors> groups;
+  for (const TensorView& g : grads) {
+    DLPROBE_RETURN_IF_ERROR(need_fp32(op, "a gradient", g));
+    groups.push_back({{g.data, nullptr, nullptr, nullptr}, g.desc.numel(), 0});
+  }
+  return launch_unscale(ctx(), pack_multi_tensor(groups), inv_scale,
+                        static_cast<float*>(found_inf.data));
+}
+
+namespace {
+
+// The slots as multi-tensor groups, after checking them: fp32 throughout, gradient and state in
+// the parameter's shape and layout, and the state the optimizer needs present.
+Result<MultiTensorPack> pack_slots(std::string_view op, std::span<const OptimizerSlot> slots,
+                                   bool needs_state0, bool needs_state1) {
+  std::vector<PackedTensors> groups;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const OptimizerSlot& s = slots[i];
+    const std::string where = fmt::format("slot {}", i);
+    DLPROBE_RETURN_IF_ERROR(need_fp32(op, where + " param", s.param));
+    DLPROBE_RETURN_IF_ERROR(need_like(op, where + " grad", s.grad, s.param));
+    if (needs_state0) DLPROBE_RETURN_IF_ERROR(need_like(op, where + " state0", s.state0, s.param));
+    if (needs_state1) DLPROBE_RETURN_IF_ERROR(need_like(op, where + " state1", s.state1, s.param));
+    groups.push_back({{s.param.data, s.grad.data, needs_state0 ? s.state0.data : nullptr,
+                       needs_state1 ? s.state1.data : nullptr},
+                      s.param.desc.numel(),
+                      0});
+  }
+  return pack_multi_tensor(groups);
+}
+
+Result<const float*> skip_flag(std::string_view op, const TensorView& found_inf) {
+  if (found_inf.data == nullptr) return static_cast<const float*>(nullptr);
+  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "found_inf", found_inf));
+  return static_cast<const float*>(found_inf.data);
+}
+
+}  // namespace
+
+Status CudaBackend::sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p,
+                             std::int64_t step, const TensorView& found_inf) {
+  constexpr std::string_view op = "sgd_step";
+  DLPROBE_RETURN_IF_ERROR(sgd_check(p));
+  DLPROBE_RETURN_IF_ERROR(need(step >= 1, op, "steps count from 1"));
+  DLPROBE_ASSIGN_OR_RETURN(auto pack, pack_slots(op, slots, p.momentum != 0.0, false));
+  DLPROBE_ASSIGN_OR_RETURN(const float* skip, skip_flag(op, found_inf));
+  return launch_sgd(ctx(), pack, p, step == 1, skip);
+}
+
+Status CudaBackend::adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p,
+                               std::int64_t step, const TensorView& found_inf) {
+  constexpr std::string_view op = "adamw_step";
+  DLPROBE_RETURN_IF_ERROR(adamw_check(p));
+  DLPROBE_RETURN_IF_ERROR(need(step >= 1, op, "steps count from 1"));
+  DLPROBE_ASSIGN_OR_RETURN(auto pack, pack_slots(op, slots, true, true));
+  DLPROBE_ASSIGN_OR_RETURN(const float* skip, skip_flag(op, found_inf));
+  return launch_adamw(ctx(), pack, p, step, skip);
+}
+
+}  // namespace cuda
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, memory::CachingAllocator& allocator,
+                                                   CudaBackendOptions options) {
+  DLPROBE_ASSIGN_OR_RETURN(auto backend, cuda::CudaBackend::create(device, allocator, options));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace dlprobe

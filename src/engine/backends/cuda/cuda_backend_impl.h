@@ -1,0 +1,148 @@
+// The CUDA backend's class, for the backend's own sources and its tests (which look at the plan
+// caches); everyone else goes through dlprobe/cuda_backend.h.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "cudnn_graph.h"
+#include "dlprobe/cuda_backend.h"
+#include "kernels.h"
+
+namespace dlprobe::cuda {
+
+// Owners of the library handles; declared before the caches that use them, so destroyed after.
+struct StreamDeleter {
+  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+};
+struct CudnnDeleter {
+  void operator()(cudnnHandle_t h) const { cudnnDestroy(h); }
+};
+struct LtDeleter {
+  void operator()(cublasLtHandle_t h) const { cublasLtDestroy(h); }
+};
+struct EventDeleter {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+using StreamPtr = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
+using CudnnPtr = std::unique_ptr<std::remove_pointer_t<cudnnHandle_t>, CudnnDeleter>;
+using LtPtr = std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, LtDeleter>;
+using EventPtr = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
+
+// One matrix product D = op(A) op(B) (+ bias over D's rows) in cuBLASLt's column-major terms.
+struct Gemm {
+  cublasOperation_t trans_a = CUBLAS_OP_N;
+  cublasOperation_t trans_b = CUBLAS_OP_N;
+  std::int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  std::int64_t lda = 0;
+  const void* b = nullptr;
+  std::int64_t ldb = 0;
+  void* d = nullptr;
+  std::int64_t ldd = 0;
+  DType dtype = DType::fp32;
+  const void* bias = nullptr;  // length m, added to every column (CUBLASLT_EPILOGUE_BIAS)
+};
+
+class CudaBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<CudaBackend>> create(int device,
+                                                     memory::CachingAllocator& allocator,
+                                                     const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+  DeviceKind device() const override { return DeviceKind::cuda; }
+  void set_math_mode(MathMode mode) override { options_.math_mode = mode; }
+
+  Status upload(void* dst, const void* src, std::size_t bytes) override;
+  Status download(void* dst, const void* src, std::size_t bytes) override;
+  Status synchronize() override;
+
+  Status fill(const TensorView& t, double value) override;
+  Status cast(const TensorView& src, const TensorView& dst) override;
+
+  Status conv2d_forward(const TensorView& x, const TensorView& w, const TensorView& y,
+                        const Conv2dParams& p) override;
+  Status conv2d_backward_data(const TensorView& dy, const TensorView& w, const TensorView& dx,
+                              const Conv2dParams& p) override;
+  Status conv2d_backward_weight(const TensorView& x, const TensorView& dy, const TensorView& dw,
+                                const Conv2dParams& p) override;
+
+  Status batch_norm_train_forward(const TensorView& x, const TensorView& gamma,
+                                  const TensorView& beta, const TensorView& running_mean,
+                                  const TensorView& running_var, const TensorView& y,
+                                  const TensorView& save_mean, const TensorView& save_invstd,
+                                  const BatchNormParams& p) override;
+  Status batch_norm_inference_forward(const TensorView& x, const TensorView& gamma,
+                                      const TensorView& beta, const TensorView& running_mean,
+                                      const TensorView& running_var, const TensorView& y,
+                                      const BatchNormParams& p) override;
+  Status batch_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& gamma,
+                             const TensorView& save_mean, const TensorView& save_invstd,
+                             const TensorView& dx, const TensorView& dgamma,
+                             const TensorView& dbeta) override;
+
+  Status relu_forward(const TensorView& x, const TensorView& y) override;
+  Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) override;
+  Status max_pool2d_forward(const TensorView& x, const TensorView& y,
+                            const MaxPool2dParams& p) override;
+  Status max_pool2d_backward(const TensorView& dy, const TensorView& x, const TensorView& y,
+                             const TensorView& dx, const MaxPool2dParams& p) override;
+  Status add(const TensorView& a, const TensorView& b, const TensorView& y) override;
+  Status global_avg_pool_forward(const TensorView& x, const TensorView& y) override;
+  Status global_avg_pool_backward(const TensorView& dy, const TensorView& dx) override;
+
+  Status linear_forward(const TensorView& x, const TensorView& w, const TensorView& b,
+                        const TensorView& y) override;
+  Status linear_backward(const TensorView& dy, const TensorView& x, const TensorView& w,
+                         const TensorView& dx, const TensorView& dw, const TensorView& db) override;
+
+  Status cross_entropy_forward(const TensorView& logits, const TensorView& labels,
+                               const TensorView& loss) override;
+  Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
+                                double loss_scale, const TensorView& dlogits) override;
+
+  Status unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+                           const TensorView& found_inf) override;
+  Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step,
+                  const TensorView& found_inf) override;
+  Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step,
+                    const TensorView& found_inf) override;
+
+  // Cached cuDNN execution plans and cuBLASLt algorithms (one per distinct shape key).
+  std::size_t conv_plan_count() const { return conv_plans_.size(); }
+  std::size_t matmul_algo_count() const { return matmul_algos_.size(); }
+  cudaStream_t stream() const { return stream_.get(); }
+  // The cuDNN engine of the latest convolution ("eng12 [tensor_core]"), for reports and tests.
+  const std::string& last_conv_engine() const { return last_conv_engine_; }
+
+ private:
+  CudaBackend(memory::CachingAllocator& allocator, const CudaBackendOptions& options)
+      : allocator_(allocator), options_(options) {}
+
+  KernelContext ctx() const { return {stream_.get(), sm_count_, &allocator_}; }
+  Status conv(ConvDirection direction, const TensorView& x, const TensorView& w,
+              const TensorView& y, const Conv2dParams& p, std::string_view op);
+  Status matmul(const Gemm& g, std::string_view op);
+
+  memory::CachingAllocator& allocator_;
+  CudaBackendOptions options_;
+  int sm_count_ = 1;
+  StreamPtr stream_;
+  CudnnPtr cudnn_;
+  LtPtr lt_;
+  EventPtr start_;
+  EventPtr stop_;
+  PlanCache conv_plans_;
+  std::map<std::string, cublasLtMatmulHeuristicResult_t> matmul_algos_;
+  std::string last_conv_engine_;
+};
+
+}  // namespace dlprobe::cuda

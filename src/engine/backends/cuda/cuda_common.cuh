@@ -1,0 +1,144 @@
+// Device-side helpers shared by the kernel files: fp16/bf16 <-> float, dtype dispatch, 4-element
+// vectors, warp and block reductions, grid sizing and scratch allocation.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "cuda_library_check.h"
+#include "dlprobe/dtype.h"
+#include "kernels.h"
+
+namespace dlprobe::cuda {
+
+__device__ __forceinline__ float to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_float(__half v) {
+  return __half2float(v);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+// Round to nearest even, overflow to infinity, NaN kept: the host conversions of dlprobe/dtype.h.
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>{}) with the element type of a floating activation dtype.
+template <class F>
+Status dispatch_floating(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::fp32:
+      return f(TypeTag<float>{});
+    case DType::fp16:
+      return f(TypeTag<__half>{});
+    case DType::bf16:
+      return f(TypeTag<__nv_bfloat16>{});
+    default:
+      return error(Errc::unsupported, std::string("CUDA kernels take fp32, fp16 or bf16, not ") +
+                                          std::string(dtype_name(dtype)));
+  }
+}
+
+template <class F>
+Status dispatch_label(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::int32:
+      return f(TypeTag<std::int32_t>{});
+    case DType::int64:
+      return f(TypeTag<std::int64_t>{});
+    default:
+      return error(Errc::unsupported, std::string("labels must be int32 or int64, not ") +
+                                          std::string(dtype_name(dtype)));
+  }
+}
+
+// Four consecutive elements, aligned so one load or store moves them all.
+template <class T>
+struct alignas(4 * sizeof(T)) Vec4 {
+  T v[4];
+};
+
+inline bool aligned_for_vec4(const void* p, std::size_t element_size) {
+  return reinterpret_cast<std::uintptr_t>(p) % (4 * element_size) == 0;
+}
+
+constexpr int kBlock = 256;
+
+// Blocks for a grid-stride loop over `work` items: enough to fill the GPU, no more.
+inline unsigned grid_for(std::int64_t work, int sm_count, int block = kBlock) {
+  const std::int64_t needed = std::max<std::int64_t>(1, (work + block - 1) / block);
+  return static_cast<unsigned>(std::min<std::int64_t>(needed, 8LL * sm_count));
+}
+
+__device__ __forceinline__ std::int64_t imin(std::int64_t a, std::int64_t b) {
+  return a < b ? a : b;
+}
+__device__ __forceinline__ std::int64_t imax(std::int64_t a, std::int64_t b) {
+  return a < b ? b : a;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Sum or max over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result. Deterministic: a fixed tree for a fixed block size.
+template <bool kMax>
+__device__ float block_reduce(float v) {
+  __shared__ float partial[32];
+  __shared__ float result;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x / 32;
+    float w = lane < warps ? partial[lane] : (kMax ? -INFINITY : 0.0F);
+    w = kMax ? warp_max(w) : warp_sum(w);
+    if (lane == 0) result = w;
+  }
+  __syncthreads();
+  const float out = result;
+  __syncthreads();  // the shared slots may be reused by a following call
+  return out;
+}
+
+// Scratch memory for one op, released when it goes out of scope (after the launch is queued).
+inline Result<memory::DeviceBuffer> scratch(const KernelContext& ctx, std::size_t bytes,
+                                            std::string_view op) {
+  return ctx.allocator->allocate_buffer(bytes, memory::Category::workspace, op);
+}
+
+}  // namespace dlprobe::cuda

@@ -1,0 +1,83 @@
+// dlprobe's own CUDA kernels, as host functions that queue them on a stream. Shared by the
+// backend (C++) and the kernel files (.cu). The backend has checked dtypes, layouts and shapes
+// before calling; these only launch, and return the launch's Status. Scratch memory comes from
+// the context's allocator (category workspace, owner `op`) and is released once queued (stream
+// order keeps that safe, see dlprobe/cuda_backend.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "dlprobe/allocator.h"
+#include "dlprobe/ops.h"
+#include "dlprobe/status.h"
+#include "dlprobe/tensor.h"
+#include "launch_plan.h"
+
+namespace dlprobe::cuda {
+
+struct KernelContext {
+  cudaStream_t stream = nullptr;
+  int sm_count = 1;
+  memory::CachingAllocator* allocator = nullptr;
+};
+
+// Elementwise, on tensors of one shape and layout (numel elements in storage order).
+Status launch_fill(const KernelContext& ctx, const TensorView& t, double value);
+Status launch_cast(const KernelContext& ctx, const TensorView& src, const TensorView& dst);
+Status launch_relu_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y);
+Status launch_relu_backward(const KernelContext& ctx, const TensorView& dy, const TensorView& y,
+                            const TensorView& dx);
+Status launch_add(const KernelContext& ctx, const TensorView& a, const TensorView& b,
+                  const TensorView& y);
+
+Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorView& x,
+                                       const TensorView& gamma, const TensorView& beta,
+                                       const TensorView& running_mean,
+                                       const TensorView& running_var, const TensorView& y,
+                                       const TensorView& save_mean, const TensorView& save_invstd,
+                                       const BatchNormParams& p);
+Status launch_batch_norm_inference_forward(const KernelContext& ctx, const TensorView& x,
+                                           const TensorView& gamma, const TensorView& beta,
+                                           const TensorView& running_mean,
+                                           const TensorView& running_var, const TensorView& y,
+                                           const BatchNormParams& p);
+Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,
+                                  const TensorView& x, const TensorView& gamma,
+                                  const TensorView& save_mean, const TensorView& save_invstd,
+                                  const TensorView& dx, const TensorView& dgamma,
+                                  const TensorView& dbeta);
+
+Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y,
+                                 const MaxPool2dParams& p);
+Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy,
+                                  const TensorView& x, const TensorView& dx,
+                                  const MaxPool2dParams& p);
+
+Status launch_global_avg_pool_forward(const KernelContext& ctx, const TensorView& x,
+                                      const TensorView& y);
+Status launch_global_avg_pool_backward(const KernelContext& ctx, const TensorView& dy,
+                                       const TensorView& dx);
+
+// db[o] = sum over rows n of dy[n, o], accumulated in fp32 (the bias gradient of linear).
+Status launch_column_sum(const KernelContext& ctx, const TensorView& dy, const TensorView& db);
+
+Status launch_cross_entropy_forward(const KernelContext& ctx, const TensorView& logits,
+                                    const TensorView& labels, const TensorView& loss);
+Status launch_cross_entropy_backward(const KernelContext& ctx, const TensorView& logits,
+                                     const TensorView& labels, double loss_scale,
+                                     const TensorView& dlogits);
+
+// Multi-tensor kernels over fp32 arrays: one launch over the packed table (see launch_plan.h).
+// `found_inf` is a device fp32 scalar or null.
+Status launch_unscale(const KernelContext& ctx, const MultiTensorPack& pack, double inv_scale,
+                      float* found_inf);
+Status launch_sgd(const KernelContext& ctx, const MultiTensorPack& pack, const SgdParams& p,
+                  bool first_step, const float* found_inf);
+Status launch_adamw(const KernelContext& ctx, const MultiTensorPack& pack, const AdamWParams& p,
+                    std::int64_t step, const float* found_inf);
+
+}  // namespace dlprobe::cuda

@@ -1,0 +1,254 @@
+// Elementwise kernels (fill, cast, ReLU, add), global average pooling and the bias-gradient column
+// sum. Arithmetic is in fp32 whatever the storage type: for one add or compare, fp32 then one
+// rounding to fp16/bf16 gives the correctly rounded result (fp32 has more than twice their
+// precision), which is also what PyTorch computes.
+#include "cuda_common.cuh"
+
+namespace dlprobe::cuda {
+namespace {
+
+// y[i] = op(a[i]) (kArity 1) or op(a[i], b[i]) (kArity 2) over n elements; `vec` when every
+// pointer is aligned for Vec4, so the bulk moves four elements per load. `y` may alias `a` or `b`:
+// each element is read before the same thread writes it.
+template <int kArity, class Ty, class Ta, class Tb, class Op>
+__global__ void map_kernel(Ty* y, const Ta* a, const Tb* b, std::int64_t n, bool vec, Op op) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  std::int64_t done = 0;
+  if (vec) {
+    const std::int64_t quads = n / 4;
+    for (std::int64_t q = first; q < quads; q += stride) {
+      const Vec4<Ta> va = reinterpret_cast<const Vec4<Ta>*>(a)[q];
+      Vec4<Ty> vy;
+      if constexpr (kArity == 1) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) vy.v[k] = from_float<Ty>(op(to_float(va.v[k])));
+      } else {
+        const Vec4<Tb> vb = reinterpret_cast<const Vec4<Tb>*>(b)[q];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          vy.v[k] = from_float<Ty>(op(to_float(va.v[k]), to_float(vb.v[k])));
+        }
+      }
+      reinterpret_cast<Vec4<Ty>*>(y)[q] = vy;
+    }
+    done = quads * 4;
+  }
+  for (std::int64_t i = done + first; i < n; i += stride) {
+    if constexpr (kArity == 1) {
+      y[i] = from_float<Ty>(op(to_float(a[i])));
+    } else {
+      y[i] = from_float<Ty>(op(to_float(a[i]), to_float(b[i])));
+    }
+  }
+}
+
+template <int kArity, class Ty, class Ta, class Tb, class Op>
+Status launch_map(const KernelContext& ctx, Ty* y, const Ta* a, const Tb* b, std::int64_t n,
+                  Op op) {
+  bool vec = aligned_for_vec4(y, sizeof(Ty)) && aligned_for_vec4(a, sizeof(Ta));
+  if constexpr (kArity == 2) vec = vec && aligned_for_vec4(b, sizeof(Tb));
+  const std::int64_t work = vec ? std::max<std::int64_t>(n / 4, 1) : n;
+  map_kernel<kArity><<<grid_for(work, ctx.sm_count), kBlock, 0, ctx.stream>>>(y, a, b, n, vec, op);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+template <class T>
+__global__ void fill_kernel(T* y, std::int64_t n, T value) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    y[i] = value;
+  }
+}
+
+template <class T>
+Status fill_typed(const KernelContext& ctx, void* data, std::int64_t n, T value) {
+  fill_kernel<<<grid_for(n, ctx.sm_count), kBlock, 0, ctx.stream>>>(static_cast<T*>(data), n,
+                                                                    value);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+struct Identity {
+  __device__ float operator()(float v) const { return v; }
+};
+struct Relu {
+  // `v < 0 ? 0 : v` lets NaN through, as torch.relu does.
+  __device__ float operator()(float v) const { return v < 0.0F ? 0.0F : v; }
+};
+struct ReluBackward {
+  __device__ float operator()(float dy, float y) const { return y > 0.0F ? dy : 0.0F; }
+};
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// One warp per (n, c) row of H*W contiguous elements (NCHW).
+template <class T>
+__global__ void gap_forward_nchw(const T* x, T* y, std::int64_t rows, std::int64_t area) {
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32;
+  const int lane = threadIdx.x % 32;
+  for (std::int64_t row = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       row < rows; row += warps) {
+    const T* src = x + row * area;
+    float sum = 0.0F;
+    for (std::int64_t s = lane; s < area; s += 32) sum += to_float(src[s]);
+    sum = warp_sum(sum);
+    if (lane == 0) y[row] = from_float<T>(sum / static_cast<float>(area));
+  }
+}
+
+// One thread per (n, c), channels fastest, so neighbouring threads read neighbouring elements
+// (NHWC).
+template <class T>
+__global__ void gap_forward_nhwc(const T* x, T* y, std::int64_t batch, std::int64_t channels,
+                                 std::int64_t area) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < batch * channels; i += stride) {
+    const std::int64_t n = i / channels;
+    const std::int64_t c = i % channels;
+    const T* src = x + n * area * channels + c;
+    float sum = 0.0F;
+    for (std::int64_t s = 0; s < area; ++s) sum += to_float(src[s * channels]);
+    y[i] = from_float<T>(sum / static_cast<float>(area));
+  }
+}
+
+template <class T>
+__global__ void gap_backward(const T* dy, T* dx, std::int64_t channels, std::int64_t area,
+                             std::int64_t total, bool nhwc) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const std::int64_t row = nhwc ? (i / (area * channels)) * channels + i % channels : i / area;
+    dx[i] = from_float<T>(to_float(dy[row]) / static_cast<float>(area));
+  }
+}
+
+template <class T>
+__global__ void column_sum_kernel(const T* dy, T* db, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; o < cols;
+       o += stride) {
+    float sum = 0.0F;
+    for (std::int64_t n = 0; n < rows; ++n) sum += to_float(dy[n * cols + o]);
+    db[o] = from_float<T>(sum);
+  }
+}
+
+}  // namespace
+
+Status launch_fill(const KernelContext& ctx, const TensorView& t, double value) {
+  const std::int64_t n = t.desc.numel();
+  switch (t.desc.dtype()) {
+    case DType::fp64:
+      return fill_typed(ctx, t.data, n, value);
+    case DType::int32:
+      return fill_typed(ctx, t.data, n, static_cast<std::int32_t>(value));
+    case DType::int64:
+      return fill_typed(ctx, t.data, n, static_cast<std::int64_t>(value));
+    default:
+      break;
+  }
+  // Through fp32, as the host tensors convert fp64 to fp16/bf16.
+  const auto f = static_cast<float>(value);
+  return dispatch_floating(t.desc.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T converted;
+    if constexpr (std::is_same_v<T, float>) {
+      converted = f;
+    } else if constexpr (std::is_same_v<T, __half>) {
+      converted = __float2half_rn(f);
+    } else {
+      converted = __float2bfloat16_rn(f);
+    }
+    return fill_typed(ctx, t.data, n, converted);
+  });
+}
+
+Status launch_cast(const KernelContext& ctx, const TensorView& src, const TensorView& dst) {
+  return dispatch_floating(src.desc.dtype(), [&](auto in) {
+    using Tin = typename decltype(in)::type;
+    return dispatch_floating(dst.desc.dtype(), [&](auto out) {
+      using Tout = typename decltype(out)::type;
+      return launch_map<1>(ctx, static_cast<Tout*>(dst.data), static_cast<const Tin*>(src.data),
+                           static_cast<const Tin*>(nullptr), src.desc.numel(), Identity{});
+    });
+  });
+}
+
+Status launch_relu_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y) {
+  return dispatch_floating(x.desc.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return launch_map<1>(ctx, static_cast<T*>(y.data), static_cast<const T*>(x.data),
+                         static_cast<const T*>(nullptr), x.desc.numel(), Relu{});
+  });
+}
+
+Status launch_relu_backward(const KernelContext& ctx, const TensorView& dy, const TensorView& y,
+                            const TensorView& dx) {
+  return dispatch_floating(dy.desc.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return launch_map<2>(ctx, static_cast<T*>(dx.data), static_cast<const T*>(dy.data),
+                         static_cast<const T*>(y.data), dy.desc.numel(), ReluBackward{});
+  });
+}
+
+Status launch_add(const KernelContext& ctx, const TensorView& a, const TensorView& b,
+                  const TensorView& y) {
+  return dispatch_floating(a.desc.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return launch_map<2>(ctx, static_cast<T*>(y.data), static_cast<const T*>(a.data),
+                         static_cast<const T*>(b.data), a.desc.numel(), Add{});
+  });
+}
+
+Status launch_global_avg_pool_forward(const KernelContext& ctx, const TensorView& x,
+                                      const TensorView& y) {
+  const TensorDesc& d = x.desc;
+  const std::int64_t area = d.dim(2) * d.dim(3);
+  return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const auto* xp = static_cast<const T*>(x.data);
+    auto* yp = static_cast<T*>(y.data);
+    if (d.layout() == Layout::nchw) {
+      const std::int64_t rows = d.dim(0) * d.dim(1);
+      gap_forward_nchw<<<grid_for(rows * 32, ctx.sm_count), kBlock, 0, ctx.stream>>>(xp, yp, rows,
+                                                                                     area);
+    } else {
+      gap_forward_nhwc<<<grid_for(d.dim(0) * d.dim(1), ctx.sm_count), kBlock, 0, ctx.stream>>>(
+          xp, yp, d.dim(0), d.dim(1), area);
+    }
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    return Status::ok();
+  });
+}
+
+Status launch_global_avg_pool_backward(const KernelContext& ctx, const TensorView& dy,
+                                       const TensorView& dx) {
+  const TensorDesc& d = dx.desc;
+  return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    gap_backward<<<grid_for(d.numel(), ctx.sm_count), kBlock, 0, ctx.stream>>>(
+        static_cast<const T*>(dy.data), static_cast<T*>(dx.data), d.dim(1), d.dim(2) * d.dim(3),
+        d.numel(), d.layout() == Layout::nhwc);
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    return Status::ok();
+  });
+}
+
+Status launch_column_sum(const KernelContext& ctx, const TensorView& dy, const TensorView& db) {
+  return dispatch_floating(dy.desc.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const std::int64_t cols = dy.desc.dim(1);
+    column_sum_kernel<<<grid_for(cols, ctx.sm_count), kBlock, 0, ctx.stream>>>(
+        static_cast<const T*>(dy.data), static_cast<T*>(db.data), dy.desc.dim(0), cols);
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    return Status::ok();
+  });
+}
+
+}  // namespace dlprobe::cuda

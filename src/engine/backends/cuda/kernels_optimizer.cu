@@ -1,0 +1,176 @@
+// Multi-tensor kernels: gradient unscaling, SGD and AdamW over every parameter in one launch.
+// The host packs the groups and their chunks into one table (launch_plan.h) and uploads it; each
+// block walks chunks grid-stride and its threads the chunk's elements, four at a time (float4)
+// where the group's arrays are 16-byte aligned. The per-element arithmetic follows
+// torch.optim's formulas term by term in fp32, the same order as the reference backend.
+#include <cmath>
+#include <vector>
+
+#include "cuda_common.cuh"
+
+namespace dlprobe::cuda {
+namespace {
+
+constexpr int kOptBlock = 512;
+
+// Applies `update(p0, p1, p2, p3)` to every element of every chunk; arrays whose bit is set in
+// kWrites are stored back. Missing (null) arrays read as zero and are never stored.
+template <unsigned kWrites, class Update>
+__device__ void for_each_element(const PackedTensors* groups, const PackedChunk* chunks,
+                                 std::int64_t chunk_count, const Update& update) {
+  for (std::int64_t k = blockIdx.x; k < chunk_count; k += gridDim.x) {
+    const PackedChunk ch = chunks[k];
+    const PackedTensors g = groups[ch.tensor];
+    float* p[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) p[a] = static_cast<float*>(g.ptr[a]);
+    std::int64_t scalar_begin = ch.begin;
+    if (g.vectorizable != 0) {
+      // Chunks start at multiples of 4 (kMultiTensorChunk), so quads never straddle two.
+      const std::int64_t q_end = ch.end / 4;
+      for (std::int64_t q = ch.begin / 4 + threadIdx.x; q < q_end; q += blockDim.x) {
+        float4 v[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+          v[a] = p[a] != nullptr ? reinterpret_cast<const float4*>(p[a])[q]
+                                 : make_float4(0.0F, 0.0F, 0.0F, 0.0F);
+        }
+        update(v[0].x, v[1].x, v[2].x, v[3].x);
+        update(v[0].y, v[1].y, v[2].y, v[3].y);
+        update(v[0].z, v[1].z, v[2].z, v[3].z);
+        update(v[0].w, v[1].w, v[2].w, v[3].w);
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+          if (((kWrites >> a) & 1U) != 0 && p[a] != nullptr) {
+            reinterpret_cast<float4*>(p[a])[q] = v[a];
+          }
+        }
+      }
+      scalar_begin = imax(ch.begin, q_end * 4);
+    }
+    for (std::int64_t i = scalar_begin + threadIdx.x; i < ch.end; i += blockDim.x) {
+      float v[4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) v[a] = p[a] != nullptr ? p[a][i] : 0.0F;
+      update(v[0], v[1], v[2], v[3]);
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        if (((kWrites >> a) & 1U) != 0 && p[a] != nullptr) p[a][i] = v[a];
+      }
+    }
+  }
+}
+
+struct Unscale {
+  float inv_scale;
+  float* found_inf;
+  __device__ void operator()(float& g, float&, float&, float&) const {
+    // The check is on the scaled value, as torch's _amp_foreach_non_finite_check_and_unscale_.
+    if (!isfinite(g)) *found_inf = 1.0F;
+    g = g * inv_scale;
+  }
+};
+
+struct Sgd {
+  float lr, momentum, dampening, weight_decay;
+  bool nesterov, first_step;
+  __device__ void operator()(float& w, float& g, float& buf, float&) const {
+    float d = g;
+    if (weight_decay != 0.0F) d = d + weight_decay * w;
+    if (momentum != 0.0F) {
+      // The first step copies the gradient into the buffer: no dampening on it.
+      buf = first_step ? d : momentum * buf + (1.0F - dampening) * d;
+      d = nesterov ? d + momentum * buf : buf;
+    }
+    w = w - lr * d;
+  }
+};
+
+struct AdamW {
+  float lr_decay;  // 1 - lr * weight_decay
+  float weight1;   // 1 - beta1
+  float beta2, weight2, eps, step_size, bias_correction2_sqrt;
+  bool first_step;
+  __device__ void operator()(float& w, float& g, float& m, float& v) const {
+    // torch.optim initialises both moments to zero at the first step; the buffers are not read
+    // then, so the caller need not clear them.
+    if (first_step) {
+      m = 0.0F;
+      v = 0.0F;
+    }
+    w = w * lr_decay;
+    // exp_avg.lerp_(grad, 1 - beta1), from whichever end is nearer the weight, as torch.lerp.
+    const float diff = g - m;
+    m = fabsf(weight1) < 0.5F ? m + weight1 * diff : g - diff * (1.0F - weight1);
+    v = v * beta2 + weight2 * g * g;
+    const float denom = sqrtf(v) / bias_correction2_sqrt + eps;
+    w = w - step_size * m / denom;
+  }
+};
+
+template <unsigned kWrites, class Update>
+__global__ void multi_tensor_kernel(const PackedTensors* groups, const PackedChunk* chunks,
+                                    std::int64_t chunk_count, Update update,
+                                    const float* skip_if_set) {
+  // The step a dynamic loss scaler skips: nothing in this launch writes the flag.
+  if (skip_if_set != nullptr && *skip_if_set != 0.0F) return;
+  for_each_element<kWrites>(groups, chunks, chunk_count, update);
+}
+
+template <unsigned kWrites, class Update>
+Status launch_multi_tensor(const KernelContext& ctx, const MultiTensorPack& pack,
+                           const Update& update, const float* skip_if_set, std::string_view op) {
+  if (pack.chunks.empty()) return Status::ok();
+  DLPROBE_ASSIGN_OR_RETURN(auto table, scratch(ctx, pack.bytes(), op));
+  std::vector<std::byte> host(pack.bytes());
+  pack.write(host.data());
+  // From pageable memory: staged before the call returns, so `host` may go out of scope.
+  DLPROBE_CUDA_CHECK(
+      cudaMemcpyAsync(table.data(), host.data(), host.size(), cudaMemcpyHostToDevice, ctx.stream));
+  const auto* base = static_cast<const std::byte*>(table.data());
+  const auto chunk_count = static_cast<std::int64_t>(pack.chunks.size());
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(chunk_count, 4LL * ctx.sm_count));
+  multi_tensor_kernel<kWrites><<<grid, kOptBlock, 0, ctx.stream>>>(
+      reinterpret_cast<const PackedTensors*>(base),
+      reinterpret_cast<const PackedChunk*>(base + pack.chunk_offset()), chunk_count, update,
+      skip_if_set);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+}  // namespace
+
+Status launch_unscale(const KernelContext& ctx, const MultiTensorPack& pack, double inv_scale,
+                      float* found_inf) {
+  return launch_multi_tensor<0b0001U>(ctx, pack, Unscale{static_cast<float>(inv_scale), found_inf},
+                                      nullptr, "unscale_gradients");
+}
+
+Status launch_sgd(const KernelContext& ctx, const MultiTensorPack& pack, const SgdParams& p,
+                  bool first_step, const float* found_inf) {
+  const Sgd update{static_cast<float>(p.lr),
+                   static_cast<float>(p.momentum),
+                   static_cast<float>(p.dampening),
+                   static_cast<float>(p.weight_decay),
+                   p.nesterov,
+                   first_step};
+  return launch_multi_tensor<0b0101U>(ctx, pack, update, found_inf, "sgd_step");
+}
+
+Status launch_adamw(const KernelContext& ctx, const MultiTensorPack& pack, const AdamWParams& p,
+                    std::int64_t step, const float* found_inf) {
+  // The per-step scalars are Python floats (double) in torch.optim; they meet the tensors in fp32.
+  const double bias_correction1 = 1.0 - std::pow(p.beta1, static_cast<double>(step));
+  const double bias_correction2 = 1.0 - std::pow(p.beta2, static_cast<double>(step));
+  const AdamW update{static_cast<float>(1.0 - p.lr * p.weight_decay),
+                     static_cast<float>(1.0 - p.beta1),
+                     static_cast<float>(p.beta2),
+                     static_cast<float>(1.0 - p.beta2),
+                     static_cast<float>(p.eps),
+                     static_cast<float>(p.lr / bias_correction1),
+                     static_cast<float>(std::sqrt(bias_correction2)),
+                     step == 1};
+  return launch_multi_tensor<0b1101U>(ctx, pack, update, found_inf, "adamw_step");
+}
+
+}  // namespace dlprobe::cuda

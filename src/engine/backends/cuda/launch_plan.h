@@ -1,0 +1,61 @@
+// Host-side planning for the CUDA kernels, kept free of CUDA so the CPU tests can check it: how
+// the multi-tensor kernels see their tensors (one table of slots and fixed-size chunks, uploaded
+// once per launch) and how the per-channel reductions split their work across blocks.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace dlprobe::cuda {
+
+// One tensor group of a multi-tensor launch: up to four arrays of `numel` fp32 elements (param,
+// grad, state0, state1 for the optimizers; only ptr[0] for unscaling), null where unused. The
+// layout is shared by the host packer and the kernels, so it is plain data of fixed size.
+struct PackedTensors {
+  void* ptr[4] = {nullptr, nullptr, nullptr, nullptr};
+  std::int64_t numel = 0;
+  // Every non-null array is 16-byte aligned, so the kernel may move float4s.
+  std::int64_t vectorizable = 0;
+};
+// A contiguous range of one group's elements that one block works through.
+struct PackedChunk {
+  std::int64_t tensor = 0;
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
+static_assert(sizeof(PackedTensors) == 48 && sizeof(PackedChunk) == 24);
+
+// The table a multi-tensor kernel reads: the groups, then the chunks, in one buffer.
+struct MultiTensorPack {
+  std::vector<PackedTensors> tensors;
+  std::vector<PackedChunk> chunks;
+
+  std::size_t chunk_offset() const { return tensors.size() * sizeof(PackedTensors); }
+  std::size_t bytes() const { return chunk_offset() + chunks.size() * sizeof(PackedChunk); }
+  // Serialises into `dst` of bytes() bytes.
+  void write(std::byte* dst) const;
+};
+
+// Elements per chunk: a multiple of 4 so that every chunk of an aligned group starts on a float4.
+inline constexpr std::int64_t kMultiTensorChunk = 32768;
+
+// Splits every group into chunks of at most `chunk` elements (a multiple of 4), in order.
+MultiTensorPack pack_multi_tensor(std::span<const PackedTensors> tensors,
+                                  std::int64_t chunk = kMultiTensorChunk);
+
+// How a per-channel reduction over `rows` elements per channel is split: `splits` blocks per
+// channel tile, each covering `rows_per_split` consecutive elements (the last one fewer). The
+// partial results are merged per channel afterwards in split order, so the sum is deterministic.
+struct ChannelReducePlan {
+  std::int64_t splits = 1;
+  std::int64_t rows_per_split = 0;
+};
+// `tiles`: blocks a single split needs across the channels. Aims at about four blocks per SM,
+// with at least `min_rows` elements per split so each block has enough work to hide latency.
+ChannelReducePlan plan_channel_reduce(std::int64_t rows, std::int64_t tiles, int sm_count,
+                                      std::int64_t min_rows);
+
+}  // namespace dlprobe::cuda

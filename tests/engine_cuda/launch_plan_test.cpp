@@ -1,0 +1,93 @@
+// The host-side launch planning of the CUDA backend (no GPU needed): multi-tensor packing and the
+// split of per-channel reductions.
+#include "launch_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+namespace dlprobe::cuda {
+namespace {
+
+TEST(MultiTensorPack, ChunksCoverEveryElementOnceInOrder) {
+  alignas(16) static float storage[64];
+  std::vector<PackedTensors> groups = {
+      {{storage, storage + 4, nullptr, nullptr}, 10, 0},
+      {{storage + 8, nullptr, nullptr, nullptr}, 1, 0},
+      {{storage + 12, storage + 16, storage + 20, storage + 24}, 23, 0},
+  };
+  const MultiTensorPack pack = pack_multi_tensor(groups, 8);
+  std::vector<std::int64_t> seen = {0, 0, 0};
+  std::int64_t last_tensor = 0;
+  for (const PackedChunk& c : pack.chunks) {
+    ASSERT_GE(c.tensor, last_tensor);
+    last_tensor = c.tensor;
+    EXPECT_EQ(c.begin % 8, 0) << "chunks start on chunk boundaries";
+    EXPECT_LT(c.begin, c.end);
+    EXPECT_LE(c.end - c.begin, 8);
+    EXPECT_EQ(c.begin, seen[static_cast<std::size_t>(c.tensor)]) << "no gap, no overlap";
+    seen[static_cast<std::size_t>(c.tensor)] = c.end;
+  }
+  EXPECT_EQ(seen, (std::vector<std::int64_t>{10, 1, 23}));
+  EXPECT_EQ(pack.chunks.size(), 2U + 1U + 3U);
+}
+
+TEST(MultiTensorPack, VectorizableOnlyWhenEveryArrayIsAligned) {
+  alignas(16) static float storage[16];
+  const std::vector<PackedTensors> groups = {
+      {{storage, storage + 4, nullptr, nullptr}, 4, 0},
+      {{storage, storage + 1, nullptr, nullptr}, 4, 0},
+      {{storage + 2, nullptr, nullptr, nullptr}, 4, 1},  // the caller's flag is recomputed
+  };
+  const MultiTensorPack pack = pack_multi_tensor(groups);
+  EXPECT_EQ(pack.tensors[0].vectorizable, 1);
+  EXPECT_EQ(pack.tensors[1].vectorizable, 0);
+  EXPECT_EQ(pack.tensors[2].vectorizable, 0);
+}
+
+TEST(MultiTensorPack, SerialisesGroupsThenChunks) {
+  alignas(16) static float storage[8];
+  const std::vector<PackedTensors> groups = {{{storage, nullptr, nullptr, nullptr}, 5, 0},
+                                             {{storage + 4, nullptr, nullptr, nullptr}, 3, 0}};
+  const MultiTensorPack pack = pack_multi_tensor(groups, 4);
+  ASSERT_EQ(pack.bytes(), 2 * sizeof(PackedTensors) + 3 * sizeof(PackedChunk));
+  std::vector<std::byte> bytes(pack.bytes());
+  pack.write(bytes.data());
+  PackedTensors second;
+  std::memcpy(&second, bytes.data() + sizeof(PackedTensors), sizeof(second));
+  EXPECT_EQ(second.ptr[0], storage + 4);
+  EXPECT_EQ(second.numel, 3);
+  PackedChunk last;
+  std::memcpy(&last, bytes.data() + pack.chunk_offset() + 2 * sizeof(PackedChunk), sizeof(last));
+  EXPECT_EQ(last.tensor, 1);
+  EXPECT_EQ(last.begin, 0);
+  EXPECT_EQ(last.end, 3);
+}
+
+TEST(ChannelReducePlan, SplitsCoverTheRowsWithoutEmptySplits) {
+  for (std::int64_t rows : {1, 5, 255, 256, 6272, 3211264}) {
+    for (std::int64_t tiles : {1, 2, 64, 2048}) {
+      const ChannelReducePlan plan = plan_channel_reduce(rows, tiles, 132, 256);
+      SCOPED_TRACE(::testing::Message() << rows << " rows, " << tiles << " tiles");
+      EXPECT_GE(plan.splits, 1);
+      EXPECT_LE(plan.splits, 65535);
+      EXPECT_GE(plan.splits * plan.rows_per_split, rows) << "every row covered";
+      EXPECT_LT((plan.splits - 1) * plan.rows_per_split, rows) << "no empty split";
+      if (plan.splits > 1) {
+        EXPECT_GE(plan.rows_per_split, 256) << "at least min_rows per split";
+      }
+    }
+  }
+}
+
+TEST(ChannelReducePlan, FillsTheGpuWhenChannelsAreFew) {
+  // 2 tiles on 132 SMs: about 4 blocks per SM means ~264 splits, if the rows allow it.
+  const ChannelReducePlan many = plan_channel_reduce(1 << 22, 2, 132, 256);
+  EXPECT_GE(many.splits * 2, 4 * 132);
+  // 2048 channels already give 2048 blocks: one split.
+  EXPECT_EQ(plan_channel_reduce(1 << 22, 2048, 132, 256).splits, 1);
+}
+
+}  // namespace
+}  // namespace dlprobe::cuda
