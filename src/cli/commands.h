@@ -22,6 +22,8 @@ struct Command {
   std::function<int()> run;  // returns the process exit code
 };
 
+Command add_bench_command(CLI::App& app);
+
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
 

@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "Log debug detail to stderr");
 
-  const std::vector<Command> commands = {};
+  const std::vector<Command> commands = {
+      add_bench_command(app),
+  };
 
   try {
     app.parse(argc, argv);

@@ -285,9 +285,9 @@ Status StepState::allocate_state() {
   const std::int64_t hw = config.model.image_size;
   DLPROBE_ASSIGN_OR_RETURN(TensorDesc images_desc,
                            TensorDesc::make(Shape{n, 3, hw, hw}, master(), layout));
-  DLPROBE_ASSIGN_OR_RETURN(images, persistent(images_desc, Category::input, "input"));
+  DLPROBE_ASSIGN_OR_RETURN(images, persistent(images_desc, Category::input, "images"));
   DLPROBE_ASSIGN_OR_RETURN(TensorDesc labels_desc, TensorDesc::make(Shape{n}, DType::int64));
-  DLPROBE_ASSIGN_OR_RETURN(labels, persistent(labels_desc, Category::input, "input"));
+  DLPROBE_ASSIGN_OR_RETURN(labels, persistent(labels_desc, Category::input, "labels"));
   DLPROBE_ASSIGN_OR_RETURN(TensorDesc scalar, TensorDesc::make(Shape{1}, master()));
   DLPROBE_ASSIGN_OR_RETURN(loss, persistent(scalar, Category::temporaries, "loss"));
   if (scaling() && config.mode == StepMode::train) {
