@@ -11,6 +11,12 @@
 
 namespace dlprobe::engine::testing {
 
+#ifdef DLPROBE_SANITIZED_BUILD
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 struct Rig {
   std::unique_ptr<memory::CachingAllocator> allocator;
   std::unique_ptr<Backend> backend;
