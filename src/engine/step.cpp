@@ -1012,7 +1012,8 @@ Result<safetensors::File> TrainingStep::state_dict() const {
       for (int d = 0; d < e.shape.rank; ++d) out.shape.push_back(e.shape[d]);
     }
     // PyTorch's tensors are contiguous in logical order: NCHW for conv weights.
-    const HostTensor contiguous = t.to_layout(Layout::nchw);
+    const HostTensor contiguous =
+        t.layout() == Layout::nchw ? std::move(t) : t.to_layout(Layout::nchw);
     const auto* bytes = static_cast<const std::byte*>(contiguous.data());
     out.data.assign(bytes, bytes + contiguous.desc().bytes());
     file.tensors.push_back(std::move(out));

@@ -29,8 +29,9 @@ TEST(StepTrainTest, OverfitsOneBatch) {
   c.sgd.lr = 0.05;
   testing::Rig r = make_rig(c);
   ASSERT_TRUE(r.step);
-  // The sanitizer build stops early and asks only for a clear drop.
-  constexpr int kSteps = testing::kSanitized ? 8 : 40;
+  // Four memorised images reach a loss near 0 in well under 10 steps; the sanitizer build, several
+  // times slower, stops there.
+  constexpr int kSteps = testing::kSanitized ? 8 : 15;
   const auto start = std::chrono::steady_clock::now();
   const double first = run(r);
   double loss = first;
@@ -40,7 +41,7 @@ TEST(StepTrainTest, OverfitsOneBatch) {
   std::printf("overfit: loss %.4f -> %.4f in %d steps, %.2f s/step\n", first, loss, kSteps,
               seconds / kSteps);
   EXPECT_EQ(r.step->optimizer_steps(), kSteps);
-  EXPECT_LT(loss, testing::kSanitized ? first / 4 : 0.02);
+  EXPECT_LT(loss, 0.02);
 }
 
 TEST(StepTrainTest, AdamWTrainsToo) {
