@@ -23,13 +23,13 @@ struct Command {
 };
 
 Command add_doctor_command(CLI::App& app);
+Command add_monitor_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
+Command add_run_command(CLI::App& app);
+Command add_report_command(CLI::App& app);
+Command add_compare_command(CLI::App& app);
 
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
-
-Command add_monitor_command(CLI::App& app);
-Command add_report_command(CLI::App& app);
-Command add_compare_command(CLI::App& app);
-Command add_run_command(CLI::App& app);
 
 }  // namespace dlprobe::cli

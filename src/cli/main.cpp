@@ -22,9 +22,10 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       add_doctor_command(app),
       add_monitor_command(app),
+      add_bench_command(app),
+      add_run_command(app),
       add_report_command(app),
       add_compare_command(app),
-      add_run_command(app),
   };
 
   try {

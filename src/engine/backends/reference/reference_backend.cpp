@@ -1,0 +1,645 @@
+// The Backend adapter over the reference functions. The reference ops are pure functions on
+// HostTensor (they return new tensors), and the Backend slots write into caller-owned memory, so
+// each slot copies its inputs into host tensors of the compute type, calls the op, and copies the
+// results out in the output's dtype and layout. The copies cost time, not correctness, and this
+// backend exists for correctness; they live on the C++ heap, not in the caching allocator, since
+// they are an artefact of this adapter, not memory the training step needs.
+//
+// Convolutions are the exception to "call the reference function": the reference's one-tap-at-a-
+// time loop runs ResNet-18 on 32x32 images at seconds per step, too slow for CI to train a network
+// end to end. For the case ResNet has (groups 1, dilation 1) this file loops over the same sum with
+// the channel dimension innermost and contiguous, which the compiler vectorises; any other case
+// goes to the reference function. Likewise SGD and AdamW over fp32/fp64 parameters run the
+// reference's per-element formula, in the same order, directly on the buffers, without the eight
+// whole-model copies the pure-function form costs. The tests compare both against the reference.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "dlprobe/reference_backend.h"
+#include "engine/backends/reference/reference.h"
+
+namespace dlprobe {
+namespace {
+
+HostTensor load(const TensorView& v) {
+  HostTensor t(v.desc);
+  std::memcpy(t.data(), v.data, v.desc.bytes());
+  return t;
+}
+
+// Floating tensors in the compute type T; integer tensors (labels) as they are.
+template <class T>
+Result<HostTensor> load_as(const TensorView& v) {
+  HostTensor t = load(v);
+  if (!dtype_is_floating(t.dtype()) || t.dtype() == dtype_of<T>) return t;
+  return t.to_dtype(dtype_of<T>);
+}
+
+Status store(HostTensor result, const TensorView& dst) {
+  if (!(result.shape() == dst.desc.shape())) {
+    return error(Errc::internal, fmt::format("reference backend: result {} does not fit {}",
+                                             result.desc().str(), dst.desc.str()));
+  }
+  if (result.dtype() != dst.desc.dtype()) {
+    DLPROBE_ASSIGN_OR_RETURN(result, result.to_dtype(dst.desc.dtype()));
+  }
+  if (result.layout() != dst.desc.layout()) result = result.to_layout(dst.desc.layout());
+  std::memcpy(dst.data, result.data(), dst.desc.bytes());
+  return Status::ok();
+}
+
+double read_elem(const TensorView& v, std::int64_t i);
+
+bool flag_set(const TensorView& found_inf) {
+  return found_inf.data != nullptr && read_elem(found_inf, 0) != 0.0;
+}
+
+bool fast_conv(const Conv2dParams& p) {
+  return p.groups == 1 && p.dilation[0] == 1 && p.dilation[1] == 1;
+}
+
+// One element by storage index, as double (exact for every dtype here); writing rounds to the
+// tensor's dtype (fp64 reaches fp16/bf16 through fp32, as HostTensor::to_dtype does). The fast
+// paths below use these on the buffers directly: building a HostTensor costs a pass over its
+// elements before any work is done.
+double read_elem(const TensorView& v, std::int64_t i) {
+  const auto k = static_cast<std::size_t>(i);
+  switch (v.desc.dtype()) {
+    case DType::fp64:
+      return static_cast<const double*>(v.data)[k];
+    case DType::fp32:
+      return static_cast<const float*>(v.data)[k];
+    case DType::fp16:
+      return half_to_float(static_cast<const Half*>(v.data)[k]);
+    case DType::bf16:
+      return bf16_to_float(static_cast<const BFloat16*>(v.data)[k]);
+    case DType::int32:
+      return static_cast<const std::int32_t*>(v.data)[k];
+    case DType::int64:
+      return static_cast<double>(static_cast<const std::int64_t*>(v.data)[k]);
+  }
+  return 0.0;
+}
+void write_elem(const TensorView& v, std::int64_t i, double x) {
+  const auto k = static_cast<std::size_t>(i);
+  switch (v.desc.dtype()) {
+    case DType::fp64:
+      static_cast<double*>(v.data)[k] = x;
+      return;
+    case DType::fp32:
+      static_cast<float*>(v.data)[k] = static_cast<float>(x);
+      return;
+    case DType::fp16:
+      static_cast<Half*>(v.data)[k] = float_to_half(static_cast<float>(x));
+      return;
+    case DType::bf16:
+      static_cast<BFloat16*>(v.data)[k] = float_to_bf16(static_cast<float>(x));
+      return;
+    case DType::int32:
+      static_cast<std::int32_t*>(v.data)[k] = static_cast<std::int32_t>(x);
+      return;
+    case DType::int64:
+      static_cast<std::int64_t*>(v.data)[k] = static_cast<std::int64_t>(x);
+      return;
+  }
+}
+
+// Calls f(src_offset, dst_offset) for every logical index of two tensors of one shape.
+template <class F>
+void for_each_pair(const TensorDesc& a, const TensorDesc& b, F&& f) {
+  if (a.rank() != 4 || a.layout() == b.layout()) {
+    for (std::int64_t i = 0; i < a.numel(); ++i) f(i, i);
+    return;
+  }
+  const Shape& s = a.shape();
+  for (std::int64_t n = 0; n < s[0]; ++n)
+    for (std::int64_t c = 0; c < s[1]; ++c)
+      for (std::int64_t h = 0; h < s[2]; ++h)
+        for (std::int64_t w = 0; w < s[3]; ++w) f(a.offset(n, c, h, w), b.offset(n, c, h, w));
+}
+
+// The elements in storage order, in the compute type; one typed pass for fp32/fp64 storage.
+template <class T>
+std::vector<T> to_vector(const TensorView& v) {
+  const auto n = static_cast<std::size_t>(v.desc.numel());
+  std::vector<T> out(n);
+  if (v.desc.dtype() == DType::fp32) {
+    const auto* src = static_cast<const float*>(v.data);
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(src[i]);
+  } else if (v.desc.dtype() == DType::fp64) {
+    const auto* src = static_cast<const double*>(v.data);
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(src[i]);
+  } else {
+    for (std::size_t i = 0; i < n; ++i)
+      out[i] = static_cast<T>(read_elem(v, static_cast<std::int64_t>(i)));
+  }
+  return out;
+}
+template <class T>
+void from_vector(const std::vector<T>& src, const TensorView& v) {
+  const std::size_t n = src.size();
+  if (v.desc.dtype() == DType::fp32) {
+    auto* dst = static_cast<float*>(v.data);
+    for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+  } else if (v.desc.dtype() == DType::fp64) {
+    auto* dst = static_cast<double*>(v.data);
+    for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<double>(src[i]);
+  } else {
+    for (std::size_t i = 0; i < n; ++i)
+      write_elem(v, static_cast<std::int64_t>(i), static_cast<double>(src[i]));
+  }
+}
+
+// An activation [N, C, H, W] copied into N, H, W, C order (C contiguous), in the compute type.
+template <class T>
+std::vector<T> channels_last(const TensorView& v) {
+  const Shape& s = v.desc.shape();
+  const std::vector<T> src = to_vector<T>(v);
+  std::vector<T> out(src.size());
+  std::size_t i = 0;
+  for (std::int64_t n = 0; n < s[0]; ++n)
+    for (std::int64_t h = 0; h < s[2]; ++h)
+      for (std::int64_t w = 0; w < s[3]; ++w)
+        for (std::int64_t c = 0; c < s[1]; ++c)
+          out[i++] = src[static_cast<std::size_t>(v.desc.offset(n, c, h, w))];
+  return out;
+}
+
+// A weight [K, C, R, S] copied into R, S, K, C order when `k_outer`, else R, S, C, K.
+template <class T>
+std::vector<T> weight_rs(const TensorView& v, bool k_outer) {
+  const Shape& s = v.desc.shape();
+  const std::vector<T> src = to_vector<T>(v);
+  std::vector<T> out(src.size());
+  std::size_t i = 0;
+  for (std::int64_t r = 0; r < s[2]; ++r)
+    for (std::int64_t q = 0; q < s[3]; ++q)
+      for (std::int64_t a = 0; a < (k_outer ? s[0] : s[1]); ++a)
+        for (std::int64_t b = 0; b < (k_outer ? s[1] : s[0]); ++b)
+          out[i++] = src[static_cast<std::size_t>(k_outer ? v.desc.offset(a, b, r, q)
+                                                          : v.desc.offset(b, a, r, q))];
+  return out;
+}
+
+// Stores an N, H, W, C (or, for weights, R, S, K, C) ordered result into `dst` of logical shape
+// [N, C, H, W] (or [K, C, R, S]).
+template <class T>
+void store_channels_last(const std::vector<T>& v, const TensorView& dst, bool weight) {
+  const Shape& s = dst.desc.shape();
+  const TensorDesc& d = dst.desc;
+  std::vector<T> out(v.size());
+  const auto at = [&](std::int64_t offset) -> T& { return out[static_cast<std::size_t>(offset)]; };
+  std::size_t i = 0;
+  if (weight) {
+    for (std::int64_t r = 0; r < s[2]; ++r)
+      for (std::int64_t q = 0; q < s[3]; ++q)
+        for (std::int64_t k = 0; k < s[0]; ++k)
+          for (std::int64_t c = 0; c < s[1]; ++c) at(d.offset(k, c, r, q)) = v[i++];
+  } else {
+    for (std::int64_t n = 0; n < s[0]; ++n)
+      for (std::int64_t h = 0; h < s[2]; ++h)
+        for (std::int64_t w = 0; w < s[3]; ++w)
+          for (std::int64_t c = 0; c < s[1]; ++c) at(d.offset(n, c, h, w)) = v[i++];
+  }
+  from_vector(out, dst);
+}
+
+// The geometry the three passes share; (h, w) = (p * stride - pad + r, q * stride - pad + s).
+struct ConvGeometry {
+  std::int64_t n, c, h, w, k, r, s, p, q;
+  std::int64_t sh, sw, ph, pw;
+  ConvGeometry(const Shape& x, const Shape& wt, const Shape& y, const Conv2dParams& prm)
+      : n(x[0]),
+        c(x[1]),
+        h(x[2]),
+        w(x[3]),
+        k(wt[0]),
+        r(wt[2]),
+        s(wt[3]),
+        p(y[2]),
+        q(y[3]),
+        sh(prm.stride[0]),
+        sw(prm.stride[1]),
+        ph(prm.pad[0]),
+        pw(prm.pad[1]) {}
+  // Calls f(x_offset, y_offset, weight tap) for every tap inside the image, offsets in channels-
+  // last element units (before the channel index).
+  template <class F>
+  void for_each_tap(F&& f) const {
+    for (std::int64_t in = 0; in < n; ++in)
+      for (std::int64_t ip = 0; ip < p; ++ip)
+        for (std::int64_t iq = 0; iq < q; ++iq) {
+          const std::int64_t yo = ((in * p + ip) * q + iq) * k;
+          for (std::int64_t ir = 0; ir < r; ++ir) {
+            const std::int64_t ih = ip * sh - ph + ir;
+            if (ih < 0 || ih >= h) continue;
+            for (std::int64_t is = 0; is < s; ++is) {
+              const std::int64_t iw = iq * sw - pw + is;
+              if (iw < 0 || iw >= w) continue;
+              f(((in * h + ih) * w + iw) * c, yo, ir * s + is);
+            }
+          }
+        }
+  }
+};
+
+// Parameters, gradients and optimizer state of one dtype (fp32 or fp64) and one description, so
+// element i of each is the same logical element: the case the optimizers run in place.
+bool same_master_desc(const OptimizerSlot& s, bool with_state0, bool with_state1) {
+  const DType t = s.param.desc.dtype();
+  if (t != DType::fp32 && t != DType::fp64) return false;
+  if (!(s.grad.desc == s.param.desc)) return false;
+  if (with_state0 && !(s.state0.desc == s.param.desc)) return false;
+  if (with_state1 && !(s.state1.desc == s.param.desc)) return false;
+  return true;
+}
+
+template <class T>
+T get_elem(const TensorView& v, std::size_t i) {
+  if (v.desc.dtype() == DType::fp64) return static_cast<T>(static_cast<const double*>(v.data)[i]);
+  return static_cast<T>(static_cast<const float*>(v.data)[i]);
+}
+template <class T>
+void set_elem(const TensorView& v, std::size_t i, T value) {
+  if (v.desc.dtype() == DType::fp64) {
+    static_cast<double*>(v.data)[i] = static_cast<double>(value);
+  } else {
+    static_cast<float*>(v.data)[i] = static_cast<float>(value);
+  }
+}
+
+// torch.lerp's formula, as the reference writes it.
+template <class T>
+T lerp(T self, T end, T weight) {
+  const T diff = end - self;
+  return std::abs(weight) < T{0.5} ? self + weight * diff : end - diff * (T{1} - weight);
+}
+
+template <class T>
+class ReferenceBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "reference"; }
+  DeviceKind device() const override { return DeviceKind::cpu; }
+  void set_math_mode(MathMode /*mode*/) override {}
+
+  Status upload(void* dst, const void* src, std::size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
+  Status download(void* dst, const void* src, std::size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
+  Status synchronize() override { return Status::ok(); }
+
+  Status fill(const TensorView& t, double value) override {
+    for (std::int64_t i = 0; i < t.desc.numel(); ++i) write_elem(t, i, value);
+    return Status::ok();
+  }
+  Status cast(const TensorView& src, const TensorView& dst) override {
+    if (!(src.desc.shape() == dst.desc.shape())) {
+      return invalid_argument(
+          fmt::format("cast: {} and {} differ in shape", src.desc.str(), dst.desc.str()));
+    }
+    if (dtype_is_floating(src.desc.dtype()) != dtype_is_floating(dst.desc.dtype())) {
+      return invalid_argument(
+          fmt::format("cast: {} to {} mixes values and integers", src.desc.str(), dst.desc.str()));
+    }
+    for_each_pair(src.desc, dst.desc,
+                  [&](std::int64_t a, std::int64_t b) { write_elem(dst, b, read_elem(src, a)); });
+    return Status::ok();
+  }
+
+  Status conv2d_forward(const TensorView& x, const TensorView& w, const TensorView& y,
+                        const Conv2dParams& p) override {
+    if (!fast_conv(p)) {
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor wt, load_as<T>(w));
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::conv2d_forward<T>(xt, wt, p));
+      return store(std::move(out), y);
+    }
+    const std::vector<T> xs = channels_last<T>(x);
+    const std::vector<T> ws = weight_rs<T>(w, false);  // R, S, C, K
+    const ConvGeometry g(x.desc.shape(), w.desc.shape(), y.desc.shape(), p);
+    std::vector<T> ys(static_cast<std::size_t>(y.desc.numel()), T{0});
+    g.for_each_tap([&](std::int64_t xo, std::int64_t yo, std::int64_t tap) {
+      T* out = ys.data() + yo;
+      for (std::int64_t c = 0; c < g.c; ++c) {
+        const T xv = xs[static_cast<std::size_t>(xo + c)];
+        const T* wr = ws.data() + (tap * g.c + c) * g.k;
+        for (std::int64_t k = 0; k < g.k; ++k) out[k] += xv * wr[k];
+      }
+    });
+    store_channels_last(ys, y, false);
+    return Status::ok();
+  }
+  Status conv2d_backward_data(const TensorView& dy, const TensorView& w, const TensorView& dx,
+                              const Conv2dParams& p) override {
+    if (!fast_conv(p)) {
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor wt, load_as<T>(w));
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::conv2d_backward_data<T>(
+                                                   dyt, wt, dx.desc.with_dtype(dtype_of<T>), p));
+      return store(std::move(out), dx);
+    }
+    const std::vector<T> dys = channels_last<T>(dy);
+    const std::vector<T> ws = weight_rs<T>(w, true);  // R, S, K, C
+    const ConvGeometry g(dx.desc.shape(), w.desc.shape(), dy.desc.shape(), p);
+    std::vector<T> dxs(static_cast<std::size_t>(dx.desc.numel()), T{0});
+    g.for_each_tap([&](std::int64_t xo, std::int64_t yo, std::int64_t tap) {
+      T* out = dxs.data() + xo;
+      for (std::int64_t k = 0; k < g.k; ++k) {
+        const T gv = dys[static_cast<std::size_t>(yo + k)];
+        const T* wr = ws.data() + (tap * g.k + k) * g.c;
+        for (std::int64_t c = 0; c < g.c; ++c) out[c] += gv * wr[c];
+      }
+    });
+    store_channels_last(dxs, dx, false);
+    return Status::ok();
+  }
+  Status conv2d_backward_weight(const TensorView& x, const TensorView& dy, const TensorView& dw,
+                                const Conv2dParams& p) override {
+    if (!fast_conv(p)) {
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::conv2d_backward_weight<T>(
+                                                   xt, dyt, dw.desc.with_dtype(dtype_of<T>), p));
+      return store(std::move(out), dw);
+    }
+    const std::vector<T> xs = channels_last<T>(x);
+    const std::vector<T> dys = channels_last<T>(dy);
+    const ConvGeometry g(x.desc.shape(), dw.desc.shape(), dy.desc.shape(), p);
+    std::vector<T> dws(static_cast<std::size_t>(dw.desc.numel()), T{0});  // R, S, K, C
+    g.for_each_tap([&](std::int64_t xo, std::int64_t yo, std::int64_t tap) {
+      const T* xr = xs.data() + xo;
+      for (std::int64_t k = 0; k < g.k; ++k) {
+        const T gv = dys[static_cast<std::size_t>(yo + k)];
+        T* out = dws.data() + (tap * g.k + k) * g.c;
+        for (std::int64_t c = 0; c < g.c; ++c) out[c] += gv * xr[c];
+      }
+    });
+    store_channels_last(dws, dw, true);
+    return Status::ok();
+  }
+
+  Status batch_norm_train_forward(const TensorView& x, const TensorView& gamma,
+                                  const TensorView& beta, const TensorView& running_mean,
+                                  const TensorView& running_var, const TensorView& y,
+                                  const TensorView& save_mean, const TensorView& save_invstd,
+                                  const BatchNormParams& p) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
+    DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormTrainOutput out,
+                             reference::batch_norm_train_forward<T>(xt, g, b, rm, rv, p));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.y), y));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_mean), save_mean));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_invstd), save_invstd));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.running_mean), running_mean));
+    return store(std::move(out.running_var), running_var);
+  }
+  Status batch_norm_inference_forward(const TensorView& x, const TensorView& gamma,
+                                      const TensorView& beta, const TensorView& running_mean,
+                                      const TensorView& running_var, const TensorView& y,
+                                      const BatchNormParams& p) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out,
+                             reference::batch_norm_inference_forward<T>(xt, g, b, rm, rv, p));
+    return store(std::move(out), y);
+  }
+  Status batch_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& gamma,
+                             const TensorView& save_mean, const TensorView& save_invstd,
+                             const TensorView& dx, const TensorView& dgamma,
+                             const TensorView& dbeta) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor sm, load_as<T>(save_mean));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor si, load_as<T>(save_invstd));
+    DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormGrads out,
+                             reference::batch_norm_backward<T>(dyt, xt, g, sm, si));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dx), dx));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dgamma), dgamma));
+    return store(std::move(out.dbeta), dbeta);
+  }
+
+  Status relu_forward(const TensorView& x, const TensorView& y) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::relu_forward<T>(xt));
+    return store(std::move(out), y);
+  }
+  Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor yt, load_as<T>(y));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::relu_backward<T>(dyt, yt));
+    return store(std::move(out), dx);
+  }
+
+  Status max_pool2d_forward(const TensorView& x, const TensorView& y,
+                            const MaxPool2dParams& p) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::max_pool2d_forward<T>(xt, p));
+    return store(std::move(out), y);
+  }
+  Status max_pool2d_backward(const TensorView& dy, const TensorView& x, const TensorView& /*y*/,
+                             const TensorView& dx, const MaxPool2dParams& p) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::max_pool2d_backward<T>(dyt, xt, p));
+    return store(std::move(out), dx);
+  }
+
+  Status add(const TensorView& a, const TensorView& b, const TensorView& y) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor at, load_as<T>(a));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor bt, load_as<T>(b));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::add<T>(at, bt));
+    return store(std::move(out), y);
+  }
+
+  Status global_avg_pool_forward(const TensorView& x, const TensorView& y) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::global_avg_pool_forward<T>(xt));
+    return store(std::move(out), y);
+  }
+  Status global_avg_pool_backward(const TensorView& dy, const TensorView& dx) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::global_avg_pool_backward<T>(
+                                                 dyt, dx.desc.with_dtype(dtype_of<T>)));
+    return store(std::move(out), dx);
+  }
+
+  Status linear_forward(const TensorView& x, const TensorView& w, const TensorView& b,
+                        const TensorView& y) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor wt, load_as<T>(w));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor bt, load_as<T>(b));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::linear_forward<T>(xt, wt, bt));
+    return store(std::move(out), y);
+  }
+  Status linear_backward(const TensorView& dy, const TensorView& x, const TensorView& w,
+                         const TensorView& dx, const TensorView& dw,
+                         const TensorView& db) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor wt, load_as<T>(w));
+    DLPROBE_ASSIGN_OR_RETURN(reference::LinearGrads out,
+                             reference::linear_backward<T>(dyt, xt, wt));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dx), dx));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dw), dw));
+    return store(std::move(out.db), db);
+  }
+
+  Status cross_entropy_forward(const TensorView& logits, const TensorView& labels,
+                               const TensorView& loss) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor lt, load_as<T>(logits));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::cross_entropy_forward<T>(lt, load(labels)));
+    return store(std::move(out), loss);
+  }
+  Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
+                                double loss_scale, const TensorView& dlogits) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor lt, load_as<T>(logits));
+    HostTensor dloss(TensorDesc::make(Shape{1}, dtype_of<T>).value());
+    dloss.set(0, loss_scale);
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out,
+                             reference::cross_entropy_backward<T>(lt, load(labels), dloss));
+    return store(std::move(out), dlogits);
+  }
+
+  Status unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+                           const TensorView& found_inf) override {
+    bool found = false;
+    const auto inv = static_cast<T>(inv_scale);
+    for (const TensorView& g : grads) {
+      for (std::int64_t i = 0; i < g.desc.numel(); ++i) {
+        const double v = read_elem(g, i);
+        // As _amp_foreach_non_finite_check_and_unscale_: the gradient is checked before unscaling.
+        if (!std::isfinite(v)) found = true;
+        write_elem(g, i, static_cast<double>(static_cast<T>(v) * inv));
+      }
+    }
+    if (found) return fill(found_inf, 1.0);
+    return Status::ok();
+  }
+
+  Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step,
+                  const TensorView& found_inf) override {
+    if (flag_set(found_inf)) return Status::ok();
+    DLPROBE_RETURN_IF_ERROR(sgd_check(p));
+    const bool use_momentum = p.momentum != 0.0;
+    for (const OptimizerSlot& s : slots) {
+      if (use_momentum && s.state0.data == nullptr) {
+        return invalid_argument("sgd_step: momentum needs a momentum buffer");
+      }
+      if (same_master_desc(s, use_momentum, false)) {
+        const auto lr = static_cast<T>(p.lr);
+        const auto wd = static_cast<T>(p.weight_decay);
+        const auto momentum = static_cast<T>(p.momentum);
+        const auto dampening = static_cast<T>(p.dampening);
+        const auto n = static_cast<std::size_t>(s.param.desc.numel());
+        for (std::size_t i = 0; i < n; ++i) {
+          const T w = get_elem<T>(s.param, i);
+          T d = get_elem<T>(s.grad, i);
+          if (p.weight_decay != 0.0) d = d + wd * w;
+          if (use_momentum) {
+            const T buf =
+                step > 1 ? momentum * get_elem<T>(s.state0, i) + (T{1} - dampening) * d : d;
+            set_elem(s.state0, i, buf);
+            d = p.nesterov ? d + momentum * buf : buf;
+          }
+          set_elem(s.param, i, w - lr * d);
+        }
+        continue;
+      }
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor param, load_as<T>(s.param));
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor grad, load_as<T>(s.grad));
+      reference::SgdState state;
+      if (use_momentum && step > 1) {
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor buf, load_as<T>(s.state0));
+        state.momentum_buffer = std::move(buf);
+      }
+      DLPROBE_ASSIGN_OR_RETURN(reference::SgdStep out,
+                               reference::sgd_step<T>(param, grad, state, p));
+      DLPROBE_RETURN_IF_ERROR(store(std::move(out.param), s.param));
+      if (out.state.momentum_buffer) {
+        DLPROBE_RETURN_IF_ERROR(store(std::move(*out.state.momentum_buffer), s.state0));
+      }
+    }
+    return Status::ok();
+  }
+
+  Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step,
+                    const TensorView& found_inf) override {
+    if (flag_set(found_inf)) return Status::ok();
+    DLPROBE_RETURN_IF_ERROR(adamw_check(p));
+    if (step < 1) return invalid_argument(fmt::format("adamw_step: step {} < 1", step));
+    for (const OptimizerSlot& s : slots) {
+      if (s.state0.data == nullptr || s.state1.data == nullptr) {
+        return invalid_argument("adamw_step: needs exp_avg and exp_avg_sq buffers");
+      }
+      if (same_master_desc(s, true, true)) {
+        // The per-step scalars are computed in double, as torch.optim's Python floats are.
+        const double bias_correction1 = 1.0 - std::pow(p.beta1, static_cast<double>(step));
+        const double bias_correction2 = 1.0 - std::pow(p.beta2, static_cast<double>(step));
+        const auto step_size = static_cast<T>(p.lr / bias_correction1);
+        const auto bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+        const auto decay = static_cast<T>(1.0 - p.lr * p.weight_decay);
+        const auto weight1 = static_cast<T>(1.0 - p.beta1);
+        const auto beta2 = static_cast<T>(p.beta2);
+        const auto weight2 = static_cast<T>(1.0 - p.beta2);
+        const auto eps = static_cast<T>(p.eps);
+        const auto n = static_cast<std::size_t>(s.param.desc.numel());
+        for (std::size_t i = 0; i < n; ++i) {
+          const T g = get_elem<T>(s.grad, i);
+          // The first step starts both moments from zero.
+          const T m0 = step > 1 ? get_elem<T>(s.state0, i) : T{0};
+          const T v0 = step > 1 ? get_elem<T>(s.state1, i) : T{0};
+          T w = get_elem<T>(s.param, i) * decay;
+          const T m = lerp(m0, g, weight1);
+          const T v = v0 * beta2 + weight2 * g * g;
+          const T denom = std::sqrt(v) / bias_correction2_sqrt + eps;
+          w = w - step_size * m / denom;
+          set_elem(s.param, i, w);
+          set_elem(s.state0, i, m);
+          set_elem(s.state1, i, v);
+        }
+        continue;
+      }
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor param, load_as<T>(s.param));
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor grad, load_as<T>(s.grad));
+      reference::AdamWState state;
+      state.step = step - 1;
+      if (step > 1) {
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor m, load_as<T>(s.state0));
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor v, load_as<T>(s.state1));
+        state.exp_avg = std::move(m);
+        state.exp_avg_sq = std::move(v);
+      }
+      DLPROBE_ASSIGN_OR_RETURN(reference::AdamWStep out,
+                               reference::adamw_step<T>(param, grad, state, p));
+      DLPROBE_RETURN_IF_ERROR(store(std::move(out.param), s.param));
+      DLPROBE_RETURN_IF_ERROR(store(std::move(*out.state.exp_avg), s.state0));
+      DLPROBE_RETURN_IF_ERROR(store(std::move(*out.state.exp_avg_sq), s.state1));
+    }
+    return Status::ok();
+  }
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_reference_backend(DType compute) {
+  if (compute == DType::fp32) return std::unique_ptr<Backend>(new ReferenceBackend<float>());
+  if (compute == DType::fp64) return std::unique_ptr<Backend>(new ReferenceBackend<double>());
+  return invalid_argument(
+      fmt::format("the reference backend computes in fp32 or fp64, not {}", dtype_name(compute)));
+}
+
+}  // namespace dlprobe

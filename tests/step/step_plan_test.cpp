@@ -1,0 +1,250 @@
+// The planned call list, memory accounting, the whole-network gradient check, and state dicts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "step_test_util.h"
+
+namespace dlprobe::engine {
+namespace {
+
+using memory::Category;
+using testing::make_rig;
+using testing::run;
+using testing::tiny_config;
+
+TEST(StepPlanTest, CallListNamesEveryOpAndPairsAllocationsWithFrees) {
+  StepConfig c = tiny_config();
+  testing::Rig r = make_rig(c);
+  ASSERT_TRUE(r.step);
+  std::map<std::string, int> names;
+  std::map<CallKind, int> kinds;
+  for (const Call& call : r.step->calls()) {
+    ++names[call.name];
+    ++kinds[call.kind];
+    EXPECT_FALSE(call.layer.empty()) << call.name;
+  }
+  EXPECT_EQ(names["layer1.0.conv1.forward"], 1);
+  EXPECT_EQ(names["layer1.0.conv1.backward_data"], 1);
+  EXPECT_EQ(names["conv1.backward_data"], 0);  // the images need no gradient
+  EXPECT_EQ(names["layer2.0.downsample.1.backward"], 1);
+  EXPECT_EQ(kinds[CallKind::alloc], kinds[CallKind::free]);
+  EXPECT_EQ(kinds[CallKind::conv_forward], 20);  // 17 convs + 3 projection shortcuts
+  EXPECT_EQ(kinds[CallKind::conv_backward_weight], 20);
+  EXPECT_EQ(kinds[CallKind::conv_backward_data], 19);
+  EXPECT_EQ(kinds[CallKind::batch_norm_train_forward], 20);
+  EXPECT_EQ(kinds[CallKind::cast], 0);  // fp32: no working copies
+  EXPECT_EQ(r.step->calls().back().kind, CallKind::sgd_step);
+  for (const Call& call : r.step->calls()) {
+    if (call.name == "layer3.1.conv2.forward") {
+      EXPECT_EQ(call.layer, "layer3.1.conv2");
+    }
+  }
+}
+
+TEST(StepPlanTest, MixedPrecisionCastsWorkingCopiesAndGradients) {
+  StepConfig c = tiny_config();
+  c.precision = Precision::fp16;
+  testing::Rig r = make_rig(c);
+  ASSERT_TRUE(r.step);
+  std::map<std::string, int> names;
+  std::map<CallKind, int> kinds;
+  for (const Call& call : r.step->calls()) {
+    ++names[call.name];
+    ++kinds[call.kind];
+  }
+  EXPECT_EQ(names["layer1.0.conv1.weight.cast"], 1);
+  EXPECT_EQ(names["layer1.0.conv1.weight.grad.cast"], 1);
+  EXPECT_EQ(names["fc.bias.cast"], 1);
+  EXPECT_EQ(names["conv1.input.cast"], 1);
+  EXPECT_EQ(names["loss.logits.cast"], 1);
+  EXPECT_EQ(names["bn1.weight.cast"], 0);  // batch norm keeps fp32 parameters
+  EXPECT_EQ(kinds[CallKind::unscale_gradients], 1);
+  EXPECT_EQ(r.step->calls().front().name, "grad_scaler.reset_found_inf");
+}
+
+TEST(StepPlanTest, InferPlansNoBackwardAndNoGradients) {
+  StepConfig c = tiny_config();
+  c.mode = StepMode::infer;
+  testing::Rig r = make_rig(c);
+  ASSERT_TRUE(r.step);
+  for (const Call& call : r.step->calls()) {
+    EXPECT_NE(call.kind, CallKind::conv_backward_data) << call.name;
+    EXPECT_NE(call.kind, CallKind::batch_norm_train_forward) << call.name;
+  }
+  const memory::MemoryStats s = r.allocator->stats();
+  EXPECT_EQ(s[Category::gradients].allocated_bytes, 0);
+  EXPECT_EQ(s[Category::optimizer_state].allocated_bytes, 0);
+  EXPECT_EQ(s[Category::activations].allocation_count, 0);
+}
+
+TEST(StepPlanTest, MemoryIsAccountedByCategoryAndFreedAfterTheStep) {
+  StepConfig c = tiny_config();
+  testing::Rig r = make_rig(c);
+  ASSERT_TRUE(r.step);
+  const std::int64_t params = r.step->model().parameter_count();
+  run(r);
+  const memory::MemoryStats s = r.allocator->stats();
+  EXPECT_GE(s[Category::weights].allocated_bytes, params * 4);
+  EXPECT_GE(s[Category::gradients].allocated_bytes, params * 4);
+  EXPECT_GE(s[Category::optimizer_state].allocated_bytes, params * 4);  // SGD momentum
+  EXPECT_LT(s[Category::optimizer_state].allocated_bytes, params * 4 + 1'000'000);
+  EXPECT_GE(s[Category::input].allocated_bytes, 4 * 3 * 32 * 32 * 4 + 4 * 8);
+  // Activations and temporaries live within the step only.
+  EXPECT_EQ(s[Category::activations].allocated_bytes, 0);
+  EXPECT_EQ(s[Category::temporaries].allocated_bytes, 512);  // the loss
+  EXPECT_GT(s[Category::activations].allocated_bytes_peak, 0);
+  // Temporaries (activation gradients, unsaved outputs) die at their last use, so a few are
+  // alive at a time, while every saved activation is alive at the end of the forward pass.
+  EXPECT_LT(s[Category::temporaries].allocated_bytes_peak * 3,
+            s[Category::activations].allocated_bytes_peak);
+  EXPECT_FALSE(s.peak.owner.empty());
+}
+
+TEST(StepPlanTest, RefusesBadConfigurationsWithOneLine) {
+  auto allocator =
+      memory::CachingAllocator::create(std::make_unique<memory::HostMemorySource>()).value();
+  auto backend = make_reference_backend().value();
+  const auto fails = [&](const StepConfig& c, const std::string& needle) {
+    Result<std::unique_ptr<TrainingStep>> s = TrainingStep::create(c, *backend, *allocator);
+    ASSERT_FALSE(s.has_value()) << needle;
+    EXPECT_NE(s.status().message().find(needle), std::string::npos) << s.status().message();
+    EXPECT_EQ(s.status().message().find('\n'), std::string::npos);
+  };
+  StepConfig c = tiny_config(16, 1, 3);
+  fails(c, "more than 1 value per channel");
+  c = tiny_config(0);
+  fails(c, "image size");
+  c = tiny_config();
+  c.batch = 0;
+  fails(c, "batch");
+  c = tiny_config();
+  c.sgd.lr = -1;
+  fails(c, "lr");
+  c = tiny_config();
+  c.precision = Precision::fp16;
+  c.scaler.growth_factor = 0.5;
+  fails(c, "growth factor");
+  EXPECT_FALSE(parse_precision("fp8").has_value());
+  EXPECT_EQ(parse_precision("bf16").value(), Precision::bf16);
+  EXPECT_FALSE(parse_step_mode("eval").has_value());
+  EXPECT_EQ(parse_optimizer("adamw").value(), OptimizerKind::adamw);
+}
+
+TEST(StepPlanTest, InputIsCheckedAndRequired) {
+  StepConfig c = tiny_config();
+  auto allocator =
+      memory::CachingAllocator::create(std::make_unique<memory::HostMemorySource>()).value();
+  auto backend = make_reference_backend().value();
+  auto step = TrainingStep::create(c, *backend, *allocator).value();
+  EXPECT_FALSE(step->run_step().has_value());  // no input yet
+  HostTensor labels = testing::labels_for(c);
+  labels.set(2, 10.0);
+  EXPECT_FALSE(step->set_input(testing::images_for(c), labels).is_ok());
+  StepConfig other = tiny_config(16);
+  EXPECT_FALSE(step->set_input(testing::images_for(other), testing::labels_for(c)).is_ok());
+  EXPECT_TRUE(step->set_input(testing::images_for(c), testing::labels_for(c)).is_ok());
+}
+
+// d loss / d parameter from the backward pass against central differences of the loss, through
+// the whole network, in fp64.
+TEST(StepPlanTest, WholeNetworkGradientsMatchFiniteDifferences) {
+  // Four images of 32x32: with fewer values per channel in layer4's batch norm (two of 1x1, say)
+  // the loss is so ill-conditioned that finite differences stop converging.
+  StepConfig c = tiny_config(32, 4, 3);
+  c.precision = Precision::fp64;
+  c.mode = StepMode::grads;
+  testing::Rig r = make_rig(c, DType::fp64);
+  ASSERT_TRUE(r.step);
+  run(r);
+  const std::vector<std::pair<std::string, std::int64_t>> probes = {
+      {"conv1.weight", 17},
+      {"layer1.0.conv2.weight", 5},
+      {"layer2.0.downsample.0.weight", 40},
+      {"layer3.1.bn1.bias", 2},
+      {"layer4.1.conv2.weight", 1234},
+      {"fc.weight", 4}};
+  const std::size_t count = testing::kSanitized ? 3 : probes.size();
+  for (std::size_t p = 0; p < count; ++p) {
+    const auto& [name, index] = probes[p];
+    const double analytic = r.step->gradient(name).value().get(index);
+    HostTensor w = r.step->tensor(name).value();
+    const double saved = w.get(index);
+    const double h = 1e-7;
+    w.set(index, saved + h);
+    ASSERT_TRUE(r.step->set_tensor(name, w).is_ok());
+    const double up = run(r);
+    w.set(index, saved - h);
+    ASSERT_TRUE(r.step->set_tensor(name, w).is_ok());
+    const double down = run(r);
+    w.set(index, saved);
+    ASSERT_TRUE(r.step->set_tensor(name, w).is_ok());
+    const double numeric = (up - down) / (2 * h);
+    EXPECT_NEAR(analytic, numeric, 1e-6 + 1e-4 * std::abs(numeric)) << name << "[" << index << "]";
+  }
+}
+
+TEST(StepPlanTest, StateDictRoundTripsAcrossLayouts) {
+  StepConfig c = tiny_config();
+  testing::Rig a = make_rig(c);
+  ASSERT_TRUE(a.step);
+  run(a);  // moved weights, running statistics and counters
+  Result<safetensors::File> sd = a.step->state_dict();
+  ASSERT_TRUE(sd.has_value());
+  EXPECT_EQ(sd->tensors.size(), a.step->model().state().size());
+  const safetensors::Tensor* nbt = sd->find("bn1.num_batches_tracked");
+  ASSERT_NE(nbt, nullptr);
+  EXPECT_TRUE(nbt->shape.empty());
+  EXPECT_EQ(nbt->dtype, DType::int64);
+  EXPECT_EQ(sd->find("conv1.weight")->shape, (std::vector<std::int64_t>{64, 3, 7, 7}));
+  // Through bytes, into an NHWC step with other initial weights.
+  const std::vector<std::byte> bytes = safetensors::serialize(*sd).value();
+  const safetensors::File parsed = safetensors::parse(bytes).value();
+  c.layout = Layout::nhwc;
+  c.seed = 99;
+  c.mode = StepMode::grads;
+  testing::Rig b = make_rig(c);
+  ASSERT_TRUE(b.step);
+  const Status loaded = b.step->load_state_dict(parsed);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.message();
+  for (const char* name : {"conv1.weight", "layer2.1.bn2.running_var", "fc.bias"}) {
+    const HostTensor x = a.step->tensor(name).value();
+    const HostTensor y = b.step->tensor(name).value().to_layout(Layout::nchw);
+    for (std::int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(x.get(i), y.get(i)) << name << i;
+  }
+  EXPECT_EQ(b.step->tensor("layer1.1.bn1.num_batches_tracked")->get(0), 1.0);
+  // The NCHW step's next forward runs on exactly the weights it saved: the same loss.
+  EXPECT_NEAR(run(a), run(b), 1e-5);
+}
+
+TEST(StepPlanTest, StateDictErrorsNameTheTensor) {
+  StepConfig c = tiny_config();
+  c.mode = StepMode::infer;
+  testing::Rig r = make_rig(c);
+  ASSERT_TRUE(r.step);
+  const safetensors::File good = r.step->state_dict().value();
+  const auto fails = [&](const safetensors::File& f, const std::string& needle) {
+    const Status s = r.step->load_state_dict(f);
+    ASSERT_FALSE(s.is_ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  safetensors::File missing = good;
+  missing.tensors.pop_back();
+  fails(missing, "missing tensor 'fc.bias'");
+  safetensors::File extra = good;
+  extra.tensors.push_back({"fc.extra", DType::fp32, {1}, std::vector<std::byte>(4)});
+  fails(extra, "unexpected tensor 'fc.extra'");
+  safetensors::File misshapen = good;
+  for (auto& t : misshapen.tensors) {
+    if (t.name == "layer1.0.conv2.weight") t.shape = {64, 64, 1, 9};
+  }
+  fails(misshapen, "'layer1.0.conv2.weight' has shape [64, 64, 1, 9]");
+  safetensors::File wrong_type = good;
+  wrong_type.tensors[1].dtype = DType::int32;
+  fails(wrong_type, "'bn1.weight' has dtype I32");
+}
+
+}  // namespace
+}  // namespace dlprobe::engine
