@@ -73,6 +73,10 @@ struct StepStats {
   std::optional<double> step_max_s;
   std::optional<double> data_wait_share;  // sum(data_time) / sum(step_time) over measured steps
   std::optional<std::int64_t> batch;      // last batch seen
+  // When the measured steps ran, in seconds since launch (from their lines' arrival): the window
+  // over which GPU utilisation and power describe the workload rather than its start-up.
+  std::optional<double> measured_start_s;
+  std::optional<double> measured_end_s;
   // The measured steps' times and items, where every one has both (for the results file).
   std::vector<double> step_seconds;
   std::vector<double> step_items;

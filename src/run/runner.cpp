@@ -527,8 +527,10 @@ void Run::compute_gpu_figures() {
     g.device_used_before_bytes = b.used_before;
   }
 
-  // Utilisation and clocks while the workload held GPU memory (or over the whole run when it
-  // never did), on the GPUs it used.
+  // Utilisation and clocks over the measured steps when the workload reported steps and the
+  // sampler saw enough of them (start-up, autotuning and compilation would otherwise dominate the
+  // median); else while the workload held GPU memory, or over the whole run when it never did; on
+  // the GPUs it used.
   std::vector<double> util;
   std::vector<double> sm;
   std::vector<double> power;
@@ -536,9 +538,19 @@ void Run::compute_gpu_figures() {
   std::size_t power_capped = 0;
   std::size_t thermal = 0;
   const std::set<unsigned> used(g.gpus_used.begin(), g.gpus_used.end());
+  constexpr std::size_t kMinWindowPoints = 3;
+  const bool in_measured_window =
+      r_.steps.measured_start_s && r_.steps.measured_end_s &&
+      static_cast<std::size_t>(std::count_if(raw_.begin(), raw_.end(), [&](const RawPoint& raw) {
+        return raw.point.t_s >= *r_.steps.measured_start_s &&
+               raw.point.t_s <= *r_.steps.measured_end_s;
+      })) >= kMinWindowPoints;
   for (const auto& raw : raw_) {
-    const bool active = !first_memory_s || (raw.point.workload_gpu_bytes.value_or(0) > 0 &&
-                                            raw.point.t_s >= *first_memory_s);
+    const bool active = in_measured_window
+                            ? (raw.point.t_s >= *r_.steps.measured_start_s &&
+                               raw.point.t_s <= *r_.steps.measured_end_s)
+                            : (!first_memory_s || (raw.point.workload_gpu_bytes.value_or(0) > 0 &&
+                                                   raw.point.t_s >= *first_memory_s));
     if (!active) continue;
     for (const auto& [gpu, u] : raw.util) {
       if (used.empty() || used.count(gpu) != 0) util.push_back(u);

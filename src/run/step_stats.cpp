@@ -38,6 +38,10 @@ StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vecto
   s.steps_measured = static_cast<std::int64_t>(measured.size());
 
   if (!measured.empty()) {
+    const StepRecord& first = *measured.front();
+    s.measured_start_s =
+        warmup_end_s ? *warmup_end_s : first.arrival_s - first.step_time_s.value_or(0.0);
+    s.measured_end_s = measured.back()->arrival_s;
     std::vector<double> times;
     double data = 0;
     bool all_data = true;

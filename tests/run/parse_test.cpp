@@ -257,6 +257,23 @@ TEST(StepStats, ArrivalTimesWithoutStepTimes) {
   EXPECT_NEAR(*s.elapsed_s, 2.0, 1e-12);
   EXPECT_NEAR(*s.items_per_s, 16.0, 1e-12);
   EXPECT_FALSE(s.step_median_s);
+  // The measured window runs from the last warm-up line to the last measured line.
+  EXPECT_NEAR(*s.measured_start_s, 0.0, 1e-12);
+  EXPECT_NEAR(*s.measured_end_s, 2.0, 1e-12);
+}
+
+TEST(StepStats, MeasuredWindowWithoutWarmupStartsOneStepBeforeTheFirstLine) {
+  std::vector<StepRecord> steps;
+  for (int i = 0; i < 3; ++i) {
+    StepRecord r;
+    r.step = i;
+    r.step_time_s = 0.25;
+    r.arrival_s = 10.0 + 0.25 * i;
+    steps.push_back(r);
+  }
+  const auto s = summarize_steps(steps, {}, 0, 4);
+  EXPECT_NEAR(*s.measured_start_s, 9.75, 1e-12);
+  EXPECT_NEAR(*s.measured_end_s, 10.5, 1e-12);
 }
 
 TEST(StepStats, PercentilesInterpolate) {
