@@ -7,9 +7,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu-check-out}
 mkdir -p "$out"
 bin=.devbuild/bin
-# We build against cuDNN 9.19; PyTorch's environment carries that version (the system has 9.14).
-cudnn_dir=$(python3 -c "import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))" 2>/dev/null)
-export LD_LIBRARY_PATH=$PWD/.devbuild/lib${cudnn_dir:+:$cudnn_dir/lib}:${LD_LIBRARY_PATH:-}
+. scripts/gpu-env.sh
 summary=()
 
 echo "== gpu tests" | tee "$out/gpu-tests.log"

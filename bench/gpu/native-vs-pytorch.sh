@@ -7,8 +7,7 @@ cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-check-out}
 mkdir -p "$out"
 bin=.devbuild/bin
-cudnn_dir=$(python3 -c "import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))" 2>/dev/null)
-export LD_LIBRARY_PATH=$PWD/.devbuild/lib${cudnn_dir:+:$cudnn_dir/lib}:${LD_LIBRARY_PATH:-}
+. scripts/gpu-env.sh
 batch=${BATCH:-256}
 for cfg in "fp16 nhwc" "bf16 nhwc" "tf32 nchw" "fp32 nchw"; do
   set -- $cfg
