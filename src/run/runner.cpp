@@ -144,6 +144,8 @@ class Run {
   std::set<int> tree_ever_;
   std::vector<int> tree_now_;
   TreeReading last_reading_;
+  // A time-line point at `timestamp_ns` (steady clock) holding the host side of `reading`.
+  TelemetryPoint host_point(std::int64_t timestamp_ns, const TreeReading& reading) const;
   std::vector<RawPoint> raw_;
   std::size_t raw_stride_ = 1;  // keep every n-th point after thinning
   std::size_t raw_seen_ = 0;
@@ -282,19 +284,23 @@ void Run::poll_tree() {
   last_reading_ = std::move(reading);
 }
 
+TelemetryPoint Run::host_point(std::int64_t timestamp_ns, const TreeReading& reading) const {
+  TelemetryPoint p;
+  const auto start_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count();
+  p.t_s = static_cast<double>(timestamp_ns - start_ns) / 1e9;
+  p.host_cpu_pct = reading.cpu_pct;
+  p.busiest_process_cpu_pct = reading.busiest_cpu_pct;
+  p.rss_bytes = reading.rss_bytes;
+  p.processes = reading.pids.size();
+  return p;
+}
+
 void Run::take_ticks() {
   for (const monitor::Tick& tick : queue_.take()) {
     RawPoint raw;
     TelemetryPoint& p = raw.point;
-    p.t_s = static_cast<double>(
-                tick.timestamp_ns -
-                std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch())
-                    .count()) /
-            1e9;
-    p.host_cpu_pct = last_reading_.cpu_pct;
-    p.busiest_process_cpu_pct = last_reading_.busiest_cpu_pct;
-    p.rss_bytes = last_reading_.rss_bytes;
-    p.processes = last_reading_.pids.size();
+    p = host_point(tick.timestamp_ns, last_reading_);
     bool gpu_active = false;
     for (const auto& g : tick.gpus) {
       const auto& s = g.sample;
@@ -605,17 +611,7 @@ void Run::compute_host_figures() {
   if (r_.timeline.empty()) {
     // Without GPU telemetry the time line is the host's.
     for (const auto& reading : host_readings_) {
-      TelemetryPoint p;
-      p.t_s = static_cast<double>(
-                  reading.timestamp_ns -
-                  std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch())
-                      .count()) /
-              1e9;
-      p.host_cpu_pct = reading.cpu_pct;
-      p.busiest_process_cpu_pct = reading.busiest_cpu_pct;
-      p.rss_bytes = reading.rss_bytes;
-      p.processes = reading.pids.size();
-      r_.timeline.push_back(p);
+      r_.timeline.push_back(host_point(reading.timestamp_ns, reading));
     }
     if (r_.timeline.size() > kMaxTimeline) {
       std::vector<TelemetryPoint> thinned;
