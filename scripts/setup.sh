@@ -7,7 +7,9 @@ packages=(
   build-essential cmake ninja-build git pkg-config python3
   libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libdnnl-dev
+  # oneDNN's CMake package looks for OpenCL (Debian builds it with the OCL GPU runtime), which
+  # is only a recommendation of libdnnl-dev, so a --no-install-recommends install needs it named.
+  libdnnl-dev ocl-icd-opencl-dev
   chromium
 )
 
