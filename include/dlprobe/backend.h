@@ -17,10 +17,12 @@
 // they passed.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "dlprobe/ops.h"
 #include "dlprobe/status.h"
@@ -55,6 +57,14 @@ class Backend {
   virtual Status download(void* dst, const void* src, std::size_t bytes) = 0;
   virtual Status synchronize() = 0;
 
+  // Timing marks, so that step and call times need no host synchronisation each: mark(i) records
+  // a point in the backend's queue under index i (recording i again moves it), elapsed_ms(a, b)
+  // waits until both points are passed and returns the time from a to b. The defaults read the
+  // host clock, which is right for backends whose calls finish before they return (reference,
+  // cpu); the CUDA backend records events on its stream.
+  virtual Status mark(std::size_t index);
+  virtual Result<double> elapsed_ms(std::size_t from, std::size_t to);
+
   virtual Status fill(const TensorView& t, double value) = 0;
   virtual Status cast(const TensorView& src, const TensorView& dst) = 0;
 
@@ -85,14 +95,12 @@ class Backend {
 
   virtual Status relu_forward(const TensorView& x, const TensorView& y) = 0;
   // From the forward's output y: the gradient passes where y > 0.
-  virtual Status relu_backward(const TensorView& dy, const TensorView& y,
-                               const TensorView& dx) = 0;
+  virtual Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) = 0;
 
   virtual Status max_pool2d_forward(const TensorView& x, const TensorView& y,
                                     const MaxPool2dParams& p) = 0;
-  virtual Status max_pool2d_backward(const TensorView& dy, const TensorView& x,
-                                     const TensorView& y, const TensorView& dx,
-                                     const MaxPool2dParams& p) = 0;
+  virtual Status max_pool2d_backward(const TensorView& dy, const TensorView& x, const TensorView& y,
+                                     const TensorView& dx, const MaxPool2dParams& p) = 0;
 
   // y = a + b; `y` may alias `a` or `b`.
   virtual Status add(const TensorView& a, const TensorView& b, const TensorView& y) = 0;
@@ -125,6 +133,10 @@ class Backend {
                           std::int64_t step, const TensorView& found_inf) = 0;
   virtual Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p,
                             std::int64_t step, const TensorView& found_inf) = 0;
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> host_marks_;
+  std::vector<bool> host_marked_;
 };
 
 }  // namespace dlprobe

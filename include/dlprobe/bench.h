@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dlprobe/allocator.h"
 #include "dlprobe/backend.h"
@@ -27,6 +28,12 @@ struct Device {
 Result<Device> parse_device(std::string_view text, std::string_view flag = "device");
 std::string device_name(const Device& d);
 
+// How the CUDA backend picks convolution engines (ignored on the CPU).
+struct ConvOptions {
+  bool autotune = true;       // time every allowed engine per shape and keep the fastest
+  bool deterministic = true;  // only engines cuDNN marks deterministic
+};
+
 struct BenchOptions {
   engine::StepConfig step;
   Device device;
@@ -34,6 +41,17 @@ struct BenchOptions {
   std::int64_t warmup = 5;
   std::string weights;  // a safetensors state dict to start from; empty: seeded initialisation
   std::uint64_t data_seed = 0;  // the synthetic batch
+  ConvOptions conv;
+  // After the timed steps, this many more steps with a timing mark around every call; the
+  // per-call times are the median over them.
+  std::int64_t profile_steps = 0;
+};
+
+// Where a profiled step's time goes, per call of the plan.
+struct CallTime {
+  std::string name;
+  engine::CallKind kind = engine::CallKind::fill;
+  double ms = 0.0;  // median over the profiled steps
 };
 
 struct BenchResult {
@@ -42,6 +60,7 @@ struct BenchResult {
   double images_per_second = 0.0;
   engine::StepResult last;  // the last timed step's loss
   memory::MemoryStats memory;
+  std::vector<CallTime> profile;  // parallel to the step's calls; empty unless profiled
 };
 
 // Bad options, a device this build cannot drive, a weights file that does not fit the model and

@@ -151,6 +151,11 @@ class TrainingStep {
   Result<StepResult> collect();
   // enqueue() then collect().
   Result<StepResult> run_step();
+  // One step as run_step(), with a backend timing mark before every call and after the last
+  // (marks first_mark .. first_mark + calls().size()), and the time of each call in ms, parallel
+  // to calls(): what the device spent from the end of the call before to the end of this one.
+  // The marks cost a little; profile, then time without them.
+  Result<std::vector<double>> profile_step(std::size_t first_mark = 0);
 
   // State-dict entries by torchvision name, logical shape, in the engine's layout: parameters and
   // BN statistics in their master dtype, num_batches_tracked as int64 [1].

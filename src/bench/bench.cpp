@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 
@@ -54,6 +55,8 @@ Result<Engine> make_engine(const BenchOptions& o) {
   }
   DLPROBE_ASSIGN_OR_RETURN(e.allocator, memory::CachingAllocator::create(std::move(source)));
   CudaBackendOptions cuda;
+  cuda.conv_engine = o.conv.autotune ? ConvEngineChoice::autotune : ConvEngineChoice::heuristic;
+  cuda.deterministic = o.conv.deterministic;
   cuda.math_mode =
       o.step.precision == engine::Precision::tf32 ? MathMode::tf32 : MathMode::strict_fp32;
   DLPROBE_ASSIGN_OR_RETURN(e.backend, make_cuda_backend(o.device.index, *e.allocator, cuda));
@@ -91,6 +94,9 @@ std::string device_name(const Device& d) {
 Result<BenchResult> run_bench(const BenchOptions& o) {
   if (o.steps < 1) return invalid_argument(fmt::format("steps must be >= 1, got {}", o.steps));
   if (o.warmup < 0) return invalid_argument(fmt::format("warmup must be >= 0, got {}", o.warmup));
+  if (o.profile_steps < 0) {
+    return invalid_argument(fmt::format("profile steps must be >= 0, got {}", o.profile_steps));
+  }
   // A missing or unreadable weights file is reported before any memory is taken.
   safetensors::File weights;
   if (!o.weights.empty()) {
@@ -127,6 +133,20 @@ Result<BenchResult> run_bench(const BenchOptions& o) {
   r.images_per_second = static_cast<double>(c.batch * o.steps) / std::max(r.elapsed_seconds, 1e-9);
   r.last = last;
   r.memory = e.allocator->stats();
+  if (o.profile_steps > 0) {
+    std::vector<std::vector<double>> runs;
+    for (std::int64_t i = 0; i < o.profile_steps; ++i) {
+      DLPROBE_ASSIGN_OR_RETURN(std::vector<double> ms, step->profile_step());
+      runs.push_back(std::move(ms));
+    }
+    const std::vector<engine::Call>& calls = step->calls();
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      std::vector<double> v;
+      for (const auto& run : runs) v.push_back(run[k]);
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      r.profile.push_back({calls[k].name, calls[k].kind, v[v.size() / 2]});
+    }
+  }
   return r;
 }
 

@@ -1,7 +1,9 @@
 // dlprobe bench: throughput and peak memory of a native ResNet training step.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -25,6 +27,9 @@ struct BenchFlags {
   std::int64_t classes = 1000;
   std::string optimizer = "sgd";
   std::string weights;
+  std::string conv_algo = "autotune";
+  bool nondeterministic = false;
+  std::int64_t profile = 0;
 };
 
 Result<bench::BenchOptions> to_options(const BenchFlags& f) {
@@ -52,7 +57,47 @@ Result<bench::BenchOptions> to_options(const BenchFlags& f) {
   o.steps = f.steps;
   o.warmup = f.warmup;
   o.weights = f.weights;
+  if (f.conv_algo != "autotune" && f.conv_algo != "heuristic") {
+    return invalid_argument(fmt::format(
+        "--conv-algo: unknown choice '{}' (expected autotune or heuristic)", f.conv_algo));
+  }
+  o.conv.autotune = f.conv_algo == "autotune";
+  o.conv.deterministic = !f.nondeterministic;
+  if (f.profile < 0) {
+    return invalid_argument(fmt::format("--profile: must be >= 0, got {}", f.profile));
+  }
+  o.profile_steps = f.profile;
   return o;
+}
+
+// Device time per kind of call, then the slowest calls.
+void print_profile(const std::vector<bench::CallTime>& profile) {
+  std::map<std::string_view, std::pair<double, int>> by_kind;
+  double total = 0;
+  for (const bench::CallTime& t : profile) {
+    auto& [ms, count] = by_kind[engine::call_kind_name(t.kind)];
+    ms += t.ms;
+    ++count;
+    total += t.ms;
+  }
+  std::vector<std::pair<std::string_view, std::pair<double, int>>> kinds(by_kind.begin(),
+                                                                         by_kind.end());
+  std::sort(kinds.begin(), kinds.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::printf("profile     %.3f ms per step (median per call), by kind:\n", total);
+  for (const auto& [kind, v] : kinds) {
+    std::printf("  %-28s %9.3f ms %5.1f %%  %4d calls\n", std::string(kind).c_str(), v.first,
+                100.0 * v.first / std::max(total, 1e-12), v.second);
+  }
+  std::vector<const bench::CallTime*> slowest;
+  for (const bench::CallTime& t : profile) slowest.push_back(&t);
+  std::sort(slowest.begin(), slowest.end(),
+            [](const bench::CallTime* a, const bench::CallTime* b) { return a->ms > b->ms; });
+  slowest.resize(std::min<std::size_t>(slowest.size(), 25));
+  std::printf("  slowest calls:\n");
+  for (const bench::CallTime* t : slowest) {
+    std::printf("  %9.3f ms  %s\n", t->ms, t->name.c_str());
+  }
 }
 
 void print(const bench::BenchOptions& o, const bench::BenchResult& r) {
@@ -91,6 +136,7 @@ void print(const bench::BenchOptions& o, const bench::BenchResult& r) {
                     .c_str());
   }
   if (!m.peak.owner.empty()) std::printf("  peak set by      %s\n", m.peak.owner.c_str());
+  if (!r.profile.empty()) print_profile(r.profile);
 }
 
 }  // namespace
@@ -120,6 +166,15 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--weights", flags->weights,
                   "Start from a safetensors state dict (torchvision names)");
+  sub->add_option("--conv-algo", flags->conv_algo,
+                  "cuDNN engine per convolution shape: autotune (time each, keep the fastest, as "
+                  "cudnn.benchmark) or heuristic (cuDNN's first choice)")
+      ->capture_default_str();
+  sub->add_flag("--nondeterministic", flags->nondeterministic,
+                "Let convolution engines that cuDNN marks non-deterministic compete");
+  sub->add_option("--profile", flags->profile,
+                  "After timing, N more steps with a mark around every call: device time per "
+                  "kind of call and the slowest calls");
   return {sub, [flags] {
             Result<bench::BenchOptions> options = to_options(*flags);
             if (!options.has_value()) return report_error(options.status());

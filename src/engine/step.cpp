@@ -239,6 +239,10 @@ struct StepState {
 
   Status allocate_state();
   Status upload_initial_state();
+  // Queues the call list, with a timing mark before each call and after the last when `marks`
+  // points at the first mark's index; `collect` waits for a pending step first when the loss
+  // scale depends on it.
+  Status enqueue(const std::size_t* marks, const std::function<Status()>& collect);
   Status plan();
   void release_transients();
   Status upload_to(Buffer& b, const HostTensor& value, std::string_view what);
@@ -886,10 +890,14 @@ Status TrainingStep::set_input(const HostTensor& images, const HostTensor& label
 }
 
 Status TrainingStep::enqueue() {
-  Impl& s = *impl_;
+  return impl_->enqueue(nullptr, [this] { return collect().status(); });
+}
+
+Status StepState::enqueue(const std::size_t* marks, const std::function<Status()>& collect) {
+  StepState& s = *this;
   if (!s.input_set) return invalid_argument("set_input() must come before the first step");
   const bool unscaling = s.found_inf != nullptr;
-  if (s.pending && unscaling) DLPROBE_RETURN_IF_ERROR(collect().status());
+  if (s.pending && unscaling) DLPROBE_RETURN_IF_ERROR(collect());
   s.pending_scale = s.scale;
   if (s.config.mode == StepMode::train) {
     s.queued_step = s.optimizer_steps + 1;
@@ -903,14 +911,16 @@ Status TrainingStep::enqueue() {
       }
     }
   }
-  for (const Call& call : s.calls) {
-    const Status st = call.run();
+  for (std::size_t i = 0; i < s.calls.size(); ++i) {
+    if (marks != nullptr) DLPROBE_RETURN_IF_ERROR(s.backend.mark(*marks + i));
+    const Status st = s.calls[i].run();
     if (!st.is_ok()) {
       s.release_transients();
       s.pending = false;
-      return st.with_context(call.name);
+      return st.with_context(s.calls[i].name);
     }
   }
+  if (marks != nullptr) DLPROBE_RETURN_IF_ERROR(s.backend.mark(*marks + s.calls.size()));
   s.pending = true;
   return Status::ok();
 }
@@ -946,6 +956,16 @@ Result<StepResult> TrainingStep::collect() {
 Result<StepResult> TrainingStep::run_step() {
   DLPROBE_RETURN_IF_ERROR(enqueue());
   return collect();
+}
+
+Result<std::vector<double>> TrainingStep::profile_step(std::size_t first_mark) {
+  DLPROBE_RETURN_IF_ERROR(impl_->enqueue(&first_mark, [this] { return collect().status(); }));
+  DLPROBE_RETURN_IF_ERROR(collect().status());
+  std::vector<double> ms(impl_->calls.size());
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    DLPROBE_ASSIGN_OR_RETURN(ms[i], impl_->backend.elapsed_ms(first_mark + i, first_mark + i + 1));
+  }
+  return ms;
 }
 
 namespace {

@@ -195,6 +195,29 @@ Status CudaBackend::synchronize() {
   return Status::ok();
 }
 
+Status CudaBackend::mark(std::size_t index) {
+  if (index >= marks_.size()) marks_.resize(index + 1);
+  if (!marks_[index]) {
+    cudaEvent_t e = nullptr;
+    DLPROBE_CUDA_CHECK(cudaEventCreate(&e));
+    marks_[index].reset(e);
+  }
+  DLPROBE_CUDA_CHECK(cudaEventRecord(marks_[index].get(), stream_.get()));
+  return Status::ok();
+}
+
+Result<double> CudaBackend::elapsed_ms(std::size_t from, std::size_t to) {
+  for (const std::size_t i : {from, to}) {
+    if (i >= marks_.size() || !marks_[i]) {
+      return invalid_argument(fmt::format("timing mark {} was never recorded", i));
+    }
+  }
+  DLPROBE_CUDA_CHECK(cudaEventSynchronize(marks_[to].get()));
+  float ms = 0;
+  DLPROBE_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[from].get(), marks_[to].get()));
+  return static_cast<double>(ms);
+}
+
 Status CudaBackend::fill(const TensorView& t, double value) {
   DLPROBE_RETURN_IF_ERROR(need(t.data != nullptr, "fill", "the tensor has no data"));
   return launch_fill(ctx(), t, value);

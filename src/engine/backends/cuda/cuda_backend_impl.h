@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "cudnn_graph.h"
 #include "dlprobe/cuda_backend.h"
@@ -64,6 +65,8 @@ class CudaBackend final : public Backend {
   Status upload(void* dst, const void* src, std::size_t bytes) override;
   Status download(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override;
+  Status mark(std::size_t index) override;
+  Result<double> elapsed_ms(std::size_t from, std::size_t to) override;
 
   Status fill(const TensorView& t, double value) override;
   Status cast(const TensorView& src, const TensorView& dst) override;
@@ -140,6 +143,7 @@ class CudaBackend final : public Backend {
   LtPtr lt_;
   EventPtr start_;
   EventPtr stop_;
+  std::vector<EventPtr> marks_;  // timing marks by index, created on first use
   PlanCache conv_plans_;
   std::map<std::string, cublasLtMatmulHeuristicResult_t> matmul_algos_;
   std::string last_conv_engine_;
