@@ -1,5 +1,5 @@
-// Device-side helpers shared by the kernel files: fp16/bf16 <-> float, dtype dispatch, 4-element
-// vectors, warp and block reductions, grid sizing and scratch allocation.
+// Device-side helpers shared by the kernel files: fp16/bf16 <-> float, dtype dispatch, 16-byte
+// packs, warp and block reductions, grid sizing and scratch allocation.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -76,16 +76,6 @@ Status dispatch_label(DType dtype, F&& f) {
       return error(Errc::unsupported, std::string("labels must be int32 or int64, not ") +
                                           std::string(dtype_name(dtype)));
   }
-}
-
-// Four consecutive elements, aligned so one load or store moves them all.
-template <class T>
-struct alignas(4 * sizeof(T)) Vec4 {
-  T v[4];
-};
-
-inline bool aligned_for_vec4(const void* p, std::size_t element_size) {
-  return reinterpret_cast<std::uintptr_t>(p) % (4 * element_size) == 0;
 }
 
 // Packs: 16 bytes of T moved by one access, converted to and from float.

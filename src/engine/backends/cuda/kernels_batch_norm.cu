@@ -122,7 +122,9 @@ struct Channels {
   const float* gamma;
   const float* beta;
 
-  __device__ float inv(int c) const { return invstd != nullptr ? invstd[c] : rsqrtf(var[c] + eps); }
+  __device__ float inv(int c) const {
+    return invstd != nullptr ? invstd[c] : 1.0F / sqrtf(var[c] + eps);
+  }
 };
 
 // The forward's output before rounding: (x - mean) * (invstd * gamma) + beta (+ residual), then
