@@ -71,16 +71,11 @@ Result<std::int64_t> search_largest(std::int64_t guess, std::int64_t upper,
   auto probe = [&](std::int64_t b) -> Status {
     DLPROBE_ASSIGN_OR_RETURN(const bool ok, fits(b));
     if (probes != nullptr) probes->emplace_back(b, ok);
+    // Probes lie strictly between `fit` and `fail`, so the two only close in.
     if (ok) {
-      fit = std::max(fit, b);
+      fit = b;
     } else {
-      fail = std::min(fail, b);
-    }
-    if (fit >= fail) {
-      return error(Errc::internal,
-                   fmt::format("batch {} fits but {} does not: memory is not monotone in the "
-                               "batch here",
-                               fit, fail));
+      fail = b;
     }
     return Status::ok();
   };
