@@ -63,9 +63,8 @@ enum class Category : std::uint8_t {
 };
 inline constexpr std::size_t kCategoryCount = 8;
 inline constexpr std::array<Category, kCategoryCount> kAllCategories = {
-    Category::weights,     Category::gradients, Category::optimizer_state,
-    Category::activations, Category::workspace, Category::temporaries,
-    Category::input,       Category::arena};
+    Category::weights,   Category::gradients,   Category::optimizer_state, Category::activations,
+    Category::workspace, Category::temporaries, Category::input,           Category::arena};
 // "weights", "optimizer_state", ...: the names used in stats keys and reports.
 std::string_view category_name(Category category);
 
@@ -173,7 +172,7 @@ struct OomReport {
 struct AllocationEvent {
   bool allocation = true;  // false: a free
   Category category = Category::weights;
-  std::string_view owner;  // valid during the hook call only
+  std::string_view owner;   // valid during the hook call only
   std::uint64_t bytes = 0;  // the block's size
   std::uint64_t requested_bytes = 0;
   std::int64_t allocated_bytes = 0;  // totals after the event

@@ -251,9 +251,9 @@ struct MaxBatchTrial {
 };
 struct MaxBatchResult {
   std::uint64_t limit_bytes = 0;
-  std::int64_t predicted = 0;  // from simulations; 0 when not even batch 1 fits
-  std::int64_t found = 0;      // measured: `found` ran and found + 1 did not
-  bool next_fails = false;     // false only when `found` is the search's upper bound
+  std::int64_t predicted = 0;         // from simulations; 0 when not even batch 1 fits
+  std::int64_t found = 0;             // measured: `found` ran and found + 1 did not
+  bool next_fails = false;            // false only when `found` is the search's upper bound
   std::vector<MaxBatchTrial> trials;  // in the order they ran
   std::optional<Measurement> at_found;
 };
@@ -279,7 +279,7 @@ nlohmann::json to_json(const MaxBatchResult& result);
 
 // One configuration's memory.analysis object: every part may be absent (null).
 struct AnalysisRecord {
-  std::string gpu_memory;  // --gpu-memory as given
+  std::string gpu_memory;   // --gpu-memory as given
   std::string memory_plan;  // "dynamic" or "planned"
   const Measurement* measured = nullptr;
   const Prediction* predicted = nullptr;

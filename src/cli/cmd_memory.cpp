@@ -115,9 +115,11 @@ Result<Options> to_options(const MemoryFlags& f) {
     DLPROBE_ASSIGN_OR_RETURN(engine::Precision parsed, engine::parse_precision(p, "--precision"));
     o.precisions.push_back(parsed);
   }
-  DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> modes, parse_list(f.gpu_memory, "--gpu-memory"));
+  DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> modes,
+                           parse_list(f.gpu_memory, "--gpu-memory"));
   for (const std::string& m : modes) {
-    DLPROBE_ASSIGN_OR_RETURN(memory::GpuMemoryOption g, memory::parse_gpu_memory(m, "--gpu-memory"));
+    DLPROBE_ASSIGN_OR_RETURN(memory::GpuMemoryOption g,
+                             memory::parse_gpu_memory(m, "--gpu-memory"));
     o.gpu_memory.push_back(std::move(g));
   }
   if (f.warmup < 0 || f.warmup > 100) {
@@ -229,10 +231,9 @@ void print_breakdown(const memory::StepMemory* measured, const memory::Predictio
     }
   };
   std::printf("peak        %s allocated%s at %s, %s (call %zu: %s)\n",
-              size(main.peak.allocated_bytes).c_str(),
-              measured != nullptr ? "" : " (predicted)", main.peak_layer.c_str(),
-              std::string(memory::phase_name(main.peak_phase)).c_str(), main.peak_call,
-              main.peak_call_name.c_str());
+              size(main.peak.allocated_bytes).c_str(), measured != nullptr ? "" : " (predicted)",
+              main.peak_layer.c_str(), std::string(memory::phase_name(main.peak_phase)).c_str(),
+              main.peak_call, main.peak_call_name.c_str());
   for (Category c : memory::kAllCategories) {
     if (main.peak[c] == 0 && (predicted == nullptr || predicted->step.peak[c] == 0)) continue;
     std::optional<std::int64_t> p;
@@ -354,15 +355,14 @@ class MemoryCommand {
           const engine::StepConfig c = config_for(o_, b, p, g);
           const memory::Calibration* cal = find_calibration(o_.calibrations, c);
           if (!o_.calibrations.empty() && cal == nullptr) {
-            return invalid_argument(fmt::format(
-                "--calibration has no run of {} {}", model::arch_name(c.model.arch),
-                engine::precision_name(p)));
+            return invalid_argument(fmt::format("--calibration has no run of {} {}",
+                                                model::arch_name(c.model.arch),
+                                                engine::precision_name(p)));
           }
           std::printf("== %s, predicted%s\n", describe(c, g).c_str(),
-                      cal != nullptr ? fmt::format(" (calibration: {} bs{})", cal->device,
-                                                   cal->batch)
-                                           .c_str()
-                                     : "");
+                      cal != nullptr
+                          ? fmt::format(" (calibration: {} bs{})", cal->device, cal->batch).c_str()
+                          : "");
           DLPROBE_ASSIGN_OR_RETURN(memory::Prediction pred, memory::predict(c, cal));
           print_breakdown(nullptr, &pred, nullptr);
           if (o_.device_memory) {
@@ -386,10 +386,9 @@ class MemoryCommand {
         }
         if (o_.device_memory) {
           const engine::StepConfig c = config_for(o_, 1, p, g);
-          DLPROBE_ASSIGN_OR_RETURN(
-              std::int64_t largest,
-              memory::predict_max_batch(c, *o_.device_memory,
-                                        find_calibration(o_.calibrations, c)));
+          DLPROBE_ASSIGN_OR_RETURN(std::int64_t largest,
+                                   memory::predict_max_batch(c, *o_.device_memory,
+                                                             find_calibration(o_.calibrations, c)));
           std::printf("largest batch predicted to fit %s: %lld (%s, --gpu-memory %s)\n",
                       format_size(*o_.device_memory).c_str(), static_cast<long long>(largest),
                       std::string(engine::precision_name(p)).c_str(), g.text.c_str());
@@ -430,16 +429,15 @@ class MemoryCommand {
                          memory::Session& session, const memory::Measurement& m,
                          const memory::Calibration& calibration) {
     DLPROBE_ASSIGN_OR_RETURN(memory::Prediction pred, memory::predict(c, &calibration));
-    std::printf("== %s, %s (%s backend)%s\n", describe(c, g).c_str(),
-                session.device_name().c_str(), session.backend_name().c_str(),
+    std::printf("== %s, %s (%s backend)%s\n", describe(c, g).c_str(), session.device_name().c_str(),
+                session.backend_name().c_str(),
                 calibration.batch == c.batch ? ", the calibration run" : "");
-    print_breakdown(&m.memory, &pred,
-                    m.reconciliation ? &*m.reconciliation : nullptr);
-    rows_.push_back({c, g.text, pred.step.peak.allocated_bytes, m.memory.peak.allocated_bytes,
-                     m.memory.reserved_peak_bytes,
-                     m.reconciliation ? std::optional(m.reconciliation->nvml_process_bytes)
-                                      : std::nullopt,
-                     calibration.batch == c.batch});
+    print_breakdown(&m.memory, &pred, m.reconciliation ? &*m.reconciliation : nullptr);
+    rows_.push_back(
+        {c, g.text, pred.step.peak.allocated_bytes, m.memory.peak.allocated_bytes,
+         m.memory.reserved_peak_bytes,
+         m.reconciliation ? std::optional(m.reconciliation->nvml_process_bytes) : std::nullopt,
+         calibration.batch == c.batch});
     results::Configuration conf = configuration_of(c, g, memory::device_name(o_.device));
     results::Memory mem;
     mem.source = "allocator";
@@ -469,8 +467,7 @@ class MemoryCommand {
 
   Status measure_all() {
     for (const auto& g : o_.gpu_memory) {
-      DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<memory::Session> session,
-                               open_session(g.allocator));
+      DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<memory::Session> session, open_session(g.allocator));
       for (engine::Precision p : o_.precisions) {
         const std::int64_t cal_batch =
             o_.calibration_batch > 0 ? o_.calibration_batch
@@ -507,8 +504,8 @@ class MemoryCommand {
 
   void print_summary() const {
     if (rows_.size() < 2) return;
-    std::printf("\n%-10s %6s %-10s %-20s %12s %12s %8s %12s %12s\n", "model", "batch",
-                "precision", "gpu-memory", "predicted", "measured", "error", "reserved", "NVML");
+    std::printf("\n%-10s %6s %-10s %-20s %12s %12s %8s %12s %12s\n", "model", "batch", "precision",
+                "gpu-memory", "predicted", "measured", "error", "reserved", "NVML");
     for (const Row& r : rows_) {
       std::printf("%-10s %6lld %-10s %-20s %12s %12s %8s %12s %12s%s\n",
                   std::string(model::arch_name(r.config.model.arch)).c_str(),
@@ -577,8 +574,8 @@ class MemoryCommand {
       std::printf("\nlargest batch under %s, measured:\n", format_size(*o_.limit).c_str());
       for (const Found& f : found) {
         std::printf("  %-6s --gpu-memory %-10s %6lld  (%+.1f %% against %s %s)\n",
-                    std::string(engine::precision_name(f.precision)).c_str(),
-                    f.gpu_memory.c_str(), static_cast<long long>(f.batch),
+                    std::string(engine::precision_name(f.precision)).c_str(), f.gpu_memory.c_str(),
+                    static_cast<long long>(f.batch),
                     100.0 * static_cast<double>(f.batch - found.front().batch) /
                         static_cast<double>(found.front().batch),
                     std::string(engine::precision_name(found.front().precision)).c_str(),
@@ -597,13 +594,13 @@ class MemoryCommand {
     std::printf("predicted   %lld\n", static_cast<long long>(r.predicted));
     for (const memory::MaxBatchTrial& t : r.trials) {
       if (t.fits) {
-        std::printf("  batch %6lld fits: peak %s allocated, %s reserved%s\n",
-                    static_cast<long long>(t.batch), size(*t.peak_allocated_bytes).c_str(),
-                    size(*t.reserved_peak_bytes).c_str(),
-                    t.nvml_process_bytes
-                        ? fmt::format(", NVML {} for the process", size(*t.nvml_process_bytes))
-                              .c_str()
-                        : "");
+        std::printf(
+            "  batch %6lld fits: peak %s allocated, %s reserved%s\n",
+            static_cast<long long>(t.batch), size(*t.peak_allocated_bytes).c_str(),
+            size(*t.reserved_peak_bytes).c_str(),
+            t.nvml_process_bytes
+                ? fmt::format(", NVML {} for the process", size(*t.nvml_process_bytes)).c_str()
+                : "");
       } else {
         std::printf("  batch %6lld does not fit: %s\n", static_cast<long long>(t.batch),
                     t.why.c_str());

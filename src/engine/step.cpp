@@ -763,8 +763,8 @@ Result<std::vector<Call>> schedule(StepState& s, std::vector<Draft> drafts) {
     DLPROBE_ASSIGN_OR_RETURN(memory::ArenaPlan plan, memory::plan_arena(lifetimes));
     // A wrong layout would corrupt values silently, so it is checked once here.
     DLPROBE_RETURN_IF_ERROR(memory::check_arena_plan(lifetimes, plan));
-    DLPROBE_ASSIGN_OR_RETURN(s.arena, s.allocator.allocate_buffer(plan.arena_bytes,
-                                                                  Category::arena, "planned arena"));
+    DLPROBE_ASSIGN_OR_RETURN(
+        s.arena, s.allocator.allocate_buffer(plan.arena_bytes, Category::arena, "planned arena"));
     s.arena_layout = ArenaLayout{plan.arena_bytes, plan.peak_live_bytes};
     auto* base = static_cast<std::byte*>(s.arena.data());
     for (std::size_t k = 0; k < order.size(); ++k) {

@@ -37,8 +37,8 @@ Status check_inputs(std::span<const Lifetime> buffers, std::uint64_t alignment) 
                                           buffers[i].last, buffers[i].first));
     }
     if (buffers[i].bytes > kMaxRequestBytes) {
-      return invalid_argument(fmt::format("buffer {} of {} bytes is larger than any device", i,
-                                          buffers[i].bytes));
+      return invalid_argument(
+          fmt::format("buffer {} of {} bytes is larger than any device", i, buffers[i].bytes));
     }
   }
   return Status::ok();
@@ -93,9 +93,8 @@ Result<ArenaPlan> plan_arena(std::span<const Lifetime> buffers, std::uint64_t al
     for (const std::size_t j : placed) {
       if (overlap_in_time(buffers[i], buffers[j])) conflicts.push_back(j);
     }
-    std::sort(conflicts.begin(), conflicts.end(), [&](std::size_t a, std::size_t b) {
-      return plan.offsets[a] < plan.offsets[b];
-    });
+    std::sort(conflicts.begin(), conflicts.end(),
+              [&](std::size_t a, std::size_t b) { return plan.offsets[a] < plan.offsets[b]; });
     std::uint64_t best = 0;
     std::uint64_t best_gap = std::numeric_limits<std::uint64_t>::max();
     std::uint64_t end = 0;  // the highest byte below the current position that a conflict holds

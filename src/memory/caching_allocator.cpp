@@ -699,10 +699,11 @@ Status CachingAllocator::set_overhead_bytes(std::uint64_t overhead_bytes) {
   }
   const std::uint64_t reserved = unsigned_bytes(impl_->stats.reserved_bytes);
   if (o.limit_bytes <= overhead_bytes || o.limit_bytes - overhead_bytes < reserved) {
-    return error(Errc::out_of_memory,
-                 fmt::format("limit {} with {} of overhead leaves less than the {} already reserved",
-                             format_size(o.limit_bytes), format_size(overhead_bytes),
-                             format_size(reserved)));
+    return error(
+        Errc::out_of_memory,
+        fmt::format("limit {} with {} of overhead leaves less than the {} already reserved",
+                    format_size(o.limit_bytes), format_size(overhead_bytes),
+                    format_size(reserved)));
   }
   impl_->options.overhead_bytes = overhead_bytes;
   impl_->cap = o.limit_bytes - overhead_bytes;

@@ -21,8 +21,8 @@ using nlohmann::json;
 
 // Long-lived categories at the bottom, so the step's rise and fall sits on top of them.
 constexpr std::array<std::string_view, 8> kStackOrder = {
-    "weights", "gradients", "optimizer_state", "input",
-    "workspace", "activations", "temporaries", "arena"};
+    "weights",   "gradients",   "optimizer_state", "input",
+    "workspace", "activations", "temporaries",     "arena"};
 // Okabe & Ito, as the report's other charts.
 constexpr std::array<const char*, 8> kColours = {"#0072B2", "#E69F00", "#009E73", "#56B4E9",
                                                  "#CC79A7", "#D55E00", "#F0E442", "#999999"};
@@ -73,11 +73,10 @@ std::optional<Timeline> read_timeline(const json& analysis) {
         if (first[i] <= peak_call && peak_call <= last[i]) t.peak_visit = i;
       }
       const auto peak_bytes = part->at("peak").at("allocated_bytes").get<std::int64_t>();
-      t.peak_text = fmt::format("{} peak {} at {} ({})", key,
-                                format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(
-                                    peak_bytes, 0))),
-                                part->at("peak_layer").get<std::string>(),
-                                part->at("peak_phase").get<std::string>());
+      t.peak_text = fmt::format(
+          "{} peak {} at {} ({})", key,
+          format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(peak_bytes, 0))),
+          part->at("peak_layer").get<std::string>(), part->at("peak_phase").get<std::string>());
     } catch (const json::exception&) {
       return std::nullopt;
     }
@@ -123,8 +122,9 @@ std::string chart(const Timeline& t, const std::string& label, std::size_t index
   for (std::size_t i = 0; i < n;) {
     std::size_t j = i;
     while (j < n && t.phase[j] == t.phase[i]) ++j;
-    const char* fill = t.phase[i] == "forward" ? "#f3f7fb" : t.phase[i] == "backward" ? "#fbf6f0"
-                                                                                      : "#f2f8f2";
+    const char* fill = t.phase[i] == "forward"    ? "#f3f7fb"
+                       : t.phase[i] == "backward" ? "#fbf6f0"
+                                                  : "#f2f8f2";
     const double left = x(static_cast<double>(i));
     const double band = x(static_cast<double>(j)) - left;
     s += fmt::format(
@@ -192,8 +192,8 @@ std::string chart(const Timeline& t, const std::string& label, std::size_t index
       "<line class=\"peak\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#b00020\" "
       "stroke-dasharray=\"4 3\"/><text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"{}\" "
       "fill=\"#b00020\">{}</text>\n",
-      num(px), num(y1), num(px), num(y0), num(px + (px > (x0 + x1) / 2 ? -4 : 4)),
-      num(y1 + 14), px > (x0 + x1) / 2 ? "end" : "start", html_escape(t.peak_text));
+      num(px), num(y1), num(px), num(y0), num(px + (px > (x0 + x1) / 2 ? -4 : 4)), num(y1 + 14),
+      px > (x0 + x1) / 2 ? "end" : "start", html_escape(t.peak_text));
   for (std::size_t k = 0; k < kStackOrder.size(); ++k) {
     const double ly = y1 + 4 + 18 * static_cast<double>(k);
     s += fmt::format(

@@ -175,8 +175,8 @@ json context_json(const Context& c) {
 
 json settings_json(Kind kind, const Settings& s) {
   if (kind == Kind::native) {
-    return {{"model", s.model},         {"batch", s.batch},   {"precision", s.precision},
-            {"mode", s.mode},           {"layout", s.layout}, {"device", s.device},
+    return {{"model", s.model},         {"batch", s.batch},          {"precision", s.precision},
+            {"mode", s.mode},           {"layout", s.layout},        {"device", s.device},
             {"optimizer", s.optimizer}, {"gpu_memory", s.gpu_memory}};
   }
   return {{"command", s.command}, {"sweep", s.sweep}};

@@ -104,9 +104,9 @@ TEST(ResultsSchema, KeepsTheAnalysisAndTheMemoryModeAndReadsOlderFiles) {
   ASSERT_TRUE(back.has_value()) << back.status().message();
   EXPECT_EQ(back->configurations[0].settings, d.configurations[0].settings);
   EXPECT_EQ(back->configurations[0].memory->analysis, d.configurations[0].memory->analysis);
-  EXPECT_NE(results::describe(results::Kind::native, back->configurations[0].settings)
-                .find("planned"),
-            std::string::npos);
+  EXPECT_NE(
+      results::describe(results::Kind::native, back->configurations[0].settings).find("planned"),
+      std::string::npos);
   // A file from before the two fields: both read as absent.
   json old = results::to_json(d);
   old["configurations"][0]["settings"].erase("gpu_memory");

@@ -106,8 +106,7 @@ TEST(ArenaPlanner, CheckFindsOverlapsAndStrays) {
 }
 
 TEST(ArenaPlanner, RefusesBadInput) {
-  EXPECT_EQ(plan_arena(std::vector<Lifetime>{{16, 3, 2}}).status().code(),
-            Errc::invalid_argument);
+  EXPECT_EQ(plan_arena(std::vector<Lifetime>{{16, 3, 2}}).status().code(), Errc::invalid_argument);
   EXPECT_EQ(plan_arena(std::vector<Lifetime>{{16, 0, 0}}, 384).status().code(),
             Errc::invalid_argument);
   EXPECT_EQ(plan_arena(std::vector<Lifetime>{{kMaxRequestBytes + 1, 0, 0}}).status().code(),

@@ -145,9 +145,9 @@ TEST(Session, StaysUsableAfterRunningOutOfMemory) {
   ASSERT_FALSE(big.has_value());
   EXPECT_EQ(big.status().code(), Errc::out_of_memory);
   const std::string& why = big.status().message();
-  for (std::string_view part : {"cannot allocate", " of ", "limit", "allocated", "reserved",
-                                "largest free block", "smaller batch", "mixed precision",
-                                "planned"}) {
+  for (std::string_view part :
+       {"cannot allocate", " of ", "limit", "allocated", "reserved", "largest free block",
+        "smaller batch", "mixed precision", "planned"}) {
     EXPECT_NE(why.find(part), std::string::npos) << part << " not in: " << why;
   }
   EXPECT_EQ(s.allocator().stats().all.allocated_bytes, 0);

@@ -122,8 +122,7 @@ TEST(CallPhases, FollowTheStepMode) {
         EXPECT_EQ(phases[i], Phase::backward);
       }
     }
-    const bool has_update =
-        std::find(phases.begin(), phases.end(), Phase::update) != phases.end();
+    const bool has_update = std::find(phases.begin(), phases.end(), Phase::update) != phases.end();
     const bool has_backward =
         std::find(phases.begin(), phases.end(), Phase::backward) != phases.end();
     EXPECT_EQ(has_update, mode == engine::StepMode::train);

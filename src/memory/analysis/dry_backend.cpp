@@ -10,9 +10,7 @@ class DryBackend final : public Backend {
   void set_math_mode(MathMode /*mode*/) override {}
 
   Status upload(void* /*dst*/, const void* /*src*/, std::size_t /*bytes*/) override { return {}; }
-  Status download(void* /*dst*/, const void* /*src*/, std::size_t /*bytes*/) override {
-    return {};
-  }
+  Status download(void* /*dst*/, const void* /*src*/, std::size_t /*bytes*/) override { return {}; }
   Status synchronize() override { return {}; }
 
   Status fill(const TensorView& /*t*/, double /*value*/) override { return {}; }
@@ -77,9 +75,9 @@ class DryBackend final : public Backend {
                         const TensorView& /*y*/) override {
     return {};
   }
-  Status linear_backward(const TensorView& /*dy*/, const TensorView& /*x*/,
-                         const TensorView& /*w*/, const TensorView& /*dx*/,
-                         const TensorView& /*dw*/, const TensorView& /*db*/) override {
+  Status linear_backward(const TensorView& /*dy*/, const TensorView& /*x*/, const TensorView& /*w*/,
+                         const TensorView& /*dx*/, const TensorView& /*dw*/,
+                         const TensorView& /*db*/) override {
     return {};
   }
   Status cross_entropy_forward(const TensorView& /*logits*/, const TensorView& /*labels*/,

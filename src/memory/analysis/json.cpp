@@ -50,8 +50,12 @@ json timeline_json(const std::vector<LayerVisit>& visits) {
       by_category[std::string(category_name(c))].push_back(v.high[c]);
     }
   }
-  return {{"layer", layer},         {"phase", phase},         {"first_call", first},
-          {"last_call", last},      {"allocated_bytes", allocated}, {"by_category", by_category}};
+  return {{"layer", layer},
+          {"phase", phase},
+          {"first_call", first},
+          {"last_call", last},
+          {"allocated_bytes", allocated},
+          {"by_category", by_category}};
 }
 
 template <class T>
@@ -59,7 +63,8 @@ Status read(const json& j, std::string_view path, std::string_view key, T& out) 
   const auto it = j.find(key);
   if (it == j.end()) return invalid_argument(fmt::format("{}: missing field \"{}\"", path, key));
   if constexpr (std::is_same_v<T, std::string>) {
-    if (!it->is_string()) return invalid_argument(fmt::format("{}.{}: expected a string", path, key));
+    if (!it->is_string())
+      return invalid_argument(fmt::format("{}.{}: expected a string", path, key));
   } else {
     if (!it->is_number_integer()) {
       return invalid_argument(fmt::format("{}.{}: expected an integer", path, key));
@@ -123,8 +128,11 @@ json to_json(const MaxBatchResult& r) {
                       {"reserved_peak_bytes", optional_json(t.reserved_peak_bytes)},
                       {"nvml_process_bytes", optional_json(t.nvml_process_bytes)}});
   }
-  return {{"limit_bytes", r.limit_bytes}, {"predicted", r.predicted}, {"found", r.found},
-          {"next_fails", r.next_fails},   {"trials", trials}};
+  return {{"limit_bytes", r.limit_bytes},
+          {"predicted", r.predicted},
+          {"found", r.found},
+          {"next_fails", r.next_fails},
+          {"trials", trials}};
 }
 
 json to_json(const AnalysisRecord& r) {

@@ -38,8 +38,8 @@ Result<MaxBatchResult> find_max_batch(Session& session, const engine::StepConfig
     if (!r.at_found || r.at_found->step.batch < batch) r.at_found = std::move(m).value();
     return true;
   };
-  DLPROBE_ASSIGN_OR_RETURN(r.found, search_largest(std::max<std::int64_t>(r.predicted, 1), upper,
-                                                   fits));
+  DLPROBE_ASSIGN_OR_RETURN(r.found,
+                           search_largest(std::max<std::int64_t>(r.predicted, 1), upper, fits));
   for (const MaxBatchTrial& t : r.trials) {
     if (t.batch == r.found + 1 && !t.fits) r.next_fails = true;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dlprobe/log.h"
 #include "dlprobe/memory_analysis.h"
 #include "dlprobe/units.h"
 #include "dry_backend.h"
@@ -19,6 +20,8 @@ std::optional<std::int64_t> Prediction::process_bytes() const {
 
 Result<StepMemory> simulate_step(const SimulationOptions& o) {
   FakeSourceOptions source;
+  // An unbounded device has no free-memory figure worth printing in an out-of-memory report.
+  source.report_memory_info = o.device_bytes > 0;
   if (o.device_bytes > 0) source.capacity_bytes = o.device_bytes;
   // Destroyed in reverse: the step and the workspace give their blocks back before the allocator
   // goes.
@@ -32,9 +35,9 @@ Result<StepMemory> simulate_step(const SimulationOptions& o) {
   // that needs one.
   DeviceBuffer workspace;
   if (o.workspace_bytes > 0) {
-    DLPROBE_ASSIGN_OR_RETURN(workspace, allocator->allocate_buffer(o.workspace_bytes,
-                                                                   Category::workspace,
-                                                                   "workspace (calibrated)"));
+    DLPROBE_ASSIGN_OR_RETURN(workspace,
+                             allocator->allocate_buffer(o.workspace_bytes, Category::workspace,
+                                                        "workspace (calibrated)"));
   }
   // One pass first, so the followed one meets a warm cache as a measured step does.
   DLPROBE_RETURN_IF_ERROR(run_calls(*step));
@@ -53,8 +56,8 @@ Result<Prediction> predict(const engine::StepConfig& step, const Calibration* ca
           "the calibration was measured with {} {}, not {} {}: workspaces differ between them",
           calibration->model, calibration->precision, model, precision));
     }
-    o.workspace_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(
-        calibration->workspace_bytes, 0));
+    o.workspace_bytes =
+        static_cast<std::uint64_t>(std::max<std::int64_t>(calibration->workspace_bytes, 0));
     p.workspace_bytes = calibration->workspace_bytes;
     p.outside_allocator_bytes = calibration->outside_allocator_bytes;
   }
@@ -66,7 +69,7 @@ Result<std::int64_t> search_largest(std::int64_t guess, std::int64_t upper,
                                     const std::function<Result<bool>(std::int64_t)>& fits,
                                     std::vector<std::pair<std::int64_t, bool>>* probes) {
   if (upper < 1) return invalid_argument(fmt::format("search bound {} is below 1", upper));
-  std::int64_t fit = 0;        // the largest batch known to fit
+  std::int64_t fit = 0;           // the largest batch known to fit
   std::int64_t fail = upper + 1;  // the smallest batch known not to
   auto probe = [&](std::int64_t b) -> Status {
     DLPROBE_ASSIGN_OR_RETURN(const bool ok, fits(b));
@@ -104,10 +107,10 @@ Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint
   o.allocator.overhead_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(outside, 0));
   o.workspace_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(none.workspace_bytes, 0));
   if (o.allocator.overhead_bytes >= limit_bytes) {
-    return invalid_argument(fmt::format("a limit of {} leaves nothing after the {} the process "
-                                        "holds outside the allocator",
-                                        format_size(limit_bytes),
-                                        format_size(o.allocator.overhead_bytes)));
+    return invalid_argument(
+        fmt::format("a limit of {} leaves nothing after the {} the process "
+                    "holds outside the allocator",
+                    format_size(limit_bytes), format_size(o.allocator.overhead_bytes)));
   }
   auto simulate = [&](std::int64_t batch) -> Result<StepMemory> {
     SimulationOptions at = o;
@@ -116,6 +119,9 @@ Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint
   };
   auto fits = [&](std::int64_t batch) -> Result<bool> {
     Result<StepMemory> r = simulate(batch);
+    log_debug("max batch: simulated batch {}: {}", batch,
+              r ? format_size(static_cast<std::uint64_t>(r->reserved_peak_bytes)) + " reserved"
+                : r.status().message());
     if (r) return true;
     if (r.status().code() == Errc::out_of_memory) return false;
     return r.status();
@@ -129,10 +135,12 @@ Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint
   DLPROBE_ASSIGN_OR_RETURN(const StepMemory at8, simulate_step(free_run));
   free_run.step.batch = 16;
   DLPROBE_ASSIGN_OR_RETURN(const StepMemory at16, simulate_step(free_run));
-  std::int64_t guess = 1;
-  if (at16.reserved_peak_bytes > at8.reserved_peak_bytes) {
+  // The slope from allocated bytes, which move with every sample; reserved bytes move in whole
+  // segments.
+  std::int64_t guess = 8;
+  if (at16.peak.allocated_bytes > at8.peak.allocated_bytes) {
     const double per_sample =
-        static_cast<double>(at16.reserved_peak_bytes - at8.reserved_peak_bytes) / 8.0;
+        static_cast<double>(at16.peak.allocated_bytes - at8.peak.allocated_bytes) / 8.0;
     const double room = static_cast<double>(limit_bytes) - static_cast<double>(outside) -
                         static_cast<double>(at8.reserved_peak_bytes);
     guess = std::max<std::int64_t>(8 + static_cast<std::int64_t>(std::floor(room / per_sample)), 1);

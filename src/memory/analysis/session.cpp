@@ -174,8 +174,7 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& options) {
       if (lib) {
         impl->nvml = std::move(lib).value();
       } else {
-        log_warn("NVML: {}; no reconciliation with the driver's figures",
-                 lib.status().message());
+        log_warn("NVML: {}; no reconciliation with the driver's figures", lib.status().message());
       }
     }
   }
@@ -276,8 +275,8 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   if (limited && s.on_gpu()) {
     if (auto reading = s.nvml_reading()) {
       const std::int64_t outside = reading->first - allocator.stats().reserved_bytes;
-      const Status set =
-          allocator.set_overhead_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(outside, 0)));
+      const Status set = allocator.set_overhead_bytes(
+          static_cast<std::uint64_t>(std::max<std::int64_t>(outside, 0)));
       if (!set.is_ok()) return set.with_context("after the warm-up steps");
     }
   }

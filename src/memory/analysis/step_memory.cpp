@@ -83,13 +83,13 @@ std::vector<Phase> call_phases(std::span<const engine::Call> calls) {
 double MemoryMoment::fragmentation() const {
   const std::int64_t cached_free = reserved_bytes - allocated_bytes;
   if (cached_free <= 0) return 0.0;
-  return 1.0 -
-         static_cast<double>(largest_free_block_bytes) / static_cast<double>(cached_free);
+  return 1.0 - static_cast<double>(largest_free_block_bytes) / static_cast<double>(cached_free);
 }
 
 MemoryMoment moment_of(const MemoryStats& s) {
   MemoryMoment m;
-  for (std::size_t i = 0; i < kCategoryCount; ++i) m.by_category[i] = s.by_category[i].allocated_bytes;
+  for (std::size_t i = 0; i < kCategoryCount; ++i)
+    m.by_category[i] = s.by_category[i].allocated_bytes;
   m.allocated_bytes = s.all.allocated_bytes;
   m.requested_bytes = s.all.requested_bytes;
   m.reserved_bytes = s.reserved_bytes;
