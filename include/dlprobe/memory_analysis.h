@@ -143,7 +143,11 @@ struct Prediction {
 
 // `calibration` may be null: then the prediction holds the allocator's own categories only. A
 // calibration must be of the same model and precision (workspaces differ between precisions).
-Result<Prediction> predict(const engine::StepConfig& step, const Calibration* calibration);
+// `allocator` is the mode the device runs (a limit's overhead, when 0, is the calibration's
+// outside-the-allocator bytes); `device_bytes` the device's memory, for preallocated fractions.
+// Not fitting a limit or preallocation is Errc::out_of_memory.
+Result<Prediction> predict(const engine::StepConfig& step, const Calibration* calibration,
+                           const AllocatorOptions& allocator = {}, std::uint64_t device_bytes = 0);
 
 // The largest batch in [1, upper] for which `fits` holds, starting from `guess` and assuming that
 // fits is monotone (true up to some batch, false above): probes upward or downward from the guess
@@ -224,13 +228,8 @@ class Session {
   // happens.
   Result<Measurement> measure(const engine::StepConfig& step, int warmup = 1);
 
-  std::string device_name() const;   // "cuda:0 (NVIDIA H200)", "cpu (reference)"
-  std::string backend_name() const;  // the backend's own name
+  std::string device_name() const;  // "cuda:0 (NVIDIA H200)", "cpu (reference)"
   CachingAllocator& allocator();
-  // The process's device memory as NVML sees it now; none on the CPU or without NVML.
-  std::optional<std::int64_t> nvml_process_bytes() const;
-  // Outside the allocator right after start-up (context and handles); none on the CPU.
-  std::optional<std::int64_t> context_bytes() const;
 
   struct Impl;
 

@@ -359,11 +359,18 @@ class MemoryCommand {
                                                 model::arch_name(c.model.arch),
                                                 engine::precision_name(p)));
           }
+          Result<memory::Prediction> predicted =
+              memory::predict(c, cal, g.allocator, o_.device_memory.value_or(0));
+          if (!predicted && predicted.status().code() == Errc::out_of_memory) {
+            DLPROBE_RETURN_IF_ERROR(report_failed(c, g, predicted.status()));
+            continue;
+          }
+          if (!predicted) return predicted.status().with_context(describe(c, g));
+          const memory::Prediction& pred = *predicted;
           std::printf("== %s, predicted%s\n", describe(c, g).c_str(),
                       cal != nullptr
                           ? fmt::format(" (calibration: {} bs{})", cal->device, cal->batch).c_str()
                           : "");
-          DLPROBE_ASSIGN_OR_RETURN(memory::Prediction pred, memory::predict(c, cal));
           print_breakdown(nullptr, &pred, nullptr);
           if (o_.device_memory) {
             const std::int64_t need = pred.process_bytes().value_or(pred.step.reserved_peak_bytes);
@@ -428,9 +435,19 @@ class MemoryCommand {
   Status report_measured(const engine::StepConfig& c, const memory::GpuMemoryOption& g,
                          memory::Session& session, const memory::Measurement& m,
                          const memory::Calibration& calibration) {
-    DLPROBE_ASSIGN_OR_RETURN(memory::Prediction pred, memory::predict(c, &calibration));
-    std::printf("== %s, %s (%s backend)%s\n", describe(c, g).c_str(), session.device_name().c_str(),
-                session.backend_name().c_str(),
+    std::uint64_t device_bytes = 0;
+    if (auto info = session.allocator().source().memory_info()) device_bytes = info->total_bytes;
+    // Predicted as the device runs it; a prediction that does not fit where the run did is a
+    // result too, shown with the growth-mode figures.
+    Result<memory::Prediction> predicted =
+        memory::predict(c, &calibration, session.allocator().options(), device_bytes);
+    if (!predicted && predicted.status().code() == Errc::out_of_memory) {
+      std::printf("(predicted not to fit: %s)\n", predicted.status().message().c_str());
+      predicted = memory::predict(c, &calibration);
+    }
+    if (!predicted) return predicted.status().with_context(describe(c, g));
+    const memory::Prediction& pred = *predicted;
+    std::printf("== %s, %s%s\n", describe(c, g).c_str(), session.device_name().c_str(),
                 calibration.batch == c.batch ? ", the calibration run" : "");
     print_breakdown(&m.memory, &pred, m.reconciliation ? &*m.reconciliation : nullptr);
     rows_.push_back(
@@ -458,7 +475,7 @@ class MemoryCommand {
                        const Status& why) {
     std::printf("== %s: %s\n", describe(c, g).c_str(), why.message().c_str());
     ++failures_;
-    results::Configuration conf = configuration_of(c, g, memory::device_name(o_.device));
+    results::Configuration conf = configuration_of(c, g, device_setting());
     conf.status =
         why.code() == Errc::out_of_memory ? results::RunStatus::oom : results::RunStatus::failed;
     conf.error = why.message();

@@ -44,9 +44,12 @@ Result<StepMemory> simulate_step(const SimulationOptions& o) {
   return follow_calls(*step, *allocator);
 }
 
-Result<Prediction> predict(const engine::StepConfig& step, const Calibration* calibration) {
+Result<Prediction> predict(const engine::StepConfig& step, const Calibration* calibration,
+                           const AllocatorOptions& allocator, std::uint64_t device_bytes) {
   SimulationOptions o;
   o.step = step;
+  o.allocator = allocator;
+  o.device_bytes = device_bytes;
   Prediction p;
   if (calibration != nullptr) {
     const std::string_view model = model::arch_name(step.model.arch);
@@ -60,6 +63,10 @@ Result<Prediction> predict(const engine::StepConfig& step, const Calibration* ca
         static_cast<std::uint64_t>(std::max<std::int64_t>(calibration->workspace_bytes, 0));
     p.workspace_bytes = calibration->workspace_bytes;
     p.outside_allocator_bytes = calibration->outside_allocator_bytes;
+    if (o.allocator.mode == Mode::limit && o.allocator.overhead_bytes == 0) {
+      o.allocator.overhead_bytes = static_cast<std::uint64_t>(
+          std::max<std::int64_t>(calibration->outside_allocator_bytes.value_or(0), 0));
+    }
   }
   DLPROBE_ASSIGN_OR_RETURN(p.step, simulate_step(o));
   return p;

@@ -225,19 +225,8 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& options) {
 std::string Session::device_name() const {
   return impl_->label;
 }
-std::string Session::backend_name() const {
-  return impl_->backend ? std::string(impl_->backend->name()) : std::string();
-}
 CachingAllocator& Session::allocator() {
   return *impl_->allocator;
-}
-std::optional<std::int64_t> Session::nvml_process_bytes() const {
-  auto r = impl_->nvml_reading();
-  if (!r) return std::nullopt;
-  return r->first;
-}
-std::optional<std::int64_t> Session::context_bytes() const {
-  return impl_->context;
 }
 
 Result<Measurement> Session::measure(const engine::StepConfig& config, int warmup) {
