@@ -263,11 +263,6 @@ Result<MaxBatchResult> find_max_batch(Session& session, const engine::StepConfig
                                       std::uint64_t limit_bytes, const Calibration* calibration,
                                       std::int64_t upper = 1 << 16, int warmup = 1);
 
-// NVML's used memory of process `pid` on device `index`; Errc::not_found when NVML does not list
-// the pid there, Errc::unavailable when it lists it without a figure.
-Result<std::int64_t> nvml_process_used_bytes(const nvml::Library& nvml, unsigned index,
-                                             unsigned pid);
-
 // ---- JSON for the results file (memory.analysis; docs/results-schema.md) ----
 
 nlohmann::json to_json(const StepMemory& memory);

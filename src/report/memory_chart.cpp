@@ -208,21 +208,30 @@ std::string chart(const Timeline& t, const std::string& label, std::size_t index
 }  // namespace
 
 std::string memory_timeline_section(const std::vector<MemoryTimelineInput>& inputs) {
+  // Each chart is about 100 kB of SVG for a ResNet-50 step; a sweep's page stays loadable.
+  constexpr std::size_t kMaxCharts = 12;
   std::string charts;
-  std::size_t index = 0;
+  std::size_t drawn = 0;
+  std::size_t available = 0;
   for (const MemoryTimelineInput& in : inputs) {
     if (in.config == nullptr || !in.config->memory || !in.config->memory->analysis.is_object()) {
       continue;
     }
     const std::optional<Timeline> t = read_timeline(in.config->memory->analysis);
     if (!t) continue;
-    charts += chart(*t, in.label, index++);
+    ++available;
+    if (drawn < kMaxCharts) charts += chart(*t, in.label, drawn++);
   }
   if (charts.empty()) return "";
+  std::string note;
+  if (available > drawn) {
+    note = fmt::format(" The first {} of {} configurations with a timeline are drawn.", drawn,
+                       available);
+  }
   return "<h3>Memory over one step</h3>\n<p class=\"sub\">One point per layer visit (its calls "
          "in one phase) at its highest moment, stacked by category; under the planned memory "
-         "mode the arena is split into what its buffers hold and its unused rest.</p>\n" +
-         charts;
+         "mode the arena is split into what its buffers hold and its unused rest." +
+         note + "</p>\n" + charts;
 }
 
 }  // namespace dlprobe::report

@@ -1,14 +1,12 @@
 // Measuring a step's memory on a device: one backend, allocator and NVML handle for many runs.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 
+#include "dlprobe/gpu_process_memory.h"
 #include "dlprobe/log.h"
 #include "dlprobe/memory_analysis.h"
-#include "dlprobe/nvml.h"
 #include "dlprobe/reference_backend.h"
 #include "dlprobe/units.h"
 
@@ -16,8 +14,6 @@
 #include "dlprobe/cpu_backend.h"
 #endif
 #ifdef DLPROBE_HAVE_CUDA_BACKEND
-#include <cuda_runtime_api.h>
-
 #include "dlprobe/cuda_backend.h"
 #endif
 
@@ -52,20 +48,6 @@ std::string device_name(const Device& device) {
   return "?";
 }
 
-Result<std::int64_t> nvml_process_used_bytes(const nvml::Library& nvml, unsigned index,
-                                             unsigned pid) {
-  DLPROBE_ASSIGN_OR_RETURN(std::vector<nvml::ProcessMemory> processes, nvml.processes(index));
-  for (const nvml::ProcessMemory& p : processes) {
-    if (p.pid != pid) continue;
-    if (!p.used_bytes) {
-      return error(Errc::unavailable,
-                   fmt::format("NVML lists process {} on GPU {} without its memory", pid, index));
-    }
-    return static_cast<std::int64_t>(*p.used_bytes);
-  }
-  return error(Errc::not_found, fmt::format("NVML does not list process {} on GPU {}", pid, index));
-}
-
 struct Session::Impl {
   SessionOptions options;
   std::string label;
@@ -73,26 +55,13 @@ struct Session::Impl {
   std::unique_ptr<CachingAllocator> allocator;
   std::unique_ptr<Backend> backend;
   DType reference_compute = DType::fp32;
-  std::shared_ptr<nvml::Library> nvml;
-  std::optional<unsigned> nvml_index;
-  std::optional<std::uint64_t> device_used_before;  // NVML, before this process's context
+  std::optional<GpuProcessMemory> process;  // NVML's view, on a GPU where NVML opens
   std::optional<std::int64_t> context;
 
   bool on_gpu() const { return options.device.backend == BackendKind::cuda; }
 
-  // NVML's figure for this process, or the device's growth since start-up when NVML does not
-  // list the pid; the second says which.
-  std::optional<std::pair<std::int64_t, std::string>> nvml_reading() const {
-    if (!nvml || !nvml_index) return std::nullopt;
-    Result<std::int64_t> used =
-        nvml_process_used_bytes(*nvml, *nvml_index, static_cast<unsigned>(getpid()));
-    if (used) return std::make_pair(*used, std::string("process"));
-    if (!device_used_before) return std::nullopt;
-    Result<nvml::DeviceSample> sample = nvml->sample(*nvml_index);
-    if (!sample || !sample->mem_used_bytes) return std::nullopt;
-    return std::make_pair(static_cast<std::int64_t>(*sample->mem_used_bytes) -
-                              static_cast<std::int64_t>(*device_used_before),
-                          std::string("device"));
+  std::optional<ProcessReading> nvml_reading() const {
+    return process ? process->read() : std::nullopt;
   }
 
   Status make_backend(engine::Precision precision) {
@@ -131,31 +100,6 @@ struct Session::Impl {
                              memory::device_name(options.device)));
 #endif
   }
-
-#ifdef DLPROBE_HAVE_CUDA_BACKEND
-  // Names the GPU, and finds its NVML index (the two may number GPUs differently) by PCI bus id.
-  void describe_gpu() {
-    cudaDeviceProp p{};
-    if (cudaGetDeviceProperties(&p, options.device.index) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
-    label = fmt::format("{} ({})", memory::device_name(options.device), p.name);
-    if (!nvml) return;
-    const std::string bus =
-        fmt::format("{:08X}:{:02X}:{:02X}.0", p.pciDomainID, p.pciBusID, p.pciDeviceID);
-    Result<unsigned> count = nvml->device_count();
-    for (unsigned i = 0; count && i < *count; ++i) {
-      Result<nvml::DeviceInfo> info = nvml->device_info(i);
-      if (!info) continue;
-      std::string id;
-      for (char c : info->pci_bus_id) {
-        id += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      }
-      if (id == bus) nvml_index = i;
-    }
-  }
-#endif
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -167,25 +111,13 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& options) {
   impl->label = memory::device_name(options.device);
   if (options.device.backend == BackendKind::reference) impl->label = "cpu (reference)";
   if (options.device.backend == BackendKind::onednn) impl->label = "cpu (oneDNN)";
+  // Before the CUDA context exists, so NVML's fallback figure starts from the right point.
   if (impl->on_gpu()) {
-    impl->nvml = options.nvml;
-    if (!impl->nvml) {
-      Result<std::shared_ptr<nvml::Library>> lib = nvml::Library::open();
-      if (lib) {
-        impl->nvml = std::move(lib).value();
-      } else {
-        log_warn("NVML: {}; no reconciliation with the driver's figures", lib.status().message());
-      }
-    }
-  }
-  // Every device's used memory before this process makes a context: the fallback when NVML does
-  // not list our pid.
-  std::vector<std::optional<std::uint64_t>> used_before;
-  if (impl->nvml) {
-    Result<unsigned> count = impl->nvml->device_count();
-    for (unsigned i = 0; count && i < *count; ++i) {
-      Result<nvml::DeviceSample> s = impl->nvml->sample(i);
-      used_before.push_back(s ? s->mem_used_bytes : std::nullopt);
+    Result<GpuProcessMemory> process = GpuProcessMemory::open(options.nvml);
+    if (process) {
+      impl->process = std::move(process).value();
+    } else {
+      log_warn("NVML: {}; no reconciliation with the driver's figures", process.status().message());
     }
   }
 
@@ -201,24 +133,25 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& options) {
   DLPROBE_ASSIGN_OR_RETURN(impl->allocator, CachingAllocator::create(std::move(source), allocator));
   DLPROBE_RETURN_IF_ERROR(impl->make_backend(engine::Precision::fp32));
 
-#ifdef DLPROBE_HAVE_CUDA_BACKEND
-  if (impl->on_gpu()) {
-    impl->describe_gpu();
-    if (impl->nvml_index && *impl->nvml_index < used_before.size()) {
-      impl->device_used_before = used_before[*impl->nvml_index];
-    }
-    if (auto reading = impl->nvml_reading()) {
-      impl->context = reading->first - impl->allocator->stats().reserved_bytes;
-      if (allocator.mode == Mode::limit) {
-        const Status set = impl->allocator->set_overhead_bytes(
-            static_cast<std::uint64_t>(std::max<std::int64_t>(*impl->context, 0)));
-        if (!set.is_ok()) return set.with_context("the CUDA context alone");
-      }
-    } else if (allocator.mode == Mode::limit) {
-      log_warn("NVML cannot see this process: the limit covers the allocator only");
+  if (impl->process) {
+    const Status attached = impl->process->attach(options.device.index);
+    if (attached.is_ok()) {
+      impl->label =
+          fmt::format("{} ({})", memory::device_name(options.device), impl->process->gpu_name());
+    } else {
+      log_warn("NVML: {}; no reconciliation with the driver's figures", attached.message());
+      impl->process.reset();
     }
   }
-#endif
+  if (auto reading = impl->nvml_reading()) {
+    impl->context = reading->bytes - impl->allocator->stats().reserved_bytes;
+    if (allocator.mode == Mode::limit) {
+      const Result<std::int64_t> set = update_limit_overhead(*impl->allocator, *impl->process);
+      if (!set) return set.status().with_context("the CUDA context alone");
+    }
+  } else if (impl->on_gpu() && allocator.mode == Mode::limit) {
+    log_warn("NVML cannot see this process: the limit covers the allocator only");
+  }
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -261,12 +194,10 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   const bool limited = allocator.options().mode == Mode::limit;
   // Kernels and library buffers load on first use, so what the process holds outside the
   // allocator is measured again before the followed step, and the limit kept to it.
-  if (limited && s.on_gpu()) {
-    if (auto reading = s.nvml_reading()) {
-      const std::int64_t outside = reading->first - allocator.stats().reserved_bytes;
-      const Status set = allocator.set_overhead_bytes(
-          static_cast<std::uint64_t>(std::max<std::int64_t>(outside, 0)));
-      if (!set.is_ok()) return set.with_context("after the warm-up steps");
+  if (limited && s.process) {
+    const Result<std::int64_t> set = update_limit_overhead(allocator, *s.process);
+    if (!set && set.status().code() != Errc::unavailable) {
+      return set.status().with_context("after the warm-up steps");
     }
   }
 
@@ -279,15 +210,15 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   m.calibration.precision = std::string(engine::precision_name(config.precision));
   m.calibration.batch = config.batch;
   m.calibration.workspace_bytes = m.memory.workspace_peak_bytes;
-  if (s.on_gpu()) {
+  {
     if (auto reading = s.nvml_reading()) {
       Reconciliation r;
       r.allocated_peak_bytes = m.memory.peak.allocated_bytes;
       r.workspace_peak_bytes = m.memory.workspace_peak_bytes;
       r.reserved_bytes = m.stats.reserved_bytes;
       r.context_bytes = s.context.value_or(0);
-      r.nvml_process_bytes = reading->first;
-      r.nvml_source = reading->second;
+      r.nvml_process_bytes = reading->bytes;
+      r.nvml_source = reading->source;
       m.calibration.outside_allocator_bytes = r.nvml_process_bytes - r.reserved_bytes;
       m.reconciliation = r;
       const AllocatorOptions& o = allocator.options();
