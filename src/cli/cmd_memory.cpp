@@ -623,6 +623,16 @@ class MemoryCommand {
                     t.why.c_str());
       }
     }
+    std::optional<std::int64_t> nvml_most;
+    for (const memory::MaxBatchTrial& t : r.trials) {
+      if (t.fits && t.nvml_process_bytes) {
+        nvml_most = std::max(nvml_most.value_or(0), *t.nvml_process_bytes);
+      }
+    }
+    if (nvml_most) {
+      std::printf("NVML        at most %s for the process in the runs that fit (limit %s)\n",
+                  size(*nvml_most).c_str(), format_size(r.limit_bytes).c_str());
+    }
     std::printf("found       %lld (measured: it runs a full training step%s)\n",
                 static_cast<long long>(r.found),
                 r.next_fails ? fmt::format(", {} does not", r.found + 1).c_str()
