@@ -14,9 +14,10 @@
 // same allocator policy with fake addresses, and follows one step of it: the allocator's figures
 // for any model, batch and precision, exactly as the device's allocator would see them, with no
 // device. Two things are not in the plan and come from a measurement on a device (a Calibration):
-// the workspace the backend holds (the CUDA backend keeps one workspace, grown to the largest
-// cuDNN/cuBLAS request, with kernel scratch beside it), and what the process holds outside the
-// allocator (CUDA context, library handles, kernels loaded on first launch), which NVML sees.
+// the workspace the backend takes (cuDNN/cuBLAS workspaces and kernel scratch: what it holds
+// through the step, and what each call takes beyond that while it runs), and what the process
+// holds outside the allocator (CUDA context, library handles, kernels loaded on first launch),
+// which NVML sees.
 // Without a calibration a prediction covers the allocator's own categories only and says so.
 //
 // Measuring. A Session holds one device (backend, allocator and, on a GPU, NVML) for many runs, so
@@ -92,8 +93,10 @@ struct StepMemory {
   Phase peak_phase = Phase::forward;
   std::vector<LayerVisit> timeline;
   std::int64_t workspace_peak_bytes = 0;  // the most workspace allocated at one moment
-  std::int64_t reserved_peak_bytes = 0;   // the most reserved at one moment
-  std::int64_t events = 0;                // allocations and frees during the step
+  // Per entry of calls(): the most workspace allocated at one moment of the call.
+  std::vector<std::int64_t> workspace_by_call;
+  std::int64_t reserved_peak_bytes = 0;  // the most reserved at one moment
+  std::int64_t events = 0;               // allocations and frees during the step
   std::optional<engine::ArenaLayout> arena;
 };
 
@@ -112,6 +115,13 @@ struct Calibration {
   std::int64_t batch = 0;
   // The most workspace allocated at one moment of the measured step.
   std::int64_t workspace_bytes = 0;
+  // The workspace through the step: what was held at every call (the least at any call), and per
+  // call of the plan what it took beyond that, as (call, bytes) for the calls that took any. The
+  // call indices are those of a plan with `calls` entries (the model, precision, mode, layout,
+  // optimizer and memory plan fix the call list; the batch does not change it).
+  std::int64_t workspace_held_bytes = 0;
+  std::vector<std::pair<std::size_t, std::int64_t>> workspace_by_call;
+  std::size_t calls = 0;
   // NVML's figure for the process less the allocator's reserved bytes, read together after the
   // step: CUDA context, library handles, lazily loaded kernels. None without NVML (and on a CPU).
   std::optional<std::int64_t> outside_allocator_bytes;
@@ -122,20 +132,27 @@ struct SimulationOptions {
   // The allocator as the device would run it; in limit mode overhead_bytes is what the process
   // holds outside the allocator.
   AllocatorOptions allocator;
-  // Held through the step as one block, as the CUDA backend holds its workspace.
+  // Held through the step as one block, as a backend holds a persistent workspace.
   std::uint64_t workspace_bytes = 0;
   // The simulated device's memory (preallocate fractions are of it); 0: unbounded.
   std::uint64_t device_bytes = 0;
 };
 
 // Plans and follows one step on the dry backend over fake addresses (after one warm-up pass, as
-// measure() follows a warmed-up step). Out of memory under a limit is Errc::out_of_memory with the
-// allocator's report.
-Result<StepMemory> simulate_step(const SimulationOptions& options);
+// measure() follows a warmed-up step). With a calibration whose profile fits the plan's call
+// list, each call also takes its measured workspace beyond what is held, while it runs, as the
+// backend did; `workspace_model` (when given) says how the workspace went in. Out of memory under
+// a limit is Errc::out_of_memory with the allocator's report.
+Result<StepMemory> simulate_step(const SimulationOptions& options,
+                                 const Calibration* calibration = nullptr,
+                                 std::string* workspace_model = nullptr);
 
 struct Prediction {
   StepMemory step;
   std::int64_t workspace_bytes = 0;  // included in `step`, from the calibration (0 without)
+  // How the calibration's workspace went in: "per call" (its profile fits this plan), "held" (its
+  // peak held through the step, where its call list differs from this plan's), "none".
+  std::string workspace_model = "none";
   std::optional<std::int64_t> outside_allocator_bytes;  // from the calibration
   // The allocator's reserved peak plus what the process holds outside it: what NVML would show.
   std::optional<std::int64_t> process_bytes() const;

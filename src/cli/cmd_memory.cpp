@@ -267,6 +267,13 @@ void print_breakdown(const memory::StepMemory* measured, const memory::Predictio
                 format_size(main.arena->bytes).c_str(),
                 format_size(main.arena->peak_live_bytes).c_str());
   }
+  if (predicted != nullptr && predicted->workspace_bytes > 0) {
+    std::printf("workspace   predicted from the calibration's %s (%s)\n",
+                size(predicted->workspace_bytes).c_str(),
+                predicted->workspace_model == "per call"
+                    ? "each call's own, measured at the calibration batch"
+                    : "its peak held through the step: the calibration ran another call list");
+  }
   if (predicted != nullptr) {
     if (predicted->outside_allocator_bytes) {
       std::printf("predicted   %s for the process (reserved %s + %s outside the allocator)\n",

@@ -52,6 +52,9 @@ TEST(AnalysisJson, CalibrationsReadBack) {
   c.precision = "fp16";
   c.batch = 64;
   c.workspace_bytes = 123456;
+  c.workspace_held_bytes = 23456;
+  c.calls = 900;
+  c.workspace_by_call = {{10, 100000}, {500, 7}};
   c.outside_allocator_bytes = 789;
   Result<Calibration> back = calibration_from_json(to_json(c), "x");
   ASSERT_TRUE(back.has_value()) << back.status().message();
@@ -59,6 +62,9 @@ TEST(AnalysisJson, CalibrationsReadBack) {
   EXPECT_EQ(back->precision, "fp16");
   EXPECT_EQ(back->batch, 64);
   EXPECT_EQ(back->workspace_bytes, 123456);
+  EXPECT_EQ(back->workspace_held_bytes, 23456);
+  EXPECT_EQ(back->calls, 900u);
+  EXPECT_EQ(back->workspace_by_call, c.workspace_by_call);
   EXPECT_EQ(back->outside_allocator_bytes, 789);
   c.outside_allocator_bytes.reset();
   EXPECT_FALSE(calibration_from_json(to_json(c), "x")->outside_allocator_bytes.has_value());
@@ -71,6 +77,9 @@ TEST(AnalysisJson, CalibrationsReadBack) {
       << missing.status().message();
   broken = to_json(c);
   broken["batch"] = "64";
+  EXPECT_FALSE(calibration_from_json(broken, "x").has_value());
+  broken = to_json(c);
+  broken["workspace_by_call"] = json::array({json::array({1})});
   EXPECT_FALSE(calibration_from_json(broken, "x").has_value());
 }
 

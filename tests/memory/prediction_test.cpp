@@ -61,6 +61,7 @@ TEST(Prediction, CarriesAMeasuredWorkspaceToAnotherBatch) {
   const engine::StepConfig big = small_config(8);
   Result<Prediction> pred = predict(big, &small->calibration);
   ASSERT_TRUE(pred.has_value()) << pred.status().message();
+  EXPECT_EQ(pred->workspace_model, "per call");
   Result<Measurement> measured = session->measure(big);
   ASSERT_TRUE(measured.has_value()) << measured.status().message();
   const double error = std::abs(static_cast<double>(pred->step.peak.allocated_bytes) /
@@ -86,11 +87,43 @@ TEST(Prediction, RefusesACalibrationOfAnotherModelOrPrecision) {
   EXPECT_NE(p.status().message().find("resnet18 fp16"), std::string::npos);
 }
 
+TEST(Prediction, TakesEachCallsWorkspaceWhereTheCallListMatches) {
+  const engine::StepConfig c = small_config();
+  Result<Prediction> bare = predict(c, nullptr);
+  ASSERT_TRUE(bare.has_value());
+  Calibration cal;
+  cal.model = "resnet18";
+  cal.precision = "fp32";
+  cal.workspace_bytes = 96 << 20;
+  cal.workspace_held_bytes = 32 << 20;
+  cal.calls = bare->step.workspace_by_call.size();
+    // 64 MiB beyond the held 32 MiB during the call where the step peaks without them.
+  const std::size_t at = bare->step.peak_call;
+  ASSERT_GT(at, 0u);
+  cal.workspace_by_call = {{at, 64 << 20}};
+  Result<Prediction> p = predict(c, &cal);
+  ASSERT_TRUE(p.has_value()) << p.status().message();
+  EXPECT_EQ(p->workspace_model, "per call");
+  EXPECT_EQ(p->step.workspace_peak_bytes, 96 << 20);
+  EXPECT_EQ(p->step.workspace_by_call[at], 96 << 20);
+  EXPECT_EQ(p->step.workspace_by_call[at - 1], 32 << 20);
+  EXPECT_EQ(p->step.peak_call, at);
+  EXPECT_EQ(p->step.peak[Category::workspace], 96 << 20);
+  EXPECT_EQ(p->step.peak[Category::activations], bare->step.peak[Category::activations]);
+  // A profile of another call list cannot be placed: its peak is held instead.
+  cal.calls += 1;
+  Result<Prediction> held = predict(c, &cal);
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(held->workspace_model, "held");
+  EXPECT_EQ(held->step.peak[Category::workspace], 96 << 20);
+}
+
 TEST(Prediction, CountsWhatTheProcessHoldsOutsideTheAllocator) {
   Calibration c;
   c.model = "resnet18";
   c.precision = "fp32";
   c.workspace_bytes = 64 << 20;
+  c.workspace_held_bytes = 64 << 20;
   c.outside_allocator_bytes = 500 << 20;
   Result<Prediction> with = predict(small_config(), &c);
   Result<Prediction> without = predict(small_config(), nullptr);

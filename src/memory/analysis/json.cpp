@@ -92,11 +92,16 @@ json to_json(const StepMemory& m) {
 }
 
 json to_json(const Calibration& c) {
+  json by_call = json::array();
+  for (const auto& [call, bytes] : c.workspace_by_call) by_call.push_back({call, bytes});
   return {{"device", c.device},
           {"model", c.model},
           {"precision", c.precision},
           {"batch", c.batch},
           {"workspace_bytes", c.workspace_bytes},
+          {"workspace_held_bytes", c.workspace_held_bytes},
+          {"calls", c.calls},
+          {"workspace_by_call", by_call},
           {"outside_allocator_bytes", optional_json(c.outside_allocator_bytes)}};
 }
 
@@ -113,6 +118,7 @@ json to_json(const Reconciliation& r) {
 json to_json(const Prediction& p) {
   json j = to_json(p.step);
   j["workspace_bytes"] = p.workspace_bytes;
+  j["workspace_model"] = p.workspace_model;
   j["outside_allocator_bytes"] = optional_json(p.outside_allocator_bytes);
   j["process_bytes"] = optional_json(p.process_bytes());
   return j;
@@ -160,6 +166,20 @@ Result<Calibration> calibration_from_json(const json& j, std::string_view path) 
   DLPROBE_RETURN_IF_ERROR(read(j, path, "precision", c.precision));
   DLPROBE_RETURN_IF_ERROR(read(j, path, "batch", c.batch));
   DLPROBE_RETURN_IF_ERROR(read(j, path, "workspace_bytes", c.workspace_bytes));
+  DLPROBE_RETURN_IF_ERROR(read(j, path, "workspace_held_bytes", c.workspace_held_bytes));
+  DLPROBE_RETURN_IF_ERROR(read(j, path, "calls", c.calls));
+  const auto by_call = j.find("workspace_by_call");
+  if (by_call == j.end() || !by_call->is_array()) {
+    return invalid_argument(fmt::format("{}.workspace_by_call: expected an array", path));
+  }
+  for (const json& entry : *by_call) {
+    if (!entry.is_array() || entry.size() != 2 || !entry[0].is_number_unsigned() ||
+        !entry[1].is_number_integer()) {
+      return invalid_argument(
+          fmt::format("{}.workspace_by_call: expected [call, bytes] pairs", path));
+    }
+    c.workspace_by_call.emplace_back(entry[0].get<std::size_t>(), entry[1].get<std::int64_t>());
+  }
   const auto outside = j.find("outside_allocator_bytes");
   if (outside == j.end()) {
     return invalid_argument(fmt::format("{}: missing field \"outside_allocator_bytes\"", path));

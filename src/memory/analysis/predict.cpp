@@ -18,7 +18,8 @@ std::optional<std::int64_t> Prediction::process_bytes() const {
   return step.reserved_peak_bytes + *outside_allocator_bytes;
 }
 
-Result<StepMemory> simulate_step(const SimulationOptions& o) {
+Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* calibration,
+                                 std::string* workspace_model) {
   FakeSourceOptions source;
   // An unbounded device has no free-memory figure worth printing in an out-of-memory report.
   source.report_memory_info = o.device_bytes > 0;
@@ -31,17 +32,38 @@ Result<StepMemory> simulate_step(const SimulationOptions& o) {
   const std::unique_ptr<Backend> backend = make_dry_backend();
   DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
                            engine::TrainingStep::create(o.step, *backend, *allocator));
-  // After the step's long-lived state, as the CUDA backend takes its workspace at the first call
-  // that needs one.
+  // The calibration's workspace: per call where its profile was measured on this call list, else
+  // its peak held through the step (an upper bound).
+  std::uint64_t held = o.workspace_bytes;
+  std::vector<std::int64_t> scratch;
+  std::string model = "none";
+  if (calibration != nullptr && calibration->workspace_bytes > 0) {
+    if (calibration->calls == step->calls().size()) {
+      model = "per call";
+      held =
+          static_cast<std::uint64_t>(std::max<std::int64_t>(calibration->workspace_held_bytes, 0));
+      scratch.assign(step->calls().size(), 0);
+      for (const auto& [call, bytes] : calibration->workspace_by_call) {
+        if (call < scratch.size()) scratch[call] = bytes;
+      }
+    } else {
+      model = "held";
+      held = static_cast<std::uint64_t>(calibration->workspace_bytes);
+    }
+  } else if (held > 0) {
+    model = "held";
+  }
+  if (workspace_model != nullptr) *workspace_model = model;
+  // After the step's long-lived state, as a backend takes its workspace at the first call that
+  // needs one.
   DeviceBuffer workspace;
-  if (o.workspace_bytes > 0) {
-    DLPROBE_ASSIGN_OR_RETURN(workspace,
-                             allocator->allocate_buffer(o.workspace_bytes, Category::workspace,
-                                                        "workspace (calibrated)"));
+  if (held > 0) {
+    DLPROBE_ASSIGN_OR_RETURN(
+        workspace, allocator->allocate_buffer(held, Category::workspace, "workspace (calibrated)"));
   }
   // One pass first, so the followed one meets a warm cache as a measured step does.
-  DLPROBE_RETURN_IF_ERROR(run_calls(*step));
-  return follow_calls(*step, *allocator);
+  DLPROBE_RETURN_IF_ERROR(run_calls(*step, *allocator, scratch));
+  return follow_calls(*step, *allocator, scratch);
 }
 
 Result<Prediction> predict(const engine::StepConfig& step, const Calibration* calibration,
@@ -59,8 +81,6 @@ Result<Prediction> predict(const engine::StepConfig& step, const Calibration* ca
           "the calibration was measured with {} {}, not {} {}: workspaces differ between them",
           calibration->model, calibration->precision, model, precision));
     }
-    o.workspace_bytes =
-        static_cast<std::uint64_t>(std::max<std::int64_t>(calibration->workspace_bytes, 0));
     p.workspace_bytes = calibration->workspace_bytes;
     p.outside_allocator_bytes = calibration->outside_allocator_bytes;
     if (o.allocator.mode == Mode::limit && o.allocator.overhead_bytes == 0) {
@@ -68,7 +88,7 @@ Result<Prediction> predict(const engine::StepConfig& step, const Calibration* ca
           std::max<std::int64_t>(calibration->outside_allocator_bytes.value_or(0), 0));
     }
   }
-  DLPROBE_ASSIGN_OR_RETURN(p.step, simulate_step(o));
+  DLPROBE_ASSIGN_OR_RETURN(p.step, simulate_step(o, calibration, &p.workspace_model));
   return p;
 }
 
@@ -112,7 +132,7 @@ Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint
   o.allocator.mode = Mode::limit;
   o.allocator.limit_bytes = limit_bytes;
   o.allocator.overhead_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(outside, 0));
-  o.workspace_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(none.workspace_bytes, 0));
+
   if (o.allocator.overhead_bytes >= limit_bytes) {
     return invalid_argument(
         fmt::format("a limit of {} leaves nothing after the {} the process "
@@ -122,7 +142,7 @@ Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint
   auto simulate = [&](std::int64_t batch) -> Result<StepMemory> {
     SimulationOptions at = o;
     at.step.batch = batch;
-    return simulate_step(at);
+    return simulate_step(at, calibration);
   };
   auto fits = [&](std::int64_t batch) -> Result<bool> {
     Result<StepMemory> r = simulate(batch);
@@ -139,9 +159,9 @@ Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint
   SimulationOptions free_run = o;
   free_run.allocator = {};
   free_run.step.batch = 8;
-  DLPROBE_ASSIGN_OR_RETURN(const StepMemory at8, simulate_step(free_run));
+  DLPROBE_ASSIGN_OR_RETURN(const StepMemory at8, simulate_step(free_run, calibration));
   free_run.step.batch = 16;
-  DLPROBE_ASSIGN_OR_RETURN(const StepMemory at16, simulate_step(free_run));
+  DLPROBE_ASSIGN_OR_RETURN(const StepMemory at16, simulate_step(free_run, calibration));
   // The slope from allocated bytes, which move with every sample; reserved bytes move in whole
   // segments.
   std::int64_t guess = 8;

@@ -210,6 +210,15 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   m.calibration.precision = std::string(engine::precision_name(config.precision));
   m.calibration.batch = config.batch;
   m.calibration.workspace_bytes = m.memory.workspace_peak_bytes;
+  const std::vector<std::int64_t>& by_call = m.memory.workspace_by_call;
+  m.calibration.calls = by_call.size();
+  if (!by_call.empty()) {
+    m.calibration.workspace_held_bytes = *std::min_element(by_call.begin(), by_call.end());
+    for (std::size_t i = 0; i < by_call.size(); ++i) {
+      const std::int64_t extra = by_call[i] - m.calibration.workspace_held_bytes;
+      if (extra > 0) m.calibration.workspace_by_call.emplace_back(i, extra);
+    }
+  }
   {
     if (auto reading = s.nvml_reading()) {
       Reconciliation r;

@@ -39,8 +39,11 @@ class StepFollower {
 };
 
 // The dry simulation runs the call list itself (the dry step has no input to set): each entry once,
-// in order. follow_calls() follows such a pass.
-Status run_calls(engine::TrainingStep& step);
-Result<StepMemory> follow_calls(engine::TrainingStep& step, CachingAllocator& allocator);
+// in order, with `scratch[i]` bytes of workspace taken from `allocator` around call i when given
+// (one entry per call). follow_calls() follows such a pass.
+Status run_calls(engine::TrainingStep& step, CachingAllocator& allocator,
+                 const std::vector<std::int64_t>& scratch);
+Result<StepMemory> follow_calls(engine::TrainingStep& step, CachingAllocator& allocator,
+                                const std::vector<std::int64_t>& scratch);
 
 }  // namespace dlprobe::memory

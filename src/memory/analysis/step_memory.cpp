@@ -182,15 +182,18 @@ StepMemory StepFollower::result() const {
     at[k] = std::min(std::max(events_[k].call, k > 0 ? at[k - 1] : 0), n - 1);
   }
   std::vector<MemoryMoment> high(n);
+  out.workspace_by_call.assign(n, 0);
   MemoryMoment state = baseline_;
   std::size_t e = 0;
   for (std::size_t i = 0; i < n; ++i) {
     high[i] = split_arena(state, i);
+    out.workspace_by_call[i] = state[Category::workspace];
     for (; e < events_.size() && at[e] == i; ++e) {
       state = events_[e].moment;
       const MemoryMoment m = split_arena(state, i);
       note(m);
       if (key(m) > key(high[i])) high[i] = m;
+      out.workspace_by_call[i] = std::max(out.workspace_by_call[i], m[Category::workspace]);
     }
   }
   std::size_t peak = 0;
@@ -230,25 +233,44 @@ Result<StepMemory> follow_step(engine::TrainingStep& step, CachingAllocator& all
   return follower.result();
 }
 
-Result<StepMemory> follow_calls(engine::TrainingStep& step, CachingAllocator& allocator) {
+namespace {
+
+// One call, with its calibrated scratch around it as a backend would take it.
+Status run_call(const engine::Call& call, CachingAllocator& allocator, std::int64_t scratch) {
+  DeviceBuffer buffer;
+  if (scratch > 0) {
+    DLPROBE_ASSIGN_OR_RETURN(
+        buffer, allocator.allocate_buffer(static_cast<std::size_t>(scratch), Category::workspace,
+                                          "workspace (calibrated)"));
+  }
+  const Status s = call.run();
+  if (!s.is_ok()) return s.with_context(call.name);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status run_calls(engine::TrainingStep& step, CachingAllocator& allocator,
+                 const std::vector<std::int64_t>& scratch) {
+  const std::vector<engine::Call>& calls = step.calls();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    DLPROBE_RETURN_IF_ERROR(run_call(calls[i], allocator, scratch.empty() ? 0 : scratch[i]));
+  }
+  return Status::ok();
+}
+
+Result<StepMemory> follow_calls(engine::TrainingStep& step, CachingAllocator& allocator,
+                                const std::vector<std::int64_t>& scratch) {
   std::size_t current = 0;
   StepFollower follower(step, allocator, [&current] { return current; });
   follower.start();
   const std::vector<engine::Call>& calls = step.calls();
   for (current = 0; current < calls.size(); ++current) {
-    const Status s = calls[current].run();
-    if (!s.is_ok()) return s.with_context(calls[current].name);
+    DLPROBE_RETURN_IF_ERROR(
+        run_call(calls[current], allocator, scratch.empty() ? 0 : scratch[current]));
   }
   follower.stop();
   return follower.result();
-}
-
-Status run_calls(engine::TrainingStep& step) {
-  for (const engine::Call& call : step.calls()) {
-    const Status s = call.run();
-    if (!s.is_ok()) return s.with_context(call.name);
-  }
-  return Status::ok();
 }
 
 }  // namespace dlprobe::memory
