@@ -116,9 +116,10 @@ struct Calibration {
   // The most workspace allocated at one moment of the measured step.
   std::int64_t workspace_bytes = 0;
   // The workspace through the step: what was held at every call (the least at any call), and per
-  // call of the plan what it took beyond that, as (call, bytes) for the calls that took any. The
-  // call indices are those of a plan with `calls` entries (the model, precision, mode, layout,
-  // optimizer and memory plan fix the call list; the batch does not change it).
+  // call what it took beyond that, as (call, bytes) for the calls that took any. Calls are counted
+  // without the plan's alloc/free entries (which take no workspace), so a profile of the dynamic
+  // plan fits the planned one; `calls` is how many there were. The model, precision, mode, layout
+  // and optimizer fix the list; the batch does not change it.
   std::int64_t workspace_held_bytes = 0;
   std::vector<std::pair<std::size_t, std::int64_t>> workspace_by_call;
   std::size_t calls = 0;
@@ -150,9 +151,11 @@ Result<StepMemory> simulate_step(const SimulationOptions& options,
 struct Prediction {
   StepMemory step;
   std::int64_t workspace_bytes = 0;  // included in `step`, from the calibration (0 without)
-  // How the calibration's workspace went in: "per call" (its profile fits this plan), "held" (its
+                                     // How the calibration's workspace went in: "per call" (its
+                                     // profile fits this plan), "held" (its
   // peak held through the step, where its call list differs from this plan's), "none".
   std::string workspace_model = "none";
+  bool calibrated = false;                              // a calibration was given
   std::optional<std::int64_t> outside_allocator_bytes;  // from the calibration
   // The allocator's reserved peak plus what the process holds outside it: what NVML would show.
   std::optional<std::int64_t> process_bytes() const;

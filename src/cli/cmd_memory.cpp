@@ -280,10 +280,14 @@ void print_breakdown(const memory::StepMemory* measured, const memory::Predictio
                   size(*predicted->process_bytes()).c_str(),
                   size(predicted->step.reserved_peak_bytes).c_str(),
                   size(*predicted->outside_allocator_bytes).c_str());
-    } else if (measured == nullptr) {
+    } else if (measured == nullptr && !predicted->calibrated) {
       std::printf(
           "predicted   without a calibration: the allocator's own categories only (no workspace, "
           "no CUDA context or libraries); give --calibration FILE from a run on a GPU\n");
+    } else if (measured == nullptr) {
+      std::printf(
+          "predicted   the allocator's figures only: the calibration has no NVML figure for what "
+          "the process holds outside the allocator (it did not run on a GPU)\n");
     }
   }
   if (reconciliation != nullptr) {

@@ -88,7 +88,8 @@ TEST(Prediction, RefusesACalibrationOfAnotherModelOrPrecision) {
 }
 
 TEST(Prediction, TakesEachCallsWorkspaceWhereTheCallListMatches) {
-  const engine::StepConfig c = small_config();
+  // Planned: no alloc/free entries, so the profile's call count is the plan's.
+  const engine::StepConfig c = small_config(2, MemoryPlan::planned);
   Result<Prediction> bare = predict(c, nullptr);
   ASSERT_TRUE(bare.has_value());
   Calibration cal;
@@ -97,7 +98,7 @@ TEST(Prediction, TakesEachCallsWorkspaceWhereTheCallListMatches) {
   cal.workspace_bytes = 96 << 20;
   cal.workspace_held_bytes = 32 << 20;
   cal.calls = bare->step.workspace_by_call.size();
-    // 64 MiB beyond the held 32 MiB during the call where the step peaks without them.
+  // 64 MiB beyond the held 32 MiB during the call where the step peaks without them.
   const std::size_t at = bare->step.peak_call;
   ASSERT_GT(at, 0u);
   cal.workspace_by_call = {{at, 64 << 20}};
@@ -110,6 +111,11 @@ TEST(Prediction, TakesEachCallsWorkspaceWhereTheCallListMatches) {
   EXPECT_EQ(p->step.peak_call, at);
   EXPECT_EQ(p->step.peak[Category::workspace], 96 << 20);
   EXPECT_EQ(p->step.peak[Category::activations], bare->step.peak[Category::activations]);
+  // The dynamic plan of the same step counts its calls the same way.
+  Result<Prediction> dynamic = predict(small_config(2), &cal);
+  ASSERT_TRUE(dynamic.has_value());
+  EXPECT_EQ(dynamic->workspace_model, "per call");
+  EXPECT_EQ(dynamic->step.workspace_peak_bytes, 96 << 20);
   // A profile of another call list cannot be placed: its peak is held instead.
   cal.calls += 1;
   Result<Prediction> held = predict(c, &cal);

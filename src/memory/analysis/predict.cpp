@@ -38,13 +38,21 @@ Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* 
   std::vector<std::int64_t> scratch;
   std::string model = "none";
   if (calibration != nullptr && calibration->workspace_bytes > 0) {
-    if (calibration->calls == step->calls().size()) {
+    // The calls that compute, in order: what the calibration's profile counts.
+    const std::vector<engine::Call>& calls = step->calls();
+    std::vector<std::size_t> computing;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].kind != engine::CallKind::alloc && calls[i].kind != engine::CallKind::free) {
+        computing.push_back(i);
+      }
+    }
+    if (calibration->calls == computing.size()) {
       model = "per call";
       held =
           static_cast<std::uint64_t>(std::max<std::int64_t>(calibration->workspace_held_bytes, 0));
-      scratch.assign(step->calls().size(), 0);
-      for (const auto& [call, bytes] : calibration->workspace_by_call) {
-        if (call < scratch.size()) scratch[call] = bytes;
+      scratch.assign(calls.size(), 0);
+      for (const auto& [k, bytes] : calibration->workspace_by_call) {
+        if (k < computing.size()) scratch[computing[k]] = bytes;
       }
     } else {
       model = "held";
@@ -82,6 +90,7 @@ Result<Prediction> predict(const engine::StepConfig& step, const Calibration* ca
           calibration->model, calibration->precision, model, precision));
     }
     p.workspace_bytes = calibration->workspace_bytes;
+    p.calibrated = true;
     p.outside_allocator_bytes = calibration->outside_allocator_bytes;
     if (o.allocator.mode == Mode::limit && o.allocator.overhead_bytes == 0) {
       o.allocator.overhead_bytes = static_cast<std::uint64_t>(

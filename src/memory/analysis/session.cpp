@@ -210,13 +210,21 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   m.calibration.precision = std::string(engine::precision_name(config.precision));
   m.calibration.batch = config.batch;
   m.calibration.workspace_bytes = m.memory.workspace_peak_bytes;
+  // The profile over the calls that compute (see Calibration::workspace_by_call).
   const std::vector<std::int64_t>& by_call = m.memory.workspace_by_call;
-  m.calibration.calls = by_call.size();
-  if (!by_call.empty()) {
-    m.calibration.workspace_held_bytes = *std::min_element(by_call.begin(), by_call.end());
-    for (std::size_t i = 0; i < by_call.size(); ++i) {
-      const std::int64_t extra = by_call[i] - m.calibration.workspace_held_bytes;
-      if (extra > 0) m.calibration.workspace_by_call.emplace_back(i, extra);
+  std::vector<std::int64_t> computing;
+  for (std::size_t i = 0; i < by_call.size(); ++i) {
+    const engine::CallKind kind = step->calls()[i].kind;
+    if (kind != engine::CallKind::alloc && kind != engine::CallKind::free) {
+      computing.push_back(by_call[i]);
+    }
+  }
+  m.calibration.calls = computing.size();
+  if (!computing.empty()) {
+    m.calibration.workspace_held_bytes = *std::min_element(computing.begin(), computing.end());
+    for (std::size_t k = 0; k < computing.size(); ++k) {
+      const std::int64_t extra = computing[k] - m.calibration.workspace_held_bytes;
+      if (extra > 0) m.calibration.workspace_by_call.emplace_back(k, extra);
     }
   }
   {
