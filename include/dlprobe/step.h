@@ -16,7 +16,8 @@
 // Weights, gradients, optimizer state and input live as long as the step; activations and
 // temporaries are allocated by `alloc` entries of the call list just before their first use and
 // released by `free` entries right after their last, so the allocator's peak follows the step as
-// PyTorch's caching allocator sees it. docs/engine-step.md has the details.
+// PyTorch's caching allocator sees it (MemoryPlan::planned puts them in one arena instead).
+// docs/engine-step.md has the details.
 #pragma once
 
 #include <cstdint>

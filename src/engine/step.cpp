@@ -8,12 +8,12 @@
 
 #include <fmt/format.h>
 
-#include "dlprobe/memory_plan.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
+
+#include "dlprobe/memory_plan.h"
 
 namespace dlprobe::engine {
 namespace {
