@@ -35,6 +35,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,12 +56,15 @@ enum class Category : std::uint8_t {
   workspace,    // scratch of a library call (cuDNN, cuBLAS)
   temporaries,  // intermediates freed within the op or step
   input,        // the batch
+  // A planned step's one static block that holds its activations and temporaries at fixed
+  // offsets (engine::MemoryPlan::planned). Which of them it holds at any moment is known from the
+  // plan, not from the allocator: memory analysis splits it (include/dlprobe/memory_analysis.h).
+  arena,
 };
-inline constexpr std::size_t kCategoryCount = 7;
+inline constexpr std::size_t kCategoryCount = 8;
 inline constexpr std::array<Category, kCategoryCount> kAllCategories = {
-    Category::weights,     Category::gradients, Category::optimizer_state,
-    Category::activations, Category::workspace, Category::temporaries,
-    Category::input};
+    Category::weights,   Category::gradients,   Category::optimizer_state, Category::activations,
+    Category::workspace, Category::temporaries, Category::input,           Category::arena};
 // "weights", "optimizer_state", ...: the names used in stats keys and reports.
 std::string_view category_name(Category category);
 
@@ -163,6 +167,24 @@ struct OomReport {
   std::string message() const;
 };
 
+// One allocation or free, with the allocator's state right after it, for a caller that follows a
+// step event by event (memory analysis builds its timeline from these).
+struct AllocationEvent {
+  bool allocation = true;  // false: a free
+  Category category = Category::weights;
+  std::string_view owner;   // valid during the hook call only
+  std::uint64_t bytes = 0;  // the block's size
+  std::uint64_t requested_bytes = 0;
+  std::int64_t allocated_bytes = 0;  // totals after the event
+  std::int64_t requested_total_bytes = 0;
+  std::int64_t reserved_bytes = 0;
+  std::int64_t largest_free_block_bytes = 0;
+  std::array<std::int64_t, kCategoryCount> allocated_by_category{};
+};
+// Called under the allocator's lock, on the thread that allocates: it must not call back into the
+// allocator, and should be quick.
+using AllocationHook = std::function<void(const AllocationEvent&)>;
+
 // A block of one segment, as laid out now (for memory maps and invariant checks).
 struct BlockInfo {
   std::uint64_t address = 0;
@@ -243,6 +265,16 @@ class CachingAllocator {
   void reset_peak_stats();
   std::optional<OomReport> last_oom() const;
   std::vector<SegmentInfo> segments() const;
+
+  // Every later successful allocation and free is reported to `hook` until it is replaced; an
+  // empty hook stops the reports.
+  void set_hook(AllocationHook hook);
+
+  // Limit mode only: replaces overhead_bytes with a newer measurement of what the process holds
+  // outside the allocator (CUDA loads library kernels and workspaces lazily, on first use, so the
+  // figure grows after the first step). Fails with out_of_memory, changing nothing, when the
+  // allocator already reserves more than the limit would now leave it.
+  Status set_overhead_bytes(std::uint64_t overhead_bytes);
 
   // The most the allocator may reserve: limit_bytes - overhead_bytes in limit mode, the segment in
   // preallocate mode, none in growth mode.

@@ -4,7 +4,8 @@
 //
 // Charts, each an <svg> with a stable id (tests look them up): throughput vs batch per precision
 // with CI error bars (chart-throughput), step-time distributions (chart-step-times), peak memory by
-// category (chart-memory, when any configuration has memory figures), and GPU utilisation, power
+// category (chart-memory, when any configuration has memory figures), memory over one step per
+// `dlprobe memory` configuration (chart-memory-timeline-N), and GPU utilisation, power
 // and SM clock over time (chart-gpu-util, chart-power, chart-sm-clock, when any configuration
 // carries a telemetry timeline). Then the environment of each file, warnings and findings, and the
 // sortable table of every configuration (table id "configurations").

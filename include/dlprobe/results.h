@@ -100,6 +100,9 @@ struct Settings {
   std::string layout;     // "nchw", "nhwc"
   std::string device;     // "cuda:0", "cpu"
   std::string optimizer;  // "sgd", "adamw"; "none" for inference
+  // How the run took device memory (--gpu-memory: "grow", "planned", "limit:16GiB", ...); empty
+  // in files written before the field existed, which read as the default, grow.
+  std::string gpu_memory;
 
   std::string command;                       // as the user gave it
   std::map<std::string, std::string> sweep;  // the sweep's keys and this run's values
@@ -129,6 +132,9 @@ struct Memory {
   std::optional<std::int64_t> framework_peak_allocated_bytes;
   std::optional<std::int64_t> framework_peak_reserved_bytes;
   std::optional<std::int64_t> nvml_process_peak_bytes;
+  // `dlprobe memory`'s analysis (memory::to_json(AnalysisRecord), docs/results-schema.md): an
+  // object, or null. Files written before it existed lack the key, which reads as null.
+  nlohmann::json analysis;
 };
 
 struct Range {

@@ -16,12 +16,14 @@
 // Weights, gradients, optimizer state and input live as long as the step; activations and
 // temporaries are allocated by `alloc` entries of the call list just before their first use and
 // released by `free` entries right after their last, so the allocator's peak follows the step as
-// PyTorch's caching allocator sees it. docs/engine-step.md has the details.
+// PyTorch's caching allocator sees it (MemoryPlan::planned puts them in one arena instead).
+// docs/engine-step.md has the details.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,6 +68,15 @@ struct GradScalerOptions {
   std::int64_t growth_interval = 2000;
 };
 
+// How the step holds its activations and temporaries.
+//   dynamic  `alloc`/`free` entries of the call list take each buffer from the caching allocator
+//            just before its first use and give it back after its last (as PyTorch's step does)
+//   planned  one block (category arena) taken at create() and laid out by memory::plan_arena from
+//            the buffers' lifetimes: every buffer has a fixed address for every step, the call
+//            list has no alloc/free entries, and the peak is as low as the lifetimes allow
+enum class MemoryPlan : std::uint8_t { dynamic, planned };
+std::string_view memory_plan_name(MemoryPlan p);
+
 struct StepConfig {
   model::ModelConfig model;
   std::int64_t batch = 256;
@@ -82,6 +93,7 @@ struct StepConfig {
   // call where the backend can (Backend::fuses_batch_norm_relu): one pass over the activation
   // instead of two or three, and the BN output never stored. The same math, rounded once.
   bool fuse = true;
+  MemoryPlan memory_plan = MemoryPlan::dynamic;
 };
 
 // One entry of the planned call list.
@@ -124,6 +136,25 @@ struct Call {
   std::function<Status()> run;
 };
 
+// An activation or temporary of the plan, and which entries of calls() it lives across: under
+// MemoryPlan::dynamic its own alloc and free entries, under planned the first and last calls that
+// touch it.
+struct TransientBuffer {
+  std::string owner;  // the layer
+  memory::Category category = memory::Category::temporaries;
+  std::uint64_t bytes = 0;
+  std::size_t first_call = 0;
+  std::size_t last_call = 0;
+  std::uint64_t arena_offset = 0;  // planned only
+};
+
+// The arena of a planned step: its size, and the most bytes its buffers have live at one call
+// (no layout can be smaller; the difference is the cost of the layout).
+struct ArenaLayout {
+  std::uint64_t bytes = 0;
+  std::uint64_t peak_live_bytes = 0;
+};
+
 struct StepResult {
   double loss = 0.0;
   // fp16 only: the gradients held inf/NaN, so the optimizer step was skipped and the scale backed
@@ -146,6 +177,13 @@ class TrainingStep {
   const StepConfig& config() const;
   const model::Model& model() const;
   const std::vector<Call>& calls() const;
+  // Every activation and temporary, in order of first use.
+  const std::vector<TransientBuffer>& transients() const;
+  // Planned steps only.
+  std::optional<ArenaLayout> arena() const;
+  // The entry of calls() running now, or the last one run: an allocator hook reads it to place
+  // each allocation in the step.
+  std::size_t current_call() const;
 
   // images: [batch, 3, size, size] of any floating dtype and either layout; labels: [batch]
   // int32 or int64 in [0, classes). Converted to fp32 (fp64 under Precision::fp64) and int64.

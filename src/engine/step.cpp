@@ -13,6 +13,8 @@
 #include <cstring>
 #include <map>
 
+#include "dlprobe/memory_plan.h"
+
 namespace dlprobe::engine {
 namespace {
 
@@ -59,6 +61,8 @@ constexpr Named<StepMode> kModes[] = {
     {StepMode::train, "train"}, {StepMode::grads, "grads"}, {StepMode::infer, "infer"}};
 constexpr Named<OptimizerKind> kOptimizers[] = {{OptimizerKind::sgd, "sgd"},
                                                 {OptimizerKind::adamw, "adamw"}};
+constexpr Named<MemoryPlan> kMemoryPlans[] = {{MemoryPlan::dynamic, "dynamic"},
+                                              {MemoryPlan::planned, "planned"}};
 
 template <class E, std::size_t N>
 Result<E> parse_named(const Named<E> (&table)[N], std::string_view text, std::string_view flag,
@@ -103,6 +107,9 @@ Result<OptimizerKind> parse_optimizer(std::string_view text, std::string_view fl
 }
 std::string_view optimizer_name(OptimizerKind o) {
   return name_of(kOptimizers, o);
+}
+std::string_view memory_plan_name(MemoryPlan p) {
+  return name_of(kMemoryPlans, p);
 }
 
 DType activation_dtype(Precision p) {
@@ -201,6 +208,11 @@ struct StepState {
   std::vector<std::unique_ptr<Buffer>> buffers;
   std::vector<StateSlot> state;  // parallel to model.state()
   std::vector<Call> calls;
+  std::vector<TransientBuffer> transients;
+  // MemoryPlan::planned: the block every transient buffer lives in, and its layout's figures.
+  memory::DeviceBuffer arena;
+  std::optional<ArenaLayout> arena_layout;
+  std::size_t current_call = 0;
 
   Buffer* images = nullptr;
   Buffer* labels = nullptr;
@@ -856,36 +868,62 @@ Status Planner::backward(const model::Layer& l, std::size_t i) {
   return Status::ok();
 }
 
-// Lifetimes: every transient buffer is allocated before the first call that uses it and freed
-// after the last.
-std::vector<Call> schedule(StepState& s, std::vector<Draft> drafts) {
+// Lifetimes: the first and last draft that use each transient buffer. Under MemoryPlan::dynamic
+// every transient buffer is allocated by an `alloc` entry just before its first use and freed by a
+// `free` entry just after its last; under planned the buffers are laid out in one arena from these
+// lifetimes and the list holds only the drafts' calls.
+Result<std::vector<Call>> schedule(StepState& s, std::vector<Draft> drafts) {
   std::map<Buffer*, std::size_t> first;
   std::map<Buffer*, std::size_t> last;
+  // In order of first use, so allocation order follows the step (the maps order by address).
+  std::vector<Buffer*> order;
   for (std::size_t i = 0; i < drafts.size(); ++i) {
     for (Buffer* b : drafts[i].uses) {
       if (!b->transient) continue;
-      first.try_emplace(b, i);
+      if (first.try_emplace(b, i).second) order.push_back(b);
       last[b] = i;
     }
   }
+  if (s.config.memory_plan == MemoryPlan::planned) {
+    std::vector<memory::Lifetime> lifetimes;
+    lifetimes.reserve(order.size());
+    for (Buffer* b : order) lifetimes.push_back({b->view.desc.bytes(), first[b], last[b]});
+    DLPROBE_ASSIGN_OR_RETURN(memory::ArenaPlan plan, memory::plan_arena(lifetimes));
+    // A wrong layout would corrupt values silently, so it is checked once here.
+    DLPROBE_RETURN_IF_ERROR(memory::check_arena_plan(lifetimes, plan));
+    DLPROBE_ASSIGN_OR_RETURN(
+        s.arena, s.allocator.allocate_buffer(plan.arena_bytes, Category::arena, "planned arena"));
+    s.arena_layout = ArenaLayout{plan.arena_bytes, plan.peak_live_bytes};
+    auto* base = static_cast<std::byte*>(s.arena.data());
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      Buffer* b = order[k];
+      b->view.data = base + plan.offsets[k];
+      s.transients.push_back(
+          {b->owner, b->category, b->view.desc.bytes(), first[b], last[b], plan.offsets[k]});
+    }
+    std::vector<Call> calls;
+    calls.reserve(drafts.size());
+    for (Draft& d : drafts) calls.push_back(std::move(d.call));
+    return calls;
+  }
+
   std::vector<std::vector<Buffer*>> allocs(drafts.size());
   std::vector<std::vector<Buffer*>> frees(drafts.size());
-  // In order of first use, so allocation order follows the step (the map orders by address).
+  for (Buffer* b : order) allocs[first[b]].push_back(b);
+  // Frees in the order the draft uses them.
   for (std::size_t i = 0; i < drafts.size(); ++i) {
-    for (Buffer* b : drafts[i].uses) {
-      if (!b->transient || first[b] != i) continue;
-      if (std::find(allocs[i].begin(), allocs[i].end(), b) == allocs[i].end())
-        allocs[i].push_back(b);
-    }
     for (Buffer* b : drafts[i].uses) {
       if (!b->transient || last[b] != i) continue;
       if (std::find(frees[i].begin(), frees[i].end(), b) == frees[i].end()) frees[i].push_back(b);
     }
   }
+  std::map<Buffer*, std::size_t> transient_index;
   std::vector<Call> calls;
   memory::CachingAllocator& allocator = s.allocator;
   for (std::size_t i = 0; i < drafts.size(); ++i) {
     for (Buffer* b : allocs[i]) {
+      transient_index[b] = s.transients.size();
+      s.transients.push_back({b->owner, b->category, b->view.desc.bytes(), calls.size(), 0, 0});
       calls.push_back({fmt::format("alloc {} {} {}", b->owner, memory::category_name(b->category),
                                    b->view.desc.str()),
                        CallKind::alloc, b->owner, [&allocator, b]() -> Status {
@@ -897,6 +935,7 @@ std::vector<Call> schedule(StepState& s, std::vector<Draft> drafts) {
     }
     calls.push_back(std::move(drafts[i].call));
     for (Buffer* b : frees[i]) {
+      s.transients[transient_index[b]].last_call = calls.size();
       calls.push_back({fmt::format("free {} {} {}", b->owner, memory::category_name(b->category),
                                    b->view.desc.str()),
                        CallKind::free, b->owner, [&allocator, b]() -> Status {
@@ -910,6 +949,8 @@ std::vector<Call> schedule(StepState& s, std::vector<Draft> drafts) {
 }
 
 void StepState::release_transients() {
+  // A planned step's buffers point into its arena, which lives as long as the step.
+  if (arena_layout) return;
   for (const auto& b : buffers) {
     if (!b->transient || b->view.data == nullptr) continue;
     // Already failing: the first error is the one to report.
@@ -970,7 +1011,7 @@ Result<std::unique_ptr<TrainingStep>> TrainingStep::create(const StepConfig& con
   DLPROBE_RETURN_IF_ERROR(impl->upload_initial_state());
   Planner planner(*impl);
   DLPROBE_RETURN_IF_ERROR(planner.run(shapes));
-  impl->calls = schedule(*impl, planner.take());
+  DLPROBE_ASSIGN_OR_RETURN(impl->calls, schedule(*impl, planner.take()));
   return std::unique_ptr<TrainingStep>(new TrainingStep(std::move(impl)));
 }
 
@@ -982,6 +1023,15 @@ const model::Model& TrainingStep::model() const {
 }
 const std::vector<Call>& TrainingStep::calls() const {
   return impl_->calls;
+}
+const std::vector<TransientBuffer>& TrainingStep::transients() const {
+  return impl_->transients;
+}
+std::optional<ArenaLayout> TrainingStep::arena() const {
+  return impl_->arena_layout;
+}
+std::size_t TrainingStep::current_call() const {
+  return impl_->current_call;
 }
 double TrainingStep::loss_scale() const {
   return impl_->scale;
@@ -1041,6 +1091,7 @@ Status StepState::enqueue(const std::size_t* marks, const std::function<Status()
   }
   for (std::size_t i = 0; i < s.calls.size(); ++i) {
     if (marks != nullptr) DLPROBE_RETURN_IF_ERROR(s.backend.mark(*marks + i));
+    s.current_call = i;
     const Status st = s.calls[i].run();
     if (!st.is_ok()) {
       s.release_transients();

@@ -62,6 +62,8 @@ std::string_view category_name(Category category) {
       return "temporaries";
     case Category::input:
       return "input";
+    case Category::arena:
+      return "arena";
   }
   return "unknown";
 }
@@ -154,6 +156,7 @@ struct CachingAllocator::Impl {
   Pool pools[3];
   MemoryStats stats;
   std::optional<OomReport> last_oom;
+  AllocationHook hook;
 
   Pool& pool(PoolKind kind) { return pools[static_cast<std::size_t>(kind)]; }
 
@@ -303,6 +306,26 @@ struct CachingAllocator::Impl {
     }
   }
 
+  // Reports one event to the hook, with the state after it (a freed block already merged back).
+  void notify(bool allocation, Category category, std::string_view owner, std::uint64_t size,
+              std::uint64_t requested) {
+    if (!hook) return;
+    AllocationEvent e;
+    e.allocation = allocation;
+    e.category = category;
+    e.owner = owner;
+    e.bytes = size;
+    e.requested_bytes = requested;
+    e.allocated_bytes = stats.all.allocated_bytes;
+    e.requested_total_bytes = stats.all.requested_bytes;
+    e.reserved_bytes = stats.reserved_bytes;
+    e.largest_free_block_bytes = largest_free_block();
+    for (std::size_t i = 0; i < kCategoryCount; ++i) {
+      e.allocated_by_category[i] = stats.by_category[i].allocated_bytes;
+    }
+    hook(e);
+  }
+
   Status out_of_memory(std::uint64_t bytes, std::uint64_t rounded, Category category,
                        std::string_view owner, std::string reason) {
     OomReport report;
@@ -361,6 +384,7 @@ struct CachingAllocator::Impl {
     block->category = category;
     block->owner = std::string(owner);
     account(*block, +1);
+    notify(true, category, block->owner, block->size, bytes);
     return reinterpret_cast<void*>(static_cast<std::uintptr_t>(block->address));
   }
 
@@ -375,6 +399,10 @@ struct CachingAllocator::Impl {
     }
     Block* block = found->second.get();
     account(*block, -1);
+    const Category category = block->category;
+    const std::uint64_t size = block->size;
+    const std::uint64_t requested = block->requested;
+    std::string owner = std::move(block->owner);
     block->allocated = false;
     block->requested = 0;
     block->owner.clear();
@@ -391,6 +419,7 @@ struct CachingAllocator::Impl {
       merge(block, next);
     }
     p.free_blocks.insert(block);
+    notify(false, category, owner, size, requested);
     return Status::ok();
   }
 
@@ -654,6 +683,31 @@ std::vector<SegmentInfo> CachingAllocator::segments() const {
     out.push_back(std::move(info));
   }
   return out;
+}
+
+void CachingAllocator::set_hook(AllocationHook hook) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->hook = std::move(hook);
+}
+
+Status CachingAllocator::set_overhead_bytes(std::uint64_t overhead_bytes) {
+  std::lock_guard lock(impl_->mutex);
+  const AllocatorOptions& o = impl_->options;
+  if (o.mode != Mode::limit) {
+    return invalid_argument(fmt::format(
+        "allocator: an overhead is only read in limit mode, not in {} mode", mode_name(o.mode)));
+  }
+  const std::uint64_t reserved = unsigned_bytes(impl_->stats.reserved_bytes);
+  if (o.limit_bytes <= overhead_bytes || o.limit_bytes - overhead_bytes < reserved) {
+    return error(
+        Errc::out_of_memory,
+        fmt::format("limit {} with {} of overhead leaves less than the {} already reserved",
+                    format_size(o.limit_bytes), format_size(overhead_bytes),
+                    format_size(reserved)));
+  }
+  impl_->options.overhead_bytes = overhead_bytes;
+  impl_->cap = o.limit_bytes - overhead_bytes;
+  return Status::ok();
 }
 
 std::optional<std::uint64_t> CachingAllocator::reserve_cap() const {

@@ -12,6 +12,7 @@
 
 #include "dlprobe/statistics.h"
 #include "dlprobe/units.h"
+#include "memory_chart.h"
 
 namespace dlprobe::report {
 
@@ -687,9 +688,10 @@ std::string render_html(std::span<const NamedDocument> documents) {
                       all.size(), all.size() == 1 ? "" : "s", esc(files));
   body += "<h2>Throughput</h2>\n" + chart_throughput(all, several);
   body += "<h2>Step times</h2>\n" + chart_step_times(all, several);
-  if (const std::string memory = chart_memory(all, several); !memory.empty()) {
-    body += "<h2>Memory</h2>\n" + memory;
-  }
+  std::vector<MemoryTimelineInput> timelines;
+  for (const auto& e : all) timelines.push_back({label(e, several), e.config});
+  const std::string memory = chart_memory(all, several) + memory_timeline_section(timelines);
+  if (!memory.empty()) body += "<h2>Memory</h2>\n" + memory;
   std::string telemetry =
       chart_timeline(all, several, "chart-gpu-util", "GPU utilisation", "utilisation (%)",
                      &results::TelemetrySample::gpu_util_pct) +

@@ -86,6 +86,7 @@ std::string describe(Kind kind, const Settings& s) {
     for (const std::string* part : {&s.precision, &s.mode, &s.layout, &s.device, &s.optimizer}) {
       if (!part->empty()) out += " " + *part;
     }
+    if (!s.gpu_memory.empty() && s.gpu_memory != "grow") out += " " + s.gpu_memory;
     return out;
   }
   if (s.sweep.empty()) return s.command;
@@ -174,9 +175,9 @@ json context_json(const Context& c) {
 
 json settings_json(Kind kind, const Settings& s) {
   if (kind == Kind::native) {
-    return {{"model", s.model},        {"batch", s.batch},   {"precision", s.precision},
-            {"mode", s.mode},          {"layout", s.layout}, {"device", s.device},
-            {"optimizer", s.optimizer}};
+    return {{"model", s.model},         {"batch", s.batch},          {"precision", s.precision},
+            {"mode", s.mode},           {"layout", s.layout},        {"device", s.device},
+            {"optimizer", s.optimizer}, {"gpu_memory", s.gpu_memory}};
   }
   return {{"command", s.command}, {"sweep", s.sweep}};
 }
@@ -224,7 +225,8 @@ json memory_json(const std::optional<Memory>& m) {
           {"allocator_stats", m->allocator_stats.is_object() ? m->allocator_stats : json(nullptr)},
           {"framework_peak_allocated_bytes", opt(m->framework_peak_allocated_bytes)},
           {"framework_peak_reserved_bytes", opt(m->framework_peak_reserved_bytes)},
-          {"nvml_process_peak_bytes", opt(m->nvml_process_peak_bytes)}};
+          {"nvml_process_peak_bytes", opt(m->nvml_process_peak_bytes)},
+          {"analysis", m->analysis.is_object() ? m->analysis : json(nullptr)}};
 }
 
 json telemetry_json(const Telemetry& t) {
@@ -525,7 +527,10 @@ Status convert_settings(const json& v, const std::string& path, Kind kind, Setti
   DLPROBE_RETURN_IF_ERROR(field(v, path, "mode", out.mode));
   DLPROBE_RETURN_IF_ERROR(field(v, path, "layout", out.layout));
   DLPROBE_RETURN_IF_ERROR(field(v, path, "device", out.device));
-  return field(v, path, "optimizer", out.optimizer);
+  DLPROBE_RETURN_IF_ERROR(field(v, path, "optimizer", out.optimizer));
+  // Added after the first files were written: absent means the default.
+  if (!v.contains("gpu_memory")) return {};
+  return field(v, path, "gpu_memory", out.gpu_memory);
 }
 
 Status convert(const json& v, const std::string& path, stats::Summary& out) {
@@ -582,7 +587,15 @@ Status convert(const json& v, const std::string& path, Memory& out) {
       field(v, path, "framework_peak_allocated_bytes", out.framework_peak_allocated_bytes));
   DLPROBE_RETURN_IF_ERROR(
       field(v, path, "framework_peak_reserved_bytes", out.framework_peak_reserved_bytes));
-  return field(v, path, "nvml_process_peak_bytes", out.nvml_process_peak_bytes);
+  DLPROBE_RETURN_IF_ERROR(field(v, path, "nvml_process_peak_bytes", out.nvml_process_peak_bytes));
+  // Added after the first files were written: absent means none.
+  const auto analysis = v.find("analysis");
+  if (analysis == v.end() || analysis->is_null()) return {};
+  if (!analysis->is_object()) {
+    return type_error(join_path(path, "analysis"), "an object or null", *analysis);
+  }
+  out.analysis = *analysis;
+  return {};
 }
 
 Status convert(const json& v, const std::string& path, Range& out) {

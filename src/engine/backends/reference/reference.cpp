@@ -157,21 +157,25 @@ Result<BatchNormTrainOutput> batch_norm_train_forward(const HostTensor& x, const
   const T eps = static_cast<T>(p.eps);
   const T momentum = static_cast<T>(p.momentum);
   for (std::int64_t c = 0; c < s[1]; ++c) {
-    // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels.
-    T sum = 0;
+    // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels. The
+    // sums accumulate in double whatever T, as PyTorch's CPU batch norm does: a serial fp32 sum
+    // over a channel's values puts the statistics ~1e-6 off, which a ReLU decision downstream can
+    // turn into per-cent gradient differences on a small network.
+    double sum = 0;
     for (std::int64_t n = 0; n < s[0]; ++n)
       for (std::int64_t h = 0; h < s[2]; ++h)
-        for (std::int64_t w = 0; w < s[3]; ++w) sum += x.at<T>(n, c, h, w);
-    const T mean = sum / static_cast<T>(count);
-    T sq = 0;
+        for (std::int64_t w = 0; w < s[3]; ++w) sum += static_cast<double>(x.at<T>(n, c, h, w));
+    const double mean_exact = sum / static_cast<double>(count);
+    double sq = 0;
     for (std::int64_t n = 0; n < s[0]; ++n)
       for (std::int64_t h = 0; h < s[2]; ++h)
         for (std::int64_t w = 0; w < s[3]; ++w) {
-          const T d = x.at<T>(n, c, h, w) - mean;
+          const double d = static_cast<double>(x.at<T>(n, c, h, w)) - mean_exact;
           sq += d * d;
         }
-    const T var_biased = sq / static_cast<T>(count);
-    const T var_unbiased = sq / static_cast<T>(count - 1);
+    const auto mean = static_cast<T>(mean_exact);
+    const auto var_biased = static_cast<T>(sq / static_cast<double>(count));
+    const auto var_unbiased = static_cast<T>(sq / static_cast<double>(count - 1));
     const T invstd = T{1} / std::sqrt(var_biased + eps);
     const T g = gamma.at<T>(c);
     const T b = beta.at<T>(c);
@@ -225,15 +229,18 @@ Result<BatchNormGrads> batch_norm_backward(const HostTensor& dy, const HostTenso
   for (std::int64_t c = 0; c < s[1]; ++c) {
     const T mean = save_mean.at<T>(c);
     const T invstd = save_invstd.at<T>(c);
-    T sum_dy = 0;
-    T sum_dy_xhat = 0;
+    // Sums in double, as in the forward.
+    double sum_dy_exact = 0;
+    double sum_dy_xhat_exact = 0;
     for (std::int64_t n = 0; n < s[0]; ++n)
       for (std::int64_t h = 0; h < s[2]; ++h)
         for (std::int64_t w = 0; w < s[3]; ++w) {
           const T d = dy.at<T>(n, c, h, w);
-          sum_dy += d;
-          sum_dy_xhat += d * (x.at<T>(n, c, h, w) - mean) * invstd;
+          sum_dy_exact += static_cast<double>(d);
+          sum_dy_xhat_exact += static_cast<double>(d * (x.at<T>(n, c, h, w) - mean) * invstd);
         }
+    const auto sum_dy = static_cast<T>(sum_dy_exact);
+    const auto sum_dy_xhat = static_cast<T>(sum_dy_xhat_exact);
     // dx = gamma * invstd / M * (M * dy - sum(dy) - xhat * sum(dy * xhat)): the batch statistics
     // depend on every x, which gives the two subtracted terms.
     const T scale = gamma.at<T>(c) * invstd / count;

@@ -1,0 +1,145 @@
+// dlprobe memory as a user runs it: the binary, its exit code, output and results file.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "analysis_test_util.h"
+#include "dlprobe/memory_analysis.h"
+#include "dlprobe/results.h"
+
+namespace dlprobe::memory {
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+CliRun run(const std::string& command_tail) {
+  const std::string command = std::string(DLPROBE_BINARY) + " " + command_tail + " 2>&1";
+  CliRun r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr) {
+    r.output += buf.data();
+  }
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+const std::string kSmall =
+    "memory --model resnet18 --image-size 32 --classes 10 --device cpu --calibration-batch 2 ";
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          fmt::format("dlprobe_memory_{}_{}", getpid(), name))
+      .string();
+}
+
+TEST(MemoryCli, RefusesBadInputWithOneLine) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--gpu-memory lots", "--gpu-memory: 'lots' has an unknown mode"},
+      {"--gpu-memory grow,limit:0", "--gpu-memory"},
+      {"--batch 0", "--batch: must be >= 1"},
+      {"--batch 2,x", "--batch"},
+      {"--precision fp8", "unknown precision 'fp8'"},
+      {"--warmup -1", "--warmup"},
+      {"--max-batch", "--max-batch: give --limit"},
+      {"--limit 1GiB", "--limit: only with --max-batch"},
+      {"--device-memory 16GiB", "--device-memory: describes a GPU you do not have"},
+      {"--max-batch --limit 1GiB --gpu-memory prealloc", "use grow or planned"},
+      {"--predict-only --max-batch", "give --device-memory"},
+      {"--calibration /nonexistent/results.json", "/nonexistent/results.json"},
+      {"--conv-algo fastest", "--conv-algo"},
+      {"memory --device tpu", "unknown device 'tpu'"},
+      {"memory --model resnet51", "unknown model 'resnet51'"},
+  };
+  for (const auto& [args, needle] : cases) {
+    const CliRun r = run(args.starts_with("memory ") ? args : kSmall + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_TRUE(has(r.output, "dlprobe: error: ")) << args << "\n" << r.output;
+    EXPECT_TRUE(has(r.output, needle)) << args << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+}
+
+TEST(MemoryCli, PredictsWithoutADevice) {
+  const CliRun r = run(kSmall +
+                       "--predict-only --batch 4 --gpu-memory grow,planned "
+                       "--device-memory 256MiB");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part :
+       {"resnet18 bs4 fp32 train NCHW sgd, --gpu-memory grow, predicted", "peak ", "activations",
+        "weights", "reserved", "waste", "fragmentation", "without a calibration",
+        "--gpu-memory planned", "arena ", "fits        yes in 256 MiB",
+        "largest batch predicted to fit 256 MiB"}) {
+    EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
+  }
+}
+
+TEST(MemoryCli, MeasuresBesideThePredictionAndWritesResults) {
+  const std::string json = temp_path("measured.json");
+  const CliRun r = run(kSmall + "--batch 2,4 --gpu-memory grow,planned --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"the calibration run", "predicted", "prediction error", "+0.0 %",
+                           "(calibration)", "cpu (reference)"}) {
+    EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
+  }
+  Result<results::Document> d = results::read_file(json);
+  ASSERT_TRUE(d.has_value()) << d.status().message();
+  ASSERT_EQ(d->configurations.size(), 4u);
+  for (const results::Configuration& c : d->configurations) {
+    ASSERT_TRUE(c.memory.has_value());
+    EXPECT_EQ(c.memory->source, "allocator");
+    EXPECT_TRUE(c.memory->allocator_stats.is_object());
+    const auto& a = c.memory->analysis;
+    ASSERT_TRUE(a.is_object());
+    EXPECT_TRUE(a["measured"]["timeline"].is_object());
+    EXPECT_EQ(a["measured"]["peak"]["allocated_bytes"], a["predicted"]["peak"]["allocated_bytes"]);
+    EXPECT_EQ(a["calibration"]["batch"], c.settings.batch);  // what this run measured
+    EXPECT_EQ(a["prediction_calibration"]["batch"], 2);      // what its prediction used
+    EXPECT_EQ(a["memory_plan"], c.settings.gpu_memory == "planned" ? "planned" : "dynamic");
+  }
+  // Its calibration feeds a prediction elsewhere; the report draws its timelines.
+  const CliRun p = run(kSmall + "--predict-only --batch 8 --calibration " + json);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_TRUE(has(p.output, "(calibration: cpu (reference) bs2)")) << p.output;
+  const std::string html = temp_path("report.html");
+  const CliRun rep = run("report " + json + " -o " + html);
+  ASSERT_EQ(rep.exit_code, 0) << rep.output;
+  std::ifstream in(html);
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(has(page, "chart-memory-timeline-3"));
+  std::filesystem::remove(json);
+  std::filesystem::remove(html);
+}
+
+TEST(MemoryCli, FindsTheLargestBatchUnderALimitAndVerifiesIt) {
+  SimulationOptions at5;
+  at5.step = testing::small_config(5);
+  Result<StepMemory> five = simulate_step(at5);
+  ASSERT_TRUE(five.has_value());
+  const auto limit = static_cast<std::uint64_t>(five->reserved_peak_bytes) + (1u << 20);
+  const CliRun r = run(kSmall + fmt::format("--max-batch --limit {}", limit));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"== max batch under", "predicted   ", "fits: peak", "does not fit: ",
+                           "cannot allocate", "(measured: it runs a full training step, "}) {
+    EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace dlprobe::memory
