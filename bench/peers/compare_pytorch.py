@@ -344,8 +344,8 @@ def print_result(r):
         print(f"   - {reason}")
 
 
-def print_summary(results):
-    print("\n== summary (relative error ||a-b||/||b||; reference fp64 = PyTorch float64)")
+def print_summary(results, title="summary"):
+    print(f"\n== {title} (relative error ||a-b||/||b||; reference fp64 = PyTorch float64)")
     print(f"   {'precision':<10}{'verdict':<10}{'logits':>10}{'loss':>10}{'grad worst':>12}"
           f"{'grad median':>13}  worst tensor (dlprobe vs PyTorch)")
     for r in results:
@@ -357,6 +357,35 @@ def print_summary(results):
               f"{fmt_err(r['logits']['dlprobe_vs_pytorch']):>10}"
               f"{fmt_err(r['loss_error']['dlprobe_vs_pytorch']):>10}{fmt_err(g['worst']):>12}"
               f"{fmt_err(g['median']):>13}  {g['worst_tensor']}")
+
+
+def summarize_files(paths):
+    """One table of several runs' results (e.g. one run per precision); exit 1 unless every
+    result agrees or is as exact."""
+    results, ok = [], True
+    for path in paths:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"{path}: {e}")
+            ok = False
+            continue
+        c = doc["config"]
+        print(f"{path}: {c['model']} batch {c['batch']} at {c['image_size']}, {c['device']}"
+              f"{', ' + c['gpu'] if 'gpu' in c else ''}; PyTorch {c['torch']}; "
+              f"{c.get('dlprobe_build') or c['dlprobe']}")
+        results += doc["results"]
+        if "engine_fp64" in doc:
+            e = doc["engine_fp64"]
+            print(f"   engine fp64 vs PyTorch fp64: {e['verdict']}"
+                  + (f" ({e['error']})" if "error" in e else
+                     f", gradients worst {fmt_err(e['gradients']['worst'])}"))
+            ok = ok and e["verdict"] == "agree"
+    if results:
+        print_summary(results, "all runs")
+    return 0 if ok and results and all(r["verdict"] in ("agree", "as_exact")
+                                       for r in results) else 1
 
 
 def find_dlprobe(given):
@@ -472,6 +501,7 @@ def run(args):
             r["dlprobe_seconds"] = time.perf_counter() - t0
             r["dlprobe_command"] = dl["command"]
             r["dlprobe_build"] = dl["metadata"].get("producer")
+            config.setdefault("dlprobe_build", r["dlprobe_build"])
             if dl["loss_scale"] != pt["loss_scale"]:
                 raise RuntimeError(f"dlprobe used loss scale {dl['loss_scale']:g}, PyTorch "
                                    f"{pt['loss_scale']:g}")
@@ -614,9 +644,13 @@ def main():
     p.add_argument("--workdir", help="keep the safetensors files here (default: a temp folder)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--self-test", action="store_true", help="check the helpers (numpy only)")
+    p.add_argument("--summarize", nargs="+", metavar="JSON",
+                   help="only print one summary table of earlier --json files (numpy only)")
     args = p.parse_args()
     if args.self_test:
         return self_test()
+    if args.summarize:
+        return summarize_files(args.summarize)
     for name in ("batch", "image_size", "classes"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
