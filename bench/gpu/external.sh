@@ -93,7 +93,7 @@ $py bench/gpu/external_check.py sweep --name sweep --details "$ext/sweep-details
 
 # shellcheck disable=SC2206
 natives=(${NATIVE_JSON:-$(ls "$out"/native*.json 2>/dev/null)})
-inputs=("${natives[@]}" "$ext/pytorch.json" "$ext/jax.json")
+inputs=("${natives[@]}" "$ext/pytorch.json" "$ext/jax.json" "$ext/sweep.json")
 echo "== report over ${inputs[*]}"
 for f in report.html report.md; do
   timeout 120 "$bin/dlprobe" report "${inputs[@]}" -o "$ext/$f" >>"$ext/report.log" 2>&1

@@ -151,6 +151,8 @@ struct GpuFigures {
 
 struct HostFigures {
   unsigned cores = 0;
+  // Medians over the measured steps where the workload reported enough of them (as the GPU's
+  // utilisation), else over the run; the maxima over the whole run.
   std::optional<double> cpu_median_pct;  // percent of one core, summed over the tree
   std::optional<double> cpu_max_pct;
   std::optional<double> busiest_process_median_pct;

@@ -243,6 +243,30 @@ TEST(RunWorkload, AttributesGpuMemoryToAGrandchild) {
   std::remove(procs.c_str());
 }
 
+// The GPU at 40 % throughout. A start-up that keeps the CPU busy (compiling, autotuning) is not
+// the steps: the host CPU medians, and so host-bound, are judged over the measured steps, as the
+// GPU's utilisation is. (Bounds leave room for a loaded machine, where a spinning process gets
+// less than a core.)
+TEST(RunWorkload, HostCpuOverTheMeasuredSteps) {
+  testing::FakeScript script(h200_script("gpu_util 40\nmem_used 1073741824\n"));
+  auto o = options({"--spin-ms", "1500", "--steps", "30", "--step-ms", "30"});
+  o.nvml = open_fake();
+  ASSERT_TRUE(o.nvml);
+  RunResult r = run_ok(o);
+  ASSERT_TRUE(r.host.busiest_process_median_pct && r.host.cpu_max_pct);
+  EXPECT_LT(*r.host.busiest_process_median_pct, 20.0);
+  EXPECT_GT(*r.host.cpu_max_pct, 40.0);  // the start-up was seen
+  EXPECT_FALSE(has_finding(r, "host_bound"));
+  EXPECT_TRUE(has_finding(r, "gpu_underused"));
+
+  // Steps that keep the CPU busy show in the same figure.
+  o = options({"--steps", "30", "--step-ms", "30", "--busy"});
+  o.nvml = open_fake();
+  r = run_ok(o);
+  ASSERT_TRUE(r.host.busiest_process_median_pct);
+  EXPECT_GT(*r.host.busiest_process_median_pct, 40.0);
+}
+
 TEST(RunWorkload, NewGpuProcessOutsideTheTree) {
   // As with `docker run`: the GPU process is not a descendant, but it is new since the start.
   const std::string procs = temp_path("procs_new");
