@@ -28,10 +28,18 @@ struct Device {
 Result<Device> parse_device(std::string_view text, std::string_view flag = "device");
 std::string device_name(const Device& d);
 
-// How the CUDA backend picks convolution engines (ignored on the CPU).
+// Which cuDNN convolution engines may run (ignored on the CPU). Never those that sum in 16 bits.
+enum class ConvEngines : std::uint8_t {
+  any,            // also non-deterministic, FFT and Winograd ones: what cudnn.benchmark allows
+  deterministic,  // the same bits on every run
+  exact,          // deterministic direct sums only (no FFT / Winograd): the engine's own tests
+};
+Result<ConvEngines> parse_conv_engines(std::string_view text, std::string_view flag);
+
+// How the CUDA backend picks convolution engines.
 struct ConvOptions {
-  bool autotune = true;       // time every allowed engine per shape and keep the fastest
-  bool deterministic = true;  // only engines cuDNN marks deterministic
+  bool autotune = true;  // time every allowed engine per shape and keep the fastest
+  ConvEngines engines = ConvEngines::any;
 };
 
 struct BenchOptions {

@@ -56,7 +56,8 @@ Result<Engine> make_engine(const BenchOptions& o) {
   DLPROBE_ASSIGN_OR_RETURN(e.allocator, memory::CachingAllocator::create(std::move(source)));
   CudaBackendOptions cuda;
   cuda.conv_engine = o.conv.autotune ? ConvEngineChoice::autotune : ConvEngineChoice::heuristic;
-  cuda.deterministic = o.conv.deterministic;
+  cuda.deterministic = o.conv.engines != ConvEngines::any;
+  cuda.transform_engines = o.conv.engines == ConvEngines::any;
   cuda.math_mode =
       o.step.precision == engine::Precision::tf32 ? MathMode::tf32 : MathMode::strict_fp32;
   DLPROBE_ASSIGN_OR_RETURN(e.backend, make_cuda_backend(o.device.index, *e.allocator, cuda));
@@ -85,6 +86,14 @@ Result<Device> parse_device(std::string_view text, std::string_view flag) {
   }
   return invalid_argument(
       fmt::format("{}: unknown device '{}' (expected cpu, cuda or cuda:N)", flag, text));
+}
+
+Result<ConvEngines> parse_conv_engines(std::string_view text, std::string_view flag) {
+  if (text == "any") return ConvEngines::any;
+  if (text == "deterministic") return ConvEngines::deterministic;
+  if (text == "exact") return ConvEngines::exact;
+  return invalid_argument(
+      fmt::format("{}: unknown choice '{}' (expected any, deterministic or exact)", flag, text));
 }
 
 std::string device_name(const Device& d) {

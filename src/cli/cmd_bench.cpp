@@ -28,7 +28,7 @@ struct BenchFlags {
   std::string optimizer = "sgd";
   std::string weights;
   std::string conv_algo = "autotune";
-  bool nondeterministic = false;
+  std::string conv_engines = "any";
   std::int64_t profile = 0;
 };
 
@@ -62,7 +62,8 @@ Result<bench::BenchOptions> to_options(const BenchFlags& f) {
         "--conv-algo: unknown choice '{}' (expected autotune or heuristic)", f.conv_algo));
   }
   o.conv.autotune = f.conv_algo == "autotune";
-  o.conv.deterministic = !f.nondeterministic;
+  DLPROBE_ASSIGN_OR_RETURN(o.conv.engines,
+                           bench::parse_conv_engines(f.conv_engines, "--conv-engines"));
   if (f.profile < 0) {
     return invalid_argument(fmt::format("--profile: must be >= 0, got {}", f.profile));
   }
@@ -170,8 +171,11 @@ Command add_bench_command(CLI::App& app) {
                   "cuDNN engine per convolution shape: autotune (time each, keep the fastest, as "
                   "cudnn.benchmark) or heuristic (cuDNN's first choice)")
       ->capture_default_str();
-  sub->add_flag("--nondeterministic", flags->nondeterministic,
-                "Let convolution engines that cuDNN marks non-deterministic compete");
+  sub->add_option("--conv-engines", flags->conv_engines,
+                  "Which cuDNN engines may compete: any (as cudnn.benchmark: also "
+                  "non-deterministic, FFT and Winograd), deterministic, exact (deterministic "
+                  "direct sums)")
+      ->capture_default_str();
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "
                   "kind of call and the slowest calls");

@@ -258,6 +258,7 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
   spec.compute = CUDNN_DATA_FLOAT;
   spec.allow_tf32 = options_.math_mode == MathMode::tf32;
   spec.deterministic = options_.deterministic;
+  spec.allow_transforms = options_.transform_engines;
 
   const std::string key = conv_key(spec);
   const ExecutionPlan* plan = conv_plans_.find(key);
@@ -349,7 +350,28 @@ Status CudaBackend::batch_norm_train_forward(const TensorView& x, const TensorVi
                                             {"save_invstd", &save_invstd}}));
   DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
   return launch_batch_norm_train_forward(ctx(), x, gamma, beta, running_mean, running_var, y,
-                                         save_mean, save_invstd, p);
+                                         save_mean, save_invstd, p, {});
+}
+
+Status CudaBackend::batch_norm_relu_train_forward(
+    const TensorView& x, const TensorView& gamma, const TensorView& beta,
+    const TensorView& running_mean, const TensorView& running_var, const TensorView& residual,
+    const TensorView& y, const TensorView& save_mean, const TensorView& save_invstd,
+    const BatchNormParams& p) {
+  constexpr std::string_view op = "batch_norm_relu_train_forward";
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"beta", &beta},
+                                            {"running_mean", &running_mean},
+                                            {"running_var", &running_var},
+                                            {"save_mean", &save_mean},
+                                            {"save_invstd", &save_invstd}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
+  const bool add = residual.data != nullptr;
+  if (add) DLPROBE_RETURN_IF_ERROR(need_like(op, "residual", residual, x));
+  return launch_batch_norm_train_forward(ctx(), x, gamma, beta, running_mean, running_var, y,
+                                         save_mean, save_invstd, p,
+                                         {add ? &residual : nullptr, true});
 }
 
 Status CudaBackend::batch_norm_inference_forward(const TensorView& x, const TensorView& gamma,
@@ -364,8 +386,25 @@ Status CudaBackend::batch_norm_inference_forward(const TensorView& x, const Tens
                                             {"running_mean", &running_mean},
                                             {"running_var", &running_var}}));
   DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
-  return launch_batch_norm_inference_forward(ctx(), x, gamma, beta, running_mean, running_var, y,
-                                             p);
+  return launch_batch_norm_inference_forward(ctx(), x, gamma, beta, running_mean, running_var, y, p,
+                                             {});
+}
+
+Status CudaBackend::batch_norm_relu_inference_forward(
+    const TensorView& x, const TensorView& gamma, const TensorView& beta,
+    const TensorView& running_mean, const TensorView& running_var, const TensorView& residual,
+    const TensorView& y, const BatchNormParams& p) {
+  constexpr std::string_view op = "batch_norm_relu_inference_forward";
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"beta", &beta},
+                                            {"running_mean", &running_mean},
+                                            {"running_var", &running_var}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
+  const bool add = residual.data != nullptr;
+  if (add) DLPROBE_RETURN_IF_ERROR(need_like(op, "residual", residual, x));
+  return launch_batch_norm_inference_forward(ctx(), x, gamma, beta, running_mean, running_var, y, p,
+                                             {add ? &residual : nullptr, true});
 }
 
 Status CudaBackend::batch_norm_backward(const TensorView& dy, const TensorView& x,
@@ -381,7 +420,27 @@ Status CudaBackend::batch_norm_backward(const TensorView& dy, const TensorView& 
                                             {"dbeta", &dbeta}}));
   DLPROBE_RETURN_IF_ERROR(need_like(op, "dy", dy, x));
   DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
-  return launch_batch_norm_backward(ctx(), dy, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+  return launch_batch_norm_backward(ctx(), dy, nullptr, x, gamma, save_mean, save_invstd, dx,
+                                    dgamma, dbeta);
+}
+
+Status CudaBackend::batch_norm_relu_backward(const TensorView& dy, const TensorView& y,
+                                             const TensorView& x, const TensorView& gamma,
+                                             const TensorView& save_mean,
+                                             const TensorView& save_invstd, const TensorView& dx,
+                                             const TensorView& dgamma, const TensorView& dbeta) {
+  constexpr std::string_view op = "batch_norm_relu_backward";
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"save_mean", &save_mean},
+                                            {"save_invstd", &save_invstd},
+                                            {"dgamma", &dgamma},
+                                            {"dbeta", &dbeta}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "dy", dy, x));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
+  return launch_batch_norm_backward(ctx(), dy, &y, x, gamma, save_mean, save_invstd, dx, dgamma,
+                                    dbeta);
 }
 
 // ---- elementwise, pooling ----

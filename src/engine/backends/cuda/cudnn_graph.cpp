@@ -190,20 +190,22 @@ bool strict_fp32(const ConvSpec& s) {
 }
 
 // Whether an engine with these numerical notes may run `spec`. Never reduced-precision reductions
-// (16-bit partial sums: the engine must accumulate in fp32 as autocast does), nor FFT or Winograd,
-// whose transformed operands carry rounding error well beyond that of a direct sum (in fp16 they
-// are rounded to fp16). Non-deterministic engines only when the spec allows them. Strict fp32
-// also rules out tensor cores (TF32) and down-converted inputs.
+// (16-bit partial sums: the engine must accumulate in fp32 as autocast does). FFT and Winograd,
+// whose transformed operands carry rounding error beyond that of a direct sum, and
+// non-deterministic engines only when the spec allows them. Strict fp32 also rules out tensor
+// cores (TF32) and down-converted inputs.
 bool engine_allowed(const ConvSpec& spec, const std::vector<cudnnBackendNumericalNote_t>& notes) {
   for (cudnnBackendNumericalNote_t n : notes) {
     switch (n) {
       case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+        return false;
       case CUDNN_NUMERICAL_NOTE_FFT:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13:
-        return false;
+        if (!spec.allow_transforms) return false;
+        break;
       case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
         if (spec.deterministic) return false;
         break;
@@ -245,10 +247,11 @@ std::string conv_key(const ConvSpec& s) {
     return fmt::format("{}:[{}]/[{}]@{}", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
                        fmt::join(t.strides, ","), t.alignment);
   };
-  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={} det={}",
+  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={} det={} tr={}",
                      static_cast<int>(s.direction), tensor(s.x), tensor(s.w), tensor(s.y), s.pad[0],
                      s.pad[1], s.stride[0], s.stride[1], s.dilation[0], s.dilation[1],
-                     static_cast<int>(s.compute), s.allow_tf32 ? 1 : 0, s.deterministic ? 1 : 0);
+                     static_cast<int>(s.compute), s.allow_tf32 ? 1 : 0, s.deterministic ? 1 : 0,
+                     s.allow_transforms ? 1 : 0);
 }
 
 Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
