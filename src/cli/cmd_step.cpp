@@ -43,7 +43,7 @@ struct StepFlags {
   std::string output;
   std::string state_output;
   std::string conv_algo = "heuristic";
-  bool nondeterministic = false;
+  std::string conv_engines = "exact";
   double loss_scale = 0.0;  // 0: GradScaler's initial scale
 };
 
@@ -55,7 +55,7 @@ struct Engine {
 // The reference backend on the CPU (in fp64 for Precision::fp64), the CUDA backend on a GPU, as
 // `dlprobe bench` picks them.
 Result<Engine> make_engine(const bench::Device& device, engine::Precision precision,
-                           const StepFlags& f) {
+                           const StepFlags& f, bench::ConvEngines engines) {
   Engine e;
   if (device.kind == DeviceKind::cpu) {
     DLPROBE_ASSIGN_OR_RETURN(e.allocator, memory::CachingAllocator::create(
@@ -75,12 +75,14 @@ Result<Engine> make_engine(const bench::Device& device, engine::Precision precis
   CudaBackendOptions cuda;
   cuda.conv_engine =
       f.conv_algo == "autotune" ? ConvEngineChoice::autotune : ConvEngineChoice::heuristic;
-  cuda.deterministic = !f.nondeterministic;
+  cuda.deterministic = engines != bench::ConvEngines::any;
+  cuda.transform_engines = engines == bench::ConvEngines::any;
   cuda.math_mode = precision == engine::Precision::tf32 ? MathMode::tf32 : MathMode::strict_fp32;
   DLPROBE_ASSIGN_OR_RETURN(e.backend, make_cuda_backend(device.index, *e.allocator, cuda));
   return e;
 #else
   (void)f;
+  (void)engines;
   return error(Errc::unavailable,
                fmt::format("{}: this build has no CUDA backend (configured without "
                            "DLPROBE_WITH_CUDA); use --device cpu",
@@ -191,6 +193,8 @@ Status run_step_command(const StepFlags& f) {
     return invalid_argument(fmt::format(
         "--conv-algo: unknown choice '{}' (expected autotune or heuristic)", f.conv_algo));
   }
+  DLPROBE_ASSIGN_OR_RETURN(const bench::ConvEngines engines,
+                           bench::parse_conv_engines(f.conv_engines, "--conv-engines"));
   if (f.loss_scale != 0.0) {
     if (c.precision != engine::Precision::fp16) {
       return invalid_argument("--loss-scale: only fp16 scales the loss");
@@ -204,7 +208,7 @@ Status run_step_command(const StepFlags& f) {
   c.batch = in.images.shape()[0];
   c.model.image_size = in.images.shape()[2];
 
-  DLPROBE_ASSIGN_OR_RETURN(Engine e, make_engine(device, c.precision, f));
+  DLPROBE_ASSIGN_OR_RETURN(Engine e, make_engine(device, c.precision, f, engines));
   DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
                            engine::TrainingStep::create(c, *e.backend, *e.allocator));
   if (const Status s = step->load_state_dict(weights); !s.is_ok()) {
@@ -294,8 +298,10 @@ Command add_step_command(CLI::App& app) {
   sub->add_option("--conv-algo", flags->conv_algo,
                   "cuDNN engine per convolution: heuristic (cuDNN's first choice) or autotune")
       ->capture_default_str();
-  sub->add_flag("--nondeterministic", flags->nondeterministic,
-                "Let convolution engines that cuDNN marks non-deterministic be chosen");
+  sub->add_option("--conv-engines", flags->conv_engines,
+                  "Convolution engines allowed: exact (deterministic direct sums, the default: "
+                  "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd)")
+      ->capture_default_str();
   sub->add_option("--loss-scale", flags->loss_scale,
                   "fp16: the loss scale of this step (default GradScaler's initial 65536)");
   return {sub, [flags] {

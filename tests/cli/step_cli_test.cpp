@@ -309,6 +309,7 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   expect_error(files("--mode eval"), "unknown mode 'eval'");
   expect_error(files("--layout chwn"), "unknown layout 'chwn'");
   expect_error(files("--conv-algo fastest"), "unknown choice 'fastest'");
+  expect_error(files("--conv-engines fft"), "--conv-engines: unknown choice 'fft'");
   expect_error(files("", "tpu:0"), "unknown device 'tpu:0'");
   expect_error("--device cpu --weights " + weights_ + " --output " + output_, "--input");
   std::remove(bad.c_str());
