@@ -201,10 +201,11 @@ Status run_step_command(const StepFlags& f) {
     }
     c.scaler.init_scale = f.loss_scale;
   }
-  // Every file is read, and every problem with one reported, before any memory is taken.
+  // Every file is read, and every problem with one reported, before any memory is taken; the
+  // small batch file first.
+  DLPROBE_ASSIGN_OR_RETURN(Input in, read_input(f.input));
   DLPROBE_ASSIGN_OR_RETURN(safetensors::File weights, safetensors::read_file(f.weights));
   DLPROBE_ASSIGN_OR_RETURN(c.model.classes, classes_of(weights, f.weights));
-  DLPROBE_ASSIGN_OR_RETURN(Input in, read_input(f.input));
   c.batch = in.images.shape()[0];
   c.model.image_size = in.images.shape()[2];
 

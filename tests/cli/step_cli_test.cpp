@@ -2,13 +2,16 @@
 // out, checked against a TrainingStep run in this process on the same weights and batch.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dlprobe/allocator.h"
 #include "dlprobe/reference_backend.h"
@@ -76,13 +79,12 @@ double scalar(const safetensors::File& f, std::string_view name) {
 }
 
 // ResNet-18 on 32x32 images, batch 4, 10 classes: the smallest real network of the family.
-engine::StepConfig tiny(engine::Precision p = engine::Precision::fp32,
-                        engine::StepMode mode = engine::StepMode::grads) {
+engine::StepConfig tiny(engine::Precision p = engine::Precision::fp32) {
   engine::StepConfig c;
   c.model = {model::Arch::resnet18, 32, 10, false};
   c.batch = 4;
   c.precision = p;
-  c.mode = mode;
+  c.mode = engine::StepMode::grads;
   c.seed = 5;
   return c;
 }
@@ -104,29 +106,44 @@ Rig make_rig(const engine::StepConfig& c) {
   return r;
 }
 
+// The weights and the batch are the same for every test, and the step run in this process is made
+// once when a test first needs it (the sanitizer build runs the reference loops several times
+// slower).
 class StepCliTest : public ::testing::Test {
  protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "step_cli_" + std::to_string(getpid()) + "_");
+    weights_ = new std::string(*dir_ + "weights.safetensors");
+    input_ = new std::string(*dir_ + "input.safetensors");
+    images_ = new HostTensor(HostTensor::random(
+        TensorDesc::make(Shape{4, 3, 32, 32}, DType::fp32).value(), 17, -2.0, 2.0));
+    labels_ = new HostTensor(TensorDesc::make(Shape{4}, DType::int64).value());
+    for (std::int64_t i = 0; i < 4; ++i) labels_->set(i, static_cast<double>((3 * i + 1) % 10));
+    write_input(*input_, {file_tensor("images", *images_), file_tensor("labels", *labels_)});
+    // Weights: the engine's own seeded initialisation as a state dict file (what PyTorch's
+    // save_file holds: the same names, shapes and dtypes).
+    const Rig init = make_rig(tiny());
+    ASSERT_TRUE(safetensors::write_file(*weights_, init.step->state_dict().value()).is_ok());
+  }
+  static void TearDownTestSuite() {
+    std::remove(weights_->c_str());
+    std::remove(input_->c_str());
+    delete direct_;
+    direct_ = nullptr;
+    delete images_;
+    delete labels_;
+    delete weights_;
+    delete input_;
+    delete dir_;
+  }
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "step_cli_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_";
-    weights_ = dir_ + "weights.safetensors";
-    input_ = dir_ + "input.safetensors";
-    output_ = dir_ + "output.safetensors";
-    // Weights: the engine's own seeded initialisation, as a state dict file (what PyTorch's
-    // save_file would hold: same names, shapes and dtypes).
-    Rig init = make_rig(tiny());
-    safetensors::File weights = init.step->state_dict().value();
-    ASSERT_TRUE(safetensors::write_file(weights_, weights).is_ok());
-    images_ = HostTensor::random(TensorDesc::make(Shape{4, 3, 32, 32}, DType::fp32).value(), 17,
-                                 -2.0, 2.0);
-    labels_ = HostTensor(TensorDesc::make(Shape{4}, DType::int64).value());
-    for (std::int64_t i = 0; i < 4; ++i) labels_.set(i, static_cast<double>((3 * i + 1) % 10));
-    write_input(input_, {file_tensor("images", images_), file_tensor("labels", labels_)});
+    output_ = *dir_ + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+              "_output.safetensors";
+    bad_ = *dir_ + "bad.safetensors";
   }
   void TearDown() override {
-    for (const char* name : {"weights", "input", "output", "state", "bad"}) {
-      std::remove((dir_ + name + ".safetensors").c_str());
-    }
+    std::remove(output_.c_str());
+    std::remove(bad_.c_str());
   }
 
   static void write_input(const std::string& path, std::vector<safetensors::Tensor> tensors) {
@@ -136,20 +153,29 @@ class StepCliTest : public ::testing::Test {
   }
 
   std::string files(const std::string& extra = "", const std::string& device = "cpu") const {
-    return "--device " + device + " --model resnet18 --weights " + weights_ + " --input " + input_ +
-           " --output " + output_ + " " + extra;
+    return "--device " + device + " --model resnet18 --weights " + *weights_ + " --input " +
+           *input_ + " --output " + output_ + " " + extra;
   }
 
-  // The same step run here: weights from the file, the same batch, logits kept.
-  Rig direct(engine::Precision p, engine::StepMode mode = engine::StepMode::grads,
-             Layout layout = Layout::nchw, double loss_scale = 65536.0) const {
-    engine::StepConfig c = tiny(p, mode);
+  // The fp32 step run here from the weights file on the batch, logits kept, and its loss.
+  static engine::TrainingStep& direct_fp32() {
+    if (direct_ == nullptr) {
+      direct_ = new Rig(direct(engine::Precision::fp32));
+      EXPECT_TRUE(direct_->step->keep_logits().is_ok());
+      direct_loss_ = direct_->step->run_step().value().loss;
+    }
+    return *direct_->step;
+  }
+
+  // The same step planned here from the weights file, on the same batch, logits not yet kept.
+  static Rig direct(engine::Precision p, Layout layout = Layout::nchw,
+                    double loss_scale = 65536.0) {
+    engine::StepConfig c = tiny(p);
     c.layout = layout;
     c.scaler.init_scale = loss_scale;
     Rig r = make_rig(c);
-    EXPECT_TRUE(r.step->load_state_dict(safetensors::read_file(weights_).value()).is_ok());
-    EXPECT_TRUE(r.step->set_input(images_, labels_).is_ok());
-    EXPECT_TRUE(r.step->keep_logits().is_ok());
+    EXPECT_TRUE(r.step->load_state_dict(safetensors::read_file(*weights_).value()).is_ok());
+    EXPECT_TRUE(r.step->set_input(*images_, *labels_).is_ok());
     return r;
   }
 
@@ -161,13 +187,24 @@ class StepCliTest : public ::testing::Test {
                                                         << r.output;
   }
 
-  std::string dir_;
-  std::string weights_;
-  std::string input_;
+  static std::string* dir_;
+  static std::string* weights_;
+  static std::string* input_;
+  static HostTensor* images_;
+  static HostTensor* labels_;
+  static Rig* direct_;
+  static double direct_loss_;
   std::string output_;
-  HostTensor images_;
-  HostTensor labels_;
+  std::string bad_;
 };
+
+std::string* StepCliTest::dir_ = nullptr;
+std::string* StepCliTest::weights_ = nullptr;
+std::string* StepCliTest::input_ = nullptr;
+HostTensor* StepCliTest::images_ = nullptr;
+HostTensor* StepCliTest::labels_ = nullptr;
+Rig* StepCliTest::direct_ = nullptr;
+double StepCliTest::direct_loss_ = 0.0;
 
 TEST_F(StepCliTest, WritesWhatADirectStepComputes) {
   const CliRun cli = run_cli(files());
@@ -178,25 +215,25 @@ TEST_F(StepCliTest, WritesWhatADirectStepComputes) {
   EXPECT_EQ(out.metadata.at("mode"), "grads");
   EXPECT_EQ(out.metadata.at("device"), "cpu");
 
-  Rig r = direct(engine::Precision::fp32);
-  const engine::StepResult res = r.step->run_step().value();
   // Same code, same inputs, a deterministic backend: the same bits.
-  EXPECT_EQ(scalar(out, "loss"), res.loss);
+  engine::TrainingStep& step = direct_fp32();
+  EXPECT_EQ(scalar(out, "loss"), direct_loss_);
   EXPECT_EQ(scalar(out, "loss_scale"), 1.0);
   const safetensors::Tensor* logits = out.find("logits");
   ASSERT_NE(logits, nullptr);
   EXPECT_EQ(logits->dtype, DType::fp32);
   EXPECT_EQ(logits->shape, (std::vector<std::int64_t>{4, 10}));
-  EXPECT_EQ(logits->data, file_tensor("logits", r.step->logits().value()).data);
+  const HostTensor kept = step.logits().value();
+  EXPECT_EQ(logits->data, file_tensor("logits", kept).data);
   int gradients = 0;
-  for (const model::StateEntry& e : r.step->model().state()) {
+  for (const model::StateEntry& e : step.model().state()) {
     const safetensors::Tensor* g = out.find(e.name);
     if (!model::is_parameter(e.kind)) {
       EXPECT_EQ(g, nullptr) << e.name << " is no parameter";
       continue;
     }
     ASSERT_NE(g, nullptr) << e.name;
-    const HostTensor want = r.step->gradient(e.name).value().to_layout(Layout::nchw);
+    const HostTensor want = step.gradient(e.name).value().to_layout(Layout::nchw);
     EXPECT_EQ(g->data, file_tensor(e.name, want).data) << e.name;
     ++gradients;
   }
@@ -204,35 +241,33 @@ TEST_F(StepCliTest, WritesWhatADirectStepComputes) {
   EXPECT_EQ(out.tensors.size(), static_cast<std::size_t>(gradients) + 3);
   EXPECT_NE(cli.output.find("wrote logits, loss and 62 gradients"), std::string::npos)
       << cli.output;
-}
 
-TEST_F(StepCliTest, LogitsAreWhatTheLossRead) {
-  ASSERT_EQ(run_cli(files()).exit_code, 0);
-  const safetensors::File out = safetensors::read_file(output_).value();
-  const HostTensor logits = host_tensor(*out.find("logits"));
+  // The logits are what the loss read: their cross-entropy is the loss.
+  const HostTensor l = host_tensor(*logits);
   double loss = 0;
   for (std::int64_t n = 0; n < 4; ++n) {
     double top = -INFINITY;
-    for (std::int64_t k = 0; k < 10; ++k) top = std::max(top, logits.get(n * 10 + k));
+    for (std::int64_t k = 0; k < 10; ++k) top = std::max(top, l.get(n * 10 + k));
     double sum = 0;
-    for (std::int64_t k = 0; k < 10; ++k) sum += std::exp(logits.get(n * 10 + k) - top);
-    loss += top + std::log(sum) - logits.get(n * 10 + static_cast<std::int64_t>(labels_.get(n)));
+    for (std::int64_t k = 0; k < 10; ++k) sum += std::exp(l.get(n * 10 + k) - top);
+    loss += top + std::log(sum) - l.get(n * 10 + static_cast<std::int64_t>(labels_->get(n)));
   }
   loss /= 4;
-  EXPECT_NEAR(scalar(out, "loss"), loss, 1e-6 * std::abs(loss));
   EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_NEAR(scalar(out, "loss"), loss, 1e-6 * std::abs(loss));
 }
 
-TEST_F(StepCliTest, LogitsAreNaNUntilAStepRuns) {
+TEST_F(StepCliTest, LogitsOnlyWhenKeptAndNaNUntilAStepRuns) {
   Rig r = direct(engine::Precision::fp32);
+  EXPECT_FALSE(r.step->logits().has_value());
+  const std::size_t calls = r.step->calls().size();
+  ASSERT_TRUE(r.step->keep_logits().is_ok());
+  EXPECT_EQ(r.step->calls().size(), calls + 1);  // one copy after the loss read them
+  ASSERT_TRUE(r.step->keep_logits().is_ok());
+  EXPECT_EQ(r.step->calls().size(), calls + 1);
   const HostTensor before = r.step->logits().value();
+  EXPECT_EQ(before.shape(), (Shape{4, 10}));
   for (std::int64_t i = 0; i < before.numel(); ++i) EXPECT_TRUE(std::isnan(before.get(i)));
-  ASSERT_TRUE(r.step->run_step().has_value());
-  const HostTensor after = r.step->logits().value();
-  for (std::int64_t i = 0; i < after.numel(); ++i) EXPECT_TRUE(std::isfinite(after.get(i)));
-
-  Rig plain = make_rig(tiny());
-  EXPECT_FALSE(plain.step->logits().has_value());
 }
 
 // fp16 grads mode keeps the gradients multiplied by the loss scale, as after
@@ -244,10 +279,8 @@ TEST_F(StepCliTest, Fp16GradientsStayScaled) {
   const safetensors::File out = safetensors::read_file(output_).value();
   EXPECT_EQ(scalar(out, "loss_scale"), 1024.0);
   EXPECT_EQ(out.metadata.at("layout"), "nhwc");
-  Rig r = direct(engine::Precision::fp16, engine::StepMode::grads, Layout::nchw, 1024.0);
+  Rig r = direct(engine::Precision::fp16, Layout::nchw, 1024.0);
   ASSERT_TRUE(r.step->run_step().has_value());
-  Rig fp32 = direct(engine::Precision::fp32);
-  ASSERT_TRUE(fp32.step->run_step().has_value());
   for (const std::string name : {"fc.weight", "layer2.0.conv1.weight", "conv1.weight"}) {
     const HostTensor cli = host_tensor(*out.find(name));
     const HostTensor nchw = r.step->gradient(name).value().to_layout(Layout::nchw);
@@ -262,7 +295,7 @@ TEST_F(StepCliTest, Fp16GradientsStayScaled) {
   // fc's gradient (dlogits^T features) is well conditioned: 1024 times fp32's, up to fp16's
   // rounding. Deeper layers differ from fp32 by more (BN over 4 values in layer4 at 32x32).
   const HostTensor fc = host_tensor(*out.find("fc.weight"));
-  const HostTensor unscaled = fp32.step->gradient("fc.weight").value();
+  const HostTensor unscaled = direct_fp32().gradient("fc.weight").value();
   double dot = 0;
   double fp32_norm = 0;
   for (std::int64_t i = 0; i < fc.numel(); ++i) {
@@ -270,12 +303,10 @@ TEST_F(StepCliTest, Fp16GradientsStayScaled) {
     fp32_norm += std::pow(unscaled.get(i), 2);
   }
   EXPECT_NEAR(dot / fp32_norm, 1024.0, 1024.0 * 2e-2);
-  expect_error(files("--loss-scale 1024"), "only fp16 scales the loss");
-  expect_error(files("--precision fp16 --loss-scale -1"), "init scale -1 must be > 0");
 }
 
 TEST_F(StepCliTest, Fp64OnTheCpuAndTheStateAfterTheStep) {
-  const std::string state = dir_ + "state.safetensors";
+  const std::string state = *dir_ + "state.safetensors";
   ASSERT_EQ(run_cli(files("--precision fp64 --state-output " + state)).exit_code, 0);
   const safetensors::File out = safetensors::read_file(output_).value();
   EXPECT_EQ(out.find("logits")->dtype, DType::fp64);
@@ -291,6 +322,7 @@ TEST_F(StepCliTest, Fp64OnTheCpuAndTheStateAfterTheStep) {
   double moved = 0;
   for (std::int64_t i = 0; i < mean.numel(); ++i) moved += std::abs(mean.get(i));
   EXPECT_GT(moved, 0.0);
+  std::remove(state.c_str());
 }
 
 TEST_F(StepCliTest, InferModeWritesNoGradients) {
@@ -302,37 +334,48 @@ TEST_F(StepCliTest, InferModeWritesNoGradients) {
 }
 
 TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
-  const std::string bad = dir_ + "bad.safetensors";
-  const std::string with_bad_input = "--device cpu --model resnet18 --weights " + weights_ +
+  const std::string& bad = bad_;
+  const std::string with_bad_input = "--device cpu --model resnet18 --weights " + *weights_ +
                                      " --input " + bad + " --output " + output_;
+  const std::string with_bad_weights = "--device cpu --model resnet18 --weights " + bad +
+                                       " --input " + *input_ + " --output " + output_;
   expect_error(files("--precision fp8"), "unknown precision 'fp8'");
   expect_error(files("--mode eval"), "unknown mode 'eval'");
   expect_error(files("--layout chwn"), "unknown layout 'chwn'");
   expect_error(files("--conv-algo fastest"), "unknown choice 'fastest'");
   expect_error(files("--conv-engines fft"), "--conv-engines: unknown choice 'fft'");
   expect_error(files("", "tpu:0"), "unknown device 'tpu:0'");
-  expect_error("--device cpu --weights " + weights_ + " --output " + output_, "--input");
-  std::remove(bad.c_str());
+  expect_error(files("--precision fp64", "cuda:0"), "fp64 runs on --device cpu only");
+  expect_error(files("--loss-scale 1024"), "only fp16 scales the loss");
+  expect_error(files("--precision fp16 --loss-scale -1"), "init scale -1 must be > 0");
+  expect_error("--device cpu --weights " + *weights_ + " --output " + output_, "--input");
   expect_error(with_bad_input, "cannot open");
-  // A state dict for another model names the tensor that does not fit.
-  expect_error("--device cpu --model resnet34 --weights " + weights_ + " --input " + input_ +
-                   " --output " + output_,
-               "missing tensor 'layer1.2.conv1.weight'");
-  expect_error("--device cpu --model resnet18 --weights " + input_ + " --input " + input_ +
+  // A folder opens but does not read.
+  expect_error("--device cpu --model resnet18 --weights " + *weights_ + " --input " +
+                   ::testing::TempDir() + " --output " + output_,
+               "cannot read");
+
+  // Weights that do not fit the model name the tensor.
+  expect_error("--device cpu --model resnet18 --weights " + *input_ + " --input " + *input_ +
                    " --output " + output_,
                "no 'fc.weight'");
+  safetensors::File weights = safetensors::read_file(*weights_).value();
+  std::erase_if(weights.tensors,
+                [](const safetensors::Tensor& t) { return t.name == "layer1.1.conv1.weight"; });
+  ASSERT_TRUE(safetensors::write_file(bad, weights).is_ok());
+  expect_error(with_bad_weights, "missing tensor 'layer1.1.conv1.weight'");
 
-  write_input(bad, {file_tensor("images", images_)});
+  write_input(bad, {file_tensor("images", *images_)});
   expect_error(with_bad_input, "no tensor named 'labels'");
   const HostTensor wide =
       HostTensor::random(TensorDesc::make(Shape{4, 3, 32, 16}, DType::fp32).value(), 1);
-  write_input(bad, {file_tensor("images", wide), file_tensor("labels", labels_)});
+  write_input(bad, {file_tensor("images", wide), file_tensor("labels", *labels_)});
   expect_error(with_bad_input, "expected a floating [N, 3, H, H] tensor");
-  write_input(bad, {file_tensor("images", images_), file_tensor("labels", images_)});
+  write_input(bad, {file_tensor("images", *images_), file_tensor("labels", *images_)});
   expect_error(with_bad_input, "'labels' is F32 [4, 3, 32, 32], expected an integer [4] tensor");
-  HostTensor big = labels_.to_dtype(DType::int64).value();
+  HostTensor big = labels_->to_dtype(DType::int64).value();
   big.set(2, 10.0);
-  write_input(bad, {file_tensor("images", images_), file_tensor("labels", big)});
+  write_input(bad, {file_tensor("images", *images_), file_tensor("labels", big)});
   expect_error(with_bad_input, "label 10 of sample 2 is outside [0, 10)");
   // One image of 16x16 leaves layer3's batch norm a single value per channel.
   const HostTensor one =
@@ -341,7 +384,6 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   one_label.set(0, 1.0);
   write_input(bad, {file_tensor("images", one), file_tensor("labels", one_label)});
   expect_error(with_bad_input, "cannot take 16x16");
-  expect_error(files("--precision fp64", "cuda:0"), "fp64 runs on --device cpu only");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -252,19 +253,21 @@ TEST(RunWorkload, HostCpuOverTheMeasuredSteps) {
   auto o = options({"--spin-ms", "1500", "--steps", "30", "--step-ms", "30"});
   o.nvml = open_fake();
   ASSERT_TRUE(o.nvml);
-  RunResult r = run_ok(o);
-  ASSERT_TRUE(r.host.busiest_process_median_pct && r.host.cpu_max_pct);
-  EXPECT_LT(*r.host.busiest_process_median_pct, 20.0);
-  EXPECT_GT(*r.host.cpu_max_pct, 40.0);  // the start-up was seen
-  EXPECT_FALSE(has_finding(r, "host_bound"));
-  EXPECT_TRUE(has_finding(r, "gpu_underused"));
+  const RunResult idle = run_ok(o);
+  ASSERT_TRUE(idle.host.busiest_process_median_pct && idle.host.cpu_max_pct);
+  EXPECT_LT(*idle.host.busiest_process_median_pct, 10.0);
+  EXPECT_GT(*idle.host.cpu_max_pct, 40.0);  // the start-up was seen
+  EXPECT_FALSE(has_finding(idle, "host_bound"));
+  EXPECT_TRUE(has_finding(idle, "gpu_underused"));
 
-  // Steps that keep the CPU busy show in the same figure.
+  // Steps that keep the CPU busy show in the same figure (a sanitizer build under parallel tests
+  // gave the spinning process a quarter of a core).
   o = options({"--steps", "30", "--step-ms", "30", "--busy"});
   o.nvml = open_fake();
-  r = run_ok(o);
-  ASSERT_TRUE(r.host.busiest_process_median_pct);
-  EXPECT_GT(*r.host.busiest_process_median_pct, 40.0);
+  const RunResult busy = run_ok(o);
+  ASSERT_TRUE(busy.host.busiest_process_median_pct);
+  EXPECT_GT(*busy.host.busiest_process_median_pct,
+            std::max(10.0, 2.0 * *idle.host.busiest_process_median_pct));
 }
 
 TEST(RunWorkload, NewGpuProcessOutsideTheTree) {
