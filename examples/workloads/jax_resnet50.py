@@ -72,7 +72,7 @@ def main():
 
     dtype = jnp.bfloat16 if args.precision == "bf16" else jnp.float32
     if args.precision == "fp32":
-        # XLA's default lets fp32 convolutions and products use TF32 (or bf16 passes) on GPUs.
+        # XLA's default precision lets fp32 convolutions and products run on TF32 tensor cores.
         jax.config.update("jax_default_matmul_precision", "highest")
     model = ResNet50(dtype=dtype)
     key = jax.random.PRNGKey(0)
@@ -99,8 +99,8 @@ def main():
         return params, new_stats, momentum, loss
 
     dev = jax.devices()[0]
-    prealloc = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() not in ("false",
-                                                                                       "0")
+    prealloc = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower()
+    prealloc = prealloc not in ("false", "0")
     emit(framework="jax", model="resnet50", precision=args.precision, channels_last=True,
          warmup_steps=args.warmup, batch=args.batch)
     measured = 0.0
