@@ -120,6 +120,13 @@ class Backend {
   // From the forward's output y: the gradient passes where y > 0.
   virtual Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) = 0;
 
+  // (optional) dx = a + b where y > 0, else 0: a ReLU's backward from a gradient that arrives as
+  // two terms (ResNet's block output feeds the next block and its shortcut). Planned only where
+  // fuses_relu_backward_add() is true; the default refuses.
+  virtual bool fuses_relu_backward_add() const { return false; }
+  virtual Status relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                                   const TensorView& dx);
+
   virtual Status max_pool2d_forward(const TensorView& x, const TensorView& y,
                                     const MaxPool2dParams& p) = 0;
   virtual Status max_pool2d_backward(const TensorView& dy, const TensorView& x, const TensorView& y,

@@ -101,6 +101,7 @@ enum class CallKind : std::uint8_t {
   batch_norm_relu_backward,           // ReLU's mask and batch norm's backward in one call
   relu_forward,
   relu_backward,
+  relu_backward_add,  // a ReLU's backward from a gradient that arrives as two terms
   max_pool_forward,
   max_pool_backward,
   add,

@@ -53,4 +53,9 @@ Status Backend::batch_norm_relu_backward(const TensorView&, const TensorView&, c
   return no_fusion(*this, "batch_norm_relu_backward");
 }
 
+Status Backend::relu_backward_add(const TensorView&, const TensorView&, const TensorView&,
+                                  const TensorView&) {
+  return no_fusion(*this, "relu_backward_add");
+}
+
 }  // namespace dlprobe

@@ -156,6 +156,8 @@ std::string_view call_kind_name(CallKind kind) {
       return "relu_forward";
     case CallKind::relu_backward:
       return "relu_backward";
+    case CallKind::relu_backward_add:
+      return "relu_backward_add";
     case CallKind::max_pool_forward:
       return "max_pool_forward";
     case CallKind::max_pool_backward:
@@ -410,7 +412,14 @@ class Planner {
     Buffer* a = cur;
     emit(layer + ".grad_accumulate", CallKind::add, layer, {a, g, out},
          [&be = be_, a, g, out] { return be.add(a->view, g->view, out->view); });
+    last_sum_ = {drafts_.size() - 1, a, g, out};
     cur = out;
+  }
+  // Whether `dy` is the sum the last draft made, with nothing else holding it: a ReLU's backward
+  // can then take the two terms itself and the sum is dropped.
+  bool pending_sum(Buffer* dy) {
+    const bool last = !drafts_.empty() && last_sum_.draft == drafts_.size() - 1;
+    return last && last_sum_.out == dy && sharers_[dy] == 1;
   }
   void release_grad(int v) {
     Buffer*& cur = grad_[static_cast<std::size_t>(v)];
@@ -449,7 +458,14 @@ class Planner {
   std::vector<Buffer*> grad_;
   std::map<Buffer*, int> sharers_;
   enum class Fusion : std::uint8_t { none, relu, add_relu };
-  std::vector<Fusion> fusion_;       // per layer: what a batch norm takes in
+  std::vector<Fusion> fusion_;  // per layer: what a batch norm takes in
+  struct Sum {
+    std::size_t draft = static_cast<std::size_t>(-1);
+    Buffer* a = nullptr;
+    Buffer* b = nullptr;
+    Buffer* out = nullptr;
+  };
+  Sum last_sum_;                     // the latest gradient accumulation contribute() emitted
   std::vector<bool> folded_;         // per layer: a ReLU or add run inside the batch norm before it
   Buffer* logits_master_ = nullptr;  // the fp32 logits the loss reads
 };
@@ -783,8 +799,20 @@ Status Planner::backward(const model::Layer& l, std::size_t i) {
       Buffer* y = value_[out];
       // Shaped like y: under add+ReLU fusion the input (the sum) was never stored.
       Buffer* dx = s_.transient(y->view.desc, Category::temporaries, name);
-      emit(name + ".backward", CallKind::relu_backward, name, {dy, y, dx},
-           [&be = be_, dy, y, dx] { return be.relu_backward(dy->view, y->view, dx->view); });
+      if (s_.config.fuse && be_.fuses_relu_backward_add() && pending_sum(dy)) {
+        // ResNet's block output feeds the next block and its shortcut, so its gradient arrives
+        // as a sum: one pass adds and masks instead of writing the sum and reading it back.
+        drafts_.pop_back();
+        Buffer* a = last_sum_.a;
+        Buffer* b = last_sum_.b;
+        emit(name + ".backward+grad_accumulate", CallKind::relu_backward_add, name, {a, b, y, dx},
+             [&be = be_, a, b, y, dx] {
+               return be.relu_backward_add(a->view, b->view, y->view, dx->view);
+             });
+      } else {
+        emit(name + ".backward", CallKind::relu_backward, name, {dy, y, dx},
+             [&be = be_, dy, y, dx] { return be.relu_backward(dy->view, y->view, dx->view); });
+      }
       contribute(l.inputs[0], dx, name);
       break;
     }

@@ -257,7 +257,7 @@ TEST(CudaBatchNorm, FusedBackwardMatchesReference) {
 TEST(CudaElementwise, ReluAddCastFill) {
   auto& backend = CudaEnv::backend();
   std::uint64_t seed = 4000;
-  // 2*3*7*11 = 462 elements: not a multiple of 4, so the vector loop leaves a tail.
+  // 2*3*7*11 = 462 elements: not a multiple of the 16-byte pack, so the packed loop leaves a tail.
   const Shape s{2, 3, 7, 11};
   for (DType t : kActivationTypes) {
     for (Layout l : kLayouts) {
@@ -276,6 +276,16 @@ TEST(CudaElementwise, ReluAddCastFill) {
       ASSERT_TRUE(backend.relu_backward(dother.view(), y.view(), dx.view()).is_ok());
       EXPECT_TRUE(matches(to_host(dx), reference::relu_backward<double>(f64(other), y_ref).value()))
           << "relu backward";
+
+      // The ReLU's backward from two gradient terms, summed and masked in one pass.
+      const HostTensor third = rand(s, ++seed, t, l);
+      const DeviceTensor dthird = to_device(third);
+      DeviceTensor dx2 = device_output(x.desc());
+      ASSERT_TRUE(
+          backend.relu_backward_add(dother.view(), dthird.view(), y.view(), dx2.view()).is_ok());
+      const HostTensor terms = reference::add<double>(f64(other), f64(third)).value();
+      EXPECT_TRUE(matches(to_host(dx2), reference::relu_backward<double>(terms, y_ref).value()))
+          << "relu backward of a sum";
 
       DeviceTensor sum = device_output(x.desc());
       ASSERT_TRUE(backend.add(dxin.view(), dother.view(), sum.view()).is_ok());

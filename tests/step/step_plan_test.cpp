@@ -48,7 +48,9 @@ TEST(StepPlanTest, CallListNamesEveryOpAndPairsAllocationsWithFrees) {
 // ResNet-18: the stem's BN and each block's first BN take their ReLU (9); each block's last BN
 // before the sum takes the add and the ReLU (8: bn2, or downsample.1 where the shortcut projects);
 // the 3 blocks with a projection keep bn2 plain. Backward: the 9 BN+ReLU pairs fuse; the ReLUs
-// after a sum stay, since the sum's gradient also flows down the shortcut.
+// after a sum stay apart (the sum's gradient also flows down the shortcut), and 7 of them take in
+// the sum of their own gradient's two terms (next block and its shortcut); the last block's ReLU
+// feeds only the pooling, and the max pool's gradient sum stays an add.
 TEST(StepPlanTest, FusesBatchNormWithReluAndResidualAdd) {
   StepConfig c = tiny_config();
   testing::Rig r = make_rig(c);
@@ -62,10 +64,12 @@ TEST(StepPlanTest, FusesBatchNormWithReluAndResidualAdd) {
   EXPECT_EQ(kinds[CallKind::batch_norm_train_forward], 3);
   EXPECT_EQ(kinds[CallKind::batch_norm_relu_train_forward], 17);
   EXPECT_EQ(kinds[CallKind::relu_forward], 0);
-  EXPECT_EQ(kinds[CallKind::add], 8);  // gradient sums at the shortcuts, none forward
+  EXPECT_EQ(kinds[CallKind::add], 1);
   EXPECT_EQ(kinds[CallKind::batch_norm_relu_backward], 9);
   EXPECT_EQ(kinds[CallKind::batch_norm_backward], 11);
-  EXPECT_EQ(kinds[CallKind::relu_backward], 8);
+  EXPECT_EQ(kinds[CallKind::relu_backward_add], 7);
+  EXPECT_EQ(kinds[CallKind::relu_backward], 1);
+  EXPECT_EQ(names["layer1.0.relu2.backward+grad_accumulate"], 1);
   EXPECT_EQ(names["bn1.forward+relu"], 1);
   EXPECT_EQ(names["layer1.0.bn2.forward+add+relu"], 1);
   EXPECT_EQ(names["layer2.0.downsample.1.forward+add+relu"], 1);

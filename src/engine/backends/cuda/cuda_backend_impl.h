@@ -108,6 +108,9 @@ class CudaBackend final : public Backend {
                                   const TensorView& gamma, const TensorView& save_mean,
                                   const TensorView& save_invstd, const TensorView& dx,
                                   const TensorView& dgamma, const TensorView& dbeta) override;
+  bool fuses_relu_backward_add() const override { return true; }
+  Status relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                           const TensorView& dx) override;
   Status relu_forward(const TensorView& x, const TensorView& y) override;
   Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) override;
   Status max_pool2d_forward(const TensorView& x, const TensorView& y,

@@ -91,8 +91,10 @@ enum class EngineChoice {
   autotune,   // time every candidate that finalizes and keep the fastest
 };
 
-// Runs one candidate plan once on real buffers so autotuning can time it (returns its time in ms).
-using PlanTimer = std::function<Result<float>(const ExecutionPlan&)>;
+// Times one candidate plan on real buffers for autotuning (its time in ms). `best_ms` is the
+// fastest so far (infinity at first): a candidate clearly slower on its first run need not be
+// run again.
+using PlanTimer = std::function<Result<float>(const ExecutionPlan&, float best_ms)>;
 
 // Builds the operation graph for `spec` and returns an execution plan. With autotune, `timer`
 // measures each candidate; candidates whose workspace exceeds `max_workspace_bytes` are skipped.

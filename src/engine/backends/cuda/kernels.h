@@ -31,6 +31,9 @@ Status launch_cast(const KernelContext& ctx, const TensorView& src, const Tensor
 Status launch_relu_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y);
 Status launch_relu_backward(const KernelContext& ctx, const TensorView& dy, const TensorView& y,
                             const TensorView& dx);
+// dx = a + b where y > 0, else 0.
+Status launch_relu_backward_add(const KernelContext& ctx, const TensorView& a, const TensorView& b,
+                                const TensorView& y, const TensorView& dx);
 Status launch_add(const KernelContext& ctx, const TensorView& a, const TensorView& b,
                   const TensorView& y);
 

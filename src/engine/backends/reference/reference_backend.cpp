@@ -488,6 +488,17 @@ class ReferenceBackend final : public Backend {
     return store(std::move(out.dbeta), dbeta);
   }
 
+  bool fuses_relu_backward_add() const override { return true; }
+  Status relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                           const TensorView& dx) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor at, load_as<T>(a));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor bt, load_as<T>(b));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor sum, reference::add<T>(at, bt));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor yt, load_as<T>(y));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::relu_backward<T>(sum, yt));
+    return store(std::move(out), dx);
+  }
+
   Status relu_forward(const TensorView& x, const TensorView& y) override {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::relu_forward<T>(xt));
