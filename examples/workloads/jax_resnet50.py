@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""ResNet-50 training steps in JAX/Flax (linen) with bf16 compute on synthetic on-device input,
-printing the dlprobe line protocol (docs/external.md).
+"""ResNet-50 training steps in JAX/Flax (linen), bf16 (or fp32) compute on synthetic on-device
+input, printing the dlprobe line protocol (docs/external.md).
 
-    dlprobe run -- python3 jax_resnet50.py --batch 256
+    dlprobe run -- python3 jax_resnet50.py --batch 256 [--precision fp32]
 
 JAX preallocates 75% of the GPU at start unless XLA_PYTHON_CLIENT_PREALLOCATE=false; dlprobe run
 reports that (memory_preallocated) and reads the real peak from the figures printed here.
@@ -10,6 +10,7 @@ reports that (memory_preallocated) and reads the real peak from the figures prin
 import argparse
 import functools
 import json
+import os
 import sys
 import time
 
@@ -64,12 +65,19 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                   help="bf16 activations and convolutions (fp32 parameters), or fp32 throughout "
+                        "with full-precision matrix products (no TF32)")
     args = p.parse_args()
 
-    model = ResNet50()
+    dtype = jnp.bfloat16 if args.precision == "bf16" else jnp.float32
+    if args.precision == "fp32":
+        # XLA's default precision lets fp32 convolutions and products run on TF32 tensor cores.
+        jax.config.update("jax_default_matmul_precision", "highest")
+    model = ResNet50(dtype=dtype)
     key = jax.random.PRNGKey(0)
     # NHWC, XLA's layout for GPU convolutions.
-    x = jax.random.normal(key, (args.batch, args.image_size, args.image_size, 3), jnp.bfloat16)
+    x = jax.random.normal(key, (args.batch, args.image_size, args.image_size, 3), dtype)
     y = jax.random.randint(key, (args.batch,), 0, 1000)
     variables = model.init(key, x[:1], train=False)
     params, stats = variables["params"], variables["batch_stats"]
@@ -91,28 +99,37 @@ def main():
         return params, new_stats, momentum, loss
 
     dev = jax.devices()[0]
-    emit(framework="jax", model="resnet50", precision="bf16", channels_last=True,
+    prealloc = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower()
+    prealloc = prealloc not in ("false", "0")
+    emit(framework="jax", model="resnet50", precision=args.precision, channels_last=True,
          warmup_steps=args.warmup, batch=args.batch)
+    measured = 0.0
     try:
         for i in range(args.warmup + args.steps):
             t0 = time.perf_counter()
             params, stats, momentum, loss = train_step(params, stats, momentum, x, y)
             loss.block_until_ready()
             dt = time.perf_counter() - t0
+            if i >= args.warmup:
+                measured += dt
             mem = dev.memory_stats() or {}
             fields = dict(step=i, step_time_s=dt, data_time_s=0.0, batch=args.batch,
                           warmup=i < args.warmup)
             if "peak_bytes_in_use" in mem:
                 fields["framework_peak_bytes"] = mem["peak_bytes_in_use"]
-            if "bytes_reserved" in mem:
-                fields["framework_reserved_bytes"] = mem["bytes_reserved"]
-            elif "bytes_limit" in mem:
-                fields["framework_reserved_bytes"] = mem["bytes_limit"]
+            # bytes_reserved counts a separate reservation that XLA's default (BFC) allocator
+            # leaves at 0; preallocating, the allocator holds its whole pool, bytes_limit.
+            reserved = mem.get("bytes_reserved") or (mem.get("bytes_limit") if prealloc else None)
+            if reserved:
+                fields["framework_reserved_bytes"] = reserved
             emit(**fields)
     except Exception as e:  # XlaRuntimeError's module moved between jaxlib versions
         if "RESOURCE_EXHAUSTED" in str(e):
             emit(oom=True, framework="jax", message=str(e).splitlines()[0])
         raise
+    # The script's own figure, for checking the one dlprobe computes from the steps.
+    if args.steps > 0 and measured > 0:
+        emit(images_per_s=args.batch * args.steps / measured)
     emit(end=True)
     return 0
 

@@ -70,12 +70,20 @@ def main():
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--memory-fraction", type=float,
+                   help="cap PyTorch's allocator at this share of the GPU "
+                        "(torch.cuda.set_per_process_memory_fraction): a smaller card, to find "
+                        "where it runs out of memory")
     args = p.parse_args()
+    if args.memory_fraction is not None and not 0 < args.memory_fraction <= 1:
+        p.error("--memory-fraction must be in (0, 1]")
 
     if not torch.cuda.is_available():
         print("pytorch_resnet50.py: no CUDA device", file=sys.stderr)
         return 2
     dev = torch.device("cuda")
+    if args.memory_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(args.memory_fraction, dev)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = ResNet50().to(dev, memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -101,6 +109,7 @@ def main():
         scaler.update()
 
     torch.cuda.reset_peak_memory_stats()
+    measured = 0.0
     try:
         for i in range(args.warmup + args.steps):
             torch.cuda.synchronize()
@@ -108,6 +117,8 @@ def main():
             step()
             torch.cuda.synchronize()
             dt = time.perf_counter() - t0
+            if i >= args.warmup:
+                measured += dt
             # Input is synthetic and already on the GPU: no step waits for data.
             emit(step=i, step_time_s=dt, data_time_s=0.0, batch=args.batch,
                  warmup=i < args.warmup,
@@ -116,6 +127,9 @@ def main():
     except torch.OutOfMemoryError as e:
         emit(oom=True, framework="pytorch", message=str(e).splitlines()[0])
         raise
+    # The script's own figure, for checking the one dlprobe computes from the steps.
+    if args.steps > 0 and measured > 0:
+        emit(images_per_s=args.batch * args.steps / measured)
     emit(end=True)
     return 0
 

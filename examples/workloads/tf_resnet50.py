@@ -74,12 +74,15 @@ def main():
          precision="fp16" if args.mixed_precision else ("tf32" if tf32 else "fp32"),
          channels_last=True,
          warmup_steps=args.warmup, batch=args.batch)
+    measured = 0.0
     try:
         for i in range(args.warmup + args.steps):
             t0 = time.perf_counter()
             loss = train_step(x, y)
             loss.numpy()  # waits for the step to finish on the GPU
             dt = time.perf_counter() - t0
+            if i >= args.warmup:
+                measured += dt
             mem = tf.config.experimental.get_memory_info("GPU:0")
             emit(step=i, step_time_s=dt, data_time_s=0.0, batch=args.batch,
                  warmup=i < args.warmup, framework_peak_bytes=int(mem["peak"]),
@@ -87,6 +90,9 @@ def main():
     except tf.errors.ResourceExhaustedError as e:
         emit(oom=True, framework="tensorflow", message=str(e).splitlines()[0])
         raise
+    # The script's own figure, for checking the one dlprobe computes from the steps.
+    if args.steps > 0 and measured > 0:
+        emit(images_per_s=args.batch * args.steps / measured)
     emit(end=True)
     return 0
 

@@ -29,7 +29,11 @@ inline constexpr double kDataWaitModerate = 0.05;
 inline constexpr double kDataWaitHigh = 0.20;
 inline constexpr double kLowGpuUtilPct = 70.0;
 inline constexpr double kCpuSaturatedShare = 0.90;  // of the usable cores, or of one core
-inline constexpr double kPreallocShare = 0.80;
+// Preallocation: this share of the device within the first seconds (JAX takes 75% by default,
+// TensorFlow nearly all), unless the framework says it uses most of that itself: its own peak at
+// or above kPreallocUsedShare of the early figure is a workload that needs the memory.
+inline constexpr double kPreallocShare = 0.70;
+inline constexpr double kPreallocUsedShare = 0.50;
 inline constexpr double kNearOomShare = 0.90;
 inline constexpr double kThrottleShare = 0.05;  // of samples
 inline constexpr double kStillRising = 0.10;    // throughput gain at the largest batch

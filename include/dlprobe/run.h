@@ -43,9 +43,8 @@ struct RunOptions {
   std::shared_ptr<nvml::Library> nvml;
   std::vector<unsigned> gpus;  // empty: every GPU
   std::chrono::nanoseconds interval = std::chrono::milliseconds(100);
-  // Greedy preallocation: the workload holds at least this share of a GPU's memory within
-  // `prealloc_window` of its first GPU memory.
-  double prealloc_fraction = 0.8;
+  // The early peak (GpuFigures::early_peak_bytes, for the preallocation finding) is the largest
+  // figure within this long of the workload's first GPU memory.
   std::chrono::nanoseconds prealloc_window = std::chrono::seconds(5);
 
   bool subreaper = false;  // the caller made itself a child subreaper (become_subreaper)
@@ -152,6 +151,8 @@ struct GpuFigures {
 
 struct HostFigures {
   unsigned cores = 0;
+  // Medians over the measured steps where the workload reported enough of them (as the GPU's
+  // utilisation), else over the run; the maxima over the whole run.
   std::optional<double> cpu_median_pct;  // percent of one core, summed over the tree
   std::optional<double> cpu_max_pct;
   std::optional<double> busiest_process_median_pct;

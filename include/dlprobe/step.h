@@ -223,6 +223,15 @@ class TrainingStep {
   // Optimizer steps taken (skipped fp16 steps do not count), as the optimizer's step count.
   std::int64_t optimizer_steps() const;
 
+  // From the next step on, copies the logits the loss reads (master dtype: fp32 after
+  // autocast's cast of fp16/bf16 logits, fp64 under Precision::fp64) into a buffer that outlives
+  // the step, for comparing a step with another framework's (`dlprobe step`). Off by default, so
+  // bench times and measures the step without the copy.
+  Status keep_logits();
+  // Those logits [batch, classes] as the last step left them: NaN before the first step after
+  // keep_logits(), an error without it.
+  Result<HostTensor> logits() const;
+
  private:
   struct Impl;
   explicit TrainingStep(std::unique_ptr<Impl> impl);

@@ -26,6 +26,7 @@ Command add_doctor_command(CLI::App& app);
 Command add_monitor_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_memory_command(CLI::App& app);
+Command add_step_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);

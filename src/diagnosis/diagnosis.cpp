@@ -93,7 +93,11 @@ void memory_rules(const RunFacts& f, std::vector<Finding>& out) {
   if (!f.device_total_bytes || *f.device_total_bytes == 0) return;
   const double total = static_cast<double>(*f.device_total_bytes);
   bool preallocated = false;
-  if (f.early_gpu_bytes && static_cast<double>(*f.early_gpu_bytes) >= kPreallocShare * total) {
+  const bool framework_uses_it = f.early_gpu_bytes && f.framework_peak_bytes &&
+                                 static_cast<double>(*f.framework_peak_bytes) >=
+                                     kPreallocUsedShare * static_cast<double>(*f.early_gpu_bytes);
+  if (f.early_gpu_bytes && static_cast<double>(*f.early_gpu_bytes) >= kPreallocShare * total &&
+      !framework_uses_it) {
     preallocated = true;
     out.push_back({
         "memory_preallocated",

@@ -218,6 +218,8 @@ struct StepState {
   Buffer* labels = nullptr;
   Buffer* loss = nullptr;
   Buffer* found_inf = nullptr;  // fp16 training only
+  Buffer* logits = nullptr;     // what the loss reads (transient); kept_logits copies it
+  Buffer* kept_logits = nullptr;
 
   // Read by the planned calls when they run.
   double scale = 1.0;
@@ -510,6 +512,7 @@ Status Planner::run(const std::vector<Shape>& shapes) {
     logits = cast_to(logits, s_.master(),
                      s_.training() ? Category::activations : Category::temporaries, loss, "logits");
   }
+  s_.logits = logits;
   Buffer* labels = s_.labels;
   Buffer* loss_buf = s_.loss;
   emit("loss.forward", CallKind::cross_entropy_forward, loss, {logits, labels, loss_buf},
@@ -1261,6 +1264,34 @@ Status TrainingStep::load_state_dict(const safetensors::File& file) {
     DLPROBE_RETURN_IF_ERROR(set_tensor(m.state()[i].name, values[i]));
   }
   return Status::ok();
+}
+
+Status TrainingStep::keep_logits() {
+  StepState& s = *impl_;
+  if (s.kept_logits != nullptr) return Status::ok();
+  const auto loss_forward = std::find_if(s.calls.begin(), s.calls.end(), [](const Call& c) {
+    return c.kind == CallKind::cross_entropy_forward;
+  });
+  if (loss_forward == s.calls.end() || s.logits == nullptr) {
+    return error(Errc::internal, "keep_logits: the plan has no loss call");
+  }
+  DLPROBE_ASSIGN_OR_RETURN(Buffer * kept,
+                           s.persistent(s.logits->view.desc, Category::temporaries, "logits"));
+  DLPROBE_RETURN_IF_ERROR(s.backend.fill(kept->view, std::nan("")));
+  // Right after the loss read them: the logits' buffer is still allocated there in every mode.
+  Buffer* src = s.logits;
+  s.calls.insert(loss_forward + 1,
+                 Call{"loss.logits.keep", CallKind::cast, "loss",
+                      [&be = s.backend, src, kept] { return be.cast(src->view, kept->view); }});
+  s.kept_logits = kept;
+  return Status::ok();
+}
+
+Result<HostTensor> TrainingStep::logits() const {
+  if (impl_->kept_logits == nullptr) {
+    return invalid_argument("logits: keep_logits() must come before the step");
+  }
+  return impl_->download(*impl_->kept_logits);
 }
 
 }  // namespace dlprobe::engine

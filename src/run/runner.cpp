@@ -595,16 +595,31 @@ void Run::compute_gpu_figures() {
 void Run::compute_host_figures() {
   HostFigures& h = r_.host;
   h.cores = usable_cores();
+  // The medians over the measured steps, as the GPU's utilisation is taken (a framework that
+  // compiles or autotunes at full CPU for a minute would otherwise look host-bound during steps
+  // that leave the CPU idle); peaks over the whole run.
+  auto in_window = [&](const TreeReading& reading) {
+    const double t = host_point(reading.timestamp_ns, reading).t_s;
+    return t >= *r_.steps.measured_start_s && t <= *r_.steps.measured_end_s;
+  };
+  constexpr std::size_t kMinWindowReadings = 3;
+  const bool windowed =
+      r_.steps.measured_start_s && r_.steps.measured_end_s &&
+      static_cast<std::size_t>(std::count_if(host_readings_.begin(), host_readings_.end(),
+                                             [&](const TreeReading& reading) {
+                                               return reading.cpu_pct && in_window(reading);
+                                             })) >= kMinWindowReadings;
   std::vector<double> cpu;
   std::vector<double> busiest;
   for (const auto& reading : host_readings_) {
     if (reading.cpu_pct) {
-      cpu.push_back(*reading.cpu_pct);
       h.cpu_max_pct = std::max(h.cpu_max_pct.value_or(0), *reading.cpu_pct);
     }
-    if (reading.busiest_cpu_pct) busiest.push_back(*reading.busiest_cpu_pct);
     h.rss_peak_bytes = std::max(h.rss_peak_bytes, reading.rss_bytes);
     h.max_processes = std::max(h.max_processes, reading.pids.size());
+    if (windowed && !in_window(reading)) continue;
+    if (reading.cpu_pct) cpu.push_back(*reading.cpu_pct);
+    if (reading.busiest_cpu_pct) busiest.push_back(*reading.busiest_cpu_pct);
   }
   h.cpu_median_pct = median(cpu);
   h.busiest_process_median_pct = median(busiest);

@@ -59,7 +59,7 @@ TEST(Diagnosis, PreallocationAndNearOom) {
   RunFacts f;
   f.device_total_bytes = 140 * kGiB;
   f.prealloc_window_s = 5;
-  f.early_gpu_bytes = 112 * kGiB;  // exactly 80%
+  f.early_gpu_bytes = 98 * kGiB;  // exactly 70%
   f.peak_gpu_bytes = 135 * kGiB;
   auto v = diagnose_run(f);
   EXPECT_NE(find(v, "memory_preallocated"), nullptr);
@@ -69,6 +69,21 @@ TEST(Diagnosis, PreallocationAndNearOom) {
   EXPECT_NE(find(diagnose_run(f), "near_oom"), nullptr);
   f.framework_peak_bytes = 20 * kGiB;
   EXPECT_EQ(find(diagnose_run(f), "near_oom"), nullptr);
+
+  f.early_gpu_bytes = 97 * kGiB;
+  f.framework_peak_bytes.reset();
+  EXPECT_EQ(find(diagnose_run(f), "memory_preallocated"), nullptr);
+
+  // JAX's default: 75% of the device at start, of which the model uses a fifth.
+  RunFacts jax;
+  jax.device_total_bytes = 140 * kGiB;
+  jax.early_gpu_bytes = 105 * kGiB;
+  jax.peak_gpu_bytes = 105 * kGiB;
+  jax.framework_peak_bytes = 21 * kGiB;
+  EXPECT_NE(find(diagnose_run(jax), "memory_preallocated"), nullptr);
+  // A large PyTorch batch that fills 75% within seconds because it needs it is no pool.
+  jax.framework_peak_bytes = 90 * kGiB;
+  EXPECT_EQ(find(diagnose_run(jax), "memory_preallocated"), nullptr);
 
   RunFacts g;
   g.device_total_bytes = 140 * kGiB;

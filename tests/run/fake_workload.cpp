@@ -16,6 +16,9 @@
 //   --exit N             exit status after the steps
 //   --regex              print "step N: X img/s" instead of protocol lines
 //   --precision P --channels-last 0|1   reported in the first protocol line
+//   --spin-ms MS         keep one core busy for MS before the first step (as a framework
+//                        compiling or autotuning does)
+//   --busy               the steps keep the core busy instead of sleeping (a host-bound loop)
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -47,10 +51,24 @@ struct Args {
   bool regex = false;
   std::string precision;
   int channels_last = -1;
+  int spin_ms = 0;
+  bool busy = false;
 };
 
 void sleep_ms(int ms) {
   if (ms > 0) usleep(static_cast<useconds_t>(ms) * 1000U);
+}
+
+void spin_ms(int ms) {
+  timespec start{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long elapsed =
+        (now.tv_sec - start.tv_sec) * 1000L + (now.tv_nsec - start.tv_nsec) / 1000000L;
+    if (elapsed >= ms) return;
+  }
 }
 
 void oom(const Args& a) {
@@ -93,10 +111,15 @@ int work(const Args& a) {
     host.resize(static_cast<std::size_t>(a.alloc_mib) << 20);
     for (std::size_t i = 0; i < host.size(); i += 4096) host[i] = 1;
   }
+  spin_ms(a.spin_ms);
   for (int step = 0; step < a.steps; ++step) {
     if (a.oom_at_batch > 0 && a.batch >= a.oom_at_batch && step == 2) oom(a);
     sleep_ms(a.data_ms);
-    sleep_ms(a.step_ms);
+    if (a.busy) {
+      spin_ms(a.step_ms);
+    } else {
+      sleep_ms(a.step_ms);
+    }
     const double step_s = (a.data_ms + a.step_ms) / 1000.0;
     if (a.regex) {
       std::printf("step %d: %.1f img/s\n", step, static_cast<double>(a.batch) / step_s);
@@ -173,6 +196,10 @@ int main(int argc, char** argv) {
       a.precision = value();
     else if (k == "--channels-last")
       a.channels_last = std::atoi(value());
+    else if (k == "--spin-ms")
+      a.spin_ms = std::atoi(value());
+    else if (k == "--busy")
+      a.busy = true;
     else {
       std::fprintf(stderr, "fake_workload: unknown argument %s\n", k.c_str());
       return 2;

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -241,6 +242,32 @@ TEST(RunWorkload, AttributesGpuMemoryToAGrandchild) {
   EXPECT_FALSE(has_finding(r, "gpu_memory_device_wide"));
   EXPECT_FALSE(has_finding(r, "memory_preallocated"));
   std::remove(procs.c_str());
+}
+
+// The GPU at 40 % throughout. A start-up that keeps the CPU busy (compiling, autotuning) is not
+// the steps: the host CPU medians, and so host-bound, are judged over the measured steps, as the
+// GPU's utilisation is. (Bounds leave room for a loaded machine, where a spinning process gets
+// less than a core.)
+TEST(RunWorkload, HostCpuOverTheMeasuredSteps) {
+  testing::FakeScript script(h200_script("gpu_util 40\nmem_used 1073741824\n"));
+  auto o = options({"--spin-ms", "1500", "--steps", "30", "--step-ms", "30"});
+  o.nvml = open_fake();
+  ASSERT_TRUE(o.nvml);
+  const RunResult idle = run_ok(o);
+  ASSERT_TRUE(idle.host.busiest_process_median_pct && idle.host.cpu_max_pct);
+  EXPECT_LT(*idle.host.busiest_process_median_pct, 10.0);
+  EXPECT_GT(*idle.host.cpu_max_pct, 40.0);  // the start-up was seen
+  EXPECT_FALSE(has_finding(idle, "host_bound"));
+  EXPECT_TRUE(has_finding(idle, "gpu_underused"));
+
+  // Steps that keep the CPU busy show in the same figure (a sanitizer build under parallel tests
+  // gave the spinning process a quarter of a core).
+  o = options({"--steps", "30", "--step-ms", "30", "--busy"});
+  o.nvml = open_fake();
+  const RunResult busy = run_ok(o);
+  ASSERT_TRUE(busy.host.busiest_process_median_pct);
+  EXPECT_GT(*busy.host.busiest_process_median_pct,
+            std::max(10.0, 2.0 * *idle.host.busiest_process_median_pct));
 }
 
 TEST(RunWorkload, NewGpuProcessOutsideTheTree) {

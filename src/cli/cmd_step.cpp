@@ -1,0 +1,314 @@
+// dlprobe step: exactly one training step of the native engine from files, into a file, so that
+// another framework's step on the same weights and batch can be compared with it tensor by tensor
+// (bench/peers/compare_pytorch.py does that against PyTorch).
+//
+//   --weights W.safetensors  a torchvision state dict (safetensors.torch.save_file(m.state_dict()))
+//   --input I.safetensors    `images` [N, 3, H, W] floating, contiguous NCHW; `labels` [N] integer
+//   --output O.safetensors   `logits` [N, classes] and `loss` [] and `loss_scale` [] (fp64), then
+//                            every parameter's gradient under the parameter's name, NCHW
+// Batch, image size and classes come from the files (`images`, `fc.weight`), so nothing a user
+// types can disagree with them.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "dlprobe/allocator.h"
+#include "dlprobe/bench.h"
+#include "dlprobe/build_info.h"
+#include "dlprobe/memory_source.h"
+#include "dlprobe/reference_backend.h"
+#include "dlprobe/safetensors.h"
+#include "dlprobe/step.h"
+
+#ifdef DLPROBE_HAVE_CUDA_BACKEND
+#include "dlprobe/cuda_backend.h"
+#endif
+
+namespace dlprobe::cli {
+namespace {
+
+struct StepFlags {
+  std::string model = "resnet50";
+  std::string precision = "fp32";
+  std::string mode = "grads";
+  std::string layout = "nchw";
+  std::string device = "cuda:0";
+  std::string optimizer = "sgd";
+  std::string weights;
+  std::string input;
+  std::string output;
+  std::string state_output;
+  std::string conv_algo = "heuristic";
+  std::string conv_engines = "exact";
+  double loss_scale = 0.0;  // 0: GradScaler's initial scale
+};
+
+struct Engine {
+  std::unique_ptr<memory::CachingAllocator> allocator;
+  std::unique_ptr<Backend> backend;
+};
+
+// The reference backend on the CPU (in fp64 for Precision::fp64), the CUDA backend on a GPU, as
+// `dlprobe bench` picks them.
+Result<Engine> make_engine(const bench::Device& device, engine::Precision precision,
+                           const StepFlags& f, bench::ConvEngines engines) {
+  Engine e;
+  if (device.kind == DeviceKind::cpu) {
+    DLPROBE_ASSIGN_OR_RETURN(e.allocator, memory::CachingAllocator::create(
+                                              std::make_unique<memory::HostMemorySource>()));
+    DLPROBE_ASSIGN_OR_RETURN(
+        e.backend,
+        make_reference_backend(precision == engine::Precision::fp64 ? DType::fp64 : DType::fp32));
+    return e;
+  }
+  if (precision == engine::Precision::fp64) {
+    return error(Errc::unsupported, "--precision fp64 runs on --device cpu only");
+  }
+#ifdef DLPROBE_HAVE_CUDA_BACKEND
+  DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<memory::MemorySource> source,
+                           memory::make_cuda_memory_source(device.index));
+  DLPROBE_ASSIGN_OR_RETURN(e.allocator, memory::CachingAllocator::create(std::move(source)));
+  CudaBackendOptions cuda;
+  cuda.conv_engine =
+      f.conv_algo == "autotune" ? ConvEngineChoice::autotune : ConvEngineChoice::heuristic;
+  cuda.deterministic = engines != bench::ConvEngines::any;
+  cuda.transform_engines = engines == bench::ConvEngines::any;
+  cuda.math_mode = precision == engine::Precision::tf32 ? MathMode::tf32 : MathMode::strict_fp32;
+  DLPROBE_ASSIGN_OR_RETURN(e.backend, make_cuda_backend(device.index, *e.allocator, cuda));
+  return e;
+#else
+  (void)f;
+  (void)engines;
+  return error(Errc::unavailable,
+               fmt::format("{}: this build has no CUDA backend (configured without "
+                           "DLPROBE_WITH_CUDA); use --device cpu",
+                           bench::device_name(device)));
+#endif
+}
+
+// A tensor of the input file as a HostTensor (row-major, so NCHW for rank 4).
+Result<HostTensor> host_tensor(const safetensors::Tensor& t) {
+  if (t.shape.empty() || t.shape.size() > 4) {
+    return invalid_argument(fmt::format("rank {} is not supported", t.shape.size()));
+  }
+  Shape shape;
+  shape.rank = static_cast<int>(t.shape.size());
+  for (std::size_t i = 0; i < t.shape.size(); ++i) shape.dims[i] = t.shape[i];
+  DLPROBE_ASSIGN_OR_RETURN(TensorDesc desc, TensorDesc::make(shape, t.dtype));
+  HostTensor h(desc);
+  if (t.data.size() != desc.bytes()) {
+    return invalid_argument(
+        fmt::format("holds {} bytes, its shape needs {}", t.data.size(), desc.bytes()));
+  }
+  std::memcpy(h.data(), t.data.data(), desc.bytes());
+  return h;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+struct Input {
+  HostTensor images;
+  HostTensor labels;
+};
+
+Result<Input> read_input(const std::string& path) {
+  DLPROBE_ASSIGN_OR_RETURN(safetensors::File file, safetensors::read_file(path));
+  const safetensors::Tensor* images = file.find("images");
+  const safetensors::Tensor* labels = file.find("labels");
+  if (images == nullptr || labels == nullptr) {
+    return invalid_argument(
+        fmt::format("{}: no tensor named '{}' (expected 'images' [N, 3, H, W] "
+                    "and 'labels' [N])",
+                    path, images == nullptr ? "images" : "labels"));
+  }
+  const std::vector<std::int64_t>& s = images->shape;
+  if (s.size() != 4 || s[1] != 3 || s[2] != s[3] || !dtype_is_floating(images->dtype)) {
+    return invalid_argument(fmt::format(
+        "{}: 'images' is {} {}, expected a floating [N, 3, H, H] tensor (square RGB images)", path,
+        safetensors::dtype_code(images->dtype), shape_text(s)));
+  }
+  if (labels->shape.size() != 1 || labels->shape[0] != s[0] || dtype_is_floating(labels->dtype)) {
+    return invalid_argument(fmt::format("{}: 'labels' is {} {}, expected an integer [{}] tensor",
+                                        path, safetensors::dtype_code(labels->dtype),
+                                        shape_text(labels->shape), s[0]));
+  }
+  Input in;
+  Result<HostTensor> im = host_tensor(*images);
+  if (!im.has_value()) return im.status().with_context(fmt::format("{}: images", path));
+  Result<HostTensor> lb = host_tensor(*labels);
+  if (!lb.has_value()) return lb.status().with_context(fmt::format("{}: labels", path));
+  in.images = std::move(im).value();
+  in.labels = std::move(lb).value();
+  return in;
+}
+
+// `fc.weight` [classes, features] says how many classes the model has.
+Result<std::int64_t> classes_of(const safetensors::File& weights, const std::string& path) {
+  const safetensors::Tensor* fc = weights.find("fc.weight");
+  if (fc == nullptr || fc->shape.size() != 2 || fc->shape[0] < 1) {
+    return invalid_argument(fmt::format(
+        "{}: no 'fc.weight' [classes, features] tensor, so not a torchvision ResNet state dict",
+        path));
+  }
+  return fc->shape[0];
+}
+
+safetensors::Tensor scalar(std::string name, double value) {
+  safetensors::Tensor t;
+  t.name = std::move(name);
+  t.dtype = DType::fp64;
+  t.data.resize(sizeof value);
+  std::memcpy(t.data.data(), &value, sizeof value);
+  return t;
+}
+
+// Contiguous in logical order (NCHW for rank 4), as PyTorch's tensors of the same name are.
+safetensors::Tensor to_file_tensor(std::string name, const HostTensor& value) {
+  const HostTensor contiguous =
+      value.layout() == Layout::nchw ? value : value.to_layout(Layout::nchw);
+  safetensors::Tensor t;
+  t.name = std::move(name);
+  t.dtype = contiguous.dtype();
+  for (int d = 0; d < contiguous.shape().rank; ++d) t.shape.push_back(contiguous.shape()[d]);
+  const auto* bytes = static_cast<const std::byte*>(contiguous.data());
+  t.data.assign(bytes, bytes + contiguous.desc().bytes());
+  return t;
+}
+
+Status run_step_command(const StepFlags& f) {
+  engine::StepConfig c;
+  DLPROBE_ASSIGN_OR_RETURN(c.model.arch, model::parse_arch(f.model, "--model"));
+  DLPROBE_ASSIGN_OR_RETURN(c.precision, engine::parse_precision(f.precision, "--precision"));
+  DLPROBE_ASSIGN_OR_RETURN(c.mode, engine::parse_step_mode(f.mode, "--mode"));
+  DLPROBE_ASSIGN_OR_RETURN(c.layout, parse_layout(f.layout, "--layout"));
+  DLPROBE_ASSIGN_OR_RETURN(c.optimizer, engine::parse_optimizer(f.optimizer, "--optimizer"));
+  DLPROBE_ASSIGN_OR_RETURN(const bench::Device device, bench::parse_device(f.device, "--device"));
+  if (f.conv_algo != "autotune" && f.conv_algo != "heuristic") {
+    return invalid_argument(fmt::format(
+        "--conv-algo: unknown choice '{}' (expected autotune or heuristic)", f.conv_algo));
+  }
+  DLPROBE_ASSIGN_OR_RETURN(const bench::ConvEngines engines,
+                           bench::parse_conv_engines(f.conv_engines, "--conv-engines"));
+  if (f.loss_scale != 0.0) {
+    if (c.precision != engine::Precision::fp16) {
+      return invalid_argument("--loss-scale: only fp16 scales the loss");
+    }
+    c.scaler.init_scale = f.loss_scale;
+  }
+  // Every file is read, and every problem with one reported, before any memory is taken; the
+  // small batch file first.
+  DLPROBE_ASSIGN_OR_RETURN(Input in, read_input(f.input));
+  DLPROBE_ASSIGN_OR_RETURN(safetensors::File weights, safetensors::read_file(f.weights));
+  DLPROBE_ASSIGN_OR_RETURN(c.model.classes, classes_of(weights, f.weights));
+  c.batch = in.images.shape()[0];
+  c.model.image_size = in.images.shape()[2];
+
+  DLPROBE_ASSIGN_OR_RETURN(Engine e, make_engine(device, c.precision, f, engines));
+  DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
+                           engine::TrainingStep::create(c, *e.backend, *e.allocator));
+  if (const Status s = step->load_state_dict(weights); !s.is_ok()) {
+    return s.with_context(f.weights);
+  }
+  if (const Status s = step->set_input(in.images, in.labels); !s.is_ok()) {
+    return s.with_context(f.input);
+  }
+  DLPROBE_RETURN_IF_ERROR(step->keep_logits());
+  DLPROBE_ASSIGN_OR_RETURN(const engine::StepResult r, step->run_step());
+
+  safetensors::File out;
+  const BuildInfo& build = build_info();
+  out.metadata = {{"producer", fmt::format("dlprobe {} ({})", build.version, build.git_hash)},
+                  {"model", std::string(model::arch_name(c.model.arch))},
+                  {"precision", std::string(engine::precision_name(c.precision))},
+                  {"layout", c.layout == Layout::nhwc ? "nhwc" : "nchw"},
+                  {"mode", std::string(engine::step_mode_name(c.mode))},
+                  {"device", bench::device_name(device)},
+                  {"backend", std::string(e.backend->name())}};
+  DLPROBE_ASSIGN_OR_RETURN(HostTensor logits, step->logits());
+  out.tensors.push_back(to_file_tensor("logits", logits));
+  out.tensors.push_back(scalar("loss", r.loss));
+  out.tensors.push_back(scalar("loss_scale", r.loss_scale));
+  std::size_t gradients = 0;
+  if (c.mode != engine::StepMode::infer) {
+    for (const model::StateEntry& entry : step->model().state()) {
+      if (!model::is_parameter(entry.kind)) continue;
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor g, step->gradient(entry.name));
+      out.tensors.push_back(to_file_tensor(entry.name, g));
+      ++gradients;
+    }
+  }
+  DLPROBE_RETURN_IF_ERROR(safetensors::write_file(f.output, out));
+  if (!f.state_output.empty()) {
+    DLPROBE_ASSIGN_OR_RETURN(safetensors::File state, step->state_dict());
+    DLPROBE_RETURN_IF_ERROR(safetensors::write_file(f.state_output, state));
+  }
+  std::printf("%s %s %s %s, batch %lld at %lldx%lld, %s backend on %s\n",
+              std::string(model::arch_name(c.model.arch)).c_str(),
+              std::string(engine::step_mode_name(c.mode)).c_str(),
+              std::string(engine::precision_name(c.precision)).c_str(),
+              std::string(layout_name(c.layout)).c_str(), static_cast<long long>(c.batch),
+              static_cast<long long>(c.model.image_size),
+              static_cast<long long>(c.model.image_size), e.backend->name().data(),
+              bench::device_name(device).c_str());
+  std::printf("loss %.9g, loss scale %g%s\n", r.loss, r.loss_scale,
+              r.skipped ? " (inf/NaN in the gradients: optimizer step skipped)" : "");
+  std::printf("wrote logits, loss and %zu gradients to %s\n", gradients, f.output.c_str());
+  return Status::ok();
+}
+
+}  // namespace
+
+Command add_step_command(CLI::App& app) {
+  auto flags = std::make_shared<StepFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "step",
+      "Run one native training step from a safetensors state dict and batch; write logits, loss "
+      "and every parameter gradient to safetensors (for comparing with another framework)");
+  sub->add_option("--model", flags->model, "resnet18, resnet34, resnet50, resnet101, resnet152")
+      ->capture_default_str();
+  sub->add_option("--weights", flags->weights,
+                  "State dict with torchvision names (safetensors.torch.save_file)")
+      ->required();
+  sub->add_option("--input", flags->input,
+                  "Batch: 'images' [N, 3, H, H] floating and 'labels' [N] integer")
+      ->required();
+  sub->add_option("--output", flags->output,
+                  "Where to write 'logits', 'loss', 'loss_scale' and the gradients")
+      ->required();
+  sub->add_option("--state-output", flags->state_output,
+                  "Also write the state dict after the step (BN running statistics; updated "
+                  "weights in train mode)");
+  sub->add_option("--precision", flags->precision,
+                  "fp32, tf32, fp16 (mixed, loss scaled), bf16 (mixed), fp64 (cpu only)")
+      ->capture_default_str();
+  sub->add_option("--mode", flags->mode,
+                  "grads (forward, backward; fp16 gradients stay scaled), train (and the "
+                  "optimizer), infer (forward with running statistics)")
+      ->capture_default_str();
+  sub->add_option("--layout", flags->layout, "nchw or nhwc")->capture_default_str();
+  sub->add_option("--device", flags->device, "cpu (reference backend) or cuda:N")
+      ->capture_default_str();
+  sub->add_option("--optimizer", flags->optimizer, "train mode: sgd or adamw")
+      ->capture_default_str();
+  sub->add_option("--conv-algo", flags->conv_algo,
+                  "cuDNN engine per convolution: heuristic (cuDNN's first choice) or autotune")
+      ->capture_default_str();
+  sub->add_option("--conv-engines", flags->conv_engines,
+                  "Convolution engines allowed: exact (deterministic direct sums, the default: "
+                  "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd)")
+      ->capture_default_str();
+  sub->add_option("--loss-scale", flags->loss_scale,
+                  "fp16: the loss scale of this step (default GradScaler's initial 65536)");
+  return {sub, [flags] {
+            const Status s = run_step_command(*flags);
+            return s.is_ok() ? kExitOk : report_error(s);
+          }};
+}
+
+}  // namespace dlprobe::cli
