@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -64,6 +65,13 @@ class Backend {
   // cpu); the CUDA backend records events on its stream.
   virtual Status mark(std::size_t index);
   virtual Result<double> elapsed_ms(std::size_t from, std::size_t to);
+
+  // (optional) Graph capture: capture(record) calls `record`, whose backend calls are recorded
+  // instead of run, and returns a graph that replay() queues as one launch. The recorded calls
+  // must use the same buffers on every replay (a planned step's fixed addresses), copy nothing
+  // from pageable host memory and wait for nothing. The defaults refuse: the caller runs eagerly.
+  virtual Result<std::size_t> capture(const std::function<Status()>& record);
+  virtual Status replay(std::size_t graph);
 
   virtual Status fill(const TensorView& t, double value) = 0;
   virtual Status cast(const TensorView& src, const TensorView& dst) = 0;

@@ -94,6 +94,12 @@ struct StepConfig {
   // instead of two or three, and the BN output never stored. The same math, rounded once.
   bool fuse = true;
   MemoryPlan memory_plan = MemoryPlan::dynamic;
+  // Record the step once as a graph (a CUDA graph) and replay it, so the host launches one graph
+  // instead of every call. Needs MemoryPlan::planned (the same addresses every step) and mode
+  // grads or infer (train's optimizer uploads its table each step and fp16 training changes its
+  // loss scale between steps). A backend that cannot record runs the step eagerly, with a
+  // warning.
+  bool graph = false;
 };
 
 // One entry of the planned call list.

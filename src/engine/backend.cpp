@@ -23,6 +23,14 @@ Result<double> Backend::elapsed_ms(std::size_t from, std::size_t to) {
   return std::chrono::duration<double, std::milli>(host_marks_[to] - host_marks_[from]).count();
 }
 
+Result<std::size_t> Backend::capture(const std::function<Status()>& /*record*/) {
+  return error(Errc::unsupported, fmt::format("the {} backend cannot record graphs", name()));
+}
+
+Status Backend::replay(std::size_t /*graph*/) {
+  return error(Errc::unsupported, fmt::format("the {} backend cannot replay graphs", name()));
+}
+
 namespace {
 
 Status no_fusion(const Backend& b, std::string_view op) {

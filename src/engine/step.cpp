@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 
+#include "dlprobe/log.h"
 #include "dlprobe/memory_plan.h"
 
 namespace dlprobe::engine {
@@ -230,6 +232,11 @@ struct StepState {
   bool input_set = false;
   bool pending = false;
   double pending_scale = 1.0;
+  // StepConfig::graph: eager runs so far (the first one builds plans), the recorded graph, and
+  // whether recording failed (then every step runs eagerly).
+  std::int64_t eager_runs = 0;
+  std::optional<std::size_t> graph;
+  bool graph_failed = false;
 
   bool training() const { return config.mode != StepMode::infer; }
   // fp16 scales the loss before backward in train and grads modes; only train unscales.
@@ -964,6 +971,12 @@ void StepState::release_transients() {
 
 Status check_config(const StepConfig& c) {
   if (c.batch < 1) return invalid_argument(fmt::format("batch must be >= 1, got {}", c.batch));
+  if (c.graph && c.memory_plan != MemoryPlan::planned) {
+    return invalid_argument("a graph replay needs the planned memory plan (fixed addresses)");
+  }
+  if (c.graph && c.mode == StepMode::train) {
+    return invalid_argument("a graph replay runs modes grads and infer, not train");
+  }
   if (c.mode == StepMode::train) {
     DLPROBE_RETURN_IF_ERROR(c.optimizer == OptimizerKind::sgd ? sgd_check(c.sgd)
                                                               : adamw_check(c.adamw));
@@ -1092,6 +1105,29 @@ Status StepState::enqueue(const std::size_t* marks, const std::function<Status()
       }
     }
   }
+  if (s.config.graph && marks == nullptr && !s.graph_failed) {
+    if (!s.graph && s.eager_runs > 0) {
+      Result<std::size_t> recorded = s.backend.capture([&s]() -> Status {
+        for (const Call& call : s.calls) {
+          const Status st = call.run();
+          if (!st.is_ok()) return st.with_context(call.name);
+        }
+        return Status::ok();
+      });
+      if (recorded.has_value()) {
+        s.graph = *recorded;
+      } else {
+        s.graph_failed = true;
+        log_warn("the step runs eagerly: {}", recorded.status().message());
+      }
+    }
+    if (s.graph) {
+      DLPROBE_RETURN_IF_ERROR(s.backend.replay(*s.graph));
+      s.pending = true;
+      return Status::ok();
+    }
+  }
+  ++s.eager_runs;
   for (std::size_t i = 0; i < s.calls.size(); ++i) {
     if (marks != nullptr) DLPROBE_RETURN_IF_ERROR(s.backend.mark(*marks + i));
     s.current_call = i;

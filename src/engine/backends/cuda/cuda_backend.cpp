@@ -218,6 +218,58 @@ Result<double> CudaBackend::elapsed_ms(std::size_t from, std::size_t to) {
   return static_cast<double>(ms);
 }
 
+Result<void*> CudaBackend::workspace(std::size_t bytes, std::string_view op,
+                                     memory::DeviceBuffer& holder) {
+  if (recording_ == nullptr) {
+    DLPROBE_ASSIGN_OR_RETURN(holder,
+                             allocator_.allocate_buffer(bytes, memory::Category::workspace, op));
+    return holder.data();
+  }
+  if (bytes > recording_->workspace.size()) {
+    return error(Errc::internal,
+                 fmt::format("{}: needs {} bytes of workspace, more than any call before the "
+                             "graph was recorded",
+                             op, bytes));
+  }
+  return recording_->workspace.data();
+}
+
+// The calls recorded are the step's, run eagerly at least once before (so plans, algorithms and
+// the allocator's cache are in place); the shared workspace is sized from the cached plans.
+Result<std::size_t> CudaBackend::capture(const std::function<Status()>& record) {
+  auto graph = std::make_unique<Graph>();
+  std::size_t ws = 0;
+  for (const auto& [key, plan] : conv_plans_.plans()) {
+    ws = std::max(ws, static_cast<std::size_t>(plan->workspace_bytes));
+  }
+  for (const auto& [key, algo] : matmul_algos_) ws = std::max(ws, algo.workspaceSize);
+  DLPROBE_ASSIGN_OR_RETURN(graph->workspace, allocator_.allocate_buffer(
+                                                 ws, memory::Category::workspace, "graph workspace"));
+  DLPROBE_CUDA_CHECK(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeRelaxed));
+  recording_ = graph.get();
+  const Status recorded = record();
+  recording_ = nullptr;
+  cudaGraph_t raw = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_.get(), &raw);
+  std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, decltype(&cudaGraphDestroy)> captured(
+      raw, &cudaGraphDestroy);
+  if (!recorded.is_ok()) return recorded.with_context("recording a CUDA graph");
+  DLPROBE_CUDA_CHECK(ended);
+  cudaGraphExec_t exec = nullptr;
+  DLPROBE_CUDA_CHECK(cudaGraphInstantiate(&exec, captured.get(), 0));
+  graph->exec.reset(exec);
+  graphs_.push_back(std::move(graph));
+  return graphs_.size() - 1;
+}
+
+Status CudaBackend::replay(std::size_t graph) {
+  if (graph >= graphs_.size()) {
+    return invalid_argument(fmt::format("no recorded graph {}", graph));
+  }
+  DLPROBE_CUDA_CHECK(cudaGraphLaunch(graphs_[graph]->exec.get(), stream_.get()));
+  return Status::ok();
+}
+
 Status CudaBackend::fill(const TensorView& t, double value) {
   DLPROBE_RETURN_IF_ERROR(need(t.data != nullptr, "fill", "the tensor has no data"));
   return launch_fill(ctx(), t, value);
@@ -297,12 +349,12 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
     plan = &conv_plans_.insert(key, std::move(built));
   }
   last_conv_engine_ = plan->engine_name;
+  memory::DeviceBuffer holder;
   DLPROBE_ASSIGN_OR_RETURN(
-      auto ws, allocator_.allocate_buffer(static_cast<std::size_t>(plan->workspace_bytes),
-                                          memory::Category::workspace, op));
+      void* ws, workspace(static_cast<std::size_t>(plan->workspace_bytes), op, holder));
   const std::int64_t uids[] = {kUidX, kUidW, kUidY};
   void* const ptrs[] = {x.data, w.data, y.data};
-  return execute_plan(cudnn_.get(), *plan, uids, ptrs, ws.data());
+  return execute_plan(cudnn_.get(), *plan, uids, ptrs, ws);
 }
 
 Status CudaBackend::conv2d_forward(const TensorView& x, const TensorView& w, const TensorView& y,
@@ -597,12 +649,12 @@ Status CudaBackend::matmul(const Gemm& g, std::string_view op) {
     found = matmul_algos_.emplace(key, result).first;
   }
   const cublasLtMatmulHeuristicResult_t& algo = found->second;
-  DLPROBE_ASSIGN_OR_RETURN(
-      auto ws, allocator_.allocate_buffer(algo.workspaceSize, memory::Category::workspace, op));
+  memory::DeviceBuffer holder;
+  DLPROBE_ASSIGN_OR_RETURN(void* ws, workspace(algo.workspaceSize, op, holder));
   const float alpha = 1.0F;
   const float beta = 0.0F;
   DLPROBE_CUBLAS_CHECK(cublasLtMatmul(lt_.get(), desc.get(), &alpha, g.a, a.get(), g.b, b.get(),
-                                      &beta, g.d, d.get(), g.d, d.get(), &algo.algo, ws.data(),
+                                      &beta, g.d, d.get(), g.d, d.get(), &algo.algo, ws,
                                       algo.workspaceSize, stream_.get()));
   return Status::ok();
 }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <functional>
 #include <vector>
 
 #include "cudnn_graph.h"
@@ -67,6 +68,8 @@ class CudaBackend final : public Backend {
   Status synchronize() override;
   Status mark(std::size_t index) override;
   Result<double> elapsed_ms(std::size_t from, std::size_t to) override;
+  Result<std::size_t> capture(const std::function<Status()>& record) override;
+  Status replay(std::size_t graph) override;
 
   Status fill(const TensorView& t, double value) override;
   Status cast(const TensorView& src, const TensorView& dst) override;
@@ -149,7 +152,12 @@ class CudaBackend final : public Backend {
   CudaBackend(memory::CachingAllocator& allocator, const CudaBackendOptions& options)
       : allocator_(allocator), options_(options) {}
 
-  KernelContext ctx() const { return {stream_.get(), sm_count_, &allocator_}; }
+  KernelContext ctx() const {
+    return {stream_.get(), sm_count_, &allocator_, recording_ != nullptr ? &recording_->kept : nullptr};
+  }
+  // Workspace for one cuDNN or cuBLASLt call: from the allocator for this call, or while
+  // recording a graph, the one workspace the graph's calls share (they run in order).
+  Result<void*> workspace(std::size_t bytes, std::string_view op, memory::DeviceBuffer& holder);
   Status conv(ConvDirection direction, const TensorView& x, const TensorView& w,
               const TensorView& y, const Conv2dParams& p, std::string_view op);
   Status matmul(const Gemm& g, std::string_view op);
@@ -163,6 +171,17 @@ class CudaBackend final : public Backend {
   EventPtr start_;
   EventPtr stop_;
   std::vector<EventPtr> marks_;  // timing marks by index, created on first use
+  struct GraphExecDeleter {
+    void operator()(cudaGraphExec_t g) const { cudaGraphExecDestroy(g); }
+  };
+  // A recorded graph and the memory its replays use.
+  struct Graph {
+    std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter> exec;
+    memory::DeviceBuffer workspace;
+    std::vector<memory::DeviceBuffer> kept;
+  };
+  std::vector<std::unique_ptr<Graph>> graphs_;
+  Graph* recording_ = nullptr;  // the graph being recorded
   PlanCache conv_plans_;
   std::map<std::string, cublasLtMatmulHeuristicResult_t> matmul_algos_;
   std::string last_conv_engine_;

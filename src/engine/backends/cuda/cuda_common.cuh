@@ -1,5 +1,5 @@
 // Device-side helpers shared by the kernel files: fp16/bf16 <-> float, dtype dispatch, 16-byte
-// packs, warp and block reductions, grid sizing and scratch allocation.
+// packs, warp and block reductions and grid sizing.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -149,12 +149,6 @@ __device__ float block_reduce(float v) {
   const float out = result;
   __syncthreads();  // the shared slots may be reused by a following call
   return out;
-}
-
-// Scratch memory for one op, released when it goes out of scope (after the launch is queued).
-inline Result<memory::DeviceBuffer> scratch(const KernelContext& ctx, std::size_t bytes,
-                                            std::string_view op) {
-  return ctx.allocator->allocate_buffer(bytes, memory::Category::workspace, op);
 }
 
 }  // namespace dlprobe::cuda

@@ -113,6 +113,7 @@ class PlanCache {
   const ExecutionPlan* find(const std::string& key) const;
   const ExecutionPlan& insert(const std::string& key, ExecutionPlan plan);
   std::size_t size() const { return plans_.size(); }
+  const std::map<std::string, std::unique_ptr<ExecutionPlan>>& plans() const { return plans_; }
 
  private:
   std::map<std::string, std::unique_ptr<ExecutionPlan>> plans_;

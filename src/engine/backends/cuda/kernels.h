@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "dlprobe/allocator.h"
 #include "dlprobe/ops.h"
@@ -23,7 +25,37 @@ struct KernelContext {
   cudaStream_t stream = nullptr;
   int sm_count = 1;
   memory::CachingAllocator* allocator = nullptr;
+  // While the backend records a CUDA graph: where scratch memory goes instead of back to the
+  // allocator, since the graph's replays use the same addresses.
+  std::vector<memory::DeviceBuffer>* keep = nullptr;
 };
+
+// Scratch memory for one op: given back when it goes out of scope (after the launch is queued;
+// stream order makes that safe), or kept with the graph being recorded.
+class Scratch {
+ public:
+  Scratch(memory::DeviceBuffer buffer, std::vector<memory::DeviceBuffer>* keep)
+      : buffer_(std::move(buffer)), keep_(keep) {}
+  Scratch(Scratch&& other) noexcept
+      : buffer_(std::move(other.buffer_)), keep_(std::exchange(other.keep_, nullptr)) {}
+  Scratch& operator=(Scratch&&) = delete;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    if (keep_ != nullptr && buffer_) keep_->push_back(std::move(buffer_));
+  }
+  void* data() const { return buffer_.data(); }
+
+ private:
+  memory::DeviceBuffer buffer_;
+  std::vector<memory::DeviceBuffer>* keep_;
+};
+
+inline Result<Scratch> scratch(const KernelContext& ctx, std::size_t bytes, std::string_view op) {
+  DLPROBE_ASSIGN_OR_RETURN(memory::DeviceBuffer b,
+                           ctx.allocator->allocate_buffer(bytes, memory::Category::workspace, op));
+  return Scratch(std::move(b), ctx.keep);
+}
 
 // Elementwise, on tensors of one shape and layout (numel elements in storage order).
 Status launch_fill(const KernelContext& ctx, const TensorView& t, double value);
