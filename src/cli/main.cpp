@@ -20,11 +20,8 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "Log debug detail to stderr");
 
   const std::vector<Command> commands = {
-      add_doctor_command(app),
-      add_monitor_command(app),
-      add_bench_command(app),
-      add_run_command(app),
-      add_report_command(app),
+      add_evaluate_command(app), add_doctor_command(app), add_monitor_command(app),
+      add_bench_command(app),    add_run_command(app),    add_report_command(app),
       add_compare_command(app),
   };
 
