@@ -71,9 +71,11 @@ struct ConvOptions {
 class Engine {
  public:
   // `compute` matters only to the reference backend: DType::fp64 for Precision::fp64, else fp32.
+  // `allocation` sets the allocator's mode (a limit makes a small device of a large one).
   static Result<std::unique_ptr<Engine>> create(const Device& device, BackendKind backend,
                                                 const ConvOptions& conv = {},
-                                                DType compute = DType::fp32);
+                                                DType compute = DType::fp32,
+                                                const memory::AllocatorOptions& allocation = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

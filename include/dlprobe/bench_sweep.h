@@ -63,6 +63,7 @@ struct Sweep {
   Protocol protocol;
   std::string weights;
   std::int64_t profile_steps = 0;
+  memory::AllocatorOptions allocation;  // the engine's allocator mode (growth unless limited)
 };
 
 // Configurations the sweep runs: exact without auto groups; with them, their longest walks.
@@ -87,9 +88,10 @@ struct SweepProgress {
 
 struct SweepCallbacks {
   std::function<void(const SweepProgress&)> progress;
-  // After every configuration, with the ones so far (the last is new): write the results files. A
-  // failure stops the sweep.
-  std::function<Status(const std::vector<results::Configuration>&)> done;
+  // After every configuration, with the ones so far (the last is new) and how many the sweep now
+  // plans (an auto walk that ended plans no more): write the results files. A failure stops the
+  // sweep.
+  std::function<Status(const std::vector<results::Configuration>&, std::size_t planned)> done;
 };
 
 struct SweepOutcome {

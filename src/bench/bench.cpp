@@ -132,7 +132,8 @@ Result<BackendKind> parse_backend(std::string_view text, const Device& device,
 Engine::~Engine() = default;
 
 Result<std::unique_ptr<Engine>> Engine::create(const Device& device, BackendKind backend,
-                                               const ConvOptions& conv, DType compute) {
+                                               const ConvOptions& conv, DType compute,
+                                               const memory::AllocatorOptions& allocation) {
   if (compute != DType::fp32 && compute != DType::fp64) {
     return invalid_argument("engine compute type must be fp32 or fp64");
   }
@@ -145,15 +146,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const Device& device, BackendKind
   e->compute_ = compute;
   switch (backend) {
     case BackendKind::reference: {
-      DLPROBE_ASSIGN_OR_RETURN(e->allocator_, memory::CachingAllocator::create(
-                                                  std::make_unique<memory::HostMemorySource>()));
+      DLPROBE_ASSIGN_OR_RETURN(e->allocator_,
+                               memory::CachingAllocator::create(
+                                   std::make_unique<memory::HostMemorySource>(), allocation));
       DLPROBE_ASSIGN_OR_RETURN(e->backend_, make_reference_backend(compute));
       return e;
     }
     case BackendKind::onednn: {
 #ifdef DLPROBE_HAVE_CPU_BACKEND
-      DLPROBE_ASSIGN_OR_RETURN(e->allocator_, memory::CachingAllocator::create(
-                                                  std::make_unique<memory::HostMemorySource>()));
+      DLPROBE_ASSIGN_OR_RETURN(e->allocator_,
+                               memory::CachingAllocator::create(
+                                   std::make_unique<memory::HostMemorySource>(), allocation));
       DLPROBE_ASSIGN_OR_RETURN(e->backend_, make_cpu_backend(*e->allocator_));
       return e;
 #else
@@ -172,7 +175,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Device& device, BackendKind
       DLPROBE_CUDA_CHECK(
           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device.index));
       e->cc_ = std::make_pair(major, minor);
-      DLPROBE_ASSIGN_OR_RETURN(e->allocator_, memory::CachingAllocator::create(std::move(source)));
+      DLPROBE_ASSIGN_OR_RETURN(e->allocator_,
+                               memory::CachingAllocator::create(std::move(source), allocation));
       CudaBackendOptions cuda;
       cuda.conv_engine = conv.autotune ? ConvEngineChoice::autotune : ConvEngineChoice::heuristic;
       cuda.deterministic = conv.deterministic;

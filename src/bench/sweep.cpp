@@ -99,8 +99,8 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
     const DType compute = p == engine::Precision::fp64 ? DType::fp64 : DType::fp32;
     auto it = engines.find(compute);
     if (it == engines.end()) {
-      DLPROBE_ASSIGN_OR_RETURN(auto e,
-                               Engine::create(sweep.device, sweep.backend, sweep.conv, compute));
+      DLPROBE_ASSIGN_OR_RETURN(auto e, Engine::create(sweep.device, sweep.backend, sweep.conv,
+                                                      compute, sweep.allocation));
       it = engines.emplace(compute, std::move(e)).first;
     }
     return it->second.get();
@@ -205,10 +205,18 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
       points.push_back(
           {m.step.batch, c.status == results::RunStatus::ok, c.status == results::RunStatus::oom,
            c.statistics ? std::optional<double>(c.statistics->throughput) : std::nullopt});
+      const results::RunStatus status = c.status;
       out.configurations.push_back(std::move(c));
       out.runs.push_back(run ? std::move(run).value() : BenchResult{});
+      // The walk ends at its first out-of-memory; finding it is what the walk is for.
+      const bool walk_ends = group.auto_batch && status == results::RunStatus::oom;
+      if (walk_ends) {
+        planned -= batches.size() - b - 1;
+      } else if (status != results::RunStatus::ok) {
+        ++out.incomplete;
+      }
       if (callbacks.done) {
-        if (Status s = callbacks.done(out.configurations); !s) {
+        if (Status s = callbacks.done(out.configurations, planned); !s) {
           out.status = s;
           return out;
         }
@@ -216,16 +224,10 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
       finished_seconds += seconds_since(config_start);
       ++finished;
       if (interrupted || stop_requested()) {
-        if (out.configurations.back().status != results::RunStatus::ok) ++out.incomplete;
         out.interrupted = true;
         break;
       }
-      const results::RunStatus status = out.configurations.back().status;
-      if (group.auto_batch && status == results::RunStatus::oom) {
-        planned -= batches.size() - b - 1;  // the walk ends at its first out-of-memory
-        break;
-      }
-      if (status != results::RunStatus::ok) ++out.incomplete;
+      if (walk_ends) break;
     }
     if (points.size() >= 2) {
       const std::string name =

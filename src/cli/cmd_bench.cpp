@@ -311,15 +311,12 @@ int run_bench_command(const BenchFlags& flags) {
 
   InterruptGuard guard;
   env.interrupt = guard.flag();
-  std::size_t planned = bench::planned_configurations(sweep);
+  const std::size_t planned = bench::planned_configurations(sweep);
   bench::SweepCallbacks callbacks;
-  callbacks.progress = [&](const bench::SweepProgress& p) {
-    planned = p.planned;
-    line.update(p);
-  };
-  callbacks.done = [&](const std::vector<results::Configuration>& configurations) {
-    line.finished(configurations.size(), std::max(planned, configurations.size()),
-                  configurations.back());
+  callbacks.progress = [&](const bench::SweepProgress& p) { line.update(p); };
+  callbacks.done = [&](const std::vector<results::Configuration>& configurations,
+                       std::size_t now_planned) {
+    line.finished(configurations.size(), now_planned, configurations.back());
     return outputs->write(configurations);
   };
   line.note(fmt::format("dlprobe bench: {}{} configuration{} on {}", planned,

@@ -123,7 +123,7 @@ Result<Choice> choose(const EvaluateFlags& f, const doctor::Report& report) {
     group.step.precision = engine::Precision::fp32;
     group.step.layout = Layout::nchw;
     group.batches =
-        f.quick ? std::vector<std::int64_t>{8, 16} : std::vector<std::int64_t>{8, 16, 32};
+        f.quick ? std::vector<std::int64_t>{4, 8} : std::vector<std::int64_t>{8, 16, 32};
     s.groups.push_back(group);
     s.protocol = f.quick ? bench::Protocol{2, 0.2, 10, 0.5, 1, 100'000}
                          : bench::Protocol{3, 0.5, 10, 2.0, 1, 100'000};
@@ -193,7 +193,7 @@ std::string summary(const doctor::Report& report, const bench::Sweep& sweep,
       }
     }
   } else {
-    ceilings = "not measured: " + report.ceilings_note;
+    ceilings = report.ceilings_note.empty() ? "not measured" : report.ceilings_note;
   }
   const results::Configuration* best = nullptr;
   const results::Configuration* peak = nullptr;
@@ -294,14 +294,11 @@ int run_evaluate(const EvaluateFlags& flags) {
 
   InterruptGuard guard;
   env.interrupt = guard.flag();
-  std::size_t planned = bench::planned_configurations(sweep);
   bench::SweepCallbacks callbacks;
-  callbacks.progress = [&](const bench::SweepProgress& p) {
-    planned = p.planned;
-    line.update(p);
-  };
-  callbacks.done = [&](const std::vector<results::Configuration>& configurations) {
-    line.finished(configurations.size(), planned, configurations.back());
+  callbacks.progress = [&](const bench::SweepProgress& p) { line.update(p); };
+  callbacks.done = [&](const std::vector<results::Configuration>& configurations,
+                       std::size_t now_planned) {
+    line.finished(configurations.size(), now_planned, configurations.back());
     return outputs->write(configurations);
   };
   bench::SweepOutcome outcome = bench::run_sweep(sweep, env, callbacks);
