@@ -58,7 +58,8 @@ std::optional<results::Telemetry> telemetry_over(const std::vector<WindowTelemet
                                                  unsigned gpu);
 
 // Processes other than this one seen on `gpu` in the windows' rounds (with SamplerOptions::
-// processes), by pid.
+// processes), by pid. None when NVML never listed `own_pid` (its pids are then another pid
+// namespace's, as in a container, and this process cannot be told from the others).
 std::vector<OtherProcess> other_processes(const std::vector<WindowTelemetry>& windows, unsigned gpu,
                                           unsigned own_pid);
 

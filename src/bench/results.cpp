@@ -133,12 +133,16 @@ std::optional<results::Telemetry> telemetry_over(const std::vector<WindowTelemet
 std::vector<OtherProcess> other_processes(const std::vector<WindowTelemetry>& windows, unsigned gpu,
                                           unsigned own_pid) {
   std::map<unsigned, OtherProcess> seen;
+  bool own_seen = false;
   for (const WindowTelemetry& w : windows) {
     for (const monitor::Tick& tick : w.ticks) {
       const monitor::GpuReading* r = reading_of(tick, gpu);
       if (r == nullptr) continue;
       for (const monitor::ProcessRow& p : r->processes) {
-        if (p.pid == own_pid) continue;
+        if (p.pid == own_pid) {
+          own_seen = true;
+          continue;
+        }
         OtherProcess& o = seen[p.pid];
         o.pid = p.pid;
         if (p.used_bytes) o.used_bytes = std::max(o.used_bytes.value_or(0), *p.used_bytes);
@@ -148,6 +152,9 @@ std::vector<OtherProcess> other_processes(const std::vector<WindowTelemetry>& wi
       }
     }
   }
+  // In a container NVML can list host pids: this process is then among the "others" under a
+  // number it does not know, and nothing tells the rows apart.
+  if (!own_seen) return {};
   std::vector<OtherProcess> out;
   for (auto& [pid, o] : seen) out.push_back(o);
   return out;

@@ -288,6 +288,8 @@ TEST(OtherProcesses, LeavesThisProcessOutAndKeepsTheMost) {
   EXPECT_EQ(others[0].pid, 4242u);
   EXPECT_EQ(*others[0].max_sm_util_pct, 40u);
   EXPECT_EQ(*others[0].used_bytes, 1ull << 30);
+  // This process absent from NVML's list: its pids are another namespace's, nothing is reported.
+  EXPECT_TRUE(other_processes({a}, 0, 7).empty());
 }
 
 TEST(CeilingDtype, OnePerPrecision) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 
 #include "monitor/fake_script.h"
@@ -250,6 +252,9 @@ std::string throttling_script() {
     const auto at = script.find("\n" + key);
     script.replace(at + 1, script.find('\n', at + 1) - at - 1, line);
   }
+  // This process holds the GPU too, so that NVML's pids are known to be this namespace's.
+  const auto at = script.find("\nprocess 4343 na");
+  script.insert(at, "\nprocess " + std::to_string(::getpid()) + " 536870912");
   return script;
 }
 
