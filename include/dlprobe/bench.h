@@ -51,8 +51,8 @@ bool backend_built(BackendKind kind);
 Result<BackendKind> parse_backend(std::string_view text, const Device& device,
                                   std::string_view flag = "backend");
 
-// Whether a backend runs `precision` at all: fp64 needs the reference backend, and the oneDNN
-// backend has no fp16. (Engine::supports adds what depends on the device.)
+// Whether a backend runs `precision` at all: fp64 needs the reference backend, tf32 the GPU, and
+// the oneDNN backend has no fp16. (Engine::supports adds what depends on the device.)
 Status backend_supports(BackendKind kind, engine::Precision precision);
 
 // The PCI bus id of CUDA device `index` ("0000:19:00.0"), to find it in NVML; nullopt without
@@ -80,9 +80,6 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  const Device& device() const { return device_; }
-  BackendKind kind() const { return kind_; }
-  DType compute() const { return compute_; }
   Backend& backend() { return *backend_; }
   memory::CachingAllocator& allocator() { return *allocator_; }
 

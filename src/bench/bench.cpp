@@ -199,6 +199,12 @@ Status backend_supports(BackendKind kind, engine::Precision precision) {
   if (precision == Precision::fp64 && kind != BackendKind::reference) {
     return error(Errc::unsupported, "precision fp64 runs on --device cpu --backend reference only");
   }
+  if (precision == Precision::tf32 && kind != BackendKind::cuda) {
+    // The CPU backends have no TF32 units and would run strict fp32 under tf32's name.
+    return error(
+        Errc::unsupported,
+        "precision tf32 is a GPU tensor-core mode; on the CPU it would be fp32 (use fp32)");
+  }
   if (precision == Precision::fp16 && kind == BackendKind::onednn) {
     return error(Errc::unsupported,
                  "precision fp16 is not on the oneDNN CPU backend (bf16 is, on AVX-512 CPUs); "

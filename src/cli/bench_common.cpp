@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -165,6 +166,11 @@ void ProgressLine::update(const bench::SweepProgress& p) {
   }
   std::string line =
       fmt::format("[{}/{}] {}: {}, {}", p.index, p.planned, p.label, what, eta_text(p.eta_s));
+  // A line wider than the terminal wraps, and "\r" would then redraw only its last part.
+  winsize size{};
+  const std::size_t columns =
+      ::ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 1 ? size.ws_col - 1 : 100;
+  if (line.size() > columns) line.resize(columns);
   std::fputs("\r\033[K", stderr);
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
@@ -264,7 +270,8 @@ std::string configurations_text(const std::vector<results::Configuration>& confi
     r.push_back(peak ? format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(*peak, 0)))
                      : "-");
     const results::Compute* k = c.compute ? &*c.compute : nullptr;
-    r.push_back(fixed(k ? k->achieved_tflops : std::nullopt, 2));
+    // Three significant digits: a CPU run reaches a few GFLOP/s, a GPU hundreds of TFLOP/s.
+    r.push_back(k && k->achieved_tflops ? fmt::format("{:.3g}", *k->achieved_tflops) : "-");
     r.push_back(k && k->fraction_of_ceiling ? fmt::format("{:.1f}", *k->fraction_of_ceiling * 100)
                                             : "-");
     const results::Telemetry* t = c.telemetry.empty() ? nullptr : &c.telemetry.front();
@@ -308,17 +315,35 @@ std::string configurations_text(const std::vector<results::Configuration>& confi
 
 std::string findings_text(const std::vector<results::Configuration>& configurations,
                           const std::vector<results::Finding>& sweep_findings) {
-  std::string out;
-  const auto one = [&](const std::string& where, const results::Finding& f) {
-    out += fmt::format("  [{}] {}{}: {} ({})\n", results::severity_name(f.severity), where,
-                       where.empty() ? f.id : " " + f.id, f.message, f.evidence);
-    if (!f.fix.empty()) out += fmt::format("      fix: {}\n", f.fix);
+  // A warning that several configurations share is printed once, with each one's numbers.
+  struct Group {
+    const results::Finding* first = nullptr;
+    std::vector<std::string> lines;
+  };
+  std::vector<Group> groups;
+  const auto add = [&](const std::string& where, const results::Finding& f) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.first->id == f.id && g.first->severity == f.severity &&
+             g.first->message == f.message && g.first->fix == f.fix;
+    });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{&f, {}});
+    it->lines.push_back(where.empty() ? f.evidence : fmt::format("{}: {}", where, f.evidence));
   };
   for (const results::Configuration& c : configurations) {
-    for (const results::Finding& f : c.findings) one(results::describe(c.kind, c.settings), f);
+    for (const results::Finding& f : c.findings) add(results::describe(c.kind, c.settings), f);
   }
-  for (const results::Finding& f : sweep_findings) one("", f);
-  return out.empty() ? "" : "findings:\n" + out;
+  for (const results::Finding& f : sweep_findings) add("", f);
+  if (groups.empty()) return "";
+  std::string out = "findings:\n";
+  for (const Group& g : groups) {
+    out += fmt::format("  [{}] {}: {}\n", results::severity_name(g.first->severity), g.first->id,
+                       g.first->message);
+    for (const std::string& line : g.lines) {
+      if (!line.empty()) out += "      " + line + "\n";
+    }
+    if (!g.first->fix.empty()) out += fmt::format("      fix: {}\n", g.first->fix);
+  }
+  return out;
 }
 
 }  // namespace dlprobe::cli

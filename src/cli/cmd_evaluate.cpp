@@ -165,8 +165,11 @@ std::string summary(const doctor::Report& report, const bench::Sweep& sweep,
                     const std::filesystem::path& dir) {
   std::string machine;
   const doctor::StackVersions& v = report.versions;
-  if (sweep.device.kind == DeviceKind::cuda && !report.gpus.empty()) {
-    const doctor::GpuReport& g = report.gpus.front();
+  const auto gpu = std::find_if(report.gpus.begin(), report.gpus.end(), [&](const auto& g) {
+    return g.cuda_visible && g.index == sweep.device.index;
+  });
+  if (sweep.device.kind == DeviceKind::cuda && gpu != report.gpus.end()) {
+    const doctor::GpuReport& g = *gpu;
     machine = fmt::format(
         "{}{}{}, driver {}, CUDA runtime {}, cuDNN {}", g.name,
         g.cc_major && g.cc_minor ? fmt::format(" (cc {}.{}", *g.cc_major, *g.cc_minor) : " (",

@@ -194,23 +194,34 @@ std::string series_name(const Entry& e, bool several_files) {
   return several_files ? fmt::format("{}: {}", e.file->name, name) : name;
 }
 
-std::string chart_throughput(const std::vector<Entry>& all, bool several) {
-  std::map<std::string, std::vector<const Entry*>> series;  // name -> points
+// One point of a per-batch curve: the value, its bar, and the words of its tooltip.
+struct BatchPoint {
+  double y = 0;
+  double low = 0;
+  double high = 0;
+  std::string tip;
+};
+using PointOf = std::optional<BatchPoint> (*)(const Configuration&);
+
+// A line per series over the batch sizes, a point with an error bar per configuration.
+std::string chart_vs_batch(const std::vector<Entry>& all, bool several, std::string_view id,
+                           std::string_view title, std::string_view unit, PointOf point_of) {
+  std::map<std::string, std::vector<std::pair<std::int64_t, BatchPoint>>> series;
   std::vector<std::string> order;
   std::set<std::int64_t> batches;
   double top = 0;
   for (const auto& e : all) {
     const auto batch = results::batch_of(e.config->kind, e.config->settings);
-    if (!batch || !e.config->statistics) continue;
+    const auto point = point_of(*e.config);
+    if (!batch || !point) continue;
     const std::string name = series_name(e, several);
     if (!series.count(name)) order.push_back(name);
-    series[name].push_back(&e);
+    series[name].emplace_back(*batch, BatchPoint{point->y, point->low, point->high,
+                                                 label(e, several) + ": " + point->tip});
     batches.insert(*batch);
-    top = std::max(top, e.config->statistics->throughput_ci.high);
+    top = std::max(top, point->high);
   }
-  if (series.empty()) {
-    return "<p class=\"none\">No configuration has both a batch and a measured throughput.</p>\n";
-  }
+  if (series.empty()) return "";
   Frame f;
   const Axis y = nice_axis(0, top * 1.05);
   // Batches sit at even spacing: sweeps double the batch, and a linear axis would crowd the small
@@ -222,8 +233,8 @@ std::string chart_throughput(const std::vector<Entry>& all, bool several) {
                           : map(static_cast<double>(i), -0.5, static_cast<double>(xs.size()) - 0.5,
                                 f.x0(), f.x1());
   };
-  std::string s = svg_open("chart-throughput", f, "Throughput vs batch size");
-  s += y_axis(f, y, "items / s");
+  std::string s = svg_open(id, f, title);
+  s += y_axis(f, y, unit);
   for (auto b : xs) {
     s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
                      num(x_of(b)), num(f.y0() + 16), b);
@@ -234,35 +245,48 @@ std::string chart_throughput(const std::vector<Entry>& all, bool several) {
       num((f.x0() + f.x1()) / 2), num(f.height - 10));
   for (std::size_t i = 0; i < order.size(); ++i) {
     auto points = series[order[i]];
-    std::sort(points.begin(), points.end(), [](const Entry* a, const Entry* b) {
-      return *results::batch_of(a->config->kind, a->config->settings) <
-             *results::batch_of(b->config->kind, b->config->settings);
-    });
+    std::stable_sort(points.begin(), points.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
     std::string path;
     std::string marks;
-    for (const Entry* p : points) {
-      const auto& st = *p->config->statistics;
-      const double x = x_of(*results::batch_of(p->config->kind, p->config->settings));
-      const double yv = map(st.throughput, y.lo, y.hi, f.y0(), f.y1());
-      const double ylo = map(st.throughput_ci.low, y.lo, y.hi, f.y0(), f.y1());
-      const double yhi = map(st.throughput_ci.high, y.lo, y.hi, f.y0(), f.y1());
+    for (const auto& [batch, p] : points) {
+      const double x = x_of(batch);
+      const double yv = map(p.y, y.lo, y.hi, f.y0(), f.y1());
+      const double ylo = map(p.low, y.lo, y.hi, f.y0(), f.y1());
+      const double yhi = map(p.high, y.lo, y.hi, f.y0(), f.y1());
       path += fmt::format("{}{},{}", path.empty() ? "" : " ", num(x), num(yv));
       marks += fmt::format(
-          "<g class=\"point\"><title>{}: {:.1f} items/s ({:.0f}% CI {:.1f} – {:.1f})</title>"
+          "<g class=\"point\"><title>{}</title>"
           "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
           "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
           "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
           "<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/></g>\n",
-          esc(label(*p, several)), st.throughput, st.ci_level * 100, st.throughput_ci.low,
-          st.throughput_ci.high, num(x), num(ylo), num(x), num(yhi), colour(i), num(x - 5),
-          num(ylo), num(x + 5), num(ylo), colour(i), num(x - 5), num(yhi), num(x + 5), num(yhi),
-          colour(i), num(x), num(yv), colour(i));
+          esc(p.tip), num(x), num(ylo), num(x), num(yhi), colour(i), num(x - 5), num(ylo),
+          num(x + 5), num(ylo), colour(i), num(x - 5), num(yhi), num(x + 5), num(yhi), colour(i),
+          num(x), num(yv), colour(i));
     }
     s += fmt::format("<polyline class=\"series\" points=\"{}\" stroke=\"{}\"/>\n{}", path,
                      colour(i), marks);
   }
   s += legend(f, order);
   return s + "</svg>\n";
+}
+
+std::optional<BatchPoint> throughput_point(const Configuration& c) {
+  if (!c.statistics) return std::nullopt;
+  const auto& st = *c.statistics;
+  return BatchPoint{st.throughput, st.throughput_ci.low, st.throughput_ci.high,
+                    fmt::format("{:.1f} items/s ({:.0f}% CI {:.1f} – {:.1f})", st.throughput,
+                                st.ci_level * 100, st.throughput_ci.low, st.throughput_ci.high)};
+}
+
+// Inference only: there a step is one batch's latency, what a server's users wait for.
+std::optional<BatchPoint> latency_point(const Configuration& c) {
+  if (c.kind != Kind::native || c.settings.mode != "infer" || !c.statistics) return std::nullopt;
+  const auto& st = *c.statistics;
+  return BatchPoint{st.median_s * 1e3, st.min_s * 1e3, st.p99_s * 1e3,
+                    fmt::format("median {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms, min {:.3f} ms",
+                                st.median_s * 1e3, st.p90_s * 1e3, st.p99_s * 1e3, st.min_s * 1e3)};
 }
 
 // Each row on its own scale, as percent off its median: configurations differ tenfold in step time,
@@ -716,7 +740,19 @@ std::string render_html(std::span<const NamedDocument> documents) {
   std::string body;
   body += fmt::format("<h1>dlprobe report</h1>\n<p class=\"sub\">{} configuration{} from {}</p>\n",
                       all.size(), all.size() == 1 ? "" : "s", esc(files));
-  body += "<h2>Throughput</h2>\n" + chart_throughput(all, several);
+  const std::string throughput = chart_vs_batch(
+      all, several, "chart-throughput", "Throughput vs batch size", "items / s", throughput_point);
+  body += "<h2>Throughput</h2>\n" +
+          (throughput.empty() ? "<p class=\"none\">No configuration has both a batch and a "
+                                "measured throughput.</p>\n"
+                              : throughput);
+  if (const std::string latency = chart_vs_batch(
+          all, several, "chart-latency",
+          "Inference latency vs batch size (median; bars from the fastest step to p99)",
+          "ms per batch", latency_point);
+      !latency.empty()) {
+    body += "<h2>Inference latency</h2>\n" + latency;
+  }
   body += "<h2>Step times</h2>\n" + chart_step_times(all, several);
   if (const std::string memory = chart_memory(all, several); !memory.empty()) {
     body += "<h2>Memory</h2>\n" + memory;

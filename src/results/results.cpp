@@ -89,7 +89,8 @@ std::string describe(Kind kind, const Settings& s) {
                              (s.backend == "onednn" && s.device == "cpu");
     const std::string device = s.device + (own_backend ? "" : "/" + s.backend);
     for (const std::string* part : {&s.precision, &s.mode, &s.layout, &device, &s.optimizer}) {
-      if (!part->empty()) out += " " + *part;
+      // "none" is the optimizer outside train mode: the mode already says so.
+      if (!part->empty() && *part != "none") out += " " + *part;
     }
     return out;
   }

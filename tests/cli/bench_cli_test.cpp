@@ -111,6 +111,7 @@ TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error(kSmall + "--backend cuda", "does not run on cpu");
   expect_error(kSmall + "--backend tpu", "unknown backend 'tpu'");
   expect_error(kSmall + "--precision fp64", "fp64 runs on --device cpu --backend reference only");
+  expect_error(kSmall + "--precision fp32,tf32", "tf32 is a GPU tensor-core mode");
   expect_error(kBase + "--batch 2,4 --profile 3", "--profile");
   expect_error("--device cpu --model resnet18,resnet34 --weights w.safetensors", "--weights");
   expect_error(kSmall + "--json /nonexistent/dir/r.json", "--json");
