@@ -187,8 +187,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
         m.memory = run->memory;
         if (interrupted) {
           m.status = results::RunStatus::interrupted;
-          m.error =
-              "interrupted (Ctrl-C) after " + fmt::format("{} timed steps", run->timed_steps());
+          m.error = fmt::format("interrupted (Ctrl-C) after {} timed steps", run->timed_steps());
         }
       } else {
         const bool oom = run.status().code() == Errc::out_of_memory;
