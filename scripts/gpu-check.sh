@@ -10,16 +10,7 @@ bin=.devbuild/bin
 . scripts/gpu-env.sh
 summary=()
 
-echo "== gpu tests" | tee "$out/gpu-tests.log"
-for binary in $(cut -f1 .devbuild/gpu-tests.tsv | sort -u); do
-  filter=$(awk -F'\t' -v b="$binary" '$1 == b {sub("--gtest_filter=", "", $2); print $2}' \
-    .devbuild/gpu-tests.tsv | paste -sd: -)
-  if "$bin/$binary" --gtest_filter="$filter" --gtest_brief=1 >>"$out/gpu-tests.log" 2>&1; then
-    summary+=("PASS $binary")
-  else
-    summary+=("FAIL $binary (see gpu-tests.log)")
-  fi
-done
+while read -r line; do summary+=("$line"); done < <(./scripts/gpu-tests.sh)
 
 echo "== doctor"
 "$bin/dlprobe" doctor >"$out/doctor.txt" 2>&1 && summary+=("doctor: ok") || summary+=("doctor: exit $?")

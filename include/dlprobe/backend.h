@@ -93,9 +93,39 @@ class Backend {
                                      const TensorView& save_invstd, const TensorView& dx,
                                      const TensorView& dgamma, const TensorView& dbeta) = 0;
 
+  // (optional) Batch norm with the ReLU after it, and the residual sum before that ReLU, in one
+  // call: y = relu(bn(x) + residual), or y = relu(bn(x)) when `residual` has no data, rounded to
+  // y's dtype once. The planner emits these only where fuses_batch_norm_relu() is true; the
+  // defaults refuse.
+  virtual bool fuses_batch_norm_relu() const { return false; }
+  virtual Status batch_norm_relu_train_forward(
+      const TensorView& x, const TensorView& gamma, const TensorView& beta,
+      const TensorView& running_mean, const TensorView& running_var, const TensorView& residual,
+      const TensorView& y, const TensorView& save_mean, const TensorView& save_invstd,
+      const BatchNormParams& p);
+  virtual Status batch_norm_relu_inference_forward(const TensorView& x, const TensorView& gamma,
+                                                   const TensorView& beta,
+                                                   const TensorView& running_mean,
+                                                   const TensorView& running_var,
+                                                   const TensorView& residual, const TensorView& y,
+                                                   const BatchNormParams& p);
+  // (optional) The backward of y = relu(bn(x)) (no residual) from y's gradient dy and y itself.
+  virtual Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y,
+                                          const TensorView& x, const TensorView& gamma,
+                                          const TensorView& save_mean,
+                                          const TensorView& save_invstd, const TensorView& dx,
+                                          const TensorView& dgamma, const TensorView& dbeta);
+
   virtual Status relu_forward(const TensorView& x, const TensorView& y) = 0;
   // From the forward's output y: the gradient passes where y > 0.
   virtual Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) = 0;
+
+  // (optional) dx = a + b where y > 0, else 0: a ReLU's backward from a gradient that arrives as
+  // two terms (ResNet's block output feeds the next block and its shortcut). Planned only where
+  // fuses_relu_backward_add() is true; the default refuses.
+  virtual bool fuses_relu_backward_add() const { return false; }
+  virtual Status relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                                   const TensorView& dx);
 
   virtual Status max_pool2d_forward(const TensorView& x, const TensorView& y,
                                     const MaxPool2dParams& p) = 0;

@@ -59,10 +59,18 @@ Status backend_supports(BackendKind kind, engine::Precision precision);
 // CUDA or without that device.
 std::optional<std::string> cuda_pci_bus_id(int index);
 
-// How the CUDA backend picks convolution engines (ignored on the CPU).
+// Which cuDNN convolution engines may run (ignored on the CPU). Never those that sum in 16 bits.
+enum class ConvEngines : std::uint8_t {
+  any,            // also non-deterministic, FFT and Winograd ones: what cudnn.benchmark allows
+  deterministic,  // the same bits on every run
+  exact,          // deterministic direct sums only (no FFT / Winograd): the engine's own tests
+};
+Result<ConvEngines> parse_conv_engines(std::string_view text, std::string_view flag);
+
+// How the CUDA backend picks convolution engines.
 struct ConvOptions {
-  bool autotune = true;       // time every allowed engine per shape and keep the fastest
-  bool deterministic = true;  // only engines cuDNN marks deterministic
+  bool autotune = true;  // time every allowed engine per shape and keep the fastest
+  ConvEngines engines = ConvEngines::any;
 };
 
 // A device's backend and caching allocator. A sweep keeps one across its configurations, so that

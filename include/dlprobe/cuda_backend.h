@@ -37,6 +37,9 @@ struct CudaBackendOptions {
   // add partial sums with atomics, in the output's dtype when that is fp16/bf16, which costs
   // accuracy as well as reproducibility. False lets them compete for speed.
   bool deterministic = true;
+  // FFT and Winograd engines may compete (as under cudnn.benchmark): faster for some fp32
+  // shapes, at about ten times the rounding error of a direct sum.
+  bool transform_engines = false;
 };
 
 // Makes `device` current on the calling thread, which must keep it current while it uses the

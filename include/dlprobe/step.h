@@ -78,6 +78,10 @@ struct StepConfig {
   AdamWParams adamw{};
   GradScalerOptions scaler{};  // used under fp16 only
   std::uint64_t seed = 0;      // initial weights (model::initial_state)
+  // Run each batch norm with the ReLU after it (and the residual add before that ReLU) as one
+  // call where the backend can (Backend::fuses_batch_norm_relu): one pass over the activation
+  // instead of two or three, and the BN output never stored. The same math, rounded once.
+  bool fuse = true;
 };
 
 // One entry of the planned call list.
@@ -92,8 +96,12 @@ enum class CallKind : std::uint8_t {
   batch_norm_train_forward,
   batch_norm_inference_forward,
   batch_norm_backward,
+  batch_norm_relu_train_forward,      // batch norm, [residual add,] ReLU in one call
+  batch_norm_relu_inference_forward,  // the same with running statistics
+  batch_norm_relu_backward,           // ReLU's mask and batch norm's backward in one call
   relu_forward,
   relu_backward,
+  relu_backward_add,  // a ReLU's backward from a gradient that arrives as two terms
   max_pool_forward,
   max_pool_backward,
   add,

@@ -56,6 +56,14 @@ Result<Device> parse_device(std::string_view text, std::string_view flag) {
       fmt::format("{}: unknown device '{}' (expected cpu, cuda or cuda:N)", flag, text));
 }
 
+Result<ConvEngines> parse_conv_engines(std::string_view text, std::string_view flag) {
+  if (text == "any") return ConvEngines::any;
+  if (text == "deterministic") return ConvEngines::deterministic;
+  if (text == "exact") return ConvEngines::exact;
+  return invalid_argument(
+      fmt::format("{}: unknown choice '{}' (expected any, deterministic or exact)", flag, text));
+}
+
 std::string device_name(const Device& d) {
   return d.kind == DeviceKind::cpu ? std::string("cpu") : fmt::format("cuda:{}", d.index);
 }
@@ -179,7 +187,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Device& device, BackendKind
                                memory::CachingAllocator::create(std::move(source), allocation));
       CudaBackendOptions cuda;
       cuda.conv_engine = conv.autotune ? ConvEngineChoice::autotune : ConvEngineChoice::heuristic;
-      cuda.deterministic = conv.deterministic;
+      cuda.deterministic = conv.engines != ConvEngines::any;
+      cuda.transform_engines = conv.engines == ConvEngines::any;
       DLPROBE_ASSIGN_OR_RETURN(e->backend_, make_cuda_backend(device.index, *e->allocator_, cuda));
       return e;
 #else

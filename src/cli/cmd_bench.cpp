@@ -37,7 +37,7 @@ struct BenchFlags {
   std::string optimizer = "sgd";
   std::string weights;
   std::string conv_algo = "autotune";
-  bool nondeterministic = false;
+  std::string conv_engines = "any";
   std::string profile = "0";
   std::string batch_start = "16";
   std::string batch_limit = "4096";
@@ -136,7 +136,8 @@ Result<Plan> plan_from(const BenchFlags& f) {
         "--conv-algo: unknown choice '{}' (expected autotune or heuristic)", f.conv_algo));
   }
   s.conv.autotune = f.conv_algo == "autotune";
-  s.conv.deterministic = !f.nondeterministic;
+  DLPROBE_ASSIGN_OR_RETURN(s.conv.engines,
+                           bench::parse_conv_engines(f.conv_engines, "--conv-engines"));
   DLPROBE_ASSIGN_OR_RETURN(s.profile_steps, parse_int(f.profile, "--profile", 0, 10'000));
   s.weights = f.weights;
   s.groups = bench::expand(axes);
@@ -410,8 +411,11 @@ Command add_bench_command(CLI::App& app) {
                   "cuDNN engine per convolution shape: autotune (time each, keep the fastest, as "
                   "cudnn.benchmark) or heuristic (cuDNN's first choice)")
       ->capture_default_str();
-  sub->add_flag("--nondeterministic", flags->nondeterministic,
-                "Let convolution engines that cuDNN marks non-deterministic compete");
+  sub->add_option("--conv-engines", flags->conv_engines,
+                  "Which cuDNN engines may compete: any (as cudnn.benchmark: also "
+                  "non-deterministic, FFT and Winograd), deterministic, exact (deterministic "
+                  "direct sums)")
+      ->capture_default_str();
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "
                   "kind of call and the slowest calls (one configuration only)");

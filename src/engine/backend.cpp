@@ -23,4 +23,39 @@ Result<double> Backend::elapsed_ms(std::size_t from, std::size_t to) {
   return std::chrono::duration<double, std::milli>(host_marks_[to] - host_marks_[from]).count();
 }
 
+namespace {
+
+Status no_fusion(const Backend& b, std::string_view op) {
+  return error(Errc::unsupported,
+               fmt::format("{}: the {} backend does not fuse batch norm and ReLU", op, b.name()));
+}
+
+}  // namespace
+
+Status Backend::batch_norm_relu_train_forward(const TensorView&, const TensorView&,
+                                              const TensorView&, const TensorView&,
+                                              const TensorView&, const TensorView&,
+                                              const TensorView&, const TensorView&,
+                                              const TensorView&, const BatchNormParams&) {
+  return no_fusion(*this, "batch_norm_relu_train_forward");
+}
+
+Status Backend::batch_norm_relu_inference_forward(const TensorView&, const TensorView&,
+                                                  const TensorView&, const TensorView&,
+                                                  const TensorView&, const TensorView&,
+                                                  const TensorView&, const BatchNormParams&) {
+  return no_fusion(*this, "batch_norm_relu_inference_forward");
+}
+
+Status Backend::batch_norm_relu_backward(const TensorView&, const TensorView&, const TensorView&,
+                                         const TensorView&, const TensorView&, const TensorView&,
+                                         const TensorView&, const TensorView&, const TensorView&) {
+  return no_fusion(*this, "batch_norm_relu_backward");
+}
+
+Status Backend::relu_backward_add(const TensorView&, const TensorView&, const TensorView&,
+                                  const TensorView&) {
+  return no_fusion(*this, "relu_backward_add");
+}
+
 }  // namespace dlprobe

@@ -146,10 +146,18 @@ std::string_view call_kind_name(CallKind kind) {
       return "batch_norm_inference_forward";
     case CallKind::batch_norm_backward:
       return "batch_norm_backward";
+    case CallKind::batch_norm_relu_train_forward:
+      return "batch_norm_relu_train_forward";
+    case CallKind::batch_norm_relu_inference_forward:
+      return "batch_norm_relu_inference_forward";
+    case CallKind::batch_norm_relu_backward:
+      return "batch_norm_relu_backward";
     case CallKind::relu_forward:
       return "relu_forward";
     case CallKind::relu_backward:
       return "relu_backward";
+    case CallKind::relu_backward_add:
+      return "relu_backward_add";
     case CallKind::max_pool_forward:
       return "max_pool_forward";
     case CallKind::max_pool_backward:
@@ -402,7 +410,14 @@ class Planner {
     Buffer* a = cur;
     emit(layer + ".grad_accumulate", CallKind::add, layer, {a, g, out},
          [&be = be_, a, g, out] { return be.add(a->view, g->view, out->view); });
+    last_sum_ = {drafts_.size() - 1, a, g, out};
     cur = out;
+  }
+  // Whether `dy` is the sum the last draft made, with nothing else holding it: a ReLU's backward
+  // can then take the two terms itself and the sum is dropped.
+  bool pending_sum(Buffer* dy) {
+    const bool last = !drafts_.empty() && last_sum_.draft == drafts_.size() - 1;
+    return last && last_sum_.out == dy && sharers_[dy] == 1;
   }
   void release_grad(int v) {
     Buffer*& cur = grad_[static_cast<std::size_t>(v)];
@@ -412,6 +427,11 @@ class Planner {
 
   Status forward(const model::Layer& l, std::size_t index);
   Status backward(const model::Layer& l, std::size_t index);
+  // Which batch norms run with what follows them (StepConfig::fuse): a BN whose output only a
+  // ReLU reads takes that ReLU; a BN whose output only a residual add reads, the add's output only
+  // a ReLU, takes both (the add's other operand is computed earlier in the layer order).
+  void plan_fusion();
+  Status forward_batch_norm(const model::Layer& l, std::size_t i);
   int entry_of(std::size_t layer, StateKind kind) const {
     const auto& st = s_.model.state();
     for (std::size_t i = 0; i < st.size(); ++i) {
@@ -435,6 +455,16 @@ class Planner {
   std::vector<Buffer*> bn_mean_, bn_invstd_;
   std::vector<Buffer*> grad_;
   std::map<Buffer*, int> sharers_;
+  enum class Fusion : std::uint8_t { none, relu, add_relu };
+  std::vector<Fusion> fusion_;  // per layer: what a batch norm takes in
+  struct Sum {
+    std::size_t draft = static_cast<std::size_t>(-1);
+    Buffer* a = nullptr;
+    Buffer* b = nullptr;
+    Buffer* out = nullptr;
+  };
+  Sum last_sum_;                     // the latest gradient accumulation contribute() emitted
+  std::vector<bool> folded_;         // per layer: a ReLU or add run inside the batch norm before it
   Buffer* logits_master_ = nullptr;  // the fp32 logits the loss reads
 };
 
@@ -457,6 +487,7 @@ Status Planner::run(const std::vector<Shape>& shapes) {
     if (saves.output) saved_[static_cast<std::size_t>(l.output)] = true;
   }
   value_[model::kImages] = s_.images;
+  plan_fusion();
 
   for (std::size_t i = 0; i < layers.size(); ++i) DLPROBE_RETURN_IF_ERROR(forward(layers[i], i));
 
@@ -528,7 +559,101 @@ Status Planner::run(const std::vector<Shape>& shapes) {
   return Status::ok();
 }
 
+void Planner::plan_fusion() {
+  const auto& layers = s_.model.layers();
+  fusion_.assign(layers.size(), Fusion::none);
+  folded_.assign(layers.size(), false);
+  if (!s_.config.fuse || !be_.fuses_batch_norm_relu()) return;
+  auto only_reader = [&](std::size_t at, LayerKind kind, int value) {
+    return at < layers.size() && layers[at].kind == kind &&
+           consumers_[static_cast<std::size_t>(value)] == 1 &&
+           std::find(layers[at].inputs.begin(), layers[at].inputs.end(), value) !=
+               layers[at].inputs.end();
+  };
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].kind != LayerKind::batch_norm) continue;
+    if (only_reader(i + 1, LayerKind::relu, layers[i].output)) {
+      fusion_[i] = Fusion::relu;
+      folded_[i + 1] = true;
+    } else if (only_reader(i + 1, LayerKind::add, layers[i].output) &&
+               only_reader(i + 2, LayerKind::relu, layers[i + 1].output)) {
+      fusion_[i] = Fusion::add_relu;
+      folded_[i + 1] = true;
+      folded_[i + 2] = true;
+    }
+  }
+}
+
+// A batch norm, and under fusion the ReLU (and add) it takes in: their output is the ReLU's.
+Status Planner::forward_batch_norm(const model::Layer& l, std::size_t i) {
+  const auto& layers = s_.model.layers();
+  const Fusion f = fusion_[i];
+  const model::Layer& last = f == Fusion::relu       ? layers[i + 1]
+                             : f == Fusion::add_relu ? layers[i + 2]
+                                                     : l;
+  const auto out = static_cast<std::size_t>(last.output);
+  Buffer* x = value_[static_cast<std::size_t>(l.inputs[0])];
+  Buffer* residual = nullptr;
+  if (f == Fusion::add_relu) {
+    const model::Layer& add = layers[i + 1];
+    residual =
+        value_[static_cast<std::size_t>(add.inputs[0] == l.output ? add.inputs[1] : add.inputs[0])];
+  }
+  Buffer* gamma = master_of(i, StateKind::bn_weight);
+  Buffer* beta = master_of(i, StateKind::bn_bias);
+  Buffer* mean = master_of(i, StateKind::running_mean);
+  Buffer* var = master_of(i, StateKind::running_var);
+  const Category category = saved_[out] ? Category::activations : Category::temporaries;
+  DLPROBE_ASSIGN_OR_RETURN(Buffer * y, new_value(last.name, category, shapes_[out], s_.act()));
+  const BatchNormParams p = l.batch_norm;
+  const std::string name = l.name + (f == Fusion::relu       ? ".forward+relu"
+                                     : f == Fusion::add_relu ? ".forward+add+relu"
+                                                             : ".forward");
+  const TensorView none{};
+  if (s_.training()) {
+    Buffer* sm = s_.transient(gamma->view.desc, Category::activations, l.name);
+    Buffer* si = s_.transient(gamma->view.desc, Category::activations, l.name);
+    bn_mean_[i] = sm;
+    bn_invstd_[i] = si;
+    if (f == Fusion::none) {
+      emit(name, CallKind::batch_norm_train_forward, l.name, {x, gamma, beta, mean, var, y, sm, si},
+           [&be = be_, x, gamma, beta, mean, var, y, sm, si, p] {
+             return be.batch_norm_train_forward(x->view, gamma->view, beta->view, mean->view,
+                                                var->view, y->view, sm->view, si->view, p);
+           });
+    } else {
+      std::vector<Buffer*> uses{x, gamma, beta, mean, var, y, sm, si};
+      if (residual != nullptr) uses.push_back(residual);
+      emit(name, CallKind::batch_norm_relu_train_forward, l.name, std::move(uses),
+           [&be = be_, x, gamma, beta, mean, var, residual, y, sm, si, p, none] {
+             return be.batch_norm_relu_train_forward(
+                 x->view, gamma->view, beta->view, mean->view, var->view,
+                 residual != nullptr ? residual->view : none, y->view, sm->view, si->view, p);
+           });
+    }
+  } else if (f == Fusion::none) {
+    emit(name, CallKind::batch_norm_inference_forward, l.name, {x, gamma, beta, mean, var, y},
+         [&be = be_, x, gamma, beta, mean, var, y, p] {
+           return be.batch_norm_inference_forward(x->view, gamma->view, beta->view, mean->view,
+                                                  var->view, y->view, p);
+         });
+  } else {
+    std::vector<Buffer*> uses{x, gamma, beta, mean, var, y};
+    if (residual != nullptr) uses.push_back(residual);
+    emit(name, CallKind::batch_norm_relu_inference_forward, l.name, std::move(uses),
+         [&be = be_, x, gamma, beta, mean, var, residual, y, p, none] {
+           return be.batch_norm_relu_inference_forward(
+               x->view, gamma->view, beta->view, mean->view, var->view,
+               residual != nullptr ? residual->view : none, y->view, p);
+         });
+  }
+  value_[out] = y;
+  return Status::ok();
+}
+
 Status Planner::forward(const model::Layer& l, std::size_t i) {
+  if (folded_[i]) return Status::ok();  // run by the batch norm before it
+  if (l.kind == LayerKind::batch_norm) return forward_batch_norm(l, i);
   const auto out = static_cast<std::size_t>(l.output);
   const auto in = static_cast<std::size_t>(l.inputs[0]);
   const Shape& ys = shapes_[out];
@@ -551,33 +676,8 @@ Status Planner::forward(const model::Layer& l, std::size_t i) {
            });
       break;
     }
-    case LayerKind::batch_norm: {
-      Buffer* gamma = master_of(i, StateKind::bn_weight);
-      Buffer* beta = master_of(i, StateKind::bn_bias);
-      Buffer* mean = master_of(i, StateKind::running_mean);
-      Buffer* var = master_of(i, StateKind::running_var);
-      DLPROBE_ASSIGN_OR_RETURN(y, new_value(name, out_category, ys, s_.act()));
-      const BatchNormParams p = l.batch_norm;
-      if (s_.training()) {
-        Buffer* sm = s_.transient(gamma->view.desc, Category::activations, name);
-        Buffer* si = s_.transient(gamma->view.desc, Category::activations, name);
-        bn_mean_[i] = sm;
-        bn_invstd_[i] = si;
-        emit(name + ".forward", CallKind::batch_norm_train_forward, name,
-             {x, gamma, beta, mean, var, y, sm, si},
-             [&be = be_, x, gamma, beta, mean, var, y, sm, si, p] {
-               return be.batch_norm_train_forward(x->view, gamma->view, beta->view, mean->view,
-                                                  var->view, y->view, sm->view, si->view, p);
-             });
-      } else {
-        emit(name + ".forward", CallKind::batch_norm_inference_forward, name,
-             {x, gamma, beta, mean, var, y}, [&be = be_, x, gamma, beta, mean, var, y, p] {
-               return be.batch_norm_inference_forward(x->view, gamma->view, beta->view, mean->view,
-                                                      var->view, y->view, p);
-             });
-      }
-      break;
-    }
+    case LayerKind::batch_norm:
+      break;  // forward_batch_norm
     case LayerKind::relu: {
       DLPROBE_ASSIGN_OR_RETURN(y, new_value(name, out_category, ys, s_.act()));
       emit(name + ".forward", CallKind::relu_forward, name, {x, y},
@@ -668,20 +768,48 @@ Status Planner::backward(const model::Layer& l, std::size_t i) {
       Buffer* sm = bn_mean_[i];
       Buffer* si = bn_invstd_[i];
       Buffer* dx = new_dx();
-      emit(name + ".backward", CallKind::batch_norm_backward, name,
-           {dy, x, gamma, sm, si, dx, dgamma, dbeta},
-           [&be = be_, dy, x, gamma, sm, si, dx, dgamma, dbeta] {
-             return be.batch_norm_backward(dy->view, x->view, gamma->view, sm->view, si->view,
-                                           dx->view, dgamma->view, dbeta->view);
-           });
+      if (fusion_[i] == Fusion::relu) {
+        // dy is the gradient of the ReLU's output y, which the ReLU's backward passed on as is.
+        Buffer* y = value_[static_cast<std::size_t>(s_.model.layers()[i + 1].output)];
+        emit(name + ".backward+relu", CallKind::batch_norm_relu_backward, name,
+             {dy, y, x, gamma, sm, si, dx, dgamma, dbeta},
+             [&be = be_, dy, y, x, gamma, sm, si, dx, dgamma, dbeta] {
+               return be.batch_norm_relu_backward(dy->view, y->view, x->view, gamma->view, sm->view,
+                                                  si->view, dx->view, dgamma->view, dbeta->view);
+             });
+      } else {
+        emit(name + ".backward", CallKind::batch_norm_backward, name,
+             {dy, x, gamma, sm, si, dx, dgamma, dbeta},
+             [&be = be_, dy, x, gamma, sm, si, dx, dgamma, dbeta] {
+               return be.batch_norm_backward(dy->view, x->view, gamma->view, sm->view, si->view,
+                                             dx->view, dgamma->view, dbeta->view);
+             });
+      }
       contribute(l.inputs[0], dx, name);
       break;
     }
     case LayerKind::relu: {
+      if (i > 0 && fusion_[i - 1] == Fusion::relu) {
+        contribute(l.inputs[0], dy, name);  // the batch norm's fused backward applies the mask
+        break;
+      }
       Buffer* y = value_[out];
-      Buffer* dx = new_dx();
-      emit(name + ".backward", CallKind::relu_backward, name, {dy, y, dx},
-           [&be = be_, dy, y, dx] { return be.relu_backward(dy->view, y->view, dx->view); });
+      // Shaped like y: under add+ReLU fusion the input (the sum) was never stored.
+      Buffer* dx = s_.transient(y->view.desc, Category::temporaries, name);
+      if (s_.config.fuse && be_.fuses_relu_backward_add() && pending_sum(dy)) {
+        // ResNet's block output feeds the next block and its shortcut, so its gradient arrives
+        // as a sum: one pass adds and masks instead of writing the sum and reading it back.
+        drafts_.pop_back();
+        Buffer* a = last_sum_.a;
+        Buffer* b = last_sum_.b;
+        emit(name + ".backward+grad_accumulate", CallKind::relu_backward_add, name, {a, b, y, dx},
+             [&be = be_, a, b, y, dx] {
+               return be.relu_backward_add(a->view, b->view, y->view, dx->view);
+             });
+      } else {
+        emit(name + ".backward", CallKind::relu_backward, name, {dy, y, dx},
+             [&be = be_, dy, y, dx] { return be.relu_backward(dy->view, y->view, dx->view); });
+      }
       contribute(l.inputs[0], dx, name);
       break;
     }

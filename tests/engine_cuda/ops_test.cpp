@@ -18,9 +18,11 @@ constexpr Layout kLayouts[] = {Layout::nchw, Layout::nhwc};
 // fp32 rounding.
 constexpr Tolerance kStatTol{2e-5, 2e-5};
 
-// The shapes exercise one split and many (channel reductions), odd sizes (vector tails), and a
-// channel count that is not a multiple of the 32-channel NHWC tile.
-const Shape kBatchNormShapes[] = {{3, 5, 7, 9}, {8, 64, 28, 28}, {16, 40, 6, 6}};
+// The shapes exercise one split and many (channel reductions), odd sizes (one element a thread),
+// 16-byte packs in both layouts, and NHWC channel tiles of 8 to 256 packs (2048 channels: two
+// tiles in fp32).
+const Shape kBatchNormShapes[] = {
+    {3, 5, 7, 9}, {8, 64, 28, 28}, {16, 40, 6, 6}, {4, 256, 9, 9}, {2, 2048, 3, 3}};
 
 TEST(CudaBatchNorm, TrainForwardMatchesReference) {
   auto& backend = CudaEnv::backend();
@@ -140,10 +142,122 @@ TEST(CudaBatchNorm, BackwardMatchesReference) {
   }
 }
 
+// relu(y + residual) or relu(y), in fp64.
+HostTensor add_relu(const HostTensor& y, const HostTensor* residual) {
+  HostTensor sum = residual != nullptr ? reference::add<double>(y, f64(*residual)).value() : y;
+  return reference::relu_forward<double>(sum).value();
+}
+
+// Batch norm with the ReLU (and the residual sum) fused in, against the plain reference ops
+// composed in fp64; the fused kernel rounds once, so the tolerance is the plain one.
+TEST(CudaBatchNorm, FusedForwardMatchesReference) {
+  auto& backend = CudaEnv::backend();
+  std::uint64_t seed = 4000;
+  const BatchNormParams p{1e-5, 0.1};
+  for (const Shape& s : kBatchNormShapes) {
+    for (DType t : kActivationTypes) {
+      for (Layout l : kLayouts) {
+        for (const bool with_residual : {false, true}) {
+          SCOPED_TRACE(fmt::format("{} {} residual {}", s.str(), case_name(t, l), with_residual));
+          const Shape cs{s[1]};
+          const HostTensor x = rand(s, ++seed, t, l, -1.0, 3.0);
+          const HostTensor res = rand(s, ++seed, t, l);
+          const HostTensor gamma = rand(cs, ++seed, DType::fp32, Layout::nchw, 0.5, 1.5);
+          const HostTensor beta = rand(cs, ++seed, DType::fp32);
+          const HostTensor rm = rand(cs, ++seed, DType::fp32);
+          const HostTensor rv = rand(cs, ++seed, DType::fp32, Layout::nchw, 0.5, 1.5);
+          const DeviceTensor dx_ = to_device(x);
+          const DeviceTensor dres = to_device(res);
+          const DeviceTensor dg = to_device(gamma);
+          const DeviceTensor db = to_device(beta);
+          DeviceTensor drm = to_device(rm);
+          DeviceTensor drv = to_device(rv);
+          DeviceTensor y = device_output(x.desc());
+          DeviceTensor mean = device_output(gamma.desc());
+          DeviceTensor invstd = device_output(gamma.desc());
+          const TensorView residual = with_residual ? dres.view() : TensorView{};
+          Status st = backend.batch_norm_relu_train_forward(
+              dx_.view(), dg.view(), db.view(), drm.view(), drv.view(), residual, y.view(),
+              mean.view(), invstd.view(), p);
+          ASSERT_TRUE(st.is_ok()) << st.message();
+          const auto ref = reference::batch_norm_train_forward<double>(
+                               f64(x), f64(gamma), f64(beta), f64(rm), f64(rv), p)
+                               .value();
+          const HostTensor want = add_relu(ref.y, with_residual ? &res : nullptr);
+          EXPECT_TRUE(matches(to_host(y), want)) << "train y";
+          EXPECT_TRUE(matches(to_host(mean), ref.save_mean, kStatTol)) << "save_mean";
+          EXPECT_TRUE(matches(to_host(invstd), ref.save_invstd, kStatTol)) << "save_invstd";
+
+          // Inference with the running statistics as they are now.
+          const HostTensor rm_now = to_host(drm);
+          const HostTensor rv_now = to_host(drv);
+          DeviceTensor yi = device_output(x.desc());
+          st = backend.batch_norm_relu_inference_forward(
+              dx_.view(), dg.view(), db.view(), drm.view(), drv.view(), residual, yi.view(), p);
+          ASSERT_TRUE(st.is_ok()) << st.message();
+          const HostTensor inf = reference::batch_norm_inference_forward<double>(
+                                     f64(x), f64(gamma), f64(beta), f64(rm_now), f64(rv_now), p)
+                                     .value();
+          EXPECT_TRUE(matches(to_host(yi), add_relu(inf, with_residual ? &res : nullptr)))
+              << "inference y";
+        }
+      }
+    }
+  }
+}
+
+// The backward of y = relu(bn(x)) from y's gradient: the ReLU's mask comes from y as stored.
+TEST(CudaBatchNorm, FusedBackwardMatchesReference) {
+  auto& backend = CudaEnv::backend();
+  std::uint64_t seed = 4500;
+  for (const Shape& s : kBatchNormShapes) {
+    for (DType t : kActivationTypes) {
+      for (Layout l : kLayouts) {
+        SCOPED_TRACE(fmt::format("{} {}", s.str(), case_name(t, l)));
+        const Shape cs{s[1]};
+        const HostTensor x = rand(s, ++seed, t, l);
+        const HostTensor dy = rand(s, ++seed, t, l);
+        const HostTensor gamma = rand(cs, ++seed, DType::fp32, Layout::nchw, 0.5, 1.5);
+        const HostTensor beta = rand(cs, ++seed, DType::fp32);
+        const auto fwd = reference::batch_norm_train_forward<double>(f64(x), f64(gamma), f64(beta),
+                                                                     f64(gamma), f64(gamma), {})
+                             .value();
+        const HostTensor y = add_relu(fwd.y, nullptr).to_dtype(t).value();
+        const HostTensor mean = fwd.save_mean.to_dtype(DType::fp32).value();
+        const HostTensor invstd = fwd.save_invstd.to_dtype(DType::fp32).value();
+        const DeviceTensor ddy = to_device(dy);
+        const DeviceTensor dyout = to_device(y);
+        const DeviceTensor dxin = to_device(x);
+        const DeviceTensor dg = to_device(gamma);
+        const DeviceTensor dmean = to_device(mean);
+        const DeviceTensor dinv = to_device(invstd);
+        DeviceTensor dx = device_output(x.desc());
+        DeviceTensor dgamma = device_output(gamma.desc());
+        DeviceTensor dbeta = device_output(gamma.desc());
+        const Status st = backend.batch_norm_relu_backward(ddy.view(), dyout.view(), dxin.view(),
+                                                           dg.view(), dmean.view(), dinv.view(),
+                                                           dx.view(), dgamma.view(), dbeta.view());
+        ASSERT_TRUE(st.is_ok()) << st.message();
+        const HostTensor masked = reference::relu_backward<double>(f64(dy), f64(y)).value();
+        const auto ref = reference::batch_norm_backward<double>(masked, f64(x), f64(gamma),
+                                                                f64(mean), f64(invstd))
+                             .value();
+        const double m = static_cast<double>(s[0] * s[2] * s[3]);
+        const Tolerance sum_tol{2e-6 * m, 2e-5};
+        EXPECT_TRUE(matches(to_host(dgamma), ref.dgamma, sum_tol)) << "dgamma";
+        EXPECT_TRUE(matches(to_host(dbeta), ref.dbeta, sum_tol)) << "dbeta";
+        Tolerance dx_tol = tolerance_for(t);
+        dx_tol.atol += 1e-5;
+        EXPECT_TRUE(matches(to_host(dx), ref.dx, dx_tol)) << "dx";
+      }
+    }
+  }
+}
+
 TEST(CudaElementwise, ReluAddCastFill) {
   auto& backend = CudaEnv::backend();
   std::uint64_t seed = 4000;
-  // 2*3*7*11 = 462 elements: not a multiple of 4, so the vector loop leaves a tail.
+  // 2*3*7*11 = 462 elements: not a multiple of the 16-byte pack, so the packed loop leaves a tail.
   const Shape s{2, 3, 7, 11};
   for (DType t : kActivationTypes) {
     for (Layout l : kLayouts) {
@@ -162,6 +276,16 @@ TEST(CudaElementwise, ReluAddCastFill) {
       ASSERT_TRUE(backend.relu_backward(dother.view(), y.view(), dx.view()).is_ok());
       EXPECT_TRUE(matches(to_host(dx), reference::relu_backward<double>(f64(other), y_ref).value()))
           << "relu backward";
+
+      // The ReLU's backward from two gradient terms, summed and masked in one pass.
+      const HostTensor third = rand(s, ++seed, t, l);
+      const DeviceTensor dthird = to_device(third);
+      DeviceTensor dx2 = device_output(x.desc());
+      ASSERT_TRUE(
+          backend.relu_backward_add(dother.view(), dthird.view(), y.view(), dx2.view()).is_ok());
+      const HostTensor terms = reference::add<double>(f64(other), f64(third)).value();
+      EXPECT_TRUE(matches(to_host(dx2), reference::relu_backward<double>(terms, y_ref).value()))
+          << "relu backward of a sum";
 
       DeviceTensor sum = device_output(x.desc());
       ASSERT_TRUE(backend.add(dxin.view(), dother.view(), sum.view()).is_ok());
@@ -192,7 +316,8 @@ TEST(CudaPooling, MaxPoolMatchesReferenceWithTies) {
   auto& backend = CudaEnv::backend();
   std::uint64_t seed = 5000;
   const MaxPool2dParams p;  // 3x3, stride 2, pad 1
-  for (const Shape& s : {Shape{2, 5, 12, 12}, Shape{3, 4, 9, 7}}) {
+  // 16 channels: the NHWC kernels move 16-byte packs of channels; 5 and 4, one element a thread.
+  for (const Shape& s : {Shape{2, 5, 12, 12}, Shape{3, 4, 9, 7}, Shape{2, 16, 11, 10}}) {
     for (DType t : kActivationTypes) {
       for (Layout l : kLayouts) {
         SCOPED_TRACE(fmt::format("{} {}", s.str(), case_name(t, l)));

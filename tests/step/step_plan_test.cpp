@@ -17,6 +17,7 @@ using testing::tiny_config;
 
 TEST(StepPlanTest, CallListNamesEveryOpAndPairsAllocationsWithFrees) {
   StepConfig c = tiny_config();
+  c.fuse = false;
   testing::Rig r = make_rig(c);
   ASSERT_TRUE(r.step);
   std::map<std::string, int> names;
@@ -41,6 +42,54 @@ TEST(StepPlanTest, CallListNamesEveryOpAndPairsAllocationsWithFrees) {
     if (call.name == "layer3.1.conv2.forward") {
       EXPECT_EQ(call.layer, "layer3.1.conv2");
     }
+  }
+}
+
+// ResNet-18: the stem's BN and each block's first BN take their ReLU (9); each block's last BN
+// before the sum takes the add and the ReLU (8: bn2, or downsample.1 where the shortcut projects);
+// the 3 blocks with a projection keep bn2 plain. Backward: the 9 BN+ReLU pairs fuse; the ReLUs
+// after a sum stay apart (the sum's gradient also flows down the shortcut), and 7 of them take in
+// the sum of their own gradient's two terms (next block and its shortcut); the last block's ReLU
+// feeds only the pooling, and the max pool's gradient sum stays an add.
+TEST(StepPlanTest, FusesBatchNormWithReluAndResidualAdd) {
+  StepConfig c = tiny_config();
+  testing::Rig r = make_rig(c);
+  ASSERT_TRUE(r.step);
+  std::map<std::string, int> names;
+  std::map<CallKind, int> kinds;
+  for (const Call& call : r.step->calls()) {
+    ++names[call.name];
+    ++kinds[call.kind];
+  }
+  EXPECT_EQ(kinds[CallKind::batch_norm_train_forward], 3);
+  EXPECT_EQ(kinds[CallKind::batch_norm_relu_train_forward], 17);
+  EXPECT_EQ(kinds[CallKind::relu_forward], 0);
+  EXPECT_EQ(kinds[CallKind::add], 1);
+  EXPECT_EQ(kinds[CallKind::batch_norm_relu_backward], 9);
+  EXPECT_EQ(kinds[CallKind::batch_norm_backward], 11);
+  EXPECT_EQ(kinds[CallKind::relu_backward_add], 7);
+  EXPECT_EQ(kinds[CallKind::relu_backward], 1);
+  EXPECT_EQ(names["layer1.0.relu2.backward+grad_accumulate"], 1);
+  EXPECT_EQ(names["bn1.forward+relu"], 1);
+  EXPECT_EQ(names["layer1.0.bn2.forward+add+relu"], 1);
+  EXPECT_EQ(names["layer2.0.downsample.1.forward+add+relu"], 1);
+  EXPECT_EQ(names["layer2.0.bn2.forward"], 1);
+  EXPECT_EQ(kinds[CallKind::alloc], kinds[CallKind::free]);
+}
+
+// Fused and unfused plans compute the same step: in fp64 they agree to rounding.
+TEST(StepPlanTest, FusedAndUnfusedStepsAgree) {
+  StepConfig c = tiny_config();
+  c.precision = Precision::fp64;
+  testing::Rig fused = make_rig(c, DType::fp64);
+  c.fuse = false;
+  testing::Rig plain = make_rig(c, DType::fp64);
+  ASSERT_TRUE(fused.step && plain.step);
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(run(fused), run(plain), 1e-12);
+  for (const char* name : {"conv1.weight", "layer1.0.bn2.weight", "layer2.0.downsample.0.weight"}) {
+    const HostTensor a = fused.step->tensor(name).value();
+    const HostTensor b = plain.step->tensor(name).value();
+    for (std::int64_t k = 0; k < a.numel(); ++k) ASSERT_NEAR(a.get(k), b.get(k), 1e-12) << name;
   }
 }
 

@@ -92,6 +92,25 @@ class CudaBackend final : public Backend {
                              const TensorView& dx, const TensorView& dgamma,
                              const TensorView& dbeta) override;
 
+  bool fuses_batch_norm_relu() const override { return true; }
+  Status batch_norm_relu_train_forward(const TensorView& x, const TensorView& gamma,
+                                       const TensorView& beta, const TensorView& running_mean,
+                                       const TensorView& running_var, const TensorView& residual,
+                                       const TensorView& y, const TensorView& save_mean,
+                                       const TensorView& save_invstd,
+                                       const BatchNormParams& p) override;
+  Status batch_norm_relu_inference_forward(const TensorView& x, const TensorView& gamma,
+                                           const TensorView& beta, const TensorView& running_mean,
+                                           const TensorView& running_var,
+                                           const TensorView& residual, const TensorView& y,
+                                           const BatchNormParams& p) override;
+  Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y, const TensorView& x,
+                                  const TensorView& gamma, const TensorView& save_mean,
+                                  const TensorView& save_invstd, const TensorView& dx,
+                                  const TensorView& dgamma, const TensorView& dbeta) override;
+  bool fuses_relu_backward_add() const override { return true; }
+  Status relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                           const TensorView& dx) override;
   Status relu_forward(const TensorView& x, const TensorView& y) override;
   Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) override;
   Status max_pool2d_forward(const TensorView& x, const TensorView& y,

@@ -1,5 +1,5 @@
-// Device-side helpers shared by the kernel files: fp16/bf16 <-> float, dtype dispatch, 4-element
-// vectors, warp and block reductions, grid sizing and scratch allocation.
+// Device-side helpers shared by the kernel files: fp16/bf16 <-> float, dtype dispatch, 16-byte
+// packs, warp and block reductions, grid sizing and scratch allocation.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -78,14 +78,30 @@ Status dispatch_label(DType dtype, F&& f) {
   }
 }
 
-// Four consecutive elements, aligned so one load or store moves them all.
+// Packs: 16 bytes of T moved by one access, converted to and from float.
+// Elements of T in 16 bytes: the widest load per thread.
 template <class T>
-struct alignas(4 * sizeof(T)) Vec4 {
-  T v[4];
+inline constexpr int kPack = 16 / static_cast<int>(sizeof(T));
+
+// P elements moved as one access; P is kPack<T> where the tensor allows it, else 1.
+template <class T, int P>
+struct alignas(sizeof(T) * P) Pack {
+  T v[P];
 };
 
-inline bool aligned_for_vec4(const void* p, std::size_t element_size) {
-  return reinterpret_cast<std::uintptr_t>(p) % (4 * element_size) == 0;
+template <class T, int P>
+__device__ __forceinline__ void load_pack(const T* p, float (&out)[P]) {
+  const Pack<T, P> pk = *reinterpret_cast<const Pack<T, P>*>(p);
+#pragma unroll
+  for (int k = 0; k < P; ++k) out[k] = to_float(pk.v[k]);
+}
+
+template <class T, int P>
+__device__ __forceinline__ void store_pack(T* p, const float (&in)[P]) {
+  Pack<T, P> pk;
+#pragma unroll
+  for (int k = 0; k < P; ++k) pk.v[k] = from_float<T>(in[k]);
+  *reinterpret_cast<Pack<T, P>*>(p) = pk;
 }
 
 constexpr int kBlock = 256;

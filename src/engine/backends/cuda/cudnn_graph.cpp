@@ -190,20 +190,22 @@ bool strict_fp32(const ConvSpec& s) {
 }
 
 // Whether an engine with these numerical notes may run `spec`. Never reduced-precision reductions
-// (16-bit partial sums: the engine must accumulate in fp32 as autocast does), nor FFT or Winograd,
-// whose transformed operands carry rounding error well beyond that of a direct sum (in fp16 they
-// are rounded to fp16). Non-deterministic engines only when the spec allows them. Strict fp32
-// also rules out tensor cores (TF32) and down-converted inputs.
+// (16-bit partial sums: the engine must accumulate in fp32 as autocast does). FFT and Winograd,
+// whose transformed operands carry rounding error beyond that of a direct sum, and
+// non-deterministic engines only when the spec allows them. Strict fp32 also rules out tensor
+// cores (TF32) and down-converted inputs.
 bool engine_allowed(const ConvSpec& spec, const std::vector<cudnnBackendNumericalNote_t>& notes) {
   for (cudnnBackendNumericalNote_t n : notes) {
     switch (n) {
       case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+        return false;
       case CUDNN_NUMERICAL_NOTE_FFT:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13:
-        return false;
+        if (!spec.allow_transforms) return false;
+        break;
       case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
         if (spec.deterministic) return false;
         break;
@@ -245,10 +247,11 @@ std::string conv_key(const ConvSpec& s) {
     return fmt::format("{}:[{}]/[{}]@{}", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
                        fmt::join(t.strides, ","), t.alignment);
   };
-  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={} det={}",
+  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={} det={} tr={}",
                      static_cast<int>(s.direction), tensor(s.x), tensor(s.w), tensor(s.y), s.pad[0],
                      s.pad[1], s.stride[0], s.stride[1], s.dilation[0], s.dilation[1],
-                     static_cast<int>(s.compute), s.allow_tf32 ? 1 : 0, s.deterministic ? 1 : 0);
+                     static_cast<int>(s.compute), s.allow_tf32 ? 1 : 0, s.deterministic ? 1 : 0,
+                     s.allow_transforms ? 1 : 0);
 }
 
 Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
@@ -303,6 +306,35 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     batch.resize(static_cast<std::size_t>(std::min(returned, available)));
     for (auto& cfg : batch) configs.push_back(std::move(cfg));
   }
+  // Autotuning also tries every engine cuDNN has for the graph, with its default knobs, as
+  // cudnn-frontend's exhaustive mode does: the heuristics' short lists miss fast engines for some
+  // fp32 backward shapes (measured on an H200: weight gradients at ~40 % of the forward's rate).
+  std::vector<BackendDescriptor> engine_descs;  // kept while the configurations refer to them
+  if (choice == EngineChoice::autotune) {
+    std::int64_t engines = 0;
+    std::int64_t n = 0;
+    if (cudnnBackendGetAttribute(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT,
+                                 CUDNN_TYPE_INT64, 1, &n, &engines) != CUDNN_STATUS_SUCCESS) {
+      engines = 0;
+    }
+    for (std::int64_t index = 0; index < engines; ++index) {
+      auto engine = BackendDescriptor::create(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+      if (!engine) return engine.status();
+      if (!engine->set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph).is_ok() ||
+          !engine->set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &index).is_ok() ||
+          !engine->finalize().is_ok()) {
+        continue;  // this engine does not take this graph
+      }
+      auto cfg = BackendDescriptor::create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      if (!cfg) return cfg.status();
+      if (!cfg->set_descriptor(CUDNN_ATTR_ENGINECFG_ENGINE, *engine).is_ok() ||
+          !cfg->finalize().is_ok()) {
+        continue;
+      }
+      configs.push_back(std::move(cfg).value());
+      engine_descs.push_back(std::move(engine).value());
+    }
+  }
 
   // The allowed engines, once each, in heuristic order; where tensor cores may run (fp16, bf16,
   // fp32 under TF32) those using them come first. They keep the products' fp32 sums in registers
@@ -353,7 +385,7 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     }
     if (plan.workspace_bytes > max_workspace_bytes) continue;
     if (choice == EngineChoice::heuristic || !timer) return plan;
-    auto ms = timer(plan);
+    auto ms = timer(plan, best_ms);
     if (!ms) {
       log_debug("conv autotune: {} failed: {}", plan.engine_name, ms.status().message());
       continue;

@@ -70,6 +70,10 @@ struct ConvSpec {
   // True keeps off engines cuDNN marks non-deterministic (atomic accumulation across blocks),
   // whose sums also land in the output's dtype when it is fp16/bf16.
   bool deterministic = true;
+  // True lets FFT and Winograd engines compete: their transformed operands carry more rounding
+  // error than a direct sum (~1e-6 relative in fp32 rather than ~1e-7), which cudnn.benchmark
+  // accepts and an exact run does not.
+  bool allow_transforms = false;
 };
 
 // Text that identifies a ConvSpec for the plan cache.
@@ -87,8 +91,10 @@ enum class EngineChoice {
   autotune,   // time every candidate that finalizes and keep the fastest
 };
 
-// Runs one candidate plan once on real buffers so autotuning can time it (returns its time in ms).
-using PlanTimer = std::function<Result<float>(const ExecutionPlan&)>;
+// Times one candidate plan on real buffers for autotuning (its time in ms). `best_ms` is the
+// fastest so far (infinity at first): a candidate clearly slower on its first run need not be
+// run again.
+using PlanTimer = std::function<Result<float>(const ExecutionPlan&, float best_ms)>;
 
 // Builds the operation graph for `spec` and returns an execution plan. With autotune, `timer`
 // measures each candidate; candidates whose workspace exceeds `max_workspace_bytes` are skipped.

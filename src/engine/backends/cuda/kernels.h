@@ -31,25 +31,38 @@ Status launch_cast(const KernelContext& ctx, const TensorView& src, const Tensor
 Status launch_relu_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y);
 Status launch_relu_backward(const KernelContext& ctx, const TensorView& dy, const TensorView& y,
                             const TensorView& dx);
+// dx = a + b where y > 0, else 0.
+Status launch_relu_backward_add(const KernelContext& ctx, const TensorView& a, const TensorView& b,
+                                const TensorView& y, const TensorView& dx);
 Status launch_add(const KernelContext& ctx, const TensorView& a, const TensorView& b,
                   const TensorView& y);
+
+// What the batch-norm forward's elementwise pass does after normalising: add `residual` (same
+// shape and layout as y) and apply a ReLU. A residual comes only with the ReLU, as in ResNet's
+// last BN of a block: y = relu(bn(x) + shortcut).
+struct BatchNormEpilogue {
+  const TensorView* residual = nullptr;
+  bool relu = false;
+};
 
 Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorView& x,
                                        const TensorView& gamma, const TensorView& beta,
                                        const TensorView& running_mean,
                                        const TensorView& running_var, const TensorView& y,
                                        const TensorView& save_mean, const TensorView& save_invstd,
-                                       const BatchNormParams& p);
+                                       const BatchNormParams& p, const BatchNormEpilogue& epi);
 Status launch_batch_norm_inference_forward(const KernelContext& ctx, const TensorView& x,
                                            const TensorView& gamma, const TensorView& beta,
                                            const TensorView& running_mean,
                                            const TensorView& running_var, const TensorView& y,
-                                           const BatchNormParams& p);
+                                           const BatchNormParams& p, const BatchNormEpilogue& epi);
+// With `relu_output` (the y of a fused y = relu(bn(x))), dy is y's gradient and passes where y > 0;
+// without it, dy is the BN output's gradient.
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,
-                                  const TensorView& x, const TensorView& gamma,
-                                  const TensorView& save_mean, const TensorView& save_invstd,
-                                  const TensorView& dx, const TensorView& dgamma,
-                                  const TensorView& dbeta);
+                                  const TensorView* relu_output, const TensorView& x,
+                                  const TensorView& gamma, const TensorView& save_mean,
+                                  const TensorView& save_invstd, const TensorView& dx,
+                                  const TensorView& dgamma, const TensorView& dbeta);
 
 Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y,
                                  const MaxPool2dParams& p);

@@ -1,15 +1,23 @@
-// Batch normalisation: per-channel reductions over N*H*W elements, split across blocks, merged per
-// channel in a fixed order (deterministic), then an elementwise pass. Statistics accumulate in
-// fp32 whatever the activation dtype, with Welford's update and Chan's merge rather than sums of
-// x and x^2, which cancel when the mean is large against the spread.
+// Batch normalisation, with ReLU and the residual add fused in where the step allows: per-channel
+// reductions over N*H*W elements split across blocks and merged per channel in a fixed order
+// (deterministic), then one elementwise pass. These passes are memory-bound, so each thread moves
+// 16 bytes per access (a "pack" of 8 fp16/bf16 or 4 fp32 values) and keeps its channels in
+// registers across its loop instead of recomputing them from the element index.
 //
-// Element (n, c, s) of a channel, s the spatial index, sits at n*C*HW + c*HW + s in NCHW and at
-// (n*HW + s)*C + c in NHWC; the reductions have one kernel for each so that neighbouring threads
-// always read neighbouring addresses.
+// Statistics accumulate in fp32 whatever the activation dtype. Each thread sums x - s and
+// (x - s)^2 around the first value s it saw of a channel (the shifted-data algorithm: no division
+// per element, and no cancellation while the spread is small against the mean), turns its sums
+// into a (count, mean, M2) triple, and triples merge by Chan's rule.
+//
+// Layouts: NHWC is rows of C channels (a row per n, h, w); a block is tx channel packs by ty rows,
+// so every thread keeps the same channels for its whole loop. NCHW is N*C planes of H*W values; a
+// statistics block covers one channel, an elementwise thread one pack of one plane.
 #include "cuda_common.cuh"
 
 namespace dlprobe::cuda {
 namespace {
+
+// ---- accumulators ----
 
 // Accumulators are aggregates without member initialisers (`Acc acc{}` zeroes them) because
 // __shared__ arrays of them cannot have constructors.
@@ -18,12 +26,6 @@ struct Welford {
   float mean;
   float m2;
 
-  __device__ void push(float x) {
-    count += 1.0F;
-    const float d = x - mean;
-    mean += d / count;
-    m2 += d * (x - mean);
-  }
   __device__ void merge(const Welford& o) {
     if (o.count == 0.0F) return;
     if (count == 0.0F) {
@@ -43,7 +45,26 @@ struct Welford {
   }
 };
 
-// Sums of dy and dy * (x - mean) for the backward pass.
+// Sums around a shift: one thread's view of one channel.
+struct Shifted {
+  float shift;
+  float sum;
+  float sumsq;
+
+  __device__ void push(float x, bool first) {
+    if (first) shift = x;
+    const float d = x - shift;
+    sum += d;
+    sumsq += d * d;
+  }
+  __device__ Welford welford(float count) const {
+    if (count == 0.0F) return {0.0F, 0.0F, 0.0F};
+    const float mean_d = sum / count;
+    return {count, shift + mean_d, fmaxf(sumsq - sum * mean_d, 0.0F)};
+  }
+};
+
+// Sums of g and g * (x - mean) for the backward pass, g the gradient reaching the BN output.
 struct GradSums {
   float dy;
   float dy_xmu;
@@ -54,26 +75,6 @@ struct GradSums {
   }
   __device__ GradSums shfl_down(int off) const {
     return {__shfl_down_sync(0xffffffffu, dy, off), __shfl_down_sync(0xffffffffu, dy_xmu, off)};
-  }
-};
-
-template <class T>
-struct StatsLoader {
-  const T* x;
-  __device__ void operator()(Welford& acc, std::int64_t i, std::int64_t /*c*/) const {
-    acc.push(to_float(x[i]));
-  }
-};
-
-template <class T>
-struct GradLoader {
-  const T* dy;
-  const T* x;
-  const float* mean;
-  __device__ void operator()(GradSums& acc, std::int64_t i, std::int64_t c) const {
-    const float g = to_float(dy[i]);
-    acc.dy += g;
-    acc.dy_xmu += g * (to_float(x[i]) - mean[c]);
   }
 };
 
@@ -92,55 +93,123 @@ __device__ Acc block_merge(Acc acc) {
   return acc;
 }
 
-// grid (C, splits), block kBlock: block (c, split) covers elements [m0, m1) of channel c's
-// N*HW, walking row by row so that threads read consecutive spatial positions.
-template <class Acc, class Loader>
-__global__ void reduce_nchw(Loader load, std::int64_t channels, std::int64_t area,
-                            std::int64_t rows, std::int64_t per_split, Acc* partial) {
-  const std::int64_t c = blockIdx.x;
-  const std::int64_t m0 = blockIdx.y * per_split;
-  const std::int64_t m1 = imin(rows, m0 + per_split);
-  Acc acc{};
-  for (std::int64_t n = m0 / area; n * area < m1; ++n) {
-    const std::int64_t s0 = imax(m0 - n * area, std::int64_t{0});
-    const std::int64_t s1 = imin(m1 - n * area, area);
-    const std::int64_t base = (n * channels + c) * area;
-    for (std::int64_t s = s0 + threadIdx.x; s < s1; s += blockDim.x) load(acc, base + s, c);
+// ---- geometry ----
+
+// NHWC: `rows` rows of `channels` values, `packs` = channels / kPack packs a row. A block is
+// `tx` packs (a power of two, >= packs when packs <= kBlock) by `ty` = kBlock / tx rows.
+struct Nhwc {
+  std::int64_t rows;
+  int channels;
+  int packs;
+  int tx;
+  int ty;
+};
+
+// NCHW: `planes` = N * C planes of `area` values (area a multiple of the pack).
+struct Nchw {
+  std::int64_t batch;
+  int channels;
+  std::int64_t area;
+};
+
+// What a BN elementwise pass needs per channel; inference passes the running variance instead
+// of invstd (invstd null) and takes invstd = 1 / sqrt(var + eps).
+struct Channels {
+  const float* mean;
+  const float* invstd;
+  const float* var;
+  float eps;
+  const float* gamma;
+  const float* beta;
+
+  __device__ float inv(int c) const {
+    return invstd != nullptr ? invstd[c] : 1.0F / sqrtf(var[c] + eps);
   }
-  acc = block_merge(acc);
-  if (threadIdx.x == 0) partial[c * gridDim.y + blockIdx.y] = acc;
+};
+
+// The forward's output before rounding: (x - mean) * (invstd * gamma) + beta (+ residual), then
+// ReLU. The backward recomputes the ReLU's decision from the same expression, so it is written
+// with explicit fused multiply-adds: the compiler may not contract it differently in two kernels.
+__device__ __forceinline__ float bn_value(float x, float mean, float scale, float beta) {
+  return __fmaf_rn(x - mean, scale, beta);
+}
+__device__ __forceinline__ float relu(float v) {
+  return v < 0.0F ? 0.0F : v;  // NaN passes, as torch.relu
 }
 
-constexpr int kTileChannels = 32;
-constexpr int kTileRows = kBlock / kTileChannels;
+// ---- statistics (training forward) ----
 
-// grid (ceil(C/32), splits), block (32, 8): each warp reads 32 consecutive channels of one row.
-template <class Acc, class Loader>
-__global__ void reduce_nhwc(Loader load, std::int64_t channels, std::int64_t rows,
-                            std::int64_t per_split, Acc* partial) {
-  __shared__ Acc tile[kTileRows][kTileChannels];
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kTileChannels + threadIdx.x;
-  const std::int64_t m0 = blockIdx.y * per_split;
-  const std::int64_t m1 = imin(rows, m0 + per_split);
-  Acc acc{};
-  if (c < channels) {
-    for (std::int64_t m = m0 + threadIdx.y; m < m1; m += kTileRows) load(acc, m * channels + c, c);
+// grid (ceil(packs / tx), splits); partial is [splits][channels].
+template <class T, int P>
+__global__ void stats_nhwc(const T* x, Nhwc g, std::int64_t rows_per_split, Welford* partial) {
+  __shared__ Welford tile[kBlock][P];
+  const int lane_c = static_cast<int>(threadIdx.x) % g.tx;
+  const int lane_r = static_cast<int>(threadIdx.x) / g.tx;
+  const int pack = static_cast<int>(blockIdx.x) * g.tx + lane_c;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
+  const std::int64_t r1 = imin(g.rows, r0 + rows_per_split);
+  Shifted acc[P] = {};
+  float count = 0.0F;
+  if (pack < g.packs) {
+    for (std::int64_t r = r0 + lane_r; r < r1; r += g.ty) {
+      float v[P];
+      load_pack(x + r * g.channels + pack * P, v);
+#pragma unroll
+      for (int k = 0; k < P; ++k) acc[k].push(v[k], count == 0.0F);
+      count += 1.0F;
+    }
   }
-  tile[threadIdx.y][threadIdx.x] = acc;
+#pragma unroll
+  for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = acc[k].welford(count);
   __syncthreads();
-  if (threadIdx.y == 0 && c < channels) {
-    for (int r = 1; r < kTileRows; ++r) acc.merge(tile[r][threadIdx.x]);
-    partial[c * gridDim.y + blockIdx.y] = acc;
+  // A fixed tree over the rows of the block.
+  for (int step = g.ty / 2; step > 0; step /= 2) {
+    if (lane_r < step) {
+#pragma unroll
+      for (int k = 0; k < P; ++k) tile[threadIdx.x][k].merge(tile[threadIdx.x + step * g.tx][k]);
+    }
+    __syncthreads();
+  }
+  if (lane_r == 0 && pack < g.packs) {
+#pragma unroll
+    for (int k = 0; k < P; ++k)
+      partial[blockIdx.y * g.channels + pack * P + k] = tile[threadIdx.x][k];
   }
 }
 
-__global__ void finalize_stats(const Welford* partial, std::int64_t channels, std::int64_t splits,
-                               float eps, float momentum, float* save_mean, float* save_invstd,
+// grid (channels, splits), block kBlock: block (c, split) covers packs [j0, j1) of channel c's
+// N * area / P packs.
+template <class T, int P>
+__global__ void stats_nchw(const T* x, Nchw g, std::int64_t packs_per_split, Welford* partial) {
+  const int c = static_cast<int>(blockIdx.x);
+  const auto area_packs = static_cast<std::uint32_t>(g.area / P);
+  const std::int64_t total = g.batch * area_packs;
+  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.y) * packs_per_split;
+  const std::int64_t j1 = imin(total, j0 + packs_per_split);
+  Shifted acc{};
+  float count = 0.0F;
+  for (std::int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const auto n = static_cast<std::uint32_t>(j) / area_packs;
+    const std::uint32_t s = static_cast<std::uint32_t>(j) - n * area_packs;
+    float v[P];
+    load_pack(x + (static_cast<std::int64_t>(n) * g.channels + c) * g.area + s * P, v);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      acc.push(v[k], count == 0.0F);
+      count += 1.0F;
+    }
+  }
+  const Welford w = block_merge(acc.welford(count));
+  if (threadIdx.x == 0) partial[blockIdx.y * g.channels + c] = w;
+}
+
+__global__ void finalize_stats(const Welford* partial, int channels, std::int64_t splits, float eps,
+                               float momentum, float* save_mean, float* save_invstd,
                                float* running_mean, float* running_var) {
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= channels) return;
-  Welford acc = partial[c * splits];
-  for (std::int64_t s = 1; s < splits; ++s) acc.merge(partial[c * splits + s]);
+  Welford acc = partial[c];
+  for (std::int64_t s = 1; s < splits; ++s) acc.merge(partial[s * channels + c]);
   const float var_biased = acc.m2 / acc.count;
   const float var_unbiased = acc.m2 / (acc.count - 1.0F);
   save_mean[c] = acc.mean;
@@ -149,92 +218,361 @@ __global__ void finalize_stats(const Welford* partial, std::int64_t channels, st
   running_var[c] = (1.0F - momentum) * running_var[c] + momentum * var_unbiased;
 }
 
-__global__ void finalize_grads(const GradSums* partial, std::int64_t channels, std::int64_t splits,
+// ---- forward elementwise pass: y = [relu]((x - mean) * invstd * gamma + beta [+ residual]) ----
+
+template <class T, int P, bool kResidual, bool kRelu>
+__global__ void apply_nhwc(const T* x, const T* residual, T* y, Nhwc g, Channels ch) {
+  const int lane_c = static_cast<int>(threadIdx.x) % g.tx;
+  const int lane_r = static_cast<int>(threadIdx.x) / g.tx;
+  const int pack = static_cast<int>(blockIdx.x) * g.tx + lane_c;
+  if (pack >= g.packs) return;
+  float mean[P], scale[P], beta[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int c = pack * P + k;
+    mean[k] = ch.mean[c];
+    scale[k] = ch.inv(c) * ch.gamma[c];
+    beta[k] = ch.beta[c];
+  }
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.y) * g.ty;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * g.ty + lane_r; r < g.rows;
+       r += stride) {
+    const std::int64_t at = r * g.channels + pack * P;
+    float v[P];
+    load_pack(x + at, v);
+    float res[P] = {};
+    if constexpr (kResidual) load_pack(residual + at, res);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      float o = bn_value(v[k], mean[k], scale[k], beta[k]);
+      if constexpr (kResidual) o += res[k];
+      v[k] = kRelu ? relu(o) : o;
+    }
+    store_pack(y + at, v);
+  }
+}
+
+template <class T, int P, bool kResidual, bool kRelu>
+__global__ void apply_nchw(const T* x, const T* residual, T* y, Nchw g, std::int64_t packs,
+                           Channels ch) {
+  const auto area_packs = static_cast<std::uint32_t>(g.area / P);
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
+       q += stride) {
+    const auto plane = static_cast<std::uint32_t>(q / area_packs);
+    const int c = static_cast<int>(plane % static_cast<std::uint32_t>(g.channels));
+    const float mean = ch.mean[c];
+    const float scale = ch.inv(c) * ch.gamma[c];
+    const float beta = ch.beta[c];
+    float v[P];
+    load_pack(x + q * P, v);
+    float res[P] = {};
+    if constexpr (kResidual) load_pack(residual + q * P, res);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      float o = bn_value(v[k], mean, scale, beta);
+      if constexpr (kResidual) o += res[k];
+      v[k] = kRelu ? relu(o) : o;
+    }
+    store_pack(y + q * P, v);
+  }
+}
+
+// ---- backward ----
+
+// The gradient reaching the BN output: dy, or with a fused ReLU dy where the ReLU's output y was
+// positive (threshold_backward's rule, on the same rounded y the forward stored).
+template <bool kRelu>
+__device__ __forceinline__ float bn_grad(float dy, float y) {
+  return kRelu ? (y > 0.0F ? dy : 0.0F) : dy;
+}
+
+template <class T, int P, bool kRelu>
+__global__ void grad_sums_nhwc(const T* dy, const T* y, const T* x, const float* mean, Nhwc g,
+                               std::int64_t rows_per_split, GradSums* partial) {
+  __shared__ GradSums tile[kBlock][P];
+  const int lane_c = static_cast<int>(threadIdx.x) % g.tx;
+  const int lane_r = static_cast<int>(threadIdx.x) / g.tx;
+  const int pack = static_cast<int>(blockIdx.x) * g.tx + lane_c;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
+  const std::int64_t r1 = imin(g.rows, r0 + rows_per_split);
+  GradSums acc[P] = {};
+  if (pack < g.packs) {
+    float m[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) m[k] = mean[pack * P + k];
+    for (std::int64_t r = r0 + lane_r; r < r1; r += g.ty) {
+      const std::int64_t at = r * g.channels + pack * P;
+      float vd[P], vx[P], vy[P] = {};
+      load_pack(dy + at, vd);
+      load_pack(x + at, vx);
+      if constexpr (kRelu) load_pack(y + at, vy);
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float gk = bn_grad<kRelu>(vd[k], vy[k]);
+        acc[k].dy += gk;
+        acc[k].dy_xmu += gk * (vx[k] - m[k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = acc[k];
+  __syncthreads();
+  for (int step = g.ty / 2; step > 0; step /= 2) {
+    if (lane_r < step) {
+#pragma unroll
+      for (int k = 0; k < P; ++k) tile[threadIdx.x][k].merge(tile[threadIdx.x + step * g.tx][k]);
+    }
+    __syncthreads();
+  }
+  if (lane_r == 0 && pack < g.packs) {
+#pragma unroll
+    for (int k = 0; k < P; ++k)
+      partial[blockIdx.y * g.channels + pack * P + k] = tile[threadIdx.x][k];
+  }
+}
+
+template <class T, int P, bool kRelu>
+__global__ void grad_sums_nchw(const T* dy, const T* y, const T* x, const float* mean, Nchw g,
+                               std::int64_t packs_per_split, GradSums* partial) {
+  const int c = static_cast<int>(blockIdx.x);
+  const auto area_packs = static_cast<std::uint32_t>(g.area / P);
+  const std::int64_t total = g.batch * area_packs;
+  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.y) * packs_per_split;
+  const std::int64_t j1 = imin(total, j0 + packs_per_split);
+  const float m = mean[c];
+  GradSums acc{};
+  for (std::int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const auto n = static_cast<std::uint32_t>(j) / area_packs;
+    const std::uint32_t s = static_cast<std::uint32_t>(j) - n * area_packs;
+    const std::int64_t at = (static_cast<std::int64_t>(n) * g.channels + c) * g.area + s * P;
+    float vd[P], vx[P], vy[P] = {};
+    load_pack(dy + at, vd);
+    load_pack(x + at, vx);
+    if constexpr (kRelu) load_pack(y + at, vy);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float gk = bn_grad<kRelu>(vd[k], vy[k]);
+      acc.dy += gk;
+      acc.dy_xmu += gk * (vx[k] - m);
+    }
+  }
+  const GradSums sums = block_merge(acc);
+  if (threadIdx.x == 0) partial[blockIdx.y * g.channels + c] = sums;
+}
+
+__global__ void finalize_grads(const GradSums* partial, int channels, std::int64_t splits,
                                const float* invstd, float* dgamma, float* dbeta) {
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= channels) return;
-  GradSums acc = partial[c * splits];
-  for (std::int64_t s = 1; s < splits; ++s) acc.merge(partial[c * splits + s]);
+  GradSums acc = partial[c];
+  for (std::int64_t s = 1; s < splits; ++s) acc.merge(partial[s * channels + c]);
   dgamma[c] = acc.dy_xmu * invstd[c];
   dbeta[c] = acc.dy;
 }
 
-// Channel of storage index i.
-__device__ __forceinline__ std::int64_t channel_of(std::int64_t i, std::int64_t channels,
-                                                   std::int64_t area, bool nhwc) {
-  return nhwc ? i % channels : (i / area) % channels;
+// What the dx pass needs per channel.
+struct GradChannels {
+  const float* gamma;
+  const float* mean;
+  const float* invstd;
+  const float* dgamma;
+  const float* dbeta;
+  float inv_count;
+};
+
+// dx = gamma * invstd * (g - sum(g)/M - xhat * sum(g * xhat)/M), xhat = (x - mean) * invstd;
+// dgamma = sum(g * xhat) and dbeta = sum(g) are already computed.
+__device__ __forceinline__ float bn_dx(float g, float x, float mean, float invstd, float k_beta,
+                                       float k_gamma, float scale) {
+  const float xhat = (x - mean) * invstd;
+  return scale * (g - k_beta - xhat * k_gamma);
 }
 
-// y = (x - mean) * invstd * gamma + beta, the order PyTorch evaluates it in. Inference passes
-// running statistics and computes invstd from the running variance.
-template <class T>
-__global__ void normalize_kernel(const T* x, T* y, const float* mean, const float* invstd,
-                                 const float* var, float eps, const float* gamma, const float* beta,
-                                 std::int64_t total, std::int64_t channels, std::int64_t area,
-                                 bool nhwc) {
+template <class T, int P, bool kRelu>
+__global__ void dx_nhwc(const T* dy, const T* y, const T* x, T* dx, Nhwc g, GradChannels ch) {
+  const int lane_c = static_cast<int>(threadIdx.x) % g.tx;
+  const int lane_r = static_cast<int>(threadIdx.x) / g.tx;
+  const int pack = static_cast<int>(blockIdx.x) * g.tx + lane_c;
+  if (pack >= g.packs) return;
+  float mean[P], inv[P], kb[P], kg[P], scale[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int c = pack * P + k;
+    mean[k] = ch.mean[c];
+    inv[k] = ch.invstd[c];
+    kb[k] = ch.dbeta[c] * ch.inv_count;
+    kg[k] = ch.dgamma[c] * ch.inv_count;
+    scale[k] = ch.gamma[c] * inv[k];
+  }
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.y) * g.ty;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * g.ty + lane_r; r < g.rows;
+       r += stride) {
+    const std::int64_t at = r * g.channels + pack * P;
+    float vd[P], vx[P], vy[P] = {};
+    load_pack(dy + at, vd);
+    load_pack(x + at, vx);
+    if constexpr (kRelu) load_pack(y + at, vy);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      vd[k] = bn_dx(bn_grad<kRelu>(vd[k], vy[k]), vx[k], mean[k], inv[k], kb[k], kg[k], scale[k]);
+    }
+    store_pack(dx + at, vd);
+  }
+}
+
+template <class T, int P, bool kRelu>
+__global__ void dx_nchw(const T* dy, const T* y, const T* x, T* dx, Nchw g, std::int64_t packs,
+                        GradChannels ch) {
+  const auto area_packs = static_cast<std::uint32_t>(g.area / P);
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += stride) {
-    const std::int64_t c = channel_of(i, channels, area, nhwc);
-    const float is = invstd != nullptr ? invstd[c] : 1.0F / sqrtf(var[c] + eps);
-    y[i] = from_float<T>((to_float(x[i]) - mean[c]) * is * gamma[c] + beta[c]);
+  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
+       q += stride) {
+    const auto plane = static_cast<std::uint32_t>(q / area_packs);
+    const int c = static_cast<int>(plane % static_cast<std::uint32_t>(g.channels));
+    const float mean = ch.mean[c];
+    const float inv = ch.invstd[c];
+    const float kb = ch.dbeta[c] * ch.inv_count;
+    const float kg = ch.dgamma[c] * ch.inv_count;
+    const float scale = ch.gamma[c] * inv;
+    float vd[P], vx[P], vy[P] = {};
+    load_pack(dy + q * P, vd);
+    load_pack(x + q * P, vx);
+    if constexpr (kRelu) load_pack(y + q * P, vy);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      vd[k] = bn_dx(bn_grad<kRelu>(vd[k], vy[k]), vx[k], mean, inv, kb, kg, scale);
+    }
+    store_pack(dx + q * P, vd);
   }
 }
 
-// dx = gamma * invstd * (dy - sum(dy)/M - xhat * sum(dy * xhat)/M), xhat = (x - mean) * invstd;
-// dgamma = sum(dy * xhat) and dbeta = sum(dy) are already computed.
-template <class T>
-__global__ void backward_dx_kernel(const T* dy, const T* x, T* dx, const float* gamma,
-                                   const float* mean, const float* invstd, const float* dgamma,
-                                   const float* dbeta, std::int64_t total, std::int64_t channels,
-                                   std::int64_t area, bool nhwc, float inv_count) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += stride) {
-    const std::int64_t c = channel_of(i, channels, area, nhwc);
-    const float is = invstd[c];
-    const float xhat = (to_float(x[i]) - mean[c]) * is;
-    const float g = to_float(dy[i]) - dbeta[c] * inv_count - xhat * dgamma[c] * inv_count;
-    dx[i] = from_float<T>(gamma[c] * is * g);
-  }
-}
-
-// Queues the split reduction of `load` over x's channels into `partial` (channels * splits Accs).
-template <class Acc, class Loader>
-Status reduce_channels(const KernelContext& ctx, const TensorDesc& d, Loader load,
-                       const ChannelReducePlan& plan, Acc* partial) {
-  const std::int64_t channels = d.dim(1);
-  const std::int64_t area = d.dim(2) * d.dim(3);
-  const std::int64_t rows = d.dim(0) * area;
-  if (d.layout() == Layout::nchw) {
-    const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(plan.splits));
-    reduce_nchw<Acc>
-        <<<grid, kBlock, 0, ctx.stream>>>(load, channels, area, rows, plan.rows_per_split, partial);
-  } else {
-    const dim3 grid(static_cast<unsigned>((channels + kTileChannels - 1) / kTileChannels),
-                    static_cast<unsigned>(plan.splits));
-    reduce_nhwc<Acc><<<grid, dim3(kTileChannels, kTileRows), 0, ctx.stream>>>(
-        load, channels, rows, plan.rows_per_split, partial);
-  }
-  DLPROBE_CUDA_CHECK_LAUNCH();
-  return Status::ok();
-}
-
-ChannelReducePlan plan_for(const KernelContext& ctx, const TensorDesc& d) {
-  const std::int64_t channels = d.dim(1);
-  const std::int64_t rows = d.dim(0) * d.dim(2) * d.dim(3);
-  if (d.layout() == Layout::nchw) {
-    return plan_channel_reduce(rows, channels, ctx.sm_count, 8 * kBlock);
-  }
-  return plan_channel_reduce(rows, (channels + kTileChannels - 1) / kTileChannels, ctx.sm_count,
-                             32 * kTileRows);
-}
+// ---- host side ----
 
 const float* f32(const TensorView& t) {
   return static_cast<const float*>(t.data);
 }
 float* f32_out(const TensorView& t) {
   return static_cast<float*>(t.data);
+}
+
+// Whether d and its buffers take 16-byte packs: channels (NHWC) or H*W (NCHW) a multiple of the
+// pack, every pointer 16-byte aligned (the engine's allocator aligns to 512 bytes). ResNet's
+// tensors are, except NCHW planes of 7x7; those run one element per access.
+bool packable(const TensorDesc& d, std::initializer_list<const void*> pointers) {
+  const std::int64_t pack = 16 / static_cast<std::int64_t>(dtype_size(d.dtype()));
+  const std::int64_t inner = d.layout() == Layout::nhwc ? d.dim(1) : d.dim(2) * d.dim(3);
+  bool ok = inner % pack == 0;
+  for (const void* p : pointers) {
+    ok = ok && (p == nullptr || reinterpret_cast<std::uintptr_t>(p) % 16 == 0);
+  }
+  return ok;
+}
+
+// The kernels index packs of a channel and planes with 32 bits.
+Status check_size(const TensorDesc& d, std::string_view op) {
+  if (d.numel() < (std::int64_t{1} << 32) &&
+      d.dim(0) * d.dim(2) * d.dim(3) < (std::int64_t{1} << 31)) {
+    return Status::ok();
+  }
+  return error(Errc::unsupported, std::string(op) + ": " + d.str() +
+                                      " has more elements than the CUDA kernels index (2^32)");
+}
+
+Nhwc nhwc_of(const TensorDesc& d, int pack) {
+  Nhwc g{};
+  g.rows = d.dim(0) * d.dim(2) * d.dim(3);
+  g.channels = static_cast<int>(d.dim(1));
+  g.packs = static_cast<int>(d.dim(1) / pack);
+  g.tx = 1;
+  while (g.tx < g.packs && g.tx < kBlock) g.tx *= 2;
+  g.ty = kBlock / g.tx;
+  return g;
+}
+
+Nchw nchw_of(const TensorDesc& d) {
+  return {d.dim(0), static_cast<int>(d.dim(1)), d.dim(2) * d.dim(3)};
+}
+
+// The split of a reduction: plan_channel_reduce over the rows (NHWC) or packs (NCHW) of a
+// channel.
+struct Reduction {
+  dim3 grid;
+  std::int64_t per_split = 0;
+  std::int64_t splits = 1;
+};
+
+Reduction reduction_for(const KernelContext& ctx, const TensorDesc& d, int pack) {
+  Reduction r;
+  ChannelReducePlan plan;
+  if (d.layout() == Layout::nhwc) {
+    const Nhwc g = nhwc_of(d, pack);
+    const int tiles = (g.packs + g.tx - 1) / g.tx;
+    plan = plan_channel_reduce(g.rows, tiles, ctx.sm_count, 16 * g.ty);
+    r.grid = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(plan.splits));
+  } else {
+    const std::int64_t packs = d.dim(0) * d.dim(2) * d.dim(3) / pack;
+    plan = plan_channel_reduce(packs, d.dim(1), ctx.sm_count, 4 * kBlock);
+    r.grid = dim3(static_cast<unsigned>(d.dim(1)), static_cast<unsigned>(plan.splits));
+  }
+  r.per_split = plan.rows_per_split;
+  r.splits = plan.splits;
+  return r;
+}
+
+// The grid of an elementwise pass over d: enough blocks to fill the GPU, each thread looping.
+dim3 elementwise_grid(const KernelContext& ctx, const TensorDesc& d, int pack) {
+  if (d.layout() == Layout::nhwc) {
+    const Nhwc g = nhwc_of(d, pack);
+    const int tiles = (g.packs + g.tx - 1) / g.tx;
+    const std::int64_t row_blocks = (g.rows + g.ty - 1) / g.ty;
+    const std::int64_t want = std::max<std::int64_t>(1, 8LL * ctx.sm_count / tiles);
+    return dim3(static_cast<unsigned>(tiles),
+                static_cast<unsigned>(std::min<std::int64_t>({row_blocks, want, 65535})));
+  }
+  return dim3(grid_for(d.numel() / pack, ctx.sm_count));
+}
+
+// Calls f(std::integral_constant<int, P>) with the pack the tensor takes.
+template <class T, class F>
+Status with_pack(bool wide, F&& f) {
+  if (wide) return f(std::integral_constant<int, kPack<T>>{});
+  return f(std::integral_constant<int, 1>{});
+}
+
+template <class T, int P, bool kResidual, bool kRelu>
+void launch_apply(const KernelContext& ctx, const TensorDesc& d, const T* x, const T* residual,
+                  T* y, const Channels& ch) {
+  const dim3 grid = elementwise_grid(ctx, d, P);
+  if (d.layout() == Layout::nhwc) {
+    apply_nhwc<T, P, kResidual, kRelu>
+        <<<grid, kBlock, 0, ctx.stream>>>(x, residual, y, nhwc_of(d, P), ch);
+  } else {
+    apply_nchw<T, P, kResidual, kRelu>
+        <<<grid, kBlock, 0, ctx.stream>>>(x, residual, y, nchw_of(d), d.numel() / P, ch);
+  }
+}
+
+// The forward's elementwise pass, with the epilogue the step asked for.
+template <class T, int P>
+Status apply(const KernelContext& ctx, const TensorDesc& d, const TensorView& x,
+             const BatchNormEpilogue& epi, const TensorView& y, const Channels& ch) {
+  const auto* xp = static_cast<const T*>(x.data);
+  auto* yp = static_cast<T*>(y.data);
+  if (epi.residual != nullptr) {
+    // The residual sum always meets a ReLU in ResNet; BatchNormEpilogue says so.
+    launch_apply<T, P, true, true>(ctx, d, xp, static_cast<const T*>(epi.residual->data), yp, ch);
+  } else if (epi.relu) {
+    launch_apply<T, P, false, true>(ctx, d, xp, nullptr, yp, ch);
+  } else {
+    launch_apply<T, P, false, false>(ctx, d, xp, nullptr, yp, ch);
+  }
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+const void* residual_data(const BatchNormEpilogue& epi) {
+  return epi.residual != nullptr ? epi.residual->data : nullptr;
 }
 
 }  // namespace
@@ -244,28 +582,36 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
                                        const TensorView& running_mean,
                                        const TensorView& running_var, const TensorView& y,
                                        const TensorView& save_mean, const TensorView& save_invstd,
-                                       const BatchNormParams& p) {
+                                       const BatchNormParams& p, const BatchNormEpilogue& epi) {
   const TensorDesc& d = x.desc;
-  const std::int64_t channels = d.dim(1);
-  const ChannelReducePlan plan = plan_for(ctx, d);
-  DLPROBE_ASSIGN_OR_RETURN(
-      auto partial, scratch(ctx, static_cast<std::size_t>(channels * plan.splits) * sizeof(Welford),
-                            "batch_norm_train_forward"));
-  auto* acc = static_cast<Welford*>(partial.data());
+  DLPROBE_RETURN_IF_ERROR(check_size(d, "batch_norm_train_forward"));
+  const int channels = static_cast<int>(d.dim(1));
+  const bool wide = packable(d, {x.data, y.data, residual_data(epi)});
   return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
-    DLPROBE_RETURN_IF_ERROR(
-        reduce_channels(ctx, d, StatsLoader<T>{static_cast<const T*>(x.data)}, plan, acc));
-    finalize_stats<<<grid_for(channels, ctx.sm_count), kBlock, 0, ctx.stream>>>(
-        acc, channels, plan.splits, static_cast<float>(p.eps), static_cast<float>(p.momentum),
-        f32_out(save_mean), f32_out(save_invstd), f32_out(running_mean), f32_out(running_var));
-    DLPROBE_CUDA_CHECK_LAUNCH();
-    normalize_kernel<<<grid_for(d.numel(), ctx.sm_count), kBlock, 0, ctx.stream>>>(
-        static_cast<const T*>(x.data), static_cast<T*>(y.data), f32(save_mean), f32(save_invstd),
-        nullptr, 0.0F, f32(gamma), f32(beta), d.numel(), channels, d.dim(2) * d.dim(3),
-        d.layout() == Layout::nhwc);
-    DLPROBE_CUDA_CHECK_LAUNCH();
-    return Status::ok();
+    return with_pack<T>(wide, [&](auto pack_tag) -> Status {
+      constexpr int P = decltype(pack_tag)::value;
+      const Reduction red = reduction_for(ctx, d, P);
+      DLPROBE_ASSIGN_OR_RETURN(
+          auto partial,
+          scratch(ctx, static_cast<std::size_t>(channels * red.splits) * sizeof(Welford),
+                  "batch_norm_train_forward"));
+      auto* acc = static_cast<Welford*>(partial.data());
+      const auto* xp = static_cast<const T*>(x.data);
+      if (d.layout() == Layout::nhwc) {
+        stats_nhwc<T, P>
+            <<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
+      } else {
+        stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
+      }
+      DLPROBE_CUDA_CHECK_LAUNCH();
+      finalize_stats<<<grid_for(channels, ctx.sm_count), kBlock, 0, ctx.stream>>>(
+          acc, channels, red.splits, static_cast<float>(p.eps), static_cast<float>(p.momentum),
+          f32_out(save_mean), f32_out(save_invstd), f32_out(running_mean), f32_out(running_var));
+      DLPROBE_CUDA_CHECK_LAUNCH();
+      const Channels ch{f32(save_mean), f32(save_invstd), nullptr, 0.0F, f32(gamma), f32(beta)};
+      return apply<T, P>(ctx, d, x, epi, y, ch);
+    });
   });
 }
 
@@ -273,48 +619,79 @@ Status launch_batch_norm_inference_forward(const KernelContext& ctx, const Tenso
                                            const TensorView& gamma, const TensorView& beta,
                                            const TensorView& running_mean,
                                            const TensorView& running_var, const TensorView& y,
-                                           const BatchNormParams& p) {
+                                           const BatchNormParams& p, const BatchNormEpilogue& epi) {
   const TensorDesc& d = x.desc;
+  DLPROBE_RETURN_IF_ERROR(check_size(d, "batch_norm_inference_forward"));
+  const bool wide = packable(d, {x.data, y.data, residual_data(epi)});
   return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
-    normalize_kernel<<<grid_for(d.numel(), ctx.sm_count), kBlock, 0, ctx.stream>>>(
-        static_cast<const T*>(x.data), static_cast<T*>(y.data), f32(running_mean), nullptr,
-        f32(running_var), static_cast<float>(p.eps), f32(gamma), f32(beta), d.numel(), d.dim(1),
-        d.dim(2) * d.dim(3), d.layout() == Layout::nhwc);
-    DLPROBE_CUDA_CHECK_LAUNCH();
-    return Status::ok();
+    return with_pack<T>(wide, [&](auto pack_tag) -> Status {
+      constexpr int P = decltype(pack_tag)::value;
+      const Channels ch{f32(running_mean),         nullptr,    f32(running_var),
+                        static_cast<float>(p.eps), f32(gamma), f32(beta)};
+      return apply<T, P>(ctx, d, x, epi, y, ch);
+    });
   });
 }
 
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,
-                                  const TensorView& x, const TensorView& gamma,
-                                  const TensorView& save_mean, const TensorView& save_invstd,
-                                  const TensorView& dx, const TensorView& dgamma,
-                                  const TensorView& dbeta) {
+                                  const TensorView* relu_output, const TensorView& x,
+                                  const TensorView& gamma, const TensorView& save_mean,
+                                  const TensorView& save_invstd, const TensorView& dx,
+                                  const TensorView& dgamma, const TensorView& dbeta) {
   const TensorDesc& d = x.desc;
-  const std::int64_t channels = d.dim(1);
-  const ChannelReducePlan plan = plan_for(ctx, d);
-  DLPROBE_ASSIGN_OR_RETURN(
-      auto partial,
-      scratch(ctx, static_cast<std::size_t>(channels * plan.splits) * sizeof(GradSums),
-              "batch_norm_backward"));
-  auto* acc = static_cast<GradSums*>(partial.data());
+  DLPROBE_RETURN_IF_ERROR(check_size(d, "batch_norm_backward"));
+  const void* y_raw = relu_output != nullptr ? relu_output->data : nullptr;
+  const bool wide = packable(d, {dy.data, x.data, dx.data, y_raw});
+  const int channels = static_cast<int>(d.dim(1));
   const auto count = static_cast<float>(d.dim(0) * d.dim(2) * d.dim(3));
   return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
-    const auto* dyp = static_cast<const T*>(dy.data);
-    const auto* xp = static_cast<const T*>(x.data);
-    DLPROBE_RETURN_IF_ERROR(
-        reduce_channels(ctx, d, GradLoader<T>{dyp, xp, f32(save_mean)}, plan, acc));
-    finalize_grads<<<grid_for(channels, ctx.sm_count), kBlock, 0, ctx.stream>>>(
-        acc, channels, plan.splits, f32(save_invstd), f32_out(dgamma), f32_out(dbeta));
-    DLPROBE_CUDA_CHECK_LAUNCH();
-    backward_dx_kernel<<<grid_for(d.numel(), ctx.sm_count), kBlock, 0, ctx.stream>>>(
-        dyp, xp, static_cast<T*>(dx.data), f32(gamma), f32(save_mean), f32(save_invstd),
-        f32(dgamma), f32(dbeta), d.numel(), channels, d.dim(2) * d.dim(3),
-        d.layout() == Layout::nhwc, 1.0F / count);
-    DLPROBE_CUDA_CHECK_LAUNCH();
-    return Status::ok();
+    return with_pack<T>(wide, [&](auto pack_tag) -> Status {
+      constexpr int P = decltype(pack_tag)::value;
+      const Reduction red = reduction_for(ctx, d, P);
+      DLPROBE_ASSIGN_OR_RETURN(
+          auto partial,
+          scratch(ctx, static_cast<std::size_t>(channels * red.splits) * sizeof(GradSums),
+                  "batch_norm_backward"));
+      auto* acc = static_cast<GradSums*>(partial.data());
+      const auto* dyp = static_cast<const T*>(dy.data);
+      const auto* yp = static_cast<const T*>(y_raw);
+      const auto* xp = static_cast<const T*>(x.data);
+      auto* dxp = static_cast<T*>(dx.data);
+      const float* mean = f32(save_mean);
+      const Nhwc gh = nhwc_of(d, P);
+      const Nchw gc = nchw_of(d);
+      const bool nhwc = d.layout() == Layout::nhwc;
+      const dim3 grid = elementwise_grid(ctx, d, P);
+      const std::int64_t packs = d.numel() / P;
+      const GradChannels ch{f32(gamma),  mean,       f32(save_invstd),
+                            f32(dgamma), f32(dbeta), 1.0F / count};
+      // The two passes, with the ReLU's mask fused in or not.
+      auto passes = [&](auto relu_tag) -> Status {
+        constexpr bool kRelu = decltype(relu_tag)::value;
+        if (nhwc) {
+          grad_sums_nhwc<T, P, kRelu>
+              <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, mean, gh, red.per_split, acc);
+        } else {
+          grad_sums_nchw<T, P, kRelu>
+              <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, mean, gc, red.per_split, acc);
+        }
+        DLPROBE_CUDA_CHECK_LAUNCH();
+        finalize_grads<<<grid_for(channels, ctx.sm_count), kBlock, 0, ctx.stream>>>(
+            acc, channels, red.splits, f32(save_invstd), f32_out(dgamma), f32_out(dbeta));
+        DLPROBE_CUDA_CHECK_LAUNCH();
+        if (nhwc) {
+          dx_nhwc<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, dxp, gh, ch);
+        } else {
+          dx_nchw<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, dxp, gc, packs, ch);
+        }
+        DLPROBE_CUDA_CHECK_LAUNCH();
+        return Status::ok();
+      };
+      if (yp != nullptr) return passes(std::true_type{});
+      return passes(std::false_type{});
+    });
   });
 }
 

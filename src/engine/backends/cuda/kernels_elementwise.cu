@@ -7,49 +7,70 @@
 namespace dlprobe::cuda {
 namespace {
 
-// y[i] = op(a[i]) (kArity 1) or op(a[i], b[i]) (kArity 2) over n elements; `vec` when every
-// pointer is aligned for Vec4, so the bulk moves four elements per load. `y` may alias `a` or `b`:
-// each element is read before the same thread writes it.
-template <int kArity, class Ty, class Ta, class Tb, class Op>
-__global__ void map_kernel(Ty* y, const Ta* a, const Tb* b, std::int64_t n, bool vec, Op op) {
+// Elements per pack for a map over these types: the widest 16-byte access of any of them.
+template <class Ty, class Ta, class Tb>
+inline constexpr int kMapPack = 16 /
+                                static_cast<int>(std::max({sizeof(Ty), sizeof(Ta), sizeof(Tb)}));
+
+// y[i] = op(a[i]), op(a[i], b[i]) or op(a[i], b[i], c[i]) (kArity 1, 2, 3) over n elements; `vec`
+// when every pointer is aligned for packs of P, so the bulk moves P elements per access. `y` may
+// alias an input: each element is read before the same thread writes it.
+template <int kArity, int P, class Ty, class Ta, class Tb, class Op>
+__global__ void map_kernel(Ty* y, const Ta* a, const Tb* b, const Tb* c, std::int64_t n, bool vec,
+                           Op op) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   std::int64_t done = 0;
   if (vec) {
-    const std::int64_t quads = n / 4;
-    for (std::int64_t q = first; q < quads; q += stride) {
-      const Vec4<Ta> va = reinterpret_cast<const Vec4<Ta>*>(a)[q];
-      Vec4<Ty> vy;
+    const std::int64_t packs = n / P;
+    for (std::int64_t q = first; q < packs; q += stride) {
+      float va[P];
+      float vy[P];
+      load_pack(a + q * P, va);
       if constexpr (kArity == 1) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) vy.v[k] = from_float<Ty>(op(to_float(va.v[k])));
-      } else {
-        const Vec4<Tb> vb = reinterpret_cast<const Vec4<Tb>*>(b)[q];
+        for (int k = 0; k < P; ++k) vy[k] = op(va[k]);
+      } else if constexpr (kArity == 2) {
+        float vb[P];
+        load_pack(b + q * P, vb);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          vy.v[k] = from_float<Ty>(op(to_float(va.v[k]), to_float(vb.v[k])));
-        }
+        for (int k = 0; k < P; ++k) vy[k] = op(va[k], vb[k]);
+      } else {
+        float vb[P];
+        float vc[P];
+        load_pack(b + q * P, vb);
+        load_pack(c + q * P, vc);
+#pragma unroll
+        for (int k = 0; k < P; ++k) vy[k] = op(va[k], vb[k], vc[k]);
       }
-      reinterpret_cast<Vec4<Ty>*>(y)[q] = vy;
+      store_pack(y + q * P, vy);
     }
-    done = quads * 4;
+    done = packs * P;
   }
   for (std::int64_t i = done + first; i < n; i += stride) {
     if constexpr (kArity == 1) {
       y[i] = from_float<Ty>(op(to_float(a[i])));
-    } else {
+    } else if constexpr (kArity == 2) {
       y[i] = from_float<Ty>(op(to_float(a[i]), to_float(b[i])));
+    } else {
+      y[i] = from_float<Ty>(op(to_float(a[i]), to_float(b[i]), to_float(c[i])));
     }
   }
 }
 
 template <int kArity, class Ty, class Ta, class Tb, class Op>
-Status launch_map(const KernelContext& ctx, Ty* y, const Ta* a, const Tb* b, std::int64_t n,
-                  Op op) {
-  bool vec = aligned_for_vec4(y, sizeof(Ty)) && aligned_for_vec4(a, sizeof(Ta));
-  if constexpr (kArity == 2) vec = vec && aligned_for_vec4(b, sizeof(Tb));
-  const std::int64_t work = vec ? std::max<std::int64_t>(n / 4, 1) : n;
-  map_kernel<kArity><<<grid_for(work, ctx.sm_count), kBlock, 0, ctx.stream>>>(y, a, b, n, vec, op);
+Status launch_map(const KernelContext& ctx, Ty* y, const Ta* a, const Tb* b, std::int64_t n, Op op,
+                  const Tb* c = nullptr) {
+  constexpr int P = kMapPack<Ty, Ta, Tb>;
+  auto aligned = [](const void* p, std::size_t size) {
+    return reinterpret_cast<std::uintptr_t>(p) % (P * size) == 0;
+  };
+  bool vec = aligned(y, sizeof(Ty)) && aligned(a, sizeof(Ta));
+  if constexpr (kArity >= 2) vec = vec && aligned(b, sizeof(Tb));
+  if constexpr (kArity == 3) vec = vec && aligned(c, sizeof(Tb));
+  const std::int64_t work = vec ? std::max<std::int64_t>(n / P, 1) : n;
+  map_kernel<kArity, P>
+      <<<grid_for(work, ctx.sm_count), kBlock, 0, ctx.stream>>>(y, a, b, c, n, vec, op);
   DLPROBE_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
@@ -80,6 +101,10 @@ struct Relu {
 };
 struct ReluBackward {
   __device__ float operator()(float dy, float y) const { return y > 0.0F ? dy : 0.0F; }
+};
+// The sum of two gradient terms a + b, masked by the ReLU's output y (arguments a, y, b).
+struct ReluBackwardAdd {
+  __device__ float operator()(float a, float y, float b) const { return y > 0.0F ? a + b : 0.0F; }
 };
 struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
@@ -194,6 +219,16 @@ Status launch_relu_backward(const KernelContext& ctx, const TensorView& dy, cons
     using T = typename decltype(tag)::type;
     return launch_map<2>(ctx, static_cast<T*>(dx.data), static_cast<const T*>(dy.data),
                          static_cast<const T*>(y.data), dy.desc.numel(), ReluBackward{});
+  });
+}
+
+Status launch_relu_backward_add(const KernelContext& ctx, const TensorView& a, const TensorView& b,
+                                const TensorView& y, const TensorView& dx) {
+  return dispatch_floating(a.desc.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return launch_map<3>(ctx, static_cast<T*>(dx.data), static_cast<const T*>(a.data),
+                         static_cast<const T*>(y.data), a.desc.numel(), ReluBackwardAdd{},
+                         static_cast<const T*>(b.data));
   });
 }
 

@@ -432,6 +432,73 @@ class ReferenceBackend final : public Backend {
     return store(std::move(out.dbeta), dbeta);
   }
 
+  // The fused slots compose the plain ops in the compute type and round once, as a fused kernel
+  // does; the step tests plan fused steps on this backend too.
+  bool fuses_batch_norm_relu() const override { return true; }
+  Status batch_norm_relu_train_forward(const TensorView& x, const TensorView& gamma,
+                                       const TensorView& beta, const TensorView& running_mean,
+                                       const TensorView& running_var, const TensorView& residual,
+                                       const TensorView& y, const TensorView& save_mean,
+                                       const TensorView& save_invstd,
+                                       const BatchNormParams& p) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
+    DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormTrainOutput out,
+                             reference::batch_norm_train_forward<T>(xt, g, b, rm, rv, p));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor activated, add_relu(std::move(out.y), residual));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(activated), y));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_mean), save_mean));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_invstd), save_invstd));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.running_mean), running_mean));
+    return store(std::move(out.running_var), running_var);
+  }
+  Status batch_norm_relu_inference_forward(const TensorView& x, const TensorView& gamma,
+                                           const TensorView& beta, const TensorView& running_mean,
+                                           const TensorView& running_var,
+                                           const TensorView& residual, const TensorView& y,
+                                           const BatchNormParams& p) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out,
+                             reference::batch_norm_inference_forward<T>(xt, g, b, rm, rv, p));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor activated, add_relu(std::move(out), residual));
+    return store(std::move(activated), y);
+  }
+  Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y, const TensorView& x,
+                                  const TensorView& gamma, const TensorView& save_mean,
+                                  const TensorView& save_invstd, const TensorView& dx,
+                                  const TensorView& dgamma, const TensorView& dbeta) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor yt, load_as<T>(y));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor masked, reference::relu_backward<T>(dyt, yt));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor sm, load_as<T>(save_mean));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor si, load_as<T>(save_invstd));
+    DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormGrads out,
+                             reference::batch_norm_backward<T>(masked, xt, g, sm, si));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dx), dx));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dgamma), dgamma));
+    return store(std::move(out.dbeta), dbeta);
+  }
+
+  bool fuses_relu_backward_add() const override { return true; }
+  Status relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                           const TensorView& dx) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor at, load_as<T>(a));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor bt, load_as<T>(b));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor sum, reference::add<T>(at, bt));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor yt, load_as<T>(y));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::relu_backward<T>(sum, yt));
+    return store(std::move(out), dx);
+  }
+
   Status relu_forward(const TensorView& x, const TensorView& y) override {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::relu_forward<T>(xt));
@@ -630,6 +697,16 @@ class ReferenceBackend final : public Backend {
       DLPROBE_RETURN_IF_ERROR(store(std::move(*out.state.exp_avg_sq), s.state1));
     }
     return Status::ok();
+  }
+
+ private:
+  // relu(bn + residual), or relu(bn) for a residual without data, in the compute type.
+  static Result<HostTensor> add_relu(HostTensor bn, const TensorView& residual) {
+    if (residual.data != nullptr) {
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor r, load_as<T>(residual));
+      DLPROBE_ASSIGN_OR_RETURN(bn, reference::add<T>(bn, r));
+    }
+    return reference::relu_forward<T>(bn);
   }
 };
 
