@@ -1,7 +1,9 @@
 // `dlprobe compare`: two results files, configuration by configuration (matched on kind and
 // settings), with the throughput ratio new / base and its bootstrap CI, the Mann–Whitney U p-value
 // of the step times, and a verdict. "no change" unless the CI of the ratio excludes 1 and p is
-// below alpha: both tests must agree before dlprobe calls a difference real.
+// below alpha: both tests must agree before dlprobe calls a difference real. A real difference
+// smaller than the noise threshold is "no change" too: with hundreds of steps a 0.3% drift of the
+// GPU clock between two runs is significant, and calling it "slower" would cry wolf.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -45,6 +47,8 @@ struct Comparison {
 
 struct CompareOptions {
   double alpha = 0.05;
+  // |ratio - 1| below this is no change, however significant (criterion.rs's noise threshold).
+  double noise = 0.01;
   stats::BootstrapOptions bootstrap;
 };
 

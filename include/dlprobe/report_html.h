@@ -3,9 +3,11 @@
 // nothing, so it can be mailed, attached to a ticket or opened offline.
 //
 // Charts, each an <svg> with a stable id (tests look them up): throughput vs batch per precision
-// with CI error bars (chart-throughput), step-time distributions (chart-step-times), peak memory by
-// category (chart-memory, when any configuration has memory figures), memory over one step per
-// `dlprobe memory` configuration (chart-memory-timeline-N), and GPU utilisation, power
+// with CI error bars (chart-throughput), inference latency vs batch (chart-latency, median with a
+// bar from the fastest step to p99, when a native run has mode infer), step-time distributions
+// (chart-step-times), peak memory by category (chart-memory, when any configuration has memory
+// figures), memory over one step per `dlprobe memory` configuration (chart-memory-timeline-N),
+// and GPU utilisation, power
 // and SM clock over time (chart-gpu-util, chart-power, chart-sm-clock, when any configuration
 // carries a telemetry timeline). Then the environment of each file, warnings and findings, and the
 // sortable table of every configuration (table id "configurations").

@@ -95,14 +95,19 @@ std::string_view run_status_name(RunStatus status);
 struct Settings {
   std::string model;  // "resnet50"
   std::int64_t batch = 0;
-  std::string precision;  // "fp32", "tf32", "bf16", "fp16"
-  std::string mode;       // "train", "inference"
+  std::string precision;  // "fp32", "tf32", "bf16", "fp16", "fp64"
+  std::string mode;       // "train", "grads", "infer"
   std::string layout;     // "nchw", "nhwc"
   std::string device;     // "cuda:0", "cpu"
-  std::string optimizer;  // "sgd", "adamw"; "none" for inference
-  // How the run took device memory (--gpu-memory: "grow", "planned", "limit:16GiB", ...); empty
-  // in files written before the field existed, which read as the default, grow.
+  std::string optimizer;  // "sgd", "adamw"; "none" outside train mode
+  // Added within dlprobe.results/1, so files written before them lack these keys and read as 0 /
+  // "": how the run took device memory (--gpu-memory: "grow", "planned", "limit:16GiB", ...; empty
+  // reads as the default, grow), the square image side, the classes of the model's last layer,
+  // and the engine's backend ("cuda", "onednn", "reference").
   std::string gpu_memory;
+  std::int64_t image_size = 0;
+  std::int64_t classes = 0;
+  std::string backend;
 
   std::string command;                       // as the user gave it
   std::map<std::string, std::string> sweep;  // the sweep's keys and this run's values
@@ -114,15 +119,28 @@ struct Settings {
 std::optional<std::int64_t> batch_of(Kind kind, const Settings& settings);
 // The precision: Settings::precision, or an external run's sweep value "precision"; "" if none.
 std::string precision_of(Kind kind, const Settings& settings);
-// "resnet50 bs=256 bf16 train nhwc cuda:0 sgd" or "python train.py (batch=64, precision=bf16)".
+// "resnet50 bs=256 bf16 train nhwc cuda:0 sgd" or "python train.py (batch=64, precision=bf16)";
+// a native image side other than 224 follows the model ("resnet18@64"), a backend other than the
+// device's own follows the device ("cpu/reference").
 std::string describe(Kind kind, const Settings& settings);
+
+// Everything of a configuration but its batch: the series it belongs to in a throughput-vs-batch
+// curve. "resnet50 bf16 train nhwc cuda:0 sgd"; "python train.py precision=bf16".
+std::string series_label(Kind kind, const Settings& settings);
 
 // The raw measurement: one entry per timed step (warm-up steps are left out).
 struct Samples {
   std::vector<double> step_seconds;
   std::vector<double> step_items;  // images (samples) each step processed; same length
   int warmup_steps = 0;
+  // With repeated timed windows (bench --repeat), the steps of each window in order; they add up
+  // to the step count. Empty: one window. Added within dlprobe.results/1 (absent in older files).
+  std::vector<std::int64_t> window_steps;
 };
+
+// Items per second of each timed window (one value without repeated windows); empty when the
+// window steps do not add up to the samples or a window has no time.
+std::vector<double> window_throughputs(const Samples& samples);
 
 struct Memory {
   // "allocator": dlprobe's caching allocator (allocator_stats holds memory::to_flat_json);

@@ -1,5 +1,6 @@
 // The configuration table of one or more results files: one row per configuration with its
-// settings, status, throughput and CI, step-time percentiles, memory, achieved TFLOP/s and power.
+// settings, status, throughput and CI, step-time percentiles, memory, achieved TFLOP/s, and the
+// first GPU's median power, energy per item, utilisation and SM clock over the timed window.
 // The same table feeds the CSV and Markdown exports, the HTML report and compare, so the columns
 // mean the same everywhere. Derived views of a configuration used by several of them live here too.
 #pragma once

@@ -17,6 +17,7 @@ Command add_compare_command(CLI::App& app) {
     std::string next;
     std::string fail_above;
     std::string alpha = "0.05";
+    std::string noise = "1%";
     bool json = false;
   };
   auto flags = std::make_shared<Flags>();
@@ -28,6 +29,9 @@ Command add_compare_command(CLI::App& app) {
                   "Exit 1 when a configuration is significantly slower by more than this "
                   "(e.g. 3% or 0.03)");
   sub->add_option("--alpha", flags->alpha, "Significance level of the Mann-Whitney U test")
+      ->capture_default_str();
+  sub->add_option("--noise", flags->noise,
+                  "A difference smaller than this is no change, however significant (e.g. 2%)")
       ->capture_default_str();
   sub->add_flag("--json", flags->json, "Print the comparison as JSON (schema dlprobe.compare/1)");
 
@@ -42,8 +46,11 @@ Command add_compare_command(CLI::App& app) {
     }
     auto alpha = parse_fraction(flags->alpha, "--alpha");
     if (!alpha) return report_error(alpha.status());
+    auto noise = parse_fraction(flags->noise, "--noise");
+    if (!noise) return report_error(noise.status());
     report::CompareOptions options;
     options.alpha = *alpha;
+    options.noise = *noise;
     auto base = results::read_file(flags->base);
     if (!base) return report_error(base.status());
     auto next = results::read_file(flags->next);

@@ -30,6 +30,7 @@ Command add_step_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
+Command add_evaluate_command(CLI::App& app);
 
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);

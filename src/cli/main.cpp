@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "Log debug detail to stderr");
 
   const std::vector<Command> commands = {
+      add_evaluate_command(app),
       add_doctor_command(app),
       add_monitor_command(app),
       add_bench_command(app),

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace dlprobe::report {
 
@@ -53,7 +54,8 @@ Result<ComparisonRow> compare_one(const Configuration& base, const Configuration
   if (!mw) return mw.status().with_context(what);
   row.ratio = *ratio;
   row.mann_whitney = *mw;
-  if (ratio->ci.contains(1.0) || mw->p_value >= options.alpha) {
+  if (ratio->ci.contains(1.0) || mw->p_value >= options.alpha ||
+      std::abs(ratio->ratio - 1) < options.noise) {
     row.verdict = Verdict::no_change;
   } else {
     row.verdict = ratio->ratio > 1 ? Verdict::faster : Verdict::slower;
@@ -67,6 +69,10 @@ Result<Comparison> compare(const results::Document& base, const results::Documen
                            const CompareOptions& options) {
   if (!(options.alpha > 0 && options.alpha < 1)) {
     return invalid_argument(fmt::format("alpha must be between 0 and 1, got {}", options.alpha));
+  }
+  if (!(options.noise >= 0 && options.noise < 1)) {
+    return invalid_argument(
+        fmt::format("noise threshold must be in [0, 1), got {}", options.noise));
   }
   Comparison out;
   // A file may hold the same settings more than once (a repeated sweep); the k-th occurrence in

@@ -191,37 +191,38 @@ std::string label(const Entry& e, bool several_files) {
 
 // Everything but the batch: the line a configuration belongs to in throughput vs batch.
 std::string series_name(const Entry& e, bool several_files) {
-  const auto& s = e.config->settings;
-  std::string name;
-  if (e.config->kind == Kind::native) {
-    name = fmt::format("{} {} {} {} {} {}", s.model, s.precision, s.mode, s.layout, s.device,
-                       s.optimizer);
-  } else {
-    name = s.command;
-    for (const auto& [key, value] : s.sweep) {
-      if (key != "batch") name += fmt::format(" {}={}", key, value);
-    }
-  }
+  const std::string name = results::series_label(e.config->kind, e.config->settings);
   return several_files ? fmt::format("{}: {}", e.file->name, name) : name;
 }
 
-std::string chart_throughput(const std::vector<Entry>& all, bool several) {
-  std::map<std::string, std::vector<const Entry*>> series;  // name -> points
+// One point of a per-batch curve: the value, its bar, and the words of its tooltip.
+struct BatchPoint {
+  double y = 0;
+  double low = 0;
+  double high = 0;
+  std::string tip;
+};
+using PointOf = std::optional<BatchPoint> (*)(const Configuration&);
+
+// A line per series over the batch sizes, a point with an error bar per configuration.
+std::string chart_vs_batch(const std::vector<Entry>& all, bool several, std::string_view id,
+                           std::string_view title, std::string_view unit, PointOf point_of) {
+  std::map<std::string, std::vector<std::pair<std::int64_t, BatchPoint>>> series;
   std::vector<std::string> order;
   std::set<std::int64_t> batches;
   double top = 0;
   for (const auto& e : all) {
     const auto batch = results::batch_of(e.config->kind, e.config->settings);
-    if (!batch || !e.config->statistics) continue;
+    const auto point = point_of(*e.config);
+    if (!batch || !point) continue;
     const std::string name = series_name(e, several);
     if (!series.count(name)) order.push_back(name);
-    series[name].push_back(&e);
+    series[name].emplace_back(*batch, BatchPoint{point->y, point->low, point->high,
+                                                 label(e, several) + ": " + point->tip});
     batches.insert(*batch);
-    top = std::max(top, e.config->statistics->throughput_ci.high);
+    top = std::max(top, point->high);
   }
-  if (series.empty()) {
-    return "<p class=\"none\">No configuration has both a batch and a measured throughput.</p>\n";
-  }
+  if (series.empty()) return "";
   Frame f;
   const Axis y = nice_axis(0, top * 1.05);
   // Batches sit at even spacing: sweeps double the batch, and a linear axis would crowd the small
@@ -233,8 +234,8 @@ std::string chart_throughput(const std::vector<Entry>& all, bool several) {
                           : map(static_cast<double>(i), -0.5, static_cast<double>(xs.size()) - 0.5,
                                 f.x0(), f.x1());
   };
-  std::string s = svg_open("chart-throughput", f, "Throughput vs batch size");
-  s += y_axis(f, y, "items / s");
+  std::string s = svg_open(id, f, title);
+  s += y_axis(f, y, unit);
   for (auto b : xs) {
     s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
                      num(x_of(b)), num(f.y0() + 16), b);
@@ -245,35 +246,48 @@ std::string chart_throughput(const std::vector<Entry>& all, bool several) {
       num((f.x0() + f.x1()) / 2), num(f.height - 10));
   for (std::size_t i = 0; i < order.size(); ++i) {
     auto points = series[order[i]];
-    std::sort(points.begin(), points.end(), [](const Entry* a, const Entry* b) {
-      return *results::batch_of(a->config->kind, a->config->settings) <
-             *results::batch_of(b->config->kind, b->config->settings);
-    });
+    std::stable_sort(points.begin(), points.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
     std::string path;
     std::string marks;
-    for (const Entry* p : points) {
-      const auto& st = *p->config->statistics;
-      const double x = x_of(*results::batch_of(p->config->kind, p->config->settings));
-      const double yv = map(st.throughput, y.lo, y.hi, f.y0(), f.y1());
-      const double ylo = map(st.throughput_ci.low, y.lo, y.hi, f.y0(), f.y1());
-      const double yhi = map(st.throughput_ci.high, y.lo, y.hi, f.y0(), f.y1());
+    for (const auto& [batch, p] : points) {
+      const double x = x_of(batch);
+      const double yv = map(p.y, y.lo, y.hi, f.y0(), f.y1());
+      const double ylo = map(p.low, y.lo, y.hi, f.y0(), f.y1());
+      const double yhi = map(p.high, y.lo, y.hi, f.y0(), f.y1());
       path += fmt::format("{}{},{}", path.empty() ? "" : " ", num(x), num(yv));
       marks += fmt::format(
-          "<g class=\"point\"><title>{}: {:.1f} items/s ({:.0f}% CI {:.1f} – {:.1f})</title>"
+          "<g class=\"point\"><title>{}</title>"
           "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
           "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
           "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
           "<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/></g>\n",
-          esc(label(*p, several)), st.throughput, st.ci_level * 100, st.throughput_ci.low,
-          st.throughput_ci.high, num(x), num(ylo), num(x), num(yhi), colour(i), num(x - 5),
-          num(ylo), num(x + 5), num(ylo), colour(i), num(x - 5), num(yhi), num(x + 5), num(yhi),
-          colour(i), num(x), num(yv), colour(i));
+          esc(p.tip), num(x), num(ylo), num(x), num(yhi), colour(i), num(x - 5), num(ylo),
+          num(x + 5), num(ylo), colour(i), num(x - 5), num(yhi), num(x + 5), num(yhi), colour(i),
+          num(x), num(yv), colour(i));
     }
     s += fmt::format("<polyline class=\"series\" points=\"{}\" stroke=\"{}\"/>\n{}", path,
                      colour(i), marks);
   }
   s += legend(f, order);
   return s + "</svg>\n";
+}
+
+std::optional<BatchPoint> throughput_point(const Configuration& c) {
+  if (!c.statistics) return std::nullopt;
+  const auto& st = *c.statistics;
+  return BatchPoint{st.throughput, st.throughput_ci.low, st.throughput_ci.high,
+                    fmt::format("{:.1f} items/s ({:.0f}% CI {:.1f} – {:.1f})", st.throughput,
+                                st.ci_level * 100, st.throughput_ci.low, st.throughput_ci.high)};
+}
+
+// Inference only: there a step is one batch's latency, what a server's users wait for.
+std::optional<BatchPoint> latency_point(const Configuration& c) {
+  if (c.kind != Kind::native || c.settings.mode != "infer" || !c.statistics) return std::nullopt;
+  const auto& st = *c.statistics;
+  return BatchPoint{st.median_s * 1e3, st.min_s * 1e3, st.p99_s * 1e3,
+                    fmt::format("median {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms, min {:.3f} ms",
+                                st.median_s * 1e3, st.p90_s * 1e3, st.p99_s * 1e3, st.min_s * 1e3)};
 }
 
 // Each row on its own scale, as percent off its median: configurations differ tenfold in step time,
@@ -415,53 +429,88 @@ std::string chart_memory(const std::vector<Entry>& all, bool several) {
 
 using SampleField = std::optional<double> results::TelemetrySample::*;
 
+// Every configuration's timed window on one time axis, end to end in file and configuration order:
+// a sweep reads as one run, where twenty overlaid lines would hide each other. A shaded band spans
+// each configuration (hover it for the name, its number is on top); colours tell GPUs apart.
 std::string chart_timeline(const std::vector<Entry>& all, bool several, std::string_view id,
                            std::string_view title, std::string_view unit, SampleField field) {
-  struct Line {
+  struct Span {
     std::string name;
-    std::vector<std::pair<double, double>> points;
+    double t0 = 0;
+    double t1 = 0;
+    // Per GPU of the configuration: its points, on the shared axis.
+    std::vector<std::pair<int, std::vector<std::pair<double, double>>>> lines;
   };
-  std::vector<Line> lines;
-  double t_max = 0;
+  std::vector<Span> spans;
+  std::vector<int> gpus;
+  double at = 0;
   double v_max = 0;
   for (const auto& e : all) {
+    Span span;
+    span.name = label(e, several);
+    span.t0 = at;
+    double length = 0;
     for (const auto& t : e.config->telemetry) {
-      Line line;
-      line.name = e.config->telemetry.size() > 1
-                      ? fmt::format("{} (GPU {})", label(e, several), t.gpu)
-                      : label(e, several);
+      std::vector<std::pair<double, double>> points;
       for (const auto& sample : t.timeline) {
         if (const auto v = sample.*field) {
-          line.points.emplace_back(sample.t_s, *v);
-          t_max = std::max(t_max, sample.t_s);
+          points.emplace_back(at + sample.t_s, *v);
           v_max = std::max(v_max, *v);
+          length = std::max(length, sample.t_s);
         }
       }
-      if (!line.points.empty()) lines.push_back(std::move(line));
+      length = std::max(length, t.window_s);
+      if (points.empty()) continue;
+      if (std::find(gpus.begin(), gpus.end(), t.gpu) == gpus.end()) gpus.push_back(t.gpu);
+      span.lines.emplace_back(t.gpu, std::move(points));
     }
+    if (span.lines.empty()) continue;
+    span.t1 = at + length;
+    at = span.t1;
+    spans.push_back(std::move(span));
   }
-  if (lines.empty()) return "";
+  if (spans.empty()) return "";
   Frame f;
   f.height = 260;
-  const Axis x = nice_axis(0, t_max);
+  const Axis x = nice_axis(0, at);
   const Axis y = nice_axis(0, v_max * 1.05);
+  const auto px = [&](double t) { return map(t, x.lo, x.hi, f.x0(), f.x1()); };
+  const auto py = [&](double v) { return map(v, y.lo, y.hi, f.y0(), f.y1()); };
   std::string s = svg_open(id, f, title);
-  s += x_axis(f, x, "seconds into the timed window");
-  s += y_axis(f, y, unit);
-  std::vector<std::string> names;
-  for (std::size_t i = 0; i < lines.size(); ++i) {
-    std::string path;
-    for (const auto& [t, v] : lines[i].points) {
-      path +=
-          fmt::format("{}{},{}", path.empty() ? "" : " ", num(map(t, x.lo, x.hi, f.x0(), f.x1())),
-                      num(map(v, y.lo, y.hi, f.y0(), f.y1())));
-    }
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const Span& span = spans[i];
     s += fmt::format(
-        "<polyline class=\"series\" points=\"{}\" stroke=\"{}\"><title>{}</title>"
-        "</polyline>\n",
-        path, colour(i), esc(lines[i].name));
-    names.push_back(lines[i].name);
+        "<g class=\"span\"><title>{}: {}</title><rect x=\"{}\" y=\"{}\" width=\"{}\" "
+        "height=\"{}\" fill=\"{}\"/>",
+        i + 1, esc(span.name), num(px(span.t0)), num(f.y1()),
+        num(std::max(px(span.t1) - px(span.t0), 0.5)), num(f.y0() - f.y1()),
+        i % 2 == 0 ? "#eef3f8" : "#f9fbfd");
+    // Numbers only where they fit above their band.
+    if (px(span.t1) - px(span.t0) >= 14) {
+      s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                       num((px(span.t0) + px(span.t1)) / 2), num(f.y1() - 4), i + 1);
+    }
+    s += "</g>\n";
   }
+  s += x_axis(f, x,
+              "seconds of timed windows, configurations end to end (hover a band for its name)");
+  s += y_axis(f, y, unit);
+  for (const Span& span : spans) {
+    for (const auto& [gpu, points] : span.lines) {
+      const auto k =
+          static_cast<std::size_t>(std::find(gpus.begin(), gpus.end(), gpu) - gpus.begin());
+      std::string path;
+      for (const auto& [t, v] : points) {
+        path += fmt::format("{}{},{}", path.empty() ? "" : " ", num(px(t)), num(py(v)));
+      }
+      s += fmt::format(
+          "<polyline class=\"series\" points=\"{}\" stroke=\"{}\"><title>{} (GPU {})</title>"
+          "</polyline>\n",
+          path, colour(k), esc(span.name), gpu);
+    }
+  }
+  std::vector<std::string> names;
+  for (int gpu : gpus) names.push_back(fmt::format("GPU {}", gpu));
   s += legend(f, names);
   return s + "</svg>\n";
 }
@@ -561,22 +610,28 @@ std::vector<Note> notes(const std::vector<Entry>& all, std::span<const NamedDocu
       out.push_back({"error", where, std::string(results::run_status_name(c.status)),
                      c.error.empty() ? "did not finish" : c.error, "", ""});
     }
+    // The measuring command may have recorded the same warning (bench does, with its evidence);
+    // it is not repeated here.
+    const auto recorded = [&](std::string_view id) {
+      return std::any_of(c.findings.begin(), c.findings.end(),
+                         [&](const results::Finding& f) { return f.id == id; });
+    };
     if (c.statistics) {
       const auto& s = *c.statistics;
-      if (s.cv > 0.05) {
+      if (s.cv > 0.05 && !recorded("noisy_steps")) {
         out.push_back(
             {"warning", where, "noisy_steps",
              "step times vary by more than 5%; the throughput is less certain",
              fmt::format("CV {:.1f}%, {} outliers in {} steps", s.cv * 100, s.outliers, s.steps),
              "close other GPU work, use more steps, check the telemetry for throttling"});
       }
-      if (s.steps < 10) {
+      if (s.steps < 10 && !recorded("few_steps")) {
         out.push_back({"warning", where, "few_steps", "fewer than 10 timed steps",
                        fmt::format("{} steps", s.steps), "time more steps"});
       }
     }
     for (const auto& t : c.telemetry) {
-      if (t.throttle_reasons.empty()) continue;
+      if (t.throttle_reasons.empty() || recorded("clock_events")) continue;
       std::string reasons;
       for (const auto& r : t.throttle_reasons) reasons += (reasons.empty() ? "" : ", ") + r;
       out.push_back({"warning", where, "clock_events",
@@ -686,7 +741,19 @@ std::string render_html(std::span<const NamedDocument> documents) {
   std::string body;
   body += fmt::format("<h1>dlprobe report</h1>\n<p class=\"sub\">{} configuration{} from {}</p>\n",
                       all.size(), all.size() == 1 ? "" : "s", esc(files));
-  body += "<h2>Throughput</h2>\n" + chart_throughput(all, several);
+  const std::string throughput = chart_vs_batch(
+      all, several, "chart-throughput", "Throughput vs batch size", "items / s", throughput_point);
+  body += "<h2>Throughput</h2>\n" +
+          (throughput.empty() ? "<p class=\"none\">No configuration has both a batch and a "
+                                "measured throughput.</p>\n"
+                              : throughput);
+  if (const std::string latency = chart_vs_batch(
+          all, several, "chart-latency",
+          "Inference latency vs batch size (median; bars from the fastest step to p99)",
+          "ms per batch", latency_point);
+      !latency.empty()) {
+    body += "<h2>Inference latency</h2>\n" + latency;
+  }
   body += "<h2>Step times</h2>\n" + chart_step_times(all, several);
   std::vector<MemoryTimelineInput> timelines;
   for (const auto& e : all) timelines.push_back({label(e, several), e.config});

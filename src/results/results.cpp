@@ -82,9 +82,15 @@ std::string precision_of(Kind kind, const Settings& settings) {
 
 std::string describe(Kind kind, const Settings& s) {
   if (kind == Kind::native) {
-    std::string out = fmt::format("{} bs={}", s.model, s.batch);
-    for (const std::string* part : {&s.precision, &s.mode, &s.layout, &s.device, &s.optimizer}) {
-      if (!part->empty()) out += " " + *part;
+    std::string out = s.model;
+    if (s.image_size != 0 && s.image_size != 224) out += fmt::format("@{}", s.image_size);
+    out += fmt::format(" bs={}", s.batch);
+    const bool own_backend = s.backend.empty() || (s.backend == "cuda" && s.device != "cpu") ||
+                             (s.backend == "onednn" && s.device == "cpu");
+    const std::string device = s.device + (own_backend ? "" : "/" + s.backend);
+    for (const std::string* part : {&s.precision, &s.mode, &s.layout, &device, &s.optimizer}) {
+      // "none" is the optimizer outside train mode: the mode already says so.
+      if (!part->empty() && *part != "none") out += " " + *part;
     }
     if (!s.gpu_memory.empty() && s.gpu_memory != "grow") out += " " + s.gpu_memory;
     return out;
@@ -96,6 +102,43 @@ std::string describe(Kind kind, const Settings& s) {
     sweep += fmt::format("{}={}", key, value);
   }
   return fmt::format("{} ({})", s.command, sweep);
+}
+
+std::string series_label(Kind kind, const Settings& s) {
+  if (kind == Kind::native) {
+    std::string d = describe(kind, s);
+    const std::string batch = fmt::format(" bs={}", s.batch);
+    if (const auto at = d.find(batch); at != std::string::npos) d.erase(at, batch.size());
+    return d;
+  }
+  std::string name = s.command;
+  for (const auto& [key, value] : s.sweep) {
+    if (key != "batch") name += fmt::format(" {}={}", key, value);
+  }
+  return name;
+}
+
+std::vector<double> window_throughputs(const Samples& samples) {
+  std::vector<double> out;
+  const std::size_t n = samples.step_seconds.size();
+  if (n == 0 || samples.step_items.size() != n) return out;
+  std::vector<std::int64_t> windows = samples.window_steps;
+  if (windows.empty()) windows.push_back(static_cast<std::int64_t>(n));
+  std::size_t at = 0;
+  for (const std::int64_t steps : windows) {
+    if (steps < 0 || at + static_cast<std::size_t>(steps) > n) return {};
+    double items = 0;
+    double seconds = 0;
+    for (std::size_t i = at; i < at + static_cast<std::size_t>(steps); ++i) {
+      items += samples.step_items[i];
+      seconds += samples.step_seconds[i];
+    }
+    if (!(seconds > 0)) return {};
+    out.push_back(items / seconds);
+    at += static_cast<std::size_t>(steps);
+  }
+  if (at != n) return {};
+  return out;
 }
 
 // ---- writing ----
@@ -175,9 +218,17 @@ json context_json(const Context& c) {
 
 json settings_json(Kind kind, const Settings& s) {
   if (kind == Kind::native) {
-    return {{"model", s.model},         {"batch", s.batch},          {"precision", s.precision},
-            {"mode", s.mode},           {"layout", s.layout},        {"device", s.device},
-            {"optimizer", s.optimizer}, {"gpu_memory", s.gpu_memory}};
+    return {{"model", s.model},
+            {"batch", s.batch},
+            {"precision", s.precision},
+            {"mode", s.mode},
+            {"layout", s.layout},
+            {"device", s.device},
+            {"optimizer", s.optimizer},
+            {"gpu_memory", s.gpu_memory},
+            {"image_size", s.image_size},
+            {"classes", s.classes},
+            {"backend", s.backend}};
   }
   return {{"command", s.command}, {"sweep", s.sweep}};
 }
@@ -215,8 +266,10 @@ json samples_json(const Samples& s) {
   } else {
     items = s.step_items;
   }
-  return {
-      {"warmup_steps", s.warmup_steps}, {"step_seconds", s.step_seconds}, {"step_items", items}};
+  return {{"warmup_steps", s.warmup_steps},
+          {"step_seconds", s.step_seconds},
+          {"step_items", items},
+          {"window_steps", s.window_steps}};
 }
 
 json memory_json(const std::optional<Memory>& m) {
@@ -416,6 +469,14 @@ Status field(const json& obj, const std::string& path, std::string_view key,
   return {};
 }
 
+// A field added within dlprobe.results/1: files from earlier writers lack it, and then `out` keeps
+// its default. Present, it is checked like any other.
+template <class T>
+Status field_since_1(const json& obj, const std::string& path, std::string_view key, T& out) {
+  if (obj.find(key) == obj.end()) return {};
+  return field(obj, path, key, out);
+}
+
 Status require_object(const json& v, const std::string& path) {
   if (!v.is_object()) return type_error(path.empty() ? "top level" : path, "an object", v);
   return {};
@@ -528,9 +589,10 @@ Status convert_settings(const json& v, const std::string& path, Kind kind, Setti
   DLPROBE_RETURN_IF_ERROR(field(v, path, "layout", out.layout));
   DLPROBE_RETURN_IF_ERROR(field(v, path, "device", out.device));
   DLPROBE_RETURN_IF_ERROR(field(v, path, "optimizer", out.optimizer));
-  // Added after the first files were written: absent means the default.
-  if (!v.contains("gpu_memory")) return {};
-  return field(v, path, "gpu_memory", out.gpu_memory);
+  DLPROBE_RETURN_IF_ERROR(field_since_1(v, path, "gpu_memory", out.gpu_memory));
+  DLPROBE_RETURN_IF_ERROR(field_since_1(v, path, "image_size", out.image_size));
+  DLPROBE_RETURN_IF_ERROR(field_since_1(v, path, "classes", out.classes));
+  return field_since_1(v, path, "backend", out.backend);
 }
 
 Status convert(const json& v, const std::string& path, stats::Summary& out) {
@@ -559,6 +621,20 @@ Status convert(const json& v, const std::string& path, Samples& out) {
   DLPROBE_RETURN_IF_ERROR(require_object(v, path));
   DLPROBE_RETURN_IF_ERROR(field(v, path, "warmup_steps", out.warmup_steps));
   DLPROBE_RETURN_IF_ERROR(field(v, path, "step_seconds", out.step_seconds));
+  DLPROBE_RETURN_IF_ERROR(field_since_1(v, path, "window_steps", out.window_steps));
+  std::int64_t windowed = 0;
+  for (const std::int64_t steps : out.window_steps) {
+    if (steps < 1) {
+      return invalid_argument(
+          fmt::format("{}: a window of {} steps", join_path(path, "window_steps"), steps));
+    }
+    windowed += steps;
+  }
+  if (!out.window_steps.empty() && windowed != static_cast<std::int64_t>(out.step_seconds.size())) {
+    return invalid_argument(fmt::format("{}: windows of {} steps in all for {} steps",
+                                        join_path(path, "window_steps"), windowed,
+                                        out.step_seconds.size()));
+  }
   DLPROBE_ASSIGN_OR_RETURN(const json* items, member(v, path, "step_items"));
   const std::string items_path = join_path(path, "step_items");
   if (items->is_number()) {

@@ -96,11 +96,20 @@ std::vector<Cell> row(const Configuration& c) {
                   ? number(*c.compute->fraction_of_ceiling * 100,
                            fmt::format("{:.1f}", *c.compute->fraction_of_ceiling * 100))
                   : empty());
-  std::optional<double> power;
-  if (!c.telemetry.empty() && c.telemetry.front().power_w) {
-    power = c.telemetry.front().power_w->median;
+  // The first GPU's figures: a native run uses one, an external one mostly does too.
+  const Telemetry* gpu = c.telemetry.empty() ? nullptr : &c.telemetry.front();
+  const auto median_of = [](const std::optional<Range>& range) -> std::optional<double> {
+    if (!range) return std::nullopt;
+    return range->median;
+  };
+  r.push_back(optional_number(gpu ? median_of(gpu->power_w) : std::nullopt, "{:.0f}"));
+  std::optional<double> energy_per_item;
+  if (gpu && gpu->energy_j && c.statistics && c.statistics->total_items > 0) {
+    energy_per_item = *gpu->energy_j / c.statistics->total_items;
   }
-  r.push_back(optional_number(power, "{:.0f}"));
+  r.push_back(optional_number(energy_per_item, "{:.4f}"));
+  r.push_back(optional_number(gpu ? median_of(gpu->gpu_util_pct) : std::nullopt, "{:.0f}"));
+  r.push_back(optional_number(gpu ? median_of(gpu->sm_clock_mhz) : std::nullopt, "{:.0f}"));
   r.push_back(text(c.error));
   return r;
 }
@@ -111,13 +120,30 @@ Table configuration_table(std::span<const NamedDocument> documents) {
   Table t;
   const bool several = documents.size() > 1;
   if (several) t.columns.push_back("file");
-  for (const char* column :
-       {"kind",          "configuration", "model / command",  "batch",
-        "precision",     "mode",          "status",           "throughput (items/s)",
-        "CI low",        "CI high",       "median step (ms)", "p90 step (ms)",
-        "p99 step (ms)", "CV (%)",        "outliers",         "steps",
-        "peak memory",   "TFLOP/s",       "of ceiling (%)",   "median power (W)",
-        "error"}) {
+  for (const char* column : {"kind",
+                             "configuration",
+                             "model / command",
+                             "batch",
+                             "precision",
+                             "mode",
+                             "status",
+                             "throughput (items/s)",
+                             "CI low",
+                             "CI high",
+                             "median step (ms)",
+                             "p90 step (ms)",
+                             "p99 step (ms)",
+                             "CV (%)",
+                             "outliers",
+                             "steps",
+                             "peak memory",
+                             "TFLOP/s",
+                             "of ceiling (%)",
+                             "median power (W)",
+                             "energy (J/item)",
+                             "median GPU util (%)",
+                             "median SM clock (MHz)",
+                             "error"}) {
     t.columns.emplace_back(column);
   }
   for (const auto& d : documents) {

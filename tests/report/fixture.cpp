@@ -163,6 +163,9 @@ Settings native(std::int64_t batch, const char* precision) {
   s.layout = "nhwc";
   s.device = "cuda:0";
   s.optimizer = "sgd";
+  s.image_size = 224;
+  s.classes = 1000;
+  s.backend = "cuda";
   return s;
 }
 

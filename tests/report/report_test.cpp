@@ -202,6 +202,27 @@ TEST(Compare, NoChangeWhenTheTestsDisagreeOrTheDataIsTooNoisy) {
   EXPECT_TRUE(r->rows[0].ratio->ci.contains(1.0));
 }
 
+TEST(Compare, SignificantButBelowTheNoiseThresholdIsNoChange) {
+  Document base;
+  Document next;
+  // 0.5% slower with 0.1% wiggle over 200 steps: both tests call it real, the threshold does not.
+  base.configurations = {steps(32, around(0.1000, 200, 0.001))};
+  next.configurations = {steps(32, around(0.1005, 200, 0.001))};
+  auto r = compare(base, next);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_FALSE(r->rows[0].ratio->ci.contains(1.0));
+  EXPECT_LT(r->rows[0].mann_whitney->p_value, 0.05);
+  EXPECT_EQ(r->rows[0].verdict, Verdict::no_change);
+  CompareOptions strict;
+  strict.noise = 0;
+  auto s = compare(base, next, strict);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->rows[0].verdict, Verdict::slower);
+  CompareOptions bad;
+  bad.noise = 1.5;
+  EXPECT_FALSE(compare(base, next, bad).has_value());
+}
+
 TEST(Compare, FailedRunsAreNotComparableAndNothingMatchingIsAnError) {
   Document base;
   Document next;

@@ -203,6 +203,76 @@ TEST(Results, NamesTheMissingOrWrongField) {
             "f.json: context.device_state[0].other_processes[0].pid: -1 is negative");
 }
 
+TEST(Results, FieldsAddedWithinVersionOne) {
+  Document d = sample_document();
+  Settings& s = d.configurations[0].settings;
+  s.image_size = 64;
+  s.classes = 10;
+  s.backend = "reference";
+  d.configurations[0].samples.window_steps = {1, 3};
+  auto back = parse(serialize(d));
+  ASSERT_TRUE(back.has_value()) << back.status().message();
+  EXPECT_EQ(back->configurations[0].settings, s);
+  EXPECT_EQ(back->configurations[0].samples.window_steps, (std::vector<std::int64_t>{1, 3}));
+  // A file from before them reads with the defaults.
+  json j = to_json(d);
+  for (const char* key : {"image_size", "classes", "backend"}) {
+    j["configurations"][0]["settings"].erase(key);
+  }
+  j["configurations"][0]["samples"].erase("window_steps");
+  auto old = parse(j.dump());
+  ASSERT_TRUE(old.has_value()) << old.status().message();
+  EXPECT_EQ(old->configurations[0].settings.image_size, 0);
+  EXPECT_EQ(old->configurations[0].settings.backend, "");
+  EXPECT_TRUE(old->configurations[0].samples.window_steps.empty());
+  // Present, they are checked.
+  j = to_json(d);
+  j["configurations"][0]["settings"]["image_size"] = "big";
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].settings.image_size: expected an integer, found string");
+  j = to_json(d);
+  j["configurations"][0]["samples"]["window_steps"] = {1, 2};
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].samples.window_steps: windows of 3 steps in all for 4 "
+            "steps");
+  j["configurations"][0]["samples"]["window_steps"] = {0, 4};
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].samples.window_steps: a window of 0 steps");
+}
+
+TEST(Results, WindowThroughputsAndSeriesLabels) {
+  Samples s;
+  s.step_seconds = {0.1, 0.1, 0.2, 0.2};
+  s.step_items = {10, 10, 10, 10};
+  ASSERT_EQ(window_throughputs(s).size(), 1u);
+  EXPECT_DOUBLE_EQ(window_throughputs(s)[0], 40.0 / 0.6);
+  s.window_steps = {2, 2};
+  EXPECT_EQ(window_throughputs(s), (std::vector<double>{100.0, 50.0}));
+  s.window_steps = {2, 1};  // does not add up
+  EXPECT_TRUE(window_throughputs(s).empty());
+  EXPECT_TRUE(window_throughputs({}).empty());
+
+  Settings n;
+  n.model = "resnet18";
+  n.batch = 8;
+  n.precision = "fp32";
+  n.mode = "train";
+  n.layout = "nchw";
+  n.device = "cpu";
+  n.optimizer = "sgd";
+  n.image_size = 64;
+  n.backend = "reference";
+  EXPECT_EQ(describe(Kind::native, n), "resnet18@64 bs=8 fp32 train nchw cpu/reference sgd");
+  EXPECT_EQ(series_label(Kind::native, n), "resnet18@64 fp32 train nchw cpu/reference sgd");
+  n.image_size = 224;
+  n.backend = "onednn";  // the CPU's own backend is not named
+  EXPECT_EQ(describe(Kind::native, n), "resnet18 bs=8 fp32 train nchw cpu sgd");
+  Settings e;
+  e.command = "python t.py";
+  e.sweep = {{"batch", "8"}, {"precision", "bf16"}};
+  EXPECT_EQ(series_label(Kind::external, e), "python t.py precision=bf16");
+}
+
 TEST(Results, IgnoresUnknownKeys) {
   json j = to_json(sample_document());
   j["configurations"][0]["added_in_a_later_minor_version"] = 1;

@@ -1,0 +1,334 @@
+#include "dlprobe/bench_results.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "dlprobe/nvml.h"
+#include "dlprobe/statistics.h"
+#include "dlprobe/units.h"
+
+namespace dlprobe::bench {
+namespace {
+
+std::optional<results::Range> range_of(std::vector<double> v) {
+  if (v.empty()) return std::nullopt;
+  std::sort(v.begin(), v.end());
+  return results::Range{v.size(), v.front(), stats::percentile_sorted(v, 0.5), v.back()};
+}
+
+const monitor::GpuReading* reading_of(const monitor::Tick& tick, unsigned gpu) {
+  for (const auto& r : tick.gpus) {
+    if (r.gpu == gpu) return &r;
+  }
+  return nullptr;
+}
+
+std::string ms(double seconds) {
+  return fmt::format("{:.3f} ms", seconds * 1e3);
+}
+
+}  // namespace
+
+std::optional<std::string> ceiling_dtype(engine::Precision precision) {
+  switch (precision) {
+    case engine::Precision::fp32:
+      return "fp32";
+    case engine::Precision::tf32:
+      return "tf32";
+    case engine::Precision::fp16:
+      return "fp16";
+    case engine::Precision::bf16:
+      return "bf16";
+    case engine::Precision::fp64:
+      break;
+  }
+  return std::nullopt;
+}
+
+std::optional<results::Telemetry> telemetry_over(const std::vector<WindowTelemetry>& windows,
+                                                 unsigned gpu) {
+  if (windows.empty()) return std::nullopt;
+  results::Telemetry t;
+  t.gpu = static_cast<int>(gpu);
+  std::vector<double> util, mem_util, power, sm, mem_clock, temp, mem_used;
+  std::uint64_t reasons = 0;
+  const std::int64_t origin = windows.front().begin_ns;
+  bool every_counter = true;
+  double counter_j = 0;
+  double integral_j = 0;
+  bool integral_known = true;
+  for (const WindowTelemetry& w : windows) {
+    t.window_s += static_cast<double>(w.end_ns - w.begin_ns) / 1e9;
+    if (w.counter_energy_j) {
+      counter_j += *w.counter_energy_j;
+    } else {
+      every_counter = false;
+    }
+    std::vector<monitor::Tick> own;
+    for (const monitor::Tick& tick : w.ticks) {
+      const monitor::GpuReading* r = reading_of(tick, gpu);
+      if (r == nullptr) continue;
+      own.push_back(tick);
+      ++t.samples;
+      const nvml::DeviceSample& s = r->sample;
+      using monitor::Column;
+      const auto add = [&](std::vector<double>& v, Column c) {
+        if (auto x = monitor::column_value(s, c)) v.push_back(*x);
+      };
+      add(util, Column::gpu_util_pct);
+      add(mem_util, Column::mem_util_pct);
+      add(power, Column::power_w);
+      add(sm, Column::sm_clock_mhz);
+      add(mem_clock, Column::mem_clock_mhz);
+      add(temp, Column::temperature_c);
+      add(mem_used, Column::mem_used_mib);
+      if (s.clock_event_reasons) {
+        // Only the bits that slow the GPU down, one at a time: "idle" and application-clock
+        // settings are not news.
+        for (std::uint64_t bit = 1; bit != 0 && bit <= *s.clock_event_reasons; bit <<= 1) {
+          if ((*s.clock_event_reasons & bit) != 0 && nvml::clock_events_throttle(bit)) {
+            reasons |= bit;
+          }
+        }
+      }
+      results::TelemetrySample point;
+      point.t_s = static_cast<double>(tick.timestamp_ns - origin) / 1e9;
+      point.gpu_util_pct = monitor::column_value(s, Column::gpu_util_pct);
+      point.power_w = monitor::column_value(s, Column::power_w);
+      point.sm_clock_mhz = monitor::column_value(s, Column::sm_clock_mhz);
+      point.mem_used_mib = monitor::column_value(s, Column::mem_used_mib);
+      point.temperature_c = monitor::column_value(s, Column::temperature_c);
+      t.timeline.push_back(point);
+    }
+    const monitor::Summary summary = monitor::summarize(own);
+    if (!summary.gpus.empty() && summary.gpus.front().energy_j) {
+      integral_j += *summary.gpus.front().energy_j;
+    } else {
+      integral_known = false;
+    }
+  }
+  if (t.samples == 0 && !every_counter) return std::nullopt;
+  t.gpu_util_pct = range_of(std::move(util));
+  t.mem_util_pct = range_of(std::move(mem_util));
+  t.power_w = range_of(std::move(power));
+  t.sm_clock_mhz = range_of(std::move(sm));
+  t.mem_clock_mhz = range_of(std::move(mem_clock));
+  t.temperature_c = range_of(std::move(temp));
+  t.mem_used_mib = range_of(std::move(mem_used));
+  t.throttle_reasons = nvml::clock_event_reason_names(reasons);
+  if (every_counter) {
+    t.energy_j = counter_j;
+    t.energy_source = "counter";
+  } else if (integral_known) {
+    t.energy_j = integral_j;
+    t.energy_source = "power_integral";
+  } else {
+    t.energy_source = "none";
+  }
+  return t;
+}
+
+std::vector<OtherProcess> other_processes(const std::vector<WindowTelemetry>& windows, unsigned gpu,
+                                          unsigned own_pid) {
+  std::map<unsigned, OtherProcess> seen;
+  bool own_seen = false;
+  for (const WindowTelemetry& w : windows) {
+    for (const monitor::Tick& tick : w.ticks) {
+      const monitor::GpuReading* r = reading_of(tick, gpu);
+      if (r == nullptr) continue;
+      for (const monitor::ProcessRow& p : r->processes) {
+        if (p.pid == own_pid) {
+          own_seen = true;
+          continue;
+        }
+        OtherProcess& o = seen[p.pid];
+        o.pid = p.pid;
+        if (p.used_bytes) o.used_bytes = std::max(o.used_bytes.value_or(0), *p.used_bytes);
+        if (p.sm_util_pct) {
+          o.max_sm_util_pct = std::max(o.max_sm_util_pct.value_or(0), *p.sm_util_pct);
+        }
+      }
+    }
+  }
+  // In a container NVML can list host pids: this process is then among the "others" under a
+  // number it does not know, and nothing tells the rows apart.
+  if (!own_seen) return {};
+  std::vector<OtherProcess> out;
+  for (auto& [pid, o] : seen) out.push_back(o);
+  return out;
+}
+
+results::Settings settings_of(const engine::StepConfig& step, const Device& device,
+                              BackendKind backend) {
+  results::Settings s;
+  s.model = std::string(model::arch_name(step.model.arch));
+  s.batch = step.batch;
+  s.precision = std::string(engine::precision_name(step.precision));
+  s.mode = std::string(engine::step_mode_name(step.mode));
+  // Lower case, as the flags take it ("nhwc"); layout_name() is the upper-case display name.
+  s.layout = step.layout == Layout::nhwc ? "nhwc" : "nchw";
+  s.device = device_name(device);
+  s.optimizer = step.mode == engine::StepMode::train
+                    ? std::string(engine::optimizer_name(step.optimizer))
+                    : std::string("none");
+  s.image_size = step.model.image_size;
+  s.classes = step.model.classes;
+  s.backend = std::string(backend_kind_name(backend));
+  return s;
+}
+
+results::Configuration to_configuration(const Measured& m) {
+  results::Configuration c;
+  c.kind = results::Kind::native;
+  c.settings = settings_of(m.step, m.device, m.backend);
+  c.status = m.status;
+  c.error = m.error;
+  if (m.result != nullptr) {
+    const BenchResult& r = *m.result;
+    c.samples.warmup_steps = static_cast<int>(r.warmup_steps);
+    c.samples.step_seconds = r.step_seconds();
+    c.samples.step_items.assign(c.samples.step_seconds.size(), static_cast<double>(m.step.batch));
+    if (r.windows.size() > 1) {
+      for (const Window& w : r.windows) {
+        c.samples.window_steps.push_back(static_cast<std::int64_t>(w.step_seconds.size()));
+      }
+    }
+    if (!c.samples.step_seconds.empty()) {
+      // Event timers can in principle read 0 for a step of a few microseconds; such a window is
+      // recorded (raw times) but cannot enter statistics that divide by time.
+      if (auto summary = stats::summarize(c.samples.step_seconds, c.samples.step_items)) {
+        c.statistics = *summary;
+      } else if (c.status == results::RunStatus::ok) {
+        c.status = results::RunStatus::failed;
+        c.error = fmt::format("step statistics: {}", summary.status().message());
+      }
+    }
+  }
+  if (m.memory) {
+    results::Memory mem;
+    mem.source = "allocator";
+    mem.allocator_stats = memory::to_flat_json(*m.memory);
+    c.memory = std::move(mem);
+  }
+  if (m.telemetry) c.telemetry.push_back(*m.telemetry);
+  if (m.flops_per_item) {
+    results::Compute compute;
+    compute.flops_per_item = m.flops_per_item;
+    if (c.statistics) {
+      compute.achieved_tflops = *m.flops_per_item * c.statistics->throughput / 1e12;
+    }
+    if (m.ceiling) {
+      compute.ceiling_dtype = m.ceiling->dtype;
+      compute.ceiling_tflops = m.ceiling->tflops;
+      if (compute.achieved_tflops && m.ceiling->tflops > 0) {
+        compute.fraction_of_ceiling = *compute.achieved_tflops / m.ceiling->tflops;
+      }
+    }
+    c.compute = compute;
+  }
+  c.findings = findings_of(c, m.others);
+  return c;
+}
+
+std::vector<results::Finding> findings_of(const results::Configuration& c,
+                                          const std::vector<OtherProcess>& others) {
+  using results::Severity;
+  std::vector<results::Finding> out;
+  const auto add = [&](Severity severity, std::string id, std::string message, std::string evidence,
+                       std::string fix) {
+    out.push_back(
+        {severity, std::move(id), std::move(message), std::move(evidence), std::move(fix)});
+  };
+  const std::vector<double>& t = c.samples.step_seconds;
+  if (c.statistics) {
+    const stats::Summary& s = *c.statistics;
+    if (s.steps < kFewSteps) {
+      add(Severity::warning, "few_steps", "fewer than 10 timed steps",
+          fmt::format("{} steps", s.steps),
+          "time more steps (--steps) or a longer window (--min-time)");
+    }
+    if (t.size() >= kMinFirstStepSteps) {
+      const std::vector<std::size_t> outliers = stats::outliers(t);
+      const bool first_is_outlier = !outliers.empty() && outliers.front() == 0;
+      if (first_is_outlier && t.front() > kSlowFirstStep * s.median_s) {
+        add(Severity::warning, "slow_first_step",
+            "the first timed step was slow: warm-up did not reach the steady state",
+            fmt::format("first step {}, {:.2f}x the median {}", ms(t.front()),
+                        t.front() / s.median_s, ms(s.median_s)),
+            "warm up longer (--warmup-time 3s or more --warmup steps)");
+      }
+    }
+    if (s.cv > kNoisyCv) {
+      add(Severity::warning, "noisy_steps",
+          "step times vary by more than 5%; the throughput is less certain",
+          fmt::format("CV {:.1f}%, median {}, p99 {}, {} outliers in {} steps", s.cv * 100,
+                      ms(s.median_s), ms(s.p99_s), s.outliers, s.steps),
+          "close other work on the machine, pin the GPU clocks (nvidia-smi -lgc), time longer "
+          "(--min-time) or repeat (--repeat 3)");
+    }
+  }
+  const std::vector<double> windows = results::window_throughputs(c.samples);
+  if (windows.size() >= 2) {
+    std::vector<double> sorted = windows;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = stats::percentile_sorted(sorted, 0.5);
+    const double spread = (sorted.back() - sorted.front()) / median;
+    if (spread > kWindowSpread) {
+      std::string each;
+      for (double w : windows) each += fmt::format("{}{:.1f}", each.empty() ? "" : ", ", w);
+      add(Severity::warning, "windows_disagree",
+          "the repeated windows disagree by more than 2%: something changed during the run",
+          fmt::format("window throughputs {} items/s, spread {:.1f}% of the median", each,
+                      spread * 100),
+          "check the telemetry for clock changes and other processes; warm up longer");
+    }
+  }
+  for (const results::Telemetry& tel : c.telemetry) {
+    if (!tel.throttle_reasons.empty()) {
+      std::string reasons;
+      for (const auto& r : tel.throttle_reasons) reasons += (reasons.empty() ? "" : ", ") + r;
+      add(Severity::warning, "clock_events",
+          fmt::format("GPU {} lowered its clocks during the timed window", tel.gpu), reasons,
+          "results under throttling are not comparable: check cooling and the power limit "
+          "(nvidia-smi -q -d PERFORMANCE,POWER)");
+    }
+    if (tel.sm_clock_mhz && tel.sm_clock_mhz->median > 0) {
+      const results::Range& r = *tel.sm_clock_mhz;
+      const double spread = (r.max - r.min) / r.median;
+      if (spread > kClockSpread) {
+        add(Severity::warning, "clock_changed",
+            fmt::format("GPU {}'s SM clock moved during the timed window", tel.gpu),
+            fmt::format("{:.0f} to {:.0f} MHz (median {:.0f}) over {} samples", r.min, r.max,
+                        r.median, r.count),
+            "lock the clocks for comparable runs (nvidia-smi -lgc <mhz>) or warm up longer");
+      }
+    }
+    if (tel.gpu_util_pct && tel.gpu_util_pct->median < kLowUtilPct) {
+      add(Severity::info, "low_gpu_util",
+          fmt::format("GPU {} was busy only part of the timed window", tel.gpu),
+          fmt::format("median utilisation {:.0f}% over {} samples", tel.gpu_util_pct->median,
+                      tel.gpu_util_pct->count),
+          "the host does not queue work fast enough at this size: a larger batch keeps the GPU "
+          "busy");
+    }
+  }
+  for (const OtherProcess& p : others) {
+    const bool active = p.max_sm_util_pct && *p.max_sm_util_pct > 0;
+    add(active ? Severity::warning : Severity::info, "other_process",
+        active ? fmt::format("another process (pid {}) used the GPU during the timed window", p.pid)
+               : fmt::format("another process (pid {}) held GPU memory during the timed window",
+                             p.pid),
+        fmt::format(
+            "pid {}{}{}", p.pid,
+            p.used_bytes ? fmt::format(", {} of GPU memory", format_size(*p.used_bytes))
+                         : std::string(),
+            p.max_sm_util_pct ? fmt::format(", up to {}% SM", *p.max_sm_util_pct) : std::string()),
+        active ? "stop it or bench on another GPU: it shares the SMs and memory bandwidth"
+               : "its memory is not available to the benchmark; stop it for the largest batches");
+  }
+  return out;
+}
+
+}  // namespace dlprobe::bench

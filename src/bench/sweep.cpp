@@ -1,0 +1,246 @@
+#include "dlprobe/bench_sweep.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "dlprobe/log.h"
+#include "dlprobe/sampler.h"
+
+namespace dlprobe::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The energy counter in joules, read on its own (about 4 ms on an H200, so only at window edges).
+std::optional<double> energy_counter_j(const TelemetrySource& source) {
+  nvml::SampleOptions options;
+  options.energy_counter = true;
+  auto sample = source.nvml->sample(source.gpu, options);
+  if (!sample || !sample->energy_mj) return std::nullopt;
+  return static_cast<double>(*sample->energy_mj) / 1e3;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> auto_batches(const AutoBatch& a) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t b = std::max<std::int64_t>(a.start, 1); b <= a.limit; b *= 2) {
+    out.push_back(b);
+  }
+  return out;
+}
+
+std::vector<SweepGroup> expand(const SweepAxes& axes) {
+  std::vector<SweepGroup> out;
+  for (const model::Arch arch : axes.models) {
+    for (const engine::Precision precision : axes.precisions) {
+      for (const engine::StepMode mode : axes.modes) {
+        for (const Layout layout : axes.layouts) {
+          SweepGroup g;
+          g.step = axes.base;
+          g.step.model.arch = arch;
+          g.step.precision = precision;
+          g.step.mode = mode;
+          g.step.layout = layout;
+          g.batches = axes.batches;
+          g.auto_batch = axes.auto_batch;
+          out.push_back(std::move(g));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::size_t planned_configurations(const Sweep& sweep) {
+  std::size_t n = 0;
+  for (const SweepGroup& g : sweep.groups) {
+    n += g.auto_batch ? auto_batches(sweep.auto_batch).size() : g.batches.size();
+  }
+  return n;
+}
+
+SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
+                       const SweepCallbacks& callbacks) {
+  SweepOutcome out;
+  const auto sweep_start = Clock::now();
+  const auto stop_requested = [&] { return env.interrupt != nullptr && env.interrupt->load() > 0; };
+
+  std::unique_ptr<monitor::Sampler> sampler;
+  const TelemetrySource* tel = env.telemetry;
+  if (tel != nullptr && tel->nvml) {
+    monitor::SamplerOptions options;
+    options.interval = tel->interval;
+    options.gpus = {tel->gpu};
+    options.processes = true;
+    auto started = monitor::Sampler::start(tel->nvml, options);
+    if (started) {
+      sampler = std::move(started).value();
+    } else {
+      log_warn("no GPU telemetry during the sweep: {}", started.status().message());
+    }
+  }
+
+  // One engine per compute type (fp64 needs its own reference backend); normally just one.
+  std::map<DType, std::unique_ptr<Engine>> engines;
+  const auto engine_for = [&](engine::Precision p) -> Result<Engine*> {
+    const DType compute = p == engine::Precision::fp64 ? DType::fp64 : DType::fp32;
+    auto it = engines.find(compute);
+    if (it == engines.end()) {
+      DLPROBE_ASSIGN_OR_RETURN(auto e, Engine::create(sweep.device, sweep.backend, sweep.conv,
+                                                      compute, sweep.allocation));
+      it = engines.emplace(compute, std::move(e)).first;
+    }
+    return it->second.get();
+  };
+
+  std::size_t planned = planned_configurations(sweep);
+  std::size_t index = 0;
+  std::size_t finished = 0;
+  double finished_seconds = 0;
+  for (const SweepGroup& group : sweep.groups) {
+    const std::vector<std::int64_t> batches =
+        group.auto_batch ? auto_batches(sweep.auto_batch) : group.batches;
+    std::vector<diagnosis::SweepPointFacts> points;
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      if (stop_requested()) {
+        out.interrupted = true;
+        break;
+      }
+      ++index;
+      Measured m;
+      m.step = group.step;
+      m.step.batch = batches[b];
+      m.device = sweep.device;
+      m.backend = sweep.backend;
+      const std::string label =
+          results::describe(results::Kind::native, settings_of(m.step, m.device, m.backend));
+      const auto config_start = Clock::now();
+
+      auto engine = engine_for(m.step.precision);
+      if (!engine) {
+        out.status = engine.status();
+        return out;
+      }
+      if (auto flops = flops_per_image(m.step.model, m.step.mode)) m.flops_per_item = *flops;
+      if (auto c = env.ceilings.find(m.step.precision); c != env.ceilings.end()) {
+        m.ceiling = c->second;
+      }
+
+      std::vector<WindowTelemetry> windows;
+      std::optional<double> energy_at_begin;
+      Hooks hooks;
+      hooks.progress = [&](const Progress& p) {
+        if (!callbacks.progress) return;
+        SweepProgress sp;
+        sp.index = index;
+        sp.planned = planned;
+        sp.label = label;
+        sp.step = p;
+        sp.elapsed_s = seconds_since(sweep_start);
+        if (finished > 0) {
+          const double per = finished_seconds / static_cast<double>(finished);
+          sp.eta_s = std::max(
+              0.0, per * static_cast<double>(planned - index + 1) - seconds_since(config_start));
+        }
+        callbacks.progress(sp);
+      };
+      if (sampler) {
+        hooks.window_begin = [&](int) {
+          energy_at_begin = energy_counter_j(*tel);
+          windows.emplace_back().begin_ns = now_ns();
+        };
+        hooks.window_end = [&](int) {
+          WindowTelemetry& w = windows.back();
+          w.end_ns = now_ns();
+          const std::optional<double> energy_at_end = energy_counter_j(*tel);
+          if (energy_at_begin && energy_at_end && *energy_at_end >= *energy_at_begin) {
+            w.counter_energy_j = *energy_at_end - *energy_at_begin;
+          }
+          w.ticks = sampler->window(w.begin_ns, w.end_ns);
+        };
+      }
+
+      BenchOptions options;
+      options.step = m.step;
+      options.protocol = sweep.protocol;
+      options.weights = sweep.weights;
+      options.profile_steps = sweep.profile_steps;
+      options.interrupt = env.interrupt;
+      Result<BenchResult> run = run_bench(**engine, options, hooks);
+      bool interrupted = false;
+      if (run) {
+        interrupted = run->interrupted;
+        m.result = &run.value();
+        m.memory = run->memory;
+        if (interrupted) {
+          m.status = results::RunStatus::interrupted;
+          m.error = fmt::format("interrupted (Ctrl-C) after {} timed steps", run->timed_steps());
+        }
+      } else {
+        const bool oom = run.status().code() == Errc::out_of_memory;
+        m.status = oom ? results::RunStatus::oom : results::RunStatus::failed;
+        m.error = run.status().message();
+        // After an out-of-memory the allocator still tells what was held where.
+        if (oom) m.memory = (*engine)->allocator().stats();
+      }
+      if (sampler) {
+        m.telemetry = telemetry_over(windows, tel->gpu);
+        m.others = other_processes(windows, tel->gpu, static_cast<unsigned>(::getpid()));
+      }
+      results::Configuration c = to_configuration(m);
+      points.push_back(
+          {m.step.batch, c.status == results::RunStatus::ok, c.status == results::RunStatus::oom,
+           c.statistics ? std::optional<double>(c.statistics->throughput) : std::nullopt});
+      const results::RunStatus status = c.status;
+      out.configurations.push_back(std::move(c));
+      out.runs.push_back(run ? std::move(run).value() : BenchResult{});
+      // The walk ends at its first out-of-memory; finding it is what the walk is for.
+      const bool walk_ends = group.auto_batch && status == results::RunStatus::oom;
+      if (walk_ends) {
+        planned -= batches.size() - b - 1;
+      } else if (status != results::RunStatus::ok) {
+        ++out.incomplete;
+      }
+      if (callbacks.done) {
+        if (Status s = callbacks.done(out.configurations, planned); !s) {
+          out.status = s;
+          return out;
+        }
+      }
+      finished_seconds += seconds_since(config_start);
+      ++finished;
+      if (interrupted || stop_requested()) {
+        out.interrupted = true;
+        break;
+      }
+      if (walk_ends) break;
+    }
+    if (points.size() >= 2) {
+      const std::string name =
+          results::series_label(results::Kind::native, out.configurations.back().settings);
+      for (diagnosis::Finding f : diagnosis::diagnose_batch_sweep(points)) {
+        // That rule's words are about a GPU left idle by launch overhead; on the CPU they mislead.
+        if (sweep.device.kind == DeviceKind::cpu && f.id == "small_batch_slow") continue;
+        f.title += fmt::format(" ({})", name);
+        out.findings.push_back(std::move(f));
+      }
+    }
+    if (out.interrupted) break;
+  }
+  return out;
+}
+
+}  // namespace dlprobe::bench

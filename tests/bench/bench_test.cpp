@@ -1,0 +1,287 @@
+// The bench runner on the reference backend: warm-up and window protocol, timing marks, repeats,
+// interrupts, hooks; and the figures it derives (FLOPs per image) against hand-counted values.
+#include "dlprobe/bench.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <numeric>
+
+namespace dlprobe::bench {
+namespace {
+
+// ResNet-18 at 32x32 with 10 classes: small enough for the reference loops, large enough to pass
+// the shape checks (layer4 sees 1x1 feature maps).
+engine::StepConfig tiny_step(std::int64_t batch = 2,
+                             engine::StepMode mode = engine::StepMode::train) {
+  engine::StepConfig c;
+  c.model.arch = model::Arch::resnet18;
+  c.model.image_size = 32;
+  c.model.classes = 10;
+  c.batch = batch;
+  c.mode = mode;
+  return c;
+}
+
+std::unique_ptr<Engine> reference_engine() {
+  auto e = Engine::create(Device{DeviceKind::cpu, 0}, BackendKind::reference);
+  EXPECT_TRUE(e.has_value()) << e.status().message();
+  return std::move(e).value();
+}
+
+TEST(Flops, ResNet18MatchesTheHandCount) {
+  // Multiply-adds at 224x224, layer by layer (output pixels x output channels x input channels x
+  // kernel area):
+  //   conv1 7x7/2 3->64 at 112x112                          118,013,952
+  //   layer1 four 3x3 64->64 at 56x56          4 x 115,605,504 = 462,422,016
+  //   layer2..4 each: 3x3/2 first conv 57,802,752, 1x1/2 downsample 6,422,528, three 3x3 convs
+  //   3 x 115,605,504 = 411,041,792 per stage                1,233,125,376
+  //   fc 512 -> 1000                                             512,000
+  // total 1,814,073,344 multiply-adds: the "1.8 GMACs" of the literature.
+  model::ModelConfig m;
+  m.arch = model::Arch::resnet18;
+  const double forward = 2.0 * 1'814'073'344.0;
+  auto infer = flops_per_image(m, engine::StepMode::infer);
+  ASSERT_TRUE(infer.has_value());
+  EXPECT_DOUBLE_EQ(*infer, forward);
+  // Backward: weight gradients of every layer plus input gradients of all but conv1.
+  auto train = flops_per_image(m, engine::StepMode::train);
+  ASSERT_TRUE(train.has_value());
+  EXPECT_DOUBLE_EQ(*train, 3 * forward - 2.0 * 118'013'952.0);
+  EXPECT_DOUBLE_EQ(*flops_per_image(m, engine::StepMode::grads), *train);
+}
+
+TEST(Flops, ResNet50IsTheUsualFourGigaMacs) {
+  model::ModelConfig m;
+  m.arch = model::Arch::resnet50;
+  auto infer = flops_per_image(m, engine::StepMode::infer);
+  ASSERT_TRUE(infer.has_value());
+  // 4,089,184,256 multiply-adds over convolutions and fc (torchvision's "4.09 GFLOPS").
+  EXPECT_DOUBLE_EQ(*infer, 2.0 * 4'089'184'256.0);
+  // Twice the side: every feature map has four times the pixels, so the convolutions cost four
+  // times as much; fc (2048 -> 1000 after pooling) stays.
+  m.image_size = 448;
+  auto large = flops_per_image(m, engine::StepMode::infer);
+  ASSERT_TRUE(large.has_value());
+  EXPECT_DOUBLE_EQ(*large, 2.0 * (4 * (4'089'184'256.0 - 2'048'000.0) + 2'048'000.0));
+}
+
+TEST(Flops, ImpossibleModelIsAnError) {
+  model::ModelConfig m;
+  m.image_size = 0;
+  EXPECT_FALSE(flops_per_image(m, engine::StepMode::train).has_value());
+}
+
+TEST(Protocol, RefusesFieldsOutOfRange) {
+  EXPECT_TRUE(check_protocol({}).is_ok());
+  Protocol p;
+  p.min_steps = 0;
+  EXPECT_NE(check_protocol(p).message().find("timed steps"), std::string::npos);
+  p = {};
+  p.warmup_steps = -1;
+  EXPECT_NE(check_protocol(p).message().find("warm-up steps"), std::string::npos);
+  p = {};
+  p.min_seconds = -1;
+  EXPECT_FALSE(check_protocol(p).is_ok());
+  p = {};
+  p.warmup_seconds = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(check_protocol(p).is_ok());
+  p = {};
+  p.repeat = 0;
+  EXPECT_NE(check_protocol(p).message().find("repeat"), std::string::npos);
+  p = {};
+  p.max_steps = 3;
+  EXPECT_FALSE(check_protocol(p).is_ok());
+}
+
+TEST(Backend, AutoPicksWhatTheDeviceRuns) {
+  const Device cpu{DeviceKind::cpu, 0};
+  const Device gpu{DeviceKind::cuda, 0};
+  auto a = parse_backend("auto", cpu);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(*a, backend_built(BackendKind::onednn) ? BackendKind::onednn : BackendKind::reference);
+  EXPECT_EQ(*parse_backend("reference", cpu), BackendKind::reference);
+  EXPECT_NE(parse_backend("cuda", cpu, "--backend").status().message().find("does not run on cpu"),
+            std::string::npos);
+  EXPECT_FALSE(parse_backend("reference", gpu).has_value());
+  EXPECT_NE(parse_backend("tpu", cpu, "--backend").status().message().find("unknown backend 'tpu'"),
+            std::string::npos);
+  if (!backend_built(BackendKind::cuda)) {
+    EXPECT_EQ(parse_backend("auto", gpu).status().code(), Errc::unavailable);
+  }
+}
+
+TEST(Backend, PrecisionsEachBackendRuns) {
+  using engine::Precision;
+  EXPECT_TRUE(backend_supports(BackendKind::reference, Precision::fp64).is_ok());
+  EXPECT_TRUE(backend_supports(BackendKind::reference, Precision::fp16).is_ok());
+  EXPECT_EQ(backend_supports(BackendKind::cuda, Precision::fp64).code(), Errc::unsupported);
+  EXPECT_EQ(backend_supports(BackendKind::onednn, Precision::fp16).code(), Errc::unsupported);
+  EXPECT_TRUE(backend_supports(BackendKind::onednn, Precision::fp32).is_ok());
+  EXPECT_EQ(backend_supports(BackendKind::reference, Precision::tf32).code(), Errc::unsupported);
+  EXPECT_TRUE(backend_supports(BackendKind::cuda, Precision::tf32).is_ok());
+  auto e = reference_engine();
+  EXPECT_FALSE(e->supports(Precision::fp64).is_ok());  // an fp32 engine
+  auto e64 = Engine::create(Device{}, BackendKind::reference, {}, DType::fp64);
+  ASSERT_TRUE(e64.has_value());
+  EXPECT_TRUE((*e64)->supports(Precision::fp64).is_ok());
+  EXPECT_FALSE((*e64)->supports(Precision::fp32).is_ok());
+}
+
+TEST(Runner, WindowsOfAtLeastNStepsWithTimesFromMarks) {
+  auto e = reference_engine();
+  BenchOptions o;
+  o.step = tiny_step(2, engine::StepMode::infer);
+  o.protocol = {1, 0.0, 3, 0.0, 2, 100};
+  std::vector<std::string> events;
+  Hooks hooks;
+  hooks.window_begin = [&](int w) { events.push_back("begin " + std::to_string(w)); };
+  hooks.window_end = [&](int w) { events.push_back("end " + std::to_string(w)); };
+  std::vector<Progress> progress;
+  hooks.progress = [&](const Progress& p) { progress.push_back(p); };
+  auto r = run_bench(*e, o, hooks);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  EXPECT_FALSE(r->interrupted);
+  EXPECT_EQ(r->warmup_steps, 1);
+  ASSERT_EQ(r->windows.size(), 2u);
+  EXPECT_EQ(events, (std::vector<std::string>{"begin 0", "end 0", "begin 1", "end 1"}));
+  for (const Window& w : r->windows) {
+    ASSERT_EQ(w.step_seconds.size(), 3u);
+    double sum = 0;
+    for (double t : w.step_seconds) {
+      EXPECT_GT(t, 0);
+      sum += t;
+    }
+    // The marks sit inside the window's host edges.
+    EXPECT_LE(sum, static_cast<double>(w.host_end_ns - w.host_begin_ns) / 1e9);
+  }
+  EXPECT_EQ(r->timed_steps(), 6);
+  EXPECT_EQ(r->step_seconds().size(), 6u);
+  const std::vector<double> all = r->step_seconds();
+  EXPECT_NEAR(r->timed_seconds(), std::accumulate(all.begin(), all.end(), 0.0), 1e-12);
+  // Progress: planning first, then warm-up, then timing with a running estimate.
+  ASSERT_FALSE(progress.empty());
+  EXPECT_EQ(progress.front().phase, Progress::Phase::planning);
+  EXPECT_EQ(progress.back().phase, Progress::Phase::timing);
+  EXPECT_EQ(progress.back().window, 1);
+  EXPECT_EQ(progress.back().steps, 3);
+  EXPECT_GT(progress.back().images_per_s, 0);
+  // The allocator's peak covers the timed steps: weights and the forward's values.
+  EXPECT_GT(r->memory[memory::Category::weights].allocated_bytes_peak, 0);
+  EXPECT_GT(r->memory[memory::Category::temporaries].allocated_bytes_peak, 0);
+}
+
+TEST(Runner, WindowLastsAtLeastTheMinimumTime) {
+  auto e = reference_engine();
+  BenchOptions o;
+  o.step = tiny_step(2, engine::StepMode::infer);
+  o.protocol = {1, 0.0, 1, 0.0, 1, 100};
+  auto one = run_bench(*e, o);
+  ASSERT_TRUE(one.has_value()) << one.status().message();
+  // Long enough for about three steps (this machine's, sanitizers and all): time, not the one
+  // step asked for, decides.
+  const double min_seconds = 2.5 * one->timed_seconds();
+  o.protocol = {0, 0.0, 1, min_seconds, 1, 100'000};
+  auto r = run_bench(*e, o);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  ASSERT_EQ(r->windows.size(), 1u);
+  EXPECT_EQ(r->warmup_steps, 0);
+  // The host decides when to stop; the marks cannot end before it has queued the last step.
+  EXPECT_GE(r->timed_seconds(), min_seconds - 1e-3);
+  EXPECT_GE(r->timed_steps(), 2);
+}
+
+TEST(Runner, WarmupRunsAtLeastItsTime) {
+  auto e = reference_engine();
+  BenchOptions o;
+  o.step = tiny_step(2, engine::StepMode::infer);
+  o.protocol = {1, 0.2, 1, 0.0, 1, 100};
+  auto r = run_bench(*e, o);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  EXPECT_GE(r->warmup_seconds, 0.2);
+  EXPECT_GE(r->warmup_steps, 1);
+}
+
+TEST(Runner, InterruptKeepsTheStepsTimedSoFar) {
+  auto e = reference_engine();
+  std::atomic<int> stop{0};
+  BenchOptions o;
+  o.step = tiny_step(2, engine::StepMode::infer);
+  o.protocol = {1, 0.0, 1000, 0.0, 3, 100'000};
+  o.interrupt = &stop;
+  Hooks hooks;
+  hooks.progress = [&](const Progress& p) {
+    if (p.phase == Progress::Phase::timing && p.steps == 2) stop = 1;
+  };
+  auto r = run_bench(*e, o, hooks);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  EXPECT_TRUE(r->interrupted);
+  ASSERT_EQ(r->windows.size(), 1u);  // the second and third windows never started
+  EXPECT_EQ(r->windows.front().step_seconds.size(), 2u);
+}
+
+TEST(Runner, InterruptBeforeTimingGivesNoWindow) {
+  auto e = reference_engine();
+  std::atomic<int> stop{1};
+  BenchOptions o;
+  o.step = tiny_step();
+  o.interrupt = &stop;
+  auto r = run_bench(*e, o);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  EXPECT_TRUE(r->interrupted);
+  EXPECT_TRUE(r->windows.empty());
+  EXPECT_EQ(r->warmup_steps, 0);
+}
+
+TEST(Runner, EachConfigurationStartsClean) {
+  auto e = reference_engine();
+  BenchOptions o;
+  o.step = tiny_step(2);
+  o.protocol = {0, 0.0, 1, 0.0, 1, 10};
+  auto big = run_bench(*e, o);
+  ASSERT_TRUE(big.has_value());
+  o.step = tiny_step(2, engine::StepMode::infer);
+  auto small = run_bench(*e, o);
+  ASSERT_TRUE(small.has_value());
+  // Inference holds no gradients or optimizer state, and none are left from the training step.
+  EXPECT_EQ(small->memory[memory::Category::gradients].allocated_bytes_peak, 0);
+  EXPECT_EQ(small->memory[memory::Category::optimizer_state].allocated_bytes_peak, 0);
+  EXPECT_LT(small->memory.all.allocated_bytes_peak, big->memory.all.allocated_bytes_peak);
+  // The step's memory went back to the allocator, and its cache to the source.
+  EXPECT_EQ(e->allocator().stats().all.allocated_bytes, 0);
+  ASSERT_TRUE(e->allocator().empty_cache().is_ok());
+  EXPECT_EQ(e->allocator().stats().reserved_bytes, 0);
+}
+
+TEST(Runner, ErrorsAreOneLine) {
+  auto e = reference_engine();
+  BenchOptions o;
+  o.step = tiny_step();
+  o.weights = "/nonexistent/weights.safetensors";
+  auto r = run_bench(*e, o);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+  o.weights.clear();
+  o.step.precision = engine::Precision::fp64;  // on an fp32 engine
+  EXPECT_FALSE(run_bench(*e, o).has_value());
+  o.step = tiny_step();
+  o.profile_steps = -1;
+  EXPECT_FALSE(run_bench(*e, o).has_value());
+}
+
+TEST(Runner, ProfileGivesATimePerCall) {
+  auto e = reference_engine();
+  BenchOptions o;
+  o.step = tiny_step(2, engine::StepMode::infer);
+  o.protocol = {0, 0.0, 1, 0.0, 1, 10};
+  o.profile_steps = 1;
+  auto r = run_bench(*e, o);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  ASSERT_FALSE(r->profile.empty());
+  double sum = 0;
+  for (const CallTime& t : r->profile) sum += t.ms;
+  EXPECT_GT(sum, 0);
+}
+
+}  // namespace
+}  // namespace dlprobe::bench

@@ -1,0 +1,304 @@
+// A bench measurement in the results schema: statistics, windows, compute figures, telemetry over
+// the timed windows, and every warning rule, each on values worked out by hand.
+#include "dlprobe/bench_results.h"
+
+#include <gtest/gtest.h>
+
+namespace dlprobe::bench {
+namespace {
+
+using results::Severity;
+
+engine::StepConfig step(std::int64_t batch) {
+  engine::StepConfig c;
+  c.model.arch = model::Arch::resnet50;
+  c.batch = batch;
+  c.precision = engine::Precision::bf16;
+  c.layout = Layout::nhwc;
+  return c;
+}
+
+BenchResult run_of(std::vector<std::vector<double>> windows) {
+  BenchResult r;
+  r.warmup_steps = 5;
+  std::int64_t t = 0;
+  for (auto& w : windows) {
+    Window win;
+    win.step_seconds = std::move(w);
+    win.host_begin_ns = t;
+    t += 1'000'000'000;
+    win.host_end_ns = t;
+    r.windows.push_back(std::move(win));
+  }
+  return r;
+}
+
+std::vector<double> steady(std::size_t n, double seconds) {
+  // Alternating +-0.1%: a CV far below the noise threshold, no outliers.
+  std::vector<double> v;
+  for (std::size_t i = 0; i < n; ++i) v.push_back(seconds * (i % 2 == 0 ? 1.001 : 0.999));
+  return v;
+}
+
+const results::Finding* find(const results::Configuration& c, std::string_view id) {
+  for (const auto& f : c.findings) {
+    if (f.id == id) return &f;
+  }
+  return nullptr;
+}
+
+Measured measured(const BenchResult& r, std::int64_t batch = 64) {
+  Measured m;
+  m.step = step(batch);
+  m.device = Device{DeviceKind::cuda, 0};
+  m.backend = BackendKind::cuda;
+  m.result = &r;
+  return m;
+}
+
+TEST(ToConfiguration, SettingsStatisticsAndWindows) {
+  // Two windows of 20 steps: 0.1 s and 0.2 s per step with batch 64.
+  const BenchResult r = run_of({std::vector<double>(20, 0.1), std::vector<double>(20, 0.2)});
+  Measured m = measured(r);
+  m.flops_per_item = 24.6e9;
+  m.ceiling = Ceiling{"bf16", 800.0};
+  const results::Configuration c = to_configuration(m);
+  EXPECT_EQ(c.kind, results::Kind::native);
+  EXPECT_EQ(c.settings.model, "resnet50");
+  EXPECT_EQ(c.settings.batch, 64);
+  EXPECT_EQ(c.settings.precision, "bf16");
+  EXPECT_EQ(c.settings.mode, "train");
+  EXPECT_EQ(c.settings.layout, "nhwc");
+  EXPECT_EQ(c.settings.device, "cuda:0");
+  EXPECT_EQ(c.settings.optimizer, "sgd");
+  EXPECT_EQ(c.settings.image_size, 224);
+  EXPECT_EQ(c.settings.classes, 1000);
+  EXPECT_EQ(c.settings.backend, "cuda");
+  EXPECT_EQ(c.status, results::RunStatus::ok);
+  EXPECT_EQ(c.samples.warmup_steps, 5);
+  EXPECT_EQ(c.samples.step_seconds.size(), 40u);
+  EXPECT_EQ(c.samples.window_steps, (std::vector<std::int64_t>{20, 20}));
+  ASSERT_TRUE(c.statistics.has_value());
+  // 40 x 64 images over 20 x 0.1 + 20 x 0.2 = 6 s: 426.67 img/s (not the mean of 640 and 320).
+  EXPECT_NEAR(c.statistics->throughput, 40 * 64 / 6.0, 1e-9);
+  const std::vector<double> windows = results::window_throughputs(c.samples);
+  ASSERT_EQ(windows.size(), 2u);
+  EXPECT_DOUBLE_EQ(windows[0], 640.0);
+  EXPECT_DOUBLE_EQ(windows[1], 320.0);
+  ASSERT_TRUE(c.compute.has_value());
+  EXPECT_DOUBLE_EQ(*c.compute->achieved_tflops, 24.6e9 * 40 * 64 / 6.0 / 1e12);
+  EXPECT_EQ(c.compute->ceiling_dtype, "bf16");
+  EXPECT_DOUBLE_EQ(*c.compute->fraction_of_ceiling, *c.compute->achieved_tflops / 800.0);
+  // The windows disagree by 2x.
+  const results::Finding* f = find(c, "windows_disagree");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NE(f->evidence.find("640.0, 320.0"), std::string::npos);
+}
+
+TEST(ToConfiguration, OneWindowWritesNoWindowList) {
+  const BenchResult r = run_of({steady(30, 0.05)});
+  const results::Configuration c = to_configuration(measured(r));
+  EXPECT_TRUE(c.samples.window_steps.empty());
+  EXPECT_TRUE(c.findings.empty());
+  EXPECT_FALSE(c.compute.has_value());
+  EXPECT_FALSE(c.memory.has_value());
+}
+
+TEST(ToConfiguration, OutOfMemoryKeepsTheAllocatorsView) {
+  Measured m;
+  m.step = step(4096);
+  m.device = Device{DeviceKind::cuda, 0};
+  m.backend = BackendKind::cuda;
+  m.status = results::RunStatus::oom;
+  m.error = "cannot allocate 12 GiB";
+  memory::MemoryStats stats;
+  stats.all.allocated_bytes_peak = 123;
+  m.memory = stats;
+  const results::Configuration c = to_configuration(m);
+  EXPECT_EQ(c.status, results::RunStatus::oom);
+  EXPECT_EQ(c.error, "cannot allocate 12 GiB");
+  EXPECT_FALSE(c.statistics.has_value());
+  ASSERT_TRUE(c.memory.has_value());
+  EXPECT_EQ(c.memory->source, "allocator");
+  EXPECT_EQ(c.memory->allocator_stats["allocated_bytes.all.peak"], 123);
+}
+
+TEST(ToConfiguration, InferenceHasNoOptimizer) {
+  const BenchResult r = run_of({steady(30, 0.01)});
+  Measured m = measured(r, 1);
+  m.step.mode = engine::StepMode::infer;
+  const results::Configuration c = to_configuration(m);
+  EXPECT_EQ(c.settings.mode, "infer");
+  EXPECT_EQ(c.settings.optimizer, "none");
+  // The per-step times are the latencies of a batch.
+  EXPECT_NEAR(c.statistics->median_s, 0.01, 1e-4);
+}
+
+TEST(Findings, FewStepsAndSlowFirstStep) {
+  std::vector<double> t = steady(8, 0.1);
+  t.front() = 0.2;  // twice the median, far outside the others
+  const BenchResult r = run_of({t});
+  const results::Configuration c = to_configuration(measured(r));
+  EXPECT_NE(find(c, "few_steps"), nullptr);
+  const results::Finding* slow = find(c, "slow_first_step");
+  ASSERT_NE(slow, nullptr);
+  EXPECT_EQ(slow->severity, Severity::warning);
+  EXPECT_NE(slow->evidence.find("200.000 ms"), std::string::npos);
+  EXPECT_NE(slow->evidence.find("2.00x"), std::string::npos);
+  EXPECT_NE(slow->fix.find("--warmup"), std::string::npos);
+}
+
+TEST(Findings, FirstStepSlightlySlowIsNotAWarning) {
+  std::vector<double> t = steady(30, 0.1);
+  t.front() = 0.105;  // an outlier against +-0.1%, but only 5% slow
+  const BenchResult r = run_of({t});
+  EXPECT_EQ(find(to_configuration(measured(r)), "slow_first_step"), nullptr);
+}
+
+TEST(Findings, NoisyStepsAboveFivePercent) {
+  std::vector<double> t;
+  for (int i = 0; i < 30; ++i) t.push_back(i % 2 == 0 ? 0.09 : 0.11);  // CV 10.2%
+  const BenchResult r = run_of({t});
+  const results::Configuration c = to_configuration(measured(r));
+  const results::Finding* f = find(c, "noisy_steps");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NE(f->evidence.find("CV 10.2%"), std::string::npos);
+  std::vector<double> calm;
+  for (int i = 0; i < 30; ++i) calm.push_back(i % 2 == 0 ? 0.098 : 0.102);  // CV 2%
+  EXPECT_EQ(find(to_configuration(measured(run_of({calm}))), "noisy_steps"), nullptr);
+}
+
+TEST(Findings, WindowsWithinTwoPercentAgree) {
+  const BenchResult r = run_of({steady(20, 0.100), steady(20, 0.101)});  // 1% apart
+  EXPECT_EQ(find(to_configuration(measured(r)), "windows_disagree"), nullptr);
+}
+
+results::Telemetry telemetry(double util, double clock_min, double clock_max) {
+  results::Telemetry t;
+  t.samples = 20;
+  t.gpu_util_pct = results::Range{20, util, util, util};
+  t.sm_clock_mhz = results::Range{20, clock_min, clock_max, clock_max};
+  return t;
+}
+
+TEST(Findings, TelemetryRules) {
+  const BenchResult r = run_of({steady(30, 0.05)});
+  Measured m = measured(r);
+  m.telemetry = telemetry(99, 1980, 1980);
+  EXPECT_TRUE(to_configuration(m).findings.empty());
+
+  m.telemetry = telemetry(55, 1755, 1980);  // 12% clock spread, half idle
+  m.telemetry->throttle_reasons = {"sw_power_cap"};
+  const results::Configuration c = to_configuration(m);
+  ASSERT_NE(find(c, "clock_events"), nullptr);
+  EXPECT_EQ(find(c, "clock_events")->evidence, "sw_power_cap");
+  ASSERT_NE(find(c, "clock_changed"), nullptr);
+  EXPECT_NE(find(c, "clock_changed")->evidence.find("1755 to 1980 MHz"), std::string::npos);
+  ASSERT_NE(find(c, "low_gpu_util"), nullptr);
+  EXPECT_EQ(find(c, "low_gpu_util")->severity, Severity::info);
+
+  m.telemetry = telemetry(99, 1900, 1980);  // 4% spread: below the 5% threshold
+  EXPECT_EQ(find(to_configuration(m), "clock_changed"), nullptr);
+}
+
+TEST(Findings, OtherProcesses) {
+  const BenchResult r = run_of({steady(30, 0.05)});
+  Measured m = measured(r);
+  m.others = {{4242, 1ull << 30, 77}, {4343, std::nullopt, 0}};
+  const results::Configuration c = to_configuration(m);
+  std::vector<const results::Finding*> found;
+  for (const auto& f : c.findings) {
+    if (f.id == "other_process") found.push_back(&f);
+  }
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0]->severity, Severity::warning);  // it computed during the window
+  EXPECT_NE(found[0]->evidence.find("pid 4242, 1.00 GiB of GPU memory, up to 77% SM"),
+            std::string::npos);
+  EXPECT_EQ(found[1]->severity, Severity::info);  // it only held memory
+}
+
+monitor::Tick tick(std::int64_t ns, unsigned gpu, unsigned util, double power_w, unsigned clock,
+                   std::uint64_t reasons) {
+  monitor::Tick t;
+  t.timestamp_ns = ns;
+  monitor::GpuReading r;
+  r.gpu = gpu;
+  r.sample.timestamp_ns = ns;
+  r.sample.gpu_util_pct = util;
+  r.sample.power_w = power_w;
+  r.sample.sm_clock_mhz = clock;
+  r.sample.clock_event_reasons = reasons;
+  r.processes = {{4242, 1ull << 30, 12, 3}, {99, 1ull << 20, 50, 0}};
+  t.gpus.push_back(r);
+  return t;
+}
+
+TEST(TelemetryOver, RangesTimelineAndCounterEnergy) {
+  WindowTelemetry a;
+  a.begin_ns = 1'000'000'000;
+  a.end_ns = 2'000'000'000;
+  a.counter_energy_j = 300;
+  a.ticks = {tick(1'100'000'000, 0, 90, 300, 1980, nvml::kClockEventGpuIdle),
+             tick(1'600'000'000, 0, 100, 320, 1950, 0)};
+  WindowTelemetry b;
+  b.begin_ns = 2'100'000'000;
+  b.end_ns = 3'100'000'000;
+  b.counter_energy_j = 310;
+  b.ticks = {tick(2'500'000'000, 0, 95, 310, 1900,
+                  nvml::kClockEventSwPowerCap | nvml::kClockEventGpuIdle)};
+  auto t = telemetry_over({a, b}, 0);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->gpu, 0);
+  EXPECT_EQ(t->samples, 3u);
+  EXPECT_DOUBLE_EQ(t->window_s, 2.0);
+  EXPECT_EQ(t->gpu_util_pct->median, 95);
+  EXPECT_EQ(t->power_w->min, 300);
+  EXPECT_EQ(t->power_w->max, 320);
+  EXPECT_EQ(t->sm_clock_mhz->min, 1900);
+  EXPECT_DOUBLE_EQ(*t->energy_j, 610);
+  EXPECT_EQ(t->energy_source, "counter");
+  // Idle is not a throttle reason; the power cap is.
+  EXPECT_EQ(t->throttle_reasons, (std::vector<std::string>{"sw_power_cap"}));
+  ASSERT_EQ(t->timeline.size(), 3u);
+  EXPECT_NEAR(t->timeline[0].t_s, 0.1, 1e-12);
+  EXPECT_NEAR(t->timeline[2].t_s, 1.5, 1e-12);
+  EXPECT_EQ(*t->timeline[1].power_w, 320);
+}
+
+TEST(TelemetryOver, PowerIntegralWithoutTheCounter) {
+  WindowTelemetry a;
+  a.begin_ns = 0;
+  a.end_ns = 1'000'000'000;
+  // 200 W then 400 W half a second apart: a trapezoid of 150 J.
+  a.ticks = {tick(0, 0, 90, 200, 1980, 0), tick(500'000'000, 0, 90, 400, 1980, 0)};
+  auto t = telemetry_over({a}, 0);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_NEAR(*t->energy_j, 150, 1e-9);
+  EXPECT_EQ(t->energy_source, "power_integral");
+  EXPECT_FALSE(telemetry_over({a}, 1).has_value());  // nothing from GPU 1
+  EXPECT_FALSE(telemetry_over({}, 0).has_value());
+}
+
+TEST(OtherProcesses, LeavesThisProcessOutAndKeepsTheMost) {
+  WindowTelemetry a;
+  a.ticks = {tick(0, 0, 90, 200, 1980, 0), tick(1, 0, 90, 200, 1980, 0)};
+  a.ticks[1].gpus[0].processes[0].sm_util_pct = 40;
+  const auto others = other_processes({a}, 0, 99);
+  ASSERT_EQ(others.size(), 1u);
+  EXPECT_EQ(others[0].pid, 4242u);
+  EXPECT_EQ(*others[0].max_sm_util_pct, 40u);
+  EXPECT_EQ(*others[0].used_bytes, 1ull << 30);
+  // This process absent from NVML's list: its pids are another namespace's, nothing is reported.
+  EXPECT_TRUE(other_processes({a}, 0, 7).empty());
+}
+
+TEST(CeilingDtype, OnePerPrecision) {
+  EXPECT_EQ(*ceiling_dtype(engine::Precision::fp32), "fp32");
+  EXPECT_EQ(*ceiling_dtype(engine::Precision::tf32), "tf32");
+  EXPECT_EQ(*ceiling_dtype(engine::Precision::fp16), "fp16");
+  EXPECT_EQ(*ceiling_dtype(engine::Precision::bf16), "bf16");
+  EXPECT_FALSE(ceiling_dtype(engine::Precision::fp64).has_value());
+}
+
+}  // namespace
+}  // namespace dlprobe::bench

@@ -1,0 +1,307 @@
+// Sweeps on the reference backend: expansion order, clean state per configuration, an
+// out-of-memory recorded and passed, the auto walk ending at its first, interrupts, and GPU
+// telemetry through the fake NVML library.
+#include "dlprobe/bench_sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+
+#include "monitor/fake_script.h"
+
+namespace dlprobe::bench {
+namespace {
+
+engine::StepConfig tiny() {
+  engine::StepConfig c;
+  c.model.arch = model::Arch::resnet18;
+  // 16x16: the smallest image ResNet-18 takes; in inference no batch-norm needs two values.
+  c.model.image_size = 16;
+  c.model.classes = 10;
+  c.mode = engine::StepMode::infer;
+  return c;
+}
+
+Sweep tiny_sweep(std::vector<std::int64_t> batches) {
+  Sweep s;
+  s.device = Device{DeviceKind::cpu, 0};
+  s.backend = BackendKind::reference;
+  s.protocol = {0, 0.0, 2, 0.0, 1, 100};
+  SweepGroup g;
+  g.step = tiny();
+  g.batches = std::move(batches);
+  s.groups.push_back(g);
+  return s;
+}
+
+TEST(Expand, ModelsOutermostBatchesInnermost) {
+  SweepAxes a;
+  a.models = {model::Arch::resnet18, model::Arch::resnet50};
+  a.precisions = {engine::Precision::fp32, engine::Precision::bf16};
+  a.modes = {engine::StepMode::train};
+  a.layouts = {Layout::nchw, Layout::nhwc};
+  a.batches = {16, 32};
+  a.base.model.image_size = 64;
+  const auto groups = expand(a);
+  ASSERT_EQ(groups.size(), 8u);
+  EXPECT_EQ(groups[0].step.model.arch, model::Arch::resnet18);
+  EXPECT_EQ(groups[0].step.precision, engine::Precision::fp32);
+  EXPECT_EQ(groups[0].step.layout, Layout::nchw);
+  EXPECT_EQ(groups[1].step.layout, Layout::nhwc);
+  EXPECT_EQ(groups[2].step.precision, engine::Precision::bf16);
+  EXPECT_EQ(groups[4].step.model.arch, model::Arch::resnet50);
+  EXPECT_EQ(groups[7].step.model.image_size, 64);
+  EXPECT_EQ(groups[7].batches, (std::vector<std::int64_t>{16, 32}));
+  Sweep s;
+  s.groups = groups;
+  EXPECT_EQ(planned_configurations(s), 16u);
+}
+
+TEST(AutoBatch, DoublesUpToTheLimit) {
+  EXPECT_EQ(auto_batches({16, 256}), (std::vector<std::int64_t>{16, 32, 64, 128, 256}));
+  EXPECT_EQ(auto_batches({3, 20}), (std::vector<std::int64_t>{3, 6, 12}));
+  EXPECT_TRUE(auto_batches({64, 32}).empty());
+  Sweep s = tiny_sweep({});
+  s.groups[0].auto_batch = true;
+  s.auto_batch = {16, 256};
+  EXPECT_EQ(planned_configurations(s), 5u);
+}
+
+TEST(RunSweep, EveryConfigurationRecordedAndWritten) {
+  const Sweep s = tiny_sweep({2, 4});
+  std::vector<std::size_t> written;
+  std::vector<SweepProgress> progress;
+  SweepCallbacks callbacks;
+  callbacks.done = [&](const std::vector<results::Configuration>& c, std::size_t planned) {
+    written.push_back(c.size());
+    EXPECT_EQ(planned, 2u);
+    return Status::ok();
+  };
+  callbacks.progress = [&](const SweepProgress& p) { progress.push_back(p); };
+  const SweepOutcome out = run_sweep(s, {}, callbacks);
+  ASSERT_TRUE(out.status.is_ok()) << out.status.message();
+  EXPECT_FALSE(out.interrupted);
+  EXPECT_EQ(out.incomplete, 0u);
+  ASSERT_EQ(out.configurations.size(), 2u);
+  EXPECT_EQ(out.runs.size(), 2u);
+  EXPECT_EQ(written, (std::vector<std::size_t>{1, 2}));
+  for (const auto& c : out.configurations) {
+    EXPECT_EQ(c.status, results::RunStatus::ok);
+    EXPECT_EQ(c.settings.backend, "reference");
+    EXPECT_EQ(c.samples.step_seconds.size(), 2u);
+    ASSERT_TRUE(c.compute.has_value());
+    EXPECT_GT(*c.compute->flops_per_item, 0);
+    EXPECT_FALSE(c.compute->ceiling_tflops.has_value());  // none given
+    EXPECT_TRUE(c.telemetry.empty());                     // none asked for
+  }
+  EXPECT_EQ(out.configurations[1].settings.batch, 4);
+  ASSERT_FALSE(progress.empty());
+  EXPECT_EQ(progress.back().index, 2u);
+  EXPECT_EQ(progress.back().planned, 2u);
+  EXPECT_TRUE(progress.back().eta_s.has_value());  // one configuration done: an estimate
+  EXPECT_FALSE(progress.front().eta_s.has_value());
+  EXPECT_NE(progress.back().label.find("resnet18@16 bs=4"), std::string::npos);
+}
+
+TEST(RunSweep, CeilingsGiveTheFractionReached) {
+  const Sweep s = tiny_sweep({2});
+  SweepEnvironment env;
+  env.ceilings[engine::Precision::fp32] = Ceiling{"fp32", 0.5};
+  const SweepOutcome out = run_sweep(s, env);
+  ASSERT_EQ(out.configurations.size(), 1u);
+  const auto& k = *out.configurations[0].compute;
+  EXPECT_EQ(k.ceiling_dtype, "fp32");
+  EXPECT_DOUBLE_EQ(*k.fraction_of_ceiling, *k.achieved_tflops / 0.5);
+}
+
+// The allocated peak of a configuration run alone.
+std::int64_t peak(std::int64_t batch) {
+  auto e = Engine::create(Device{}, BackendKind::reference);
+  EXPECT_TRUE(e.has_value());
+  BenchOptions o;
+  o.step = tiny();
+  o.step.batch = batch;
+  o.protocol = {1, 0.0, 1, 0.0, 1, 10};
+  auto r = run_bench(**e, o);
+  EXPECT_TRUE(r.has_value());
+  return r->memory.all.allocated_bytes_peak;
+}
+
+// One preallocated segment half way between what batch 2 and batch 64 need: a small device on
+// which batch 2 fits and batch 64 does not. (Preallocation, not a limit: a limit counts whole
+// segments, whose rounding dwarfs the activations of these tiny batches.)
+memory::AllocatorOptions small_device() {
+  static const std::int64_t two = peak(2);
+  static const std::int64_t big = peak(64);
+  EXPECT_GT(big - two, 1 << 20) << two << " " << big;
+  memory::AllocatorOptions o;
+  o.mode = memory::Mode::preallocate;
+  o.preallocate_bytes = static_cast<std::uint64_t>((two + big) / 2 / 512 * 512);
+  return o;
+}
+
+TEST(RunSweep, OutOfMemoryIsRecordedAndTheSweepGoesOn) {
+  Sweep s = tiny_sweep({64, 2});
+  s.allocation = small_device();
+  const SweepOutcome out = run_sweep(s, {});
+  ASSERT_TRUE(out.status.is_ok()) << out.status.message();
+  ASSERT_EQ(out.configurations.size(), 2u);
+  const auto& oom = out.configurations[0];
+  EXPECT_EQ(oom.status, results::RunStatus::oom);
+  EXPECT_NE(oom.error.find("cannot allocate"), std::string::npos) << oom.error;
+  ASSERT_TRUE(oom.memory.has_value());  // where memory was when it ran out
+  EXPECT_TRUE(oom.memory->allocator_stats.is_object());
+  EXPECT_FALSE(oom.statistics.has_value());
+  // The next configuration starts clean and runs.
+  EXPECT_EQ(out.configurations[1].status, results::RunStatus::ok);
+  EXPECT_EQ(out.incomplete, 1u);
+}
+
+TEST(RunSweep, AutoWalkEndsAtTheFirstOutOfMemory) {
+  Sweep s = tiny_sweep({});
+  s.groups[0].auto_batch = true;
+  s.auto_batch = {16, 1024};
+  s.allocation = small_device();
+  std::vector<std::size_t> planned;
+  SweepCallbacks callbacks;
+  callbacks.done = [&](const std::vector<results::Configuration>&, std::size_t p) {
+    planned.push_back(p);
+    return Status::ok();
+  };
+  const SweepOutcome out = run_sweep(s, {}, callbacks);
+  ASSERT_TRUE(out.status.is_ok()) << out.status.message();
+  ASSERT_GE(out.configurations.size(), 2u);
+  EXPECT_LE(out.configurations.size(), 3u);  // batch 64 or earlier ran out
+  for (std::size_t i = 0; i + 1 < out.configurations.size(); ++i) {
+    EXPECT_EQ(out.configurations[i].status, results::RunStatus::ok);
+    EXPECT_EQ(out.configurations[i].settings.batch, std::int64_t{16} << i);
+  }
+  EXPECT_EQ(out.configurations.back().status, results::RunStatus::oom);
+  EXPECT_EQ(out.incomplete, 0u);  // finding that out-of-memory was the point
+  // Seven batches planned (16 ... 1024) until the walk ended.
+  EXPECT_EQ(planned.front(), 7u);
+  EXPECT_EQ(planned.back(), out.configurations.size());
+}
+
+TEST(RunSweep, InterruptStopsAfterTheCurrentConfiguration) {
+  const Sweep s = tiny_sweep({2, 4, 8});
+  std::atomic<int> stop{0};
+  SweepEnvironment env;
+  env.interrupt = &stop;
+  SweepCallbacks callbacks;
+  callbacks.progress = [&](const SweepProgress& p) {
+    if (p.index == 2 && p.step.phase == Progress::Phase::timing) stop = 1;
+  };
+  const SweepOutcome out = run_sweep(s, env, callbacks);
+  EXPECT_TRUE(out.interrupted);
+  ASSERT_EQ(out.configurations.size(), 2u);
+  EXPECT_EQ(out.configurations[0].status, results::RunStatus::ok);
+  EXPECT_EQ(out.configurations[1].status, results::RunStatus::interrupted);
+  EXPECT_EQ(out.configurations[1].samples.step_seconds.size(), 1u);  // timed before the stop
+  EXPECT_NE(out.configurations[1].error.find("interrupted"), std::string::npos);
+}
+
+TEST(RunSweep, WriteFailureStopsTheSweep) {
+  const Sweep s = tiny_sweep({2, 4});
+  SweepCallbacks callbacks;
+  callbacks.done = [](const std::vector<results::Configuration>&, std::size_t) {
+    return error(Errc::io_error, "disk full");
+  };
+  const SweepOutcome out = run_sweep(s, {}, callbacks);
+  EXPECT_EQ(out.status.message(), "disk full");
+  EXPECT_EQ(out.configurations.size(), 1u);
+}
+
+TEST(RunSweep, EngineThatCannotStartIsTheSweepsError) {
+  Sweep s = tiny_sweep({2});
+  s.backend = BackendKind::cuda;
+  s.device = Device{DeviceKind::cuda, 0};
+  if (backend_built(BackendKind::cuda)) GTEST_SKIP() << "a CUDA build: the gpu tests cover it";
+  const SweepOutcome out = run_sweep(s, {});
+  EXPECT_FALSE(out.status.is_ok());
+  EXPECT_TRUE(out.configurations.empty());
+}
+
+TEST(RunSweep, BatchSweepFindings) {
+  const Sweep s = tiny_sweep({2, 4});
+  const SweepOutcome out = run_sweep(s, {});
+  ASSERT_EQ(out.configurations.size(), 2u);
+  // Two points of one curve: diagnosis has something to say (still rising or falling), and names
+  // the curve without its batch.
+  ASSERT_FALSE(out.findings.empty());
+  for (const auto& f : out.findings) {
+    EXPECT_NE(f.title.find("(resnet18@16 fp32 infer nchw cpu/reference)"), std::string::npos)
+        << f.title;
+  }
+}
+
+// An H200 whose clocks dip under a power cap every other reading (the fake holds a list's last
+// value once it runs out, so the lists are long enough for the whole test).
+std::string throttling_script() {
+  std::string script(testing::kH200Script);
+  std::string events = "clock_events";
+  std::string clocks = "sm_clock";
+  for (int i = 0; i < 2000; ++i) {
+    events += i % 2 == 0 ? " 0x0" : " 0x4";
+    clocks += i % 2 == 0 ? " 1980" : " 1755";
+  }
+  for (const auto& [key, line] :
+       {std::pair<std::string, std::string>{"clock_events ", events}, {"sm_clock ", clocks}}) {
+    const auto at = script.find("\n" + key);
+    script.replace(at + 1, script.find('\n', at + 1) - at - 1, line);
+  }
+  // This process holds the GPU too, so that NVML's pids are known to be this namespace's.
+  const auto at = script.find("\nprocess 4343 na");
+  script.insert(at, "\nprocess " + std::to_string(::getpid()) + " 536870912");
+  return script;
+}
+
+TEST(RunSweep, TelemetryFromTheFakeNvml) {
+  testing::FakeScript script(throttling_script());
+  auto nvml = nvml::Library::open(DLPROBE_FAKE_NVML);
+  ASSERT_TRUE(nvml.has_value()) << nvml.status().message();
+  TelemetrySource source;
+  source.nvml = *nvml;
+  source.gpu = 0;
+  source.interval = std::chrono::milliseconds(10);
+  Sweep s = tiny_sweep({2});
+  // Long enough for several sampler rounds.
+  s.protocol = {1, 0.0, 1, 0.2, 1, 100'000};
+  SweepEnvironment env;
+  env.telemetry = &source;
+  const SweepOutcome out = run_sweep(s, env);
+  ASSERT_EQ(out.configurations.size(), 1u);
+  const auto& c = out.configurations[0];
+  ASSERT_EQ(c.telemetry.size(), 1u);
+  const auto& t = c.telemetry[0];
+  EXPECT_GT(t.samples, 2u);
+  EXPECT_EQ(t.timeline.size(), t.samples);
+  ASSERT_TRUE(t.gpu_util_pct.has_value());
+  EXPECT_GE(t.gpu_util_pct->min, 10);
+  EXPECT_LE(t.gpu_util_pct->max, 90);
+  // The script steps through its energy values; the counter read at the window's edges.
+  EXPECT_EQ(t.energy_source, "counter");
+  ASSERT_TRUE(t.energy_j.has_value());
+  EXPECT_GE(*t.energy_j, 0);
+  EXPECT_EQ(t.throttle_reasons, (std::vector<std::string>{"sw_power_cap"}));
+  ASSERT_TRUE(t.sm_clock_mhz.has_value());
+  EXPECT_EQ(t.sm_clock_mhz->min, 1755);
+  EXPECT_EQ(t.sm_clock_mhz->max, 1980);
+  // The warnings follow: the cap, the clock moving, and the fake's process 4242 at 77% SM.
+  bool clock_events = false;
+  bool clock_changed = false;
+  bool other = false;
+  for (const auto& f : c.findings) {
+    clock_events = clock_events || f.id == "clock_events";
+    clock_changed = clock_changed || f.id == "clock_changed";
+    other = other || (f.id == "other_process" && f.evidence.find("4242") != std::string::npos);
+  }
+  EXPECT_TRUE(clock_events);
+  EXPECT_TRUE(clock_changed);
+  EXPECT_TRUE(other);
+}
+
+}  // namespace
+}  // namespace dlprobe::bench
