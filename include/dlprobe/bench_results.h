@@ -75,6 +75,7 @@ struct Measured {
   std::optional<double> flops_per_item;
   std::optional<Ceiling> ceiling;
   std::vector<OtherProcess> others;
+  std::string gpu_memory;  // --gpu-memory as given
 };
 
 // The settings of a step as the results file records them.

@@ -64,6 +64,7 @@ struct Sweep {
   std::string weights;
   std::int64_t profile_steps = 0;
   memory::AllocatorOptions allocation;  // the engine's allocator mode (growth unless limited)
+  std::string gpu_memory;               // --gpu-memory as given, for the results ("" is grow)
 };
 
 // Configurations the sweep runs: exact without auto groups; with them, their longest walks.

@@ -183,6 +183,7 @@ results::Configuration to_configuration(const Measured& m) {
   results::Configuration c;
   c.kind = results::Kind::native;
   c.settings = settings_of(m.step, m.device, m.backend);
+  c.settings.gpu_memory = m.gpu_memory;
   c.status = m.status;
   c.error = m.error;
   if (m.result != nullptr) {

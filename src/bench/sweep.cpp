@@ -125,6 +125,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
       m.step.batch = batches[b];
       m.device = sweep.device;
       m.backend = sweep.backend;
+      m.gpu_memory = sweep.gpu_memory;
       const std::string label =
           results::describe(results::Kind::native, settings_of(m.step, m.device, m.backend));
       const auto config_start = Clock::now();

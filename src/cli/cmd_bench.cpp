@@ -12,6 +12,7 @@
 #include "bench_common.h"
 #include "commands.h"
 #include "dlprobe/bench_sweep.h"
+#include "dlprobe/gpu_memory.h"
 #include "dlprobe/log.h"
 #include "dlprobe/units.h"
 #include "run_results.h"
@@ -38,6 +39,8 @@ struct BenchFlags {
   std::string weights;
   std::string conv_algo = "autotune";
   std::string conv_engines = "any";
+  std::string gpu_memory = "grow";
+  bool graph = false;
   std::string profile = "0";
   std::string batch_start = "16";
   std::string batch_limit = "4096";
@@ -108,8 +111,23 @@ Result<Plan> plan_from(const BenchFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(axes.base.model.classes, parse_int(f.classes, "--classes", 1, 1 << 24));
   DLPROBE_ASSIGN_OR_RETURN(axes.base.optimizer,
                            engine::parse_optimizer(f.optimizer, "--optimizer"));
+  DLPROBE_ASSIGN_OR_RETURN(const memory::GpuMemoryOption memory,
+                           memory::parse_gpu_memory(f.gpu_memory, "--gpu-memory"));
+  axes.base.memory_plan =
+      memory.planned ? engine::MemoryPlan::planned : engine::MemoryPlan::dynamic;
+  axes.base.graph = f.graph;
+  if (f.graph && !memory.planned) {
+    return invalid_argument(
+        "--graph: needs --gpu-memory planned (a graph replays fixed addresses)");
+  }
+  if (f.graph && std::find(axes.modes.begin(), axes.modes.end(), engine::StepMode::train) !=
+                     axes.modes.end()) {
+    return invalid_argument("--graph: replays modes grads and infer, not train");
+  }
 
   bench::Sweep& s = p.sweep;
+  s.allocation = memory.allocator;
+  s.gpu_memory = memory.text;
   DLPROBE_ASSIGN_OR_RETURN(s.device, bench::parse_device(f.device, "--device"));
   DLPROBE_ASSIGN_OR_RETURN(s.backend, bench::parse_backend(f.backend, s.device, "--backend"));
   for (const engine::Precision precision : axes.precisions) {
@@ -416,6 +434,14 @@ Command add_bench_command(CLI::App& app) {
                   "non-deterministic, FFT and Winograd), deterministic, exact (deterministic "
                   "direct sums)")
       ->capture_default_str();
+  sub->add_option("--gpu-memory", flags->gpu_memory,
+                  "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
+                  "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "
+                  "the step's lifetimes), or planned+ one of the others")
+      ->capture_default_str();
+  sub->add_flag("--graph", flags->graph,
+                "Record the step once as a CUDA graph and replay it (needs --gpu-memory planned; "
+                "modes grads and infer)");
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "
                   "kind of call and the slowest calls (one configuration only)");

@@ -243,8 +243,9 @@ Result<std::size_t> CudaBackend::capture(const std::function<Status()>& record) 
     ws = std::max(ws, static_cast<std::size_t>(plan->workspace_bytes));
   }
   for (const auto& [key, algo] : matmul_algos_) ws = std::max(ws, algo.workspaceSize);
-  DLPROBE_ASSIGN_OR_RETURN(graph->workspace, allocator_.allocate_buffer(
-                                                 ws, memory::Category::workspace, "graph workspace"));
+  DLPROBE_ASSIGN_OR_RETURN(
+      graph->workspace,
+      allocator_.allocate_buffer(ws, memory::Category::workspace, "graph workspace"));
   DLPROBE_CUDA_CHECK(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeRelaxed));
   recording_ = graph.get();
   const Status recorded = record();
@@ -350,8 +351,8 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
   }
   last_conv_engine_ = plan->engine_name;
   memory::DeviceBuffer holder;
-  DLPROBE_ASSIGN_OR_RETURN(
-      void* ws, workspace(static_cast<std::size_t>(plan->workspace_bytes), op, holder));
+  DLPROBE_ASSIGN_OR_RETURN(void* ws,
+                           workspace(static_cast<std::size_t>(plan->workspace_bytes), op, holder));
   const std::int64_t uids[] = {kUidX, kUidW, kUidY};
   void* const ptrs[] = {x.data, w.data, y.data};
   return execute_plan(cudnn_.get(), *plan, uids, ptrs, ws);

@@ -6,11 +6,11 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
-#include <functional>
 #include <vector>
 
 #include "cudnn_graph.h"
@@ -153,7 +153,8 @@ class CudaBackend final : public Backend {
       : allocator_(allocator), options_(options) {}
 
   KernelContext ctx() const {
-    return {stream_.get(), sm_count_, &allocator_, recording_ != nullptr ? &recording_->kept : nullptr};
+    return {stream_.get(), sm_count_, &allocator_,
+            recording_ != nullptr ? &recording_->kept : nullptr};
   }
   // Workspace for one cuDNN or cuBLASLt call: from the allocator for this call, or while
   // recording a graph, the one workspace the graph's calls share (they run in order).

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On a GPU machine over the bundle (scripts/gpu-bundle.sh): the native engine's figures for
+# docs/performance.md in one bounded run, most important first, each log written as it goes
+# under $OUT (or ./gpu-check-out): ResNet-50 bs 256 grads mode per precision (fp16 eager with a
+# per-call profile, then every precision with the planned arena replayed as a CUDA graph),
+# PyTorch eager fp16 channels_last through `dlprobe run` in the same session, the engine's GPU
+# tests, and the PyTorch agreement check (bench/peers/compare_pytorch.py).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-gpu-check-out}
+mkdir -p "$out"
+bin=.devbuild/bin
+. scripts/gpu-env.sh
+batch=${BATCH:-256}
+native() {
+  local tag=$1
+  shift
+  timeout 90 "$bin/dlprobe" bench --model resnet50 --batch "$batch" --mode grads --steps 30 \
+    --warmup 5 --json "$out/native-$tag.json" "$@" >"$out/native-$tag.log" 2>&1
+  echo "native $tag: exit $?"
+  grep -E "^resnet50|img/s|throughput|peak|loss" "$out/native-$tag.log" | head -n 6
+}
+native fp16-graph --precision fp16 --layout nhwc --gpu-memory planned --graph
+native fp16-eager --precision fp16 --layout nhwc --profile 2
+echo "== pytorch eager AMP fp16 channels_last bs$batch (through dlprobe run)"
+timeout 90 "$bin/dlprobe" run --json "$out/pytorch-fp16.json" -- python3 \
+  examples/workloads/pytorch_resnet50.py --batch "$batch" --amp fp16 --channels-last --steps 30 \
+  --warmup 5 >"$out/pytorch-fp16.log" 2>&1
+echo "pytorch fp16: exit $?"
+grep -iE "img/s" "$out/pytorch-fp16.log" | tail -n 3
+native bf16-graph --precision bf16 --layout nhwc --gpu-memory planned --graph
+native tf32-graph --precision tf32 --layout nhwc --gpu-memory planned --graph
+native fp32-graph --precision fp32 --layout nchw --gpu-memory planned --graph
+for t in engine_cuda_test step_cuda_test; do
+  timeout 150 "$bin/$t" >"$out/$t.log" 2>&1
+  echo "$t: exit $?"
+  grep -E "^\[  FAILED|median" "$out/$t.log" | head -n 12
+done
+timeout 150 python3 bench/peers/compare_pytorch.py --dlprobe "$bin/dlprobe" --device cuda \
+  --model resnet50 --batch 32 --precisions fp32,tf32,fp16,bf16 --json "$out/peers.json" \
+  --workdir /tmp/dlprobe-peers >"$out/peers.log" 2>&1
+echo "peers: exit $?"
+tail -n 40 "$out/peers.log"
