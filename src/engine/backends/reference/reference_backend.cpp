@@ -390,46 +390,21 @@ class ReferenceBackend final : public Backend {
                                   const TensorView& running_var, const TensorView& y,
                                   const TensorView& save_mean, const TensorView& save_invstd,
                                   const BatchNormParams& p) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
-    DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormTrainOutput out,
-                             reference::batch_norm_train_forward<T>(xt, g, b, rm, rv, p));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.y), y));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_mean), save_mean));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_invstd), save_invstd));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.running_mean), running_mean));
-    return store(std::move(out.running_var), running_var);
+    return bn_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, p,
+                    nullptr);
   }
   Status batch_norm_inference_forward(const TensorView& x, const TensorView& gamma,
                                       const TensorView& beta, const TensorView& running_mean,
                                       const TensorView& running_var, const TensorView& y,
                                       const BatchNormParams& p) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out,
-                             reference::batch_norm_inference_forward<T>(xt, g, b, rm, rv, p));
-    return store(std::move(out), y);
+    return bn_inference(x, gamma, beta, running_mean, running_var, y, p, nullptr);
   }
   Status batch_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& gamma,
                              const TensorView& save_mean, const TensorView& save_invstd,
                              const TensorView& dx, const TensorView& dgamma,
                              const TensorView& dbeta) override {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor sm, load_as<T>(save_mean));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor si, load_as<T>(save_invstd));
-    DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormGrads out,
-                             reference::batch_norm_backward<T>(dyt, xt, g, sm, si));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dx), dx));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dgamma), dgamma));
-    return store(std::move(out.dbeta), dbeta);
+    return bn_backward(dyt, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
   }
 
   // The fused slots compose the plain ops in the compute type and round once, as a fused kernel
@@ -441,34 +416,15 @@ class ReferenceBackend final : public Backend {
                                        const TensorView& y, const TensorView& save_mean,
                                        const TensorView& save_invstd,
                                        const BatchNormParams& p) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
-    DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormTrainOutput out,
-                             reference::batch_norm_train_forward<T>(xt, g, b, rm, rv, p));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor activated, add_relu(std::move(out.y), residual));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(activated), y));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_mean), save_mean));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_invstd), save_invstd));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.running_mean), running_mean));
-    return store(std::move(out.running_var), running_var);
+    return bn_train(x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, p,
+                    &residual);
   }
   Status batch_norm_relu_inference_forward(const TensorView& x, const TensorView& gamma,
                                            const TensorView& beta, const TensorView& running_mean,
                                            const TensorView& running_var,
                                            const TensorView& residual, const TensorView& y,
                                            const BatchNormParams& p) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out,
-                             reference::batch_norm_inference_forward<T>(xt, g, b, rm, rv, p));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor activated, add_relu(std::move(out), residual));
-    return store(std::move(activated), y);
+    return bn_inference(x, gamma, beta, running_mean, running_var, y, p, &residual);
   }
   Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y, const TensorView& x,
                                   const TensorView& gamma, const TensorView& save_mean,
@@ -477,15 +433,7 @@ class ReferenceBackend final : public Backend {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor yt, load_as<T>(y));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor masked, reference::relu_backward<T>(dyt, yt));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor sm, load_as<T>(save_mean));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor si, load_as<T>(save_invstd));
-    DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormGrads out,
-                             reference::batch_norm_backward<T>(masked, xt, g, sm, si));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dx), dx));
-    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dgamma), dgamma));
-    return store(std::move(out.dbeta), dbeta);
+    return bn_backward(masked, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
   }
 
   bool fuses_relu_backward_add() const override { return true; }
@@ -700,13 +648,63 @@ class ReferenceBackend final : public Backend {
   }
 
  private:
-  // relu(bn + residual), or relu(bn) for a residual without data, in the compute type.
-  static Result<HostTensor> add_relu(HostTensor bn, const TensorView& residual) {
-    if (residual.data != nullptr) {
-      DLPROBE_ASSIGN_OR_RETURN(HostTensor r, load_as<T>(residual));
+  // The batch-norm output as the plain slots store it (`relu_input` null), or under the fused
+  // slots relu(bn + residual), or relu(bn) for a residual without data, in the compute type.
+  static Result<HostTensor> epilogue(HostTensor bn, const TensorView* relu_input) {
+    if (relu_input == nullptr) return bn;
+    if (relu_input->data != nullptr) {
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor r, load_as<T>(*relu_input));
       DLPROBE_ASSIGN_OR_RETURN(bn, reference::add<T>(bn, r));
     }
     return reference::relu_forward<T>(bn);
+  }
+  static Status bn_train(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                         const TensorView& running_mean, const TensorView& running_var,
+                         const TensorView& y, const TensorView& save_mean,
+                         const TensorView& save_invstd, const BatchNormParams& p,
+                         const TensorView* relu_input) {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
+    DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormTrainOutput out,
+                             reference::batch_norm_train_forward<T>(xt, g, b, rm, rv, p));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out_y, epilogue(std::move(out.y), relu_input));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out_y), y));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_mean), save_mean));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_invstd), save_invstd));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.running_mean), running_mean));
+    return store(std::move(out.running_var), running_var);
+  }
+  static Status bn_inference(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                             const TensorView& running_mean, const TensorView& running_var,
+                             const TensorView& y, const BatchNormParams& p,
+                             const TensorView* relu_input) {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out,
+                             reference::batch_norm_inference_forward<T>(xt, g, b, rm, rv, p));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out_y, epilogue(std::move(out), relu_input));
+    return store(std::move(out_y), y);
+  }
+  // Batch norm's backward from the gradient of its output, already in the compute type.
+  static Status bn_backward(const HostTensor& dyt, const TensorView& x, const TensorView& gamma,
+                            const TensorView& save_mean, const TensorView& save_invstd,
+                            const TensorView& dx, const TensorView& dgamma,
+                            const TensorView& dbeta) {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor sm, load_as<T>(save_mean));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor si, load_as<T>(save_invstd));
+    DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormGrads out,
+                             reference::batch_norm_backward<T>(dyt, xt, g, sm, si));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dx), dx));
+    DLPROBE_RETURN_IF_ERROR(store(std::move(out.dgamma), dgamma));
+    return store(std::move(out.dbeta), dbeta);
   }
 };
 
