@@ -13,37 +13,20 @@
 #include <string>
 #include <thread>
 
+#include "cli_test_util.h"
 #include "dlprobe/results.h"
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using dlprobe::testing::CliRun;
+using dlprobe::testing::error_lines;
 
 CliRun run(const std::string& args) {
   // Over-large requests must reach the caching allocator's out-of-memory report, not the
   // sanitizer's allocation-size check.
   const std::string command =
       "ASAN_OPTIONS=allocator_may_return_null=1 " DLPROBE_BINARY " bench " + args + " 2>&1";
-  CliRun r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr)
-    r.output += buf.data();
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-int error_lines(const std::string& out) {
-  int n = 0;
-  for (std::size_t p = out.find("dlprobe: error:"); p != std::string::npos;
-       p = out.find("dlprobe: error:", p + 1))
-    ++n;
-  return n;
+  return dlprobe::testing::run_shell(command);
 }
 
 void expect_error(const std::string& args, const std::string& needle) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_test_util.h"
 #include "dlprobe/allocator.h"
 #include "dlprobe/reference_backend.h"
 #include "dlprobe/safetensors.h"
@@ -21,30 +22,12 @@
 namespace dlprobe {
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using testing::CliRun;
+using testing::error_lines;
 
 CliRun run_cli(const std::string& args) {
   const std::string command = DLPROBE_BINARY " step " + args + " 2>&1";
-  CliRun r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr)
-    r.output += buf.data();
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-int error_lines(const std::string& out) {
-  int n = 0;
-  for (std::size_t p = out.find("dlprobe: error:"); p != std::string::npos;
-       p = out.find("dlprobe: error:", p + 1))
-    ++n;
-  return n;
+  return testing::run_shell(command);
 }
 
 safetensors::Tensor file_tensor(std::string name, const HostTensor& t) {
