@@ -123,6 +123,9 @@ struct Calibration {
   std::int64_t workspace_held_bytes = 0;
   std::vector<std::pair<std::size_t, std::int64_t>> workspace_by_call;
   std::size_t calls = 0;
+  // Whether the measured backend fused batch norm with its ReLU (Backend::fuses_batch_norm_relu):
+  // the call list, so the profile, depends on it. A file without the key reads as true.
+  bool fused = true;
   // NVML's figure for the process less the allocator's reserved bytes, read together after the
   // step: CUDA context, library handles, lazily loaded kernels. None without NVML (and on a CPU).
   std::optional<std::int64_t> outside_allocator_bytes;

@@ -48,9 +48,9 @@ class DryBackend final : public Backend {
                              const TensorView& /*dgamma*/, const TensorView& /*dbeta*/) override {
     return {};
   }
-  // Fuses as the CUDA backend does (and the reference backend), so a prediction plans the calls
-  // the GPU step runs.
-  bool fuses_batch_norm_relu() const override { return true; }
+  explicit DryBackend(bool fuses) : fuses_(fuses) {}
+
+  bool fuses_batch_norm_relu() const override { return fuses_; }
   Status batch_norm_relu_train_forward(
       const TensorView& /*x*/, const TensorView& /*gamma*/, const TensorView& /*beta*/,
       const TensorView& /*running_mean*/, const TensorView& /*running_var*/,
@@ -74,7 +74,7 @@ class DryBackend final : public Backend {
                                   const TensorView& /*dbeta*/) override {
     return {};
   }
-  bool fuses_relu_backward_add() const override { return true; }
+  bool fuses_relu_backward_add() const override { return fuses_; }
   Status relu_backward_add(const TensorView& /*a*/, const TensorView& /*b*/,
                            const TensorView& /*y*/, const TensorView& /*dx*/) override {
     return {};
@@ -131,12 +131,15 @@ class DryBackend final : public Backend {
                     std::int64_t /*step*/, const TensorView& /*found_inf*/) override {
     return {};
   }
+
+ private:
+  bool fuses_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_dry_backend() {
-  return std::make_unique<DryBackend>();
+std::unique_ptr<Backend> make_dry_backend(bool fuses) {
+  return std::make_unique<DryBackend>(fuses);
 }
 
 }  // namespace dlprobe::memory

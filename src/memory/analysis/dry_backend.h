@@ -11,6 +11,8 @@
 
 namespace dlprobe::memory {
 
-std::unique_ptr<Backend> make_dry_backend();
+// `fuses`: plan batch norm with its ReLU (and the two-term ReLU backward) fused, as the CUDA and
+// reference backends do, or apart, as oneDNN's does; the call list follows it.
+std::unique_ptr<Backend> make_dry_backend(bool fuses);
 
 }  // namespace dlprobe::memory

@@ -101,6 +101,7 @@ json to_json(const Calibration& c) {
           {"workspace_bytes", c.workspace_bytes},
           {"workspace_held_bytes", c.workspace_held_bytes},
           {"calls", c.calls},
+          {"fused", c.fused},
           {"workspace_by_call", by_call},
           {"outside_allocator_bytes", optional_json(c.outside_allocator_bytes)}};
 }
@@ -168,6 +169,8 @@ Result<Calibration> calibration_from_json(const json& j, std::string_view path) 
   DLPROBE_RETURN_IF_ERROR(read(j, path, "workspace_bytes", c.workspace_bytes));
   DLPROBE_RETURN_IF_ERROR(read(j, path, "workspace_held_bytes", c.workspace_held_bytes));
   DLPROBE_RETURN_IF_ERROR(read(j, path, "calls", c.calls));
+  // Added after the first calibrations were written, which came from fusing backends.
+  if (j.contains("fused")) DLPROBE_RETURN_IF_ERROR(read(j, path, "fused", c.fused));
   const auto by_call = j.find("workspace_by_call");
   if (by_call == j.end() || !by_call->is_array()) {
     return invalid_argument(fmt::format("{}.workspace_by_call: expected an array", path));

@@ -210,6 +210,7 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   m.calibration.precision = std::string(engine::precision_name(config.precision));
   m.calibration.batch = config.batch;
   m.calibration.workspace_bytes = m.memory.workspace_peak_bytes;
+  m.calibration.fused = s.backend->fuses_batch_norm_relu();
   // The profile over the calls that compute (see Calibration::workspace_by_call).
   const std::vector<std::int64_t>& by_call = m.memory.workspace_by_call;
   std::vector<std::int64_t> computing;
