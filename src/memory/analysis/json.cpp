@@ -65,6 +65,10 @@ Status read(const json& j, std::string_view path, std::string_view key, T& out) 
   if constexpr (std::is_same_v<T, std::string>) {
     if (!it->is_string())
       return invalid_argument(fmt::format("{}.{}: expected a string", path, key));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) {
+      return invalid_argument(fmt::format("{}.{}: expected true or false", path, key));
+    }
   } else {
     if (!it->is_number_integer()) {
       return invalid_argument(fmt::format("{}.{}: expected an integer", path, key));
