@@ -93,6 +93,11 @@ __device__ Acc block_merge(Acc acc) {
   return acc;
 }
 
+// Loads a statistics thread issues before it sums any of them. With one at a time each thread
+// waited on memory latency and the pass ran well under the copy bandwidth; four 16-byte packs in
+// flight per thread cover it at the occupancy these kernels get.
+constexpr int kLoadsAhead = 4;
+
 // ---- geometry ----
 
 // NHWC: `rows` rows of `channels` values, `packs` = channels / kPack packs a row. A block is
@@ -151,12 +156,22 @@ __global__ void stats_nhwc(const T* x, Nhwc g, std::int64_t rows_per_split, Welf
   Shifted acc[P] = {};
   float count = 0.0F;
   if (pack < g.packs) {
-    for (std::int64_t r = r0 + lane_r; r < r1; r += g.ty) {
-      float v[P];
-      load_pack(x + r * g.channels + pack * P, v);
+    // kLoadsAhead rows are loaded before any is summed; the rows and their order are those of a
+    // plain loop over r, r + ty, ...
+    for (std::int64_t r = r0 + lane_r; r < r1; r += kLoadsAhead * g.ty) {
+      float v[kLoadsAhead][P];
 #pragma unroll
-      for (int k = 0; k < P; ++k) acc[k].push(v[k], count == 0.0F);
-      count += 1.0F;
+      for (int u = 0; u < kLoadsAhead; ++u) {
+        const std::int64_t ru = r + u * g.ty;
+        if (ru < r1) load_pack(x + ru * g.channels + pack * P, v[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadsAhead; ++u) {
+        if (r + u * g.ty >= r1) break;
+#pragma unroll
+        for (int k = 0; k < P; ++k) acc[k].push(v[u][k], count == 0.0F);
+        count += 1.0F;
+      }
     }
   }
 #pragma unroll
@@ -188,28 +203,59 @@ __global__ void stats_nchw(const T* x, Nchw g, std::int64_t packs_per_split, Wel
   const std::int64_t j1 = imin(total, j0 + packs_per_split);
   Shifted acc{};
   float count = 0.0F;
-  for (std::int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    const auto n = static_cast<std::uint32_t>(j) / area_packs;
-    const std::uint32_t s = static_cast<std::uint32_t>(j) - n * area_packs;
-    float v[P];
-    load_pack(x + (static_cast<std::int64_t>(n) * g.channels + c) * g.area + s * P, v);
+  // As in stats_nhwc: kLoadsAhead packs in flight, summed in the order of a plain loop.
+  const std::int64_t step = static_cast<std::int64_t>(blockDim.x);
+  for (std::int64_t j = j0 + threadIdx.x; j < j1; j += kLoadsAhead * step) {
+    float v[kLoadsAhead][P];
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      acc.push(v[k], count == 0.0F);
-      count += 1.0F;
+    for (int u = 0; u < kLoadsAhead; ++u) {
+      const std::int64_t ju = j + u * step;
+      if (ju < j1) {
+        const auto n = static_cast<std::uint32_t>(ju) / area_packs;
+        const std::uint32_t s = static_cast<std::uint32_t>(ju) - n * area_packs;
+        load_pack(x + (static_cast<std::int64_t>(n) * g.channels + c) * g.area + s * P, v[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsAhead; ++u) {
+      if (j + u * step >= j1) break;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        acc.push(v[u][k], count == 0.0F);
+        count += 1.0F;
+      }
     }
   }
   const Welford w = block_merge(acc.welford(count));
   if (threadIdx.x == 0) partial[blockIdx.y * g.channels + c] = w;
 }
 
+// The merges of a channel's splits: a warp per channel, lane l taking splits l, l + 32, ..., then
+// a fixed shuffle tree over the lanes (deterministic). A thread per channel walking all splits
+// in turn (hundreds: plan_channel_reduce aims at 4 blocks per SM) waited on one load at a time.
+template <class Acc>
+__device__ Acc merge_splits(const Acc* partial, int channels, std::int64_t splits, int c) {
+  Acc acc{};
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll 4
+  for (std::int64_t s = lane; s < splits; s += 32) acc.merge(partial[s * channels + c]);
+  for (int off = 16; off > 0; off /= 2) acc.merge(acc.shfl_down(off));
+  return acc;
+}
+
+// The warp's channel in a grid of finalize_grid(channels) blocks; whole warps leave together, so
+// the shuffles of merge_splits always see all 32 lanes.
+__device__ __forceinline__ int warp_channel() {
+  return static_cast<int>(blockIdx.x) * (kBlock / 32) + static_cast<int>(threadIdx.x) / 32;
+}
+
 __global__ void finalize_stats(const Welford* partial, int channels, std::int64_t splits, float eps,
                                float momentum, float* save_mean, float* save_invstd,
                                float* running_mean, float* running_var) {
-  const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int c = warp_channel();
   if (c >= channels) return;
-  Welford acc = partial[c];
-  for (std::int64_t s = 1; s < splits; ++s) acc.merge(partial[s * channels + c]);
+  const Welford acc = merge_splits(partial, channels, splits, c);
+  if (threadIdx.x % 32 != 0) return;
   const float var_biased = acc.m2 / acc.count;
   const float var_unbiased = acc.m2 / (acc.count - 1.0F);
   save_mean[c] = acc.mean;
@@ -363,10 +409,10 @@ __global__ void grad_sums_nchw(const T* dy, const T* y, const T* x, const float*
 
 __global__ void finalize_grads(const GradSums* partial, int channels, std::int64_t splits,
                                const float* invstd, float* dgamma, float* dbeta) {
-  const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int c = warp_channel();
   if (c >= channels) return;
-  GradSums acc = partial[c];
-  for (std::int64_t s = 1; s < splits; ++s) acc.merge(partial[s * channels + c]);
+  const GradSums acc = merge_splits(partial, channels, splits, c);
+  if (threadIdx.x % 32 != 0) return;
   dgamma[c] = acc.dy_xmu * invstd[c];
   dbeta[c] = acc.dy;
 }
@@ -533,6 +579,12 @@ dim3 elementwise_grid(const KernelContext& ctx, const TensorDesc& d, int pack) {
   return dim3(grid_for(d.numel() / pack, ctx.sm_count));
 }
 
+// The finalize kernels' grid: a warp per channel.
+unsigned finalize_grid(int channels) {
+  constexpr int kWarps = kBlock / 32;
+  return static_cast<unsigned>((channels + kWarps - 1) / kWarps);
+}
+
 // Calls f(std::integral_constant<int, P>) with the pack the tensor takes.
 template <class T, class F>
 Status with_pack(bool wide, F&& f) {
@@ -605,7 +657,7 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
         stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
       }
       DLPROBE_CUDA_CHECK_LAUNCH();
-      finalize_stats<<<grid_for(channels, ctx.sm_count), kBlock, 0, ctx.stream>>>(
+      finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
           acc, channels, red.splits, static_cast<float>(p.eps), static_cast<float>(p.momentum),
           f32_out(save_mean), f32_out(save_invstd), f32_out(running_mean), f32_out(running_var));
       DLPROBE_CUDA_CHECK_LAUNCH();
@@ -678,7 +730,7 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
               <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, mean, gc, red.per_split, acc);
         }
         DLPROBE_CUDA_CHECK_LAUNCH();
-        finalize_grads<<<grid_for(channels, ctx.sm_count), kBlock, 0, ctx.stream>>>(
+        finalize_grads<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
             acc, channels, red.splits, f32(save_invstd), f32_out(dgamma), f32_out(dbeta));
         DLPROBE_CUDA_CHECK_LAUNCH();
         if (nhwc) {
