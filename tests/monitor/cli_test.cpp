@@ -36,8 +36,9 @@ std::string read_file(const std::string& path) {
 class Child {
  public:
   explicit Child(std::vector<std::string> args, const char* nvml = DLPROBE_FAKE_NVML) {
-    out_ = temp_path("out");
-    err_ = temp_path("err");
+    stem_ = temp_stem();
+    out_ = stem_ + ".out";
+    err_ = stem_ + ".err";
     args.insert(args.begin(), DLPROBE_BINARY);
     pid_ = fork();
     if (pid_ == 0) {
@@ -60,6 +61,7 @@ class Child {
     }
     std::remove(out_.c_str());
     std::remove(err_.c_str());
+    std::remove(stem_.c_str());
   }
 
   // The exit code, or -1 when the child has not ended within `timeout` (it is then killed).
@@ -90,14 +92,16 @@ class Child {
   std::string err() const { return read_file(err_); }
 
  private:
-  static std::string temp_path(const char* what) {
+  // mkstemp's file reserves the name; the .out and .err files beside it are the child's.
+  static std::string temp_stem() {
     char name[] = "/tmp/dlprobe_cli_XXXXXX";
     const int fd = mkstemp(name);
     close(fd);
-    return std::string(name) + "." + what;
+    return name;
   }
   pid_t pid_ = -1;
   bool exited_ = false;
+  std::string stem_;
   std::string out_;
   std::string err_;
 };
