@@ -4,7 +4,10 @@
 # under $OUT (or ./gpu-check-out): ResNet-50 bs 256 grads mode per precision (fp16 eager with a
 # per-call profile, then every precision with the planned arena replayed as a CUDA graph),
 # PyTorch eager fp16 channels_last through `dlprobe run` in the same session, the engine's GPU
-# tests, and the PyTorch agreement check (bench/peers/compare_pytorch.py).
+# tests, and the PyTorch agreement check (bench/peers/compare_pytorch.py). The native runs share
+# one tuning cache: the first run of a shape times its candidates, later ones run its choice.
+# fp32 runs twice, under autotune and under exhaustive tuning (the heuristics' lists are where
+# fp32's slow gradient engines came from).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-check-out}
@@ -12,13 +15,15 @@ mkdir -p "$out"
 bin=.devbuild/bin
 . scripts/gpu-env.sh
 batch=${BATCH:-256}
+rm -f "$out/tuning.json"
 native() {
   local tag=$1
   shift
   timeout 90 "$bin/dlprobe" bench --model resnet50 --batch "$batch" --mode grads --steps 30 \
-    --warmup 5 --json "$out/native-$tag.json" "$@" >"$out/native-$tag.log" 2>&1
+    --warmup 5 --tuning-cache "$out/tuning.json" --json "$out/native-$tag.json" "$@" \
+    >"$out/native-$tag.log" 2>&1
   echo "native $tag: exit $?"
-  grep -E "^resnet50|img/s|throughput|peak|loss" "$out/native-$tag.log" | head -n 6
+  grep -E "^resnet50|img/s|throughput|protocol|peak|loss" "$out/native-$tag.log" | head -n 7
 }
 native fp16-graph --precision fp16 --layout nhwc --gpu-memory planned --graph
 native fp16-eager --precision fp16 --layout nhwc --profile 2
@@ -31,6 +36,7 @@ grep -iE "img/s" "$out/pytorch-fp16.log" | tail -n 3
 native bf16-graph --precision bf16 --layout nhwc --gpu-memory planned --graph
 native tf32-graph --precision tf32 --layout nhwc --gpu-memory planned --graph
 native fp32-graph --precision fp32 --layout nchw --gpu-memory planned --graph
+native fp32-exhaustive --precision fp32 --layout nchw --conv-algo exhaustive --profile 2
 for t in engine_cuda_test step_cuda_test; do
   timeout 150 "$bin/$t" >"$out/$t.log" 2>&1
   echo "$t: exit $?"

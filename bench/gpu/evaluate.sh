@@ -2,7 +2,8 @@
 # On a GPU machine over the bundle that scripts/gpu-bundle.sh made (.devbuild/): the acceptance runs
 # of `dlprobe evaluate` and the bench sweeps (issue 4). Everything lands under $OUT (or
 # ./gpu-check-out); a summary is printed last.
-#   1. `dlprobe evaluate` twice back to back, each timed (the limit is 5 minutes);
+#   1. `dlprobe evaluate` twice back to back, each timed (the limit is 5 minutes); the first
+#      starts with an empty tuning cache and fills it, the second runs the engines it chose;
 #   2. `dlprobe compare` of the two runs with a 2% noise threshold: every configuration must say
 #      "no change", and the largest |ratio - 1| is printed;
 #   3. inference throughput and latency per batch, batch 1 included;
@@ -16,13 +17,14 @@ mkdir -p "$out"
 bin=.devbuild/bin
 . scripts/gpu-env.sh
 summary=()
+rm -f "$out/evaluate-tuning.json"
 
 for run in 1 2; do
   echo "== dlprobe evaluate, run $run"
   rm -rf "$out/evaluate-$run"
   start=$(date +%s)
   timeout 900 "$bin/dlprobe" evaluate --out "$out/evaluate-$run" \
-    >"$out/evaluate-$run.txt" 2>"$out/evaluate-$run.err"
+    --tuning-cache "$out/evaluate-tuning.json" >"$out/evaluate-$run.txt" 2>"$out/evaluate-$run.err"
   rc=$?
   seconds=$(($(date +%s) - start))
   cat "$out/evaluate-$run.txt"

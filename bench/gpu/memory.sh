@@ -15,20 +15,23 @@ mkdir -p "$out"
 bin=.devbuild/bin
 . scripts/gpu-env.sh
 status=0
+# Shared by the measured runs: each shape is timed once, later runs take its choice.
+tuning="$out/memory-tuning.json"
+rm -f "$tuning"
 
 echo "== predicted vs measured, resnet50 fp32 NCHW"
 timeout 600 "$bin/dlprobe" memory --model resnet50 --batch 32,64,128,256 --precision fp32 \
-  --layout nchw --json "$out/memory-fp32.json" >"$out/memory-fp32.txt" 2>"$out/memory-fp32.err" || status=1
+  --tuning-cache "$tuning" --layout nchw --json "$out/memory-fp32.json" >"$out/memory-fp32.txt" 2>"$out/memory-fp32.err" || status=1
 tail -n 6 "$out/memory-fp32.txt"
 
 echo "== predicted vs measured, resnet50 fp16 NHWC"
 timeout 600 "$bin/dlprobe" memory --model resnet50 --batch 32,64,128,256 --precision fp16 \
-  --layout nhwc --json "$out/memory-fp16.json" >"$out/memory-fp16.txt" 2>"$out/memory-fp16.err" || status=1
+  --tuning-cache "$tuning" --layout nhwc --json "$out/memory-fp16.json" >"$out/memory-fp16.txt" 2>"$out/memory-fp16.err" || status=1
 tail -n 6 "$out/memory-fp16.txt"
 
 echo "== planned vs grow, resnet50 bs256 fp16 NHWC"
 timeout 600 "$bin/dlprobe" memory --model resnet50 --batch 256 --precision fp16 --layout nhwc \
-  --gpu-memory grow,planned --json "$out/memory-planned.json" >"$out/memory-planned.txt" \
+  --tuning-cache "$tuning" --gpu-memory grow,planned --json "$out/memory-planned.json" >"$out/memory-planned.txt" \
   2>"$out/memory-planned.err" || status=1
 grep -E "^(==|peak|reserved|arena|NVML)" "$out/memory-planned.txt"
 

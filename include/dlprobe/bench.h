@@ -27,6 +27,7 @@
 
 #include "dlprobe/allocator.h"
 #include "dlprobe/backend.h"
+#include "dlprobe/conv_tuning.h"
 #include "dlprobe/status.h"
 #include "dlprobe/step.h"
 
@@ -67,10 +68,14 @@ enum class ConvEngines : std::uint8_t {
 };
 Result<ConvEngines> parse_conv_engines(std::string_view text, std::string_view flag);
 
+// --conv-algo: heuristic, autotune or exhaustive.
+Result<ConvEngineChoice> parse_conv_algo(std::string_view text, std::string_view flag);
+
 // How the CUDA backend picks convolution engines.
 struct ConvOptions {
-  bool autotune = true;  // time every allowed engine per shape and keep the fastest
+  ConvEngineChoice algo = ConvEngineChoice::autotune;
   ConvEngines engines = ConvEngines::any;
+  std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
 };
 
 // A device's backend and caching allocator. A sweep keeps one across its configurations, so that

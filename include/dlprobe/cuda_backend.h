@@ -18,15 +18,10 @@
 
 #include "dlprobe/allocator.h"
 #include "dlprobe/backend.h"
+#include "dlprobe/conv_tuning.h"
 #include "dlprobe/status.h"
 
 namespace dlprobe {
-
-// How convolution engines are chosen, once per shape (the plan is cached and reused).
-enum class ConvEngineChoice : std::uint8_t {
-  heuristic,  // cuDNN's first-ranked engine that fits the workspace limit
-  autotune,   // time every engine that fits on the real buffers and keep the fastest
-};
 
 struct CudaBackendOptions {
   ConvEngineChoice conv_engine = ConvEngineChoice::heuristic;
@@ -40,6 +35,9 @@ struct CudaBackendOptions {
   // FFT and Winograd engines may compete (as under cudnn.benchmark): faster for some fp32
   // shapes, at about ten times the rounding error of a direct sum.
   bool transform_engines = false;
+  // Where autotuned choices are looked up first and recorded (null: this backend's plans only).
+  // Shared by backends and processes on the same GPU and cuDNN; keys name both.
+  std::shared_ptr<ConvTuningCache> tuning = nullptr;
 };
 
 // Makes `device` current on the calling thread, which must keep it current while it uses the

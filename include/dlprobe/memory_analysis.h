@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "dlprobe/allocator.h"
+#include "dlprobe/conv_tuning.h"
 #include "dlprobe/status.h"
 #include "dlprobe/step.h"
 
@@ -205,8 +206,9 @@ struct SessionOptions {
   // GPU: NVML's figure for the process less the allocator's reserved bytes) and kept current.
   AllocatorOptions allocator;
   // CUDA: how convolution engines are chosen (as `dlprobe bench`).
-  bool autotune = true;
+  ConvEngineChoice conv_algo = ConvEngineChoice::autotune;
   bool deterministic = true;
+  std::shared_ptr<ConvTuningCache> tuning = nullptr;  // may be null
   // NVML for the reconciliation; the session opens it itself on a GPU when null. Tests pass the
   // fake NVML here.
   std::shared_ptr<nvml::Library> nvml;

@@ -238,8 +238,5 @@ Result<Document> parse(std::string_view text, std::string_view name = "results")
 Result<Document> read_file(const std::filesystem::path& path);
 // Pretty-printed with a final newline.
 std::string serialize(const Document& document);
-// Writes to a temporary file beside `path`, flushes it to disk and renames it over `path`, so a
-// reader (or a crash) sees either the old complete file or the new one, never a partial one.
-Status write_file_atomic(const std::filesystem::path& path, std::string_view content);
 
 }  // namespace dlprobe::results

@@ -64,6 +64,15 @@ Result<ConvEngines> parse_conv_engines(std::string_view text, std::string_view f
       fmt::format("{}: unknown choice '{}' (expected any, deterministic or exact)", flag, text));
 }
 
+Result<ConvEngineChoice> parse_conv_algo(std::string_view text, std::string_view flag) {
+  for (ConvEngineChoice c :
+       {ConvEngineChoice::heuristic, ConvEngineChoice::autotune, ConvEngineChoice::exhaustive}) {
+    if (text == conv_engine_choice_name(c)) return c;
+  }
+  return invalid_argument(fmt::format(
+      "{}: unknown choice '{}' (expected heuristic, autotune or exhaustive)", flag, text));
+}
+
 std::string device_name(const Device& d) {
   return d.kind == DeviceKind::cpu ? std::string("cpu") : fmt::format("cuda:{}", d.index);
 }
@@ -186,7 +195,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Device& device, BackendKind
       DLPROBE_ASSIGN_OR_RETURN(e->allocator_,
                                memory::CachingAllocator::create(std::move(source), allocation));
       CudaBackendOptions cuda;
-      cuda.conv_engine = conv.autotune ? ConvEngineChoice::autotune : ConvEngineChoice::heuristic;
+      cuda.conv_engine = conv.algo;
+      cuda.tuning = conv.tuning;
       cuda.deterministic = conv.engines != ConvEngines::any;
       cuda.transform_engines = conv.engines == ConvEngines::any;
       DLPROBE_ASSIGN_OR_RETURN(e->backend_, make_cuda_backend(device.index, *e->allocator_, cuda));

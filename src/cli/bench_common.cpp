@@ -5,17 +5,43 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 
 #include "dlprobe/doctor.h"
+#include "dlprobe/files.h"
 #include "dlprobe/log.h"
 #include "dlprobe/results_table.h"
 #include "dlprobe/units.h"
 #include "run_results.h"
 
 namespace dlprobe::cli {
+
+void add_tuning_flags(CLI::App& sub, TuningFlags& flags) {
+  sub.add_option("--conv-algo", flags.algo,
+                 "cuDNN engine per convolution shape: heuristic (cuDNN's first choice), autotune "
+                 "(time the engines cuDNN's heuristics list, keep the fastest, as "
+                 "cudnn.benchmark) or exhaustive (also every other engine, within 0.4 s a shape)")
+      ->capture_default_str();
+  sub.add_option("--tuning-cache", flags.cache,
+                 "Keep autotuned choices in this JSON file and start from those it holds for "
+                 "this GPU and cuDNN (runs that share it run the same engines)");
+}
+
+Result<Tuning> tuning_options(const TuningFlags& flags) {
+  Tuning t;
+  DLPROBE_ASSIGN_OR_RETURN(t.algo, bench::parse_conv_algo(flags.algo, "--conv-algo"));
+  if (flags.cache.empty()) {
+    t.cache = std::make_shared<ConvTuningCache>();
+  } else {
+    auto cache = ConvTuningCache::open(flags.cache);
+    if (!cache) return cache.status().with_context("--tuning-cache");
+    t.cache = std::move(cache).value();
+  }
+  return t;
+}
 namespace {
 
 std::atomic<int> g_interrupts{0};
@@ -228,18 +254,17 @@ Status Outputs::add_findings(const std::vector<results::Finding>& findings) {
 Status Outputs::flush() const {
   if (!json_.empty()) {
     DLPROBE_RETURN_IF_ERROR(
-        results::write_file_atomic(json_, results::serialize(document_)).with_context("--json"));
+        write_file_atomic(json_, results::serialize(document_)).with_context("--json"));
   }
   if (csv_.empty() && md_.empty()) return Status::ok();
   const results::NamedDocument named{"results", document_};
   const results::Table table = results::configuration_table(std::span(&named, 1));
   if (!csv_.empty()) {
-    DLPROBE_RETURN_IF_ERROR(
-        results::write_file_atomic(csv_, results::to_csv(table)).with_context("--csv"));
+    DLPROBE_RETURN_IF_ERROR(write_file_atomic(csv_, results::to_csv(table)).with_context("--csv"));
   }
   if (!md_.empty()) {
     DLPROBE_RETURN_IF_ERROR(
-        results::write_file_atomic(md_, results::to_markdown(table)).with_context("--md"));
+        write_file_atomic(md_, results::to_markdown(table)).with_context("--md"));
   }
   return Status::ok();
 }

@@ -13,12 +13,30 @@
 
 #include "dlprobe/bench_sweep.h"
 #include "dlprobe/ceilings.h"
+#include "dlprobe/conv_tuning.h"
 #include "dlprobe/nvml.h"
 #include "dlprobe/results.h"
 #include "dlprobe/results_writer.h"
 #include "dlprobe/versions.h"
 
+namespace CLI {
+class App;
+}
+
 namespace dlprobe::cli {
+
+// --conv-algo and --tuning-cache, as bench, evaluate, memory and step take them.
+struct TuningFlags {
+  std::string algo = "autotune";
+  std::string cache;  // a file; empty: choices kept for this process only
+};
+void add_tuning_flags(CLI::App& sub, TuningFlags& flags);
+struct Tuning {
+  ConvEngineChoice algo = ConvEngineChoice::autotune;
+  std::shared_ptr<ConvTuningCache> cache;  // always set: in memory, or over the file
+};
+// A bad choice or a file that is not a tuning cache: a one-line error naming the flag.
+Result<Tuning> tuning_options(const TuningFlags& flags);
 
 // While alive, the first SIGINT or SIGTERM sets the counter (the sweep ends the step it is on,
 // keeps what it measured, and writes it) and the handler resets itself, so a second Ctrl-C stops

@@ -37,7 +37,7 @@ struct BenchFlags {
   std::string classes = "1000";
   std::string optimizer = "sgd";
   std::string weights;
-  std::string conv_algo = "autotune";
+  TuningFlags tuning;
   std::string conv_engines = "any";
   std::string gpu_memory = "grow";
   bool graph = false;
@@ -149,11 +149,9 @@ Result<Plan> plan_from(const BenchFlags& f) {
   if (axes.auto_batch && s.auto_batch.limit < s.auto_batch.start) {
     return invalid_argument("--batch-limit: below --batch-start");
   }
-  if (f.conv_algo != "autotune" && f.conv_algo != "heuristic") {
-    return invalid_argument(fmt::format(
-        "--conv-algo: unknown choice '{}' (expected autotune or heuristic)", f.conv_algo));
-  }
-  s.conv.autotune = f.conv_algo == "autotune";
+  DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
+  s.conv.algo = tuning.algo;
+  s.conv.tuning = tuning.cache;
   DLPROBE_ASSIGN_OR_RETURN(s.conv.engines,
                            bench::parse_conv_engines(f.conv_engines, "--conv-engines"));
   DLPROBE_ASSIGN_OR_RETURN(s.profile_steps, parse_int(f.profile, "--profile", 0, 10'000));
@@ -425,10 +423,7 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--weights", flags->weights,
                   "Start from a safetensors state dict (torchvision names)");
-  sub->add_option("--conv-algo", flags->conv_algo,
-                  "cuDNN engine per convolution shape: autotune (time each, keep the fastest, as "
-                  "cudnn.benchmark) or heuristic (cuDNN's first choice)")
-      ->capture_default_str();
+  add_tuning_flags(*sub, flags->tuning);
   sub->add_option("--conv-engines", flags->conv_engines,
                   "Which cuDNN engines may compete: any (as cudnn.benchmark: also "
                   "non-deterministic, FFT and Winograd), deterministic, exact (deterministic "

@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "dlprobe/bench_sweep.h"
 #include "dlprobe/doctor.h"
+#include "dlprobe/files.h"
 #include "dlprobe/log.h"
 #include "dlprobe/report_html.h"
 #include "dlprobe/units.h"
@@ -26,7 +27,7 @@ struct EvaluateFlags {
   std::string out;
   bool quick = false;
   std::string device = "auto";
-  std::string conv_algo = "autotune";
+  TuningFlags tuning;
   bool quiet = false;
 };
 
@@ -61,7 +62,7 @@ struct Choice {
 
 // What runs where. The GPU sweep is the curve users compare images by; the CPU one is small enough
 // for a laptop or a CI runner.
-Result<Choice> choose(const EvaluateFlags& f, const doctor::Report& report) {
+Result<Choice> choose(const EvaluateFlags& f, const Tuning& tuning, const doctor::Report& report) {
   Choice c;
   bench::Sweep& s = c.sweep;
   bool gpu = false;
@@ -75,7 +76,8 @@ Result<Choice> choose(const EvaluateFlags& f, const doctor::Report& report) {
     gpu = s.device.kind == DeviceKind::cuda;
   }
   DLPROBE_ASSIGN_OR_RETURN(s.backend, bench::parse_backend("auto", s.device, "--device"));
-  s.conv.autotune = f.conv_algo == "autotune";
+  s.conv.algo = tuning.algo;
+  s.conv.tuning = tuning.cache;
   engine::StepConfig base;
   base.mode = engine::StepMode::train;
   base.optimizer = engine::OptimizerKind::sgd;
@@ -261,10 +263,8 @@ int run_evaluate(const EvaluateFlags& flags) {
     if (!device) return report_error(device.status());
     if (device->kind == DeviceKind::cuda) doctor_options.ceilings_device = device->index;
   }
-  if (flags.conv_algo != "autotune" && flags.conv_algo != "heuristic") {
-    return report_error(invalid_argument(fmt::format(
-        "--conv-algo: unknown choice '{}' (expected autotune or heuristic)", flags.conv_algo)));
-  }
+  auto tuning = tuning_options(flags.tuning);
+  if (!tuning) return report_error(tuning.status());
   const std::filesystem::path dir = flags.out.empty() ? default_out() : flags.out;
   if (Status s = prepare_out(dir); !s) return report_error(s);
   ProgressLine line(flags.quiet);
@@ -276,11 +276,10 @@ int run_evaluate(const EvaluateFlags& flags) {
   }
   auto report = doctor::run_doctor(doctor_options);
   if (!report) return report_error(report.status());
-  if (Status s = results::write_file_atomic(dir / "doctor.json", doctor::render_json(*report));
-      !s) {
+  if (Status s = write_file_atomic(dir / "doctor.json", doctor::render_json(*report)); !s) {
     return report_error(s);
   }
-  auto choice = choose(flags, *report);
+  auto choice = choose(flags, *tuning, *report);
   if (!choice) return report_error(choice.status());
   const bench::Sweep& sweep = choice->sweep;
   line.note(choice->why);
@@ -312,8 +311,7 @@ int run_evaluate(const EvaluateFlags& flags) {
   Status status = outcome.status;
   if (Status s = outputs->add_findings(findings); !s && status) status = s;
   const results::NamedDocument named{"results.json", outputs->document()};
-  if (Status s = results::write_file_atomic(dir / "report.html",
-                                            report::render_html(std::span(&named, 1)));
+  if (Status s = write_file_atomic(dir / "report.html", report::render_html(std::span(&named, 1)));
       !s && status) {
     status = s;
   }
@@ -342,9 +340,7 @@ Command add_evaluate_command(CLI::App& app) {
   sub->add_option("--device", flags->device,
                   "auto (the first GPU when there is one, else the CPU), cpu or cuda:N")
       ->capture_default_str();
-  sub->add_option("--conv-algo", flags->conv_algo,
-                  "autotune (time every cuDNN engine per shape, keep the fastest) or heuristic")
-      ->capture_default_str();
+  add_tuning_flags(*sub, flags->tuning);
   sub->add_flag("-q,--quiet", flags->quiet, "No progress on stderr");
   return {sub, [flags] { return run_evaluate(*flags); }};
 }

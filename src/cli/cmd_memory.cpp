@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "commands.h"
 #include "dlprobe/gpu_memory.h"
 #include "dlprobe/log.h"
@@ -44,7 +45,7 @@ struct MemoryFlags {
   bool max_batch = false;
   std::string limit;
   std::string json;
-  std::string conv_algo = "autotune";
+  TuningFlags tuning;
   bool nondeterministic = false;
 };
 
@@ -61,7 +62,7 @@ struct Options {
   std::vector<memory::Calibration> calibrations;  // from --calibration
   std::int64_t calibration_batch = 0;
   bool max_batch = false;
-  bool autotune = true;
+  Tuning tuning;
   bool deterministic = true;
   std::string json;
 };
@@ -167,11 +168,7 @@ Result<Options> to_options(const MemoryFlags& f) {
   if (!o.predict_only) {
     DLPROBE_ASSIGN_OR_RETURN(o.device, memory::parse_device(f.device, "--device"));
   }
-  if (f.conv_algo != "autotune" && f.conv_algo != "heuristic") {
-    return invalid_argument(fmt::format(
-        "--conv-algo: unknown choice '{}' (expected autotune or heuristic)", f.conv_algo));
-  }
-  o.autotune = f.conv_algo == "autotune";
+  DLPROBE_ASSIGN_OR_RETURN(o.tuning, tuning_options(f.tuning));
   o.deterministic = !f.nondeterministic;
   o.json = f.json;
   return o;
@@ -437,7 +434,8 @@ class MemoryCommand {
     memory::SessionOptions so;
     so.device = o_.device;
     so.allocator = a;
-    so.autotune = o_.autotune;
+    so.conv_algo = o_.tuning.algo;
+    so.tuning = o_.tuning.cache;
     so.deterministic = o_.deterministic;
     return memory::Session::open(so);
   }
@@ -711,8 +709,7 @@ Command add_memory_command(CLI::App& app) {
   sub->add_option("--limit", flags->limit,
                   "With --max-batch: the memory the whole process must fit, e.g. 16GiB");
   sub->add_option("--json", flags->json, "Write the results file (dlprobe.results/1) here");
-  sub->add_option("--conv-algo", flags->conv_algo, "CUDA: autotune or heuristic")
-      ->capture_default_str();
+  add_tuning_flags(*sub, flags->tuning);
   sub->add_flag("--nondeterministic", flags->nondeterministic,
                 "CUDA: let non-deterministic convolution engines compete");
   return {sub, [flags] {

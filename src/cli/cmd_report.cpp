@@ -6,6 +6,7 @@
 #include <set>
 
 #include "commands.h"
+#include "dlprobe/files.h"
 #include "dlprobe/report_html.h"
 #include "dlprobe/results_table.h"
 
@@ -56,7 +57,7 @@ Command add_report_command(CLI::App& app) {
     } else {
       text = report::render_html(documents);
     }
-    if (auto s = results::write_file_atomic(out, text); !s) return report_error(s);
+    if (auto s = write_file_atomic(out, text); !s) return report_error(s);
     std::fprintf(stderr, "dlprobe: wrote %s\n", flags->output.c_str());
     return kExitOk;
   };

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "commands.h"
+#include "dlprobe/files.h"
 #include "dlprobe/log.h"
 #include "dlprobe/results_writer.h"
 #include "dlprobe/run.h"
@@ -220,7 +221,7 @@ class Runner {
 
   Status write_details() {
     if (flags_.details_json.empty()) return Status::ok();
-    return results::write_file_atomic(flags_.details_json, run::report_json(report_))
+    return write_file_atomic(flags_.details_json, run::report_json(report_))
         .with_context("--details-json");
   }
 

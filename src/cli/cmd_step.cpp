@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "bench_common.h"
 #include "commands.h"
 #include "dlprobe/allocator.h"
 #include "dlprobe/bench.h"
@@ -42,7 +43,9 @@ struct StepFlags {
   std::string input;
   std::string output;
   std::string state_output;
-  std::string conv_algo = "heuristic";
+  // cuDNN's first choice among exact engines: an agreement check wants the most accurate sums, and
+  // the same engines on every run.
+  TuningFlags tuning{"heuristic", ""};
   std::string conv_engines = "exact";
   double loss_scale = 0.0;  // 0: GradScaler's initial scale
 };
@@ -55,7 +58,7 @@ struct Engine {
 // The reference backend on the CPU (in fp64 for Precision::fp64), the CUDA backend on a GPU, as
 // `dlprobe bench` picks them.
 Result<Engine> make_engine(const bench::Device& device, engine::Precision precision,
-                           const StepFlags& f, bench::ConvEngines engines) {
+                           const Tuning& tuning, bench::ConvEngines engines) {
   Engine e;
   if (device.kind == DeviceKind::cpu) {
     DLPROBE_ASSIGN_OR_RETURN(e.allocator, memory::CachingAllocator::create(
@@ -73,15 +76,15 @@ Result<Engine> make_engine(const bench::Device& device, engine::Precision precis
                            memory::make_cuda_memory_source(device.index));
   DLPROBE_ASSIGN_OR_RETURN(e.allocator, memory::CachingAllocator::create(std::move(source)));
   CudaBackendOptions cuda;
-  cuda.conv_engine =
-      f.conv_algo == "autotune" ? ConvEngineChoice::autotune : ConvEngineChoice::heuristic;
+  cuda.conv_engine = tuning.algo;
+  cuda.tuning = tuning.cache;
   cuda.deterministic = engines != bench::ConvEngines::any;
   cuda.transform_engines = engines == bench::ConvEngines::any;
   cuda.math_mode = precision == engine::Precision::tf32 ? MathMode::tf32 : MathMode::strict_fp32;
   DLPROBE_ASSIGN_OR_RETURN(e.backend, make_cuda_backend(device.index, *e.allocator, cuda));
   return e;
 #else
-  (void)f;
+  (void)tuning;
   (void)engines;
   return error(Errc::unavailable,
                fmt::format("{}: this build has no CUDA backend (configured without "
@@ -189,10 +192,7 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(c.layout, parse_layout(f.layout, "--layout"));
   DLPROBE_ASSIGN_OR_RETURN(c.optimizer, engine::parse_optimizer(f.optimizer, "--optimizer"));
   DLPROBE_ASSIGN_OR_RETURN(const bench::Device device, bench::parse_device(f.device, "--device"));
-  if (f.conv_algo != "autotune" && f.conv_algo != "heuristic") {
-    return invalid_argument(fmt::format(
-        "--conv-algo: unknown choice '{}' (expected autotune or heuristic)", f.conv_algo));
-  }
+  DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
   DLPROBE_ASSIGN_OR_RETURN(const bench::ConvEngines engines,
                            bench::parse_conv_engines(f.conv_engines, "--conv-engines"));
   if (f.loss_scale != 0.0) {
@@ -209,7 +209,7 @@ Status run_step_command(const StepFlags& f) {
   c.batch = in.images.shape()[0];
   c.model.image_size = in.images.shape()[2];
 
-  DLPROBE_ASSIGN_OR_RETURN(Engine e, make_engine(device, c.precision, f, engines));
+  DLPROBE_ASSIGN_OR_RETURN(Engine e, make_engine(device, c.precision, tuning, engines));
   DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
                            engine::TrainingStep::create(c, *e.backend, *e.allocator));
   if (const Status s = step->load_state_dict(weights); !s.is_ok()) {
@@ -296,9 +296,7 @@ Command add_step_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--optimizer", flags->optimizer, "train mode: sgd or adamw")
       ->capture_default_str();
-  sub->add_option("--conv-algo", flags->conv_algo,
-                  "cuDNN engine per convolution: heuristic (cuDNN's first choice) or autotune")
-      ->capture_default_str();
+  add_tuning_flags(*sub, flags->tuning);
   sub->add_option("--conv-engines", flags->conv_engines,
                   "Convolution engines allowed: exact (deterministic direct sums, the default: "
                   "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd)")

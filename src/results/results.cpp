@@ -1,14 +1,12 @@
 #include "dlprobe/results.h"
 
-#include <fcntl.h>
+#include "dlprobe/files.h"
+
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <concepts>
-#include <cstring>
 #include <ctime>
 #include <limits>
 
@@ -218,17 +216,10 @@ json context_json(const Context& c) {
 
 json settings_json(Kind kind, const Settings& s) {
   if (kind == Kind::native) {
-    return {{"model", s.model},
-            {"batch", s.batch},
-            {"precision", s.precision},
-            {"mode", s.mode},
-            {"layout", s.layout},
-            {"device", s.device},
-            {"optimizer", s.optimizer},
-            {"gpu_memory", s.gpu_memory},
-            {"image_size", s.image_size},
-            {"classes", s.classes},
-            {"backend", s.backend}};
+    return {{"model", s.model},         {"batch", s.batch},           {"precision", s.precision},
+            {"mode", s.mode},           {"layout", s.layout},         {"device", s.device},
+            {"optimizer", s.optimizer}, {"gpu_memory", s.gpu_memory}, {"image_size", s.image_size},
+            {"classes", s.classes},     {"backend", s.backend}};
   }
   return {{"command", s.command}, {"sweep", s.sweep}};
 }
@@ -785,69 +776,8 @@ Result<Document> parse(std::string_view text, std::string_view name) {
 }
 
 Result<Document> read_file(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    return error(err == ENOENT ? Errc::not_found : Errc::io_error,
-                 fmt::format("{}: cannot open: {}", path.string(), std::strerror(err)));
-  }
-  std::string text;
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      return error(Errc::io_error,
-                   fmt::format("{}: cannot read: {}", path.string(), std::strerror(err)));
-    }
-    if (n == 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
+  DLPROBE_ASSIGN_OR_RETURN(const std::string text, read_whole_file(path));
   return parse(text, path.string());
-}
-
-Status write_file_atomic(const std::filesystem::path& path, std::string_view content) {
-  // The temporary sits in the same directory so that rename() stays within one file system,
-  // which is what makes it atomic.
-  const std::filesystem::path tmp = path.string() + fmt::format(".tmp.{}", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return error(Errc::io_error,
-                 fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
-  }
-  std::size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return error(Errc::io_error,
-                   fmt::format("{}: cannot write: {}", tmp.string(), std::strerror(err)));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  // Without fsync a power loss after the rename can leave the new name pointing at empty data.
-  const bool synced = ::fsync(fd) == 0;
-  const int sync_err = errno;
-  const bool closed = ::close(fd) == 0;
-  if (!synced || !closed) {
-    const int err = synced ? errno : sync_err;
-    ::unlink(tmp.c_str());
-    return error(Errc::io_error,
-                 fmt::format("{}: cannot flush: {}", tmp.string(), std::strerror(err)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return error(Errc::io_error, fmt::format("{}: cannot replace with {}: {}", path.string(),
-                                             tmp.string(), std::strerror(err)));
-  }
-  return {};
 }
 
 }  // namespace dlprobe::results

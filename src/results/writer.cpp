@@ -1,5 +1,7 @@
 #include "dlprobe/results_writer.h"
 
+#include "dlprobe/files.h"
+
 namespace dlprobe::results {
 
 Result<ResultsWriter> ResultsWriter::create(std::filesystem::path path, Context context) {

@@ -176,7 +176,8 @@ TEST(Evaluate, QuickRunLeavesItsFolderAndFiveLines) {
 TEST(Evaluate, BadInputIsOneLine) {
   const auto dir = scratch("evaluate_bad");
   for (const std::string& args :
-       {std::string("--device tpu"), std::string("--conv-algo fastest"), std::string("--bogus")}) {
+       {std::string("--device tpu"), std::string("--conv-algo fastest"), std::string("--bogus"),
+        std::string("--tuning-cache /nonexistent/dir/t.json")}) {
     const Ran r = run(kBin + " evaluate " + args + " --out " + quote((dir / "x").string()), dir);
     EXPECT_EQ(r.exit_code, 2) << args;
     EXPECT_EQ(count(r.err, "dlprobe: error:"), 1u) << args << "\n" << r.err;

@@ -53,6 +53,33 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
   // One image of 16x16 leaves layer3's batch norm a single value per channel.
   expect_error("--device cpu --model resnet18 --image-size 16 --batch 1", "cannot take 16x16");
   expect_error(kSmall + "--weights /nonexistent/w.safetensors", "cannot open");
+  expect_error(
+      kSmall + "--conv-algo fastest",
+      "--conv-algo: unknown choice 'fastest' (expected heuristic, autotune or exhaustive)");
+  expect_error(kSmall + "--tuning-cache /nonexistent/dir/tuning.json",
+               "--tuning-cache: /nonexistent/dir/tuning.json");
+}
+
+// A tuning cache that is not one is refused before anything runs; a new one is created at once
+// (the CPU backends have no convolution engines to tune, so it stays empty there).
+TEST(BenchCliTest, TuningCacheIsCheckedAndCreatedBeforeTheRun) {
+  const std::string dir = ::testing::TempDir() + "bench_cli_tuning_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string bad = dir + "/results.json";
+  std::ofstream(bad) << R"({"schema": "dlprobe.results", "version": 1})";
+  expect_error(kSmall + "--tuning-cache " + bad, "not a dlprobe tuning cache");
+  const std::string fresh = dir + "/tuning.json";
+  const CliRun r = run(kSmall +
+                       "--mode infer --steps 1 --min-time 0s --warmup 0 --warmup-time 0s "
+                       "--conv-algo exhaustive --tuning-cache " +
+                       fresh);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(fresh);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("\"schema\": \"dlprobe.conv-tuning\""), std::string::npos)
+      << text.str();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(BenchCliTest, WeightsThatDoNotFitNameTheTensor) {

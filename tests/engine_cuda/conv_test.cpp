@@ -2,8 +2,12 @@
 // weight, both layouts, fp32 (strict and TF32), fp16 and bf16; and the plan cache.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "cuda_test_util.h"
+#include "dlprobe/conv_tuning.h"
 #include "engine/backends/reference/reference.h"
 
 namespace dlprobe::testing {
@@ -145,6 +149,50 @@ TEST(CudaConv, AutotunedPlanMatchesReference) {
   ASSERT_TRUE(tuned.synchronize().is_ok());
   const HostTensor y_ref = reference::conv2d_forward<double>(f64(x), f64(w), p).value();
   EXPECT_TRUE(matches(to_host(y), y_ref));
+}
+
+// A choice recorded by one backend is what a fresh backend (as in a later process) runs, without
+// timing again; the exhaustive mode keeps choices of its own.
+TEST(CudaConv, TuningCacheReplaysTheChoice) {
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / fmt::format("dlprobe_tuning_{}.json", ::getpid());
+  std::filesystem::remove(file);
+  auto cache = ConvTuningCache::open(file);
+  ASSERT_TRUE(cache.has_value()) << cache.status().message();
+  const Conv2dParams p{{1, 1}, {1, 1}, {1, 1}, 1};
+  const HostTensor x = rand({2, 16, 12, 12}, 31, DType::fp16, Layout::nhwc);
+  const HostTensor w = rand({16, 16, 3, 3}, 32, DType::fp16, Layout::nhwc);
+  const DeviceTensor x_in = to_device(x);
+  const DeviceTensor w_in = to_device(w);
+  ASSERT_TRUE(CudaEnv::backend().synchronize().is_ok());
+  const HostTensor y_ref = reference::conv2d_forward<double>(f64(x), f64(w), p).value();
+  auto run = [&](ConvEngineChoice choice) -> std::string {
+    auto made = cuda::CudaBackend::create(0, CudaEnv::allocator(),
+                                          {.conv_engine = choice, .tuning = *cache});
+    EXPECT_TRUE(made.has_value()) << made.status().message();
+    if (!made.has_value()) return "";
+    DeviceTensor y = device_output(desc({2, 16, 12, 12}, DType::fp16, Layout::nhwc));
+    const Status s = (*made)->conv2d_forward(x_in.view(), w_in.view(), y.view(), p);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    EXPECT_TRUE((*made)->synchronize().is_ok());
+    EXPECT_TRUE(matches(to_host(y), y_ref));
+    return (*made)->last_conv_engine();
+  };
+  const std::string tuned = run(ConvEngineChoice::autotune);
+  EXPECT_EQ((*cache)->size(), 1U);
+  const std::string replayed = run(ConvEngineChoice::autotune);
+  EXPECT_EQ(replayed, tuned);
+  EXPECT_EQ((*cache)->size(), 1U);
+  // The file holds the choice for the next process.
+  auto reread = ConvTuningCache::open(file);
+  ASSERT_TRUE(reread.has_value()) << reread.status().message();
+  EXPECT_EQ((*reread)->size(), 1U);
+  run(ConvEngineChoice::exhaustive);
+  EXPECT_EQ((*cache)->size(), 2U);
+  // Heuristic choices are cuDNN's first and cost nothing to make: not recorded.
+  run(ConvEngineChoice::heuristic);
+  EXPECT_EQ((*cache)->size(), 2U);
+  std::filesystem::remove(file);
 }
 
 }  // namespace

@@ -21,11 +21,12 @@ engine::StepConfig resnet50(std::int64_t batch, engine::Precision precision,
   return c;
 }
 
-std::unique_ptr<Session> open_gpu(AllocatorOptions allocator = {}, bool autotune = true) {
+std::unique_ptr<Session> open_gpu(AllocatorOptions allocator = {},
+                                  ConvEngineChoice algo = ConvEngineChoice::autotune) {
   SessionOptions o;
   o.device = {BackendKind::cuda, 0};
   o.allocator = allocator;
-  o.autotune = autotune;
+  o.conv_algo = algo;
   Result<std::unique_ptr<Session>> s = Session::open(o);
   EXPECT_TRUE(s.has_value()) << s.status().message();
   return s.has_value() ? std::move(s).value() : nullptr;
@@ -83,7 +84,7 @@ TEST(MemoryAnalysisGpu, ALimitHoldsAsNvmlSeesIt) {
   limited.mode = Mode::limit;
   limited.limit_bytes = 6ull << 30;
   // cuDNN's heuristic engines: every trial has new shapes, and autotuning each would take minutes.
-  std::unique_ptr<Session> session = open_gpu(limited, false);
+  std::unique_ptr<Session> session = open_gpu(limited, ConvEngineChoice::heuristic);
   ASSERT_TRUE(session);
   Result<Measurement> too_big = session->measure(resnet50(256, engine::Precision::fp16));
   ASSERT_FALSE(too_big.has_value());

@@ -64,6 +64,7 @@ TEST(MemoryCli, RefusesBadInputWithOneLine) {
       {"--predict-only --max-batch", "give --device-memory"},
       {"--calibration /nonexistent/results.json", "/nonexistent/results.json"},
       {"--conv-algo fastest", "--conv-algo"},
+      {"--tuning-cache /nonexistent/dir/t.json", "--tuning-cache"},
       {"memory --device tpu", "unknown device 'tpu'"},
       {"memory --model resnet51", "unknown model 'resnet51'"},
   };

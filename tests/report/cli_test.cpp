@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dlprobe/files.h"
 #include "dlprobe/results.h"
 #include "fixture.h"
 #include "spawn.h"
@@ -22,7 +23,7 @@ class Cli : public ::testing::Test {
   Ran dlprobe(const std::string& args) { return run(kBin + " " + args, dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write(const std::string& name, const results::Document& d) {
-    EXPECT_TRUE(results::write_file_atomic(path(name), results::serialize(d)).is_ok());
+    EXPECT_TRUE(write_file_atomic(path(name), results::serialize(d)).is_ok());
     return path(name);
   }
   std::filesystem::path dir_;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "dlprobe/files.h"
 #include "dlprobe/results.h"
 #include "fixture.h"
 
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
   for (const auto& [name, document] :
        {std::pair{"synthetic_native.json", testing::synthetic_native_document()},
         std::pair{"synthetic_external.json", testing::synthetic_external_document()}}) {
-    if (auto s = results::write_file_atomic(folder / name, results::serialize(document)); !s) {
+    if (auto s = write_file_atomic(folder / name, results::serialize(document)); !s) {
       std::fprintf(stderr, "%s\n", s.message().c_str());
       return 1;
     }

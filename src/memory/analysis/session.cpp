@@ -89,8 +89,9 @@ struct Session::Impl {
     }
 #ifdef DLPROBE_HAVE_CUDA_BACKEND
     CudaBackendOptions cuda;
-    cuda.conv_engine = options.autotune ? ConvEngineChoice::autotune : ConvEngineChoice::heuristic;
+    cuda.conv_engine = options.conv_algo;
     cuda.deterministic = options.deterministic;
+    cuda.tuning = options.tuning;
     DLPROBE_ASSIGN_OR_RETURN(backend, make_cuda_backend(options.device.index, *allocator, cuda));
     return Status::ok();
 #else

@@ -161,11 +161,19 @@ class CudaBackend final : public Backend {
   Result<void*> workspace(std::size_t bytes, std::string_view op, memory::DeviceBuffer& holder);
   Status conv(ConvDirection direction, const TensorView& x, const TensorView& w,
               const TensorView& y, const Conv2dParams& p, std::string_view op);
+  // The stem's images are padded to this many channels (see needs_channel_pad).
+  static constexpr std::int64_t kPaddedChannels = 4;
+  bool needs_channel_pad(const TensorView& x, const Conv2dParams& p) const;
+  Status padded_conv(ConvDirection direction, const TensorView& x, const TensorView& w,
+                     const TensorView& y, const Conv2dParams& p, std::string_view op);
+  Result<ExecutionPlan> tuned_conv_plan(const ConvSpec& spec, const std::string& key,
+                                        std::string_view op, const PlanTimer& timer);
   Status matmul(const Gemm& g, std::string_view op);
 
   memory::CachingAllocator& allocator_;
   CudaBackendOptions options_;
   int sm_count_ = 1;
+  std::string tuning_stamp_;  // GPU, cuDNN and workspace limit, for the tuning cache's keys
   StreamPtr stream_;
   CudnnPtr cudnn_;
   LtPtr lt_;

@@ -269,15 +269,20 @@ std::string conv_key(const ConvSpec& s) {
                      s.allow_transforms ? 1 : 0);
 }
 
-Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
-                                      EngineChoice choice, std::int64_t max_workspace_bytes,
-                                      const PlanTimer& timer) {
+namespace {
+
+// The operation graph of one convolution. The tensor and operation descriptors stay alive with
+// the graph that refers to them.
+struct ConvGraph {
+  BackendDescriptor x, w, y, conv, op, graph;
+};
+
+Result<ConvGraph> make_conv_graph(cudnnHandle_t handle, const ConvSpec& spec) {
   DLPROBE_ASSIGN_OR_RETURN(auto x, make_tensor(spec.x));
   DLPROBE_ASSIGN_OR_RETURN(auto w, make_tensor(spec.w));
   DLPROBE_ASSIGN_OR_RETURN(auto y, make_tensor(spec.y));
   DLPROBE_ASSIGN_OR_RETURN(auto conv, make_conv_desc(spec));
   DLPROBE_ASSIGN_OR_RETURN(auto op, make_conv_op(spec, x, w, y, conv));
-
   DLPROBE_ASSIGN_OR_RETURN(auto graph,
                            BackendDescriptor::create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
   cudnnBackendDescriptor_t op_raw = op.get();
@@ -285,13 +290,67 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
   DLPROBE_RETURN_IF_ERROR(
       graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op_raw));
   DLPROBE_RETURN_IF_ERROR(graph.finalize());
+  return ConvGraph{std::move(x),    std::move(w),  std::move(y),
+                   std::move(conv), std::move(op), std::move(graph)};
+}
+
+// Engine `index` of cuDNN's global list with its default knobs, or nullopt when it does not take
+// the graph. The engine descriptor is returned beside its configuration, which refers to it.
+struct EngineConfig {
+  BackendDescriptor engine;
+  BackendDescriptor cfg;
+};
+Result<std::optional<EngineConfig>> engine_config(const BackendDescriptor& graph,
+                                                  std::int64_t index) {
+  DLPROBE_ASSIGN_OR_RETURN(auto engine, BackendDescriptor::create(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
+  if (!engine.set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph).is_ok() ||
+      !engine.set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &index).is_ok() ||
+      !engine.finalize().is_ok()) {
+    return std::optional<EngineConfig>{};
+  }
+  DLPROBE_ASSIGN_OR_RETURN(auto cfg, BackendDescriptor::create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+  if (!cfg.set_descriptor(CUDNN_ATTR_ENGINECFG_ENGINE, engine).is_ok() || !cfg.finalize().is_ok()) {
+    return std::optional<EngineConfig>{};
+  }
+  return std::optional<EngineConfig>{EngineConfig{std::move(engine), std::move(cfg)}};
+}
+
+// The execution plan of an engine configuration, or nullopt when it cannot run here (the plan
+// does not finalize, or it needs more workspace than allowed).
+Result<std::optional<ExecutionPlan>> make_plan(cudnnHandle_t handle, const BackendDescriptor& cfg,
+                                               std::int64_t index, std::string label,
+                                               std::int64_t max_workspace_bytes) {
+  DLPROBE_ASSIGN_OR_RETURN(auto plan_desc,
+                           BackendDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
+  cudnnBackendDescriptor_t cfg_raw = cfg.get();
+  DLPROBE_RETURN_IF_ERROR(plan_desc.set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle));
+  DLPROBE_RETURN_IF_ERROR(plan_desc.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw));
+  if (!plan_desc.finalize().is_ok()) return std::optional<ExecutionPlan>{};
+  ExecutionPlan plan{std::move(plan_desc), 0, std::move(label), index};
+  std::int64_t n = 0;
+  if (cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                               CUDNN_TYPE_INT64, 1, &n,
+                               &plan.workspace_bytes) != CUDNN_STATUS_SUCCESS ||
+      plan.workspace_bytes > max_workspace_bytes) {
+    return std::optional<ExecutionPlan>{};
+  }
+  return std::optional<ExecutionPlan>{std::move(plan)};
+}
+
+}  // namespace
+
+Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
+                                      ConvEngineChoice choice, std::int64_t max_workspace_bytes,
+                                      const PlanTimer& timer) {
+  DLPROBE_ASSIGN_OR_RETURN(const ConvGraph g, make_conv_graph(handle, spec));
 
   // Heuristics mode A ranks the engines; the fallback list adds the ones A leaves out.
   std::vector<BackendDescriptor> configs;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     DLPROBE_ASSIGN_OR_RETURN(auto heur,
                              BackendDescriptor::create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
-    DLPROBE_RETURN_IF_ERROR(heur.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph));
+    DLPROBE_RETURN_IF_ERROR(heur.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, g.graph));
     DLPROBE_RETURN_IF_ERROR(heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
     if (!heur.finalize().is_ok()) continue;  // a mode may not apply to this graph
     std::int64_t available = 0;
@@ -321,37 +380,25 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     batch.resize(static_cast<std::size_t>(std::min(returned, available)));
     for (auto& cfg : batch) configs.push_back(std::move(cfg));
   }
-  // Autotuning also tries every engine cuDNN has for the graph, with its default knobs, as
-  // cudnn-frontend's exhaustive mode does: the heuristics' short lists miss fast engines for some
-  // fp32 backward shapes (measured on an H200: weight gradients at ~40 % of the forward's rate).
+  // The exhaustive mode also tries every engine cuDNN has for the graph, with its default knobs,
+  // as cudnn-frontend's exhaustive mode does, in case the heuristics' lists miss a fast engine
+  // (fp32 weight gradients ran at ~40 % of the forward's rate on an H200 with them).
   const std::size_t ranked_configs = configs.size();
   std::vector<BackendDescriptor> engine_descs;  // kept while the configurations refer to them
-  if (choice == EngineChoice::autotune) {
+  if (choice == ConvEngineChoice::exhaustive) {
     std::int64_t engines = 0;
     std::int64_t n = 0;
-    if (cudnnBackendGetAttribute(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT,
+    if (cudnnBackendGetAttribute(g.graph.get(), CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT,
                                  CUDNN_TYPE_INT64, 1, &n, &engines) != CUDNN_STATUS_SUCCESS) {
       engines = 0;
     }
     for (std::int64_t index = 0; index < engines; ++index) {
-      auto engine = BackendDescriptor::create(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-      if (!engine) return engine.status();
-      if (!engine->set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph).is_ok() ||
-          !engine->set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &index).is_ok() ||
-          !engine->finalize().is_ok()) {
-        continue;  // this engine does not take this graph
-      }
+      DLPROBE_ASSIGN_OR_RETURN(auto ec, engine_config(g.graph, index));
       // Engines that compile their kernels at plan time (NVRTC) take seconds each: with them,
       // autotuning ResNet-50 took over a minute on an H200. The heuristics still offer them.
-      if (compiles_at_runtime(*engine)) continue;
-      auto cfg = BackendDescriptor::create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      if (!cfg) return cfg.status();
-      if (!cfg->set_descriptor(CUDNN_ATTR_ENGINECFG_ENGINE, *engine).is_ok() ||
-          !cfg->finalize().is_ok()) {
-        continue;
-      }
-      configs.push_back(std::move(cfg).value());
-      engine_descs.push_back(std::move(engine).value());
+      if (!ec || compiles_at_runtime(ec->engine)) continue;
+      configs.push_back(std::move(ec->cfg));
+      engine_descs.push_back(std::move(ec->engine));
     }
   }
 
@@ -396,39 +443,48 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
         std::chrono::steady_clock::now() - tuning_start > kExhaustiveBudget) {
       continue;
     }
-    const BackendDescriptor& cfg = *candidate.cfg;
-    auto plan_desc = BackendDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    if (!plan_desc) return plan_desc.status();
-    cudnnBackendDescriptor_t cfg_raw = cfg.get();
-    DLPROBE_RETURN_IF_ERROR(plan_desc->set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle));
-    DLPROBE_RETURN_IF_ERROR(plan_desc->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw));
-    if (!plan_desc->finalize().is_ok()) continue;  // this engine cannot run this graph here
-    ExecutionPlan plan{std::move(plan_desc).value(), 0,
-                       engine_label(candidate.index, candidate.notes)};
-    std::int64_t n = 0;
-    if (cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                 CUDNN_TYPE_INT64, 1, &n,
-                                 &plan.workspace_bytes) != CUDNN_STATUS_SUCCESS) {
-      continue;
-    }
-    if (plan.workspace_bytes > max_workspace_bytes) continue;
-    if (choice == EngineChoice::heuristic || !timer) return plan;
-    auto ms = timer(plan, best_ms);
+    DLPROBE_ASSIGN_OR_RETURN(
+        auto plan, make_plan(handle, *candidate.cfg, candidate.index,
+                             engine_label(candidate.index, candidate.notes), max_workspace_bytes));
+    if (!plan) continue;
+    if (choice == ConvEngineChoice::heuristic || !timer) return std::move(*plan);
+    auto ms = timer(*plan, best_ms);
     if (!ms) {
-      log_debug("conv autotune: {} failed: {}", plan.engine_name, ms.status().message());
+      log_debug("conv autotune: {} failed: {}", plan->engine_name, ms.status().message());
       continue;
     }
-    log_debug("conv autotune: {} {:.3f} ms", plan.engine_name, *ms);
+    log_debug("conv autotune: {} {:.3f} ms", plan->engine_name, *ms);
     if (*ms < best_ms) {
       best_ms = *ms;
       best = std::move(plan);
+      best->time_ms = *ms;
     }
   }
   if (best) return std::move(*best);
   return error(Errc::unsupported,
                fmt::format("cuDNN has no engine for {} within {} bytes of workspace",
                            conv_key(spec), max_workspace_bytes));
+}
+
+Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const ConvSpec& spec,
+                                                 std::int64_t engine_index,
+                                                 std::int64_t max_workspace_bytes) {
+  DLPROBE_ASSIGN_OR_RETURN(const ConvGraph g, make_conv_graph(handle, spec));
+  const auto unavailable = [&](std::string_view why) {
+    return error(Errc::unsupported,
+                 fmt::format("cuDNN engine {} {} for {}", engine_index, why, conv_key(spec)));
+  };
+  DLPROBE_ASSIGN_OR_RETURN(auto ec, engine_config(g.graph, engine_index));
+  if (!ec) return unavailable("does not take the graph");
+  std::int64_t index = -1;
+  DLPROBE_ASSIGN_OR_RETURN(auto notes, engine_notes(ec->cfg, index));
+  // The policy may have changed since the choice was recorded: it is checked again.
+  if (!engine_allowed(spec, notes)) return unavailable("is not allowed");
+  DLPROBE_ASSIGN_OR_RETURN(
+      auto plan, make_plan(handle, ec->cfg, engine_index, engine_label(engine_index, notes),
+                           max_workspace_bytes));
+  if (!plan) return unavailable("does not build within the workspace limit");
+  return std::move(*plan);
 }
 
 Status execute_plan(cudnnHandle_t handle, const ExecutionPlan& plan,

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dlprobe/cuda_backend.h"
 #include "dlprobe/status.h"
 
 namespace dlprobe::cuda {
@@ -83,12 +84,8 @@ struct ExecutionPlan {
   BackendDescriptor plan;
   std::int64_t workspace_bytes = 0;
   std::string engine_name;  // "eng<global index>" and its numerical notes, for logs and reports
-};
-
-// How to choose among the engines cuDNN offers for a graph.
-enum class EngineChoice {
-  heuristic,  // the first engine configuration of heuristics mode A that finalizes
-  autotune,   // time every candidate that finalizes and keep the fastest
+  std::int64_t engine_index = -1;  // cuDNN's global engine index
+  float time_ms = 0;               // as timed when autotuning chose it (0: not timed)
 };
 
 // Times one candidate plan on real buffers for autotuning (its time in ms). `best_ms` is the
@@ -96,11 +93,19 @@ enum class EngineChoice {
 // run again.
 using PlanTimer = std::function<Result<float>(const ExecutionPlan&, float best_ms)>;
 
-// Builds the operation graph for `spec` and returns an execution plan. With autotune, `timer`
-// measures each candidate; candidates whose workspace exceeds `max_workspace_bytes` are skipped.
+// Builds the operation graph for `spec` and returns an execution plan: heuristics mode A's first
+// engine that builds, or with autotune / exhaustive the fastest candidate as `timer` measures
+// them. Candidates whose workspace exceeds `max_workspace_bytes` are skipped.
 Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
-                                      EngineChoice choice, std::int64_t max_workspace_bytes,
+                                      ConvEngineChoice choice, std::int64_t max_workspace_bytes,
                                       const PlanTimer& timer = {});
+
+// The plan of one engine, by cuDNN's global index (a choice recorded by an earlier tuning), with
+// the same checks: the engine takes the graph, the spec allows its numerical notes, and its
+// workspace fits. Errc::unsupported when any fails.
+Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const ConvSpec& spec,
+                                                 std::int64_t engine_index,
+                                                 std::int64_t max_workspace_bytes);
 
 // Executes `plan` with a device pointer for each unique id.
 Status execute_plan(cudnnHandle_t handle, const ExecutionPlan& plan,

@@ -68,6 +68,9 @@ Status launch_relu_backward_add(const KernelContext& ctx, const TensorView& a, c
                                 const TensorView& y, const TensorView& dx);
 Status launch_add(const KernelContext& ctx, const TensorView& a, const TensorView& b,
                   const TensorView& y);
+// NHWC tensors of one dtype and the same N, H, W (or K, R, S): dst's channel c is src's where src
+// has it, else zero. Pads an image to more channels, or drops the extra ones of a gradient.
+Status launch_copy_channels(const KernelContext& ctx, const TensorView& src, const TensorView& dst);
 
 // What the batch-norm forward's elementwise pass does after normalising: add `residual` (same
 // shape and layout as y) and apply a ReLU. A residual comes only with the ReLU, as in ResNet's

@@ -153,6 +153,19 @@ __global__ void gap_backward(const T* dy, T* dx, std::int64_t channels, std::int
   }
 }
 
+// One thread per element of dst (rows of dst_c channels).
+template <class T>
+__global__ void copy_channels(const T* src, T* dst, std::int64_t rows, int src_c, int dst_c) {
+  const std::int64_t n = rows * dst_c;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const std::int64_t r = i / dst_c;
+    const auto c = static_cast<int>(i - r * dst_c);
+    dst[i] = c < src_c ? src[r * src_c + c] : from_float<T>(0.0F);
+  }
+}
+
 template <class T>
 __global__ void column_sum_kernel(const T* dy, T* db, std::int64_t rows, std::int64_t cols) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -238,6 +251,20 @@ Status launch_add(const KernelContext& ctx, const TensorView& a, const TensorVie
     using T = typename decltype(tag)::type;
     return launch_map<2>(ctx, static_cast<T*>(y.data), static_cast<const T*>(a.data),
                          static_cast<const T*>(b.data), a.desc.numel(), Add{});
+  });
+}
+
+Status launch_copy_channels(const KernelContext& ctx, const TensorView& src,
+                            const TensorView& dst) {
+  const std::int64_t rows = dst.desc.numel() / dst.desc.dim(1);
+  const auto src_c = static_cast<int>(src.desc.dim(1));
+  const auto dst_c = static_cast<int>(dst.desc.dim(1));
+  return dispatch_floating(dst.desc.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    copy_channels<<<grid_for(dst.desc.numel(), ctx.sm_count), kBlock, 0, ctx.stream>>>(
+        static_cast<const T*>(src.data), static_cast<T*>(dst.data), rows, src_c, dst_c);
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    return Status::ok();
   });
 }
 

@@ -1,0 +1,117 @@
+// The convolution tuning cache: in memory, over a file, and what it refuses to read.
+#include "dlprobe/conv_tuning.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "dlprobe/files.h"
+
+namespace dlprobe {
+namespace {
+
+class ConvTuningTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dlprobe_tuning_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path file() const { return dir_ / "tuning.json"; }
+  void write(const std::string& text) const { ASSERT_TRUE(write_file_atomic(file(), text)); }
+  std::string parse_error() const {
+    auto c = ConvTuningCache::open(file());
+    EXPECT_FALSE(c.has_value());
+    return c.has_value() ? std::string() : c.status().message();
+  }
+  std::filesystem::path dir_;
+};
+
+const ConvTuningEntry kEntry{42, "eng42 [tensor_core]", 0.125, 1 << 20};
+
+TEST_F(ConvTuningTest, InMemoryFindsWhatWasRecorded) {
+  ConvTuningCache cache;
+  EXPECT_FALSE(cache.find("k").has_value());
+  ASSERT_TRUE(cache.record("k", kEntry).is_ok());
+  auto e = cache.find("k");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->engine, 42);
+  EXPECT_EQ(e->label, kEntry.label);
+  EXPECT_EQ(cache.size(), 1U);
+  EXPECT_FALSE(cache.path().has_value());
+  cache.forget("k");
+  EXPECT_FALSE(cache.find("k").has_value());
+}
+
+TEST_F(ConvTuningTest, FileKeepsEveryRecordForTheNextProcess) {
+  auto first = ConvTuningCache::open(file());
+  ASSERT_TRUE(first.has_value()) << first.status().message();
+  EXPECT_EQ((*first)->size(), 0U);
+  EXPECT_TRUE(std::filesystem::exists(file()));  // created empty at once
+  ASSERT_TRUE((*first)->record("H200 sm_90 | autotune | conv0 a", kEntry).is_ok());
+  ASSERT_TRUE((*first)->record("H200 sm_90 | autotune | conv1 b", {7, "eng7 []", 2.5, 0}).is_ok());
+  auto second = ConvTuningCache::open(file());
+  ASSERT_TRUE(second.has_value()) << second.status().message();
+  EXPECT_EQ((*second)->size(), 2U);
+  auto e = (*second)->find("H200 sm_90 | autotune | conv1 b");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->engine, 7);
+  EXPECT_DOUBLE_EQ(e->ms, 2.5);
+  EXPECT_EQ(e->workspace_bytes, 0);
+}
+
+TEST_F(ConvTuningTest, SerializeAndParseRoundTrip) {
+  const std::map<std::string, ConvTuningEntry> entries{{"a \"quoted\" key", kEntry},
+                                                       {"b", {0, "", 0.0, 0}}};
+  auto back = ConvTuningCache::parse(ConvTuningCache::serialize(entries), "x");
+  ASSERT_TRUE(back.has_value()) << back.status().message();
+  ASSERT_EQ(back->size(), 2U);
+  EXPECT_EQ(back->at("a \"quoted\" key").engine, 42);
+  EXPECT_EQ(back->at("a \"quoted\" key").workspace_bytes, 1 << 20);
+  EXPECT_EQ(back->at("b").engine, 0);
+}
+
+TEST_F(ConvTuningTest, FilesThatAreNotACacheAreOneLineErrorsNamingTheFile) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"{not json", "invalid JSON"},
+      {"[]", "schema"},
+      {R"({"schema": "dlprobe.results", "version": 1, "entries": {}})", "schema"},
+      {R"({"schema": "dlprobe.conv-tuning", "version": 2, "entries": {}})", "version 1"},
+      {R"({"schema": "dlprobe.conv-tuning", "version": 1})", "entries"},
+      {R"({"schema": "dlprobe.conv-tuning", "version": 1, "entries": {"k": {"engine": -1,
+         "label": "", "ms": 1, "workspace_bytes": 0}}})",
+       "entry \"k\""},
+      {R"({"schema": "dlprobe.conv-tuning", "version": 1, "entries": {"k": {"engine": 3}}})",
+       "entry \"k\""},
+  };
+  for (const auto& [text, expected] : cases) {
+    write(text);
+    const std::string message = parse_error();
+    EXPECT_NE(message.find(file().string()), std::string::npos) << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << text << " -> " << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+TEST_F(ConvTuningTest, PathThatCannotBeWrittenFailsAtOpen) {
+  auto cache = ConvTuningCache::open(dir_ / "missing-folder" / "tuning.json");
+  ASSERT_FALSE(cache.has_value());
+  EXPECT_NE(cache.status().message().find("missing-folder"), std::string::npos);
+}
+
+TEST_F(ConvTuningTest, FailedRewriteKeepsTheChoiceInMemoryAndSaysWhy) {
+  auto cache = ConvTuningCache::open(file());
+  ASSERT_TRUE(cache.has_value()) << cache.status().message();
+  std::filesystem::remove_all(dir_);  // the folder goes: the rewrite cannot create its temporary
+  const Status s = (*cache)->record("k", kEntry);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("tuning cache"), std::string::npos) << s.message();
+  EXPECT_TRUE((*cache)->find("k").has_value());
+}
+
+}  // namespace
+}  // namespace dlprobe
