@@ -2,25 +2,18 @@
 #include "dlprobe/files.h"
 
 #include <gtest/gtest.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
+
+#include "common/temp_folder.h"
 
 namespace dlprobe {
 namespace {
 
 class FilesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dlprobe_files_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::filesystem::path dir_;
+  testing::TempFolder dir_;
 };
 
 TEST_F(FilesTest, WriteThenReadGivesTheBytes) {
@@ -36,7 +29,7 @@ TEST_F(FilesTest, RewriteReplacesAndLeavesNoTemporary) {
   ASSERT_TRUE(write_file_atomic(dir_ / "a.json", "short").is_ok());
   EXPECT_EQ(read_whole_file(dir_ / "a.json").value(), "short");
   int entries = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir_)) ++entries;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir_.path())) ++entries;
   EXPECT_EQ(entries, 1);
 }
 
@@ -62,7 +55,7 @@ TEST_F(FilesTest, UnwritableFolderIsAnIoErrorNamingThePath) {
 }
 
 TEST_F(FilesTest, ReadingAFolderIsAnIoError) {
-  auto r = read_whole_file(dir_);
+  auto r = read_whole_file(dir_.path());
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.status().code(), Errc::io_error);
 }

@@ -2,11 +2,11 @@
 #include "dlprobe/conv_tuning.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
+#include "common/temp_folder.h"
 #include "dlprobe/files.h"
 
 namespace dlprobe {
@@ -14,13 +14,6 @@ namespace {
 
 class ConvTuningTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dlprobe_tuning_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path file() const { return dir_ / "tuning.json"; }
   void write(const std::string& text) const { ASSERT_TRUE(write_file_atomic(file(), text)); }
   std::string parse_error() const {
@@ -28,7 +21,7 @@ class ConvTuningTest : public ::testing::Test {
     EXPECT_FALSE(c.has_value());
     return c.has_value() ? std::string() : c.status().message();
   }
-  std::filesystem::path dir_;
+  testing::TempFolder dir_;
 };
 
 const ConvTuningEntry kEntry{42, "eng42 [tensor_core]", 0.125, 1 << 20};
@@ -106,7 +99,8 @@ TEST_F(ConvTuningTest, PathThatCannotBeWrittenFailsAtOpen) {
 TEST_F(ConvTuningTest, FailedRewriteKeepsTheChoiceInMemoryAndSaysWhy) {
   auto cache = ConvTuningCache::open(file());
   ASSERT_TRUE(cache.has_value()) << cache.status().message();
-  std::filesystem::remove_all(dir_);  // the folder goes: the rewrite cannot create its temporary
+  std::filesystem::remove_all(
+      dir_.path());  // the folder goes: the rewrite cannot create its temporary
   const Status s = (*cache)->record("k", kEntry);
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("tuning cache"), std::string::npos) << s.message();

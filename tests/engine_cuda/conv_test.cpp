@@ -2,10 +2,10 @@
 // weight, both layouts, fp32 (strict and TF32), fp16 and bf16; and the plan cache.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
+#include "common/temp_folder.h"
 #include "cuda_test_util.h"
 #include "dlprobe/conv_tuning.h"
 #include "engine/backends/reference/reference.h"
@@ -154,9 +154,8 @@ TEST(CudaConv, AutotunedPlanMatchesReference) {
 // A choice recorded by one backend is what a fresh backend (as in a later process) runs, without
 // timing again; the exhaustive mode keeps choices of its own.
 TEST(CudaConv, TuningCacheReplaysTheChoice) {
-  const std::filesystem::path file =
-      std::filesystem::temp_directory_path() / fmt::format("dlprobe_tuning_{}.json", ::getpid());
-  std::filesystem::remove(file);
+  const TempFolder dir;
+  const std::filesystem::path file = dir / "tuning.json";
   auto cache = ConvTuningCache::open(file);
   ASSERT_TRUE(cache.has_value()) << cache.status().message();
   const Conv2dParams p{{1, 1}, {1, 1}, {1, 1}, 1};
@@ -192,7 +191,6 @@ TEST(CudaConv, TuningCacheReplaysTheChoice) {
   // Heuristic choices are cuDNN's first and cost nothing to make: not recorded.
   run(ConvEngineChoice::heuristic);
   EXPECT_EQ((*cache)->size(), 2U);
-  std::filesystem::remove(file);
 }
 
 }  // namespace
