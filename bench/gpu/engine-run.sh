@@ -16,16 +16,18 @@ bin=.devbuild/bin
 . scripts/gpu-env.sh
 batch=${BATCH:-256}
 rm -f "$out/tuning.json"
+# `verbose=-v native ...` logs every autotuning candidate's time and the engine kept per shape.
 native() {
   local tag=$1
   shift
-  timeout 90 "$bin/dlprobe" bench --model resnet50 --batch "$batch" --mode grads --steps 30 \
+  # shellcheck disable=SC2086 # $verbose is empty or one flag
+  timeout 90 "$bin/dlprobe" ${verbose:-} bench --model resnet50 --batch "$batch" --mode grads --steps 30 \
     --warmup 5 --tuning-cache "$out/tuning.json" --json "$out/native-$tag.json" "$@" \
     >"$out/native-$tag.log" 2>&1
   echo "native $tag: exit $?"
-  grep -E "^resnet50|img/s|throughput|protocol|peak|loss" "$out/native-$tag.log" | head -n 7
+  grep -E "^(resnet50|\[|throughput|protocol|peak|loss)" "$out/native-$tag.log" | head -n 7
 }
-native fp16-graph --precision fp16 --layout nhwc --gpu-memory planned --graph
+verbose=-v native fp16-graph --precision fp16 --layout nhwc --gpu-memory planned --graph
 native fp16-eager --precision fp16 --layout nhwc --profile 2
 echo "== pytorch eager AMP fp16 channels_last bs$batch (through dlprobe run)"
 timeout 90 "$bin/dlprobe" run --json "$out/pytorch-fp16.json" -- python3 \
@@ -36,7 +38,7 @@ grep -iE "img/s" "$out/pytorch-fp16.log" | tail -n 3
 native bf16-graph --precision bf16 --layout nhwc --gpu-memory planned --graph
 native tf32-graph --precision tf32 --layout nhwc --gpu-memory planned --graph
 native fp32-graph --precision fp32 --layout nchw --gpu-memory planned --graph
-native fp32-exhaustive --precision fp32 --layout nchw --conv-algo exhaustive --profile 2
+verbose=-v native fp32-exhaustive --precision fp32 --layout nchw --conv-algo exhaustive --profile 2
 for t in engine_cuda_test step_cuda_test; do
   timeout 150 "$bin/$t" >"$out/$t.log" 2>&1
   echo "$t: exit $?"

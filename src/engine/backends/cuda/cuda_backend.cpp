@@ -337,10 +337,12 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
 // four-channel buffers whose extra channels are zero, which leaves every output value as it was;
 // the weight gradient's extra channels are dropped. The data gradient (never needed for an
 // input image) runs unpadded.
-bool CudaBackend::needs_channel_pad(const TensorView& x, const Conv2dParams& p) const {
+bool CudaBackend::needs_channel_pad(const TensorView& x, const TensorView& w,
+                                    const Conv2dParams& p) const {
   const DType t = x.desc.dtype();
-  return x.desc.layout() == Layout::nhwc && x.desc.dim(1) < kPaddedChannels && p.groups == 1 &&
-         (t == DType::fp16 || t == DType::bf16);
+  // copy_channels moves rows of channels: both operands must keep channels innermost.
+  return x.desc.layout() == Layout::nhwc && w.desc.layout() == Layout::nhwc &&
+         x.desc.dim(1) < kPaddedChannels && p.groups == 1 && (t == DType::fp16 || t == DType::bf16);
 }
 
 Status CudaBackend::padded_conv(ConvDirection direction, const TensorView& x, const TensorView& w,
@@ -373,7 +375,7 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
                                op,
                                fmt::format("operands {}, {}, {} differ in dtype", x.desc.str(),
                                            w.desc.str(), y.desc.str())));
-  if (direction != ConvDirection::backward_data && needs_channel_pad(x, p)) {
+  if (direction != ConvDirection::backward_data && needs_channel_pad(x, w, p)) {
     return padded_conv(direction, x, w, y, p, op);
   }
   ConvSpec spec;

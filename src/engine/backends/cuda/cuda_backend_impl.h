@@ -163,7 +163,7 @@ class CudaBackend final : public Backend {
               const TensorView& y, const Conv2dParams& p, std::string_view op);
   // The stem's images are padded to this many channels (see needs_channel_pad).
   static constexpr std::int64_t kPaddedChannels = 4;
-  bool needs_channel_pad(const TensorView& x, const Conv2dParams& p) const;
+  bool needs_channel_pad(const TensorView& x, const TensorView& w, const Conv2dParams& p) const;
   Status padded_conv(ConvDirection direction, const TensorView& x, const TensorView& w,
                      const TensorView& y, const Conv2dParams& p, std::string_view op);
   Result<ExecutionPlan> tuned_conv_plan(const ConvSpec& spec, const std::string& key,
