@@ -160,9 +160,25 @@ Result<BackendDescriptor> make_conv_op(const ConvSpec& s, const BackendDescripto
   return op;
 }
 
-// The numerical notes of the engine behind an engine configuration.
+// Whether an engine carries the runtime-compilation behaviour note.
+bool compiles_at_runtime(const BackendDescriptor& engine) {
+  cudnnBackendBehaviorNote_t notes[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+  std::int64_t count = 0;
+  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
+                               CUDNN_TYPE_BEHAVIOR_NOTE, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &count,
+                               notes) != CUDNN_STATUS_SUCCESS) {
+    return false;
+  }
+  return std::find(notes, notes + std::min<std::int64_t>(count, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT),
+                   CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) !=
+         notes + std::min<std::int64_t>(count, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT);
+}
+
+// The numerical notes of the engine behind an engine configuration, its global index, and
+// whether it compiles its kernels at plan time.
 Result<std::vector<cudnnBackendNumericalNote_t>> engine_notes(const BackendDescriptor& cfg,
-                                                              std::int64_t& global_index) {
+                                                              std::int64_t& global_index,
+                                                              bool& runtime_compiled) {
   DLPROBE_ASSIGN_OR_RETURN(auto engine, BackendDescriptor::create(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
   cudnnBackendDescriptor_t raw = engine.get();
   std::int64_t count = 0;
@@ -183,21 +199,8 @@ Result<std::vector<cudnnBackendNumericalNote_t>> engine_notes(const BackendDescr
   };
   DLPROBE_RETURN_IF_ERROR(read_notes());
   notes.resize(static_cast<std::size_t>(count));
+  runtime_compiled = compiles_at_runtime(engine);
   return notes;
-}
-
-// Whether an engine carries the runtime-compilation behaviour note.
-bool compiles_at_runtime(const BackendDescriptor& engine) {
-  cudnnBackendBehaviorNote_t notes[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
-  std::int64_t count = 0;
-  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
-                               CUDNN_TYPE_BEHAVIOR_NOTE, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &count,
-                               notes) != CUDNN_STATUS_SUCCESS) {
-    return false;
-  }
-  return std::find(notes, notes + std::min<std::int64_t>(count, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT),
-                   CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) !=
-         notes + std::min<std::int64_t>(count, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT);
 }
 
 bool strict_fp32(const ConvSpec& s) {
@@ -395,7 +398,8 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     for (std::int64_t index = 0; index < engines; ++index) {
       DLPROBE_ASSIGN_OR_RETURN(auto ec, engine_config(g.graph, index));
       // Engines that compile their kernels at plan time (NVRTC) take seconds each: with them,
-      // autotuning ResNet-50 took over a minute on an H200. The heuristics still offer them.
+      // autotuning ResNet-50 took over a minute on an H200. The heuristics' lists keep them as
+      // the last resort (below).
       if (!ec || compiles_at_runtime(ec->engine)) continue;
       configs.push_back(std::move(ec->cfg));
       engine_descs.push_back(std::move(ec->engine));
@@ -410,20 +414,23 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
     const BackendDescriptor* cfg;
     std::int64_t index;
     std::vector<cudnnBackendNumericalNote_t> notes;
-    bool ranked;  // offered by the heuristics, not only by the exhaustive list
+    bool ranked;            // offered by the heuristics, not only by the exhaustive list
+    bool runtime_compiled;  // builds its kernels at plan time (NVRTC): seconds a plan
   };
   std::vector<Candidate> candidates;
   for (std::size_t k = 0; k < configs.size(); ++k) {
     const BackendDescriptor& cfg = configs[k];
     std::int64_t index = -1;
-    auto notes = engine_notes(cfg, index);
+    bool runtime_compiled = false;
+    auto notes = engine_notes(cfg, index, runtime_compiled);
     if (!notes) continue;
     if (std::any_of(candidates.begin(), candidates.end(),
                     [&](const Candidate& c) { return c.index == index; })) {
       continue;
     }
     if (!engine_allowed(spec, *notes)) continue;
-    candidates.push_back({&cfg, index, std::move(notes).value(), k < ranked_configs});
+    candidates.push_back(
+        {&cfg, index, std::move(notes).value(), k < ranked_configs, runtime_compiled});
   }
   if (!strict_fp32(spec)) {
     std::stable_partition(candidates.begin(), candidates.end(), [](const Candidate& c) {
@@ -431,6 +438,11 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
              c.notes.end();
     });
   }
+  // Engines that compile at plan time go last and are built only when no other engine builds: a
+  // plain convolution has precompiled kernels, and compiling one plan per candidate and shape
+  // would make warm-up minutes long.
+  std::stable_partition(candidates.begin(), candidates.end(),
+                        [](const Candidate& c) { return !c.runtime_compiled; });
 
   std::optional<ExecutionPlan> best;
   float best_ms = std::numeric_limits<float>::infinity();
@@ -439,6 +451,7 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
   const auto tuning_start = std::chrono::steady_clock::now();
   constexpr std::chrono::milliseconds kExhaustiveBudget{400};
   for (const Candidate& candidate : candidates) {
+    if (candidate.runtime_compiled && best) break;  // they are last
     if (!candidate.ranked && best &&
         std::chrono::steady_clock::now() - tuning_start > kExhaustiveBudget) {
       continue;
@@ -477,7 +490,8 @@ Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const Con
   DLPROBE_ASSIGN_OR_RETURN(auto ec, engine_config(g.graph, engine_index));
   if (!ec) return unavailable("does not take the graph");
   std::int64_t index = -1;
-  DLPROBE_ASSIGN_OR_RETURN(auto notes, engine_notes(ec->cfg, index));
+  bool runtime_compiled = false;
+  DLPROBE_ASSIGN_OR_RETURN(auto notes, engine_notes(ec->cfg, index, runtime_compiled));
   // The policy may have changed since the choice was recorded: it is checked again.
   if (!engine_allowed(spec, notes)) return unavailable("is not allowed");
   DLPROBE_ASSIGN_OR_RETURN(
