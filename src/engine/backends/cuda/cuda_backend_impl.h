@@ -154,7 +154,7 @@ class CudaBackend final : public Backend {
 
   KernelContext ctx() const {
     return {stream_.get(), sm_count_, &allocator_,
-            recording_ != nullptr ? &recording_->kept : nullptr};
+            recording_ != nullptr ? &recording_->scratch : nullptr};
   }
   // Workspace for one cuDNN or cuBLASLt call: from the allocator for this call, or while
   // recording a graph, the one workspace the graph's calls share (they run in order).
@@ -187,7 +187,7 @@ class CudaBackend final : public Backend {
   struct Graph {
     std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter> exec;
     memory::DeviceBuffer workspace;
-    std::vector<memory::DeviceBuffer> kept;
+    ScratchPool scratch;  // every kernel scratch buffer the recorded calls use
   };
   std::vector<std::unique_ptr<Graph>> graphs_;
   Graph* recording_ = nullptr;  // the graph being recorded
