@@ -18,35 +18,9 @@
 #include "dlprobe/status.h"
 #include "dlprobe/tensor.h"
 #include "launch_plan.h"
+#include "scratch_pool.h"
 
 namespace dlprobe::cuda {
-
-// While the backend records a CUDA graph, kernel scratch comes from and goes back to this pool,
-// whose buffers the graph keeps for its replays (they use the recorded addresses). The recorded
-// calls run in order on one stream at every replay, as they did eagerly, so a buffer one call is
-// done with may serve a later one: the graph keeps the most scratch any call had at once, not
-// the sum over the step (that sum was 494 MiB of a ResNet-50 step on an H200).
-class ScratchPool {
- public:
-  // The smallest pooled buffer of at least `bytes`, else a new one from the allocator.
-  Result<memory::DeviceBuffer> take(memory::CachingAllocator& allocator, std::size_t bytes,
-                                    std::string_view op) {
-    auto best = free_.end();
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->size() >= bytes && (best == free_.end() || it->size() < best->size())) best = it;
-    }
-    if (best == free_.end()) {
-      return allocator.allocate_buffer(bytes, memory::Category::workspace, op);
-    }
-    memory::DeviceBuffer b = std::move(*best);
-    free_.erase(best);
-    return Result<memory::DeviceBuffer>(std::move(b));
-  }
-  void give(memory::DeviceBuffer b) { free_.push_back(std::move(b)); }
-
- private:
-  std::vector<memory::DeviceBuffer> free_;
-};
 
 struct KernelContext {
   cudaStream_t stream = nullptr;
