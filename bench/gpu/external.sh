@@ -8,8 +8,9 @@
 #   2. a batch sweep 64..1024 of the PyTorch script capped at SWEEP_FRACTION of the GPU
 #      (torch.cuda.set_per_process_memory_fraction: a smaller card), which must run out of memory
 #      at some batch, be reported as such and complete;
-#   3. dlprobe report over the native bench results (NATIVE_JSON, default $OUT/native*.json, when
-#      present) and the PyTorch and JAX results: one report.html (and report.md).
+#   3. dlprobe report over the native bench results (NATIVE_JSON, else $OUT/native*.json, else a
+#      native fp16 / bf16 bench run here) and the PyTorch and JAX results: one report.html (and
+#      report.md).
 # Everything goes to $OUT/external (or ./gpu-check-out/external); the checks are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -91,6 +92,16 @@ tail -n 20 "$ext/sweep.log"
 $py bench/gpu/external_check.py sweep --name sweep --details "$ext/sweep-details.json" \
   --points 5 --json-out "$ext/checks.jsonl" >>"$checks" 2>&1
 
+# The native engine in the same session, for the report's native / PyTorch / JAX table, unless
+# NATIVE_JSON names results or an earlier script left some in $OUT.
+if [ -z "${NATIVE_JSON:-}" ] && ! ls "$out"/native*.json >/dev/null 2>&1; then
+  echo "== native: resnet50 bs256 grads, fp16 and bf16 NHWC"
+  timeout 240 "$bin/dlprobe" bench --model resnet50 --batch 256 --mode grads --precision fp16,bf16 \
+    --layout nhwc --steps 30 --warmup 5 --no-ceiling --json "$ext/native.json" \
+    >"$ext/native.log" 2>&1
+  summary+=("native bench: exit $?")
+  NATIVE_JSON=$ext/native.json
+fi
 # shellcheck disable=SC2206
 natives=(${NATIVE_JSON:-$(ls "$out"/native*.json 2>/dev/null)})
 inputs=("${natives[@]}" "$ext/pytorch.json" "$ext/jax.json" "$ext/sweep.json")
