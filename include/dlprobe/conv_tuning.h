@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dlprobe/status.h"
 
@@ -38,9 +39,17 @@ constexpr std::string_view conv_engine_choice_name(ConvEngineChoice choice) {
   return "?";
 }
 
+// One knob choice of a cuDNN engine configuration: the knob's type and its value.
+struct ConvKnob {
+  std::int64_t type = 0;
+  std::int64_t value = 0;
+  friend bool operator==(const ConvKnob&, const ConvKnob&) = default;
+};
+
 struct ConvTuningEntry {
   std::int64_t engine = -1;          // cuDNN's global engine index
-  std::string label;                 // "eng<index> [notes]", for logs
+  std::vector<ConvKnob> knobs;       // its configuration's knob choices
+  std::string label;                 // "eng<index> [notes] {knobs}", for logs
   double ms = 0;                     // its time when it was chosen
   std::int64_t workspace_bytes = 0;  // what its plan asked for
 };

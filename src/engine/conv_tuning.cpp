@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "dlprobe/files.h"
@@ -60,7 +61,10 @@ std::string ConvTuningCache::serialize(const std::map<std::string, ConvTuningEnt
   nlohmann::json& out = j["entries"];
   out = nlohmann::json::object();
   for (const auto& [key, e] : entries) {
+    nlohmann::json knobs = nlohmann::json::array();
+    for (const ConvKnob& k : e.knobs) knobs.push_back({k.type, k.value});
     out[key] = {{"engine", e.engine},
+                {"knobs", knobs},
                 {"label", e.label},
                 {"ms", e.ms},
                 {"workspace_bytes", e.workspace_bytes}};
@@ -84,17 +88,31 @@ Result<std::map<std::string, ConvTuningEntry>> ConvTuningCache::parse(std::strin
   if (!j.contains("entries") || !j["entries"].is_object()) return bad("no \"entries\" object");
   std::map<std::string, ConvTuningEntry> entries;
   for (const auto& [key, v] : j["entries"].items()) {
-    const bool ok = v.is_object() && v.contains("engine") && v["engine"].is_number_integer() &&
-                    v["engine"].get<std::int64_t>() >= 0 && v.contains("label") &&
-                    v["label"].is_string() && v.contains("ms") && v["ms"].is_number() &&
-                    v.contains("workspace_bytes") && v["workspace_bytes"].is_number_integer() &&
-                    v["workspace_bytes"].get<std::int64_t>() >= 0;
+    const auto pair_of_ints = [](const nlohmann::json& k) {
+      return k.is_array() && k.size() == 2 && k[0].is_number_integer() && k[1].is_number_integer();
+    };
+    const bool ok =
+        v.is_object() && v.contains("engine") && v["engine"].is_number_integer() &&
+        v["engine"].get<std::int64_t>() >= 0 && v.contains("knobs") && v["knobs"].is_array() &&
+        std::all_of(v["knobs"].begin(), v["knobs"].end(), pair_of_ints) && v.contains("label") &&
+        v["label"].is_string() && v.contains("ms") && v["ms"].is_number() &&
+        v.contains("workspace_bytes") && v["workspace_bytes"].is_number_integer() &&
+        v["workspace_bytes"].get<std::int64_t>() >= 0;
     if (!ok) {
       return bad(
-          fmt::format("entry \"{}\" needs engine >= 0, label, ms and workspace_bytes >= 0", key));
+          fmt::format("entry \"{}\" needs engine >= 0, knobs as [type, value] pairs, "
+                      "label, ms and workspace_bytes >= 0",
+                      key));
     }
-    entries[key] = {v["engine"].get<std::int64_t>(), v["label"].get<std::string>(),
-                    v["ms"].get<double>(), v["workspace_bytes"].get<std::int64_t>()};
+    ConvTuningEntry e;
+    e.engine = v["engine"].get<std::int64_t>();
+    for (const auto& k : v["knobs"]) {
+      e.knobs.push_back({k[0].get<std::int64_t>(), k[1].get<std::int64_t>()});
+    }
+    e.label = v["label"].get<std::string>();
+    e.ms = v["ms"].get<double>();
+    e.workspace_bytes = v["workspace_bytes"].get<std::int64_t>();
+    entries[key] = std::move(e);
   }
   return entries;
 }

@@ -24,7 +24,8 @@ class ConvTuningTest : public ::testing::Test {
   testing::TempFolder dir_;
 };
 
-const ConvTuningEntry kEntry{42, "eng42 [tensor_core]", 0.125, 1 << 20};
+const ConvTuningEntry kEntry{
+    42, {{3, 1}, {7, 64}}, "eng42 [tensor_core] {3=1,7=64}", 0.125, 1 << 20};
 
 TEST_F(ConvTuningTest, InMemoryFindsWhatWasRecorded) {
   ConvTuningCache cache;
@@ -46,7 +47,8 @@ TEST_F(ConvTuningTest, FileKeepsEveryRecordForTheNextProcess) {
   EXPECT_EQ((*first)->size(), 0U);
   EXPECT_TRUE(std::filesystem::exists(file()));  // created empty at once
   ASSERT_TRUE((*first)->record("H200 sm_90 | autotune | conv0 a", kEntry).is_ok());
-  ASSERT_TRUE((*first)->record("H200 sm_90 | autotune | conv1 b", {7, "eng7 []", 2.5, 0}).is_ok());
+  ASSERT_TRUE(
+      (*first)->record("H200 sm_90 | autotune | conv1 b", {7, {}, "eng7 []", 2.5, 0}).is_ok());
   auto second = ConvTuningCache::open(file());
   ASSERT_TRUE(second.has_value()) << second.status().message();
   EXPECT_EQ((*second)->size(), 2U);
@@ -59,12 +61,14 @@ TEST_F(ConvTuningTest, FileKeepsEveryRecordForTheNextProcess) {
 
 TEST_F(ConvTuningTest, SerializeAndParseRoundTrip) {
   const std::map<std::string, ConvTuningEntry> entries{{"a \"quoted\" key", kEntry},
-                                                       {"b", {0, "", 0.0, 0}}};
+                                                       {"b", {0, {}, "", 0.0, 0}}};
   auto back = ConvTuningCache::parse(ConvTuningCache::serialize(entries), "x");
   ASSERT_TRUE(back.has_value()) << back.status().message();
   ASSERT_EQ(back->size(), 2U);
   EXPECT_EQ(back->at("a \"quoted\" key").engine, 42);
   EXPECT_EQ(back->at("a \"quoted\" key").workspace_bytes, 1 << 20);
+  EXPECT_EQ(back->at("a \"quoted\" key").knobs, kEntry.knobs);
+  EXPECT_TRUE(back->at("b").knobs.empty());
   EXPECT_EQ(back->at("b").engine, 0);
 }
 
@@ -76,8 +80,11 @@ TEST_F(ConvTuningTest, FilesThatAreNotACacheAreOneLineErrorsNamingTheFile) {
       {R"({"schema": "dlprobe.conv-tuning", "version": 2, "entries": {}})", "version 1"},
       {R"({"schema": "dlprobe.conv-tuning", "version": 1})", "entries"},
       {R"({"schema": "dlprobe.conv-tuning", "version": 1, "entries": {"k": {"engine": -1,
-         "label": "", "ms": 1, "workspace_bytes": 0}}})",
+         "knobs": [], "label": "", "ms": 1, "workspace_bytes": 0}}})",
        "entry \"k\""},
+      {R"({"schema": "dlprobe.conv-tuning", "version": 1, "entries": {"k": {"engine": 1,
+         "knobs": [[1]], "label": "", "ms": 1, "workspace_bytes": 0}}})",
+       "knobs as [type, value] pairs"},
       {R"({"schema": "dlprobe.conv-tuning", "version": 1, "entries": {"k": {"engine": 3}}})",
        "entry \"k\""},
   };

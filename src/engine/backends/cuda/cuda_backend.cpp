@@ -304,7 +304,7 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
              : std::string();
   if (cached) {
     if (auto entry = options_.tuning->find(tuning_key)) {
-      auto plan = build_conv_plan_for_engine(cudnn_.get(), spec, entry->engine,
+      auto plan = build_conv_plan_for_engine(cudnn_.get(), spec, entry->engine, entry->knobs,
                                              options_.max_workspace_bytes);
       if (plan) {
         plan->time_ms = static_cast<float>(entry->ms);
@@ -320,8 +320,9 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
       build_conv_plan(cudnn_.get(), spec, choice, options_.max_workspace_bytes, timer));
   if (cached && built.time_ms > 0) {
     // A cache that cannot be written loses only the saving on the next run: say so, go on.
-    if (Status s = options_.tuning->record(tuning_key, {built.engine_index, built.engine_name,
-                                                        built.time_ms, built.workspace_bytes});
+    if (Status s =
+            options_.tuning->record(tuning_key, {built.engine_index, built.knobs, built.engine_name,
+                                                 built.time_ms, built.workspace_bytes});
         !s.is_ok()) {
       log_warn("{}", s.message());
     }

@@ -258,6 +258,58 @@ std::string engine_label(std::int64_t index,
   return fmt::format("eng{} [{}]", index, fmt::join(names, ","));
 }
 
+// The knob choices of an engine configuration (the heuristics tune them per shape). None when
+// cuDNN does not report them; the configuration then replays with the engine's defaults.
+std::vector<ConvKnob> read_knobs(const BackendDescriptor& cfg) {
+  std::int64_t count = 0;
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                               nullptr) != CUDNN_STATUS_SUCCESS ||
+      count <= 0) {
+    return {};
+  }
+  std::vector<BackendDescriptor> choices;
+  std::vector<cudnnBackendDescriptor_t> raws;
+  for (std::int64_t i = 0; i < count; ++i) {
+    auto d = BackendDescriptor::create(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    if (!d) return {};
+    raws.push_back(d->get());
+    choices.push_back(std::move(d).value());
+  }
+  std::int64_t returned = 0;
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
+                               raws.data()) != CUDNN_STATUS_SUCCESS) {
+    return {};
+  }
+  std::vector<ConvKnob> knobs;
+  for (std::int64_t i = 0; i < std::min(returned, count); ++i) {
+    cudnnBackendKnobType_t type{};
+    std::int64_t value = 0;
+    std::int64_t n = 0;
+    if (cudnnBackendGetAttribute(raws[static_cast<std::size_t>(i)],
+                                 CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n,
+                                 &type) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raws[static_cast<std::size_t>(i)],
+                                 CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n,
+                                 &value) != CUDNN_STATUS_SUCCESS) {
+      return {};
+    }
+    knobs.push_back({static_cast<std::int64_t>(type), value});
+  }
+  return knobs;
+}
+
+// "eng<index> [notes]", and the knob choices as {type=value,...} when there are any.
+std::string config_label(std::int64_t index, const std::vector<cudnnBackendNumericalNote_t>& notes,
+                         const std::vector<ConvKnob>& knobs) {
+  std::string label = engine_label(index, notes);
+  if (knobs.empty()) return label;
+  std::vector<std::string> parts;
+  for (const ConvKnob& k : knobs) parts.push_back(fmt::format("{}={}", k.type, k.value));
+  return fmt::format("{} {{{}}}", label, fmt::join(parts, ","));
+}
+
 }  // namespace
 
 std::string conv_key(const ConvSpec& s) {
@@ -297,32 +349,54 @@ Result<ConvGraph> make_conv_graph(cudnnHandle_t handle, const ConvSpec& spec) {
                    std::move(conv), std::move(op), std::move(graph)};
 }
 
-// Engine `index` of cuDNN's global list with its default knobs, or nullopt when it does not take
-// the graph. The engine descriptor is returned beside its configuration, which refers to it.
+// Engine `index` of cuDNN's global list with these knob choices (none: its defaults), or nullopt
+// when it does not take the graph or the choices. The engine and knob descriptors are returned
+// beside the configuration, which refers to them.
 struct EngineConfig {
   BackendDescriptor engine;
+  std::vector<BackendDescriptor> knobs;
   BackendDescriptor cfg;
 };
 Result<std::optional<EngineConfig>> engine_config(const BackendDescriptor& graph,
-                                                  std::int64_t index) {
-  DLPROBE_ASSIGN_OR_RETURN(auto engine, BackendDescriptor::create(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
-  if (!engine.set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph).is_ok() ||
-      !engine.set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &index).is_ok() ||
-      !engine.finalize().is_ok()) {
+                                                  std::int64_t index,
+                                                  const std::vector<ConvKnob>& knobs = {}) {
+  EngineConfig ec;
+  DLPROBE_ASSIGN_OR_RETURN(ec.engine, BackendDescriptor::create(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
+  if (!ec.engine.set_descriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph).is_ok() ||
+      !ec.engine.set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &index).is_ok() ||
+      !ec.engine.finalize().is_ok()) {
     return std::optional<EngineConfig>{};
   }
-  DLPROBE_ASSIGN_OR_RETURN(auto cfg, BackendDescriptor::create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-  if (!cfg.set_descriptor(CUDNN_ATTR_ENGINECFG_ENGINE, engine).is_ok() || !cfg.finalize().is_ok()) {
+  std::vector<cudnnBackendDescriptor_t> raws;
+  for (const ConvKnob& k : knobs) {
+    DLPROBE_ASSIGN_OR_RETURN(auto choice,
+                             BackendDescriptor::create(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
+    const auto type = static_cast<cudnnBackendKnobType_t>(k.type);
+    if (!choice.set(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &type).is_ok() ||
+        !choice.set(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &k.value).is_ok() ||
+        !choice.finalize().is_ok()) {
+      return std::optional<EngineConfig>{};
+    }
+    raws.push_back(choice.get());
+    ec.knobs.push_back(std::move(choice));
+  }
+  DLPROBE_ASSIGN_OR_RETURN(ec.cfg, BackendDescriptor::create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+  if (!ec.cfg.set_descriptor(CUDNN_ATTR_ENGINECFG_ENGINE, ec.engine).is_ok() ||
+      (!raws.empty() && !ec.cfg
+                             .set(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                  static_cast<std::int64_t>(raws.size()), raws.data())
+                             .is_ok()) ||
+      !ec.cfg.finalize().is_ok()) {
     return std::optional<EngineConfig>{};
   }
-  return std::optional<EngineConfig>{EngineConfig{std::move(engine), std::move(cfg)}};
+  return std::optional<EngineConfig>{std::move(ec)};
 }
 
 // The execution plan of an engine configuration, or nullopt when it cannot run here (the plan
 // does not finalize, or it needs more workspace than allowed).
-Result<std::optional<ExecutionPlan>> make_plan(cudnnHandle_t handle, const BackendDescriptor& cfg,
-                                               std::int64_t index, std::string label,
-                                               std::int64_t max_workspace_bytes) {
+Result<std::optional<ExecutionPlan>> make_plan(
+    cudnnHandle_t handle, const BackendDescriptor& cfg, std::int64_t index,
+    const std::vector<cudnnBackendNumericalNote_t>& notes, std::int64_t max_workspace_bytes) {
   DLPROBE_ASSIGN_OR_RETURN(auto plan_desc,
                            BackendDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
   cudnnBackendDescriptor_t cfg_raw = cfg.get();
@@ -330,7 +404,9 @@ Result<std::optional<ExecutionPlan>> make_plan(cudnnHandle_t handle, const Backe
   DLPROBE_RETURN_IF_ERROR(plan_desc.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw));
   if (!plan_desc.finalize().is_ok()) return std::optional<ExecutionPlan>{};
-  ExecutionPlan plan{std::move(plan_desc), 0, std::move(label), index};
+  std::vector<ConvKnob> knobs = read_knobs(cfg);
+  std::string label = config_label(index, notes, knobs);
+  ExecutionPlan plan{std::move(plan_desc), 0, std::move(label), index, 0, std::move(knobs)};
   std::int64_t n = 0;
   if (cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                CUDNN_TYPE_INT64, 1, &n,
@@ -456,9 +532,8 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
         std::chrono::steady_clock::now() - tuning_start > kExhaustiveBudget) {
       continue;
     }
-    DLPROBE_ASSIGN_OR_RETURN(
-        auto plan, make_plan(handle, *candidate.cfg, candidate.index,
-                             engine_label(candidate.index, candidate.notes), max_workspace_bytes));
+    DLPROBE_ASSIGN_OR_RETURN(auto plan, make_plan(handle, *candidate.cfg, candidate.index,
+                                                  candidate.notes, max_workspace_bytes));
     if (!plan) continue;
     if (choice == ConvEngineChoice::heuristic || !timer) return std::move(*plan);
     auto ms = timer(*plan, best_ms);
@@ -481,22 +556,22 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
 
 Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const ConvSpec& spec,
                                                  std::int64_t engine_index,
+                                                 const std::vector<ConvKnob>& knobs,
                                                  std::int64_t max_workspace_bytes) {
   DLPROBE_ASSIGN_OR_RETURN(const ConvGraph g, make_conv_graph(handle, spec));
   const auto unavailable = [&](std::string_view why) {
     return error(Errc::unsupported,
                  fmt::format("cuDNN engine {} {} for {}", engine_index, why, conv_key(spec)));
   };
-  DLPROBE_ASSIGN_OR_RETURN(auto ec, engine_config(g.graph, engine_index));
-  if (!ec) return unavailable("does not take the graph");
+  DLPROBE_ASSIGN_OR_RETURN(auto ec, engine_config(g.graph, engine_index, knobs));
+  if (!ec) return unavailable("does not take the graph with the recorded knob choices");
   std::int64_t index = -1;
   bool runtime_compiled = false;
   DLPROBE_ASSIGN_OR_RETURN(auto notes, engine_notes(ec->cfg, index, runtime_compiled));
   // The policy may have changed since the choice was recorded: it is checked again.
   if (!engine_allowed(spec, notes)) return unavailable("is not allowed");
-  DLPROBE_ASSIGN_OR_RETURN(
-      auto plan, make_plan(handle, ec->cfg, engine_index, engine_label(engine_index, notes),
-                           max_workspace_bytes));
+  DLPROBE_ASSIGN_OR_RETURN(auto plan,
+                           make_plan(handle, ec->cfg, engine_index, notes, max_workspace_bytes));
   if (!plan) return unavailable("does not build within the workspace limit");
   return std::move(*plan);
 }

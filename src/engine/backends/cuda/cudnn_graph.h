@@ -86,6 +86,7 @@ struct ExecutionPlan {
   std::string engine_name;  // "eng<global index>" and its numerical notes, for logs and reports
   std::int64_t engine_index = -1;  // cuDNN's global engine index
   float time_ms = 0;               // as timed when autotuning chose it (0: not timed)
+  std::vector<ConvKnob> knobs;     // the configuration's knob choices, to rebuild it
 };
 
 // Times one candidate plan on real buffers for autotuning (its time in ms). `best_ms` is the
@@ -100,11 +101,13 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
                                       ConvEngineChoice choice, std::int64_t max_workspace_bytes,
                                       const PlanTimer& timer = {});
 
-// The plan of one engine, by cuDNN's global index (a choice recorded by an earlier tuning), with
-// the same checks: the engine takes the graph, the spec allows its numerical notes, and its
-// workspace fits. Errc::unsupported when any fails.
+// The plan of one engine configuration, by cuDNN's global index and knob choices (a choice
+// recorded by an earlier tuning), with the same checks: the engine takes the graph and the
+// choices, the spec allows its numerical notes, and its workspace fits. Errc::unsupported when
+// any fails.
 Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const ConvSpec& spec,
                                                  std::int64_t engine_index,
+                                                 const std::vector<ConvKnob>& knobs,
                                                  std::int64_t max_workspace_bytes);
 
 // Executes `plan` with a device pointer for each unique id.
