@@ -165,28 +165,36 @@ TEST(CudaConv, TuningCacheReplaysTheChoice) {
   const DeviceTensor w_in = to_device(w);
   ASSERT_TRUE(CudaEnv::backend().synchronize().is_ok());
   const HostTensor y_ref = reference::conv2d_forward<double>(f64(x), f64(w), p).value();
-  auto run = [&](ConvEngineChoice choice) -> std::string {
+  // The engine label of the call, and whether its plan came from the cache.
+  struct Ran {
+    std::string engine;
+    std::size_t replayed = 0;
+  };
+  auto run = [&](ConvEngineChoice choice) -> Ran {
     auto made = cuda::CudaBackend::create(0, CudaEnv::allocator(),
                                           {.conv_engine = choice, .tuning = *cache});
     EXPECT_TRUE(made.has_value()) << made.status().message();
-    if (!made.has_value()) return "";
+    if (!made.has_value()) return {};
     DeviceTensor y = device_output(desc({2, 16, 12, 12}, DType::fp16, Layout::nhwc));
     const Status s = (*made)->conv2d_forward(x_in.view(), w_in.view(), y.view(), p);
     EXPECT_TRUE(s.is_ok()) << s.message();
     EXPECT_TRUE((*made)->synchronize().is_ok());
     EXPECT_TRUE(matches(to_host(y), y_ref));
-    return (*made)->last_conv_engine();
+    return {(*made)->last_conv_engine(), (*made)->conv_plans_replayed()};
   };
-  const std::string tuned = run(ConvEngineChoice::autotune);
+  const Ran tuned = run(ConvEngineChoice::autotune);
+  EXPECT_EQ(tuned.replayed, 0U);
   EXPECT_EQ((*cache)->size(), 1U);
-  const std::string replayed = run(ConvEngineChoice::autotune);
-  EXPECT_EQ(replayed, tuned);
+  // Engine and knob choices (both in the label) come back, with no candidate timed.
+  const Ran replayed = run(ConvEngineChoice::autotune);
+  EXPECT_EQ(replayed.engine, tuned.engine);
+  EXPECT_EQ(replayed.replayed, 1U);
   EXPECT_EQ((*cache)->size(), 1U);
   // The file holds the choice for the next process.
   auto reread = ConvTuningCache::open(file);
   ASSERT_TRUE(reread.has_value()) << reread.status().message();
   EXPECT_EQ((*reread)->size(), 1U);
-  run(ConvEngineChoice::exhaustive);
+  EXPECT_EQ(run(ConvEngineChoice::exhaustive).replayed, 0U);
   EXPECT_EQ((*cache)->size(), 2U);
   // Heuristic choices are cuDNN's first and cost nothing to make: not recorded.
   run(ConvEngineChoice::heuristic);

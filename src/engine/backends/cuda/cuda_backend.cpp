@@ -308,6 +308,7 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
                                              options_.max_workspace_bytes);
       if (plan) {
         plan->time_ms = static_cast<float>(entry->ms);
+        ++conv_plans_replayed_;
         return plan;
       }
       log_warn("{}: the tuning cache's {} no longer builds ({}); tuning again", op, entry->label,

@@ -143,6 +143,8 @@ class CudaBackend final : public Backend {
 
   // Cached cuDNN execution plans and cuBLASLt algorithms (one per distinct shape key).
   std::size_t conv_plan_count() const { return conv_plans_.size(); }
+  // Plans built from the tuning cache's record rather than by timing candidates.
+  std::size_t conv_plans_replayed() const { return conv_plans_replayed_; }
   std::size_t matmul_algo_count() const { return matmul_algos_.size(); }
   cudaStream_t stream() const { return stream_.get(); }
   // The cuDNN engine of the latest convolution ("eng12 [tensor_core]"), for reports and tests.
@@ -194,6 +196,7 @@ class CudaBackend final : public Backend {
   PlanCache conv_plans_;
   std::map<std::string, cublasLtMatmulHeuristicResult_t> matmul_algos_;
   std::string last_conv_engine_;
+  std::size_t conv_plans_replayed_ = 0;
 };
 
 }  // namespace dlprobe::cuda
