@@ -31,6 +31,11 @@ for script in "$@"; do
   start=$(date +%s)
   OUT=$work/$name timeout --kill-after=5 "$left" "bench/gpu/$script" 2>&1 | tee "$work/$name/console.log"
   echo "== $script: exit ${PIPESTATUS[0]} after $(($(date +%s) - start)) s" | tee -a "$work/stage.log"
+  # A script cut by the budget can leave processes behind (the scripts' own `timeout`s start
+  # process groups of their own): they would run on the GPU beside the next script.
+  pkill -f '\.devbuild/bin/' 2>/dev/null
+  pkill -f 'examples/workloads/' 2>/dev/null
+  sleep 1
 done
 tar czf "$dest/$stage.tgz" -C gpu-check-out "$stage"
 echo "packed $dest/$stage.tgz"
