@@ -3,7 +3,7 @@
 # of `dlprobe evaluate` and the bench sweeps (issue 4). Everything lands under $OUT (or
 # ./gpu-check-out); a summary is printed last.
 #   1. `dlprobe evaluate` twice back to back, each timed (the limit is 5 minutes); the first
-#      starts with an empty tuning cache and fills it, the second runs the engines it chose;
+#      tunes from nothing, the second runs the engines the first chose (its tuning.json);
 #   2. `dlprobe compare` of the two runs with a 2% noise threshold: every configuration must say
 #      "no change", and the largest |ratio - 1| is printed;
 #   3. inference throughput and latency per batch, batch 1 included;
@@ -17,14 +17,15 @@ mkdir -p "$out"
 bin=.devbuild/bin
 . scripts/gpu-env.sh
 summary=()
-rm -f "$out/evaluate-tuning.json"
-
 for run in 1 2; do
   echo "== dlprobe evaluate, run $run"
   rm -rf "$out/evaluate-$run"
+  # Run 2 runs the engines run 1 chose (run 1 keeps them in its folder's tuning.json).
+  reuse=()
+  [ "$run" = 2 ] && reuse=(--tuning-cache "$out/evaluate-1/tuning.json")
   start=$(date +%s)
-  timeout 900 "$bin/dlprobe" evaluate --out "$out/evaluate-$run" \
-    --tuning-cache "$out/evaluate-tuning.json" >"$out/evaluate-$run.txt" 2>"$out/evaluate-$run.err"
+  timeout 900 "$bin/dlprobe" evaluate --out "$out/evaluate-$run" "${reuse[@]}" \
+    >"$out/evaluate-$run.txt" 2>"$out/evaluate-$run.err"
   rc=$?
   seconds=$(($(date +%s) - start))
   cat "$out/evaluate-$run.txt"

@@ -1,8 +1,8 @@
 // `dlprobe evaluate`: the main job, an environment end to end. Doctor (stack, GPU state, measured
 // ceilings), then a bench sweep chosen for the machine (GPU: ResNet-50 training in fp32 NCHW, tf32,
 // fp16 and bf16 NHWC, batch 16 to 256; no GPU: ResNet-18 at 64x64 on the CPU backend), the
-// findings, and results.json, report.html and doctor.json in an output folder, with a five-line
-// summary on stdout. docs/bench.md.
+// findings, and results.json, report.html, doctor.json and tuning.json in an output folder, with a
+// five-line summary on stdout. docs/bench.md.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -269,6 +269,13 @@ int run_evaluate(const EvaluateFlags& flags) {
   if (!tuning) return report_error(tuning.status());
   const std::filesystem::path dir = flags.out.empty() ? default_out() : flags.out;
   if (Status s = prepare_out(dir); !s) return report_error(s);
+  // Without --tuning-cache the folder keeps its own: the engine chosen per convolution shape,
+  // which a later run given that file runs again.
+  if (flags.tuning.cache.empty()) {
+    auto own = ConvTuningCache::open(dir / "tuning.json");
+    if (!own) return report_error(own.status());
+    tuning->cache = std::move(own).value();
+  }
   ProgressLine line(flags.quiet);
 
   line.note("dlprobe evaluate: doctor (stack, GPU state, measured ceilings)...");

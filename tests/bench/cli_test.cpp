@@ -153,6 +153,7 @@ TEST(Evaluate, QuickRunLeavesItsFolderAndFiveLines) {
   for (const auto& c : doc->configurations) EXPECT_EQ(c.status, results::RunStatus::ok);
   EXPECT_TRUE(std::filesystem::exists(out / "report.html"));
   EXPECT_TRUE(std::filesystem::exists(out / "doctor.json"));
+  EXPECT_TRUE(std::filesystem::exists(out / "tuning.json"));
   // Doctor's findings travel with the results.
   bool from_doctor = false;
   for (const auto& f : doc->findings) from_doctor = from_doctor || f.id.starts_with("doctor.");
