@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,13 @@ Result<std::chrono::nanoseconds> parse_duration(std::string_view text,
                                                 std::string_view flag = "duration");
 // "250ms", "1.50s", "2m05s".
 std::string format_duration(std::chrono::nanoseconds d);
+
+// 12345.6 -> "12,345.6" with `decimals` digits after the point: throughputs are read at a
+// glance, and thousands separators help.
+std::string format_grouped(double value, int decimals);
+
+// "cuda" -> 0, "cuda:N" -> N; nullopt for anything else (the device flags' CUDA part).
+std::optional<int> parse_cuda_index(std::string_view text);
 
 // "16,32,64" -> {"16","32","64"}; items are trimmed; an empty item is an error.
 Result<std::vector<std::string>> parse_list(std::string_view text, std::string_view flag = "list");

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 
@@ -11,6 +10,7 @@
 #include "dlprobe/model.h"
 #include "dlprobe/reference_backend.h"
 #include "dlprobe/safetensors.h"
+#include "dlprobe/units.h"
 
 #ifdef DLPROBE_HAVE_CPU_BACKEND
 #include "dlprobe/cpu_backend.h"
@@ -42,16 +42,7 @@ bool interrupted(const std::atomic<int>* flag) {
 
 Result<Device> parse_device(std::string_view text, std::string_view flag) {
   if (text == "cpu") return Device{DeviceKind::cpu, 0};
-  if (text == "cuda") return Device{DeviceKind::cuda, 0};
-  if (text.starts_with("cuda:")) {
-    const std::string_view digits = text.substr(5);
-    int index = -1;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-    if (ec == std::errc() && end == digits.data() + digits.size() && !digits.empty() &&
-        index >= 0) {
-      return Device{DeviceKind::cuda, index};
-    }
-  }
+  if (const auto index = parse_cuda_index(text)) return Device{DeviceKind::cuda, *index};
   return invalid_argument(
       fmt::format("{}: unknown device '{}' (expected cpu, cuda or cuda:N)", flag, text));
 }

@@ -55,19 +55,6 @@ void on_signal(int) {
 struct sigaction g_old_int {};
 struct sigaction g_old_term {};
 
-// 12345.6 -> "12,345.6".
-std::string grouped(double v, int decimals) {
-  const std::string digits = fmt::format("{:.{}f}", v, decimals);
-  const std::size_t sign = digits[0] == '-' ? 1 : 0;
-  const std::size_t dot = std::min(digits.find('.'), digits.size());
-  std::string out = digits.substr(0, sign);
-  for (std::size_t i = sign; i < dot; ++i) {
-    if (i > sign && (dot - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out + digits.substr(dot);
-}
-
 std::string eta_text(const std::optional<double>& s) {
   if (!s) return "ETA ?";
   return "ETA " + format_duration(std::chrono::nanoseconds(static_cast<std::int64_t>(*s * 1e9)));
@@ -187,7 +174,7 @@ void ProgressLine::update(const bench::SweepProgress& p) {
       break;
     case bench::Progress::Phase::timing:
       what = fmt::format("window {} step {}, ~{} img/s", p.step.window + 1, p.step.steps,
-                         grouped(p.step.images_per_s, 1));
+                         format_grouped(p.step.images_per_s, 1));
       break;
   }
   std::string line =
@@ -211,9 +198,9 @@ void ProgressLine::finished(std::size_t index, std::size_t planned,
   std::string result;
   if (c.statistics) {
     const stats::Summary& s = *c.statistics;
-    result = fmt::format("{} img/s ({:.0f}% CI {} - {}), {} steps", grouped(s.throughput, 1),
-                         s.ci_level * 100, grouped(s.throughput_ci.low, 1),
-                         grouped(s.throughput_ci.high, 1), s.steps);
+    result = fmt::format("{} img/s ({:.0f}% CI {} - {}), {} steps", format_grouped(s.throughput, 1),
+                         s.ci_level * 100, format_grouped(s.throughput_ci.low, 1),
+                         format_grouped(s.throughput_ci.high, 1), s.steps);
   }
   if (c.status != results::RunStatus::ok) {
     result += fmt::format("{}{}: {}", result.empty() ? "" : "; ",
@@ -274,7 +261,7 @@ std::string configurations_text(const std::vector<results::Configuration>& confi
   rows.push_back({"configuration", "status", "img/s", "95% CI", "median ms", "p99 ms", "CV %",
                   "peak mem", "TFLOP/s", "% ceil", "J/img", "util %", "W", "SM MHz"});
   const auto fixed = [](const std::optional<double>& v, int decimals) -> std::string {
-    return v ? grouped(*v, decimals) : "-";
+    return v ? format_grouped(*v, decimals) : "-";
   };
   for (const results::Configuration& c : configurations) {
     std::vector<std::string> r;
@@ -282,9 +269,9 @@ std::string configurations_text(const std::vector<results::Configuration>& confi
     r.push_back(std::string(results::run_status_name(c.status)));
     if (c.statistics) {
       const stats::Summary& s = *c.statistics;
-      r.push_back(grouped(s.throughput, 1));
-      r.push_back(fmt::format("{} - {}", grouped(s.throughput_ci.low, 1),
-                              grouped(s.throughput_ci.high, 1)));
+      r.push_back(format_grouped(s.throughput, 1));
+      r.push_back(fmt::format("{} - {}", format_grouped(s.throughput_ci.low, 1),
+                              format_grouped(s.throughput_ci.high, 1)));
       r.push_back(fmt::format("{:.3f}", s.median_s * 1e3));
       r.push_back(fmt::format("{:.3f}", s.p99_s * 1e3));
       r.push_back(fmt::format("{:.2f}", s.cv * 100));

@@ -151,17 +151,6 @@ results::Finding from_doctor(const doctor::Finding& f) {
   return out;
 }
 
-std::string grouped(double v) {
-  const std::string digits = fmt::format("{:.1f}", v);
-  const std::size_t dot = digits.find('.');
-  std::string out;
-  for (std::size_t i = 0; i < dot; ++i) {
-    if (i > 0 && (dot - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out + digits.substr(dot);
-}
-
 // Five lines: the machine, its ceilings, the best configuration, memory, findings and files.
 std::string summary(const doctor::Report& report, const bench::Sweep& sweep,
                     const std::vector<results::Configuration>& configurations,
@@ -221,9 +210,10 @@ std::string summary(const doctor::Report& report, const bench::Sweep& sweep,
   std::string best_line = "nothing ran";
   if (best != nullptr) {
     const stats::Summary& s = *best->statistics;
-    best_line = fmt::format("{}: {} img/s (95% CI {} - {})",
-                            results::describe(best->kind, best->settings), grouped(s.throughput),
-                            grouped(s.throughput_ci.low), grouped(s.throughput_ci.high));
+    best_line =
+        fmt::format("{}: {} img/s (95% CI {} - {})", results::describe(best->kind, best->settings),
+                    format_grouped(s.throughput, 1), format_grouped(s.throughput_ci.low, 1),
+                    format_grouped(s.throughput_ci.high, 1));
     if (best->compute && best->compute->fraction_of_ceiling) {
       best_line += fmt::format(
           ", {:.1f} TFLOP/s = {:.1f}% of the {} ceiling", *best->compute->achieved_tflops,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -84,6 +85,30 @@ Result<std::uint64_t> parse_size(std::string_view text, std::string_view flag) {
     return static_cast<std::uint64_t>(std::llround(bytes));
   }
   return bad();
+}
+
+std::string format_grouped(double value, int decimals) {
+  const std::string digits = fmt::format("{:.{}f}", value, decimals);
+  const std::size_t sign = digits[0] == '-' ? 1 : 0;
+  const std::size_t dot = std::min(digits.find('.'), digits.size());
+  std::string out = digits.substr(0, sign);
+  for (std::size_t i = sign; i < dot; ++i) {
+    if (i > sign && (dot - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out + digits.substr(dot);
+}
+
+std::optional<int> parse_cuda_index(std::string_view text) {
+  if (text == "cuda") return 0;
+  if (!text.starts_with("cuda:")) return std::nullopt;
+  const std::string_view digits = text.substr(5);
+  int index = -1;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() || index < 0) {
+    return std::nullopt;
+  }
+  return index;
 }
 
 std::string format_size(std::uint64_t bytes) {

@@ -45,19 +45,6 @@ Cell empty() {
   return {};
 }
 
-// 12345.6 -> "12,345.6": throughputs are read at a glance, thousands separators help.
-std::string grouped(double v, int decimals) {
-  const std::string digits = fmt::format("{:.{}f}", v, decimals);
-  const std::size_t sign = digits[0] == '-' ? 1 : 0;
-  const std::size_t dot = std::min(digits.find('.'), digits.size());
-  std::string out = digits.substr(0, sign);
-  for (std::size_t i = sign; i < dot; ++i) {
-    if (i > sign && (dot - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out + digits.substr(dot);
-}
-
 Cell optional_number(const std::optional<double>& v, std::string_view format) {
   if (!v) return empty();
   return number(*v, fmt::format(fmt::runtime(format), *v));
@@ -75,9 +62,9 @@ std::vector<Cell> row(const Configuration& c) {
   r.push_back(text(std::string(run_status_name(c.status))));
   if (c.statistics) {
     const auto& s = *c.statistics;
-    r.push_back(number(s.throughput, grouped(s.throughput, 1)));
-    r.push_back(number(s.throughput_ci.low, grouped(s.throughput_ci.low, 1)));
-    r.push_back(number(s.throughput_ci.high, grouped(s.throughput_ci.high, 1)));
+    r.push_back(number(s.throughput, format_grouped(s.throughput, 1)));
+    r.push_back(number(s.throughput_ci.low, format_grouped(s.throughput_ci.low, 1)));
+    r.push_back(number(s.throughput_ci.high, format_grouped(s.throughput_ci.high, 1)));
     r.push_back(number(s.median_s * 1e3, fmt::format("{:.3f}", s.median_s * 1e3)));
     r.push_back(number(s.p90_s * 1e3, fmt::format("{:.3f}", s.p90_s * 1e3)));
     r.push_back(number(s.p99_s * 1e3, fmt::format("{:.3f}", s.p99_s * 1e3)));

@@ -84,5 +84,22 @@ TEST(ParseFraction, DecimalOrPercent) {
   EXPECT_FALSE(parse_fraction("90 percent", "f").has_value());
 }
 
+TEST(FormatGrouped, ThousandsSeparatorsAndDecimals) {
+  EXPECT_EQ(format_grouped(5810.6, 1), "5,810.6");
+  EXPECT_EQ(format_grouped(1234567.0, 0), "1,234,567");
+  EXPECT_EQ(format_grouped(999.96, 1), "1,000.0");
+  EXPECT_EQ(format_grouped(12.5, 2), "12.50");
+  EXPECT_EQ(format_grouped(-1234.5, 1), "-1,234.5");
+  EXPECT_EQ(format_grouped(0.0, 1), "0.0");
+}
+
+TEST(ParseCudaIndex, CudaAndCudaN) {
+  EXPECT_EQ(parse_cuda_index("cuda"), 0);
+  EXPECT_EQ(parse_cuda_index("cuda:3"), 3);
+  for (const char* bad : {"cuda:", "cuda:-1", "cuda:1x", "cuda1", "cpu", "CUDA:0", ""}) {
+    EXPECT_FALSE(parse_cuda_index(bad).has_value()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace dlprobe

@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 
 #include "dlprobe/gpu_process_memory.h"
 #include "dlprobe/log.h"
@@ -22,16 +21,7 @@ namespace dlprobe::memory {
 Result<Device> parse_device(std::string_view text, std::string_view flag) {
   if (text == "cpu") return Device{BackendKind::reference, 0};
   if (text == "cpu:onednn") return Device{BackendKind::onednn, 0};
-  if (text == "cuda") return Device{BackendKind::cuda, 0};
-  if (text.starts_with("cuda:")) {
-    const std::string_view digits = text.substr(5);
-    int index = -1;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-    if (ec == std::errc() && end == digits.data() + digits.size() && !digits.empty() &&
-        index >= 0) {
-      return Device{BackendKind::cuda, index};
-    }
-  }
+  if (const auto index = parse_cuda_index(text)) return Device{BackendKind::cuda, *index};
   return invalid_argument(fmt::format(
       "{}: unknown device '{}' (expected cpu, cpu:onednn, cuda or cuda:N)", flag, text));
 }
