@@ -16,12 +16,13 @@ bin=.devbuild/bin
 . scripts/gpu-env.sh
 batch=${BATCH:-256}
 rm -f "$out/tuning.json"
-# `verbose=-v native ...` logs every autotuning candidate's time and the engine kept per shape.
+# `verbose=-v native ...` logs every autotuning candidate's time and the engine kept per shape;
+# `limit=S native ...` bounds a run to S seconds instead of 90.
 native() {
   local tag=$1
   shift
   # shellcheck disable=SC2086 # $verbose is empty or one flag
-  timeout 90 "$bin/dlprobe" ${verbose:-} bench --model resnet50 --batch "$batch" --mode grads --steps 30 \
+  timeout "${limit:-90}" "$bin/dlprobe" ${verbose:-} bench --model resnet50 --batch "$batch" --mode grads --steps 30 \
     --warmup 5 --tuning-cache "$out/tuning.json" --json "$out/native-$tag.json" "$@" \
     >"$out/native-$tag.log" 2>&1
   echo "native $tag: exit $?"
@@ -38,7 +39,7 @@ grep -iE "img/s" "$out/pytorch-fp16.log" | tail -n 3
 native bf16-graph --precision bf16 --layout nhwc --gpu-memory planned --graph
 native tf32-graph --precision tf32 --layout nhwc --gpu-memory planned --graph
 native fp32-graph --precision fp32 --layout nchw --gpu-memory planned --graph
-verbose=-v native fp32-exhaustive --precision fp32 --layout nchw --conv-algo exhaustive --profile 2
+limit=150 verbose=-v native fp32-exhaustive --precision fp32 --layout nchw --conv-algo exhaustive --profile 2
 for t in engine_cuda_test step_cuda_test; do
   timeout 150 "$bin/$t" >"$out/$t.log" 2>&1
   echo "$t: exit $?"
