@@ -2,8 +2,8 @@
 # On a GPU machine over the bundle (scripts/gpu-bundle.sh): the native engine's figures for
 # docs/performance.md in one bounded run, most important first, each log written as it goes
 # under $OUT (or ./gpu-check-out): ResNet-50 bs 256 grads mode per precision (fp16 eager with a
-# per-call profile, then every precision with the planned arena replayed as a CUDA graph),
-# PyTorch eager fp16 channels_last through `dlprobe run` in the same session, the engine's GPU
+# per-call profile, then every precision with the planned arena replayed as a CUDA graph), each
+# beside PyTorch eager in the same precision through `dlprobe run` in the same session, the GPU
 # tests, and the PyTorch agreement check (bench/peers/compare_pytorch.py). The native runs share
 # one tuning cache: the first run of a shape times its candidates, later ones run its choice.
 # fp32 runs twice, under autotune and under exhaustive tuning (the heuristics' lists are where
@@ -30,16 +30,25 @@ native() {
 }
 verbose=-v native fp16-graph --precision fp16 --layout nhwc --gpu-memory planned --graph
 native fp16-eager --precision fp16 --layout nhwc --profile 2
-echo "== pytorch eager AMP fp16 channels_last bs$batch (through dlprobe run)"
-timeout 90 "$bin/dlprobe" run --json "$out/pytorch-fp16.json" -- python3 \
-  examples/workloads/pytorch_resnet50.py --batch "$batch" --amp fp16 --channels-last --steps 30 \
-  --warmup 5 >"$out/pytorch-fp16.log" 2>&1
-echo "pytorch fp16: exit $?"
-grep -iE "img/s" "$out/pytorch-fp16.log" | tail -n 3
+# PyTorch eager through `dlprobe run`, by the peer protocol (cudnn.benchmark, gradients only,
+# steps timed back to back on CUDA events), in the same session as the native runs.
+peer() {
+  local tag=$1
+  shift
+  echo "== pytorch eager $tag bs$batch (through dlprobe run)"
+  timeout 120 "$bin/dlprobe" run --json "$out/pytorch-$tag.json" -- python3 \
+    examples/workloads/pytorch_resnet50.py --batch "$batch" --mode grads --steps 30 --warmup 5 \
+    "$@" >"$out/pytorch-$tag.log" 2>&1
+  echo "pytorch $tag: exit $?"
+  grep -iE "img/s" "$out/pytorch-$tag.log" | tail -n 3
+}
+peer fp16 --amp fp16 --channels-last
 native bf16-graph --precision bf16 --layout nhwc --gpu-memory planned --graph
+peer bf16 --amp bf16 --channels-last
 native tf32-graph --precision tf32 --layout nhwc --gpu-memory planned --graph
+peer tf32 --tf32
 native fp32-graph --precision fp32 --layout nchw --gpu-memory planned --graph
-limit=150 verbose=-v native fp32-exhaustive --precision fp32 --layout nchw --conv-algo exhaustive --profile 2
+peer fp32
 for t in engine_cuda_test step_cuda_test; do
   timeout 150 "$bin/$t" >"$out/$t.log" 2>&1
   echo "$t: exit $?"
@@ -50,3 +59,5 @@ timeout 150 python3 bench/peers/compare_pytorch.py --dlprobe "$bin/dlprobe" --de
   --workdir /tmp/dlprobe-peers >"$out/peers.log" 2>&1
 echo "peers: exit $?"
 tail -n 40 "$out/peers.log"
+# Last, as it is exploratory: does the full engine list speed up strict fp32?
+limit=150 verbose=-v native fp32-exhaustive --precision fp32 --layout nchw --conv-algo exhaustive --profile 2

@@ -37,7 +37,7 @@ grep -E "^(==|peak|reserved|arena|NVML)" "$out/memory-planned.txt"
 
 echo "== PyTorch eager, bs256 AMP fp16 channels_last (torch.cuda.max_memory_allocated)"
 timeout 300 "$bin/dlprobe" run --json "$out/memory-pytorch.json" -- python3 \
-  examples/workloads/pytorch_resnet50.py --batch 256 --amp fp16 --channels-last --steps 5 \
+  examples/workloads/pytorch_resnet50.py --batch 256 --amp fp16 --channels-last --mode grads --steps 5 \
   --warmup 2 >"$out/memory-pytorch.txt" 2>&1 || status=1
 python3 - "$out/memory-pytorch.json" <<'PY' || status=1
 import json, sys

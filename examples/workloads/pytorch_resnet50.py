@@ -4,7 +4,11 @@ protocol (docs/external.md) so that `dlprobe run` measures it.
 
     dlprobe run -- python3 pytorch_resnet50.py --batch 256 --amp bf16 --channels-last
 
-The model is written here (no torchvision needed) with torchvision's ResNet-50 v1.5 layout.
+The model is written here (no torchvision needed) with torchvision's ResNet-50 v1.5 layout. The
+defaults follow the peer protocol of ../shared/reference/h200-peers.md: cudnn.benchmark on, fp32
+without TF32 unless --tf32, timed steps back to back on CUDA events (no host sync between them).
+--mode grads stops after the backward pass (the protocol's "gradients only"); --mode train adds
+the SGD update.
 """
 import argparse
 import json
@@ -67,6 +71,12 @@ def main():
     p.add_argument("--steps", type=int, default=30, help="timed steps after warm-up")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--amp", choices=["none", "fp16", "bf16"], default="none")
+    p.add_argument("--tf32", action="store_true",
+                   help="without --amp, let convolutions and matrix products use TF32")
+    p.add_argument("--mode", choices=["train", "grads"], default="train",
+                   help="train: forward, backward and SGD update; grads: no update")
+    p.add_argument("--no-cudnn-benchmark", action="store_true",
+                   help="take cuDNN's heuristic choice instead of timing its algorithms")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--image-size", type=int, default=224)
@@ -82,6 +92,9 @@ def main():
         print("pytorch_resnet50.py: no CUDA device", file=sys.stderr)
         return 2
     dev = torch.device("cuda")
+    torch.backends.cudnn.benchmark = not args.no_cudnn_benchmark
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
     if args.memory_fraction is not None:
         torch.cuda.set_per_process_memory_fraction(args.memory_fraction, dev)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
@@ -94,41 +107,53 @@ def main():
     x = torch.randn(args.batch, 3, args.image_size, args.image_size, device=dev)
     x = x.contiguous(memory_format=fmt)
     y = torch.randint(0, 1000, (args.batch,), device=dev)
-    # Without autocast, cuDNN convolutions (almost all of ResNet's work) run in TF32 by default.
-    precision = args.amp if dtype is not None else (
-        "tf32" if torch.backends.cudnn.allow_tf32 else "fp32")
-    emit(framework="pytorch", model="resnet50", precision=precision,
-         channels_last=args.channels_last, warmup_steps=args.warmup, batch=args.batch)
+    precision = args.amp if dtype is not None else ("tf32" if args.tf32 else "fp32")
+    emit(framework="pytorch", model="resnet50", precision=precision, mode=args.mode,
+         channels_last=args.channels_last, cudnn_benchmark=not args.no_cudnn_benchmark,
+         warmup_steps=args.warmup, batch=args.batch)
 
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = F.cross_entropy(step_fn_model(x), y)
         scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        if args.mode == "train":
+            scaler.step(opt)
+            scaler.update()
+
+    # Input is synthetic and already on the GPU: no step waits for data.
+    def emit_step(i, seconds):
+        emit(step=i, step_time_s=seconds, data_time_s=0.0, batch=args.batch,
+             warmup=i < args.warmup,
+             framework_peak_bytes=torch.cuda.max_memory_allocated(),
+             framework_reserved_bytes=torch.cuda.max_memory_reserved())
 
     torch.cuda.reset_peak_memory_stats()
-    measured = 0.0
     try:
-        for i in range(args.warmup + args.steps):
+        # Warm-up steps one at a time, each reported as it ends (cudnn.benchmark's search and
+        # the allocator's growth happen here).
+        for i in range(args.warmup):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             step()
             torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            if i >= args.warmup:
-                measured += dt
-            # Input is synthetic and already on the GPU: no step waits for data.
-            emit(step=i, step_time_s=dt, data_time_s=0.0, batch=args.batch,
-                 warmup=i < args.warmup,
-                 framework_peak_bytes=torch.cuda.max_memory_allocated(),
-                 framework_reserved_bytes=torch.cuda.max_memory_reserved())
+            emit_step(i, time.perf_counter() - t0)
+        # Timed steps queued back to back, an event between each two: no host sync in between,
+        # as the protocol times them.
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps + 1)]
+        events[0].record()
+        for k in range(args.steps):
+            step()
+            events[k + 1].record()
+        torch.cuda.synchronize()
     except torch.OutOfMemoryError as e:
         emit(oom=True, framework="pytorch", message=str(e).splitlines()[0])
         raise
+    for k in range(args.steps):
+        emit_step(args.warmup + k, events[k].elapsed_time(events[k + 1]) / 1000.0)
     # The script's own figure, for checking the one dlprobe computes from the steps.
-    if args.steps > 0 and measured > 0:
+    if args.steps > 0:
+        measured = events[0].elapsed_time(events[-1]) / 1000.0
         emit(images_per_s=args.batch * args.steps / measured)
     emit(end=True)
     return 0
