@@ -1,39 +1,24 @@
 // dlprobe memory as a user runs it: the binary, its exit code, output and results file.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "analysis_test_util.h"
+#include "cli/cli_test_util.h"
 #include "dlprobe/memory_analysis.h"
 #include "dlprobe/results.h"
 
 namespace dlprobe::memory {
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using dlprobe::testing::CliRun;
 
 CliRun run(const std::string& command_tail) {
-  const std::string command = std::string(DLPROBE_BINARY) + " " + command_tail + " 2>&1";
-  CliRun r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr) {
-    r.output += buf.data();
-  }
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return dlprobe::testing::run_shell(std::string(DLPROBE_BINARY) + " " + command_tail + " 2>&1");
 }
 
 bool has(const std::string& text, const std::string& part) {

@@ -658,18 +658,30 @@ class ReferenceBackend final : public Backend {
     }
     return reference::relu_forward<T>(bn);
   }
+  // A batch norm's input and per-channel tensors, loaded in T.
+  struct BnOperands {
+    HostTensor x, gamma, beta, running_mean, running_var;
+  };
+  static Result<BnOperands> load_bn(const TensorView& x, const TensorView& gamma,
+                                    const TensorView& beta, const TensorView& running_mean,
+                                    const TensorView& running_var) {
+    BnOperands o;
+    DLPROBE_ASSIGN_OR_RETURN(o.x, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(o.gamma, load_as<T>(gamma));
+    DLPROBE_ASSIGN_OR_RETURN(o.beta, load_as<T>(beta));
+    DLPROBE_ASSIGN_OR_RETURN(o.running_mean, load_as<T>(running_mean));
+    DLPROBE_ASSIGN_OR_RETURN(o.running_var, load_as<T>(running_var));
+    return o;
+  }
   static Status bn_train(const TensorView& x, const TensorView& gamma, const TensorView& beta,
                          const TensorView& running_mean, const TensorView& running_var,
                          const TensorView& y, const TensorView& save_mean,
                          const TensorView& save_invstd, const BatchNormParams& p,
                          const TensorView* relu_input) {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
+    DLPROBE_ASSIGN_OR_RETURN(BnOperands o, load_bn(x, gamma, beta, running_mean, running_var));
     DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormTrainOutput out,
-                             reference::batch_norm_train_forward<T>(xt, g, b, rm, rv, p));
+                             reference::batch_norm_train_forward<T>(
+                                 o.x, o.gamma, o.beta, o.running_mean, o.running_var, p));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor out_y, epilogue(std::move(out.y), relu_input));
     DLPROBE_RETURN_IF_ERROR(store(std::move(out_y), y));
     DLPROBE_RETURN_IF_ERROR(store(std::move(out.save_mean), save_mean));
@@ -681,13 +693,10 @@ class ReferenceBackend final : public Backend {
                              const TensorView& running_mean, const TensorView& running_var,
                              const TensorView& y, const BatchNormParams& p,
                              const TensorView* relu_input) {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor g, load_as<T>(gamma));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor b, load_as<T>(beta));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rm, load_as<T>(running_mean));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor rv, load_as<T>(running_var));
+    DLPROBE_ASSIGN_OR_RETURN(BnOperands o, load_bn(x, gamma, beta, running_mean, running_var));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor out,
-                             reference::batch_norm_inference_forward<T>(xt, g, b, rm, rv, p));
+                             reference::batch_norm_inference_forward<T>(
+                                 o.x, o.gamma, o.beta, o.running_mean, o.running_var, p));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor out_y, epilogue(std::move(out), relu_input));
     return store(std::move(out_y), y);
   }
