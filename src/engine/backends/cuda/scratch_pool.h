@@ -15,7 +15,9 @@ namespace dlprobe::cuda {
 // whose buffers the graph keeps for its replays (they use the recorded addresses). The recorded
 // calls run in order on one stream at every replay, as they did eagerly, so a buffer one call is
 // done with may serve a later one: the graph keeps the most scratch any call had at once, not
-// the sum over the step (that sum was 494 MiB of a ResNet-50 step on an H200).
+// the sum over the step. (On an H200 the bf16 ResNet-50 graph at batch 256 held 494 MiB beside
+// its arena, the shared cuDNN workspace and the kept scratch together; their split was not
+// measured.)
 class ScratchPool {
  public:
   // The smallest pooled buffer of at least `bytes`, else a new one from the allocator.
