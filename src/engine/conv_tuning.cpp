@@ -75,7 +75,9 @@ std::string ConvTuningCache::serialize(const std::map<std::string, ConvTuningEnt
 Result<std::map<std::string, ConvTuningEntry>> ConvTuningCache::parse(std::string_view text,
                                                                       std::string_view source) {
   auto bad = [&](std::string_view what) {
-    return invalid_argument(fmt::format("{}: not a dlprobe tuning cache: {}", source, what));
+    return invalid_argument(fmt::format(
+        "{}: not a dlprobe tuning cache: {} (name a new file to start one; this one is kept)",
+        source, what));
   };
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad("invalid JSON");
