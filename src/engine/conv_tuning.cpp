@@ -11,7 +11,9 @@ namespace dlprobe {
 namespace {
 
 constexpr std::string_view kSchema = "dlprobe.conv-tuning";
-constexpr int kVersion = 1;
+// Version 2: version 1 files were written without the configurations' knob choices (read_knobs
+// read none), and replaying them ran engines at their defaults, so they are refused.
+constexpr int kVersion = 2;
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include "common/temp_folder.h"
 #include "cuda_test_util.h"
 #include "dlprobe/conv_tuning.h"
+#include "dlprobe/files.h"
 #include "engine/backends/reference/reference.h"
 
 namespace dlprobe::testing {
@@ -185,6 +186,17 @@ TEST(CudaConv, TuningCacheReplaysTheChoice) {
   const Ran tuned = run(ConvEngineChoice::autotune);
   EXPECT_EQ(tuned.replayed, 0U);
   EXPECT_EQ((*cache)->size(), 1U);
+  // The recorded choice carries its knobs: cuDNN's heuristics set them per shape for its Hopper
+  // engines, and a replay at the engine's defaults ran fp16 ResNet-50 four times slower when
+  // read_knobs lost them.
+  {
+    auto text = read_whole_file(file);
+    ASSERT_TRUE(text.has_value()) << text.status().message();
+    auto entries = ConvTuningCache::parse(*text, file.string());
+    ASSERT_TRUE(entries.has_value()) << entries.status().message();
+    ASSERT_EQ(entries->size(), 1U);
+    EXPECT_FALSE(entries->begin()->second.knobs.empty()) << entries->begin()->second.label;
+  }
   // Engine and knob choices (both in the label) come back, with no candidate timed.
   const Ran replayed = run(ConvEngineChoice::autotune);
   EXPECT_EQ(replayed.engine, tuned.engine);
