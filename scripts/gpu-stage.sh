@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One device call of the GPU acceptance runs: the named bench/gpu scripts in turn, all within
 # BUDGET seconds (default 560, under the device's 600 s a call), each script's own output under
-# gpu-check-out/<script>/, and everything packed into $OUT/<stage>.tgz at the end, also when the
-# budget cut a script short (the device brings back only a few files, and nothing of a command it
-# had to kill). The console log of every script is kept in the archive too.
+# gpu-check-out/<script>/, and everything packed into $OUT/<stage>.tgz (the device brings back only
+# a few files). The archive is rewritten every PACK_EVERY seconds (default 20) while the scripts run,
+# not only at the end: the device can end a call before the stage's own budget does (a session's
+# device time ran out mid-call once, and that call's logs were lost). The console log of every
+# script is kept in the archive too.
 #   scripts/gpu-stage.sh engine engine-run.sh peers.sh
 #   BUDGET=580 scripts/gpu-stage.sh evaluate evaluate.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 if [ $# -lt 2 ]; then
   echo "usage: $0 STAGE SCRIPT... (scripts of bench/gpu)" >&2
   exit 2
@@ -19,6 +21,12 @@ dest=${OUT:-gpu-check-out}
 work=gpu-check-out/$stage
 mkdir -p "$work" "$dest"
 deadline=$(($(date +%s) + budget))
+pack() {
+  tar czf "$dest/$stage.tgz.part" -C gpu-check-out "$stage" 2>/dev/null &&
+    mv -f "$dest/$stage.tgz.part" "$dest/$stage.tgz"
+}
+(while sleep "${PACK_EVERY:-20}"; do pack; done) &
+packer=$!
 for script in "$@"; do
   left=$((deadline - $(date +%s) - 10))  # ten seconds kept for packing
   if [ "$left" -le 0 ]; then
@@ -37,5 +45,7 @@ for script in "$@"; do
   pkill -f 'examples/workloads/' 2>/dev/null
   sleep 1
 done
-tar czf "$dest/$stage.tgz" -C gpu-check-out "$stage"
+kill "$packer" 2>/dev/null
+wait "$packer" 2>/dev/null
+pack
 echo "packed $dest/$stage.tgz"
