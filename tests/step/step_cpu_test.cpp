@@ -12,19 +12,9 @@ namespace dlprobe::engine {
 namespace {
 
 testing::Rig make_cpu_rig(const StepConfig& c) {
-  testing::Rig r;
-  r.allocator =
-      memory::CachingAllocator::create(std::make_unique<memory::HostMemorySource>()).value();
-  auto backend = make_cpu_backend(*r.allocator);
-  EXPECT_TRUE(backend.has_value()) << backend.status().message();
-  if (!backend.has_value()) return r;
-  r.backend = std::move(backend).value();
-  auto step = TrainingStep::create(c, *r.backend, *r.allocator);
-  EXPECT_TRUE(step.has_value()) << step.status().message();
-  if (!step.has_value()) return r;
-  r.step = std::move(step).value();
-  EXPECT_TRUE(r.step->set_input(testing::images_for(c), testing::labels_for(c)).is_ok());
-  return r;
+  return testing::make_rig_on(
+      c, std::unique_ptr<memory::MemorySource>(std::make_unique<memory::HostMemorySource>()),
+      [](memory::CachingAllocator& allocator) { return make_cpu_backend(allocator); });
 }
 
 TEST(StepCpuTest, Fp32GradientsNchw) {

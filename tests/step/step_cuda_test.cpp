@@ -13,21 +13,9 @@ namespace {
 using testing::config;
 
 testing::Rig make_cuda_rig(const StepConfig& c) {
-  testing::Rig r;
-  auto source = memory::make_cuda_memory_source(0);
-  EXPECT_TRUE(source.has_value()) << source.status().message();
-  if (!source.has_value()) return r;
-  r.allocator = memory::CachingAllocator::create(std::move(source).value()).value();
-  auto backend = make_cuda_backend(0, *r.allocator);
-  EXPECT_TRUE(backend.has_value()) << backend.status().message();
-  if (!backend.has_value()) return r;
-  r.backend = std::move(backend).value();
-  auto step = TrainingStep::create(c, *r.backend, *r.allocator);
-  EXPECT_TRUE(step.has_value()) << step.status().message();
-  if (!step.has_value()) return r;
-  r.step = std::move(step).value();
-  EXPECT_TRUE(r.step->set_input(testing::images_for(c), testing::labels_for(c)).is_ok());
-  return r;
+  return testing::make_rig_on(
+      c, memory::make_cuda_memory_source(0),
+      [](memory::CachingAllocator& allocator) { return make_cuda_backend(0, allocator); });
 }
 
 TEST(StepCudaTest, Fp32GradientsNchw) {

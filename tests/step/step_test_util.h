@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 
 #include "dlprobe/allocator.h"
+#include "dlprobe/memory_source.h"
 #include "dlprobe/reference_backend.h"
 #include "dlprobe/step.h"
 
@@ -45,12 +47,21 @@ inline HostTensor labels_for(const StepConfig& c) {
   return t;
 }
 
-// A planned step with the fixed batch of images_for/labels_for already set.
-inline Rig make_rig(const StepConfig& c, DType compute = DType::fp32) {
+using BackendMaker = std::function<Result<std::unique_ptr<Backend>>(memory::CachingAllocator&)>;
+
+// A planned step on the backend `make_backend` builds over an allocator of `source`, with the
+// fixed batch of images_for/labels_for already set. A failure is a test failure and leaves the
+// rig without its step.
+inline Rig make_rig_on(const StepConfig& c, Result<std::unique_ptr<memory::MemorySource>> source,
+                       const BackendMaker& make_backend) {
   Rig r;
-  r.allocator =
-      memory::CachingAllocator::create(std::make_unique<memory::HostMemorySource>()).value();
-  r.backend = make_reference_backend(compute).value();
+  EXPECT_TRUE(source.has_value()) << source.status().message();
+  if (!source.has_value()) return r;
+  r.allocator = memory::CachingAllocator::create(std::move(source).value()).value();
+  Result<std::unique_ptr<Backend>> backend = make_backend(*r.allocator);
+  EXPECT_TRUE(backend.has_value()) << backend.status().message();
+  if (!backend.has_value()) return r;
+  r.backend = std::move(backend).value();
   Result<std::unique_ptr<TrainingStep>> step = TrainingStep::create(c, *r.backend, *r.allocator);
   EXPECT_TRUE(step.has_value()) << step.status().message();
   if (!step.has_value()) return r;
@@ -58,6 +69,13 @@ inline Rig make_rig(const StepConfig& c, DType compute = DType::fp32) {
   const Status s = r.step->set_input(images_for(c), labels_for(c));
   EXPECT_TRUE(s.is_ok()) << s.message();
   return r;
+}
+
+// The same on the reference backend over host memory, its ops in `compute`.
+inline Rig make_rig(const StepConfig& c, DType compute = DType::fp32) {
+  return make_rig_on(
+      c, std::unique_ptr<memory::MemorySource>(std::make_unique<memory::HostMemorySource>()),
+      [compute](memory::CachingAllocator&) { return make_reference_backend(compute); });
 }
 
 inline double run(Rig& r) {
