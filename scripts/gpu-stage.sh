@@ -25,7 +25,17 @@ pack() {
   tar czf "$dest/$stage.tgz.part" -C gpu-check-out "$stage" 2>/dev/null &&
     mv -f "$dest/$stage.tgz.part" "$dest/$stage.tgz"
 }
-(while sleep "${PACK_EVERY:-20}"; do pack; done) &
+# The packer exits on TERM only between commands (bash runs a trap once its foreground command
+# ends), so a tar it has started finishes before the final pack below writes the same file; the
+# sleep runs in the background so that `wait` lets the trap in at once.
+(
+  trap 'exit 0' TERM
+  while true; do
+    sleep "${PACK_EVERY:-20}" &
+    wait $!
+    pack
+  done
+) &
 packer=$!
 for script in "$@"; do
   left=$((deadline - $(date +%s) - 10))  # ten seconds kept for packing
