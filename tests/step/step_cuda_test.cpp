@@ -62,6 +62,21 @@ TEST(StepCudaTest, GraphReplayMatchesEagerSteps) {
     for (const char* name : {"conv1.weight", "layer3.1.bn2.weight", "fc.weight"}) {
       const HostTensor ga = eager.step->gradient(name).value();
       const HostTensor gb = graph.step->gradient(name).value();
+      // Which side is not finite, and where, tells a bad capture from a bad kernel.
+      auto non_finite = [](const HostTensor& t) {
+        std::int64_t n = 0;
+        std::int64_t first = -1;
+        for (std::int64_t i = 0; i < t.numel(); ++i) {
+          if (!std::isfinite(t.get(i))) {
+            if (n++ == 0) first = i;
+          }
+        }
+        return std::make_pair(n, first);
+      };
+      const auto [na, fa] = non_finite(ga);
+      const auto [nb, fb] = non_finite(gb);
+      EXPECT_EQ(na, 0) << name << ": eager, first at " << fa;
+      EXPECT_EQ(nb, 0) << name << ": graph, first at " << fb << " of " << gb.numel();
       EXPECT_EQ(testing::norm_error(gb, ga), 0.0) << name;
     }
     EXPECT_EQ(eager.step->tensor("bn1.running_mean")->get(3),

@@ -144,7 +144,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
     return error(Errc::not_found,
                  fmt::format("CUDA device {} does not exist ({} found)", device, count));
   }
-  if (options.max_workspace_bytes < 0) {
+  if (options.max_workspace_bytes < 0 || options.max_fp32_conv_workspace_bytes < 0) {
     return invalid_argument("the CUDA backend's max workspace must not be negative");
   }
   std::unique_ptr<CudaBackend> b(new CudaBackend(allocator, options));
@@ -153,8 +153,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
     cudaDeviceProp prop{};
     DLPROBE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     // Tuning choices hold for this GPU model, cuDNN build and workspace limit only.
-    b->tuning_stamp_ = fmt::format("{} sm_{}{} cudnn {} ws {}", prop.name, prop.major, prop.minor,
-                                   cudnnGetVersion(), options.max_workspace_bytes);
+    b->tuning_stamp_ =
+        fmt::format("{} sm_{}{} cudnn {} ws {}/{}", prop.name, prop.major, prop.minor,
+                    cudnnGetVersion(), options.max_workspace_bytes,
+                    options.max_fp32_conv_workspace_bytes);
     DLPROBE_CUDA_CHECK(
         cudaDeviceGetAttribute(&b->sm_count_, cudaDevAttrMultiProcessorCount, device));
     cudaStream_t stream = nullptr;
@@ -293,6 +295,13 @@ Status CudaBackend::cast(const TensorView& src, const TensorView& dst) {
 
 // ---- convolutions ----
 
+std::int64_t CudaBackend::conv_workspace_cap(const ConvSpec& spec) const {
+  if (spec.allow_transforms && strict_fp32(spec)) {
+    return std::max(options_.max_workspace_bytes, options_.max_fp32_conv_workspace_bytes);
+  }
+  return options_.max_workspace_bytes;
+}
+
 // The plan for a shape not planned yet: the tuning cache's recorded engine where it has one that
 // still builds, else a new choice (recorded in the cache when it was timed).
 Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const std::string& key,
@@ -305,7 +314,7 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
   if (cached) {
     if (auto entry = options_.tuning->find(tuning_key)) {
       auto plan = build_conv_plan_for_engine(cudnn_.get(), spec, entry->engine, entry->knobs,
-                                             options_.max_workspace_bytes);
+                                             conv_workspace_cap(spec));
       if (plan) {
         plan->time_ms = static_cast<float>(entry->ms);
         ++conv_plans_replayed_;
@@ -318,7 +327,7 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
   }
   DLPROBE_ASSIGN_OR_RETURN(
       ExecutionPlan built,
-      build_conv_plan(cudnn_.get(), spec, choice, options_.max_workspace_bytes, timer));
+      build_conv_plan(cudnn_.get(), spec, choice, conv_workspace_cap(spec), timer));
   if (cached && built.time_ms > 0) {
     // A cache that cannot be written loses only the saving on the next run: say so, go on.
     if (Status s =

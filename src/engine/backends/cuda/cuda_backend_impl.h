@@ -149,6 +149,11 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_.get(); }
   // The cuDNN engine of the latest convolution ("eng12 [tensor_core]"), for reports and tests.
   const std::string& last_conv_engine() const { return last_conv_engine_; }
+  // While a graph is being recorded, the workspace its calls share (else null): tests overwrite
+  // it to show that a replayed call does not depend on what was left there at capture.
+  const memory::DeviceBuffer* recording_workspace() const {
+    return recording_ != nullptr ? &recording_->workspace : nullptr;
+  }
 
  private:
   CudaBackend(memory::CachingAllocator& allocator, const CudaBackendOptions& options)
@@ -170,6 +175,8 @@ class CudaBackend final : public Backend {
                      const TensorView& y, const Conv2dParams& p, std::string_view op);
   Result<ExecutionPlan> tuned_conv_plan(const ConvSpec& spec, const std::string& key,
                                         std::string_view op, const PlanTimer& timer);
+  // The workspace one convolution's engine may take (see CudaBackendOptions).
+  std::int64_t conv_workspace_cap(const ConvSpec& spec) const;
   Status matmul(const Gemm& g, std::string_view op);
 
   memory::CachingAllocator& allocator_;

@@ -203,10 +203,6 @@ Result<std::vector<cudnnBackendNumericalNote_t>> engine_notes(const BackendDescr
   return notes;
 }
 
-bool strict_fp32(const ConvSpec& s) {
-  return s.x.dtype == CUDNN_DATA_FLOAT && s.compute == CUDNN_DATA_FLOAT && !s.allow_tf32;
-}
-
 // Whether an engine with these numerical notes may run `spec`. Never reduced-precision reductions
 // (16-bit partial sums: the engine must accumulate in fp32 as autocast does). FFT and Winograd,
 // whose transformed operands carry rounding error beyond that of a direct sum, and
@@ -309,6 +305,10 @@ std::string config_label(std::int64_t index, const std::vector<cudnnBackendNumer
 }
 
 }  // namespace
+
+bool strict_fp32(const ConvSpec& s) {
+  return s.x.dtype == CUDNN_DATA_FLOAT && s.compute == CUDNN_DATA_FLOAT && !s.allow_tf32;
+}
 
 std::string conv_key(const ConvSpec& s) {
   auto tensor = [](const TensorSpec& t) {

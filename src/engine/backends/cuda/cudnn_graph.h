@@ -80,6 +80,9 @@ struct ConvSpec {
 // Text that identifies a ConvSpec for the plan cache.
 std::string conv_key(const ConvSpec& spec);
 
+// fp32 operands and sums with TF32 off: no tensor-core engine may run it.
+bool strict_fp32(const ConvSpec& spec);
+
 struct ExecutionPlan {
   BackendDescriptor plan;
   std::int64_t workspace_bytes = 0;
