@@ -75,8 +75,9 @@ inline Bounds bounds_for(Precision p) {
 
 struct Check {
   std::string what;
-  double dut = 0;  // err(step under test vs exact)
-  double ref = 0;  // the larger of err(ref vs exact) and err(nudged vs exact)
+  double dut = 0;    // err(step under test vs exact)
+  double ref = 0;    // the larger of err(ref vs exact) and err(nudged vs exact)
+  double slack = 0;  // added to this tensor's bound (AdamW's sign-like updates, below)
 };
 
 inline double median_of(std::vector<double> v) {
@@ -108,7 +109,8 @@ inline void expect_close(std::vector<Check> checks, Precision p, const char* tit
   }
   EXPECT_LE(mc, 4.0 * mr + b.median) << "median over tensors";
   for (const Check& c : checks) {
-    EXPECT_LE(c.dut, 4.0 * c.ref + b.tensor) << c.what << " (fp32 reference " << c.ref << ")";
+    EXPECT_LE(c.dut, 4.0 * c.ref + b.tensor + c.slack)
+        << c.what << " (fp32 reference " << c.ref << ", slack " << c.slack << ")";
   }
 }
 
@@ -213,9 +215,17 @@ inline void compare_training(Precision precision, OptimizerKind optimizer,
       return minus(rig.step->tensor(state[i].name).value(), w0[i]);
     };
     const HostTensor want = update(r.exact);
+    // AdamW's first steps move every element by about lr whatever its gradient's size, so an
+    // element whose tiny gradient changes sign (one ReLU or max-pool decision the other way can
+    // do it) moves its update by 2 lr in a norm of sqrt(n) lr. On the H200, layer1.0.bn1.weight
+    // (64 elements) did: 0.152 against 0.014 for the fp32 reference, where one flip is 0.25.
+    const bool adamw_parameter = optimizer == OptimizerKind::adamw &&
+                                 state[i].kind != model::StateKind::running_mean &&
+                                 state[i].kind != model::StateKind::running_var;
     checks.push_back(
         {state[i].name + " update", norm_error(update(r.dut), want),
-         std::max(norm_error(update(r.ref), want), norm_error(update(r.nudged), want))});
+         std::max(norm_error(update(r.ref), want), norm_error(update(r.nudged), want)),
+         adamw_parameter ? 2.0 / std::sqrt(static_cast<double>(want.numel())) : 0.0});
   }
   expect_close(std::move(checks), precision, "two training steps", dut_name);
 }
