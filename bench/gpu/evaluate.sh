@@ -7,7 +7,8 @@
 #   2. `dlprobe compare` of the two runs with a 2% noise threshold: every configuration must say
 #      "no change", and the largest |ratio - 1| is printed;
 #   3. inference throughput and latency per batch, batch 1 included;
-#   4. `--batch auto` walking up to the first out-of-memory, and `--repeat 3` windows.
+#   4. `--batch auto` walking up to the first out-of-memory, and `--repeat 3` windows
+#      (3 and 4 are left out under EXTRAS=0).
 # Render the report screenshot afterwards on a machine with Chromium:
 #   bench/gpu/screenshot.sh gpu-check-out/evaluate-1/report.html docs/evaluate-h200.png
 set -uo pipefail
@@ -47,6 +48,13 @@ print(f"compare: {verdicts.count('no change')} of {len(rows)} no change, "
       f"largest |ratio - 1| {worst * 100:.2f}%, verdicts {sorted(set(verdicts))}")
 PY
 )")
+
+# EXTRAS=0 stops here (a short device call: the acceptance runs above only).
+if [ "${EXTRAS:-1}" = 0 ]; then
+  echo
+  printf '%s\n' "${summary[@]}"
+  exit 0
+fi
 
 echo "== inference: throughput and latency per batch"
 timeout 300 "$bin/dlprobe" bench --model resnet50 --mode infer --precision bf16,fp16 \

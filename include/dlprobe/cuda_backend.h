@@ -30,8 +30,8 @@ struct CudaBackendOptions {
   // The same for strict fp32 convolutions when transform engines may compete. Without tensor
   // cores the fast engines for 3x3 layers are FFT and Winograd ones, which cudnn.benchmark finds
   // for PyTorch, and their transformed operands grow with the activations. On an H200 at
-  // ResNet-50 bs 256, 13 of the step's convolutions chose engines above 256 MiB (FFT for 11 of
-  // them, up to 1.45 GiB; layer2's 3x3 forward: 0.544 ms against 1.383 ms direct), and the step
+  // ResNet-50 bs 256, 13 of the step's convolutions chose engines above 256 MiB (FFT for 10 of
+  // them, up to 1.42 GiB; layer2's 3x3 forward: 0.544 ms against 1.383 ms direct), and the step
   // went from 262 to 225 ms.
   std::int64_t max_fp32_conv_workspace_bytes = std::int64_t{2} << 30;
   MathMode math_mode = MathMode::strict_fp32;
