@@ -65,6 +65,9 @@ class Backend {
   // cpu); the CUDA backend records events on its stream.
   virtual Status mark(std::size_t index);
   virtual Result<double> elapsed_ms(std::size_t from, std::size_t to);
+  // Waits until the point marked under `index` is passed, so that a caller can bound how far it
+  // queues ahead of the device without waiting for its latest work.
+  virtual Status wait_for_mark(std::size_t index);
 
   // (optional) Graph capture: capture(record) calls `record`, whose backend calls are recorded
   // instead of run, and returns a graph that replay() queues as one launch. The recorded calls
@@ -72,6 +75,10 @@ class Backend {
   // from pageable host memory and wait for nothing. The defaults refuse: the caller runs eagerly.
   virtual Result<std::size_t> capture(const std::function<Status()>& record);
   virtual Status replay(std::size_t graph);
+  // Gives back what a recorded graph holds (its executable, workspace and scratch), once no replay
+  // of it is queued or will be; its index is not reused. The step that recorded it calls this when
+  // it goes, so that a sweep's later configurations do not carry its memory.
+  virtual void release_graph(std::size_t graph);
 
   virtual Status fill(const TensorView& t, double value) = 0;
   virtual Status cast(const TensorView& src, const TensorView& dst) = 0;

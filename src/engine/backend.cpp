@@ -23,6 +23,13 @@ Result<double> Backend::elapsed_ms(std::size_t from, std::size_t to) {
   return std::chrono::duration<double, std::milli>(host_marks_[to] - host_marks_[from]).count();
 }
 
+Status Backend::wait_for_mark(std::size_t index) {
+  if (index >= host_marked_.size() || !host_marked_[index]) {
+    return invalid_argument(fmt::format("timing mark {} was never recorded", index));
+  }
+  return Status::ok();  // the defaults' calls finished before they returned
+}
+
 Result<std::size_t> Backend::capture(const std::function<Status()>& /*record*/) {
   return error(Errc::unsupported, fmt::format("the {} backend cannot record graphs", name()));
 }
@@ -30,6 +37,8 @@ Result<std::size_t> Backend::capture(const std::function<Status()>& /*record*/) 
 Status Backend::replay(std::size_t /*graph*/) {
   return error(Errc::unsupported, fmt::format("the {} backend cannot replay graphs", name()));
 }
+
+void Backend::release_graph(std::size_t /*graph*/) {}  // the defaults record none
 
 namespace {
 

@@ -3,6 +3,8 @@
 // out-of-memory on a limited allocator passed over, and every precision's step running.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "dlprobe/bench_sweep.h"
 
 namespace dlprobe::bench {
@@ -40,6 +42,32 @@ TEST(BenchGpu, EventTimedWindowsCoverTheHostWindow) {
     EXPECT_LE(sum, host);
     EXPECT_GT(sum, 0.5 * host);
     EXPECT_GE(sum, 0.3 - 0.01);
+  }
+}
+
+// A step replayed as a CUDA graph is one launch: the timed window must still end near its
+// seconds (the host queues at most a few steps ahead), and the graph's memory must go with the
+// step, so that the next configuration on the same engine starts from nothing.
+TEST(BenchGpu, GraphReplayWindowEndsOnTimeAndLeavesNoMemory) {
+  auto e = Engine::create(Device{DeviceKind::cuda, 0}, BackendKind::cuda);
+  ASSERT_TRUE(e.has_value()) << e.status().message();
+  BenchOptions o;
+  o.step = small(engine::Precision::fp32, Layout::nchw, 64);
+  o.step.mode = engine::StepMode::grads;
+  o.step.memory_plan = engine::MemoryPlan::planned;
+  o.step.graph = true;
+  o.protocol = {3, 0.0, 1, 0.5, 1, 100'000};
+  for (int run = 0; run < 2; ++run) {
+    auto r = run_bench(**e, o);
+    ASSERT_TRUE(r.has_value()) << r.status().message();
+    ASSERT_EQ(r->windows.size(), 1u);
+    const Window& w = r->windows[0];
+    const double host = static_cast<double>(w.host_end_ns - w.host_begin_ns) / 1e9;
+    double longest = 0;
+    for (double t : w.step_seconds) longest = std::max(longest, t);
+    // min_seconds, plus the few steps queued when the clock passed it, plus slack for the host.
+    EXPECT_LE(host, 0.5 + 5 * longest + 0.25) << w.step_seconds.size() << " steps";
+    EXPECT_EQ((*e)->allocator().stats().all.allocated_bytes, 0) << "run " << run;
   }
 }
 

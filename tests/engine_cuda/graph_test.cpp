@@ -47,8 +47,8 @@ TEST(CudaGraph, ReplayedStemWeightGradientMatchesEager) {
                              {DType::fp16, MathMode::strict_fp32, Layout::nhwc}};
   std::uint64_t seed = 500;
   for (const GraphMode& m : modes) {
-    SCOPED_TRACE(fmt::format("{}{}", case_name(m.dtype, m.layout),
-                             m.math == MathMode::tf32 ? " tf32" : ""));
+    SCOPED_TRACE(
+        fmt::format("{}{}", case_name(m.dtype, m.layout), m.math == MathMode::tf32 ? " tf32" : ""));
     backend.set_math_mode(m.math);
     const DeviceTensor x = to_device(rand(xs, ++seed, m.dtype, m.layout));
     const DeviceTensor dy = to_device(rand(ys, ++seed, m.dtype, m.layout));

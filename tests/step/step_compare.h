@@ -222,10 +222,9 @@ inline void compare_training(Precision precision, OptimizerKind optimizer,
     const bool adamw_parameter = optimizer == OptimizerKind::adamw &&
                                  state[i].kind != model::StateKind::running_mean &&
                                  state[i].kind != model::StateKind::running_var;
-    checks.push_back(
-        {state[i].name + " update", norm_error(update(r.dut), want),
-         std::max(norm_error(update(r.ref), want), norm_error(update(r.nudged), want)),
-         adamw_parameter ? 2.0 / std::sqrt(static_cast<double>(want.numel())) : 0.0});
+    checks.push_back({state[i].name + " update", norm_error(update(r.dut), want),
+                      std::max(norm_error(update(r.ref), want), norm_error(update(r.nudged), want)),
+                      adamw_parameter ? 2.0 / std::sqrt(static_cast<double>(want.numel())) : 0.0});
   }
   expect_close(std::move(checks), precision, "two training steps", dut_name);
 }

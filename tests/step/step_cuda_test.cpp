@@ -75,9 +75,8 @@ TEST(StepCudaTest, GraphReplayMatchesEagerSteps) {
           if (differ++ == 0) first = k;
         }
       }
-      EXPECT_EQ(differ, 0) << name << " (" << precision_name(precision) << "): first at "
-                           << first << ", eager "
-                           << (first >= 0 ? ga.get(first) : 0.0) << ", graph "
+      EXPECT_EQ(differ, 0) << name << " (" << precision_name(precision) << "): first at " << first
+                           << ", eager " << (first >= 0 ? ga.get(first) : 0.0) << ", graph "
                            << (first >= 0 ? gb.get(first) : 0.0);
     }
     EXPECT_EQ(eager.step->tensor("bn1.running_mean")->get(3),

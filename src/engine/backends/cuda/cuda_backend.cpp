@@ -153,10 +153,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
     cudaDeviceProp prop{};
     DLPROBE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     // Tuning choices hold for this GPU model, cuDNN build and workspace limit only.
-    b->tuning_stamp_ =
-        fmt::format("{} sm_{}{} cudnn {} ws {}/{}", prop.name, prop.major, prop.minor,
-                    cudnnGetVersion(), options.max_workspace_bytes,
-                    options.max_fp32_conv_workspace_bytes);
+    b->tuning_stamp_ = fmt::format("{} sm_{}{} cudnn {} ws {}/{}", prop.name, prop.major,
+                                   prop.minor, cudnnGetVersion(), options.max_workspace_bytes,
+                                   options.max_fp32_conv_workspace_bytes);
     DLPROBE_CUDA_CHECK(
         cudaDeviceGetAttribute(&b->sm_count_, cudaDevAttrMultiProcessorCount, device));
     cudaStream_t stream = nullptr;
@@ -210,6 +209,14 @@ Status CudaBackend::mark(std::size_t index) {
     marks_[index].reset(e);
   }
   DLPROBE_CUDA_CHECK(cudaEventRecord(marks_[index].get(), stream_.get()));
+  return Status::ok();
+}
+
+Status CudaBackend::wait_for_mark(std::size_t index) {
+  if (index >= marks_.size() || !marks_[index]) {
+    return invalid_argument(fmt::format("timing mark {} was never recorded", index));
+  }
+  DLPROBE_CUDA_CHECK(cudaEventSynchronize(marks_[index].get()));
   return Status::ok();
 }
 
@@ -271,11 +278,21 @@ Result<std::size_t> CudaBackend::capture(const std::function<Status()>& record) 
 }
 
 Status CudaBackend::replay(std::size_t graph) {
-  if (graph >= graphs_.size()) {
+  if (graph >= graphs_.size() || !graphs_[graph]) {
     return invalid_argument(fmt::format("no recorded graph {}", graph));
   }
   DLPROBE_CUDA_CHECK(cudaGraphLaunch(graphs_[graph]->exec.get(), stream_.get()));
   return Status::ok();
+}
+
+void CudaBackend::release_graph(std::size_t graph) {
+  if (graph >= graphs_.size() || !graphs_[graph]) return;
+  // Its workspace and scratch go back to the allocator, which may hand them out at once: no
+  // queued replay may still be using them.
+  if (const cudaError_t e = cudaStreamSynchronize(stream_.get()); e != cudaSuccess) {
+    log_warn("releasing graph {}: cudaStreamSynchronize: {}", graph, cudaGetErrorString(e));
+  }
+  graphs_[graph].reset();
 }
 
 Status CudaBackend::fill(const TensorView& t, double value) {
@@ -325,9 +342,8 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
       options_.tuning->forget(tuning_key);
     }
   }
-  DLPROBE_ASSIGN_OR_RETURN(
-      ExecutionPlan built,
-      build_conv_plan(cudnn_.get(), spec, choice, conv_workspace_cap(spec), timer));
+  DLPROBE_ASSIGN_OR_RETURN(ExecutionPlan built, build_conv_plan(cudnn_.get(), spec, choice,
+                                                                conv_workspace_cap(spec), timer));
   if (cached && built.time_ms > 0) {
     // A cache that cannot be written loses only the saving on the next run: say so, go on.
     if (Status s =

@@ -68,8 +68,10 @@ class CudaBackend final : public Backend {
   Status synchronize() override;
   Status mark(std::size_t index) override;
   Result<double> elapsed_ms(std::size_t from, std::size_t to) override;
+  Status wait_for_mark(std::size_t index) override;
   Result<std::size_t> capture(const std::function<Status()>& record) override;
   Status replay(std::size_t graph) override;
+  void release_graph(std::size_t graph) override;
 
   Status fill(const TensorView& t, double value) override;
   Status cast(const TensorView& src, const TensorView& dst) override;
