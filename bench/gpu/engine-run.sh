@@ -9,10 +9,7 @@
 # one tuning cache: the first run of a shape times its candidates, later ones run its choice.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-out=${OUT:-gpu-check-out}
-mkdir -p "$out"
-bin=.devbuild/bin
-. scripts/gpu-env.sh
+. bench/gpu/common.sh
 batch=${BATCH:-256}
 rm -f "$out/tuning.json"
 # `verbose=-v native ...` logs every autotuning candidate's time and the engine kept per shape;
@@ -29,7 +26,7 @@ native() {
 }
 # The backend's GPU tests first: a minute, and they say whether the runs below can be trusted.
 gpu_test() {
-  timeout 150 "$bin/$1" >"$out/$1.log" 2>&1
+  timeout 300 "$bin/$1" >"$out/$1.log" 2>&1
   echo "$1: exit $?"
   grep -E "^\[  FAILED|median|Failure|replay|eager" "$out/$1.log" | head -n 16
 }

@@ -13,10 +13,7 @@
 #   bench/gpu/screenshot.sh gpu-check-out/evaluate-1/report.html docs/evaluate-h200.png
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-gpu-check-out}
-mkdir -p "$out"
-bin=.devbuild/bin
-. scripts/gpu-env.sh
+. bench/gpu/common.sh
 summary=()
 for run in 1 2; do
   echo "== dlprobe evaluate, run $run"

@@ -14,13 +14,9 @@
 # Everything goes to $OUT/external (or ./gpu-check-out/external); the checks are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-gpu-check-out}
+. bench/gpu/common.sh
 ext=$out/external
 mkdir -p "$ext"
-bin=$PWD/.devbuild/bin
-# The workloads inherit gpu-env.sh's library path (PyTorch's cuDNN first): the Python packages
-# they import load that same cuDNN.
-. scripts/gpu-env.sh
 py=${PYTHON:-python3}
 checks=$ext/checks.txt
 : >"$checks"

@@ -10,10 +10,7 @@
 #   4. one HTML report of all of it
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-gpu-check-out}
-mkdir -p "$out"
-bin=.devbuild/bin
-. scripts/gpu-env.sh
+. bench/gpu/common.sh
 status=0
 # Shared by the measured runs: each shape is timed once, later runs take its choice.
 tuning="$out/memory-tuning.json"

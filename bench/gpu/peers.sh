@@ -8,11 +8,9 @@
 #   MODEL=resnet50 BATCH=32 IMAGE=224 bench/gpu/peers.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-gpu-check-out}
+. bench/gpu/common.sh
 work=${PEERS_WORK:-/tmp/dlprobe-peers}
-mkdir -p "$out" "$work"
-bin=.devbuild/bin
-. scripts/gpu-env.sh
+mkdir -p "$work"
 py=${PYTHON:-python3}
 compare="$py bench/peers/compare_pytorch.py --dlprobe $bin/dlprobe"
 summary=()

@@ -5,10 +5,7 @@
 # (bench/gpu/torch_profile.py). bs 256, grads mode. Output under $OUT (or ./gpu-check-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-gpu-check-out}
-mkdir -p "$out"
-bin=.devbuild/bin
-. scripts/gpu-env.sh
+. bench/gpu/common.sh
 batch=${BATCH:-256}
 run() {
   local tag=$1

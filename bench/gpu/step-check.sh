@@ -5,10 +5,7 @@
 # reference. Output under $OUT (or ./gpu-check-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-out=${OUT:-gpu-check-out}
-mkdir -p "$out"
-bin=.devbuild/bin
-. scripts/gpu-env.sh
+. bench/gpu/common.sh
 timeout 150 "$bin/step_cuda_test" \
   --gtest_filter=StepCudaTest.GraphReplayMatchesEagerSteps:StepCudaTest.Fp32TrainAdamW \
   >"$out/step-check.log" 2>&1
