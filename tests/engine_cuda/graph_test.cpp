@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "cuda_test_util.h"
@@ -79,6 +81,51 @@ TEST(CudaGraph, ReplayedStemWeightGradientMatchesEager) {
     }
   }
   backend.set_math_mode(MathMode::strict_fp32);
+}
+
+// A graph's shared workspace is what the eager calls since the last capture took, not the most of
+// every plan the backend holds: a sweep's configurations share one backend, and an earlier step's
+// large workspace (strict fp32's FFT engines) must not size a later step's graph.
+TEST(CudaGraph, WorkspaceIsSizedByTheCallsSinceTheLastCapture) {
+  auto& backend = CudaEnv::backend();
+  backend.set_math_mode(MathMode::strict_fp32);
+  const Conv2dParams stem{{2, 2}, {3, 3}, {1, 1}, 1};
+  const Conv2dParams same{{1, 1}, {1, 1}, {1, 1}, 1};
+  const DeviceTensor x = to_device(rand({8, 3, 64, 64}, 601, DType::fp32, Layout::nhwc));
+  const DeviceTensor dy = to_device(rand({8, 64, 32, 32}, 602, DType::fp32, Layout::nhwc));
+  DeviceTensor dw = device_output(desc({64, 3, 7, 7}, DType::fp32, Layout::nhwc));
+  // A larger convolution, whose engine may take more workspace than the stem's.
+  const DeviceTensor bx = to_device(rand({32, 64, 56, 56}, 603, DType::fp32, Layout::nchw));
+  const DeviceTensor bw = to_device(rand({64, 64, 3, 3}, 604, DType::fp32, Layout::nchw));
+  DeviceTensor by = device_output(desc({32, 64, 56, 56}, DType::fp32, Layout::nchw));
+  auto stem_wgrad = [&] {
+    return backend.conv2d_backward_weight(x.view(), dy.view(), dw.view(), stem);
+  };
+  // The workspace of a graph recording the stem's weight gradient, after `eager` ran eagerly.
+  auto recorded_workspace = [&](const std::function<void()>& eager) -> std::size_t {
+    eager();
+    std::size_t bytes = 0;
+    const Result<std::size_t> g = backend.capture([&]() -> Status {
+      bytes = backend.recording_workspace()->size();
+      return stem_wgrad();
+    });
+    EXPECT_TRUE(g.has_value()) << g.status().message();
+    if (g) backend.release_graph(*g);
+    return bytes;
+  };
+  // This first recording takes whatever earlier tests ran eagerly on the shared backend and
+  // starts the count afresh.
+  recorded_workspace([&] { ASSERT_TRUE(stem_wgrad().is_ok()); });
+  const std::size_t alone = recorded_workspace([&] { ASSERT_TRUE(stem_wgrad().is_ok()); });
+  const std::size_t after_big = recorded_workspace([&] {
+    ASSERT_TRUE(backend.conv2d_forward(bx.view(), bw.view(), by.view(), same).is_ok());
+    ASSERT_TRUE(stem_wgrad().is_ok());
+  });
+  const std::size_t again = recorded_workspace([&] { ASSERT_TRUE(stem_wgrad().is_ok()); });
+  std::printf("graph workspace: stem alone %zu B, after the larger convolution %zu B, then %zu B\n",
+              alone, after_big, again);
+  EXPECT_GE(after_big, alone);
+  EXPECT_EQ(again, alone);
 }
 
 }  // namespace

@@ -202,6 +202,8 @@ class CudaBackend final : public Backend {
   };
   std::vector<std::unique_ptr<Graph>> graphs_;
   Graph* recording_ = nullptr;  // the graph being recorded
+  // The most workspace one eager call took since the last capture (see capture()).
+  std::size_t eager_workspace_bytes_ = 0;
   PlanCache conv_plans_;
   std::map<std::string, cublasLtMatmulHeuristicResult_t> matmul_algos_;
   std::string last_conv_engine_;
