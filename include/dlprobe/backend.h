@@ -75,10 +75,14 @@ class Backend {
   // from pageable host memory and wait for nothing. The defaults refuse: the caller runs eagerly.
   virtual Result<std::size_t> capture(const std::function<Status()>& record);
   virtual Status replay(std::size_t graph);
-  // Gives back what a recorded graph holds (its executable, workspace and scratch), once no replay
-  // of it is queued or will be; its index is not reused. The step that recorded it calls this when
-  // it goes, so that a sweep's later configurations do not carry its memory.
+  // Gives back what a recorded graph holds (its executable, workspace and scratch) after any
+  // queued replay of it has finished; it must not be replayed again, and its index is not reused.
+  // The step that recorded it calls this when it goes, so that a sweep's later configurations do
+  // not carry its memory.
   virtual void release_graph(std::size_t graph);
+  // Starts a new count of the most workspace one call takes; capture() sizes a graph's shared
+  // workspace from that count. A step calls it before the eager run its capture follows.
+  virtual void reset_call_workspace_peak();
 
   virtual Status fill(const TensorView& t, double value) = 0;
   virtual Status cast(const TensorView& src, const TensorView& dst) = 0;

@@ -176,6 +176,9 @@ struct BenchResult {
   memory::MemoryStats memory;     // peaks over the timed windows
   std::vector<CallTime> profile;  // parallel to the step's calls; empty unless profiled
   bool interrupted = false;
+  // StepConfig::graph: the timed steps ran as graph replays (false: the capture failed, and the
+  // step ran eagerly after a warning saying why).
+  bool graph_replayed = false;
 
   std::int64_t timed_steps() const;
   std::vector<double> step_seconds() const;  // every window's, in order

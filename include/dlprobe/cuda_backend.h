@@ -27,9 +27,10 @@ struct CudaBackendOptions {
   ConvEngineChoice conv_engine = ConvEngineChoice::heuristic;
   // The most scratch memory one cuDNN or cuBLASLt call may take; engines needing more are skipped.
   std::int64_t max_workspace_bytes = std::int64_t{256} << 20;
-  // The same for strict fp32 convolutions when transform engines may compete. Without tensor
-  // cores the fast engines for 3x3 layers are FFT and Winograd ones, which cudnn.benchmark finds
-  // for PyTorch, and their transformed operands grow with the activations. On an H200 at
+  // The same for strict fp32 convolutions when transform engines may compete and the engine is
+  // chosen by timing (autotune, exhaustive; the heuristic choice keeps the cap above). Without
+  // tensor cores the fast engines for 3x3 layers are FFT and Winograd ones, which cudnn.benchmark
+  // finds for PyTorch, and their transformed operands grow with the activations. On an H200 at
   // ResNet-50 bs 256, 13 of the step's convolutions chose engines above 256 MiB (FFT for 10 of
   // them, up to 1.42 GiB; layer2's 3x3 forward: 0.544 ms against 1.383 ms direct), and the step
   // went from 262 to 225 ms.

@@ -190,6 +190,10 @@ class TrainingStep {
   // The entry of calls() running now, or the last one run: an allocator hook reads it to place
   // each allocation in the step.
   std::size_t current_call() const;
+  // StepConfig::graph only: whether the step has been recorded and now runs as a graph replay.
+  // False until the second step, and for good after a capture that failed (the step then runs
+  // eagerly and has said why in a warning).
+  bool graph_recorded() const;
 
   // images: [batch, 3, size, size] of any floating dtype and either layout; labels: [batch]
   // int32 or int64 in [0, classes). Converted to fp32 (fp64 under Precision::fp64) and int64.

@@ -396,6 +396,7 @@ Result<BenchResult> run_bench(Engine& e, const BenchOptions& o, const Hooks& hoo
     if (k > 0) r.windows.push_back(std::move(window));
   }
   r.memory = e.allocator().stats();
+  r.graph_replayed = step->graph_recorded();
 
   if (o.profile_steps > 0 && !r.interrupted) {
     std::vector<std::vector<double>> runs;

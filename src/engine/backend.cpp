@@ -40,6 +40,8 @@ Status Backend::replay(std::size_t /*graph*/) {
 
 void Backend::release_graph(std::size_t /*graph*/) {}  // the defaults record none
 
+void Backend::reset_call_workspace_peak() {}  // nor do they keep workspace
+
 namespace {
 
 Status no_fusion(const Backend& b, std::string_view op) {

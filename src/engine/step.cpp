@@ -1054,6 +1054,9 @@ std::optional<ArenaLayout> TrainingStep::arena() const {
 std::size_t TrainingStep::current_call() const {
   return impl_->current_call;
 }
+bool TrainingStep::graph_recorded() const {
+  return impl_->graph.has_value();
+}
 double TrainingStep::loss_scale() const {
   return impl_->scale;
 }
@@ -1131,6 +1134,11 @@ Status StepState::enqueue(const std::size_t* marks, const std::function<Status()
       s.pending = true;
       return Status::ok();
     }
+  }
+  // The capture at the next step sizes the graph's shared workspace from what this run's calls
+  // take: a count of this step's own, not of whatever ran on the backend before it.
+  if (s.config.graph && !s.graph && !s.graph_failed && marks == nullptr) {
+    s.backend.reset_call_workspace_peak();
   }
   ++s.eager_runs;
   for (std::size_t i = 0; i < s.calls.size(); ++i) {

@@ -61,6 +61,7 @@ TEST(BenchGpu, GraphReplayWindowEndsOnTimeAndLeavesNoMemory) {
     auto r = run_bench(**e, o);
     ASSERT_TRUE(r.has_value()) << r.status().message();
     ASSERT_EQ(r->windows.size(), 1u);
+    EXPECT_TRUE(r->graph_replayed);
     const Window& w = r->windows[0];
     const double host = static_cast<double>(w.host_end_ns - w.host_begin_ns) / 1e9;
     double longest = 0;

@@ -215,10 +215,11 @@ inline void compare_training(Precision precision, OptimizerKind optimizer,
       return minus(rig.step->tensor(state[i].name).value(), w0[i]);
     };
     const HostTensor want = update(r.exact);
-    // AdamW's first steps move every element by about lr whatever its gradient's size, so an
-    // element whose tiny gradient changes sign (one ReLU or max-pool decision the other way can
-    // do it) moves its update by 2 lr in a norm of sqrt(n) lr. On the H200, layer1.0.bn1.weight
-    // (64 elements) did: 0.152 against 0.014 for the fp32 reference, where one flip is 0.25.
+    // AdamW's first steps move every element by about lr whatever its gradient's size, so the
+    // two steps' update has a norm of about 2 sqrt(n) lr, and an element whose tiny gradient
+    // changes sign in both steps (one ReLU or max-pool decision the other way can do it) moves
+    // its update by 4 lr: 2 / sqrt(n). On the H200, layer1.0.bn1.weight (64 elements, where that
+    // is 0.25) was 0.152 from exact against 0.014 for the fp32 reference.
     const bool adamw_parameter = optimizer == OptimizerKind::adamw &&
                                  state[i].kind != model::StateKind::running_mean &&
                                  state[i].kind != model::StateKind::running_var;

@@ -59,6 +59,8 @@ TEST(StepCudaTest, GraphReplayMatchesEagerSteps) {
       ASSERT_TRUE(a.has_value() && b.has_value()) << b.status().message();
       EXPECT_EQ(a->loss, b->loss) << "step " << i;
     }
+    // Else the comparison below would be of two eager runs.
+    EXPECT_TRUE(graph.step->graph_recorded()) << precision_name(precision);
     for (const char* name : {"conv1.weight", "layer3.1.bn2.weight", "fc.weight"}) {
       const HostTensor ga = eager.step->gradient(name).value();
       const HostTensor gb = graph.step->gradient(name).value();

@@ -252,9 +252,10 @@ Result<void*> CudaBackend::workspace(std::size_t bytes, std::string_view op,
 
 // The calls recorded are the step's, run eagerly at least once before (so plans, algorithms and
 // the allocator's cache are in place). The shared workspace is the most any eager call took since
-// the last capture: the calls being recorded are among them. Not the most over every cached plan:
-// a backend that a sweep's configurations share holds other steps' plans, and strict fp32's FFT
-// engines (1.4 GiB at ResNet-50 bs 256) would then size every later graph.
+// the count was reset (the step resets it before its eager run) or the last capture: the calls
+// being recorded are among them. Not the most over every cached plan: a backend that a sweep's
+// configurations share holds other steps' plans, and strict fp32's FFT engines (1.4 GiB at
+// ResNet-50 bs 256) would then size every later graph.
 Result<std::size_t> CudaBackend::capture(const std::function<Status()>& record) {
   auto graph = std::make_unique<Graph>();
   const std::size_t ws = std::exchange(eager_workspace_bytes_, 0);
@@ -313,8 +314,11 @@ Status CudaBackend::cast(const TensorView& src, const TensorView& dst) {
 
 // ---- convolutions ----
 
+// The larger strict-fp32 cap only where candidates are timed: there a large workspace is taken
+// only when it buys speed, where the heuristic choice would take the first engine that fits.
 std::int64_t CudaBackend::conv_workspace_cap(const ConvSpec& spec) const {
-  if (spec.allow_transforms && strict_fp32(spec)) {
+  if (spec.allow_transforms && strict_fp32(spec) &&
+      options_.conv_engine != ConvEngineChoice::heuristic) {
     return std::max(options_.max_workspace_bytes, options_.max_fp32_conv_workspace_bytes);
   }
   return options_.max_workspace_bytes;

@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
   Result<std::size_t> capture(const std::function<Status()>& record) override;
   Status replay(std::size_t graph) override;
   void release_graph(std::size_t graph) override;
+  void reset_call_workspace_peak() override { eager_workspace_bytes_ = 0; }
 
   Status fill(const TensorView& t, double value) override;
   Status cast(const TensorView& src, const TensorView& dst) override;
@@ -202,7 +203,8 @@ class CudaBackend final : public Backend {
   };
   std::vector<std::unique_ptr<Graph>> graphs_;
   Graph* recording_ = nullptr;  // the graph being recorded
-  // The most workspace one eager call took since the last capture (see capture()).
+  // The most workspace one eager call took since reset_call_workspace_peak() or the last capture
+  // (see capture()).
   std::size_t eager_workspace_bytes_ = 0;
   PlanCache conv_plans_;
   std::map<std::string, cublasLtMatmulHeuristicResult_t> matmul_algos_;
