@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "dlprobe/tensor.h"
 #include "test_util.h"
@@ -126,6 +128,22 @@ TEST(HostTensor, ViewPointsAtStorage) {
   TensorView v = a.view();
   EXPECT_EQ(v.data, a.data());
   EXPECT_EQ(v.desc, a.desc());
+}
+
+// The test helper that graph-replay tests compare runs with: NaN equals NaN and inf equals inf,
+// across layouts, and one differing element fails it.
+TEST(TestUtil, IdenticalTreatsNanAsEqualAndFindsOneDifference) {
+  HostTensor a = testing::rand({2, 3, 2, 2}, 9, DType::fp32, Layout::nchw);
+  a.set(1, std::numeric_limits<double>::quiet_NaN());
+  a.set(2, std::numeric_limits<double>::infinity());
+  const HostTensor b = a.to_layout(Layout::nhwc);
+  EXPECT_TRUE(testing::identical(b, a));
+  HostTensor c = a;
+  c.set(5, c.get(5) + 1.0);
+  const ::testing::AssertionResult r = testing::identical(c, a);
+  EXPECT_FALSE(r);
+  EXPECT_NE(std::string(r.message()).find("1 of 24 elements differ"), std::string::npos)
+      << r.message();
 }
 
 }  // namespace

@@ -83,6 +83,28 @@ inline ::testing::AssertionResult all_close(const HostTensor& actual, const Host
   return result;
 }
 
+// Every element equal, compared by logical index, with NaN equal to NaN (and inf to inf): the
+// check for two runs of the same deterministic kernels.
+inline ::testing::AssertionResult identical(const HostTensor& actual, const HostTensor& expected) {
+  if (!(actual.shape() == expected.shape())) {
+    return ::testing::AssertionFailure()
+           << "shape " << actual.shape().str() << " vs " << expected.shape().str();
+  }
+  std::int64_t differ = 0;
+  ::testing::AssertionResult result = ::testing::AssertionSuccess();
+  for_each_index(actual.shape(), [&](std::array<std::int64_t, 4> i) {
+    const double a = value_at(actual, i);
+    const double e = value_at(expected, i);
+    if (a == e || (std::isnan(a) && std::isnan(e))) return;
+    if (differ++ == 0) {
+      result = ::testing::AssertionFailure()
+               << "first at " << index_str(actual.shape(), i) << ": " << a << " vs " << e << "; ";
+    }
+  });
+  if (differ > 0) result << differ << " of " << actual.numel() << " elements differ";
+  return result;
+}
+
 // Sum over logical indices of a * b: the scalar loss <y, g> whose gradient w.r.t. y is g.
 inline double dot(const HostTensor& a, const HostTensor& b) {
   double sum = 0;

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -20,20 +19,6 @@ struct GraphMode {
   MathMode math;
   Layout layout;
 };
-
-// Bit for bit: the same deterministic engine on the same buffers.
-::testing::AssertionResult same_bits(const HostTensor& a, const HostTensor& b) {
-  if (a.numel() != b.numel()) return ::testing::AssertionFailure() << "sizes differ";
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    const double x = a.get(i);
-    const double y = b.get(i);
-    if (std::memcmp(&x, &y, sizeof x) != 0) {
-      return ::testing::AssertionFailure()
-             << "element " << i << " of " << a.numel() << ": replay " << y << ", eager " << x;
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 // The ResNet stem's weight gradient (3 input channels, 7x7, stride 2; the step tests' shape),
 // replayed after the graph's shared workspace was overwritten with NaN as the step's later calls
@@ -77,7 +62,7 @@ TEST(CudaGraph, ReplayedStemWeightGradientMatchesEager) {
     for (int replay = 0; replay < 2; ++replay) {
       ASSERT_TRUE(backend.replay(*graph).is_ok());
       ASSERT_TRUE(backend.synchronize().is_ok());
-      EXPECT_TRUE(same_bits(want, to_host(replayed)))
+      EXPECT_TRUE(identical(to_host(replayed), want))
           << "replay " << replay << " on " << engine << " (" << trashed
           << " workspace floats overwritten)";
     }
