@@ -91,9 +91,10 @@ $py bench/gpu/external_check.py sweep --name sweep --details "$ext/sweep-details
 # The native engine in the same session, for the report's native / PyTorch / JAX table, unless
 # NATIVE_JSON names results or an earlier script left some in $OUT.
 if [ -z "${NATIVE_JSON:-}" ] && ! ls "$out"/native*.json >/dev/null 2>&1; then
-  echo "== native: resnet50 bs256 grads, fp16 and bf16 NHWC"
+  echo "== native: resnet50 bs256 grads, fp16 and bf16 NHWC, planned arena, CUDA graph"
   timeout 240 "$bin/dlprobe" bench --model resnet50 --batch 256 --mode grads --precision fp16,bf16 \
-    --layout nhwc --steps 30 --warmup 5 --no-ceiling --json "$ext/native.json" \
+    --layout nhwc --gpu-memory planned --graph --steps 30 --warmup 5 --no-ceiling \
+    --json "$ext/native.json" \
     >"$ext/native.log" 2>&1
   summary+=("native bench: exit $?")
   NATIVE_JSON=$ext/native.json
