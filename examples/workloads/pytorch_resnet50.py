@@ -96,7 +96,8 @@ def main():
     torch.backends.cudnn.allow_tf32 = args.tf32
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     if args.memory_fraction is not None:
-        torch.cuda.set_per_process_memory_fraction(args.memory_fraction, dev)
+        # The call takes a device index; a bare torch.device("cuda") has none.
+        torch.cuda.set_per_process_memory_fraction(args.memory_fraction, torch.cuda.current_device())
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = ResNet50().to(dev, memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
