@@ -98,6 +98,18 @@ struct StepRecord {
 StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vector<double>& rates,
                           std::int64_t warmup_steps, std::optional<std::int64_t> default_batch);
 
+// A span of time in seconds since launch, ends included.
+struct TimeWindow {
+  double start_s = 0;
+  double end_s = 0;
+  bool holds(double t) const { return t >= start_s && t <= end_s; }
+};
+
+// The window widened by the same amount on both sides until it holds at least `k` of the sample
+// times (all of them when there are fewer); unchanged when it holds k already.
+TimeWindow widen_to_samples(TimeWindow window, const std::vector<double>& sample_times,
+                            std::size_t k);
+
 // Where the GPU memory figures come from.
 enum class Attribution {
   none,           // no NVML, or no GPU memory seen

@@ -34,6 +34,9 @@ void input_rules(const RunFacts& f, std::vector<Finding>& out) {
         {{"data_wait_share", *f.data_wait_share}},
     });
   }
+  // A run that failed or ran out of memory never reached its steady steps: its utilisation says
+  // nothing about where its steps would spend their time.
+  if (f.oom || f.crashed) return;
   if (!f.gpu_util_median_pct || *f.gpu_util_median_pct >= kLowGpuUtilPct) return;
   const double all_cores = 100.0 * f.host_cores;
   const bool all_busy = f.host_cpu_median_pct && f.host_cores > 0 &&
@@ -63,7 +66,7 @@ void input_rules(const RunFacts& f, std::vector<Finding>& out) {
     }
     finding.numbers["host_cores"] = f.host_cores;
     out.push_back(std::move(finding));
-  } else if (!f.oom && !f.crashed) {
+  } else {
     out.push_back({
         "gpu_underused",
         Severity::info,

@@ -37,6 +37,10 @@ std::optional<double> median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2.0;
 }
 
+// A window of time, in seconds since the run's start.
+// The fewest samples a figure over the measured steps is taken from.
+constexpr std::size_t kMinWindowSamples = 3;
+
 // Per round of telemetry, the workload's GPU memory three ways; which one the run reports is
 // decided at the end (the best attribution that ever worked).
 struct RawPoint {
@@ -533,10 +537,10 @@ void Run::compute_gpu_figures() {
     g.device_used_before_bytes = b.used_before;
   }
 
-  // Utilisation and clocks over the measured steps when the workload reported steps and the
-  // sampler saw enough of them (start-up, autotuning and compilation would otherwise dominate the
-  // median); else while the workload held GPU memory, or over the whole run when it never did; on
-  // the GPUs it used.
+  // Utilisation and clocks over the measured steps when the workload reported steps, widened to
+  // the nearest samples when the steps were shorter than a few sampling periods (start-up,
+  // autotuning and compilation would otherwise dominate the median); else while the workload held
+  // GPU memory, or over the whole run when it never did; on the GPUs it used.
   std::vector<double> util;
   std::vector<double> sm;
   std::vector<double> power;
@@ -544,17 +548,18 @@ void Run::compute_gpu_figures() {
   std::size_t power_capped = 0;
   std::size_t thermal = 0;
   const std::set<unsigned> used(g.gpus_used.begin(), g.gpus_used.end());
-  constexpr std::size_t kMinWindowPoints = 3;
-  const bool in_measured_window =
-      r_.steps.measured_start_s && r_.steps.measured_end_s &&
-      static_cast<std::size_t>(std::count_if(raw_.begin(), raw_.end(), [&](const RawPoint& raw) {
-        return raw.point.t_s >= *r_.steps.measured_start_s &&
-               raw.point.t_s <= *r_.steps.measured_end_s;
-      })) >= kMinWindowPoints;
+  const bool in_measured_window = r_.steps.measured_start_s && r_.steps.measured_end_s;
+  TimeWindow window;
+  if (in_measured_window) {
+    std::vector<double> times;
+    times.reserve(raw_.size());
+    for (const auto& raw : raw_) times.push_back(raw.point.t_s);
+    window = widen_to_samples({*r_.steps.measured_start_s, *r_.steps.measured_end_s}, times,
+                              kMinWindowSamples);
+  }
   for (const auto& raw : raw_) {
     const bool active = in_measured_window
-                            ? (raw.point.t_s >= *r_.steps.measured_start_s &&
-                               raw.point.t_s <= *r_.steps.measured_end_s)
+                            ? window.holds(raw.point.t_s)
                             : (!first_memory_s || (raw.point.workload_gpu_bytes.value_or(0) > 0 &&
                                                    raw.point.t_s >= *first_memory_s));
     if (!active) continue;
@@ -598,17 +603,19 @@ void Run::compute_host_figures() {
   // The medians over the measured steps, as the GPU's utilisation is taken (a framework that
   // compiles or autotunes at full CPU for a minute would otherwise look host-bound during steps
   // that leave the CPU idle); peaks over the whole run.
+  const bool windowed = r_.steps.measured_start_s && r_.steps.measured_end_s;
+  TimeWindow window;
+  if (windowed) {
+    std::vector<double> times;
+    for (const auto& reading : host_readings_) {
+      if (reading.cpu_pct) times.push_back(host_point(reading.timestamp_ns, reading).t_s);
+    }
+    window = widen_to_samples({*r_.steps.measured_start_s, *r_.steps.measured_end_s}, times,
+                              kMinWindowSamples);
+  }
   auto in_window = [&](const TreeReading& reading) {
-    const double t = host_point(reading.timestamp_ns, reading).t_s;
-    return t >= *r_.steps.measured_start_s && t <= *r_.steps.measured_end_s;
+    return window.holds(host_point(reading.timestamp_ns, reading).t_s);
   };
-  constexpr std::size_t kMinWindowReadings = 3;
-  const bool windowed =
-      r_.steps.measured_start_s && r_.steps.measured_end_s &&
-      static_cast<std::size_t>(std::count_if(host_readings_.begin(), host_readings_.end(),
-                                             [&](const TreeReading& reading) {
-                                               return reading.cpu_pct && in_window(reading);
-                                             })) >= kMinWindowReadings;
   std::vector<double> cpu;
   std::vector<double> busiest;
   for (const auto& reading : host_readings_) {

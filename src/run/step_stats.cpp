@@ -105,4 +105,23 @@ StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vecto
   return s;
 }
 
+// Ten short steps can fit between two samples; the nearest samples then still describe the steps
+// (NVML's utilisation is itself an average over its last sampling period), where falling back to
+// the whole run would describe its start-up.
+TimeWindow widen_to_samples(TimeWindow window, const std::vector<double>& sample_times,
+                            std::size_t k) {
+  if (sample_times.empty() || k == 0) return window;
+  std::vector<double> distance;
+  distance.reserve(sample_times.size());
+  for (double t : sample_times) {
+    distance.push_back(t < window.start_s ? window.start_s - t
+                                          : (t > window.end_s ? t - window.end_s : 0.0));
+  }
+  const std::size_t nth = std::min(k, distance.size()) - 1;
+  std::nth_element(distance.begin(), distance.begin() + static_cast<std::ptrdiff_t>(nth),
+                   distance.end());
+  const double by = distance[nth];
+  return {window.start_s - by, window.end_s + by};
+}
+
 }  // namespace dlprobe::run

@@ -49,6 +49,15 @@ TEST(Diagnosis, LowUtilisationWithSaturatedHost) {
   const auto v = diagnose_run(f);
   EXPECT_EQ(find(v, "host_bound"), nullptr);
   EXPECT_NE(find(v, "gpu_underused"), nullptr);
+  // A run that ran out of memory or failed is judged on that, not on its utilisation.
+  f.busiest_process_cpu_pct = 99;
+  f.oom = true;
+  EXPECT_EQ(find(diagnose_run(f), "host_bound"), nullptr);
+  f.oom = false;
+  f.crashed = true;
+  EXPECT_EQ(find(diagnose_run(f), "host_bound"), nullptr);
+  EXPECT_EQ(find(diagnose_run(f), "gpu_underused"), nullptr);
+  f.crashed = false;
   // Busy GPU: neither.
   f.gpu_util_median_pct = 70;
   f.busiest_process_cpu_pct = 100;

@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "dlprobe/process_tree.h"
@@ -274,6 +275,28 @@ TEST(StepStats, MeasuredWindowWithoutWarmupStartsOneStepBeforeTheFirstLine) {
   const auto s = summarize_steps(steps, {}, 0, 4);
   EXPECT_NEAR(*s.measured_start_s, 9.75, 1e-12);
   EXPECT_NEAR(*s.measured_end_s, 10.5, 1e-12);
+}
+
+// Steps shorter than the sampling period: the window grows evenly to the nearest samples, not to
+// the whole run (whose start-up would then give the figures).
+TEST(StepStats, AShortWindowWidensToItsNearestSamples) {
+  const std::vector<double> samples = {0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5};
+  // 0.5625..0.625 holds no sample; the nearest three are 0.5, 0.75 and 0.25 (0.3125 before it).
+  const TimeWindow w = widen_to_samples({0.5625, 0.625}, samples, 3);
+  EXPECT_DOUBLE_EQ(w.start_s, 0.25);
+  EXPECT_DOUBLE_EQ(w.end_s, 0.9375);
+  EXPECT_EQ(std::count_if(samples.begin(), samples.end(), [&](double t) { return w.holds(t); }), 3);
+  // A window that holds enough already stays as it is.
+  const TimeWindow wide = widen_to_samples({0.25, 0.75}, samples, 3);
+  EXPECT_DOUBLE_EQ(wide.start_s, 0.25);
+  EXPECT_DOUBLE_EQ(wide.end_s, 0.75);
+  // Fewer samples than asked for: all of them.
+  const TimeWindow all = widen_to_samples({5.0, 5.1}, {1.0, 9.0}, 3);
+  EXPECT_TRUE(all.holds(1.0) && all.holds(9.0));
+  // No samples: unchanged.
+  const TimeWindow none = widen_to_samples({1.0, 2.0}, {}, 3);
+  EXPECT_DOUBLE_EQ(none.start_s, 1.0);
+  EXPECT_DOUBLE_EQ(none.end_s, 2.0);
 }
 
 TEST(StepStats, PercentilesInterpolate) {
