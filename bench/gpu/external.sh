@@ -8,9 +8,9 @@
 #   2. a batch sweep 64..1024 of the PyTorch script capped at SWEEP_FRACTION of the GPU
 #      (torch.cuda.set_per_process_memory_fraction: a smaller card), which must run out of memory
 #      at some batch, be reported as such and complete;
-#   3. dlprobe report over the native bench results (NATIVE_JSON, else $OUT/native*.json, else a
-#      native fp16 / bf16 bench run here) and the PyTorch and JAX results: one report.html (and
-#      report.md).
+#   3. dlprobe report over the native bench results (NATIVE_JSON, else $OUT/native*.json, else
+#      native fp16 / bf16 bench runs here, training as the scripts do and gradients only with a
+#      CUDA graph) and the PyTorch and JAX results: one report.html (and report.md).
 # Everything goes to $OUT/external (or ./gpu-check-out/external); the checks are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -90,14 +90,20 @@ $py bench/gpu/external_check.py sweep --name sweep --details "$ext/sweep-details
 
 # The native engine in the same session, for the report's native / PyTorch / JAX table, unless
 # NATIVE_JSON names results or an earlier script left some in $OUT.
+# Two native runs: training with SGD (what both scripts run; eager, as a graph replays grads and
+# infer only) and the engine's fastest gradients-only step (planned arena, CUDA graph).
 if [ -z "${NATIVE_JSON:-}" ] && ! ls "$out"/native*.json >/dev/null 2>&1; then
-  echo "== native: resnet50 bs256 grads, fp16 and bf16 NHWC, planned arena, CUDA graph"
-  timeout 240 "$bin/dlprobe" bench --model resnet50 --batch 256 --mode grads --precision fp16,bf16 \
-    --layout nhwc --gpu-memory planned --graph --steps 30 --warmup 5 --no-ceiling \
-    --json "$ext/native.json" \
-    >"$ext/native.log" 2>&1
-  summary+=("native bench: exit $?")
-  NATIVE_JSON=$ext/native.json
+  NATIVE_JSON=
+  for spec in train: grads:--graph; do
+    mode=${spec%%:*}
+    echo "== native: resnet50 bs256 $mode, fp16 and bf16 NHWC, planned arena ${spec#*:}"
+    # shellcheck disable=SC2086
+    timeout 240 "$bin/dlprobe" bench --model resnet50 --batch 256 --mode "$mode" \
+      --precision fp16,bf16 --layout nhwc --gpu-memory planned ${spec#*:} --steps 30 --warmup 5 \
+      --no-ceiling --json "$ext/native-$mode.json" >"$ext/native-$mode.log" 2>&1
+    summary+=("native bench $mode: exit $?")
+    NATIVE_JSON="$NATIVE_JSON $ext/native-$mode.json"
+  done
 fi
 # shellcheck disable=SC2206
 natives=(${NATIVE_JSON:-$(ls "$out"/native*.json 2>/dev/null)})
