@@ -56,6 +56,18 @@ struct RunOptions {
 enum class Outcome { ok, failed, oom, crashed, timeout, hang, interrupted, launch_error };
 std::string_view outcome_name(Outcome o);
 
+// A span of time in seconds since launch, ends included.
+struct TimeWindow {
+  double start_s = 0;
+  double end_s = 0;
+  bool holds(double t) const { return t >= start_s && t <= end_s; }
+};
+
+// The window widened by the same amount on both sides until it holds at least `k` of the sample
+// times (all of them when there are fewer); unchanged when it holds k already.
+TimeWindow widen_to_samples(TimeWindow window, const std::vector<double>& sample_times,
+                            std::size_t k);
+
 // Throughput and step times after warm-up.
 struct StepStats {
   std::int64_t steps_seen = 0;
@@ -98,18 +110,6 @@ struct StepRecord {
 StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vector<double>& rates,
                           std::int64_t warmup_steps, std::optional<std::int64_t> default_batch);
 
-// A span of time in seconds since launch, ends included.
-struct TimeWindow {
-  double start_s = 0;
-  double end_s = 0;
-  bool holds(double t) const { return t >= start_s && t <= end_s; }
-};
-
-// The window widened by the same amount on both sides until it holds at least `k` of the sample
-// times (all of them when there are fewer); unchanged when it holds k already.
-TimeWindow widen_to_samples(TimeWindow window, const std::vector<double>& sample_times,
-                            std::size_t k);
-
 // Where the GPU memory figures come from.
 enum class Attribution {
   none,           // no NVML, or no GPU memory seen
@@ -150,6 +150,9 @@ struct GpuFigures {
   std::vector<unsigned> gpus_used;  // where the workload's memory was
   std::optional<std::string> gpu_name;
   std::optional<int> cc_major;
+  // The measured steps' window (widen_to_samples) that the medians and shares below are taken
+  // over; none when the workload reported no steps (then: while it held memory).
+  std::optional<TimeWindow> figures_window;
   std::optional<double> util_median_pct;  // device utilisation while the workload held memory
   std::optional<double> tree_sm_util_median_pct;
   std::optional<double> power_median_w;

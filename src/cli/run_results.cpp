@@ -182,15 +182,22 @@ results::Configuration to_configuration(const run::RunResult& r, const std::stri
   if (r.gpu.telemetry && !r.timeline.empty()) {
     results::Telemetry t;
     t.gpu = r.gpu.gpus_used.empty() ? 0 : static_cast<int>(r.gpu.gpus_used.front());
-    t.samples = r.timeline.size();
-    t.window_s = r.timeline.back().t_s - r.timeline.front().t_s;
+    // The summaries over the window the run's figures and findings describe (the measured
+    // steps), as a native run's cover its timed window; the time line keeps the whole run, start-up
+    // included, for the report's charts.
+    const std::optional<run::TimeWindow>& window = r.gpu.figures_window;
+    t.window_s =
+        window ? window->end_s - window->start_s : r.timeline.back().t_s - r.timeline.front().t_s;
     std::vector<double> util, power, clock, temp, mem;
     for (const auto& p : r.timeline) {
-      if (p.gpu_util_pct) util.push_back(*p.gpu_util_pct);
-      if (p.power_w) power.push_back(*p.power_w);
-      if (p.sm_clock_mhz) clock.push_back(*p.sm_clock_mhz);
-      if (p.temperature_c) temp.push_back(*p.temperature_c);
-      if (p.device_used_bytes) mem.push_back(static_cast<double>(*p.device_used_bytes) / kMiB);
+      if (!window || window->holds(p.t_s)) {
+        ++t.samples;
+        if (p.gpu_util_pct) util.push_back(*p.gpu_util_pct);
+        if (p.power_w) power.push_back(*p.power_w);
+        if (p.sm_clock_mhz) clock.push_back(*p.sm_clock_mhz);
+        if (p.temperature_c) temp.push_back(*p.temperature_c);
+        if (p.device_used_bytes) mem.push_back(static_cast<double>(*p.device_used_bytes) / kMiB);
+      }
       results::TelemetrySample s;
       s.t_s = p.t_s;
       s.gpu_util_pct = p.gpu_util_pct;

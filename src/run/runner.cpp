@@ -556,6 +556,7 @@ void Run::compute_gpu_figures() {
     for (const auto& raw : raw_) times.push_back(raw.point.t_s);
     window = widen_to_samples({*r_.steps.measured_start_s, *r_.steps.measured_end_s}, times,
                               kMinWindowSamples);
+    g.figures_window = window;
   }
   for (const auto& raw : raw_) {
     const bool active = in_measured_window

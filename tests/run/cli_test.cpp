@@ -295,6 +295,37 @@ TEST_F(RunCli, ResultsFileInTheSharedSchema) {
   EXPECT_EQ(doc->findings[0].id, "oom_batch");
 }
 
+// A start-up of a second (a framework compiling) while the GPU idles, then steps at 90 %: the
+// results' telemetry summary is the steps' (as the findings are), and the time line the whole
+// run's.
+TEST_F(RunCli, TelemetrySummaryCoversTheMeasuredSteps) {
+  const std::string procs = path("procs");
+  std::ofstream(procs) << "";
+  dlprobe::testing::FakeScript script(
+      "device\nname NVIDIA H200\nmemory_total 150754820096\n"
+      "gpu_util 0 0 0 0 0 0 0 0 0 0 90\nmem_util 30\nmem_used 4294967296\nprocess_file " +
+      procs + "\n");
+  setenv("DLPROBE_NVML_LIBRARY", DLPROBE_FAKE_NVML, 1);
+  const auto o = dlprobe({"run", "-q", "--json", path("results.json"), "-i", "20ms", "--",
+                          DLPROBE_FAKE_WORKLOAD, "--spin-ms", "1000", "--steps", "10",
+                          "--step-ms", "20", "--gpu-file", procs, "--gpu-bytes", "1073741824"});
+  unsetenv("DLPROBE_NVML_LIBRARY");
+  ASSERT_EQ(o.code, 0) << o.err;
+  auto doc = dlprobe::results::read_file(path("results.json"));
+  ASSERT_TRUE(doc) << doc.status().message();
+  ASSERT_EQ(doc->configurations.size(), 1u);
+  ASSERT_EQ(doc->configurations[0].telemetry.size(), 1u);
+  const dlprobe::results::Telemetry& t = doc->configurations[0].telemetry[0];
+  ASSERT_TRUE(t.gpu_util_pct);
+  EXPECT_DOUBLE_EQ(t.gpu_util_pct->min, 90);  // none of the idle start-up's readings
+  EXPECT_DOUBLE_EQ(t.gpu_util_pct->median, 90);
+  EXPECT_LT(t.window_s, 0.9);  // the steps took 0.2 s; the run over 1 s
+  EXPECT_EQ(t.samples, t.gpu_util_pct->count);
+  ASSERT_FALSE(t.timeline.empty());
+  EXPECT_LT(t.samples, t.timeline.size());
+  EXPECT_DOUBLE_EQ(*t.timeline.front().gpu_util_pct, 0);
+}
+
 TEST_F(RunCli, InvalidUtf8InTheOutputStillWritesResults) {
   const auto o = dlprobe({"run", "-q", "--json", path("results.json"), "--shell", "--",
                           "printf 'RuntimeError: CUDA out of memory \\377\\376\\n' >&2; exit 1"});
