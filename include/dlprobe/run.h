@@ -153,7 +153,7 @@ struct GpuFigures {
   // The measured steps' window (widen_to_samples) that the medians and shares below are taken
   // over; none when the workload reported no steps (then: while it held memory).
   std::optional<TimeWindow> figures_window;
-  std::optional<double> util_median_pct;  // device utilisation while the workload held memory
+  std::optional<double> util_median_pct;  // device utilisation over figures_window
   std::optional<double> tree_sm_util_median_pct;
   std::optional<double> power_median_w;
   std::optional<double> power_limit_w;

@@ -37,7 +37,6 @@ std::optional<double> median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2.0;
 }
 
-// A window of time, in seconds since the run's start.
 // The fewest samples a figure over the measured steps is taken from.
 constexpr std::size_t kMinWindowSamples = 3;
 
