@@ -92,18 +92,20 @@ $py bench/gpu/external_check.py sweep --name sweep --details "$ext/sweep-details
 # NATIVE_JSON names results or an earlier script left some in $OUT.
 # Two native runs: training with SGD (what both scripts run; eager, as a graph replays grads and
 # infer only) and the engine's fastest gradients-only step (planned arena, CUDA graph).
+# native MODE [BENCH FLAGS...]: one fp16 + bf16 bench run, its results file added to NATIVE_JSON.
+native() {
+  local mode=$1
+  shift
+  echo "== native: resnet50 bs256 $mode, fp16 and bf16 NHWC, planned arena $*"
+  timeout 240 "$bin/dlprobe" bench --model resnet50 --batch 256 --mode "$mode" \
+    --precision fp16,bf16 --layout nhwc --gpu-memory planned "$@" --steps 30 --warmup 5 \
+    --no-ceiling --json "$ext/native-$mode.json" >"$ext/native-$mode.log" 2>&1
+  summary+=("native bench $mode: exit $?")
+  NATIVE_JSON="${NATIVE_JSON:-} $ext/native-$mode.json"
+}
 if [ -z "${NATIVE_JSON:-}" ] && ! ls "$out"/native*.json >/dev/null 2>&1; then
-  NATIVE_JSON=
-  for spec in train: grads:--graph; do
-    mode=${spec%%:*}
-    echo "== native: resnet50 bs256 $mode, fp16 and bf16 NHWC, planned arena ${spec#*:}"
-    # shellcheck disable=SC2086
-    timeout 240 "$bin/dlprobe" bench --model resnet50 --batch 256 --mode "$mode" \
-      --precision fp16,bf16 --layout nhwc --gpu-memory planned ${spec#*:} --steps 30 --warmup 5 \
-      --no-ceiling --json "$ext/native-$mode.json" >"$ext/native-$mode.log" 2>&1
-    summary+=("native bench $mode: exit $?")
-    NATIVE_JSON="$NATIVE_JSON $ext/native-$mode.json"
-  done
+  native train
+  native grads --graph
 fi
 # shellcheck disable=SC2206
 natives=(${NATIVE_JSON:-$(ls "$out"/native*.json 2>/dev/null)})

@@ -37,8 +37,12 @@ std::optional<double> median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2.0;
 }
 
-// The fewest samples a figure over the measured steps is taken from.
-constexpr std::size_t kMinWindowSamples = 3;
+// The measured steps' window, widened to hold at least three of the sample `times` (the fewest a
+// figure over the steps is taken from); none when the workload reported no steps.
+std::optional<TimeWindow> steps_window(const StepStats& steps, const std::vector<double>& times) {
+  if (!steps.measured_start_s || !steps.measured_end_s) return std::nullopt;
+  return widen_to_samples({*steps.measured_start_s, *steps.measured_end_s}, times, 3);
+}
 
 // Per round of telemetry, the workload's GPU memory three ways; which one the run reports is
 // decided at the end (the best attribution that ever worked).
@@ -547,19 +551,13 @@ void Run::compute_gpu_figures() {
   std::size_t power_capped = 0;
   std::size_t thermal = 0;
   const std::set<unsigned> used(g.gpus_used.begin(), g.gpus_used.end());
-  const bool in_measured_window = r_.steps.measured_start_s && r_.steps.measured_end_s;
-  TimeWindow window;
-  if (in_measured_window) {
-    std::vector<double> times;
-    times.reserve(raw_.size());
-    for (const auto& raw : raw_) times.push_back(raw.point.t_s);
-    window = widen_to_samples({*r_.steps.measured_start_s, *r_.steps.measured_end_s}, times,
-                              kMinWindowSamples);
-    g.figures_window = window;
-  }
+  std::vector<double> times;
+  times.reserve(raw_.size());
+  for (const auto& raw : raw_) times.push_back(raw.point.t_s);
+  g.figures_window = steps_window(r_.steps, times);
   for (const auto& raw : raw_) {
-    const bool active = in_measured_window
-                            ? window.holds(raw.point.t_s)
+    const bool active = g.figures_window
+                            ? g.figures_window->holds(raw.point.t_s)
                             : (!first_memory_s || (raw.point.workload_gpu_bytes.value_or(0) > 0 &&
                                                    raw.point.t_s >= *first_memory_s));
     if (!active) continue;
@@ -603,19 +601,11 @@ void Run::compute_host_figures() {
   // The medians over the measured steps, as the GPU's utilisation is taken (a framework that
   // compiles or autotunes at full CPU for a minute would otherwise look host-bound during steps
   // that leave the CPU idle); peaks over the whole run.
-  const bool windowed = r_.steps.measured_start_s && r_.steps.measured_end_s;
-  TimeWindow window;
-  if (windowed) {
-    std::vector<double> times;
-    for (const auto& reading : host_readings_) {
-      if (reading.cpu_pct) times.push_back(host_point(reading.timestamp_ns, reading).t_s);
-    }
-    window = widen_to_samples({*r_.steps.measured_start_s, *r_.steps.measured_end_s}, times,
-                              kMinWindowSamples);
+  std::vector<double> times;
+  for (const auto& reading : host_readings_) {
+    if (reading.cpu_pct) times.push_back(host_point(reading.timestamp_ns, reading).t_s);
   }
-  auto in_window = [&](const TreeReading& reading) {
-    return window.holds(host_point(reading.timestamp_ns, reading).t_s);
-  };
+  const std::optional<TimeWindow> window = steps_window(r_.steps, times);
   std::vector<double> cpu;
   std::vector<double> busiest;
   for (const auto& reading : host_readings_) {
@@ -624,7 +614,7 @@ void Run::compute_host_figures() {
     }
     h.rss_peak_bytes = std::max(h.rss_peak_bytes, reading.rss_bytes);
     h.max_processes = std::max(h.max_processes, reading.pids.size());
-    if (windowed && !in_window(reading)) continue;
+    if (window && !window->holds(host_point(reading.timestamp_ns, reading).t_s)) continue;
     if (reading.cpu_pct) cpu.push_back(*reading.cpu_pct);
     if (reading.busiest_cpu_pct) busiest.push_back(*reading.busiest_cpu_pct);
   }

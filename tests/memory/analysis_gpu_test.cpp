@@ -61,7 +61,7 @@ TEST(MemoryAnalysisGpu, PredictsTheMeasuredPeakFromACalibrationAtAnotherBatch) {
     // closely than the allocated peak: autotuning's trial workspaces at the new batch (up to 2 GiB
     // each in fp32) pass through the real pool before the followed step and leave it cut
     // differently, and the prediction takes each call's workspace at the calibration batch's
-    // size. On the H200 (2026-12-02) the process figure was 0.2-5.4 % from NVML's at batch 64-256
+    // size. On the H200 (2026-12-02) the process figure was 0.1-5.4 % from NVML's at batch 64-256
     // (bench/gpu/memory.sh) and 6.4 % here at fp16 batch 96, where the allocated peak was within
     // 0.2 %.
     EXPECT_LT(relative_error(*pred->process_bytes(), m->reconciliation->nvml_process_bytes), 0.08)
