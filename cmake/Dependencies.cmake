@@ -1,6 +1,7 @@
-# Debian's packages (scripts/setup.sh installs them). The header-only forms are used so that a binary
-# built here carries no Debian shared library to the GPU machine, except oneDNN and cpp-httplib,
-# which are optional.
+# Debian's packages (scripts/setup.sh installs them). fmt is linked as Debian's shared library, not
+# in its header-only form: the header-only form compiles fmt's whole implementation into every file
+# (about 8 of a small file's 10 s on the 2-core build machine). scripts/gpu-bundle.sh carries libfmt
+# and cpp-httplib to a GPU machine whose image lacks them.
 find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)

@@ -17,14 +17,14 @@ echo "== doctor"
 "$bin/dlprobe" doctor --json >"$out/doctor.json" 2>"$out/doctor-json.err" || summary+=("doctor --json: failed")
 
 echo "== monitor vs nvidia-smi dmon"
-python3 bench/gpu/gpu_load.py --seconds 40 >"$out/gpu-load.log" 2>&1 &
+python3 lab/gpu/gpu_load.py --seconds 40 >"$out/gpu-load.log" 2>&1 &
 load=$!
 sleep 4
 TZ=UTC nvidia-smi dmon -s pm -o DT -d 1 -c 30 >"$out/dmon.txt" 2>&1 &
 dmon=$!
 "$bin/dlprobe" monitor -i 100ms --duration 30s --csv "$out/monitor.csv" >/dev/null 2>"$out/monitor.err"
 wait "$dmon" "$load"
-python3 bench/gpu/monitor_vs_dmon.py "$out/monitor.csv" "$out/dmon.txt" >"$out/monitor-vs-dmon.txt" 2>&1
+python3 lab/gpu/monitor_vs_dmon.py "$out/monitor.csv" "$out/dmon.txt" >"$out/monitor-vs-dmon.txt" 2>&1
 summary+=("monitor vs dmon: exit $?")
 
 echo

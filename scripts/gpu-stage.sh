@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call of the GPU acceptance runs: the named bench/gpu scripts in turn, all within
+# One device call of the GPU acceptance runs: the named lab/gpu scripts in turn, all within
 # BUDGET seconds (default 560, under the device's 600 s a call), each script's own output under
 # gpu-check-out/<script>/, and everything packed into $OUT/<stage>.tgz (the device brings back only
 # a few files). The archive is rewritten every PACK_EVERY seconds (default 20) while the scripts run,
@@ -11,7 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 if [ $# -lt 2 ]; then
-  echo "usage: $0 STAGE SCRIPT... (scripts of bench/gpu)" >&2
+  echo "usage: $0 STAGE SCRIPT... (scripts of lab/gpu)" >&2
   exit 2
 fi
 stage=$1
@@ -47,7 +47,7 @@ for script in "$@"; do
   mkdir -p "$work/$name"
   echo "== $script (at most $left s)" | tee -a "$work/stage.log"
   start=$(date +%s)
-  OUT=$work/$name timeout --kill-after=5 "$left" "bench/gpu/$script" 2>&1 | tee "$work/$name/console.log"
+  OUT=$work/$name timeout --kill-after=5 "$left" "lab/gpu/$script" 2>&1 | tee "$work/$name/console.log"
   echo "== $script: exit ${PIPESTATUS[0]} after $(($(date +%s) - start)) s" | tee -a "$work/stage.log"
   # A script cut by the budget can leave processes behind (the scripts' own `timeout`s start
   # process groups of their own): they would run on the GPU beside the next script.

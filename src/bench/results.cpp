@@ -1,13 +1,13 @@
-#include "dlprobe/bench_results.h"
+#include "dlprobe/bench/results.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
 
-#include "dlprobe/nvml.h"
-#include "dlprobe/statistics.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/monitor/nvml.h"
+#include "dlprobe/stats/statistics.h"
 
 namespace dlprobe::bench {
 namespace {

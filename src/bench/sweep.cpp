@@ -1,4 +1,4 @@
-#include "dlprobe/bench_sweep.h"
+#include "dlprobe/bench/sweep.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "dlprobe/log.h"
-#include "dlprobe/sampler.h"
+#include "dlprobe/core/log.h"
+#include "dlprobe/monitor/sampler.h"
 
 namespace dlprobe::bench {
 namespace {

@@ -10,11 +10,11 @@
 #include <cstdio>
 #include <fstream>
 
-#include "dlprobe/doctor.h"
-#include "dlprobe/files.h"
-#include "dlprobe/log.h"
-#include "dlprobe/results_table.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/files.h"
+#include "dlprobe/core/log.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/doctor/doctor.h"
+#include "dlprobe/results/table.h"
 #include "run_results.h"
 
 namespace dlprobe::cli {

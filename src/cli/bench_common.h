@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "dlprobe/bench_sweep.h"
-#include "dlprobe/ceilings.h"
-#include "dlprobe/conv_tuning.h"
-#include "dlprobe/nvml.h"
-#include "dlprobe/results.h"
-#include "dlprobe/results_writer.h"
-#include "dlprobe/versions.h"
+#include "dlprobe/bench/sweep.h"
+#include "dlprobe/doctor/ceilings.h"
+#include "dlprobe/doctor/versions.h"
+#include "dlprobe/engine/conv_tuning.h"
+#include "dlprobe/monitor/nvml.h"
+#include "dlprobe/results/results.h"
+#include "dlprobe/results/writer.h"
 
 namespace CLI {
 class App;

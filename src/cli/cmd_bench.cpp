@@ -11,10 +11,10 @@
 
 #include "bench_common.h"
 #include "commands.h"
-#include "dlprobe/bench_sweep.h"
-#include "dlprobe/gpu_memory.h"
-#include "dlprobe/log.h"
-#include "dlprobe/units.h"
+#include "dlprobe/allocator/gpu_memory_option.h"
+#include "dlprobe/bench/sweep.h"
+#include "dlprobe/core/log.h"
+#include "dlprobe/core/units.h"
 #include "run_results.h"
 
 namespace dlprobe::cli {

@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "dlprobe/compare.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/report/compare.h"
 
 namespace dlprobe::cli {
 

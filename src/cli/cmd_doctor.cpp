@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "commands.h"
-#include "dlprobe/doctor.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/doctor/doctor.h"
 
 namespace dlprobe::cli {
 

@@ -12,13 +12,13 @@
 
 #include "bench_common.h"
 #include "commands.h"
-#include "dlprobe/gpu_memory.h"
-#include "dlprobe/log.h"
-#include "dlprobe/memory_analysis.h"
-#include "dlprobe/nvml.h"
-#include "dlprobe/results.h"
-#include "dlprobe/results_writer.h"
-#include "dlprobe/units.h"
+#include "dlprobe/allocator/gpu_memory_option.h"
+#include "dlprobe/core/log.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/memory/analysis.h"
+#include "dlprobe/monitor/nvml.h"
+#include "dlprobe/results/results.h"
+#include "dlprobe/results/writer.h"
 #include "run_results.h"
 
 namespace dlprobe::cli {

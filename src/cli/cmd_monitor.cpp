@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "commands.h"
-#include "dlprobe/log.h"
-#include "dlprobe/monitor_output.h"
-#include "dlprobe/nvml.h"
-#include "dlprobe/sampler.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/log.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/monitor/nvml.h"
+#include "dlprobe/monitor/output.h"
+#include "dlprobe/monitor/sampler.h"
 
 #ifdef DLPROBE_WITH_HTTP
 #include <httplib.h>

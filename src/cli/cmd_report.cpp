@@ -6,9 +6,9 @@
 #include <set>
 
 #include "commands.h"
-#include "dlprobe/files.h"
-#include "dlprobe/report_html.h"
-#include "dlprobe/results_table.h"
+#include "dlprobe/core/files.h"
+#include "dlprobe/report/html.h"
+#include "dlprobe/results/table.h"
 
 namespace dlprobe::cli {
 

@@ -14,11 +14,11 @@
 #include <fstream>
 
 #include "commands.h"
-#include "dlprobe/files.h"
-#include "dlprobe/log.h"
-#include "dlprobe/results_writer.h"
-#include "dlprobe/run.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/files.h"
+#include "dlprobe/core/log.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/results/writer.h"
+#include "dlprobe/run/runner.h"
 #include "run_results.h"
 
 namespace dlprobe::cli {

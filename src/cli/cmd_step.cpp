@@ -1,6 +1,6 @@
 // dlprobe step: exactly one training step of the native engine from files, into a file, so that
 // another framework's step on the same weights and batch can be compared with it tensor by tensor
-// (bench/peers/compare_pytorch.py does that against PyTorch).
+// (lab/peers/compare_pytorch.py does that against PyTorch).
 //
 //   --weights W.safetensors  a torchvision state dict (safetensors.torch.save_file(m.state_dict()))
 //   --input I.safetensors    `images` [N, 3, H, W] floating, contiguous NCHW; `labels` [N] integer
@@ -17,16 +17,16 @@
 
 #include "bench_common.h"
 #include "commands.h"
-#include "dlprobe/allocator.h"
-#include "dlprobe/bench.h"
-#include "dlprobe/build_info.h"
-#include "dlprobe/memory_source.h"
-#include "dlprobe/reference_backend.h"
-#include "dlprobe/safetensors.h"
-#include "dlprobe/step.h"
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/allocator/memory_source.h"
+#include "dlprobe/bench/runner.h"
+#include "dlprobe/core/build_info.h"
+#include "dlprobe/engine/reference_backend.h"
+#include "dlprobe/engine/safetensors.h"
+#include "dlprobe/step/training_step.h"
 
 #ifdef DLPROBE_HAVE_CUDA_BACKEND
-#include "dlprobe/cuda_backend.h"
+#include "dlprobe/engine/cuda_backend.h"
 #endif
 
 namespace dlprobe::cli {

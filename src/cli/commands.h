@@ -7,7 +7,7 @@
 
 #include <functional>
 
-#include "dlprobe/status.h"
+#include "dlprobe/core/status.h"
 
 namespace dlprobe::cli {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "dlprobe/build_info.h"
-#include "dlprobe/log.h"
+#include "dlprobe/core/build_info.h"
+#include "dlprobe/core/log.h"
 
 int main(int argc, char** argv) {
   using namespace dlprobe::cli;
@@ -20,15 +20,9 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "Log debug detail to stderr");
 
   const std::vector<Command> commands = {
-      add_evaluate_command(app),
-      add_doctor_command(app),
-      add_monitor_command(app),
-      add_bench_command(app),
-      add_memory_command(app),
-      add_step_command(app),
-      add_run_command(app),
-      add_report_command(app),
-      add_compare_command(app),
+      add_evaluate_command(app), add_doctor_command(app), add_monitor_command(app),
+      add_bench_command(app),    add_memory_command(app), add_step_command(app),
+      add_run_command(app),      add_report_command(app), add_compare_command(app),
   };
 
   try {

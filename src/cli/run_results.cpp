@@ -4,10 +4,10 @@
 
 #include <algorithm>
 
-#include "dlprobe/build_info.h"
-#include "dlprobe/cpu_info.h"
-#include "dlprobe/log.h"
-#include "dlprobe/statistics.h"
+#include "dlprobe/core/build_info.h"
+#include "dlprobe/core/log.h"
+#include "dlprobe/doctor/cpu_info.h"
+#include "dlprobe/stats/statistics.h"
 
 namespace dlprobe::cli {
 

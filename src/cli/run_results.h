@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "dlprobe/nvml.h"
-#include "dlprobe/results.h"
-#include "dlprobe/run.h"
+#include "dlprobe/monitor/nvml.h"
+#include "dlprobe/results/results.h"
+#include "dlprobe/run/runner.h"
 
 namespace dlprobe::cli {
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "dlprobe/check.h"
+#include "dlprobe/core/check.h"
 
 #define DLPROBE_CUDA_CHECK(call)                      \
   DLPROBE_API_CHECK("CUDA", call, rc_ == cudaSuccess, \

@@ -1,4 +1,4 @@
-#include "dlprobe/files.h"
+#include "dlprobe/core/files.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

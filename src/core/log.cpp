@@ -1,4 +1,4 @@
-#include "dlprobe/log.h"
+#include "dlprobe/core/log.h"
 
 #include <atomic>
 #include <cstdio>

@@ -1,9 +1,9 @@
-#include "dlprobe/status.h"
+#include "dlprobe/core/status.h"
 
 #include <fmt/format.h>
 
-#include "dlprobe/check.h"
-#include "dlprobe/log.h"
+#include "dlprobe/core/check.h"
+#include "dlprobe/core/log.h"
 
 namespace dlprobe {
 

@@ -1,4 +1,4 @@
-#include "dlprobe/units.h"
+#include "dlprobe/core/units.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "dlprobe/diagnosis.h"
+#include "dlprobe/diagnosis/diagnosis.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "dlprobe/ceilings.h"
+#include "dlprobe/doctor/ceilings.h"
 
 namespace dlprobe {
 

@@ -17,8 +17,8 @@
 
 #include "ceilings_kernels.h"
 #include "cuda_check.h"
-#include "dlprobe/ceilings.h"
-#include "dlprobe/log.h"
+#include "dlprobe/core/log.h"
+#include "dlprobe/doctor/ceilings.h"
 
 namespace dlprobe {
 

@@ -1,4 +1,4 @@
-#include "dlprobe/cpu_info.h"
+#include "dlprobe/doctor/cpu_info.h"
 
 #include <sys/utsname.h>
 #include <unistd.h>

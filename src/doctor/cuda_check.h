@@ -4,7 +4,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include "dlprobe/check.h"
+#include "dlprobe/core/check.h"
 
 #define DLPROBE_CUDA_CHECK(call) \
   DLPROBE_API_CHECK("CUDA", call, rc_ == cudaSuccess, cudaGetErrorString(rc_))

@@ -1,4 +1,4 @@
-#include "dlprobe/doctor.h"
+#include "dlprobe/doctor/doctor.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -8,9 +8,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "dlprobe/build_info.h"
-#include "dlprobe/log.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/build_info.h"
+#include "dlprobe/core/log.h"
+#include "dlprobe/core/units.h"
 
 #if DLPROBE_WITH_CUDA
 #include "gpu_cuda.h"

@@ -1,4 +1,4 @@
-#include "dlprobe/gpu_arch.h"
+#include "dlprobe/doctor/gpu_arch.h"
 
 namespace dlprobe {
 

@@ -3,7 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include "dlprobe/gpu_arch.h"
+#include "dlprobe/doctor/gpu_arch.h"
 
 namespace dlprobe::doctor {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "dlprobe/doctor.h"
+#include "dlprobe/doctor/doctor.h"
 
 namespace dlprobe::doctor {
 

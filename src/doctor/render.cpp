@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dlprobe/doctor.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/doctor/doctor.h"
 
 namespace dlprobe::doctor {
 

@@ -1,4 +1,4 @@
-#include "dlprobe/versions.h"
+#include "dlprobe/doctor/versions.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "dlprobe/build_info.h"
+#include "dlprobe/core/build_info.h"
 
 #if DLPROBE_WITH_CUDA
 #include <cublas_api.h>

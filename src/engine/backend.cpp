@@ -1,4 +1,4 @@
-#include "dlprobe/backend.h"
+#include "dlprobe/engine/backend.h"
 
 #include <fmt/format.h>
 

@@ -1,11 +1,11 @@
-#include "dlprobe/conv_tuning.h"
+#include "dlprobe/engine/conv_tuning.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "dlprobe/files.h"
+#include "dlprobe/core/files.h"
 
 namespace dlprobe {
 namespace {

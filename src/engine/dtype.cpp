@@ -1,4 +1,4 @@
-#include "dlprobe/dtype.h"
+#include "dlprobe/engine/dtype.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "dlprobe/ops.h"
+#include "dlprobe/engine/ops.h"
 
 #include <fmt/format.h>
 

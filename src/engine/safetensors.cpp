@@ -1,7 +1,7 @@
 // safetensors by hand over nlohmann-json: the format is a length, a JSON header and raw bytes, and
 // Debian ships no C++ safetensors library; the checks follow the reference implementation's
 // (huggingface/safetensors) validation rules.
-#include "dlprobe/safetensors.h"
+#include "dlprobe/engine/safetensors.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "dlprobe/tensor.h"
+#include "dlprobe/engine/tensor.h"
 
 #include <fmt/format.h>
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "dlprobe/model.h"
+#include "dlprobe/models/resnet.h"
 
 namespace dlprobe::model {
 namespace {

@@ -1,4 +1,4 @@
-#include "dlprobe/nvml.h"
+#include "dlprobe/monitor/nvml.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -10,7 +10,7 @@
 #include <initializer_list>
 #include <string_view>
 
-#include "dlprobe/log.h"
+#include "dlprobe/core/log.h"
 #include "nvml_abi.h"
 #include "nvml_check.h"
 

@@ -2,7 +2,7 @@
 // (nvmlErrorString, through the loaded library `lib`, an nvml::Library::Impl).
 #pragma once
 
-#include "dlprobe/check.h"
+#include "dlprobe/core/check.h"
 #include "nvml_abi.h"
 
 #define DLPROBE_NVML_CHECK(lib, call) \

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dlprobe/monitor_output.h"
+#include "dlprobe/monitor/output.h"
 
 namespace dlprobe::monitor {
 

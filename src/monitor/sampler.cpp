@@ -1,4 +1,4 @@
-#include "dlprobe/sampler.h"
+#include "dlprobe/monitor/sampler.h"
 
 #include <fmt/format.h>
 #include <time.h>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "dlprobe/log.h"
+#include "dlprobe/core/log.h"
 
 namespace dlprobe::monitor {
 

@@ -1,4 +1,4 @@
-#include "dlprobe/compare.h"
+#include "dlprobe/report/compare.h"
 
 #include <fmt/format.h>
 

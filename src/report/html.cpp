@@ -1,7 +1,7 @@
 // The HTML report. Charts are SVG written here rather than drawn by a JavaScript chart library:
 // the page must work offline and fetch nothing, and the few chart types needed (lines with error
 // bars, box plots, stacked bars) are short to draw directly.
-#include "dlprobe/report_html.h"
+#include "dlprobe/report/html.h"
 
 #include <fmt/format.h>
 
@@ -10,8 +10,8 @@
 #include <map>
 #include <set>
 
-#include "dlprobe/statistics.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/stats/statistics.h"
 #include "memory_chart.h"
 
 namespace dlprobe::report {

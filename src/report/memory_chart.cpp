@@ -11,8 +11,8 @@
 #include <array>
 #include <cmath>
 
-#include "dlprobe/report_html.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/report/html.h"
 
 namespace dlprobe::report {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "dlprobe/results.h"
+#include "dlprobe/results/results.h"
 
 namespace dlprobe::report {
 

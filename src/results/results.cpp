@@ -1,6 +1,6 @@
-#include "dlprobe/results.h"
+#include "dlprobe/results/results.h"
 
-#include "dlprobe/files.h"
+#include "dlprobe/core/files.h"
 
 #include <fmt/format.h>
 

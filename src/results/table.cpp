@@ -1,11 +1,11 @@
-#include "dlprobe/results_table.h"
+#include "dlprobe/results/table.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "dlprobe/allocator.h"
-#include "dlprobe/units.h"
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/core/units.h"
 
 namespace dlprobe::results {
 

@@ -1,6 +1,6 @@
-#include "dlprobe/results_writer.h"
+#include "dlprobe/results/writer.h"
 
-#include "dlprobe/files.h"
+#include "dlprobe/core/files.h"
 
 namespace dlprobe::results {
 

@@ -1,4 +1,4 @@
-#include "dlprobe/child_process.h"
+#include "dlprobe/run/child_process.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "dlprobe/process_tree.h"
+#include "dlprobe/run/process_tree.h"
 
 #include <fmt/format.h>
 #include <sched.h>

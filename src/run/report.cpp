@@ -3,9 +3,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "dlprobe/build_info.h"
-#include "dlprobe/run.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/build_info.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/run/runner.h"
 
 namespace dlprobe::run {
 

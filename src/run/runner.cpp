@@ -7,10 +7,10 @@
 #include <mutex>
 #include <set>
 
-#include "dlprobe/log.h"
-#include "dlprobe/process_tree.h"
-#include "dlprobe/run.h"
-#include "dlprobe/sampler.h"
+#include "dlprobe/core/log.h"
+#include "dlprobe/monitor/sampler.h"
+#include "dlprobe/run/process_tree.h"
+#include "dlprobe/run/runner.h"
 
 namespace dlprobe::run {
 

@@ -1,8 +1,8 @@
 // Step statistics of a run; order statistics come from the project's statistics library.
 #include <algorithm>
 
-#include "dlprobe/run.h"
-#include "dlprobe/statistics.h"
+#include "dlprobe/run/runner.h"
+#include "dlprobe/stats/statistics.h"
 
 namespace dlprobe::run {
 

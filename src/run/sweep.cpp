@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
-#include "dlprobe/run.h"
-#include "dlprobe/units.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/run/runner.h"
 
 namespace dlprobe::run {
 

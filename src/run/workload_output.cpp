@@ -1,4 +1,4 @@
-#include "dlprobe/workload_output.h"
+#include "dlprobe/run/workload_output.h"
 
 #include <fmt/format.h>
 

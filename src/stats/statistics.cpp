@@ -1,4 +1,4 @@
-#include "dlprobe/statistics.h"
+#include "dlprobe/stats/statistics.h"
 
 #include <fmt/format.h>
 

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "dlprobe/bench_sweep.h"
+#include "dlprobe/bench/sweep.h"
 
 namespace dlprobe::bench {
 namespace {

@@ -1,6 +1,6 @@
 // The bench runner on the reference backend: warm-up and window protocol, timing marks, repeats,
 // interrupts, hooks; and the figures it derives (FLOPs per image) against hand-counted values.
-#include "dlprobe/bench.h"
+#include "dlprobe/bench/runner.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <regex>
 
-#include "dlprobe/results.h"
+#include "dlprobe/results/results.h"
 #include "report/spawn.h"
 
 namespace dlprobe::testing {

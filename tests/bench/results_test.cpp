@@ -1,6 +1,6 @@
 // A bench measurement in the results schema: statistics, windows, compute figures, telemetry over
 // the timed windows, and every warning rule, each on values worked out by hand.
-#include "dlprobe/bench_results.h"
+#include "dlprobe/bench/results.h"
 
 #include <gtest/gtest.h>
 

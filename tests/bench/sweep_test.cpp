@@ -1,7 +1,7 @@
 // Sweeps on the reference backend: expansion order, clean state per configuration, an
 // out-of-memory recorded and passed, the auto walk ending at its first, interrupts, and GPU
 // telemetry through the fake NVML library.
-#include "dlprobe/bench_sweep.h"
+#include "dlprobe/bench/sweep.h"
 
 #include <gtest/gtest.h>
 

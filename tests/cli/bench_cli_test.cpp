@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "cli_test_util.h"
-#include "dlprobe/results.h"
+#include "dlprobe/results/results.h"
 
 namespace {
 

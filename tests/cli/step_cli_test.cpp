@@ -1,4 +1,4 @@
-// dlprobe step as a user (or bench/peers/compare_pytorch.py) runs it: files in, the binary, files
+// dlprobe step as a user (or lab/peers/compare_pytorch.py) runs it: files in, the binary, files
 // out, checked against a TrainingStep run in this process on the same weights and batch.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "cli_test_util.h"
-#include "dlprobe/allocator.h"
-#include "dlprobe/reference_backend.h"
-#include "dlprobe/safetensors.h"
-#include "dlprobe/step.h"
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/engine/reference_backend.h"
+#include "dlprobe/engine/safetensors.h"
+#include "dlprobe/step/training_step.h"
 
 namespace dlprobe {
 namespace {

@@ -1,5 +1,5 @@
 // Whole-file reads and atomic rewrites.
-#include "dlprobe/files.h"
+#include "dlprobe/core/files.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "dlprobe/check.h"
-#include "dlprobe/status.h"
+#include "dlprobe/core/check.h"
+#include "dlprobe/core/status.h"
 
 namespace dlprobe {
 namespace {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "dlprobe/units.h"
+#include "dlprobe/core/units.h"
 
 namespace dlprobe {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "dlprobe/diagnosis.h"
+#include "dlprobe/diagnosis/diagnosis.h"
 
 namespace dlprobe::diagnosis {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "dlprobe/cpu_info.h"
+#include "dlprobe/doctor/cpu_info.h"
 
 namespace dlprobe::doctor {
 namespace {

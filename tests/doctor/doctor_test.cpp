@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "../monitor/fake_script.h"
-#include "dlprobe/doctor.h"
+#include "dlprobe/doctor/doctor.h"
 
 namespace dlprobe::doctor {
 namespace {

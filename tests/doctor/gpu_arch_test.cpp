@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "dlprobe/ceilings.h"
-#include "dlprobe/gpu_arch.h"
+#include "dlprobe/doctor/ceilings.h"
+#include "dlprobe/doctor/gpu_arch.h"
 
 namespace dlprobe {
 namespace {

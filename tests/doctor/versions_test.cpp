@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "dlprobe/versions.h"
+#include "dlprobe/doctor/versions.h"
 
 namespace dlprobe::doctor {
 namespace {

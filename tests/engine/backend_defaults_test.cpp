@@ -2,7 +2,7 @@
 // timing marks on the host clock, waiting for a mark, and no graph capture.
 #include <gtest/gtest.h>
 
-#include "dlprobe/reference_backend.h"
+#include "dlprobe/engine/reference_backend.h"
 
 namespace dlprobe {
 namespace {

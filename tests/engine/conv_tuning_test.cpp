@@ -1,5 +1,5 @@
 // The convolution tuning cache: in memory, over a file, and what it refuses to read.
-#include "dlprobe/conv_tuning.h"
+#include "dlprobe/engine/conv_tuning.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/temp_folder.h"
-#include "dlprobe/files.h"
+#include "dlprobe/core/files.h"
 
 namespace dlprobe {
 namespace {

@@ -7,7 +7,7 @@
 #include <limits>
 #include <random>
 
-#include "dlprobe/dtype.h"
+#include "dlprobe/engine/dtype.h"
 
 namespace dlprobe {
 namespace {

@@ -1,7 +1,7 @@
 // The shape checks every backend shares: ResNet's own shapes, and one-line errors for the rest.
 #include <gtest/gtest.h>
 
-#include "dlprobe/ops.h"
+#include "dlprobe/engine/ops.h"
 
 namespace dlprobe {
 namespace {

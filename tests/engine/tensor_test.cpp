@@ -4,7 +4,7 @@
 #include <limits>
 #include <string>
 
-#include "dlprobe/tensor.h"
+#include "dlprobe/engine/tensor.h"
 #include "test_util.h"
 
 namespace dlprobe {

@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-#include "dlprobe/tensor.h"
+#include "dlprobe/engine/tensor.h"
 
 namespace dlprobe::testing {
 

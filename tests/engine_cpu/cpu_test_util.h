@@ -7,9 +7,9 @@
 #include <cmath>
 #include <memory>
 
-#include "dlprobe/allocator.h"
-#include "dlprobe/cpu_backend.h"
-#include "dlprobe/memory_source.h"
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/allocator/memory_source.h"
+#include "dlprobe/engine/cpu_backend.h"
 #include "test_util.h"
 
 namespace dlprobe::testing {

@@ -7,8 +7,8 @@
 
 #include "common/temp_folder.h"
 #include "cuda_test_util.h"
-#include "dlprobe/conv_tuning.h"
-#include "dlprobe/files.h"
+#include "dlprobe/core/files.h"
+#include "dlprobe/engine/conv_tuning.h"
 #include "engine/backends/reference/reference.h"
 
 namespace dlprobe::testing {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "dlprobe/log.h"
+#include "dlprobe/core/log.h"
 
 namespace dlprobe::testing {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "../engine/test_util.h"
 #include "cuda_backend_impl.h"
-#include "dlprobe/allocator.h"
-#include "dlprobe/memory_source.h"
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/allocator/memory_source.h"
 
 namespace dlprobe::testing {
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "cuda_test_util.h"
-#include "dlprobe/conv_tuning.h"
+#include "dlprobe/engine/conv_tuning.h"
 
 namespace dlprobe::testing {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "dlprobe/memory_source.h"
+#include "dlprobe/allocator/memory_source.h"
 
 namespace dlprobe::cuda {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "dlprobe/memory_analysis.h"
+#include "dlprobe/memory/analysis.h"
 
 namespace dlprobe::memory {
 namespace {
@@ -62,7 +62,7 @@ TEST(MemoryAnalysisGpu, PredictsTheMeasuredPeakFromACalibrationAtAnotherBatch) {
     // each in fp32) pass through the real pool before the followed step and leave it cut
     // differently, and the prediction takes each call's workspace at the calibration batch's
     // size. On the H200 (2026-12-02) the process figure was 0.1-5.4 % from NVML's at batch 64-256
-    // (bench/gpu/memory.sh) and 6.4 % here at fp16 batch 96, where the allocated peak was within
+    // (lab/gpu/memory.sh) and 6.4 % here at fp16 batch 96, where the allocated peak was within
     // 0.2 %.
     EXPECT_LT(relative_error(*pred->process_bytes(), m->reconciliation->nvml_process_bytes), 0.08)
         << *pred->process_bytes() << " predicted for the process, NVML "

@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis_test_util.h"
-#include "dlprobe/memory_analysis.h"
-#include "dlprobe/report_html.h"
-#include "dlprobe/results.h"
+#include "dlprobe/memory/analysis.h"
+#include "dlprobe/report/html.h"
+#include "dlprobe/results/results.h"
 
 namespace dlprobe::memory {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <memory>
 
-#include "dlprobe/allocator.h"
-#include "dlprobe/reference_backend.h"
-#include "dlprobe/step.h"
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/engine/reference_backend.h"
+#include "dlprobe/step/training_step.h"
 
 namespace dlprobe::memory::testing {
 

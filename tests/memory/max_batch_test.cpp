@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "analysis_test_util.h"
-#include "dlprobe/memory_analysis.h"
+#include "dlprobe/memory/analysis.h"
 
 namespace dlprobe::memory {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "analysis_test_util.h"
 #include "cli/cli_test_util.h"
-#include "dlprobe/memory_analysis.h"
-#include "dlprobe/results.h"
+#include "dlprobe/memory/analysis.h"
+#include "dlprobe/results/results.h"
 
 namespace dlprobe::memory {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <string>
 
-#include "dlprobe/gpu_process_memory.h"
-#include "dlprobe/memory_analysis.h"
-#include "dlprobe/nvml.h"
+#include "dlprobe/memory/analysis.h"
+#include "dlprobe/memory/gpu_process_memory.h"
+#include "dlprobe/monitor/nvml.h"
 #include "fake_script.h"
 
 namespace dlprobe::memory {

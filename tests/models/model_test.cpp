@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "dlprobe/model.h"
+#include "dlprobe/models/resnet.h"
 
 namespace dlprobe::model {
 namespace {

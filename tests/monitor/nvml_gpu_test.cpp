@@ -1,8 +1,8 @@
 // The NVML loader against the real driver: only on a machine with an NVIDIA GPU (label gpu).
 #include <gtest/gtest.h>
 
-#include "dlprobe/nvml.h"
-#include "dlprobe/sampler.h"
+#include "dlprobe/monitor/nvml.h"
+#include "dlprobe/monitor/sampler.h"
 
 namespace dlprobe::nvml {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "dlprobe/nvml.h"
+#include "dlprobe/monitor/nvml.h"
 #include "fake_script.h"
 
 namespace dlprobe::nvml {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "dlprobe/monitor_output.h"
+#include "dlprobe/monitor/output.h"
 
 namespace dlprobe::monitor {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <atomic>
 
-#include "dlprobe/sampler.h"
+#include "dlprobe/monitor/sampler.h"
 #include "fake_script.h"
 
 namespace dlprobe::monitor {

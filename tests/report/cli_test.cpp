@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dlprobe/files.h"
-#include "dlprobe/results.h"
+#include "dlprobe/core/files.h"
+#include "dlprobe/results/results.h"
 #include "fixture.h"
 #include "spawn.h"
 

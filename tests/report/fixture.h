@@ -3,7 +3,7 @@
 // they still match.
 #pragma once
 
-#include "dlprobe/results.h"
+#include "dlprobe/results/results.h"
 
 namespace dlprobe::testing {
 

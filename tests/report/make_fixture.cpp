@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "dlprobe/files.h"
-#include "dlprobe/results.h"
+#include "dlprobe/core/files.h"
+#include "dlprobe/results/results.h"
 #include "fixture.h"
 
 int main(int argc, char** argv) {

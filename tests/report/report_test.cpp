@@ -6,9 +6,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "dlprobe/compare.h"
-#include "dlprobe/report_html.h"
-#include "dlprobe/results_table.h"
+#include "dlprobe/report/compare.h"
+#include "dlprobe/report/html.h"
+#include "dlprobe/results/table.h"
 #include "fixture.h"
 
 namespace dlprobe::report {

@@ -1,4 +1,4 @@
-#include "dlprobe/results.h"
+#include "dlprobe/results/results.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <sstream>
 #include <thread>
 
-#include "dlprobe/results_writer.h"
+#include "dlprobe/results/writer.h"
 
 namespace dlprobe::results {
 namespace {

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "dlprobe/results.h"
+#include "dlprobe/results/results.h"
 #include "monitor/fake_script.h"
 
 namespace {
@@ -307,8 +307,8 @@ TEST_F(RunCli, TelemetrySummaryCoversTheMeasuredSteps) {
       procs + "\n");
   setenv("DLPROBE_NVML_LIBRARY", DLPROBE_FAKE_NVML, 1);
   const auto o = dlprobe({"run", "-q", "--json", path("results.json"), "-i", "20ms", "--",
-                          DLPROBE_FAKE_WORKLOAD, "--spin-ms", "1000", "--steps", "10",
-                          "--step-ms", "20", "--gpu-file", procs, "--gpu-bytes", "1073741824"});
+                          DLPROBE_FAKE_WORKLOAD, "--spin-ms", "1000", "--steps", "10", "--step-ms",
+                          "20", "--gpu-file", procs, "--gpu-bytes", "1073741824"});
   unsetenv("DLPROBE_NVML_LIBRARY");
   ASSERT_EQ(o.code, 0) << o.err;
   auto doc = dlprobe::results::read_file(path("results.json"));

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include "dlprobe/process_tree.h"
-#include "dlprobe/run.h"
-#include "dlprobe/workload_output.h"
+#include "dlprobe/run/process_tree.h"
+#include "dlprobe/run/runner.h"
+#include "dlprobe/run/workload_output.h"
 
 namespace dlprobe::run {
 namespace {

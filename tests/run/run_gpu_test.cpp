@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "dlprobe/run.h"
+#include "dlprobe/run/runner.h"
 
 namespace dlprobe::run {
 namespace {

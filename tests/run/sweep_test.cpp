@@ -2,7 +2,7 @@
 
 #include <functional>
 
-#include "dlprobe/run.h"
+#include "dlprobe/run/runner.h"
 
 namespace dlprobe::run {
 namespace {

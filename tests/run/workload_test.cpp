@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "dlprobe/run.h"
+#include "dlprobe/run/runner.h"
 #include "monitor/fake_script.h"
 
 namespace dlprobe::run {

@@ -1,4 +1,4 @@
-#include "dlprobe/safetensors.h"
+#include "dlprobe/engine/safetensors.h"
 
 #include <gtest/gtest.h>
 

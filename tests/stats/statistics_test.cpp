@@ -2,7 +2,7 @@
 // approximation of Mann–Whitney U, by a separate 25-line Python script written from the textbook
 // formulas (ranks with averaged ties, variance n1 n2 / 12 ((n + 1) - sum(t^3 - t) / (n (n - 1))),
 // continuity correction 0.5, p = erfc(z / sqrt 2)), not from this code.
-#include "dlprobe/statistics.h"
+#include "dlprobe/stats/statistics.h"
 
 #include <gtest/gtest.h>
 

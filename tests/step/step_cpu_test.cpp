@@ -4,8 +4,8 @@
 // correct fp32 backend that is not the reference.
 #include <gtest/gtest.h>
 
-#include "dlprobe/cpu_backend.h"
-#include "dlprobe/memory_source.h"
+#include "dlprobe/allocator/memory_source.h"
+#include "dlprobe/engine/cpu_backend.h"
 #include "step_compare.h"
 
 namespace dlprobe::engine {

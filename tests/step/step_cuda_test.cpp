@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "../engine/test_util.h"
-#include "dlprobe/cuda_backend.h"
+#include "dlprobe/engine/cuda_backend.h"
 #include "step_compare.h"
 
 namespace dlprobe::engine {

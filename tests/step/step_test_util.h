@@ -6,10 +6,10 @@
 #include <functional>
 #include <memory>
 
-#include "dlprobe/allocator.h"
-#include "dlprobe/memory_source.h"
-#include "dlprobe/reference_backend.h"
-#include "dlprobe/step.h"
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/allocator/memory_source.h"
+#include "dlprobe/engine/reference_backend.h"
+#include "dlprobe/step/training_step.h"
 
 namespace dlprobe::engine::testing {
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "dlprobe/ceilings.h"
+#include "dlprobe/doctor/ceilings.h"
 
 namespace dlprobe {
 namespace {

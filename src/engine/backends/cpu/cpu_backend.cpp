@@ -1,4 +1,4 @@
-#include "dlprobe/cpu_backend.h"
+#include "dlprobe/engine/cpu_backend.h"
 
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "dlprobe/check.h"
+#include "dlprobe/core/check.h"
 #include "engine/backends/cpu/cpu_loops.h"
 
 namespace dlprobe {

@@ -7,9 +7,9 @@
 
 #include <span>
 
-#include "dlprobe/backend.h"
-#include "dlprobe/ops.h"
-#include "dlprobe/tensor.h"
+#include "dlprobe/engine/backend.h"
+#include "dlprobe/engine/ops.h"
+#include "dlprobe/engine/tensor.h"
 
 namespace dlprobe::cpu {
 

@@ -6,7 +6,7 @@
 
 #include "cuda_backend_impl.h"
 #include "cuda_library_check.h"
-#include "dlprobe/log.h"
+#include "dlprobe/core/log.h"
 
 namespace dlprobe {
 namespace cuda {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cudnn_graph.h"
-#include "dlprobe/cuda_backend.h"
+#include "dlprobe/engine/cuda_backend.h"
 #include "kernels.h"
 
 namespace dlprobe::cuda {

@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "cuda_library_check.h"
-#include "dlprobe/dtype.h"
+#include "dlprobe/engine/dtype.h"
 #include "kernels.h"
 
 namespace dlprobe::cuda {

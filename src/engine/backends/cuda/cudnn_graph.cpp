@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "cuda_library_check.h"
-#include "dlprobe/log.h"
+#include "dlprobe/core/log.h"
 
 namespace dlprobe::cuda {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "dlprobe/cuda_backend.h"
-#include "dlprobe/status.h"
+#include "dlprobe/core/status.h"
+#include "dlprobe/engine/cuda_backend.h"
 
 namespace dlprobe::cuda {
 

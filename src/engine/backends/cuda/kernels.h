@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "dlprobe/allocator.h"
-#include "dlprobe/ops.h"
-#include "dlprobe/status.h"
-#include "dlprobe/tensor.h"
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/core/status.h"
+#include "dlprobe/engine/ops.h"
+#include "dlprobe/engine/tensor.h"
 #include "launch_plan.h"
 #include "scratch_pool.h"
 

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dlprobe/allocator.h"
-#include "dlprobe/status.h"
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/core/status.h"
 
 namespace dlprobe::cuda {
 

@@ -14,8 +14,8 @@
 
 #include <optional>
 
-#include "dlprobe/ops.h"
-#include "dlprobe/tensor.h"
+#include "dlprobe/engine/ops.h"
+#include "dlprobe/engine/tensor.h"
 
 namespace dlprobe::reference {
 

@@ -18,7 +18,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dlprobe/reference_backend.h"
+#include "dlprobe/engine/reference_backend.h"
 #include "engine/backends/reference/reference.h"
 
 namespace dlprobe {

@@ -1,0 +1,200 @@
+// `dlprobe bench`'s runner: one configuration of the native training step (model, batch,
+// precision, mode, layout) planned on an engine, warmed up, and timed over one or more windows.
+//
+// Protocol (docs/bench.md):
+//   warm-up   at least `warmup_steps` steps and at least `warmup_seconds` of them, queued back to
+//             back and then waited for; the allocator's peak is reset after it, so memory figures
+//             describe a steady training loop.
+//   window    at least `min_steps` steps and at least `min_seconds` (host clock, which the device
+//             cannot finish ahead of); `repeat` windows, each after a synchronisation.
+//   step time a backend timing mark before each step is queued and one after the last, read once
+//             the window has finished: CUDA events on the GPU (no host synchronisation per step),
+//             the host clock on the CPU backends. Step k's time runs from its mark to the next, so
+//             any wait between steps (the fp16 loss scaler's inf check, a host that cannot keep up)
+//             counts against the step that waited.
+// The headline throughput is images over the windows' total time (stats::summarize), never a mean
+// of per-step rates.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/core/status.h"
+#include "dlprobe/engine/backend.h"
+#include "dlprobe/engine/conv_tuning.h"
+#include "dlprobe/step/training_step.h"
+
+namespace dlprobe::bench {
+
+struct Device {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;
+};
+// "cpu" or "cuda:N" (also "cuda" for cuda:0).
+Result<Device> parse_device(std::string_view text, std::string_view flag = "device");
+std::string device_name(const Device& d);
+
+// Which engine backend runs the step: cuda (cuDNN, cuBLASLt and dlprobe's kernels), onednn (the
+// CPU backend, built with DLPROBE_WITH_ONEDNN), reference (plain loops: correct, slow).
+enum class BackendKind : std::uint8_t { cuda, onednn, reference };
+std::string_view backend_kind_name(BackendKind kind);
+// Whether this build has the backend.
+bool backend_built(BackendKind kind);
+// "auto" (cuda on a GPU, onednn on the CPU where built, else reference), "cuda", "onednn" or
+// "reference"; a backend that does not run on `device` or is not built here is a one-line error.
+Result<BackendKind> parse_backend(std::string_view text, const Device& device,
+                                  std::string_view flag = "backend");
+
+// Whether a backend runs `precision` at all: fp64 needs the reference backend, tf32 the GPU, and
+// the oneDNN backend has no fp16. (Engine::supports adds what depends on the device.)
+Status backend_supports(BackendKind kind, engine::Precision precision);
+
+// The PCI bus id of CUDA device `index` ("0000:19:00.0"), to find it in NVML; nullopt without
+// CUDA or without that device.
+std::optional<std::string> cuda_pci_bus_id(int index);
+
+// Which cuDNN convolution engines may run (ignored on the CPU). Never those that sum in 16 bits.
+enum class ConvEngines : std::uint8_t {
+  any,            // also non-deterministic, FFT and Winograd ones: what cudnn.benchmark allows
+  deterministic,  // the same bits on every run
+  exact,          // deterministic direct sums only (no FFT / Winograd): the engine's own tests
+};
+Result<ConvEngines> parse_conv_engines(std::string_view text, std::string_view flag);
+
+// --conv-algo: heuristic, autotune or exhaustive.
+Result<ConvEngineChoice> parse_conv_algo(std::string_view text, std::string_view flag);
+
+// How the CUDA backend picks convolution engines.
+struct ConvOptions {
+  ConvEngineChoice algo = ConvEngineChoice::autotune;
+  ConvEngines engines = ConvEngines::any;
+  std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
+};
+
+// A device's backend and caching allocator. A sweep keeps one across its configurations, so that
+// the CUDA backend's convolution plans (chosen once per shape) are reused; run_bench() starts
+// every configuration from a clean allocator (cache emptied, peaks reset).
+class Engine {
+ public:
+  // `compute` matters only to the reference backend: DType::fp64 for Precision::fp64, else fp32.
+  // `allocation` sets the allocator's mode (a limit makes a small device of a large one).
+  static Result<std::unique_ptr<Engine>> create(const Device& device, BackendKind backend,
+                                                const ConvOptions& conv = {},
+                                                DType compute = DType::fp32,
+                                                const memory::AllocatorOptions& allocation = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Backend& backend() { return *backend_; }
+  memory::CachingAllocator& allocator() { return *allocator_; }
+
+  // Whether `precision` can run here, checked before anything is allocated: backend_supports(),
+  // an engine of the right compute type, and compute capability 8.0 for bf16 on the GPU.
+  Status supports(engine::Precision precision) const;
+
+ private:
+  Engine() = default;
+  Device device_;
+  BackendKind kind_ = BackendKind::reference;
+  DType compute_ = DType::fp32;
+  std::optional<std::pair<int, int>> cc_;  // CUDA: the compute capability
+  // The allocator first: the backend gives its scratch memory back to it when destroyed.
+  std::unique_ptr<memory::CachingAllocator> allocator_;
+  std::unique_ptr<Backend> backend_;
+};
+
+struct Protocol {
+  std::int64_t warmup_steps = 5;
+  double warmup_seconds = 1.0;
+  std::int64_t min_steps = 30;
+  double min_seconds = 2.0;
+  int repeat = 1;
+  // A window stops here even before min_seconds: tiny steps must not fill memory with marks.
+  std::int64_t max_steps = 100'000;
+};
+// Every field in range, or a one-line error naming it.
+Status check_protocol(const Protocol& protocol);
+
+// Where a profiled step's time goes, per call of the plan.
+struct CallTime {
+  std::string name;
+  engine::CallKind kind = engine::CallKind::fill;
+  double ms = 0.0;  // median over the profiled steps
+};
+
+// What the runner is doing, for a progress line.
+struct Progress {
+  enum class Phase { planning, warmup, timing } phase = Phase::planning;
+  int window = 0;             // timing: which window, from 0
+  std::int64_t steps = 0;     // steps queued so far in this phase (or window)
+  double host_seconds = 0.0;  // since the phase (or window) began
+  double images_per_s = 0.0;  // timing: images queued / host seconds, a running estimate
+};
+
+// Called on the runner's thread; keep them short. Window edges come after the synchronisation that
+// ends warm-up or the previous window, and after the one that ends the window, so that what they
+// read (an energy counter) brackets exactly the timed steps.
+struct Hooks {
+  std::function<void(const Progress&)> progress;
+  std::function<void(int window)> window_begin;
+  std::function<void(int window)> window_end;
+};
+
+struct BenchOptions {
+  engine::StepConfig step;
+  Protocol protocol;
+  std::string weights;  // a safetensors state dict to start from; empty: seeded initialisation
+  std::uint64_t data_seed = 0;  // the synthetic batch
+  // After the timed windows, this many more steps with a timing mark around every call; the
+  // per-call times are the median over them.
+  std::int64_t profile_steps = 0;
+  // Set (by a signal handler) to stop: the window in progress ends after the step being queued and
+  // what was timed so far is returned with `interrupted`.
+  const std::atomic<int>* interrupt = nullptr;
+};
+
+struct Window {
+  std::vector<double> step_seconds;
+  std::int64_t host_begin_ns = 0;  // steady clock, around the window (for telemetry)
+  std::int64_t host_end_ns = 0;
+};
+
+struct BenchResult {
+  double setup_seconds = 0.0;  // planning the step and uploading its state and input
+  std::int64_t warmup_steps = 0;
+  double warmup_seconds = 0.0;
+  std::vector<Window> windows;    // empty when interrupted before timing
+  engine::StepResult last;        // the last timed step's loss
+  memory::MemoryStats memory;     // peaks over the timed windows
+  std::vector<CallTime> profile;  // parallel to the step's calls; empty unless profiled
+  bool interrupted = false;
+  // StepConfig::graph: the timed steps ran as graph replays (false: the capture failed, and the
+  // step ran eagerly after a warning saying why).
+  bool graph_replayed = false;
+
+  std::int64_t timed_steps() const;
+  std::vector<double> step_seconds() const;  // every window's, in order
+  double timed_seconds() const;
+};
+
+// Bad options, a precision the engine cannot run, a weights file that does not fit the model and
+// running out of memory are errors (the last is Errc::out_of_memory with the allocator's report as
+// its message; engine.allocator().stats() and last_oom() still tell where memory was).
+Result<BenchResult> run_bench(Engine& engine, const BenchOptions& options, const Hooks& hooks = {});
+
+// Matrix-multiply FLOPs of one image through the model (2 per multiply-add of every convolution
+// and of the fully connected layer; batch norm, ReLU, pooling and the optimizer are left out, as in
+// the usual "ResNet-50 is 4.1 GMACs" count). Training and grads add the backward pass: the weight
+// gradient of every layer and the input gradient of every layer but the first convolution, whose
+// input (the images) needs none.
+Result<double> flops_per_image(const model::ModelConfig& config, engine::StepMode mode);
+
+}  // namespace dlprobe::bench

@@ -1,0 +1,120 @@
+// A bench sweep: every combination of the list-valued settings (models, precisions, modes,
+// layouts, batches), each configuration from a clean state on one engine per device, with GPU
+// telemetry over its timed windows. An out-of-memory configuration is recorded with the allocator's
+// report and the sweep goes on; `auto` batches walk upward until the first out-of-memory; an
+// interrupt ends the configuration being timed, keeps what it measured, and stops.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlprobe/bench/results.h"
+#include "dlprobe/bench/runner.h"
+#include "dlprobe/core/status.h"
+#include "dlprobe/diagnosis/diagnosis.h"
+#include "dlprobe/monitor/nvml.h"
+#include "dlprobe/results/results.h"
+
+namespace dlprobe::bench {
+
+// Everything of a configuration but the batch, and the batches to run it at.
+struct SweepGroup {
+  engine::StepConfig step;            // step.batch is ignored
+  std::vector<std::int64_t> batches;  // in order; ignored when auto_batch
+  bool auto_batch = false;
+};
+
+// `--batch auto`: start, 2 start, 4 start, ... up to limit, stopping after the first that runs out
+// of memory.
+struct AutoBatch {
+  std::int64_t start = 16;
+  std::int64_t limit = 4096;
+};
+// The batches an auto walk tries, in order.
+std::vector<std::int64_t> auto_batches(const AutoBatch& a);
+
+// The list-valued settings; every combination is a configuration.
+struct SweepAxes {
+  std::vector<model::Arch> models;
+  std::vector<engine::Precision> precisions;
+  std::vector<engine::StepMode> modes;
+  std::vector<Layout> layouts;
+  std::vector<std::int64_t> batches;
+  bool auto_batch = false;
+  engine::StepConfig base;  // image size, classes, optimizer, seeds
+};
+// Models outermost, then precisions, modes, layouts; batches innermost (so that an auto walk and a
+// throughput-vs-batch curve are contiguous).
+std::vector<SweepGroup> expand(const SweepAxes& axes);
+
+struct Sweep {
+  std::vector<SweepGroup> groups;
+  AutoBatch auto_batch;
+  Device device;
+  BackendKind backend = BackendKind::reference;
+  ConvOptions conv;
+  Protocol protocol;
+  std::string weights;
+  std::int64_t profile_steps = 0;
+  memory::AllocatorOptions allocation;  // the engine's allocator mode (growth unless limited)
+  std::string gpu_memory;               // --gpu-memory as given, for the results ("" is grow)
+};
+
+// Configurations the sweep runs: exact without auto groups; with them, their longest walks.
+std::size_t planned_configurations(const Sweep& sweep);
+
+// GPU telemetry during the sweep: NVML and the device's NVML index (which can differ from the CUDA
+// index), sampled every `interval` with per-process rows.
+struct TelemetrySource {
+  std::shared_ptr<nvml::Library> nvml;
+  unsigned gpu = 0;
+  std::chrono::nanoseconds interval = std::chrono::milliseconds(50);
+};
+
+struct SweepProgress {
+  std::size_t index = 0;  // 1-based configuration number
+  std::size_t planned = 0;
+  std::string label;  // results::describe of the configuration
+  Progress step;
+  double elapsed_s = 0;         // since the sweep started
+  std::optional<double> eta_s;  // from the configurations done so far
+};
+
+struct SweepCallbacks {
+  std::function<void(const SweepProgress&)> progress;
+  // After every configuration, with the ones so far (the last is new) and how many the sweep now
+  // plans (an auto walk that ended plans no more): write the results files. A failure stops the
+  // sweep.
+  std::function<Status(const std::vector<results::Configuration>&, std::size_t planned)> done;
+};
+
+struct SweepOutcome {
+  std::vector<results::Configuration> configurations;
+  std::vector<BenchResult> runs;  // parallel to configurations; empty entries for errors
+  // Findings over each group of configurations that differ only in batch (diagnosis's batch sweep
+  // rules: throughput still rising, falling, out of memory...).
+  std::vector<diagnosis::Finding> findings;
+  bool interrupted = false;
+  // Configurations that did not finish, leaving out the out-of-memory that ends an auto walk (the
+  // walk's purpose is to find it).
+  std::size_t incomplete = 0;
+  Status status;  // a failure that stopped the sweep (engine creation, writing results)
+};
+
+struct SweepEnvironment {
+  const TelemetrySource* telemetry = nullptr;  // null: no GPU telemetry
+  std::map<engine::Precision, Ceiling> ceilings;
+  const std::atomic<int>* interrupt = nullptr;
+};
+
+SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& environment,
+                       const SweepCallbacks& callbacks = {});
+
+}  // namespace dlprobe::bench

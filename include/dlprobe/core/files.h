@@ -1,0 +1,20 @@
+// Whole-file reads and crash-safe rewrites, for the files dlprobe keeps current while it measures
+// (results, reports, the convolution tuning cache).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "dlprobe/core/status.h"
+
+namespace dlprobe {
+
+// The file's bytes; Errc::not_found when it does not exist, Errc::io_error when it cannot be read.
+Result<std::string> read_whole_file(const std::filesystem::path& path);
+
+// Writes to a temporary file beside `path`, flushes it to disk and renames it over `path`, so a
+// reader (or a crash) sees either the old complete file or the new one, never a partial one.
+Status write_file_atomic(const std::filesystem::path& path, std::string_view content);
+
+}  // namespace dlprobe

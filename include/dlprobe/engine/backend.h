@@ -1,0 +1,191 @@
+// The engine's backend interface: one slot per operation of a ResNet training step. The step
+// planner (src/engine) sizes and allocates every buffer ahead of time, so every slot writes into
+// outputs the caller owns and allocates nothing but its own scratch space (through the allocator
+// it was created with, category `workspace`). Backends: reference (plain loops, tests only),
+// cpu (oneDNN), cuda (cuDNN, cuBLASLt, our kernels); one folder each under src/engine/backends/.
+//
+// Dtypes, as PyTorch's autocast runs ResNet (the engine follows it so results match):
+// - conv2d and linear: x, w, y (and their gradients) share the activation dtype (fp32, fp16,
+//   bf16); accumulation is fp32. MathMode says whether fp32 may use TF32 tensor cores.
+// - batch norm: x, y, dy, dx in the activation dtype; gamma, beta, running and saved statistics,
+//   dgamma, dbeta always fp32.
+// - cross-entropy: logits, loss and dlogits fp32 (autocast runs it in fp32); labels int32/int64.
+// - optimizers: fp32 parameters, gradients and state (the master weights of mixed precision).
+// - cast converts between any two floating dtypes (fp32 master weights to fp16 working copies,
+//   fp16 gradients back to fp32).
+// Shapes and parameters are checked by the shape functions of dlprobe/ops.h; a slot may assume
+// they passed.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "dlprobe/core/status.h"
+#include "dlprobe/engine/ops.h"
+#include "dlprobe/engine/tensor.h"
+
+namespace dlprobe {
+
+enum class DeviceKind : std::uint8_t { cpu, cuda };
+
+// Whether fp32 convolutions and matrix products may run on TF32 tensor cores.
+enum class MathMode : std::uint8_t { strict_fp32, tf32 };
+
+// One parameter's tensors for a multi-tensor optimizer step. `state0`/`state1` are the momentum
+// buffer (SGD) or exp_avg / exp_avg_sq (AdamW); unused ones have a null data pointer.
+struct OptimizerSlot {
+  TensorView param;
+  TensorView grad;
+  TensorView state0;
+  TensorView state1;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual DeviceKind device() const = 0;
+  virtual void set_math_mode(MathMode mode) = 0;
+
+  // Host <-> backend memory, and waiting for queued work (a no-op on synchronous backends).
+  virtual Status upload(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual Status download(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual Status synchronize() = 0;
+
+  // Timing marks, so that step and call times need no host synchronisation each: mark(i) records
+  // a point in the backend's queue under index i (recording i again moves it), elapsed_ms(a, b)
+  // waits until both points are passed and returns the time from a to b. The defaults read the
+  // host clock, which is right for backends whose calls finish before they return (reference,
+  // cpu); the CUDA backend records events on its stream.
+  virtual Status mark(std::size_t index);
+  virtual Result<double> elapsed_ms(std::size_t from, std::size_t to);
+  // Waits until the point marked under `index` is passed, so that a caller can bound how far it
+  // queues ahead of the device without waiting for its latest work.
+  virtual Status wait_for_mark(std::size_t index);
+
+  // (optional) Graph capture: capture(record) calls `record`, whose backend calls are recorded
+  // instead of run, and returns a graph that replay() queues as one launch. The recorded calls
+  // must use the same buffers on every replay (a planned step's fixed addresses), copy nothing
+  // from pageable host memory and wait for nothing. The defaults refuse: the caller runs eagerly.
+  virtual Result<std::size_t> capture(const std::function<Status()>& record);
+  virtual Status replay(std::size_t graph);
+  // Gives back what a recorded graph holds (its executable, workspace and scratch) after any
+  // queued replay of it has finished; it must not be replayed again, and its index is not reused.
+  // The step that recorded it calls this when it goes, so that a sweep's later configurations do
+  // not carry its memory.
+  virtual void release_graph(std::size_t graph);
+  // Starts a new count of the most workspace one call takes; capture() sizes a graph's shared
+  // workspace from that count. A step calls it before the eager run its capture follows.
+  virtual void reset_call_workspace_peak();
+
+  virtual Status fill(const TensorView& t, double value) = 0;
+  virtual Status cast(const TensorView& src, const TensorView& dst) = 0;
+
+  virtual Status conv2d_forward(const TensorView& x, const TensorView& w, const TensorView& y,
+                                const Conv2dParams& p) = 0;
+  virtual Status conv2d_backward_data(const TensorView& dy, const TensorView& w,
+                                      const TensorView& dx, const Conv2dParams& p) = 0;
+  virtual Status conv2d_backward_weight(const TensorView& x, const TensorView& dy,
+                                        const TensorView& dw, const Conv2dParams& p) = 0;
+
+  // Training forward: batch statistics, running statistics updated in place (momentum, unbiased
+  // variance), mean and 1/sqrt(biased var + eps) saved for backward.
+  virtual Status batch_norm_train_forward(const TensorView& x, const TensorView& gamma,
+                                          const TensorView& beta, const TensorView& running_mean,
+                                          const TensorView& running_var, const TensorView& y,
+                                          const TensorView& save_mean,
+                                          const TensorView& save_invstd,
+                                          const BatchNormParams& p) = 0;
+  virtual Status batch_norm_inference_forward(const TensorView& x, const TensorView& gamma,
+                                              const TensorView& beta,
+                                              const TensorView& running_mean,
+                                              const TensorView& running_var, const TensorView& y,
+                                              const BatchNormParams& p) = 0;
+  virtual Status batch_norm_backward(const TensorView& dy, const TensorView& x,
+                                     const TensorView& gamma, const TensorView& save_mean,
+                                     const TensorView& save_invstd, const TensorView& dx,
+                                     const TensorView& dgamma, const TensorView& dbeta) = 0;
+
+  // (optional) Batch norm with the ReLU after it, and the residual sum before that ReLU, in one
+  // call: y = relu(bn(x) + residual), or y = relu(bn(x)) when `residual` has no data, rounded to
+  // y's dtype once. The planner emits these only where fuses_batch_norm_relu() is true; the
+  // defaults refuse.
+  virtual bool fuses_batch_norm_relu() const { return false; }
+  virtual Status batch_norm_relu_train_forward(
+      const TensorView& x, const TensorView& gamma, const TensorView& beta,
+      const TensorView& running_mean, const TensorView& running_var, const TensorView& residual,
+      const TensorView& y, const TensorView& save_mean, const TensorView& save_invstd,
+      const BatchNormParams& p);
+  virtual Status batch_norm_relu_inference_forward(const TensorView& x, const TensorView& gamma,
+                                                   const TensorView& beta,
+                                                   const TensorView& running_mean,
+                                                   const TensorView& running_var,
+                                                   const TensorView& residual, const TensorView& y,
+                                                   const BatchNormParams& p);
+  // (optional) The backward of y = relu(bn(x)) (no residual) from y's gradient dy and y itself.
+  virtual Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y,
+                                          const TensorView& x, const TensorView& gamma,
+                                          const TensorView& save_mean,
+                                          const TensorView& save_invstd, const TensorView& dx,
+                                          const TensorView& dgamma, const TensorView& dbeta);
+
+  virtual Status relu_forward(const TensorView& x, const TensorView& y) = 0;
+  // From the forward's output y: the gradient passes where y > 0.
+  virtual Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) = 0;
+
+  // (optional) dx = a + b where y > 0, else 0: a ReLU's backward from a gradient that arrives as
+  // two terms (ResNet's block output feeds the next block and its shortcut). Planned only where
+  // fuses_relu_backward_add() is true; the default refuses.
+  virtual bool fuses_relu_backward_add() const { return false; }
+  virtual Status relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                                   const TensorView& dx);
+
+  virtual Status max_pool2d_forward(const TensorView& x, const TensorView& y,
+                                    const MaxPool2dParams& p) = 0;
+  virtual Status max_pool2d_backward(const TensorView& dy, const TensorView& x, const TensorView& y,
+                                     const TensorView& dx, const MaxPool2dParams& p) = 0;
+
+  // y = a + b; `y` may alias `a` or `b`.
+  virtual Status add(const TensorView& a, const TensorView& b, const TensorView& y) = 0;
+
+  virtual Status global_avg_pool_forward(const TensorView& x, const TensorView& y) = 0;
+  virtual Status global_avg_pool_backward(const TensorView& dy, const TensorView& dx) = 0;
+
+  virtual Status linear_forward(const TensorView& x, const TensorView& w, const TensorView& b,
+                                const TensorView& y) = 0;
+  virtual Status linear_backward(const TensorView& dy, const TensorView& x, const TensorView& w,
+                                 const TensorView& dx, const TensorView& dw,
+                                 const TensorView& db) = 0;
+
+  // loss [1] = mean over the batch of -log softmax(logits)[label].
+  virtual Status cross_entropy_forward(const TensorView& logits, const TensorView& labels,
+                                       const TensorView& loss) = 0;
+  // dlogits = (softmax - one_hot) * loss_scale / N.
+  virtual Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
+                                        double loss_scale, const TensorView& dlogits) = 0;
+
+  // Mixed precision: grads *= inv_scale, and found_inf (fp32 [1]) is set to 1 if any gradient is
+  // inf or NaN (left unchanged otherwise, so one flag can collect several calls).
+  virtual Status unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+                                   const TensorView& found_inf) = 0;
+
+  // One launch (or loop) over all parameters. `step` counts from 1 (AdamW's bias correction; the
+  // first SGD step seeds the momentum buffer). When `found_inf` has data and holds a non-zero
+  // value, parameters and state are left unchanged (the step a dynamic loss scaler skips).
+  virtual Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p,
+                          std::int64_t step, const TensorView& found_inf) = 0;
+  virtual Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p,
+                            std::int64_t step, const TensorView& found_inf) = 0;
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> host_marks_;
+  std::vector<bool> host_marked_;
+};
+
+}  // namespace dlprobe

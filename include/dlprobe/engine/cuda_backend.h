@@ -1,0 +1,57 @@
+// The CUDA backend of the training engine: convolutions through cuDNN's graph API, linear layers
+// through cuBLASLt, every other op in dlprobe's own kernels. Built only with DLPROBE_WITH_CUDA.
+//
+// All work runs on one non-blocking stream the backend owns, in call order. upload() queues the
+// copy (a pageable source is staged before upload returns, so it may be reused at once; a pinned
+// one must stay unchanged until synchronize()), download() returns once the data is on the host,
+// synchronize() waits for everything queued.
+//
+// Scratch memory (cuDNN and cuBLASLt workspaces, partial reductions, optimizer slot tables) comes
+// from the allocator passed in, category `workspace`, owner = the op's name, and is given back as
+// soon as the op is queued. That is safe because the allocator's blocks are reused in stream order:
+// every user of this allocator must work on this backend's stream (the engine does), never on
+// another stream or from the host directly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/core/status.h"
+#include "dlprobe/engine/backend.h"
+#include "dlprobe/engine/conv_tuning.h"
+
+namespace dlprobe {
+
+struct CudaBackendOptions {
+  ConvEngineChoice conv_engine = ConvEngineChoice::heuristic;
+  // The most scratch memory one cuDNN or cuBLASLt call may take; engines needing more are skipped.
+  std::int64_t max_workspace_bytes = std::int64_t{256} << 20;
+  // The same for strict fp32 convolutions when transform engines may compete and the engine is
+  // chosen by timing (autotune, exhaustive; the heuristic choice keeps the cap above). Without
+  // tensor cores the fast engines for 3x3 layers are FFT and Winograd ones, which cudnn.benchmark
+  // finds for PyTorch, and their transformed operands grow with the activations. On an H200 at
+  // ResNet-50 bs 256, 13 of the step's convolutions chose engines above 256 MiB (FFT for 10 of
+  // them, up to 1.42 GiB; layer2's 3x3 forward: 0.544 ms against 1.383 ms direct), and the step
+  // went from 262 to 225 ms.
+  std::int64_t max_fp32_conv_workspace_bytes = std::int64_t{2} << 30;
+  MathMode math_mode = MathMode::strict_fp32;
+  // Only convolution engines that give the same bits on every run: cuDNN's non-deterministic ones
+  // add partial sums with atomics, in the output's dtype when that is fp16/bf16, which costs
+  // accuracy as well as reproducibility. False lets them compete for speed.
+  bool deterministic = true;
+  // FFT and Winograd engines may compete (as under cudnn.benchmark): faster for some fp32
+  // shapes, at about ten times the rounding error of a direct sum.
+  bool transform_engines = false;
+  // Where autotuned choices are looked up first and recorded (null: this backend's plans only).
+  // Shared by backends and processes on the same GPU and cuDNN; keys name both.
+  std::shared_ptr<ConvTuningCache> tuning = nullptr;
+};
+
+// Makes `device` current on the calling thread, which must keep it current while it uses the
+// backend. The allocator must be over that device's memory and outlive the backend. Fails with
+// Errc::unavailable when no usable GPU is there.
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, memory::CachingAllocator& allocator,
+                                                   CudaBackendOptions options = {});
+
+}  // namespace dlprobe

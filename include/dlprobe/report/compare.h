@@ -1,0 +1,66 @@
+// `dlprobe compare`: two results files, configuration by configuration (matched on kind and
+// settings), with the throughput ratio new / base and its bootstrap CI, the Mann–Whitney U p-value
+// of the step times, and a verdict. "no change" unless the CI of the ratio excludes 1 and p is
+// below alpha: both tests must agree before dlprobe calls a difference real. A real difference
+// smaller than the noise threshold is "no change" too: with hundreds of steps a 0.3% drift of the
+// GPU clock between two runs is significant, and calling it "slower" would cry wolf.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlprobe/core/status.h"
+#include "dlprobe/results/results.h"
+#include "dlprobe/stats/statistics.h"
+
+namespace dlprobe::report {
+
+enum class Verdict {
+  faster,
+  slower,
+  no_change,
+  not_comparable,  // one side did not finish (oom, failed, ...) or has no timed steps
+};
+std::string_view verdict_name(Verdict verdict);
+
+struct ComparisonRow {
+  results::Kind kind = results::Kind::native;
+  results::Settings settings;
+  results::RunStatus base_status = results::RunStatus::ok;
+  results::RunStatus new_status = results::RunStatus::ok;
+  std::optional<double> base_throughput;
+  std::optional<double> new_throughput;
+  std::optional<stats::Ratio> ratio;  // new / base
+  std::optional<stats::MannWhitney> mann_whitney;
+  Verdict verdict = Verdict::not_comparable;
+};
+
+struct Comparison {
+  std::vector<ComparisonRow> rows;
+  std::vector<std::string> only_in_base;  // described configurations
+  std::vector<std::string> only_in_new;
+};
+
+struct CompareOptions {
+  double alpha = 0.05;
+  // |ratio - 1| below this is no change, however significant (criterion.rs's noise threshold).
+  double noise = 0.01;
+  stats::BootstrapOptions bootstrap;
+};
+
+// Fails (one line) when no configuration of one file matches one of the other: the files measured
+// different things and a comparison would say nothing.
+Result<Comparison> compare(const results::Document& base, const results::Document& next,
+                           const CompareOptions& options = {});
+
+// The throughput drop of a slower row, 1 - ratio; 0 for any other verdict.
+double regression(const ComparisonRow& row);
+
+std::string render_comparison_text(const Comparison& comparison);
+nlohmann::json comparison_json(const Comparison& comparison);
+
+}  // namespace dlprobe::report

@@ -1,0 +1,242 @@
+// The results file every measuring command writes and report / compare read: one JSON document,
+// schema "dlprobe.results/1" (docs/results-schema.md), holding the context of the run (host, GPUs,
+// software stack, device state at the start) and one entry per measured configuration (settings,
+// status, statistics, raw step times, memory, telemetry, achieved TFLOP/s, findings).
+//
+// Reading is strict: a file that is not dlprobe results, has another schema version, is cut off, or
+// lacks a field (or has one of the wrong type) is refused with one line naming the file and the
+// JSON path. Fields that may be unknown are written as null, never left out, so that a missing key
+// always means a broken file. Keys this version does not know are ignored.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlprobe/core/status.h"
+#include "dlprobe/stats/statistics.h"
+
+namespace dlprobe::results {
+
+inline constexpr std::string_view kSchema = "dlprobe.results/1";
+
+// ---- context: where and with what the run happened ----
+
+struct Library {
+  std::string name;     // "cuDNN"
+  std::string version;  // "9.19.0"; empty when not found
+  std::string path;     // the file loaded; empty when unknown
+};
+
+struct Gpu {
+  int index = 0;
+  std::string name;
+  std::string uuid;
+  std::string pci_bus_id;
+  std::optional<std::string> compute_capability;  // "9.0"
+  std::optional<std::uint64_t> memory_total_bytes;
+  std::optional<int> sm_count;
+};
+
+struct GpuProcess {
+  unsigned pid = 0;
+  std::optional<std::uint64_t> used_bytes;
+};
+
+// A GPU's state when the run started: what could make its numbers differ from another day's.
+struct DeviceState {
+  int gpu = 0;
+  std::optional<double> sm_clock_mhz;
+  std::optional<double> mem_clock_mhz;
+  std::optional<double> temperature_c;
+  std::optional<double> power_w;
+  std::optional<double> power_limit_w;
+  std::vector<std::string> clock_event_reasons;  // active throttle reasons
+  std::vector<GpuProcess> other_processes;       // this process left out
+};
+
+struct Context {
+  std::string dlprobe_version;
+  std::string git_hash;
+  std::vector<std::string> command_line;
+  std::string date;  // ISO-8601 UTC, "2025-03-01T12:34:56Z"
+  std::string hostname;
+  std::string os;
+  std::string cpu;
+  std::optional<int> cpu_threads;
+  std::optional<std::uint64_t> host_memory_bytes;
+  std::optional<std::string> driver_version;        // "580.65.06"
+  std::optional<std::string> cuda_driver_version;   // newest CUDA the driver supports: "13.0"
+  std::optional<std::string> cuda_runtime_version;  // the runtime dlprobe runs on: "13.0"
+  std::vector<Library> libraries;
+  std::vector<Gpu> gpus;
+  std::vector<DeviceState> device_state;
+};
+
+// The current time as ISO-8601 UTC with seconds, for Context::date.
+std::string iso8601_utc_now();
+
+// ---- one configuration ----
+
+enum class Kind { native, external };
+std::string_view kind_name(Kind kind);
+
+enum class RunStatus { ok, oom, failed, interrupted, timeout };
+std::string_view run_status_name(RunStatus status);
+
+// Native runs fill the first block, external runs (a user's command) the second; the other block
+// stays empty and is not written.
+struct Settings {
+  std::string model;  // "resnet50"
+  std::int64_t batch = 0;
+  std::string precision;  // "fp32", "tf32", "bf16", "fp16", "fp64"
+  std::string mode;       // "train", "grads", "infer"
+  std::string layout;     // "nchw", "nhwc"
+  std::string device;     // "cuda:0", "cpu"
+  std::string optimizer;  // "sgd", "adamw"; "none" outside train mode
+  // Added within dlprobe.results/1, so files written before them lack these keys and read as 0 /
+  // "": how the run took device memory (--gpu-memory: "grow", "planned", "limit:16GiB", ...; empty
+  // reads as the default, grow), the square image side, the classes of the model's last layer,
+  // and the engine's backend ("cuda", "onednn", "reference").
+  std::string gpu_memory;
+  std::int64_t image_size = 0;
+  std::int64_t classes = 0;
+  std::string backend;
+
+  std::string command;                       // as the user gave it
+  std::map<std::string, std::string> sweep;  // the sweep's keys and this run's values
+
+  friend bool operator==(const Settings&, const Settings&) = default;
+};
+
+// The batch of a configuration: Settings::batch, or an external run's sweep value "batch".
+std::optional<std::int64_t> batch_of(Kind kind, const Settings& settings);
+// The precision: Settings::precision, or an external run's sweep value "precision"; "" if none.
+std::string precision_of(Kind kind, const Settings& settings);
+// "resnet50 bs=256 bf16 train nhwc cuda:0 sgd" or "python train.py (batch=64, precision=bf16)";
+// a native image side other than 224 follows the model ("resnet18@64"), a backend other than the
+// device's own follows the device ("cpu/reference").
+std::string describe(Kind kind, const Settings& settings);
+
+// Everything of a configuration but its batch: the series it belongs to in a throughput-vs-batch
+// curve. "resnet50 bf16 train nhwc cuda:0 sgd"; "python train.py precision=bf16".
+std::string series_label(Kind kind, const Settings& settings);
+
+// The raw measurement: one entry per timed step (warm-up steps are left out).
+struct Samples {
+  std::vector<double> step_seconds;
+  std::vector<double> step_items;  // images (samples) each step processed; same length
+  int warmup_steps = 0;
+  // With repeated timed windows (bench --repeat), the steps of each window in order; they add up
+  // to the step count. Empty: one window. Added within dlprobe.results/1 (absent in older files).
+  std::vector<std::int64_t> window_steps;
+};
+
+// Items per second of each timed window (one value without repeated windows); empty when the
+// window steps do not add up to the samples or a window has no time.
+std::vector<double> window_throughputs(const Samples& samples);
+
+struct Memory {
+  // "allocator": dlprobe's caching allocator (allocator_stats holds memory::to_flat_json);
+  // "framework": figures an external run reported; "nvml": only NVML's view of the process.
+  std::string source;
+  nlohmann::json allocator_stats;  // an object, or null when not from dlprobe's allocator
+  std::optional<std::int64_t> framework_peak_allocated_bytes;
+  std::optional<std::int64_t> framework_peak_reserved_bytes;
+  std::optional<std::int64_t> nvml_process_peak_bytes;
+  // `dlprobe memory`'s analysis (memory::to_json(AnalysisRecord), docs/results-schema.md): an
+  // object, or null. Files written before it existed lack the key, which reads as null.
+  nlohmann::json analysis;
+};
+
+struct Range {
+  std::size_t count = 0;
+  double min = 0;
+  double median = 0;
+  double max = 0;
+};
+
+// One NVML reading, timed from the start of the timed window.
+struct TelemetrySample {
+  double t_s = 0;
+  std::optional<double> gpu_util_pct;
+  std::optional<double> power_w;
+  std::optional<double> sm_clock_mhz;
+  std::optional<double> mem_used_mib;
+  std::optional<double> temperature_c;
+};
+
+// What one GPU did over the timed window.
+struct Telemetry {
+  int gpu = 0;
+  std::size_t samples = 0;
+  double window_s = 0;
+  std::optional<Range> gpu_util_pct;
+  std::optional<Range> mem_util_pct;
+  std::optional<Range> power_w;
+  std::optional<Range> sm_clock_mhz;
+  std::optional<Range> mem_clock_mhz;
+  std::optional<Range> temperature_c;
+  std::optional<Range> mem_used_mib;
+  std::optional<double> energy_j;
+  std::string energy_source;                  // "counter", "power_integral" or "none"
+  std::vector<std::string> throttle_reasons;  // every reason seen in the window
+  std::vector<TelemetrySample> timeline;      // empty unless the run recorded it
+};
+
+struct Compute {
+  std::optional<double> flops_per_item;  // per image and step (forward + backward when training)
+  std::optional<double> achieved_tflops;
+  std::optional<double> ceiling_tflops;  // doctor's measured GEMM ceiling for the precision
+  std::string ceiling_dtype;             // the GEMM dtype of that ceiling; "" without one
+  std::optional<double> fraction_of_ceiling;
+};
+
+enum class Severity { info, warning, error };
+std::string_view severity_name(Severity severity);
+
+struct Finding {
+  Severity severity = Severity::info;
+  std::string id;  // stable, e.g. "thermal_throttle"
+  std::string message;
+  std::string evidence;  // the numbers behind it
+  std::string fix;       // empty when there is nothing to do
+};
+
+struct Configuration {
+  Kind kind = Kind::native;
+  Settings settings;
+  RunStatus status = RunStatus::ok;
+  std::string error;                         // why it did not finish; empty when ok
+  std::optional<stats::Summary> statistics;  // none when no step was timed
+  Samples samples;
+  std::optional<Memory> memory;
+  std::vector<Telemetry> telemetry;  // one per GPU sampled
+  std::optional<Compute> compute;
+  std::vector<Finding> findings;
+};
+
+struct Document {
+  Context context;
+  std::vector<Configuration> configurations;
+  std::vector<Finding> findings;  // about the run as a whole
+};
+
+// ---- JSON ----
+
+nlohmann::json to_json(const Document& document);
+// Validates everything; errors are one line with the JSON path ("configurations[2].status: ...").
+Result<Document> from_json(const nlohmann::json& json);
+// Parses text; `name` (a file name) prefixes every error.
+Result<Document> parse(std::string_view text, std::string_view name = "results");
+Result<Document> read_file(const std::filesystem::path& path);
+// Pretty-printed with a final newline.
+std::string serialize(const Document& document);
+
+}  // namespace dlprobe::results

@@ -1,0 +1,78 @@
+// Reading what a workload prints: the dlprobe line protocol (docs/external.md), a user's
+// throughput regex, and the out-of-memory and error messages of TensorFlow, PyTorch and JAX.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <regex>
+#include <string>
+#include <string_view>
+
+#include "dlprobe/core/status.h"
+
+namespace dlprobe::run {
+
+// One `{"dlprobe": {...}}` line. Every field is optional; docs/external.md defines them.
+struct ProtocolRecord {
+  std::optional<std::int64_t> step;
+  std::optional<double> step_time_s;  // seconds the step took
+  std::optional<double> data_time_s;  // of which waiting for input
+  std::optional<std::int64_t> batch;  // items (images, samples) the step processed
+  std::optional<double> items_per_s;  // a rate the workload measured itself
+  std::optional<bool> warmup;         // this step is warm-up (overrides --warmup-steps)
+  std::optional<std::int64_t> warmup_steps;
+  std::optional<std::uint64_t> framework_peak_bytes;
+  std::optional<std::uint64_t> framework_reserved_bytes;
+  std::optional<std::uint64_t> framework_allocated_bytes;
+  std::optional<std::string> framework;  // "pytorch", "tensorflow", "jax", …
+  std::optional<std::string> model;
+  std::optional<std::string> precision;  // "fp32", "tf32", "fp16", "bf16", "fp8"
+  std::optional<bool> channels_last;     // NHWC activations
+  std::optional<bool> oom;               // the workload caught an out-of-memory error itself
+  std::optional<std::string> message;    // with oom: the framework's text
+  bool end = false;                      // the workload finished its measurement
+};
+
+// nullopt: not a protocol line (no `{"dlprobe"` in it). An error: it is one but malformed (not
+// JSON, `dlprobe` not an object, a field of the wrong type or out of range).
+Result<std::optional<ProtocolRecord>> parse_protocol_line(std::string_view line);
+
+// What a --throughput-regex match gave.
+struct RegexMatch {
+  std::optional<double> items_per_s;
+  std::optional<double> step_time_s;
+  std::optional<std::int64_t> step;
+};
+
+// --throughput-regex: ECMAScript syntax with named groups `(?<ips>…)` (items per second),
+// `(?<step_s>…)` (seconds per step, with --batch for throughput), `(?<step>…)`; `(?P<name>…)` is
+// accepted too. Without a named group the first group is items per second.
+class ThroughputRegex {
+ public:
+  static Result<ThroughputRegex> compile(std::string_view pattern);
+  std::optional<RegexMatch> match(std::string_view line) const;
+  const std::string& pattern() const { return pattern_; }
+
+ private:
+  std::string pattern_;
+  std::regex regex_;
+  int ips_group_ = 0;  // 0: absent
+  int step_s_group_ = 0;
+  int step_group_ = 0;
+};
+
+enum class Framework { unknown, tensorflow, pytorch, jax };
+std::string_view framework_name(Framework f);
+
+// A line that says the GPU ran out of memory, and whose words said it.
+struct OomMatch {
+  Framework framework = Framework::unknown;
+  std::string line;
+};
+std::optional<OomMatch> detect_oom(std::string_view line);
+
+// The closing line of a Python traceback or a framework's fatal error ("RuntimeError: …",
+// "F0412 … Check failed: …", "terminate called after …"), to say in one line why a run failed.
+bool looks_like_error(std::string_view line);
+
+}  // namespace dlprobe::run

@@ -1,0 +1,442 @@
+#include "dlprobe/bench/runner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "dlprobe/allocator/memory_source.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/engine/reference_backend.h"
+#include "dlprobe/engine/safetensors.h"
+#include "dlprobe/models/resnet.h"
+
+#ifdef DLPROBE_HAVE_CPU_BACKEND
+#include "dlprobe/engine/cpu_backend.h"
+#endif
+#ifdef DLPROBE_HAVE_CUDA_BACKEND
+#include "core/cuda_check.h"
+#include "dlprobe/engine/cuda_backend.h"
+#endif
+
+namespace dlprobe::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// Timed steps queued ahead of the device at most (see the timed loop).
+constexpr std::int64_t kInFlight = 4;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+bool interrupted(const std::atomic<int>* flag) {
+  return flag != nullptr && flag->load() > 0;
+}
+
+}  // namespace
+
+Result<Device> parse_device(std::string_view text, std::string_view flag) {
+  if (text == "cpu") return Device{DeviceKind::cpu, 0};
+  if (const auto index = parse_cuda_index(text)) return Device{DeviceKind::cuda, *index};
+  return invalid_argument(
+      fmt::format("{}: unknown device '{}' (expected cpu, cuda or cuda:N)", flag, text));
+}
+
+Result<ConvEngines> parse_conv_engines(std::string_view text, std::string_view flag) {
+  if (text == "any") return ConvEngines::any;
+  if (text == "deterministic") return ConvEngines::deterministic;
+  if (text == "exact") return ConvEngines::exact;
+  return invalid_argument(
+      fmt::format("{}: unknown choice '{}' (expected any, deterministic or exact)", flag, text));
+}
+
+Result<ConvEngineChoice> parse_conv_algo(std::string_view text, std::string_view flag) {
+  for (ConvEngineChoice c :
+       {ConvEngineChoice::heuristic, ConvEngineChoice::autotune, ConvEngineChoice::exhaustive}) {
+    if (text == conv_engine_choice_name(c)) return c;
+  }
+  return invalid_argument(fmt::format(
+      "{}: unknown choice '{}' (expected heuristic, autotune or exhaustive)", flag, text));
+}
+
+std::string device_name(const Device& d) {
+  return d.kind == DeviceKind::cpu ? std::string("cpu") : fmt::format("cuda:{}", d.index);
+}
+
+std::string_view backend_kind_name(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::cuda:
+      return "cuda";
+    case BackendKind::onednn:
+      return "onednn";
+    case BackendKind::reference:
+      return "reference";
+  }
+  return "reference";
+}
+
+bool backend_built(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::cuda:
+#ifdef DLPROBE_HAVE_CUDA_BACKEND
+      return true;
+#else
+      return false;
+#endif
+    case BackendKind::onednn:
+#ifdef DLPROBE_HAVE_CPU_BACKEND
+      return true;
+#else
+      return false;
+#endif
+    case BackendKind::reference:
+      return true;
+  }
+  return false;
+}
+
+Result<BackendKind> parse_backend(std::string_view text, const Device& device,
+                                  std::string_view flag) {
+  const bool gpu = device.kind == DeviceKind::cuda;
+  BackendKind kind = BackendKind::reference;
+  if (text == "auto") {
+    if (gpu) {
+      kind = BackendKind::cuda;
+    } else {
+      kind = backend_built(BackendKind::onednn) ? BackendKind::onednn : BackendKind::reference;
+    }
+  } else if (text == "cuda") {
+    kind = BackendKind::cuda;
+  } else if (text == "onednn") {
+    kind = BackendKind::onednn;
+  } else if (text == "reference") {
+    kind = BackendKind::reference;
+  } else {
+    return invalid_argument(fmt::format(
+        "{}: unknown backend '{}' (expected auto, cuda, onednn or reference)", flag, text));
+  }
+  if (gpu != (kind == BackendKind::cuda)) {
+    return invalid_argument(
+        fmt::format("{}: backend {} does not run on {} (cuda runs on cuda:N, "
+                    "onednn and reference on cpu)",
+                    flag, backend_kind_name(kind), device_name(device)));
+  }
+  if (!backend_built(kind)) {
+    return error(
+        Errc::unavailable,
+        fmt::format("{}: this build has no {} backend (configured without {}){}", flag,
+                    backend_kind_name(kind),
+                    kind == BackendKind::cuda ? "DLPROBE_WITH_CUDA" : "DLPROBE_WITH_ONEDNN",
+                    kind == BackendKind::cuda ? "; use --device cpu" : ""));
+  }
+  return kind;
+}
+
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::create(const Device& device, BackendKind backend,
+                                               const ConvOptions& conv, DType compute,
+                                               const memory::AllocatorOptions& allocation) {
+  if (compute != DType::fp32 && compute != DType::fp64) {
+    return invalid_argument("engine compute type must be fp32 or fp64");
+  }
+  if (compute == DType::fp64 && backend != BackendKind::reference) {
+    return invalid_argument("fp64 compute runs on the reference backend only");
+  }
+  std::unique_ptr<Engine> e(new Engine());
+  e->device_ = device;
+  e->kind_ = backend;
+  e->compute_ = compute;
+  switch (backend) {
+    case BackendKind::reference: {
+      DLPROBE_ASSIGN_OR_RETURN(e->allocator_,
+                               memory::CachingAllocator::create(
+                                   std::make_unique<memory::HostMemorySource>(), allocation));
+      DLPROBE_ASSIGN_OR_RETURN(e->backend_, make_reference_backend(compute));
+      return e;
+    }
+    case BackendKind::onednn: {
+#ifdef DLPROBE_HAVE_CPU_BACKEND
+      DLPROBE_ASSIGN_OR_RETURN(e->allocator_,
+                               memory::CachingAllocator::create(
+                                   std::make_unique<memory::HostMemorySource>(), allocation));
+      DLPROBE_ASSIGN_OR_RETURN(e->backend_, make_cpu_backend(*e->allocator_));
+      return e;
+#else
+      return error(Errc::unavailable,
+                   "this build has no oneDNN backend (configured without DLPROBE_WITH_ONEDNN)");
+#endif
+    }
+    case BackendKind::cuda: {
+#ifdef DLPROBE_HAVE_CUDA_BACKEND
+      DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<memory::MemorySource> source,
+                               memory::make_cuda_memory_source(device.index));
+      int major = 0;
+      int minor = 0;
+      DLPROBE_CUDA_CHECK(
+          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index));
+      DLPROBE_CUDA_CHECK(
+          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device.index));
+      e->cc_ = std::make_pair(major, minor);
+      DLPROBE_ASSIGN_OR_RETURN(e->allocator_,
+                               memory::CachingAllocator::create(std::move(source), allocation));
+      CudaBackendOptions cuda;
+      cuda.conv_engine = conv.algo;
+      cuda.tuning = conv.tuning;
+      cuda.deterministic = conv.engines != ConvEngines::any;
+      cuda.transform_engines = conv.engines == ConvEngines::any;
+      DLPROBE_ASSIGN_OR_RETURN(e->backend_, make_cuda_backend(device.index, *e->allocator_, cuda));
+      return e;
+#else
+      (void)conv;
+      return error(Errc::unavailable,
+                   fmt::format("{}: this build has no CUDA backend (configured without "
+                               "DLPROBE_WITH_CUDA); use --device cpu",
+                               device_name(device)));
+#endif
+    }
+  }
+  return invalid_argument("unknown backend");
+}
+
+Status backend_supports(BackendKind kind, engine::Precision precision) {
+  using engine::Precision;
+  if (precision == Precision::fp64 && kind != BackendKind::reference) {
+    return error(Errc::unsupported, "precision fp64 runs on --device cpu --backend reference only");
+  }
+  if (precision == Precision::tf32 && kind != BackendKind::cuda) {
+    // The CPU backends have no TF32 units and would run strict fp32 under tf32's name.
+    return error(
+        Errc::unsupported,
+        "precision tf32 is a GPU tensor-core mode; on the CPU it would be fp32 (use fp32)");
+  }
+  if (precision == Precision::fp16 && kind == BackendKind::onednn) {
+    return error(Errc::unsupported,
+                 "precision fp16 is not on the oneDNN CPU backend (bf16 is, on AVX-512 CPUs); "
+                 "use --backend reference for fp16 on the CPU");
+  }
+  return Status::ok();
+}
+
+std::optional<std::string> cuda_pci_bus_id(int index) {
+#ifdef DLPROBE_HAVE_CUDA_BACKEND
+  char bus[32] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, index) == cudaSuccess) return std::string(bus);
+#else
+  (void)index;
+#endif
+  return std::nullopt;
+}
+
+Status Engine::supports(engine::Precision precision) const {
+  using engine::Precision;
+  DLPROBE_RETURN_IF_ERROR(backend_supports(kind_, precision));
+  if ((precision == Precision::fp64) != (compute_ == DType::fp64)) {
+    return invalid_argument(fmt::format("precision {} needs an {} engine",
+                                        engine::precision_name(precision),
+                                        precision == Precision::fp64 ? "fp64" : "fp32"));
+  }
+  // bf16 tensor cores (and cuDNN's bf16 convolutions) start with Ampere.
+  if (precision == Precision::bf16 && cc_ && cc_->first < 8) {
+    return error(Errc::unsupported,
+                 fmt::format("precision bf16 needs compute capability 8.0 or newer; {} has {}.{}",
+                             device_name(device_), cc_->first, cc_->second));
+  }
+  return Status::ok();
+}
+
+Status check_protocol(const Protocol& p) {
+  if (p.warmup_steps < 0) {
+    return invalid_argument(fmt::format("warm-up steps must be >= 0, got {}", p.warmup_steps));
+  }
+  if (!(p.warmup_seconds >= 0) || !std::isfinite(p.warmup_seconds)) {
+    return invalid_argument(fmt::format("warm-up time must be >= 0 s, got {}", p.warmup_seconds));
+  }
+  if (p.min_steps < 1) {
+    return invalid_argument(fmt::format("timed steps must be >= 1, got {}", p.min_steps));
+  }
+  if (!(p.min_seconds >= 0) || !std::isfinite(p.min_seconds)) {
+    return invalid_argument(fmt::format("timed window must be >= 0 s, got {}", p.min_seconds));
+  }
+  if (p.repeat < 1) return invalid_argument(fmt::format("repeat must be >= 1, got {}", p.repeat));
+  if (p.max_steps < p.min_steps) {
+    return invalid_argument(fmt::format("at most {} steps per window, fewer than the {} asked for",
+                                        p.max_steps, p.min_steps));
+  }
+  return Status::ok();
+}
+
+std::int64_t BenchResult::timed_steps() const {
+  std::int64_t n = 0;
+  for (const Window& w : windows) n += static_cast<std::int64_t>(w.step_seconds.size());
+  return n;
+}
+
+std::vector<double> BenchResult::step_seconds() const {
+  std::vector<double> out;
+  for (const Window& w : windows)
+    out.insert(out.end(), w.step_seconds.begin(), w.step_seconds.end());
+  return out;
+}
+
+double BenchResult::timed_seconds() const {
+  double s = 0;
+  for (const Window& w : windows) {
+    for (double t : w.step_seconds) s += t;
+  }
+  return s;
+}
+
+Result<BenchResult> run_bench(Engine& e, const BenchOptions& o, const Hooks& hooks) {
+  DLPROBE_RETURN_IF_ERROR(check_protocol(o.protocol));
+  if (o.profile_steps < 0) {
+    return invalid_argument(fmt::format("profile steps must be >= 0, got {}", o.profile_steps));
+  }
+  DLPROBE_RETURN_IF_ERROR(e.supports(o.step.precision));
+  // A missing or unreadable weights file is reported before any memory is taken.
+  safetensors::File weights;
+  if (!o.weights.empty()) {
+    DLPROBE_ASSIGN_OR_RETURN(weights, safetensors::read_file(o.weights));
+  }
+  const auto report = [&](Progress p) {
+    if (hooks.progress) hooks.progress(p);
+  };
+  report({});
+  // A clean start: whatever the last configuration cached goes back to the device, and the peaks
+  // are this configuration's alone.
+  DLPROBE_RETURN_IF_ERROR(e.allocator().empty_cache());
+  e.allocator().reset_peak_stats();
+
+  BenchResult r;
+  const auto setup_start = Clock::now();
+  DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
+                           engine::TrainingStep::create(o.step, e.backend(), e.allocator()));
+  if (!o.weights.empty()) {
+    const Status loaded = step->load_state_dict(weights);
+    if (!loaded.is_ok()) return loaded.with_context(o.weights);
+  }
+  const engine::StepConfig& c = o.step;
+  const Shape image_shape{c.batch, 3, c.model.image_size, c.model.image_size};
+  DLPROBE_ASSIGN_OR_RETURN(TensorDesc image_desc, TensorDesc::make(image_shape, DType::fp32));
+  DLPROBE_ASSIGN_OR_RETURN(TensorDesc label_desc, TensorDesc::make(Shape{c.batch}, DType::int64));
+  const HostTensor images = HostTensor::random(image_desc, o.data_seed, -2.0, 2.0);
+  const HostTensor labels =
+      HostTensor::random(label_desc, o.data_seed + 1, 0.0, static_cast<double>(c.model.classes));
+  DLPROBE_RETURN_IF_ERROR(step->set_input(images, labels));
+  DLPROBE_RETURN_IF_ERROR(e.backend().synchronize());
+  r.setup_seconds = seconds_since(setup_start);
+
+  const Protocol& p = o.protocol;
+  const auto batch = static_cast<double>(c.batch);
+  {
+    const auto start = Clock::now();
+    while (r.warmup_steps < p.warmup_steps || seconds_since(start) < p.warmup_seconds) {
+      if (interrupted(o.interrupt)) {
+        r.interrupted = true;
+        break;
+      }
+      DLPROBE_RETURN_IF_ERROR(step->enqueue());
+      // Warm-up is not timed, so each step may wait for its end: otherwise the host's clock
+      // passes warmup_seconds while the device is still hundreds of queued steps behind.
+      DLPROBE_RETURN_IF_ERROR(e.backend().synchronize());
+      ++r.warmup_steps;
+      report({Progress::Phase::warmup, 0, r.warmup_steps, seconds_since(start), 0.0});
+    }
+    if (r.warmup_steps > 0) DLPROBE_RETURN_IF_ERROR(step->collect().status());
+    DLPROBE_RETURN_IF_ERROR(e.backend().synchronize());
+    r.warmup_seconds = seconds_since(start);
+  }
+  e.allocator().reset_peak_stats();
+
+  for (int w = 0; w < p.repeat && !r.interrupted; ++w) {
+    if (hooks.window_begin) hooks.window_begin(w);
+    Window window;
+    window.host_begin_ns = now_ns();
+    const auto start = Clock::now();
+    std::int64_t k = 0;
+    while (k < p.max_steps && (k < p.min_steps || seconds_since(start) < p.min_seconds)) {
+      if (interrupted(o.interrupt)) {
+        r.interrupted = true;
+        break;
+      }
+      DLPROBE_RETURN_IF_ERROR(e.backend().mark(static_cast<std::size_t>(k)));
+      DLPROBE_RETURN_IF_ERROR(step->enqueue());
+      ++k;
+      // At most kInFlight steps queued ahead of the device. A replayed graph is one launch, and
+      // unbounded the host queued hundreds of steps before its clock passed min_seconds (on an
+      // H200, fp32 bs 128: 536 steps, 63 s for a 3 s window). The wait is for the start of the
+      // step kInFlight back, so the device never runs dry and no step waits for its own end.
+      if (k > kInFlight) {
+        DLPROBE_RETURN_IF_ERROR(e.backend().wait_for_mark(static_cast<std::size_t>(k - kInFlight)));
+      }
+      const double host = seconds_since(start);
+      report({Progress::Phase::timing, w, k, host,
+              host > 0 ? batch * static_cast<double>(k) / host : 0.0});
+    }
+    if (k > 0) {
+      DLPROBE_RETURN_IF_ERROR(e.backend().mark(static_cast<std::size_t>(k)));
+      DLPROBE_ASSIGN_OR_RETURN(r.last, step->collect());
+    }
+    DLPROBE_RETURN_IF_ERROR(e.backend().synchronize());
+    window.host_end_ns = now_ns();
+    if (hooks.window_end) hooks.window_end(w);
+    for (std::int64_t i = 0; i < k; ++i) {
+      DLPROBE_ASSIGN_OR_RETURN(
+          const double ms,
+          e.backend().elapsed_ms(static_cast<std::size_t>(i), static_cast<std::size_t>(i + 1)));
+      window.step_seconds.push_back(ms / 1e3);
+    }
+    if (k > 0) r.windows.push_back(std::move(window));
+  }
+  r.memory = e.allocator().stats();
+  r.graph_replayed = step->graph_recorded();
+
+  if (o.profile_steps > 0 && !r.interrupted) {
+    std::vector<std::vector<double>> runs;
+    for (std::int64_t i = 0; i < o.profile_steps; ++i) {
+      DLPROBE_ASSIGN_OR_RETURN(std::vector<double> ms, step->profile_step());
+      runs.push_back(std::move(ms));
+    }
+    const std::vector<engine::Call>& calls = step->calls();
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      std::vector<double> v;
+      for (const auto& run : runs) v.push_back(run[k]);
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      r.profile.push_back({calls[k].name, calls[k].kind, v[v.size() / 2]});
+    }
+  }
+  return r;
+}
+
+Result<double> flops_per_image(const model::ModelConfig& config, engine::StepMode mode) {
+  DLPROBE_ASSIGN_OR_RETURN(const model::Model m, model::Model::create(config));
+  DLPROBE_ASSIGN_OR_RETURN(const std::vector<Shape> shapes, m.value_shapes(1, false));
+  double forward = 0;
+  double backward = 0;
+  for (const model::Layer& layer : m.layers()) {
+    double macs = 0;
+    if (layer.kind == model::LayerKind::conv) {
+      const Shape& y = shapes[static_cast<std::size_t>(layer.output)];
+      macs = static_cast<double>(y[1] * y[2] * y[3]) *
+             static_cast<double>(layer.in_channels / layer.conv.groups) *
+             static_cast<double>(layer.kernel * layer.kernel);
+    } else if (layer.kind == model::LayerKind::linear) {
+      macs = static_cast<double>(layer.in_channels) * static_cast<double>(layer.out_channels);
+    } else {
+      continue;
+    }
+    forward += 2 * macs;
+    backward += 2 * macs;                                              // the weight gradient
+    if (layer.inputs.front() != model::kImages) backward += 2 * macs;  // the input gradient
+  }
+  return mode == engine::StepMode::infer ? forward : forward + backward;
+}
+
+}  // namespace dlprobe::bench

@@ -1,0 +1,18 @@
+// A backend that computes nothing: every slot returns at once and upload/download move no bytes.
+// Memory analysis plans and "runs" a step on it over an allocator with fake addresses, so the
+// step's alloc/free entries meet the caching allocator's real policy while no tensor is touched:
+// the allocator's figures for any batch and precision, on a machine without the device. It never
+// reads or writes through a pointer, so fake addresses are safe with it.
+#pragma once
+
+#include <memory>
+
+#include "dlprobe/engine/backend.h"
+
+namespace dlprobe::memory {
+
+// `fuses`: plan batch norm with its ReLU (and the two-term ReLU backward) fused, as the CUDA and
+// reference backends do, or apart, as oneDNN's does; the call list follows it.
+std::unique_ptr<Backend> make_dry_backend(bool fuses);
+
+}  // namespace dlprobe::memory

@@ -1,0 +1,204 @@
+// memory.analysis in the results file: the layout docs/results-schema.md describes.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dlprobe/memory/analysis.h"
+
+namespace dlprobe::memory {
+namespace {
+
+using nlohmann::json;
+
+json optional_json(const std::optional<std::int64_t>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+json by_category_json(const CategoryBytes& bytes) {
+  json j = json::object();
+  for (Category c : kAllCategories) {
+    j[std::string(category_name(c))] = bytes[static_cast<std::size_t>(c)];
+  }
+  return j;
+}
+
+json moment_json(const MemoryMoment& m) {
+  return {{"allocated_bytes", m.allocated_bytes},
+          {"requested_bytes", m.requested_bytes},
+          {"waste_bytes", m.waste_bytes()},
+          {"reserved_bytes", m.reserved_bytes},
+          {"largest_free_block_bytes", m.largest_free_block_bytes},
+          {"fragmentation", m.fragmentation()},
+          {"by_category", by_category_json(m.by_category)}};
+}
+
+// Column-wise, so a few hundred points stay a few kilobytes per category.
+json timeline_json(const std::vector<LayerVisit>& visits) {
+  json layer = json::array();
+  json phase = json::array();
+  json first = json::array();
+  json last = json::array();
+  json allocated = json::array();
+  json by_category = json::object();
+  for (Category c : kAllCategories) by_category[std::string(category_name(c))] = json::array();
+  for (const LayerVisit& v : visits) {
+    layer.push_back(v.layer);
+    phase.push_back(std::string(phase_name(v.phase)));
+    first.push_back(v.first_call);
+    last.push_back(v.last_call);
+    allocated.push_back(v.high.allocated_bytes);
+    for (Category c : kAllCategories) {
+      by_category[std::string(category_name(c))].push_back(v.high[c]);
+    }
+  }
+  return {{"layer", layer},
+          {"phase", phase},
+          {"first_call", first},
+          {"last_call", last},
+          {"allocated_bytes", allocated},
+          {"by_category", by_category}};
+}
+
+template <class T>
+Status read(const json& j, std::string_view path, std::string_view key, T& out) {
+  const auto it = j.find(key);
+  if (it == j.end()) return invalid_argument(fmt::format("{}: missing field \"{}\"", path, key));
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string())
+      return invalid_argument(fmt::format("{}.{}: expected a string", path, key));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) {
+      return invalid_argument(fmt::format("{}.{}: expected true or false", path, key));
+    }
+  } else {
+    if (!it->is_number_integer()) {
+      return invalid_argument(fmt::format("{}.{}: expected an integer", path, key));
+    }
+  }
+  out = it->get<T>();
+  return Status::ok();
+}
+
+}  // namespace
+
+json to_json(const StepMemory& m) {
+  json arena = nullptr;
+  if (m.arena) arena = {{"bytes", m.arena->bytes}, {"peak_live_bytes", m.arena->peak_live_bytes}};
+  return {{"peak", moment_json(m.peak)},
+          {"peak_call", m.peak_call},
+          {"peak_call_name", m.peak_call_name},
+          {"peak_layer", m.peak_layer},
+          {"peak_phase", std::string(phase_name(m.peak_phase))},
+          {"workspace_peak_bytes", m.workspace_peak_bytes},
+          {"reserved_peak_bytes", m.reserved_peak_bytes},
+          {"events", m.events},
+          {"arena", arena},
+          {"timeline", timeline_json(m.timeline)}};
+}
+
+json to_json(const Calibration& c) {
+  json by_call = json::array();
+  for (const auto& [call, bytes] : c.workspace_by_call) by_call.push_back({call, bytes});
+  return {{"device", c.device},
+          {"model", c.model},
+          {"precision", c.precision},
+          {"batch", c.batch},
+          {"workspace_bytes", c.workspace_bytes},
+          {"workspace_held_bytes", c.workspace_held_bytes},
+          {"calls", c.calls},
+          {"fused", c.fused},
+          {"workspace_by_call", by_call},
+          {"outside_allocator_bytes", optional_json(c.outside_allocator_bytes)}};
+}
+
+json to_json(const Reconciliation& r) {
+  return {{"allocated_peak_bytes", r.allocated_peak_bytes},
+          {"workspace_peak_bytes", r.workspace_peak_bytes},
+          {"reserved_bytes", r.reserved_bytes},
+          {"context_bytes", r.context_bytes},
+          {"lazy_bytes", r.lazy_bytes()},
+          {"nvml_process_bytes", r.nvml_process_bytes},
+          {"nvml_source", r.nvml_source}};
+}
+
+json to_json(const Prediction& p) {
+  json j = to_json(p.step);
+  j["workspace_bytes"] = p.workspace_bytes;
+  j["workspace_model"] = p.workspace_model;
+  j["outside_allocator_bytes"] = optional_json(p.outside_allocator_bytes);
+  j["process_bytes"] = optional_json(p.process_bytes());
+  return j;
+}
+
+json to_json(const MaxBatchResult& r) {
+  json trials = json::array();
+  for (const MaxBatchTrial& t : r.trials) {
+    trials.push_back({{"batch", t.batch},
+                      {"fits", t.fits},
+                      {"why", t.why},
+                      {"peak_allocated_bytes", optional_json(t.peak_allocated_bytes)},
+                      {"reserved_peak_bytes", optional_json(t.reserved_peak_bytes)},
+                      {"nvml_process_bytes", optional_json(t.nvml_process_bytes)}});
+  }
+  return {{"limit_bytes", r.limit_bytes},
+          {"predicted", r.predicted},
+          {"found", r.found},
+          {"next_fails", r.next_fails},
+          {"trials", trials}};
+}
+
+json to_json(const AnalysisRecord& r) {
+  json j = {{"gpu_memory", r.gpu_memory}, {"memory_plan", r.memory_plan}};
+  j["measured"] = r.measured != nullptr ? to_json(r.measured->memory) : json(nullptr);
+  j["reconciliation"] = r.measured != nullptr && r.measured->reconciliation
+                            ? to_json(*r.measured->reconciliation)
+                            : json(nullptr);
+  // What this run measured, for predictions elsewhere (dlprobe memory --calibration FILE).
+  j["calibration"] = r.measured != nullptr ? to_json(r.measured->calibration) : json(nullptr);
+  j["predicted"] = r.predicted != nullptr ? to_json(*r.predicted) : json(nullptr);
+  // Beside a measurement the predicted timeline would double the file for little: it is the
+  // measured one without the backend's transient scratch.
+  if (r.measured != nullptr && r.predicted != nullptr) j["predicted"]["timeline"] = nullptr;
+  j["prediction_calibration"] = r.calibration != nullptr ? to_json(*r.calibration) : json(nullptr);
+  j["max_batch"] = r.max_batch != nullptr ? to_json(*r.max_batch) : json(nullptr);
+  return j;
+}
+
+Result<Calibration> calibration_from_json(const json& j, std::string_view path) {
+  if (!j.is_object()) return invalid_argument(fmt::format("{}: expected an object", path));
+  Calibration c;
+  DLPROBE_RETURN_IF_ERROR(read(j, path, "device", c.device));
+  DLPROBE_RETURN_IF_ERROR(read(j, path, "model", c.model));
+  DLPROBE_RETURN_IF_ERROR(read(j, path, "precision", c.precision));
+  DLPROBE_RETURN_IF_ERROR(read(j, path, "batch", c.batch));
+  DLPROBE_RETURN_IF_ERROR(read(j, path, "workspace_bytes", c.workspace_bytes));
+  DLPROBE_RETURN_IF_ERROR(read(j, path, "workspace_held_bytes", c.workspace_held_bytes));
+  DLPROBE_RETURN_IF_ERROR(read(j, path, "calls", c.calls));
+  // Added after the first calibrations were written, which came from fusing backends.
+  if (j.contains("fused")) DLPROBE_RETURN_IF_ERROR(read(j, path, "fused", c.fused));
+  const auto by_call = j.find("workspace_by_call");
+  if (by_call == j.end() || !by_call->is_array()) {
+    return invalid_argument(fmt::format("{}.workspace_by_call: expected an array", path));
+  }
+  for (const json& entry : *by_call) {
+    if (!entry.is_array() || entry.size() != 2 || !entry[0].is_number_unsigned() ||
+        !entry[1].is_number_integer()) {
+      return invalid_argument(
+          fmt::format("{}.workspace_by_call: expected [call, bytes] pairs", path));
+    }
+    c.workspace_by_call.emplace_back(entry[0].get<std::size_t>(), entry[1].get<std::int64_t>());
+  }
+  const auto outside = j.find("outside_allocator_bytes");
+  if (outside == j.end()) {
+    return invalid_argument(fmt::format("{}: missing field \"outside_allocator_bytes\"", path));
+  }
+  if (!outside->is_null()) {
+    if (!outside->is_number_integer()) {
+      return invalid_argument(
+          fmt::format("{}.outside_allocator_bytes: expected an integer or null", path));
+    }
+    c.outside_allocator_bytes = outside->get<std::int64_t>();
+  }
+  return c;
+}
+
+}  // namespace dlprobe::memory

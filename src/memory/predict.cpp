@@ -1,0 +1,189 @@
+// Prediction: the step planned on the dry backend over fake addresses, so the caching allocator's
+// own policy gives its figures for any batch and precision; and the max-batch search over it.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "dlprobe/core/log.h"
+#include "dlprobe/core/units.h"
+#include "dlprobe/memory/analysis.h"
+#include "dry_backend.h"
+#include "step_follower.h"
+
+namespace dlprobe::memory {
+
+std::optional<std::int64_t> Prediction::process_bytes() const {
+  if (!outside_allocator_bytes) return std::nullopt;
+  return step.reserved_peak_bytes + *outside_allocator_bytes;
+}
+
+Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* calibration,
+                                 std::string* workspace_model) {
+  FakeSourceOptions source;
+  // An unbounded device has no free-memory figure worth printing in an out-of-memory report.
+  source.report_memory_info = o.device_bytes > 0;
+  if (o.device_bytes > 0) source.capacity_bytes = o.device_bytes;
+  // Destroyed in reverse: the step and the workspace give their blocks back before the allocator
+  // goes.
+  DLPROBE_ASSIGN_OR_RETURN(
+      std::unique_ptr<CachingAllocator> allocator,
+      CachingAllocator::create(std::make_unique<FakeMemorySource>(source), o.allocator));
+  // Planned as the calibrated backend plans; without a calibration, as the CUDA backend does.
+  const std::unique_ptr<Backend> backend =
+      make_dry_backend(calibration == nullptr || calibration->fused);
+  DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
+                           engine::TrainingStep::create(o.step, *backend, *allocator));
+  // The calibration's workspace: per call where its profile was measured on this call list, else
+  // its peak held through the step (an upper bound).
+  std::uint64_t held = o.workspace_bytes;
+  std::vector<std::int64_t> scratch;
+  std::string model = "none";
+  if (calibration != nullptr && calibration->workspace_bytes > 0) {
+    // The calls that compute, in order: what the calibration's profile counts.
+    const std::vector<engine::Call>& calls = step->calls();
+    std::vector<std::size_t> computing;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].kind != engine::CallKind::alloc && calls[i].kind != engine::CallKind::free) {
+        computing.push_back(i);
+      }
+    }
+    if (calibration->calls == computing.size()) {
+      model = "per call";
+      held =
+          static_cast<std::uint64_t>(std::max<std::int64_t>(calibration->workspace_held_bytes, 0));
+      scratch.assign(calls.size(), 0);
+      for (const auto& [k, bytes] : calibration->workspace_by_call) {
+        if (k < computing.size()) scratch[computing[k]] = bytes;
+      }
+    } else {
+      model = "held";
+      held = static_cast<std::uint64_t>(calibration->workspace_bytes);
+    }
+  } else if (held > 0) {
+    model = "held";
+  }
+  if (workspace_model != nullptr) *workspace_model = model;
+  // After the step's long-lived state, as a backend takes its workspace at the first call that
+  // needs one.
+  DeviceBuffer workspace;
+  if (held > 0) {
+    DLPROBE_ASSIGN_OR_RETURN(
+        workspace, allocator->allocate_buffer(held, Category::workspace, "workspace (calibrated)"));
+  }
+  // One pass first, so the followed one meets a warm cache as a measured step does.
+  DLPROBE_RETURN_IF_ERROR(run_calls(*step, *allocator, scratch));
+  return follow_calls(*step, *allocator, scratch);
+}
+
+Result<Prediction> predict(const engine::StepConfig& step, const Calibration* calibration,
+                           const AllocatorOptions& allocator, std::uint64_t device_bytes) {
+  SimulationOptions o;
+  o.step = step;
+  o.allocator = allocator;
+  o.device_bytes = device_bytes;
+  Prediction p;
+  if (calibration != nullptr) {
+    const std::string_view model = model::arch_name(step.model.arch);
+    const std::string_view precision = engine::precision_name(step.precision);
+    if (calibration->model != model || calibration->precision != precision) {
+      return invalid_argument(fmt::format(
+          "the calibration was measured with {} {}, not {} {}: workspaces differ between them",
+          calibration->model, calibration->precision, model, precision));
+    }
+    p.workspace_bytes = calibration->workspace_bytes;
+    p.calibrated = true;
+    p.outside_allocator_bytes = calibration->outside_allocator_bytes;
+    if (o.allocator.mode == Mode::limit && o.allocator.overhead_bytes == 0) {
+      o.allocator.overhead_bytes = static_cast<std::uint64_t>(
+          std::max<std::int64_t>(calibration->outside_allocator_bytes.value_or(0), 0));
+    }
+  }
+  DLPROBE_ASSIGN_OR_RETURN(p.step, simulate_step(o, calibration, &p.workspace_model));
+  return p;
+}
+
+Result<std::int64_t> search_largest(std::int64_t guess, std::int64_t upper,
+                                    const std::function<Result<bool>(std::int64_t)>& fits,
+                                    std::vector<std::pair<std::int64_t, bool>>* probes) {
+  if (upper < 1) return invalid_argument(fmt::format("search bound {} is below 1", upper));
+  std::int64_t fit = 0;           // the largest batch known to fit
+  std::int64_t fail = upper + 1;  // the smallest batch known not to
+  auto probe = [&](std::int64_t b) -> Status {
+    DLPROBE_ASSIGN_OR_RETURN(const bool ok, fits(b));
+    if (probes != nullptr) probes->emplace_back(b, ok);
+    // Probes lie strictly between `fit` and `fail`, so the two only close in.
+    if (ok) {
+      fit = b;
+    } else {
+      fail = b;
+    }
+    return Status::ok();
+  };
+  DLPROBE_RETURN_IF_ERROR(probe(std::clamp<std::int64_t>(guess, 1, upper)));
+  // Steps of 1, 2, 4, ... away from the guess until the boundary is bracketed: a good guess costs
+  // two probes (it and its neighbour).
+  for (std::int64_t step = 1; fail == upper + 1 && fit < upper; step *= 2) {
+    DLPROBE_RETURN_IF_ERROR(probe(std::min(fit + step, upper)));
+  }
+  for (std::int64_t step = 1; fit == 0 && fail > 1; step *= 2) {
+    DLPROBE_RETURN_IF_ERROR(probe(std::max<std::int64_t>(fail - step, 1)));
+  }
+  while (fail - fit > 1) DLPROBE_RETURN_IF_ERROR(probe(fit + (fail - fit) / 2));
+  return fit;
+}
+
+Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint64_t limit_bytes,
+                                       const Calibration* calibration, std::int64_t upper) {
+  Calibration none;
+  if (calibration != nullptr) none = *calibration;
+  const std::int64_t outside = none.outside_allocator_bytes.value_or(0);
+  SimulationOptions o;
+  o.step = step;
+  o.allocator.mode = Mode::limit;
+  o.allocator.limit_bytes = limit_bytes;
+  o.allocator.overhead_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(outside, 0));
+
+  if (o.allocator.overhead_bytes >= limit_bytes) {
+    return invalid_argument(
+        fmt::format("a limit of {} leaves nothing after the {} the process "
+                    "holds outside the allocator",
+                    format_size(limit_bytes), format_size(o.allocator.overhead_bytes)));
+  }
+  auto simulate = [&](std::int64_t batch) -> Result<StepMemory> {
+    SimulationOptions at = o;
+    at.step.batch = batch;
+    return simulate_step(at, calibration);
+  };
+  auto fits = [&](std::int64_t batch) -> Result<bool> {
+    Result<StepMemory> r = simulate(batch);
+    log_debug("max batch: simulated batch {}: {}", batch,
+              r ? format_size(static_cast<std::uint64_t>(r->reserved_peak_bytes)) + " reserved"
+                : r.status().message());
+    if (r) return true;
+    if (r.status().code() == Errc::out_of_memory) return false;
+    return r.status();
+  };
+  // The first guess from a straight line through two unlimited simulations: memory grows with the
+  // batch by the activations and temporaries, on top of what does not. Batches 8 and 16, not 1:
+  // on small images batch norm in training needs more than one value per channel.
+  SimulationOptions free_run = o;
+  free_run.allocator = {};
+  free_run.step.batch = 8;
+  DLPROBE_ASSIGN_OR_RETURN(const StepMemory at8, simulate_step(free_run, calibration));
+  free_run.step.batch = 16;
+  DLPROBE_ASSIGN_OR_RETURN(const StepMemory at16, simulate_step(free_run, calibration));
+  // The slope from allocated bytes, which move with every sample; reserved bytes move in whole
+  // segments.
+  std::int64_t guess = 8;
+  if (at16.peak.allocated_bytes > at8.peak.allocated_bytes) {
+    const double per_sample =
+        static_cast<double>(at16.peak.allocated_bytes - at8.peak.allocated_bytes) / 8.0;
+    const double room = static_cast<double>(limit_bytes) - static_cast<double>(outside) -
+                        static_cast<double>(at8.reserved_peak_bytes);
+    guess = std::max<std::int64_t>(8 + static_cast<std::int64_t>(std::floor(room / per_sample)), 1);
+  }
+  return search_largest(guess, upper, fits);
+}
+
+}  // namespace dlprobe::memory

@@ -1,0 +1,276 @@
+// Following one step through the allocator: every allocation and free, placed at the call that
+// made it, turned into the step's peak, its timeline per layer visit, and the figures at the peak.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <tuple>
+
+#include "dlprobe/memory/analysis.h"
+#include "step_follower.h"
+
+namespace dlprobe::memory {
+namespace {
+
+using engine::CallKind;
+
+bool is_update(CallKind kind) {
+  return kind == CallKind::unscale_gradients || kind == CallKind::sgd_step ||
+         kind == CallKind::adamw_step;
+}
+
+std::size_t index_of(Category c) {
+  return static_cast<std::size_t>(c);
+}
+
+std::uint64_t round_up(std::uint64_t n, std::uint64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+// The layer each entry works for: its own, except that an alloc entry serves the call after it
+// and a free entry ends a buffer of the call before it (whose owner may be an earlier layer).
+std::vector<std::string_view> call_layers(std::span<const engine::Call> calls) {
+  const std::size_t n = calls.size();
+  std::vector<std::string_view> layers(n);
+  for (std::size_t i = 0; i < n; ++i) layers[i] = calls[i].layer;
+  for (std::size_t i = n; i-- > 0;) {
+    if (calls[i].kind == CallKind::alloc && i + 1 < n) layers[i] = layers[i + 1];
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (calls[i].kind == CallKind::free && i > 0) layers[i] = layers[i - 1];
+  }
+  return layers;
+}
+
+}  // namespace
+
+std::string_view phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::forward:
+      return "forward";
+    case Phase::backward:
+      return "backward";
+    case Phase::update:
+      return "update";
+  }
+  return "?";
+}
+
+std::vector<Phase> call_phases(std::span<const engine::Call> calls) {
+  const std::size_t n = calls.size();
+  std::size_t backward = n;
+  std::size_t update = n;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (backward == n && calls[i].kind == CallKind::cross_entropy_backward) backward = i;
+    if (update == n && is_update(calls[i].kind)) update = i;
+  }
+  auto by_position = [&](std::size_t i) {
+    if (i >= update) return Phase::update;
+    if (i >= backward) return Phase::backward;
+    return Phase::forward;
+  };
+  std::vector<Phase> phases(n, Phase::forward);
+  for (std::size_t i = 0; i < n; ++i) phases[i] = by_position(i);
+  // An allocation serves the call after it; a free ends a buffer of the call before it.
+  for (std::size_t i = n; i-- > 0;) {
+    if (calls[i].kind == CallKind::alloc && i + 1 < n) phases[i] = phases[i + 1];
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (calls[i].kind == CallKind::free && i > 0) phases[i] = phases[i - 1];
+  }
+  return phases;
+}
+
+double MemoryMoment::fragmentation() const {
+  const std::int64_t cached_free = reserved_bytes - allocated_bytes;
+  if (cached_free <= 0) return 0.0;
+  return 1.0 - static_cast<double>(largest_free_block_bytes) / static_cast<double>(cached_free);
+}
+
+MemoryMoment moment_of(const MemoryStats& s) {
+  MemoryMoment m;
+  for (std::size_t i = 0; i < kCategoryCount; ++i)
+    m.by_category[i] = s.by_category[i].allocated_bytes;
+  m.allocated_bytes = s.all.allocated_bytes;
+  m.requested_bytes = s.all.requested_bytes;
+  m.reserved_bytes = s.reserved_bytes;
+  m.largest_free_block_bytes = s.largest_free_block_bytes;
+  return m;
+}
+
+StepFollower::StepFollower(const engine::TrainingStep& step, CachingAllocator& allocator,
+                           std::function<std::size_t()> where)
+    : step_(step), allocator_(allocator), where_(std::move(where)) {}
+
+StepFollower::~StepFollower() {
+  stop();
+}
+
+void StepFollower::start() {
+  allocator_.reset_peak_stats();
+  baseline_ = moment_of(allocator_.stats());
+  events_.clear();
+  allocator_.set_hook([this](const AllocationEvent& e) {
+    MemoryMoment m;
+    m.by_category = e.allocated_by_category;
+    m.allocated_bytes = e.allocated_bytes;
+    m.requested_bytes = e.requested_total_bytes;
+    m.reserved_bytes = e.reserved_bytes;
+    m.largest_free_block_bytes = e.largest_free_block_bytes;
+    events_.push_back({where_(), m});
+  });
+  following_ = true;
+}
+
+void StepFollower::stop() {
+  if (!following_) return;
+  allocator_.set_hook({});
+  following_ = false;
+}
+
+StepMemory StepFollower::result() const {
+  const std::vector<engine::Call>& calls = step_.calls();
+  const std::size_t n = calls.size();
+  const std::vector<Phase> phases = call_phases(calls);
+  const std::vector<std::string_view> layers = call_layers(calls);
+  StepMemory out;
+  out.arena = step_.arena();
+  out.events = static_cast<std::int64_t>(events_.size());
+
+  // Planned: the bytes of activations and temporaries live at each call, as the arena lays them
+  // out (sizes rounded as the planner rounds them).
+  std::vector<std::int64_t> live_act(n + 1, 0);
+  std::vector<std::int64_t> live_tmp(n + 1, 0);
+  if (out.arena) {
+    for (const engine::TransientBuffer& b : step_.transients()) {
+      const auto bytes = static_cast<std::int64_t>(round_up(b.bytes, kBlockRound));
+      auto& live = b.category == Category::activations ? live_act : live_tmp;
+      live[b.first_call] += bytes;
+      live[std::min(b.last_call + 1, n)] -= bytes;
+    }
+    for (std::size_t i = 1; i <= n; ++i) {
+      live_act[i] += live_act[i - 1];
+      live_tmp[i] += live_tmp[i - 1];
+    }
+  }
+  auto split_arena = [&](MemoryMoment m, std::size_t i) {
+    if (!out.arena || i >= n) return m;
+    m.by_category[index_of(Category::activations)] += live_act[i];
+    m.by_category[index_of(Category::temporaries)] += live_tmp[i];
+    m.by_category[index_of(Category::arena)] -= live_act[i] + live_tmp[i];
+    return m;
+  };
+  // The higher of two moments: more allocated, or as much with more of it in live buffers (under
+  // planned the total stands still while the arena's contents move).
+  auto key = [](const MemoryMoment& m) {
+    return std::make_tuple(m.allocated_bytes, m[Category::activations] + m[Category::temporaries]);
+  };
+  auto note = [&](const MemoryMoment& m) {
+    out.workspace_peak_bytes = std::max(out.workspace_peak_bytes, m[Category::workspace]);
+    out.reserved_peak_bytes = std::max(out.reserved_peak_bytes, m.reserved_bytes);
+  };
+
+  note(baseline_);
+  if (n == 0) {
+    for (const Recorded& r : events_) note(r.moment);
+    out.peak = baseline_;
+    return out;
+  }
+  // Events come in call order; an index that is not (one from before the step, or past its end)
+  // is held to the order.
+  std::vector<std::size_t> at(events_.size());
+  for (std::size_t k = 0; k < events_.size(); ++k) {
+    at[k] = std::min(std::max(events_[k].call, k > 0 ? at[k - 1] : 0), n - 1);
+  }
+  std::vector<MemoryMoment> high(n);
+  out.workspace_by_call.assign(n, 0);
+  MemoryMoment state = baseline_;
+  std::size_t e = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    high[i] = split_arena(state, i);
+    out.workspace_by_call[i] = state[Category::workspace];
+    for (; e < events_.size() && at[e] == i; ++e) {
+      state = events_[e].moment;
+      const MemoryMoment m = split_arena(state, i);
+      note(m);
+      if (key(m) > key(high[i])) high[i] = m;
+      out.workspace_by_call[i] = std::max(out.workspace_by_call[i], m[Category::workspace]);
+    }
+  }
+  std::size_t peak = 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if (key(high[i]) > key(high[peak])) peak = i;
+  }
+  out.peak = high[peak];
+  out.peak_call = peak;
+  out.peak_call_name = calls[peak].name;
+  out.peak_layer = std::string(layers[peak]);
+  out.peak_phase = phases[peak];
+
+  for (std::size_t i = 0; i < n;) {
+    LayerVisit v;
+    v.layer = std::string(layers[i]);
+    v.phase = phases[i];
+    v.first_call = i;
+    v.high = high[i];
+    std::size_t j = i + 1;
+    while (j < n && layers[j] == v.layer && phases[j] == v.phase) {
+      if (key(high[j]) > key(v.high)) v.high = high[j];
+      ++j;
+    }
+    v.last_call = j - 1;
+    out.timeline.push_back(std::move(v));
+    i = j;
+  }
+  return out;
+}
+
+Result<StepMemory> follow_step(engine::TrainingStep& step, CachingAllocator& allocator) {
+  StepFollower follower(step, allocator, [&step] { return step.current_call(); });
+  follower.start();
+  Result<engine::StepResult> ran = step.run_step();
+  follower.stop();
+  if (!ran) return ran.status();
+  return follower.result();
+}
+
+namespace {
+
+// One call, with its calibrated scratch around it as a backend would take it.
+Status run_call(const engine::Call& call, CachingAllocator& allocator, std::int64_t scratch) {
+  DeviceBuffer buffer;
+  if (scratch > 0) {
+    DLPROBE_ASSIGN_OR_RETURN(
+        buffer, allocator.allocate_buffer(static_cast<std::size_t>(scratch), Category::workspace,
+                                          "workspace (calibrated)"));
+  }
+  const Status s = call.run();
+  if (!s.is_ok()) return s.with_context(call.name);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status run_calls(engine::TrainingStep& step, CachingAllocator& allocator,
+                 const std::vector<std::int64_t>& scratch) {
+  const std::vector<engine::Call>& calls = step.calls();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    DLPROBE_RETURN_IF_ERROR(run_call(calls[i], allocator, scratch.empty() ? 0 : scratch[i]));
+  }
+  return Status::ok();
+}
+
+Result<StepMemory> follow_calls(engine::TrainingStep& step, CachingAllocator& allocator,
+                                const std::vector<std::int64_t>& scratch) {
+  std::size_t current = 0;
+  StepFollower follower(step, allocator, [&current] { return current; });
+  follower.start();
+  const std::vector<engine::Call>& calls = step.calls();
+  for (current = 0; current < calls.size(); ++current) {
+    DLPROBE_RETURN_IF_ERROR(
+        run_call(calls[current], allocator, scratch.empty() ? 0 : scratch[current]));
+  }
+  follower.stop();
+  return follower.result();
+}
+
+}  // namespace dlprobe::memory

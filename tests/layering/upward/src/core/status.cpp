@@ -1,0 +1,2 @@
+#include "dlprobe/core/status.h"
+#include "dlprobe/engine/tensor.h"
