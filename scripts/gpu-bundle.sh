@@ -5,7 +5,7 @@
 # without building (it lacks Debian's headers). oneDNN stays off: the CPU backend is tested in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DLPROBE_BUILD_DIR=build-gpu ./scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLPROBE_WITH_ONEDNN=OFF \
+DLPROBE_TARGETS=all DLPROBE_BUILD_DIR=build-gpu ./scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLPROBE_WITH_ONEDNN=OFF \
   -DDLPROBE_BUILD_BENCH=OFF "$@"
 
 rm -rf .devbuild && mkdir -p .devbuild/bin .devbuild/lib

@@ -3,8 +3,8 @@
 # BUDGET seconds (default 560, under the device's 600 s a call), each script's own output under
 # gpu-check-out/<script>/, and everything packed into $OUT/<stage>.tgz (the device brings back only
 # a few files). The archive is rewritten every PACK_EVERY seconds (default 20) while the scripts run,
-# not only at the end: the device can end a call before the stage's own budget does (a session's
-# device time ran out mid-call once, and that call's logs were lost). The console log of every
+# not only at the end: the device can end a call before the stage's own budget does (the device
+# time ran out mid-call once, and that call's logs were lost). The console log of every
 # script is kept in the archive too.
 #   scripts/gpu-stage.sh engine engine-run.sh peers.sh
 #   BUDGET=580 scripts/gpu-stage.sh evaluate evaluate.sh

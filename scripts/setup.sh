@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build git pkg-config python3
+  build-essential cmake ninja-build ccache git pkg-config python3
   # lab/peers/compare_pytorch.py --self-test (its comparison helpers) runs in the tests.
   python3-numpy
   libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev

@@ -7,11 +7,11 @@ cd "$(dirname "$0")/.."
 jobs=${DLPROBE_JOBS:-$(nproc)}
 
 echo "== build (RelWithDebInfo) =="
-./scripts/build.sh
+DLPROBE_TARGETS=all ./scripts/build.sh
 ctest --test-dir build -LE gpu --output-on-failure -j "$jobs"
 
 echo "== build (ASan + UBSan) =="
-DLPROBE_BUILD_DIR=build-asan ./scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DDLPROBE_SANITIZE=ON \
+DLPROBE_TARGETS=all DLPROBE_BUILD_DIR=build-asan ./scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DDLPROBE_SANITIZE=ON \
   -DDLPROBE_WITH_CUDA=OFF -DDLPROBE_BUILD_BENCH=OFF
 # intercept_tls_get_addr=0: up to GCC 13, the runtime's __tls_get_addr interceptor can take a malloc'd
 # dynamic-TLS block at a 4096-byte offset for a pre-2.25 glibc header, and LeakSanitizer's tracer then

@@ -5,7 +5,7 @@ protocol (docs/external.md) so that `dlprobe run` measures it.
     dlprobe run -- python3 pytorch_resnet50.py --batch 256 --amp bf16 --channels-last
 
 The model is written here (no torchvision needed) with torchvision's ResNet-50 v1.5 layout. The
-defaults follow the peer protocol of ../shared/reference/h200-peers.md: cudnn.benchmark on, fp32
+defaults follow the peer protocol of docs/performance.md: cudnn.benchmark on, fp32
 without TF32 unless --tf32, timed steps back to back on CUDA events (no host sync between them).
 --mode grads stops after the backward pass (the protocol's "gradients only"); --mode train adds
 the SGD update.

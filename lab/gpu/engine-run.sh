@@ -3,7 +3,7 @@
 # docs/performance.md in one bounded run, most important first, each log written as it goes
 # under $OUT (or ./gpu-check-out): ResNet-50 bs 256 grads mode per precision (fp16 eager with a
 # per-call profile, then every precision with the planned arena replayed as a CUDA graph), each
-# beside PyTorch eager in the same precision through `dlprobe run` in the same session, the GPU
+# beside PyTorch eager in the same precision through `dlprobe run` in the same call, the GPU
 # tests (the graph replay case also under compute-sanitizer), and the PyTorch agreement check
 # (lab/peers/compare_pytorch.py). The native runs share
 # one tuning cache: the first run of a shape times its candidates, later ones run its choice.
@@ -34,7 +34,7 @@ gpu_test engine_cuda_test
 verbose=-v native fp16-graph --precision fp16 --layout nhwc --gpu-memory planned --graph
 native fp16-eager --precision fp16 --layout nhwc --profile 2
 # PyTorch eager through `dlprobe run`, by the peer protocol (cudnn.benchmark, gradients only,
-# steps timed back to back on CUDA events), in the same session as the native runs.
+# steps timed back to back on CUDA events), in the same call as the native runs.
 peer() {
   local tag=$1
   shift

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a GPU machine over the bundle that scripts/gpu-bundle.sh made (.devbuild/): the acceptance runs
-# of `dlprobe evaluate` and the bench sweeps (issue 4). Everything lands under $OUT (or
+# of `dlprobe evaluate` and the bench sweeps. Everything lands under $OUT (or
 # ./gpu-check-out); a summary is printed last.
 #   1. `dlprobe evaluate` twice back to back, each timed (the limit is 5 minutes); the first
 #      tunes from nothing, the second runs the engines the first chose (its tuning.json);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's "done when" on a GPU machine, over the bundle (scripts/gpu-bundle.sh, then as
+# `dlprobe run`'s acceptance checks on a GPU machine, over the bundle (scripts/gpu-bundle.sh, then as
 # scripts/gpu-check.sh runs), every step bounded in time:
 #   1. dlprobe run over examples/workloads/pytorch_resnet50.py (fp16 AMP, channels_last, bs 256)
 #      and jax_resnet50.py (bf16, bs 256), with nvidia-smi logging the same processes' memory
@@ -88,7 +88,7 @@ tail -n 20 "$ext/sweep.log"
 $py lab/gpu/external_check.py sweep --name sweep --details "$ext/sweep-details.json" \
   --points 5 --json-out "$ext/checks.jsonl" >>"$checks" 2>&1
 
-# The native engine in the same session, for the report's native / PyTorch / JAX table, unless
+# The native engine in the same call, for the report's native / PyTorch / JAX table, unless
 # NATIVE_JSON names results or an earlier script left some in $OUT.
 # Two native runs: training with SGD (what both scripts run; eager, as a graph replays grads and
 # infer only) and the engine's fastest gradients-only step (planned arena, CUDA graph).

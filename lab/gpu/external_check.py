@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Checks what `dlprobe run` reported for a workload against independent readings (issue 6's
-"done when", run by lab/gpu/external.sh on the GPU machine). Standard library only.
+"""Checks what `dlprobe run` reported for a workload against independent readings (its acceptance
+checks, run by lab/gpu/external.sh on the GPU machine). Standard library only.
 
   run    one run: the peak GPU memory dlprobe reports against nvidia-smi's reading of the same
          processes over the same time (within --tolerance percent), and the throughput dlprobe

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a GPU machine over the bundle (scripts/gpu-bundle.sh): the figures of issue 5 and
+# On a GPU machine over the bundle (scripts/gpu-bundle.sh): the figures of
 # docs/memory.md. Output under $OUT (or ./gpu-check-out); every command is bounded in time.
 #   1. predicted beside measured, resnet50 batch 32..256, fp32 (NCHW) and fp16 (NHWC); each
 #      precision is calibrated at batch 32 and the other batches are predicted from it

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine over the bundle (scripts/gpu-bundle.sh, then as scripts/gpu-check.sh runs):
 # dlprobe's native training step against PyTorch's on the same weights and batch, tensor by tensor
-# (issue 3): lab/peers/compare_pytorch.py, first on the CPU for a small ResNet-18 (the reference
+# with lab/peers/compare_pytorch.py, first on the CPU for a small ResNet-18 (the reference
 # backend, its fp64 step included), then on the GPU for ResNet-50 at batch 32, 224x224, one run per
 # precision, each bounded in time. JSON and logs go to $OUT (or ./gpu-check-out); the safetensors
 # files (about 0.5 GB) stay in $PEERS_WORK. The table is printed last.

@@ -51,10 +51,10 @@ FP16_LOSS_SCALE = 65536.0
 # the step is ~50 convolutions deep forwards and again backwards, so per-op rounding grows with
 # depth. u below is the unit roundoff of what gets rounded.
 TOLERANCES = {
-    # Issue 3 asks for 1e-4. u = 2^-24 (6e-8) per op; with reductions over up to N*H*W = 400k
+    # The agreement bound is 1e-4. u = 2^-24 (6e-8) per op; with reductions over up to N*H*W = 400k
     # terms (weight gradients, batch norm) summed in different orders the drift is ~1e-6..1e-5.
     "fp32": {"logits": 1e-4, "loss": 1e-4, "gradients": 1e-4,
-             "why": "issue 3's bound; fp32 rounding (u = 6e-8) over the network's depth and its "
+             "why": "the agreement bound; fp32 rounding (u = 6e-8) over the network's depth and its "
                     "400k-term reductions stays near 1e-5"},
     # TF32 rounds the inputs of every convolution and matrix product to 10 mantissa bits
     # (u = 2^-11 = 4.9e-4); fp32 accumulation. Independent roundings over ~100 dependent products
