@@ -2,7 +2,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "dlprobe/memory/analysis.h"
+#include "dlprobe/memory/analysis_json.h"
+#include "dlprobe/results/results.h"
 
 namespace dlprobe::memory {
 namespace {
@@ -78,6 +79,18 @@ Status read(const json& j, std::string_view path, std::string_view key, T& out) 
   return Status::ok();
 }
 
+// The calibration's fields that go to the file as they are, written and read in this order.
+template <class C, class Visit>
+void plain_fields(C& c, Visit visit) {
+  visit("device", c.device);
+  visit("model", c.model);
+  visit("precision", c.precision);
+  visit("batch", c.batch);
+  visit("workspace_bytes", c.workspace_bytes);
+  visit("workspace_held_bytes", c.workspace_held_bytes);
+  visit("calls", c.calls);
+}
+
 }  // namespace
 
 json to_json(const StepMemory& m) {
@@ -98,16 +111,12 @@ json to_json(const StepMemory& m) {
 json to_json(const Calibration& c) {
   json by_call = json::array();
   for (const auto& [call, bytes] : c.workspace_by_call) by_call.push_back({call, bytes});
-  return {{"device", c.device},
-          {"model", c.model},
-          {"precision", c.precision},
-          {"batch", c.batch},
-          {"workspace_bytes", c.workspace_bytes},
-          {"workspace_held_bytes", c.workspace_held_bytes},
-          {"calls", c.calls},
-          {"fused", c.fused},
-          {"workspace_by_call", by_call},
-          {"outside_allocator_bytes", optional_json(c.outside_allocator_bytes)}};
+  json j = json::object();
+  plain_fields(c, [&j](const char* key, const auto& value) { j[key] = value; });
+  j["fused"] = c.fused;
+  j["workspace_by_call"] = std::move(by_call);
+  j["outside_allocator_bytes"] = optional_json(c.outside_allocator_bytes);
+  return j;
 }
 
 json to_json(const Reconciliation& r) {
@@ -166,13 +175,11 @@ json to_json(const AnalysisRecord& r) {
 Result<Calibration> calibration_from_json(const json& j, std::string_view path) {
   if (!j.is_object()) return invalid_argument(fmt::format("{}: expected an object", path));
   Calibration c;
-  DLPROBE_RETURN_IF_ERROR(read(j, path, "device", c.device));
-  DLPROBE_RETURN_IF_ERROR(read(j, path, "model", c.model));
-  DLPROBE_RETURN_IF_ERROR(read(j, path, "precision", c.precision));
-  DLPROBE_RETURN_IF_ERROR(read(j, path, "batch", c.batch));
-  DLPROBE_RETURN_IF_ERROR(read(j, path, "workspace_bytes", c.workspace_bytes));
-  DLPROBE_RETURN_IF_ERROR(read(j, path, "workspace_held_bytes", c.workspace_held_bytes));
-  DLPROBE_RETURN_IF_ERROR(read(j, path, "calls", c.calls));
+  Status s;
+  plain_fields(c, [&](const char* key, auto& value) {
+    if (s.is_ok()) s = read(j, path, key, value);
+  });
+  DLPROBE_RETURN_IF_ERROR(s);
   // Added after the first calibrations were written, which came from fusing backends.
   if (j.contains("fused")) DLPROBE_RETURN_IF_ERROR(read(j, path, "fused", c.fused));
   const auto by_call = j.find("workspace_by_call");
@@ -199,6 +206,23 @@ Result<Calibration> calibration_from_json(const json& j, std::string_view path) 
     c.outside_allocator_bytes = outside->get<std::int64_t>();
   }
   return c;
+}
+
+Result<std::vector<Calibration>> read_calibrations(const std::string& path) {
+  DLPROBE_ASSIGN_OR_RETURN(results::Document d, results::read_file(path));
+  std::vector<Calibration> out;
+  for (std::size_t i = 0; i < d.configurations.size(); ++i) {
+    const auto& m = d.configurations[i].memory;
+    if (!m || !m->analysis.is_object()) continue;
+    const auto it = m->analysis.find("calibration");
+    if (it == m->analysis.end() || it->is_null()) continue;
+    DLPROBE_ASSIGN_OR_RETURN(
+        Calibration c,
+        calibration_from_json(
+            *it, fmt::format("{}: configurations[{}].memory.analysis.calibration", path, i)));
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 }  // namespace dlprobe::memory

@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "dlprobe/core/log.h"
-#include "dlprobe/memory/analysis.h"
+#include "dlprobe/memory/max_batch.h"
 
 namespace dlprobe::memory {
 

@@ -7,7 +7,8 @@
 
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/units.h"
-#include "dlprobe/memory/analysis.h"
+#include "dlprobe/memory/max_batch.h"
+#include "dlprobe/memory/prediction.h"
 #include "dry_backend.h"
 #include "step_follower.h"
 
@@ -40,14 +41,8 @@ Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* 
   std::vector<std::int64_t> scratch;
   std::string model = "none";
   if (calibration != nullptr && calibration->workspace_bytes > 0) {
-    // The calls that compute, in order: what the calibration's profile counts.
     const std::vector<engine::Call>& calls = step->calls();
-    std::vector<std::size_t> computing;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      if (calls[i].kind != engine::CallKind::alloc && calls[i].kind != engine::CallKind::free) {
-        computing.push_back(i);
-      }
-    }
+    const std::vector<std::size_t> computing = computing_calls(calls);
     if (calibration->calls == computing.size()) {
       model = "per call";
       held =

@@ -6,8 +6,9 @@
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/engine/reference_backend.h"
-#include "dlprobe/memory/analysis.h"
 #include "dlprobe/memory/gpu_process_memory.h"
+#include "dlprobe/memory/session.h"
+#include "step_follower.h"
 
 #ifdef DLPROBE_HAVE_ONEDNN_BACKEND
 #include "dlprobe/engine/cpu_backend.h"
@@ -203,13 +204,9 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   m.calibration.workspace_bytes = m.memory.workspace_peak_bytes;
   m.calibration.fused = s.backend->fuses_batch_norm_relu();
   // The profile over the calls that compute (see Calibration::workspace_by_call).
-  const std::vector<std::int64_t>& by_call = m.memory.workspace_by_call;
   std::vector<std::int64_t> computing;
-  for (std::size_t i = 0; i < by_call.size(); ++i) {
-    const engine::CallKind kind = step->calls()[i].kind;
-    if (kind != engine::CallKind::alloc && kind != engine::CallKind::free) {
-      computing.push_back(by_call[i]);
-    }
+  for (std::size_t i : computing_calls(step->calls())) {
+    computing.push_back(m.memory.workspace_by_call[i]);
   }
   m.calibration.calls = computing.size();
   if (!computing.empty()) {

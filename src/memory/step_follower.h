@@ -2,9 +2,10 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <vector>
 
-#include "dlprobe/memory/analysis.h"
+#include "dlprobe/memory/step_memory.h"
 
 namespace dlprobe::memory {
 
@@ -40,10 +41,15 @@ class StepFollower {
 
 // The dry simulation runs the call list itself (the dry step has no input to set): each entry once,
 // in order, with `scratch[i]` bytes of workspace taken from `allocator` around call i when given
-// (one entry per call). follow_calls() follows such a pass.
+// (one entry per call), and the entry running kept in `*current` when given. follow_calls()
+// follows such a pass.
 Status run_calls(engine::TrainingStep& step, CachingAllocator& allocator,
-                 const std::vector<std::int64_t>& scratch);
+                 const std::vector<std::int64_t>& scratch, std::size_t* current = nullptr);
 Result<StepMemory> follow_calls(engine::TrainingStep& step, CachingAllocator& allocator,
                                 const std::vector<std::int64_t>& scratch);
+
+// The entries of a call list that compute, in order (all but alloc and free): what a
+// calibration's workspace profile counts.
+std::vector<std::size_t> computing_calls(std::span<const engine::Call> calls);
 
 }  // namespace dlprobe::memory

@@ -3,9 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <tuple>
 
-#include "dlprobe/memory/analysis.h"
+#include "dlprobe/memory/step_memory.h"
 #include "step_follower.h"
 
 namespace dlprobe::memory {
@@ -26,33 +27,34 @@ std::uint64_t round_up(std::uint64_t n, std::uint64_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
 }
 
-// The layer each entry works for: its own, except that an alloc entry serves the call after it
-// and a free entry ends a buffer of the call before it (whose owner may be an earlier layer).
-std::vector<std::string_view> call_layers(std::span<const engine::Call> calls) {
+// An alloc entry serves the call after it and a free entry ends a buffer of the call before it,
+// so each takes that call's value in `per_call`.
+template <class T>
+void attach_alloc_and_free(std::span<const engine::Call> calls, std::vector<T>& per_call) {
   const std::size_t n = calls.size();
-  std::vector<std::string_view> layers(n);
-  for (std::size_t i = 0; i < n; ++i) layers[i] = calls[i].layer;
   for (std::size_t i = n; i-- > 0;) {
-    if (calls[i].kind == CallKind::alloc && i + 1 < n) layers[i] = layers[i + 1];
+    if (calls[i].kind == CallKind::alloc && i + 1 < n) per_call[i] = per_call[i + 1];
   }
   for (std::size_t i = 0; i < n; ++i) {
-    if (calls[i].kind == CallKind::free && i > 0) layers[i] = layers[i - 1];
+    if (calls[i].kind == CallKind::free && i > 0) per_call[i] = per_call[i - 1];
   }
+}
+
+// The layer each entry works for: its own, or for an alloc or free entry that of the call it
+// serves (the owner of a freed buffer may be an earlier layer).
+std::vector<std::string_view> call_layers(std::span<const engine::Call> calls) {
+  std::vector<std::string_view> layers(calls.size());
+  for (std::size_t i = 0; i < calls.size(); ++i) layers[i] = calls[i].layer;
+  attach_alloc_and_free(calls, layers);
   return layers;
 }
 
 }  // namespace
 
 std::string_view phase_name(Phase phase) {
-  switch (phase) {
-    case Phase::forward:
-      return "forward";
-    case Phase::backward:
-      return "backward";
-    case Phase::update:
-      return "update";
-  }
-  return "?";
+  constexpr std::array<std::string_view, 3> kNames = {"forward", "backward", "update"};
+  const auto i = static_cast<std::size_t>(phase);
+  return i < kNames.size() ? kNames[i] : "?";
 }
 
 std::vector<Phase> call_phases(std::span<const engine::Call> calls) {
@@ -70,13 +72,7 @@ std::vector<Phase> call_phases(std::span<const engine::Call> calls) {
   };
   std::vector<Phase> phases(n, Phase::forward);
   for (std::size_t i = 0; i < n; ++i) phases[i] = by_position(i);
-  // An allocation serves the call after it; a free ends a buffer of the call before it.
-  for (std::size_t i = n; i-- > 0;) {
-    if (calls[i].kind == CallKind::alloc && i + 1 < n) phases[i] = phases[i + 1];
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    if (calls[i].kind == CallKind::free && i > 0) phases[i] = phases[i - 1];
-  }
+  attach_alloc_and_free(calls, phases);
   return phases;
 }
 
@@ -110,13 +106,12 @@ void StepFollower::start() {
   baseline_ = moment_of(allocator_.stats());
   events_.clear();
   allocator_.set_hook([this](const AllocationEvent& e) {
-    MemoryMoment m;
-    m.by_category = e.allocated_by_category;
-    m.allocated_bytes = e.allocated_bytes;
-    m.requested_bytes = e.requested_total_bytes;
-    m.reserved_bytes = e.reserved_bytes;
-    m.largest_free_block_bytes = e.largest_free_block_bytes;
-    events_.push_back({where_(), m});
+    events_.push_back(
+        {where_(), MemoryMoment{.by_category = e.allocated_by_category,
+                                .allocated_bytes = e.allocated_bytes,
+                                .requested_bytes = e.requested_total_bytes,
+                                .reserved_bytes = e.reserved_bytes,
+                                .largest_free_block_bytes = e.largest_free_block_bytes}});
   });
   following_ = true;
 }
@@ -251,9 +246,10 @@ Status run_call(const engine::Call& call, CachingAllocator& allocator, std::int6
 }  // namespace
 
 Status run_calls(engine::TrainingStep& step, CachingAllocator& allocator,
-                 const std::vector<std::int64_t>& scratch) {
+                 const std::vector<std::int64_t>& scratch, std::size_t* current) {
   const std::vector<engine::Call>& calls = step.calls();
   for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (current != nullptr) *current = i;
     DLPROBE_RETURN_IF_ERROR(run_call(calls[i], allocator, scratch.empty() ? 0 : scratch[i]));
   }
   return Status::ok();
@@ -264,13 +260,17 @@ Result<StepMemory> follow_calls(engine::TrainingStep& step, CachingAllocator& al
   std::size_t current = 0;
   StepFollower follower(step, allocator, [&current] { return current; });
   follower.start();
-  const std::vector<engine::Call>& calls = step.calls();
-  for (current = 0; current < calls.size(); ++current) {
-    DLPROBE_RETURN_IF_ERROR(
-        run_call(calls[current], allocator, scratch.empty() ? 0 : scratch[current]));
-  }
+  DLPROBE_RETURN_IF_ERROR(run_calls(step, allocator, scratch, &current));
   follower.stop();
   return follower.result();
+}
+
+std::vector<std::size_t> computing_calls(std::span<const engine::Call> calls) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].kind != CallKind::alloc && calls[i].kind != CallKind::free) out.push_back(i);
+  }
+  return out;
 }
 
 }  // namespace dlprobe::memory

@@ -4,7 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis_test_util.h"
-#include "dlprobe/memory/analysis.h"
+#include "dlprobe/memory/analysis_json.h"
+#include "dlprobe/memory/prediction.h"
 #include "dlprobe/report/html.h"
 #include "dlprobe/results/results.h"
 

@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "analysis_test_util.h"
-#include "dlprobe/memory/analysis.h"
+#include "dlprobe/memory/max_batch.h"
+#include "dlprobe/memory/prediction.h"
+#include "dlprobe/memory/session.h"
 
 namespace dlprobe::memory {
 namespace {

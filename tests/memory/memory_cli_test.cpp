@@ -9,7 +9,7 @@
 
 #include "analysis_test_util.h"
 #include "cli/cli_test_util.h"
-#include "dlprobe/memory/analysis.h"
+#include "dlprobe/memory/prediction.h"
 #include "dlprobe/results/results.h"
 
 namespace dlprobe::memory {
@@ -103,6 +103,10 @@ TEST(MemoryCli, MeasuresBesideThePredictionAndWritesResults) {
   const CliRun p = run(kSmall + "--predict-only --batch 8 --calibration " + json);
   ASSERT_EQ(p.exit_code, 0) << p.output;
   EXPECT_TRUE(has(p.output, "(calibration: cpu (reference) bs2)")) << p.output;
+  const CliRun other =
+      run(kSmall + "--predict-only --batch 8 --precision fp16 --calibration " + json);
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_TRUE(has(other.output, "--calibration has no run of resnet18 fp16")) << other.output;
   const std::string html = temp_path("report.html");
   const CliRun rep = run("report " + json + " -o " + html);
   ASSERT_EQ(rep.exit_code, 0) << rep.output;

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "dlprobe/memory/analysis.h"
 #include "dlprobe/memory/gpu_process_memory.h"
+#include "dlprobe/memory/session.h"
 #include "dlprobe/monitor/nvml.h"
 #include "fake_script.h"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "analysis_test_util.h"
-#include "dlprobe/memory/analysis.h"
+#include "dlprobe/memory/step_memory.h"
 
 namespace dlprobe::memory {
 namespace {

@@ -1,0 +1,79 @@
+// Following a step: where the device memory of one step of the native training step goes.
+//
+// follow_step() runs one step with an allocation hook on the caching allocator and places every
+// allocation and free at the entry of the call list that made it. From that come the step's peak
+// (its breakdown by category, the layer, call and phase where it happens), rounding waste and
+// fragmentation at the peak, and a timeline with one point per visit of a layer (its forward
+// calls, later its backward calls) at the highest moment of the visit. Under MemoryPlan::planned
+// the allocator sees one arena; the plan says which of its buffers are live at each call, so the
+// arena is split into activations, temporaries and its unused rest (category arena) at every
+// point.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/core/status.h"
+#include "dlprobe/step/training_step.h"
+
+namespace dlprobe::memory {
+
+enum class Phase : std::uint8_t { forward, backward, update };
+std::string_view phase_name(Phase phase);
+
+// The phase of every entry of a call list: forward up to the loss, backward from the loss
+// gradient, update from the gradient unscale or optimizer call. An alloc entry belongs with the
+// call after it, a free entry with the call before it.
+std::vector<Phase> call_phases(std::span<const engine::Call> calls);
+
+using CategoryBytes = std::array<std::int64_t, kCategoryCount>;
+
+// The allocator's state at one moment of a step.
+struct MemoryMoment {
+  CategoryBytes by_category{};  // allocated bytes
+  std::int64_t allocated_bytes = 0;
+  std::int64_t requested_bytes = 0;
+  std::int64_t reserved_bytes = 0;
+  std::int64_t largest_free_block_bytes = 0;
+  // Rounding and unsplit remainders: allocated - requested.
+  std::int64_t waste_bytes() const { return allocated_bytes - requested_bytes; }
+  // 1 - largest free block / cached free bytes (reserved - allocated); 0 with no free cache.
+  double fragmentation() const;
+  std::int64_t operator[](Category c) const { return by_category[static_cast<std::size_t>(c)]; }
+};
+
+// Consecutive calls of one layer in one phase, at their highest moment.
+struct LayerVisit {
+  std::string layer;
+  Phase phase = Phase::forward;
+  std::size_t first_call = 0;
+  std::size_t last_call = 0;
+  MemoryMoment high;
+};
+
+struct StepMemory {
+  MemoryMoment peak;
+  std::size_t peak_call = 0;  // the entry of calls() during which the peak happened
+  std::string peak_call_name;
+  std::string peak_layer;
+  Phase peak_phase = Phase::forward;
+  std::vector<LayerVisit> timeline;
+  std::int64_t workspace_peak_bytes = 0;  // the most workspace allocated at one moment
+  // Per entry of calls(): the most workspace allocated at one moment of the call.
+  std::vector<std::int64_t> workspace_by_call;
+  std::int64_t reserved_peak_bytes = 0;  // the most reserved at one moment
+  std::int64_t events = 0;               // allocations and frees during the step
+  std::optional<engine::ArenaLayout> arena;
+};
+
+// Runs one step (input set, warmed up) with a hook on `allocator`, which must be the step's. The
+// allocator's peak statistics are reset first, so afterwards they are this step's.
+Result<StepMemory> follow_step(engine::TrainingStep& step, CachingAllocator& allocator);
+
+}  // namespace dlprobe::memory
