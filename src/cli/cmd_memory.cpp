@@ -95,9 +95,10 @@ Result<std::vector<memory::Calibration>> read_calibrations(const std::string& pa
 Result<Options> to_options(const MemoryFlags& f) {
   Options o;
   DLPROBE_ASSIGN_OR_RETURN(o.base.model.arch, model::parse_arch(f.model, "--model"));
-  DLPROBE_ASSIGN_OR_RETURN(o.base.mode, engine::parse_step_mode(f.mode, "--mode"));
+  DLPROBE_ASSIGN_OR_RETURN(o.base.mode, for_flag("--mode", engine::parse_step_mode(f.mode)));
   DLPROBE_ASSIGN_OR_RETURN(o.base.layout, parse_layout(f.layout, "--layout"));
-  DLPROBE_ASSIGN_OR_RETURN(o.base.optimizer, engine::parse_optimizer(f.optimizer, "--optimizer"));
+  DLPROBE_ASSIGN_OR_RETURN(o.base.optimizer,
+                           for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   if (f.image_size < 1) {
     return invalid_argument(fmt::format("--image-size: must be >= 1, got {}", f.image_size));
   }
@@ -113,7 +114,8 @@ Result<Options> to_options(const MemoryFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> precisions,
                            parse_list(f.precision, "--precision"));
   for (const std::string& p : precisions) {
-    DLPROBE_ASSIGN_OR_RETURN(engine::Precision parsed, engine::parse_precision(p, "--precision"));
+    DLPROBE_ASSIGN_OR_RETURN(engine::Precision parsed,
+                             for_flag("--precision", engine::parse_precision(p)));
     o.precisions.push_back(parsed);
   }
   DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> modes,

@@ -45,6 +45,8 @@
 #include "dlprobe/allocator/caching_allocator.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/engine/conv_tuning.h"
+#include "dlprobe/step/step_config.h"
+#include "dlprobe/step/step_plan.h"
 #include "dlprobe/step/training_step.h"
 
 namespace dlprobe::nvml {
