@@ -51,4 +51,6 @@
 #include "dlprobe/run/runner.h"
 #include "dlprobe/run/workload_output.h"
 #include "dlprobe/stats/statistics.h"
+#include "dlprobe/step/step_config.h"
+#include "dlprobe/step/step_plan.h"
 #include "dlprobe/step/training_step.h"

@@ -88,11 +88,11 @@ Result<Plan> plan_from(const BenchFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(
       axes.precisions,
       parse_each<engine::Precision>(f.precision, "--precision", [](const std::string& s) {
-        return engine::parse_precision(s, "--precision");
+        return for_flag("--precision", engine::parse_precision(s));
       }));
   DLPROBE_ASSIGN_OR_RETURN(axes.modes,
                            parse_each<engine::StepMode>(f.mode, "--mode", [](const std::string& s) {
-                             return engine::parse_step_mode(s, "--mode");
+                             return for_flag("--mode", engine::parse_step_mode(s));
                            }));
   DLPROBE_ASSIGN_OR_RETURN(axes.layouts,
                            parse_each<Layout>(f.layout, "--layout", [](const std::string& s) {
@@ -110,7 +110,7 @@ Result<Plan> plan_from(const BenchFlags& f) {
                            parse_int(f.image_size, "--image-size", 1, 1 << 16));
   DLPROBE_ASSIGN_OR_RETURN(axes.base.model.classes, parse_int(f.classes, "--classes", 1, 1 << 24));
   DLPROBE_ASSIGN_OR_RETURN(axes.base.optimizer,
-                           engine::parse_optimizer(f.optimizer, "--optimizer"));
+                           for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   DLPROBE_ASSIGN_OR_RETURN(const memory::GpuMemoryOption memory,
                            memory::parse_gpu_memory(f.gpu_memory, "--gpu-memory"));
   axes.base.memory_plan =

@@ -70,9 +70,10 @@ Status check_calibrations(const memory::AnalysisOptions& a, const std::string& f
 Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   memory::AnalysisOptions a;
   DLPROBE_ASSIGN_OR_RETURN(a.base.model.arch, model::parse_arch(f.model, "--model"));
-  DLPROBE_ASSIGN_OR_RETURN(a.base.mode, engine::parse_step_mode(f.mode, "--mode"));
+  DLPROBE_ASSIGN_OR_RETURN(a.base.mode, for_flag("--mode", engine::parse_step_mode(f.mode)));
   DLPROBE_ASSIGN_OR_RETURN(a.base.layout, parse_layout(f.layout, "--layout"));
-  DLPROBE_ASSIGN_OR_RETURN(a.base.optimizer, engine::parse_optimizer(f.optimizer, "--optimizer"));
+  DLPROBE_ASSIGN_OR_RETURN(a.base.optimizer,
+                           for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   for (const auto& [flag, v] :
        {std::pair{"--image-size", f.image_size}, {"--classes", f.classes}}) {
     if (v < 1) return invalid_argument(fmt::format("{}: must be >= 1, got {}", flag, v));
@@ -87,7 +88,7 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
                            parse_list(f.precision, "--precision"));
   for (const std::string& p : precisions) {
     DLPROBE_ASSIGN_OR_RETURN(a.precisions.emplace_back(),
-                             engine::parse_precision(p, "--precision"));
+                             for_flag("--precision", engine::parse_precision(p)));
   }
   DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> modes,
                            parse_list(f.gpu_memory, "--gpu-memory"));

@@ -23,6 +23,7 @@
 #include "dlprobe/core/build_info.h"
 #include "dlprobe/engine/reference_backend.h"
 #include "dlprobe/engine/safetensors.h"
+#include "dlprobe/step/step_config.h"
 #include "dlprobe/step/training_step.h"
 
 #ifdef DLPROBE_HAVE_CUDA_BACKEND
@@ -187,10 +188,12 @@ safetensors::Tensor to_file_tensor(std::string name, const HostTensor& value) {
 Status run_step_command(const StepFlags& f) {
   engine::StepConfig c;
   DLPROBE_ASSIGN_OR_RETURN(c.model.arch, model::parse_arch(f.model, "--model"));
-  DLPROBE_ASSIGN_OR_RETURN(c.precision, engine::parse_precision(f.precision, "--precision"));
-  DLPROBE_ASSIGN_OR_RETURN(c.mode, engine::parse_step_mode(f.mode, "--mode"));
+  DLPROBE_ASSIGN_OR_RETURN(c.precision,
+                           for_flag("--precision", engine::parse_precision(f.precision)));
+  DLPROBE_ASSIGN_OR_RETURN(c.mode, for_flag("--mode", engine::parse_step_mode(f.mode)));
   DLPROBE_ASSIGN_OR_RETURN(c.layout, parse_layout(f.layout, "--layout"));
-  DLPROBE_ASSIGN_OR_RETURN(c.optimizer, engine::parse_optimizer(f.optimizer, "--optimizer"));
+  DLPROBE_ASSIGN_OR_RETURN(c.optimizer,
+                           for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   DLPROBE_ASSIGN_OR_RETURN(const bench::Device device, bench::parse_device(f.device, "--device"));
   DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
   DLPROBE_ASSIGN_OR_RETURN(const bench::ConvEngines engines,

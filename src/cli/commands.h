@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string_view>
 
 #include "dlprobe/core/status.h"
 
@@ -34,5 +35,13 @@ Command add_evaluate_command(CLI::App& app);
 
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
+
+// What a library parser made of a flag's text, its error prefixed with the flag ("--precision:
+// unknown precision 'fp8' (...)"): the library speaks of values, the command line of flags.
+template <class T>
+Result<T> for_flag(std::string_view flag, Result<T> parsed) {
+  if (!parsed.has_value()) return parsed.status().with_context(flag);
+  return parsed;
+}
 
 }  // namespace dlprobe::cli

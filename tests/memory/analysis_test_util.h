@@ -8,6 +8,7 @@
 
 #include "dlprobe/allocator/caching_allocator.h"
 #include "dlprobe/engine/reference_backend.h"
+#include "dlprobe/step/step_config.h"
 #include "dlprobe/step/training_step.h"
 
 namespace dlprobe::memory::testing {

@@ -29,6 +29,8 @@
 #include "dlprobe/core/status.h"
 #include "dlprobe/engine/backend.h"
 #include "dlprobe/engine/conv_tuning.h"
+#include "dlprobe/step/step_config.h"
+#include "dlprobe/step/step_plan.h"
 #include "dlprobe/step/training_step.h"
 
 namespace dlprobe::bench {

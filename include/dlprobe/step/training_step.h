@@ -20,11 +20,10 @@
 // docs/engine-step.md has the details.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
-#include <string>
 #include <string_view>
 #include <vector>
 
@@ -34,132 +33,10 @@
 #include "dlprobe/engine/safetensors.h"
 #include "dlprobe/engine/tensor.h"
 #include "dlprobe/models/resnet.h"
+#include "dlprobe/step/step_config.h"
+#include "dlprobe/step/step_plan.h"
 
 namespace dlprobe::engine {
-
-// fp32: strict fp32 math. tf32: fp32 tensors, TF32 tensor cores allowed for conv and matmul.
-// fp16 / bf16: mixed precision as torch.autocast runs it (fp32 master weights, fp16/bf16 conv, fc
-// and batch-norm activations, fp32 loss), fp16 with dynamic loss scaling. fp64: everything in
-// double, for gradient checks on the reference backend.
-enum class Precision : std::uint8_t { fp32, tf32, fp16, bf16, fp64 };
-Result<Precision> parse_precision(std::string_view text, std::string_view flag = "precision");
-std::string_view precision_name(Precision p);
-// The dtype conv, batch norm and fc activations have under `p`.
-DType activation_dtype(Precision p);
-// The dtype of master parameters, gradients, optimizer state, BN statistics and the loss.
-DType master_dtype(Precision p);
-
-// train: forward, backward, optimizer update. grads: forward and backward only (the benchmark
-// protocol; under fp16 the gradients stay multiplied by the loss scale, as after
-// scaler.scale(loss).backward()). infer: forward with BN running statistics, and the loss.
-enum class StepMode : std::uint8_t { train, grads, infer };
-Result<StepMode> parse_step_mode(std::string_view text, std::string_view flag = "mode");
-std::string_view step_mode_name(StepMode m);
-
-enum class OptimizerKind : std::uint8_t { sgd, adamw };
-Result<OptimizerKind> parse_optimizer(std::string_view text, std::string_view flag = "optimizer");
-std::string_view optimizer_name(OptimizerKind o);
-
-// torch.cuda.amp.GradScaler's defaults.
-struct GradScalerOptions {
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  std::int64_t growth_interval = 2000;
-};
-
-// How the step holds its activations and temporaries.
-//   dynamic  `alloc`/`free` entries of the call list take each buffer from the caching allocator
-//            just before its first use and give it back after its last (as PyTorch's step does)
-//   planned  one block (category arena) taken at create() and laid out by memory::plan_arena from
-//            the buffers' lifetimes: every buffer has a fixed address for every step, the call
-//            list has no alloc/free entries, and the peak is as low as the lifetimes allow
-enum class MemoryPlan : std::uint8_t { dynamic, planned };
-std::string_view memory_plan_name(MemoryPlan p);
-
-struct StepConfig {
-  model::ModelConfig model;
-  std::int64_t batch = 256;
-  Precision precision = Precision::fp32;
-  Layout layout = Layout::nchw;
-  StepMode mode = StepMode::train;
-  OptimizerKind optimizer = OptimizerKind::sgd;
-  SgdParams sgd{
-      .lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 1e-4, .nesterov = false};
-  AdamWParams adamw{};
-  GradScalerOptions scaler{};  // used under fp16 only
-  std::uint64_t seed = 0;      // initial weights (model::initial_state)
-  // Run each batch norm with the ReLU after it (and the residual add before that ReLU) as one
-  // call where the backend can (Backend::fuses_batch_norm_relu): one pass over the activation
-  // instead of two or three, and the BN output never stored. The same math, rounded once.
-  bool fuse = true;
-  MemoryPlan memory_plan = MemoryPlan::dynamic;
-  // Record the step once as a graph (a CUDA graph) and replay it, so the host launches one graph
-  // instead of every call. Needs MemoryPlan::planned (the same addresses every step) and mode
-  // grads or infer (train's optimizer uploads its table each step and fp16 training changes its
-  // loss scale between steps). A backend that cannot record runs the step eagerly, with a
-  // warning.
-  bool graph = false;
-};
-
-// One entry of the planned call list.
-enum class CallKind : std::uint8_t {
-  alloc,  // an activation or temporary buffer comes to life
-  free,   // ... and goes
-  fill,
-  cast,
-  conv_forward,
-  conv_backward_data,
-  conv_backward_weight,
-  batch_norm_train_forward,
-  batch_norm_inference_forward,
-  batch_norm_backward,
-  batch_norm_relu_train_forward,      // batch norm, [residual add,] ReLU in one call
-  batch_norm_relu_inference_forward,  // the same with running statistics
-  batch_norm_relu_backward,           // ReLU's mask and batch norm's backward in one call
-  relu_forward,
-  relu_backward,
-  relu_backward_add,  // a ReLU's backward from a gradient that arrives as two terms
-  max_pool_forward,
-  max_pool_backward,
-  add,
-  global_avg_pool_forward,
-  global_avg_pool_backward,
-  linear_forward,
-  linear_backward,
-  cross_entropy_forward,
-  cross_entropy_backward,
-  unscale_gradients,
-  sgd_step,
-  adamw_step,
-};
-std::string_view call_kind_name(CallKind kind);
-
-struct Call {
-  std::string name;  // "layer1.0.conv1.forward", "alloc layer1.0.bn1 output", ...
-  CallKind kind = CallKind::fill;
-  std::string layer;  // owner: a model layer, "loss", "optimizer", "grad_scaler"
-  std::function<Status()> run;
-};
-
-// An activation or temporary of the plan, and which entries of calls() it lives across: under
-// MemoryPlan::dynamic its own alloc and free entries, under planned the first and last calls that
-// touch it.
-struct TransientBuffer {
-  std::string owner;  // the layer
-  memory::Category category = memory::Category::temporaries;
-  std::uint64_t bytes = 0;
-  std::size_t first_call = 0;
-  std::size_t last_call = 0;
-  std::uint64_t arena_offset = 0;  // planned only
-};
-
-// The arena of a planned step: its size, and the most bytes its buffers have live at one call
-// (no layout can be smaller; the difference is the cost of the layout).
-struct ArenaLayout {
-  std::uint64_t bytes = 0;
-  std::uint64_t peak_live_bytes = 0;
-};
 
 struct StepResult {
   double loss = 0.0;

@@ -1,0 +1,75 @@
+// What a planned step is made of: the flat list of backend calls a step runs, and the activations
+// and temporaries that live across parts of it (TrainingStep::calls(), transients(), arena()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/core/status.h"
+
+namespace dlprobe::engine {
+
+// One entry of the planned call list.
+enum class CallKind : std::uint8_t {
+  alloc,  // an activation or temporary buffer comes to life
+  free,   // ... and goes
+  fill,
+  cast,
+  conv_forward,
+  conv_backward_data,
+  conv_backward_weight,
+  batch_norm_train_forward,
+  batch_norm_inference_forward,
+  batch_norm_backward,
+  batch_norm_relu_train_forward,      // batch norm, [residual add,] ReLU in one call
+  batch_norm_relu_inference_forward,  // the same with running statistics
+  batch_norm_relu_backward,           // ReLU's mask and batch norm's backward in one call
+  relu_forward,
+  relu_backward,
+  relu_backward_add,  // a ReLU's backward from a gradient that arrives as two terms
+  max_pool_forward,
+  max_pool_backward,
+  add,
+  global_avg_pool_forward,
+  global_avg_pool_backward,
+  linear_forward,
+  linear_backward,
+  cross_entropy_forward,
+  cross_entropy_backward,
+  unscale_gradients,
+  sgd_step,
+  adamw_step,
+};
+std::string_view call_kind_name(CallKind kind);
+
+struct Call {
+  std::string name;  // "layer1.0.conv1.forward", "alloc layer1.0.bn1 activations fp32[...]", ...
+  CallKind kind = CallKind::fill;
+  std::string layer;  // owner: a model layer, "loss", "optimizer", "grad_scaler"
+  std::function<Status()> run;
+};
+
+// An activation or temporary of the plan, and which entries of calls() it lives across: under
+// MemoryPlan::dynamic its own alloc and free entries, under planned the first and last calls that
+// touch it.
+struct TransientBuffer {
+  std::string owner;  // the layer
+  memory::Category category = memory::Category::temporaries;
+  std::uint64_t bytes = 0;
+  std::size_t first_call = 0;
+  std::size_t last_call = 0;
+  std::uint64_t arena_offset = 0;  // planned only
+};
+
+// The arena of a planned step: its size, and the most bytes its buffers have live at one call
+// (no layout can be smaller; the difference is the cost of the layout).
+struct ArenaLayout {
+  std::uint64_t bytes = 0;
+  std::uint64_t peak_live_bytes = 0;
+};
+
+}  // namespace dlprobe::engine

@@ -1,0 +1,156 @@
+// The backward call of each layer kind: from the gradient of the layer's output, the gradient of
+// its input (handed on through contribute()) and of its parameters.
+#include <fmt/format.h>
+
+#include <string>
+
+#include "planner.h"
+
+namespace dlprobe::engine::step_impl {
+
+Status Planner::backward(const model::Layer& l, std::size_t i) {
+  Buffer* dy = grad_[static_cast<std::size_t>(l.output)];
+  if (dy == nullptr) {
+    return error(Errc::internal, fmt::format("{}: no gradient reaches the output", l.name));
+  }
+  const std::string& name = l.name;
+  Buffer* x = value_of(l.inputs[0]);
+  switch (l.kind) {
+    case LayerKind::conv:
+      backward_conv(l, i, dy);
+      break;
+    case LayerKind::batch_norm:
+      backward_batch_norm(l, i, dy);
+      break;
+    case LayerKind::relu:
+      backward_relu(l, i, dy);
+      break;
+    case LayerKind::max_pool: {
+      Buffer* y = value_of(l.output);
+      Buffer* dx = temporary_like(x, name);
+      emit(name + ".backward", CallKind::max_pool_backward, name, {dy, x, y, dx},
+           [&be = be_, dy, x, y, dx, p = l.pool] {
+             return be.max_pool2d_backward(dy->view, x->view, y->view, dx->view, p);
+           });
+      contribute(l.inputs[0], dx, name);
+      break;
+    }
+    case LayerKind::add:
+      // d(a + b) passes the gradient to both operands unchanged: shared, not copied.
+      contribute(l.inputs[0], dy, name);
+      contribute(l.inputs[1], dy, name);
+      break;
+    case LayerKind::global_avg_pool: {
+      Buffer* dx = temporary_like(x, name);
+      emit_unary(name + ".backward", CallKind::global_avg_pool_backward, name,
+                 &Backend::global_avg_pool_backward, dy, dx);
+      contribute(l.inputs[0], dx, name);
+      break;
+    }
+    case LayerKind::linear:
+      backward_linear(l, i, dy);
+      break;
+  }
+  return Status::ok();
+}
+
+void Planner::backward_conv(const model::Layer& l, std::size_t i, Buffer* dy) {
+  const std::string& name = l.name;
+  const int entry = entry_of(i, StateKind::conv_weight);
+  Buffer* w = weight_for_backward(entry);
+  Buffer* xin = conv_input_[i];
+  const Conv2dParams p = l.conv;
+  Buffer* dx = nullptr;
+  // The images need no gradient, so conv1 skips its data gradient as autograd does.
+  if (l.inputs[0] != model::kImages) {
+    Buffer* x = value_of(l.inputs[0]);
+    dx = temporary_like(x, name);
+    emit(name + ".backward_data", CallKind::conv_backward_data, name, {dy, w, dx},
+         [&be = be_, dy, w, dx, p] {
+           return be.conv2d_backward_data(dy->view, w->view, dx->view, p);
+         });
+  }
+  Buffer* dw = grad_target(entry, name);
+  emit(name + ".backward_weight", CallKind::conv_backward_weight, name, {xin, dy, dw},
+       [&be = be_, xin, dy, dw, p] {
+         return be.conv2d_backward_weight(xin->view, dy->view, dw->view, p);
+       });
+  finish_grad(entry, dw, name);
+  if (dx != nullptr) contribute(l.inputs[0], dx, name);
+}
+
+void Planner::backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* dy) {
+  const std::string& name = l.name;
+  const StateSlot& g = slot(entry_of(i, StateKind::bn_weight));
+  Buffer* x = value_of(l.inputs[0]);
+  Buffer* gamma = g.master;
+  Buffer* dgamma = g.grad;
+  Buffer* dbeta = slot(entry_of(i, StateKind::bn_bias)).grad;
+  Buffer* sm = bn_mean_[i];
+  Buffer* si = bn_invstd_[i];
+  Buffer* dx = temporary_like(x, name);
+  if (fusion_[i] == Fusion::relu) {
+    // dy is the gradient of the ReLU's output y, which the ReLU's backward passed on as is.
+    Buffer* y = value_of(s_.model.layers()[i + 1].output);
+    emit(name + ".backward+relu", CallKind::batch_norm_relu_backward, name,
+         {dy, y, x, gamma, sm, si, dx, dgamma, dbeta},
+         [&be = be_, dy, y, x, gamma, sm, si, dx, dgamma, dbeta] {
+           return be.batch_norm_relu_backward(dy->view, y->view, x->view, gamma->view, sm->view,
+                                              si->view, dx->view, dgamma->view, dbeta->view);
+         });
+  } else {
+    emit(name + ".backward", CallKind::batch_norm_backward, name,
+         {dy, x, gamma, sm, si, dx, dgamma, dbeta},
+         [&be = be_, dy, x, gamma, sm, si, dx, dgamma, dbeta] {
+           return be.batch_norm_backward(dy->view, x->view, gamma->view, sm->view, si->view,
+                                         dx->view, dgamma->view, dbeta->view);
+         });
+  }
+  contribute(l.inputs[0], dx, name);
+}
+
+void Planner::backward_relu(const model::Layer& l, std::size_t i, Buffer* dy) {
+  const std::string& name = l.name;
+  if (i > 0 && fusion_[i - 1] == Fusion::relu) {
+    contribute(l.inputs[0], dy, name);  // the batch norm's fused backward applies the mask
+    return;
+  }
+  Buffer* y = value_of(l.output);
+  // Shaped like y: under add+ReLU fusion the input (the sum) was never stored.
+  Buffer* dx = temporary_like(y, name);
+  if (s_.config.fuse && be_.fuses_relu_backward_add() && pending_sum(dy)) {
+    // ResNet's block output feeds the next block and its shortcut, so its gradient arrives as a
+    // sum: one pass adds and masks instead of writing the sum and reading it back.
+    drafts_.pop_back();
+    Buffer* a = last_sum_.a;
+    Buffer* b = last_sum_.b;
+    emit(name + ".backward+grad_accumulate", CallKind::relu_backward_add, name, {a, b, y, dx},
+         [&be = be_, a, b, y, dx] {
+           return be.relu_backward_add(a->view, b->view, y->view, dx->view);
+         });
+  } else {
+    emit(name + ".backward", CallKind::relu_backward, name, {dy, y, dx},
+         [&be = be_, dy, y, dx] { return be.relu_backward(dy->view, y->view, dx->view); });
+  }
+  contribute(l.inputs[0], dx, name);
+}
+
+void Planner::backward_linear(const model::Layer& l, std::size_t i, Buffer* dy) {
+  const std::string& name = l.name;
+  const int wi = entry_of(i, StateKind::fc_weight);
+  const int bi = entry_of(i, StateKind::fc_bias);
+  Buffer* x = value_of(l.inputs[0]);
+  Buffer* w = weight_for_backward(wi);
+  Buffer* dx = temporary_like(x, name);
+  Buffer* dw = grad_target(wi, name);
+  Buffer* db = grad_target(bi, name);
+  emit(name + ".backward", CallKind::linear_backward, name, {dy, x, w, dx, dw, db},
+       [&be = be_, dy, x, w, dx, dw, db] {
+         return be.linear_backward(dy->view, x->view, w->view, dx->view, dw->view, db->view);
+       });
+  finish_grad(wi, dw, name);
+  finish_grad(bi, db, name);
+  contribute(l.inputs[0], dx, name);
+}
+
+}  // namespace dlprobe::engine::step_impl

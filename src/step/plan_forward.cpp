@@ -1,0 +1,198 @@
+// The forward call of each layer kind. A layer's output is an activation when some backward reads
+// it, else a temporary; under mixed precision conv and fc read working copies of their parameters,
+// cast from the masters at each forward as autocast does.
+#include <string>
+
+#include "planner.h"
+
+namespace dlprobe::engine::step_impl {
+
+Status Planner::forward(const model::Layer& l, std::size_t i) {
+  if (folded_[i]) return Status::ok();  // run by the batch norm before it
+  if (l.kind == LayerKind::batch_norm) return forward_batch_norm(l, i);
+  Buffer* x = value_of(l.inputs[0]);
+  Buffer* y = nullptr;
+  const std::string& name = l.name;
+  switch (l.kind) {
+    case LayerKind::conv: {
+      DLPROBE_ASSIGN_OR_RETURN(y, forward_conv(l, i));
+      break;
+    }
+    case LayerKind::batch_norm:
+      break;  // forward_batch_norm
+    case LayerKind::relu: {
+      DLPROBE_ASSIGN_OR_RETURN(y, new_output(l));
+      emit_unary(name + ".forward", CallKind::relu_forward, name, &Backend::relu_forward, x, y);
+      break;
+    }
+    case LayerKind::max_pool: {
+      DLPROBE_ASSIGN_OR_RETURN(y, new_output(l));
+      emit(name + ".forward", CallKind::max_pool_forward, name, {x, y},
+           [&be = be_, x, y, p = l.pool] { return be.max_pool2d_forward(x->view, y->view, p); });
+      break;
+    }
+    case LayerKind::add: {
+      DLPROBE_ASSIGN_OR_RETURN(y, forward_add(l));
+      break;
+    }
+    case LayerKind::global_avg_pool: {
+      DLPROBE_ASSIGN_OR_RETURN(y, new_output(l));
+      emit_unary(name + ".forward", CallKind::global_avg_pool_forward, name,
+                 &Backend::global_avg_pool_forward, x, y);
+      break;
+    }
+    case LayerKind::linear: {
+      DLPROBE_ASSIGN_OR_RETURN(y, forward_linear(l, i));
+      break;
+    }
+  }
+  value_[static_cast<std::size_t>(l.output)] = y;
+  return Status::ok();
+}
+
+Result<Buffer*> Planner::new_output(const model::Layer& l) {
+  const auto out = static_cast<std::size_t>(l.output);
+  const Category category = saved_[out] ? Category::activations : Category::temporaries;
+  return new_value(l.name, category, shapes_[out], s_.act());
+}
+
+Result<Buffer*> Planner::forward_conv(const model::Layer& l, std::size_t i) {
+  const auto in = static_cast<std::size_t>(l.inputs[0]);
+  const std::string& name = l.name;
+  Buffer* x = value_[in];
+  if (x->view.desc.dtype() != s_.act()) {
+    x = cast_to(x, s_.act(), saved_[in] ? Category::activations : Category::temporaries, name,
+                "input");
+  }
+  conv_input_[i] = x;
+  Buffer* w = weight_for_forward(entry_of(i, StateKind::conv_weight), name);
+  DLPROBE_ASSIGN_OR_RETURN(Buffer * y, new_output(l));
+  emit(
+      name + ".forward", CallKind::conv_forward, name, {x, w, y},
+      [&be = be_, x, w, y, p = l.conv] { return be.conv2d_forward(x->view, w->view, y->view, p); });
+  return y;
+}
+
+Result<Buffer*> Planner::forward_add(const model::Layer& l) {
+  const auto in = static_cast<std::size_t>(l.inputs[0]);
+  const auto out = static_cast<std::size_t>(l.output);
+  Buffer* x = value_[in];
+  Buffer* b = value_of(l.inputs[1]);
+  Buffer* y = x;
+  // torchvision adds the shortcut in place (out += identity) into the last BN's output, which
+  // nothing else reads; so does the plan, to hold no more memory than PyTorch.
+  if (saved_[in] || consumers_[in] != 1 || saved_[out] != saved_[in]) {
+    DLPROBE_ASSIGN_OR_RETURN(y, new_output(l));
+  }
+  emit(l.name + ".forward", CallKind::add, l.name, {x, b, y},
+       [&be = be_, x, b, y] { return be.add(x->view, b->view, y->view); });
+  return y;
+}
+
+Result<Buffer*> Planner::forward_linear(const model::Layer& l, std::size_t i) {
+  const std::string& name = l.name;
+  Buffer* x = value_of(l.inputs[0]);
+  Buffer* w = weight_for_forward(entry_of(i, StateKind::fc_weight), name);
+  Buffer* b = weight_for_forward(entry_of(i, StateKind::fc_bias), name);
+  DLPROBE_ASSIGN_OR_RETURN(Buffer * y, new_output(l));
+  emit(name + ".forward", CallKind::linear_forward, name, {x, w, b, y},
+       [&be = be_, x, w, b, y] { return be.linear_forward(x->view, w->view, b->view, y->view); });
+  return y;
+}
+
+// What a batch norm's forward reads and writes; the residual only where it takes in an add.
+struct Planner::BatchNormForward {
+  std::string name;  // of the call
+  Buffer* x = nullptr;
+  Buffer* gamma = nullptr;
+  Buffer* beta = nullptr;
+  Buffer* mean = nullptr;
+  Buffer* var = nullptr;
+  Buffer* residual = nullptr;
+  Buffer* y = nullptr;
+  BatchNormParams p;
+  bool fused = false;  // with the ReLU (and add) after it
+
+  std::vector<Buffer*> uses() const { return {x, gamma, beta, mean, var, y}; }
+  TensorView residual_view() const { return residual != nullptr ? residual->view : TensorView{}; }
+};
+
+// A batch norm, and under fusion the ReLU (and add) it takes in: their output is the ReLU's.
+Status Planner::forward_batch_norm(const model::Layer& l, std::size_t i) {
+  const auto& layers = s_.model.layers();
+  const Fusion f = fusion_[i];
+  const model::Layer& last = f == Fusion::relu       ? layers[i + 1]
+                             : f == Fusion::add_relu ? layers[i + 2]
+                                                     : l;
+  BatchNormForward a;
+  a.name = l.name + (f == Fusion::relu       ? ".forward+relu"
+                     : f == Fusion::add_relu ? ".forward+add+relu"
+                                             : ".forward");
+  a.x = value_of(l.inputs[0]);
+  if (f == Fusion::add_relu) {
+    const model::Layer& add = layers[i + 1];
+    a.residual = value_of(add.inputs[0] == l.output ? add.inputs[1] : add.inputs[0]);
+  }
+  a.gamma = master_of(i, StateKind::bn_weight);
+  a.beta = master_of(i, StateKind::bn_bias);
+  a.mean = master_of(i, StateKind::running_mean);
+  a.var = master_of(i, StateKind::running_var);
+  a.p = l.batch_norm;
+  a.fused = f != Fusion::none;
+  DLPROBE_ASSIGN_OR_RETURN(a.y, new_output(last));
+  if (s_.training()) {
+    batch_norm_train_forward(l, i, a);
+  } else {
+    batch_norm_inference_forward(l, a);
+  }
+  value_[static_cast<std::size_t>(last.output)] = a.y;
+  return Status::ok();
+}
+
+// The batch's statistics normalise, and the running ones take a step towards them; the batch's
+// mean and inverse deviation are saved for the backward.
+void Planner::batch_norm_train_forward(const model::Layer& l, std::size_t i,
+                                       const BatchNormForward& a) {
+  Buffer* sm = s_.transient(a.gamma->view.desc, Category::activations, l.name);
+  Buffer* si = s_.transient(a.gamma->view.desc, Category::activations, l.name);
+  bn_mean_[i] = sm;
+  bn_invstd_[i] = si;
+  std::vector<Buffer*> uses = a.uses();
+  uses.insert(uses.end(), {sm, si});
+  if (a.residual != nullptr) uses.push_back(a.residual);
+  if (!a.fused) {
+    emit(a.name, CallKind::batch_norm_train_forward, l.name, std::move(uses),
+         [&be = be_, a, sm, si] {
+           return be.batch_norm_train_forward(a.x->view, a.gamma->view, a.beta->view, a.mean->view,
+                                              a.var->view, a.y->view, sm->view, si->view, a.p);
+         });
+    return;
+  }
+  emit(a.name, CallKind::batch_norm_relu_train_forward, l.name, std::move(uses),
+       [&be = be_, a, sm, si] {
+         return be.batch_norm_relu_train_forward(a.x->view, a.gamma->view, a.beta->view,
+                                                 a.mean->view, a.var->view, a.residual_view(),
+                                                 a.y->view, sm->view, si->view, a.p);
+       });
+}
+
+// The running statistics normalise.
+void Planner::batch_norm_inference_forward(const model::Layer& l, const BatchNormForward& a) {
+  std::vector<Buffer*> uses = a.uses();
+  if (a.residual != nullptr) uses.push_back(a.residual);
+  if (!a.fused) {
+    emit(a.name, CallKind::batch_norm_inference_forward, l.name, std::move(uses), [&be = be_, a] {
+      return be.batch_norm_inference_forward(a.x->view, a.gamma->view, a.beta->view, a.mean->view,
+                                             a.var->view, a.y->view, a.p);
+    });
+    return;
+  }
+  emit(a.name, CallKind::batch_norm_relu_inference_forward, l.name, std::move(uses),
+       [&be = be_, a] {
+         return be.batch_norm_relu_inference_forward(a.x->view, a.gamma->view, a.beta->view,
+                                                     a.mean->view, a.var->view, a.residual_view(),
+                                                     a.y->view, a.p);
+       });
+}
+
+}  // namespace dlprobe::engine::step_impl

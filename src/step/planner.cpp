@@ -1,0 +1,243 @@
+// The planner's passes, top to bottom: forward through the layers and the loss, backward through
+// the loss and the layers in reverse, then the optimizer update; and the bookkeeping of parameter
+// copies and gradients they share.
+#include "planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace dlprobe::engine::step_impl {
+
+Status Planner::run(const std::vector<Shape>& shapes) {
+  prepare(shapes);
+  DLPROBE_RETURN_IF_ERROR(forward_pass());
+  if (!s_.training()) return Status::ok();
+  DLPROBE_RETURN_IF_ERROR(backward_pass());
+  if (s_.config.mode == StepMode::train) update();
+  return Status::ok();
+}
+
+void Planner::prepare(const std::vector<Shape>& shapes) {
+  shapes_ = shapes;
+  const auto& layers = s_.model.layers();
+  const std::size_t values = shapes.size();
+  value_.assign(values, nullptr);
+  saved_.assign(values, false);
+  consumers_.assign(values, 0);
+  grad_.assign(values, nullptr);
+  conv_input_.assign(layers.size(), nullptr);
+  bn_mean_.assign(layers.size(), nullptr);
+  bn_invstd_.assign(layers.size(), nullptr);
+  for (const model::Layer& l : layers) {
+    for (const int v : l.inputs) ++consumers_[static_cast<std::size_t>(v)];
+    if (!s_.training()) continue;
+    const model::SavedForBackward saves = model::saved_for_backward(l.kind);
+    if (saves.input) saved_[static_cast<std::size_t>(l.inputs[0])] = true;
+    if (saves.output) saved_[static_cast<std::size_t>(l.output)] = true;
+  }
+  value_[model::kImages] = s_.images;
+  plan_fusion();
+}
+
+void Planner::plan_fusion() {
+  const auto& layers = s_.model.layers();
+  fusion_.assign(layers.size(), Fusion::none);
+  folded_.assign(layers.size(), false);
+  if (!s_.config.fuse || !be_.fuses_batch_norm_relu()) return;
+  auto only_reader = [&](std::size_t at, LayerKind kind, int value) {
+    return at < layers.size() && layers[at].kind == kind &&
+           consumers_[static_cast<std::size_t>(value)] == 1 &&
+           std::find(layers[at].inputs.begin(), layers[at].inputs.end(), value) !=
+               layers[at].inputs.end();
+  };
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].kind != LayerKind::batch_norm) continue;
+    if (only_reader(i + 1, LayerKind::relu, layers[i].output)) {
+      fusion_[i] = Fusion::relu;
+      folded_[i + 1] = true;
+    } else if (only_reader(i + 1, LayerKind::add, layers[i].output) &&
+               only_reader(i + 2, LayerKind::relu, layers[i + 1].output)) {
+      fusion_[i] = Fusion::add_relu;
+      folded_[i + 1] = true;
+      folded_[i + 2] = true;
+    }
+  }
+}
+
+// The layers in order, then the loss over the logits.
+Status Planner::forward_pass() {
+  const auto& layers = s_.model.layers();
+  for (std::size_t i = 0; i < layers.size(); ++i) DLPROBE_RETURN_IF_ERROR(forward(layers[i], i));
+
+  // autocast runs cross-entropy in fp32: low-precision logits are cast up first.
+  const std::string loss = "loss";
+  Buffer* logits = value_of(s_.model.logits());
+  if (logits->view.desc.dtype() != s_.master()) {
+    logits = cast_to(logits, s_.master(),
+                     s_.training() ? Category::activations : Category::temporaries, loss, "logits");
+  }
+  s_.logits = logits;
+  Buffer* labels = s_.labels;
+  Buffer* loss_buf = s_.loss;
+  emit("loss.forward", CallKind::cross_entropy_forward, loss, {logits, labels, loss_buf},
+       [&be = be_, logits, labels, loss_buf] {
+         return be.cross_entropy_forward(logits->view, labels->view, loss_buf->view);
+       });
+  return Status::ok();
+}
+
+// The loss's gradient (scaled by the loss scale), then the layers in reverse; each value's
+// gradient is released once the layer that wrote the value has passed it on.
+Status Planner::backward_pass() {
+  const std::string loss = "loss";
+  Buffer* logits = s_.logits;
+  Buffer* labels = s_.labels;
+  Buffer* dlogits = temporary_like(logits, loss);
+  const double* scale = &s_.scale;
+  emit("loss.backward", CallKind::cross_entropy_backward, loss, {logits, labels, dlogits},
+       [&be = be_, logits, labels, dlogits, scale] {
+         return be.cross_entropy_backward(logits->view, labels->view, *scale, dlogits->view);
+       });
+  Buffer* dlow = dlogits;
+  if (s_.act() != s_.master())
+    dlow = cast_to(dlogits, s_.act(), Category::temporaries, loss, "grad");
+  contribute(s_.model.logits(), dlow, loss);
+  const auto& layers = s_.model.layers();
+  for (std::size_t i = layers.size(); i-- > 0;) {
+    DLPROBE_RETURN_IF_ERROR(backward(layers[i], i));
+    release_grad(layers[i].output);
+  }
+  return Status::ok();
+}
+
+// One optimizer call over every parameter; under fp16 the gradients are unscaled first and the
+// update skipped where they hold inf/NaN.
+void Planner::update() {
+  std::vector<TensorView> grads;
+  std::vector<OptimizerSlot> slots;
+  for (const StateSlot& slot : s_.state) {
+    if (slot.grad == nullptr) continue;
+    grads.push_back(slot.grad->view);
+    slots.push_back({slot.master->view, slot.grad->view,
+                     slot.state0 != nullptr ? slot.state0->view : TensorView{},
+                     slot.state1 != nullptr ? slot.state1->view : TensorView{}});
+  }
+  const TensorView found_inf = s_.found_inf != nullptr ? s_.found_inf->view : TensorView{};
+  if (s_.found_inf != nullptr) {
+    Buffer* flag = s_.found_inf;
+    // The flag collects over one step only.
+    drafts_.insert(drafts_.begin(),
+                   Draft{Call{"grad_scaler.reset_found_inf", CallKind::fill, "grad_scaler",
+                              [&be = be_, flag] { return be.fill(flag->view, 0.0); }},
+                         {flag}});
+    emit("grad_scaler.unscale", CallKind::unscale_gradients, "grad_scaler", {},
+         [&be = be_, grads, scale = &s_.scale, found_inf] {
+           return be.unscale_gradients(grads, 1.0 / *scale, found_inf);
+         });
+  }
+  const std::int64_t* step = &s_.queued_step;
+  if (s_.config.optimizer == OptimizerKind::sgd) {
+    emit("optimizer.sgd_step", CallKind::sgd_step, "optimizer", {},
+         [&be = be_, slots, p = s_.config.sgd, step, found_inf] {
+           return be.sgd_step(slots, p, *step, found_inf);
+         });
+  } else {
+    emit("optimizer.adamw_step", CallKind::adamw_step, "optimizer", {},
+         [&be = be_, slots, p = s_.config.adamw, step, found_inf] {
+           return be.adamw_step(slots, p, *step, found_inf);
+         });
+  }
+}
+
+void Planner::emit(std::string name, CallKind kind, const std::string& layer,
+                   std::vector<Buffer*> uses, std::function<Status()> fn) {
+  drafts_.push_back({Call{std::move(name), kind, layer, std::move(fn)}, std::move(uses)});
+}
+
+void Planner::emit_unary(std::string name, CallKind kind, const std::string& layer, UnaryOp op,
+                         Buffer* x, Buffer* y) {
+  emit(std::move(name), kind, layer, {x, y},
+       [&be = be_, op, x, y] { return (be.*op)(x->view, y->view); });
+}
+
+Result<Buffer*> Planner::new_value(const std::string& owner, Category category, const Shape& shape,
+                                   DType dtype) {
+  DLPROBE_ASSIGN_OR_RETURN(TensorDesc d, make_desc(shape, dtype, s_.config.layout));
+  return s_.transient(d, category, owner);
+}
+
+Buffer* Planner::cast_to(Buffer* src, DType dtype, Category category, const std::string& layer,
+                         const std::string& what) {
+  Buffer* dst = s_.transient(src->view.desc.with_dtype(dtype), category, layer);
+  emit_cast(fmt::format("{}.{}.cast", layer, what), layer, src, dst);
+  return dst;
+}
+
+int Planner::entry_of(std::size_t layer, StateKind kind) const {
+  const auto& st = s_.model.state();
+  for (std::size_t i = 0; i < st.size(); ++i) {
+    if (static_cast<std::size_t>(st[i].layer) == layer && st[i].kind == kind)
+      return static_cast<int>(i);
+  }
+  return -1;
+}
+
+Buffer* Planner::weight_for_forward(int entry, const std::string& layer) {
+  const StateSlot& w = slot(entry);
+  if (w.working == nullptr) return w.master;
+  emit_cast(s_.model.state()[static_cast<std::size_t>(entry)].name + ".cast", layer, w.master,
+            w.working);
+  return w.working;
+}
+
+Buffer* Planner::weight_for_backward(int entry) const {
+  const StateSlot& w = slot(entry);
+  return w.working != nullptr ? w.working : w.master;
+}
+
+Buffer* Planner::grad_target(int entry, const std::string& layer) {
+  const StateSlot& p = slot(entry);
+  if (p.working == nullptr) return p.grad;
+  return temporary_like(p.working, layer);
+}
+
+void Planner::finish_grad(int entry, Buffer* target, const std::string& layer) {
+  Buffer* grad = slot(entry).grad;
+  if (target == grad) return;
+  emit_cast(s_.model.state()[static_cast<std::size_t>(entry)].name + ".grad.cast", layer, target,
+            grad);
+}
+
+void Planner::contribute(int v, Buffer* g, const std::string& layer) {
+  Buffer*& cur = grad_[static_cast<std::size_t>(v)];
+  if (cur == nullptr) {
+    cur = g;
+    ++sharers_[g];
+    return;
+  }
+  Buffer* out = cur;
+  if (sharers_[cur] > 1) {
+    --sharers_[cur];
+    out = temporary_like(cur, layer);
+    ++sharers_[out];
+  }
+  Buffer* a = cur;
+  emit(layer + ".grad_accumulate", CallKind::add, layer, {a, g, out},
+       [&be = be_, a, g, out] { return be.add(a->view, g->view, out->view); });
+  last_sum_ = {drafts_.size() - 1, a, g, out};
+  cur = out;
+}
+
+bool Planner::pending_sum(Buffer* dy) {
+  const bool last = !drafts_.empty() && last_sum_.draft == drafts_.size() - 1;
+  return last && last_sum_.out == dy && sharers_[dy] == 1;
+}
+
+void Planner::release_grad(int v) {
+  Buffer*& cur = grad_[static_cast<std::size_t>(v)];
+  if (cur != nullptr) --sharers_[cur];
+  cur = nullptr;
+}
+
+}  // namespace dlprobe::engine::step_impl

@@ -1,0 +1,134 @@
+// The step planner: walks the model graph once forward and once backward, then adds the optimizer
+// update, emitting one backend call per op into a draft list that records which buffers each call
+// touches (the schedule turns those into lifetimes). Kept apart from StepState so the planning
+// state (value buffers, gradient sharing, fusion) lives only while planning.
+//
+// planner.cpp holds the passes in the order they run and the gradient bookkeeping;
+// plan_forward.cpp and plan_backward.cpp the call of each layer kind.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dlprobe/engine/backend.h"
+#include "dlprobe/models/resnet.h"
+#include "step_state.h"
+
+namespace dlprobe::engine::step_impl {
+
+// The planner's sources speak of these throughout.
+using memory::Category;
+using model::LayerKind;
+using model::StateKind;
+
+class Planner {
+ public:
+  explicit Planner(StepState& s) : s_(s), be_(s.backend) {}
+
+  // `shapes`: every value's shape, as model::Model::value_shapes gives them.
+  Status run(const std::vector<Shape>& shapes);
+  std::vector<Draft> take() { return std::move(drafts_); }
+
+ private:
+  enum class Fusion : std::uint8_t { none, relu, add_relu };
+
+  // The passes, in the order run() takes them.
+  void prepare(const std::vector<Shape>& shapes);
+  // Which batch norms run with what follows them (StepConfig::fuse): a BN whose output only a
+  // ReLU reads takes that ReLU; a BN whose output only a residual add reads, the add's output only
+  // a ReLU, takes both (the add's other operand is computed earlier in the layer order).
+  void plan_fusion();
+  Status forward_pass();
+  Status backward_pass();
+  void update();
+
+  // One layer's forward (plan_forward.cpp).
+  Status forward(const model::Layer& l, std::size_t i);
+  Status forward_batch_norm(const model::Layer& l, std::size_t i);
+  struct BatchNormForward;
+  void batch_norm_train_forward(const model::Layer& l, std::size_t i, const BatchNormForward& a);
+  void batch_norm_inference_forward(const model::Layer& l, const BatchNormForward& a);
+  Result<Buffer*> forward_conv(const model::Layer& l, std::size_t i);
+  Result<Buffer*> forward_add(const model::Layer& l);
+  Result<Buffer*> forward_linear(const model::Layer& l, std::size_t i);
+  // The buffer a layer's forward writes its output to.
+  Result<Buffer*> new_output(const model::Layer& l);
+
+  // One layer's backward (plan_backward.cpp).
+  Status backward(const model::Layer& l, std::size_t i);
+  void backward_conv(const model::Layer& l, std::size_t i, Buffer* dy);
+  void backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* dy);
+  void backward_relu(const model::Layer& l, std::size_t i, Buffer* dy);
+  void backward_linear(const model::Layer& l, std::size_t i, Buffer* dy);
+
+  void emit(std::string name, CallKind kind, const std::string& layer, std::vector<Buffer*> uses,
+            std::function<Status()> fn);
+  // A call of an op that reads one tensor and writes another.
+  using UnaryOp = Status (Backend::*)(const TensorView&, const TensorView&);
+  void emit_unary(std::string name, CallKind kind, const std::string& layer, UnaryOp op, Buffer* x,
+                  Buffer* y);
+  void emit_cast(std::string name, const std::string& layer, Buffer* src, Buffer* dst) {
+    emit_unary(std::move(name), CallKind::cast, layer, &Backend::cast, src, dst);
+  }
+  Result<Buffer*> new_value(const std::string& owner, Category category, const Shape& shape,
+                            DType dtype);
+  Buffer* value_of(int v) const { return value_[static_cast<std::size_t>(v)]; }
+  // A temporary of `like`'s shape and dtype: a gradient, for the most part.
+  Buffer* temporary_like(const Buffer* like, const std::string& layer) {
+    return s_.transient(like->view.desc, Category::temporaries, layer);
+  }
+  Buffer* cast_to(Buffer* src, DType dtype, Category category, const std::string& layer,
+                  const std::string& what);
+
+  // The state entry of `layer` of `kind`, and its buffers.
+  int entry_of(std::size_t layer, StateKind kind) const;
+  StateSlot& slot(int entry) const { return s_.state[static_cast<std::size_t>(entry)]; }
+  Buffer* master_of(std::size_t layer, StateKind kind) const {
+    return slot(entry_of(layer, kind)).master;
+  }
+  // The parameter a forward call reads: the working copy under mixed precision, cast from the
+  // master first (autocast's per-op cast), else the master.
+  Buffer* weight_for_forward(int entry, const std::string& layer);
+  // The parameter a backward call reads: the copy the forward read.
+  Buffer* weight_for_backward(int entry) const;
+  // Where a backward call writes a parameter's gradient: straight into the fp32 gradient, or under
+  // mixed precision into a low-precision temporary that finish_grad() casts.
+  Buffer* grad_target(int entry, const std::string& layer);
+  void finish_grad(int entry, Buffer* target, const std::string& layer);
+
+  // Adds `g` to the gradient of value v. Gradient buffers are shared where the math allows (the
+  // residual add passes its gradient to both inputs unchanged); a shared buffer is never added
+  // into in place.
+  void contribute(int v, Buffer* g, const std::string& layer);
+  // Whether `dy` is the sum the last draft made, with nothing else holding it: a ReLU's backward
+  // can then take the two terms itself and the sum is dropped.
+  bool pending_sum(Buffer* dy);
+  void release_grad(int v);
+
+  StepState& s_;
+  Backend& be_;
+  std::vector<Draft> drafts_;
+  std::vector<Shape> shapes_;
+  std::vector<Buffer*> value_;       // forward value -> buffer
+  std::vector<bool> saved_;          // value saved for backward
+  std::vector<int> consumers_;       // layers reading the value
+  std::vector<Buffer*> conv_input_;  // per layer: what a conv read (the cast images for conv1)
+  std::vector<Buffer*> bn_mean_, bn_invstd_;
+  std::vector<Buffer*> grad_;
+  std::map<Buffer*, int> sharers_;
+  std::vector<Fusion> fusion_;  // per layer: what a batch norm takes in
+  struct Sum {
+    std::size_t draft = static_cast<std::size_t>(-1);
+    Buffer* a = nullptr;
+    Buffer* b = nullptr;
+    Buffer* out = nullptr;
+  };
+  Sum last_sum_;              // the latest gradient accumulation contribute() emitted
+  std::vector<bool> folded_;  // per layer: a ReLU or add run inside the batch norm before it
+};
+
+}  // namespace dlprobe::engine::step_impl

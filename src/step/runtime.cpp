@@ -1,0 +1,130 @@
+// Running a planned step: the call list queued eagerly or, under StepConfig::graph, recorded once
+// and replayed; the loss collected; fp16's dynamic loss scale updated as GradScaler does.
+#include "dlprobe/core/log.h"
+#include "dlprobe/step/training_step.h"
+#include "step_state.h"
+
+namespace dlprobe::engine {
+namespace step_impl {
+
+Status StepState::enqueue(const std::size_t* marks, const std::function<Status()>& collect) {
+  if (!input_set) return invalid_argument("set_input() must come before the first step");
+  const bool unscaling = found_inf != nullptr;
+  if (pending && unscaling) DLPROBE_RETURN_IF_ERROR(collect());
+  pending_scale = scale;
+  if (config.mode == StepMode::train) {
+    queued_step = optimizer_steps + 1;
+    // Without a scaler no step is ever skipped, so the count need not wait for the result.
+    if (!unscaling) optimizer_steps = queued_step;
+  }
+  if (training()) {
+    for (std::size_t i = 0; i < state.size(); ++i) {
+      if (model.state()[i].kind == model::StateKind::num_batches_tracked) {
+        ++state[i].num_batches_tracked;
+      }
+    }
+  }
+  if (config.graph && marks == nullptr && !graph_failed) {
+    DLPROBE_ASSIGN_OR_RETURN(const bool replayed, replay_graph());
+    if (replayed) {
+      pending = true;
+      return Status::ok();
+    }
+  }
+  ++eager_runs;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (marks != nullptr) DLPROBE_RETURN_IF_ERROR(backend.mark(*marks + i));
+    current_call = i;
+    const Status st = calls[i].run();
+    if (!st.is_ok()) {
+      release_transients();
+      pending = false;
+      return st.with_context(calls[i].name);
+    }
+  }
+  if (marks != nullptr) DLPROBE_RETURN_IF_ERROR(backend.mark(*marks + calls.size()));
+  pending = true;
+  return Status::ok();
+}
+
+Result<bool> StepState::replay_graph() {
+  // The first run builds the backend's plans eagerly; the second is recorded.
+  if (!graph && eager_runs > 0) {
+    Result<std::size_t> recorded = backend.capture([this]() -> Status {
+      for (const Call& call : calls) {
+        const Status st = call.run();
+        if (!st.is_ok()) return st.with_context(call.name);
+      }
+      return Status::ok();
+    });
+    if (recorded.has_value()) {
+      graph = *recorded;
+    } else {
+      graph_failed = true;
+      log_warn("the step runs eagerly: {}", recorded.status().message());
+    }
+  }
+  if (graph) {
+    DLPROBE_RETURN_IF_ERROR(backend.replay(*graph));
+    return true;
+  }
+  // The capture at the next step sizes the graph's shared workspace from what this run's calls
+  // take: a count of this step's own, not of whatever ran on the backend before it.
+  if (!graph_failed) backend.reset_call_workspace_peak();
+  return false;
+}
+
+void StepState::update_scale(bool found) {
+  // Back off on inf/NaN, grow after growth_interval clean steps in a row.
+  const GradScalerOptions& g = config.scaler;
+  if (found) {
+    scale *= g.backoff_factor;
+    growth_tracker = 0;
+    return;
+  }
+  ++optimizer_steps;
+  if (++growth_tracker == g.growth_interval) {
+    scale *= g.growth_factor;
+    growth_tracker = 0;
+  }
+}
+
+}  // namespace step_impl
+
+Status TrainingStep::enqueue() {
+  return impl_->enqueue(nullptr, [this] { return collect().status(); });
+}
+
+Result<StepResult> TrainingStep::collect() {
+  Impl& s = *impl_;
+  if (!s.pending) return invalid_argument("no step is queued");
+  s.pending = false;
+  DLPROBE_ASSIGN_OR_RETURN(HostTensor loss, s.download(*s.loss));
+  StepResult r;
+  r.loss = loss.get(0);
+  r.loss_scale = s.pending_scale;
+  if (s.found_inf != nullptr) {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor found, s.download(*s.found_inf));
+    // A step whose gradients held inf/NaN skipped its update (the optimizer call read the flag).
+    r.skipped = found.get(0) != 0.0;
+    s.update_scale(r.skipped);
+  }
+  return r;
+}
+
+Result<StepResult> TrainingStep::run_step() {
+  DLPROBE_RETURN_IF_ERROR(enqueue());
+  return collect();
+}
+
+Result<std::vector<double>> TrainingStep::profile_step(std::size_t first_mark) {
+  DLPROBE_RETURN_IF_ERROR(impl_->enqueue(&first_mark, [this] { return collect().status(); }));
+  DLPROBE_RETURN_IF_ERROR(collect().status());
+  std::vector<double> ms(impl_->calls.size());
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    DLPROBE_ASSIGN_OR_RETURN(ms[i], impl_->backend.elapsed_ms(first_mark + i, first_mark + i + 1));
+  }
+  return ms;
+}
+
+}  // namespace dlprobe::engine

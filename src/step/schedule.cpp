@@ -1,0 +1,122 @@
+// The schedule of transient buffers: their lifetimes over the drafts, then either one arena laid
+// out from them (MemoryPlan::planned) or `alloc`/`free` entries around each buffer's uses
+// (dynamic), as PyTorch's caching allocator sees a step (tensors die with their last reference).
+#include "schedule.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+
+#include "dlprobe/allocator/arena_plan.h"
+
+namespace dlprobe::engine::step_impl {
+namespace {
+
+using memory::Category;
+
+// The first and last draft that use each transient buffer, and the buffers in order of first use
+// (so allocation follows the step; the maps order by address).
+struct Lifetimes {
+  std::vector<Buffer*> order;
+  std::map<Buffer*, std::size_t> first;
+  std::map<Buffer*, std::size_t> last;
+};
+
+Lifetimes lifetimes_of(const std::vector<Draft>& drafts) {
+  Lifetimes t;
+  for (std::size_t i = 0; i < drafts.size(); ++i) {
+    for (Buffer* b : drafts[i].uses) {
+      if (!b->transient) continue;
+      if (t.first.try_emplace(b, i).second) t.order.push_back(b);
+      t.last[b] = i;
+    }
+  }
+  return t;
+}
+
+// One arena for every transient buffer, each at a fixed offset.
+Result<std::vector<Call>> schedule_planned(StepState& s, std::vector<Draft> drafts,
+                                           const Lifetimes& t) {
+  std::vector<memory::Lifetime> lifetimes;
+  lifetimes.reserve(t.order.size());
+  for (Buffer* b : t.order) {
+    lifetimes.push_back({b->view.desc.bytes(), t.first.at(b), t.last.at(b)});
+  }
+  DLPROBE_ASSIGN_OR_RETURN(memory::ArenaPlan plan, memory::plan_arena(lifetimes));
+  // A wrong layout would corrupt values silently, so it is checked once here.
+  DLPROBE_RETURN_IF_ERROR(memory::check_arena_plan(lifetimes, plan));
+  DLPROBE_ASSIGN_OR_RETURN(
+      s.arena, s.allocator.allocate_buffer(plan.arena_bytes, Category::arena, "planned arena"));
+  s.arena_layout = ArenaLayout{plan.arena_bytes, plan.peak_live_bytes};
+  auto* base = static_cast<std::byte*>(s.arena.data());
+  for (std::size_t k = 0; k < t.order.size(); ++k) {
+    Buffer* b = t.order[k];
+    b->view.data = base + plan.offsets[k];
+    s.transients.push_back({b->owner, b->category, b->view.desc.bytes(), t.first.at(b),
+                            t.last.at(b), plan.offsets[k]});
+  }
+  std::vector<Call> calls;
+  calls.reserve(drafts.size());
+  for (Draft& d : drafts) calls.push_back(std::move(d.call));
+  return calls;
+}
+
+// "alloc layer1.0.bn1 activations fp32[8x64x8x8, nchw]": the entry's name.
+std::string entry_name(std::string_view what, const Buffer& b) {
+  return fmt::format("{} {} {} {}", what, b.owner, memory::category_name(b.category),
+                     b.view.desc.str());
+}
+
+// Each transient buffer allocated just before the draft that first uses it and freed just after
+// the last.
+std::vector<Call> schedule_dynamic(StepState& s, std::vector<Draft> drafts, const Lifetimes& t) {
+  std::vector<std::vector<Buffer*>> allocs(drafts.size());
+  std::vector<std::vector<Buffer*>> frees(drafts.size());
+  for (Buffer* b : t.order) allocs[t.first.at(b)].push_back(b);
+  // Frees in the order the draft uses them.
+  for (std::size_t i = 0; i < drafts.size(); ++i) {
+    for (Buffer* b : drafts[i].uses) {
+      if (!b->transient || t.last.at(b) != i) continue;
+      if (std::find(frees[i].begin(), frees[i].end(), b) == frees[i].end()) frees[i].push_back(b);
+    }
+  }
+  std::map<Buffer*, std::size_t> transient_index;
+  std::vector<Call> calls;
+  memory::CachingAllocator& allocator = s.allocator;
+  for (std::size_t i = 0; i < drafts.size(); ++i) {
+    for (Buffer* b : allocs[i]) {
+      transient_index[b] = s.transients.size();
+      s.transients.push_back({b->owner, b->category, b->view.desc.bytes(), calls.size(), 0, 0});
+      calls.push_back(
+          {entry_name("alloc", *b), CallKind::alloc, b->owner, [&allocator, b]() -> Status {
+             DLPROBE_ASSIGN_OR_RETURN(
+                 b->view.data, allocator.allocate(b->view.desc.bytes(), b->category, b->owner));
+             return Status::ok();
+           }});
+    }
+    calls.push_back(std::move(drafts[i].call));
+    for (Buffer* b : frees[i]) {
+      s.transients[transient_index[b]].last_call = calls.size();
+      calls.push_back({entry_name("free", *b), CallKind::free, b->owner, [&allocator, b] {
+                         void* ptr = b->view.data;
+                         b->view.data = nullptr;
+                         return allocator.deallocate(ptr);
+                       }});
+    }
+  }
+  return calls;
+}
+
+}  // namespace
+
+Result<std::vector<Call>> schedule(StepState& s, std::vector<Draft> drafts) {
+  const Lifetimes t = lifetimes_of(drafts);
+  if (s.config.memory_plan == MemoryPlan::planned) {
+    return schedule_planned(s, std::move(drafts), t);
+  }
+  return schedule_dynamic(s, std::move(drafts), t);
+}
+
+}  // namespace dlprobe::engine::step_impl

@@ -1,0 +1,167 @@
+// TrainingStep's life: the configuration checked, the long-lived buffers allocated and
+// initialised, the step planned and scheduled; the input set; the kept logits. Running a step is
+// runtime.cpp's, the state dict state_dict.cpp's.
+#include "dlprobe/step/training_step.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "planner.h"
+#include "schedule.h"
+#include "step_state.h"
+
+namespace dlprobe::engine {
+namespace {
+
+using memory::Category;
+using step_impl::Buffer;
+
+Status check_config(const StepConfig& c) {
+  if (c.batch < 1) return invalid_argument(fmt::format("batch must be >= 1, got {}", c.batch));
+  if (c.graph && c.memory_plan != MemoryPlan::planned) {
+    return invalid_argument("a graph replay needs the planned memory plan (fixed addresses)");
+  }
+  if (c.graph && c.mode == StepMode::train) {
+    return invalid_argument("a graph replay runs modes grads and infer, not train");
+  }
+  if (c.mode == StepMode::train) {
+    DLPROBE_RETURN_IF_ERROR(c.optimizer == OptimizerKind::sgd ? sgd_check(c.sgd)
+                                                              : adamw_check(c.adamw));
+  }
+  const GradScalerOptions& g = c.scaler;
+  // GradScaler's own constraints.
+  if (!(g.init_scale > 0.0) || !std::isfinite(g.init_scale)) {
+    return invalid_argument(fmt::format("grad scaler: init scale {} must be > 0", g.init_scale));
+  }
+  if (!(g.growth_factor > 1.0)) {
+    return invalid_argument(
+        fmt::format("grad scaler: growth factor {} must be > 1", g.growth_factor));
+  }
+  if (!(g.backoff_factor > 0.0 && g.backoff_factor < 1.0)) {
+    return invalid_argument(
+        fmt::format("grad scaler: backoff factor {} must be in (0, 1)", g.backoff_factor));
+  }
+  if (g.growth_interval < 1) {
+    return invalid_argument(
+        fmt::format("grad scaler: growth interval {} must be >= 1", g.growth_interval));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+TrainingStep::TrainingStep(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TrainingStep::~TrainingStep() {
+  if (!impl_) return;
+  // The recorded graph's memory is the backend's; a sweep's next configuration on the same
+  // backend would carry it (on an H200 one evaluate sweep held 25 GiB of dead graph workspaces
+  // by its twentieth configuration).
+  if (impl_->graph) impl_->backend.release_graph(*impl_->graph);
+  impl_->release_transients();
+}
+
+Result<std::unique_ptr<TrainingStep>> TrainingStep::create(const StepConfig& config,
+                                                           Backend& backend,
+                                                           memory::CachingAllocator& allocator) {
+  DLPROBE_RETURN_IF_ERROR(check_config(config));
+  DLPROBE_ASSIGN_OR_RETURN(model::Model m, model::Model::create(config.model));
+  DLPROBE_ASSIGN_OR_RETURN(std::vector<Shape> shapes,
+                           m.value_shapes(config.batch, config.mode != StepMode::infer));
+  auto impl = std::make_unique<Impl>(config, std::move(m), backend, allocator);
+  backend.set_math_mode(config.precision == Precision::tf32 ? MathMode::tf32
+                                                            : MathMode::strict_fp32);
+  impl->scale = impl->scaling() ? config.scaler.init_scale : 1.0;
+  DLPROBE_RETURN_IF_ERROR(impl->allocate_state());
+  DLPROBE_RETURN_IF_ERROR(impl->upload_initial_state());
+  step_impl::Planner planner(*impl);
+  DLPROBE_RETURN_IF_ERROR(planner.run(shapes));
+  DLPROBE_ASSIGN_OR_RETURN(impl->calls, step_impl::schedule(*impl, planner.take()));
+  return std::unique_ptr<TrainingStep>(new TrainingStep(std::move(impl)));
+}
+
+const StepConfig& TrainingStep::config() const {
+  return impl_->config;
+}
+const model::Model& TrainingStep::model() const {
+  return impl_->model;
+}
+const std::vector<Call>& TrainingStep::calls() const {
+  return impl_->calls;
+}
+const std::vector<TransientBuffer>& TrainingStep::transients() const {
+  return impl_->transients;
+}
+std::optional<ArenaLayout> TrainingStep::arena() const {
+  return impl_->arena_layout;
+}
+std::size_t TrainingStep::current_call() const {
+  return impl_->current_call;
+}
+bool TrainingStep::graph_recorded() const {
+  return impl_->graph.has_value();
+}
+double TrainingStep::loss_scale() const {
+  return impl_->scale;
+}
+std::int64_t TrainingStep::optimizer_steps() const {
+  return impl_->optimizer_steps;
+}
+
+Status TrainingStep::set_input(const HostTensor& images, const HostTensor& labels) {
+  const StepConfig& c = impl_->config;
+  const Shape want{c.batch, 3, c.model.image_size, c.model.image_size};
+  if (!(images.shape() == want) || !dtype_is_floating(images.dtype())) {
+    return invalid_argument(fmt::format("images must be a floating {} tensor, got {} {}",
+                                        want.str(), dtype_name(images.dtype()),
+                                        images.shape().str()));
+  }
+  if (!(labels.shape() == Shape{c.batch}) ||
+      (labels.dtype() != DType::int32 && labels.dtype() != DType::int64)) {
+    return invalid_argument(fmt::format("labels must be int32 or int64 [{}], got {} [{}]", c.batch,
+                                        dtype_name(labels.dtype()), labels.shape().str()));
+  }
+  for (std::int64_t i = 0; i < labels.numel(); ++i) {
+    const double label = labels.get(i);
+    if (label < 0 || label >= static_cast<double>(c.model.classes)) {
+      return invalid_argument(
+          fmt::format("label {} of sample {} is outside [0, {})", label, i, c.model.classes));
+    }
+  }
+  DLPROBE_RETURN_IF_ERROR(impl_->backend.synchronize());
+  DLPROBE_RETURN_IF_ERROR(impl_->upload_to(*impl_->images, images, "images"));
+  DLPROBE_RETURN_IF_ERROR(impl_->upload_to(*impl_->labels, labels, "labels"));
+  impl_->input_set = true;
+  return Status::ok();
+}
+
+Status TrainingStep::keep_logits() {
+  Impl& s = *impl_;
+  if (s.kept_logits != nullptr) return Status::ok();
+  const auto loss_forward = std::find_if(s.calls.begin(), s.calls.end(), [](const Call& c) {
+    return c.kind == CallKind::cross_entropy_forward;
+  });
+  if (loss_forward == s.calls.end() || s.logits == nullptr) {
+    return error(Errc::internal, "keep_logits: the plan has no loss call");
+  }
+  DLPROBE_ASSIGN_OR_RETURN(Buffer * kept,
+                           s.persistent(s.logits->view.desc, Category::temporaries, "logits"));
+  DLPROBE_RETURN_IF_ERROR(s.backend.fill(kept->view, std::nan("")));
+  // Right after the loss read them: the logits' buffer is still allocated there in every mode.
+  Buffer* src = s.logits;
+  s.calls.insert(loss_forward + 1,
+                 Call{"loss.logits.keep", CallKind::cast, "loss",
+                      [&be = s.backend, src, kept] { return be.cast(src->view, kept->view); }});
+  s.kept_logits = kept;
+  return Status::ok();
+}
+
+Result<HostTensor> TrainingStep::logits() const {
+  if (impl_->kept_logits == nullptr) {
+    return invalid_argument("logits: keep_logits() must come before the step");
+  }
+  return impl_->download(*impl_->kept_logits);
+}
+
+}  // namespace dlprobe::engine
