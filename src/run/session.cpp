@@ -138,15 +138,13 @@ Result<RunResult> Session::run_point(const std::map<std::string, std::string>& p
 
 Status Session::search_max_batch(const std::map<std::string, std::string>& point) {
   const MaxBatchPlan& mb = *plan_.max_batch;
-  BatchSearchOptions options;
   // Doubling from the start; nothing below it is tried, as the user chose it.
-  options.guess = mb.start;
-  options.lower = mb.start;
-  options.first_step = mb.start;
-  options.upper = mb.limit;
-  options.granularity = mb.step;
-  options.max_probes = mb.runs;
-  BatchSearch search(options);
+  BatchSearch search({.guess = mb.start,
+                      .lower = mb.start,
+                      .upper = mb.limit,
+                      .first_step = mb.start,
+                      .granularity = mb.step,
+                      .max_probes = mb.runs});
   MaxBatchOutcome outcome;
   outcome.params = point;
   while (auto batch = search.next()) {
