@@ -5,14 +5,15 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <csignal>
 #include <cstdlib>
 
 namespace dlprobe {
 namespace {
 
-int g_before_calls = 0;
+volatile std::sig_atomic_t g_before_calls = 0;
 void before_handler(int) {
-  ++g_before_calls;
+  g_before_calls = g_before_calls + 1;
 }
 
 TEST(InterruptGuard, TheFirstSignalOnlyCounts) {
