@@ -15,7 +15,7 @@
 #include "dlprobe/core/units.h"
 #include "dlprobe/doctor/doctor.h"
 #include "dlprobe/results/table.h"
-#include "run_results.h"
+#include "dlprobe/run/results.h"
 
 namespace dlprobe::cli {
 
@@ -97,7 +97,7 @@ std::vector<std::string> own_command_line() {
 results::Context bench_context(const std::vector<std::string>& command_line,
                                const std::shared_ptr<nvml::Library>& nvml,
                                const doctor::StackVersions& versions) {
-  results::Context c = run_context(command_line, nvml);
+  results::Context c = run::results_context(command_line, nvml);
   if (versions.cuda_runtime_loaded > 0) {
     c.cuda_runtime_version = doctor::decode_cuda_version(versions.cuda_runtime_loaded).str();
   }

@@ -15,7 +15,7 @@
 #include "dlprobe/bench/sweep.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/units.h"
-#include "run_results.h"
+#include "dlprobe/run/results.h"
 
 namespace dlprobe::cli {
 namespace {
@@ -343,7 +343,7 @@ int run_bench_command(const BenchFlags& flags) {
 
   std::vector<results::Finding> sweep_findings;
   for (const diagnosis::Finding& f : outcome.findings) {
-    sweep_findings.push_back(to_results_finding(f));
+    sweep_findings.push_back(run::to_results_finding(f));
   }
   Status status = outcome.status;
   if (!sweep_findings.empty()) {

@@ -19,7 +19,7 @@
 #include "dlprobe/core/units.h"
 #include "dlprobe/doctor/doctor.h"
 #include "dlprobe/report/html.h"
-#include "run_results.h"
+#include "dlprobe/run/results.h"
 
 namespace dlprobe::cli {
 namespace {
@@ -318,7 +318,8 @@ int run_evaluate(const EvaluateFlags& flags) {
 
   std::vector<results::Finding> findings;
   for (const doctor::Finding& f : report->findings) findings.push_back(from_doctor(f));
-  for (const diagnosis::Finding& f : outcome.findings) findings.push_back(to_results_finding(f));
+  for (const diagnosis::Finding& f : outcome.findings)
+    findings.push_back(run::to_results_finding(f));
   Status status = outcome.status;
   if (Status s = outputs->add_findings(findings); !s && status) status = s;
   const results::NamedDocument named{"results.json", outputs->document()};

@@ -18,8 +18,8 @@
 #include "dlprobe/memory/analysis_runs.h"
 #include "dlprobe/monitor/nvml.h"
 #include "dlprobe/results/writer.h"
+#include "dlprobe/run/results.h"
 #include "memory_text.h"
-#include "run_results.h"
 
 namespace dlprobe::cli {
 namespace {
@@ -195,7 +195,8 @@ int run(const memory::AnalysisOptions& a, const std::string& json) {
     if (a.session && a.session->device.backend == memory::BackendKind::cuda) {
       if (auto lib = nvml::Library::open()) nvml = std::move(lib).value();
     }
-    auto created = results::ResultsWriter::create(json, run_context(own_command_line(), nvml));
+    auto created =
+        results::ResultsWriter::create(json, run::results_context(own_command_line(), nvml));
     if (!created) return report_error(created.status().with_context("--json"));
     writer = std::make_unique<results::ResultsWriter>(std::move(created).value());
   }

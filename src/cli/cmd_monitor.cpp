@@ -2,37 +2,24 @@
 // Prometheus endpoint, ending (count, duration or Ctrl-C) with min / median / max per column.
 #include <fmt/format.h>
 
-#include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "commands.h"
-#include "dlprobe/core/log.h"
+#include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/units.h"
+#include "dlprobe/monitor/metrics_server.h"
 #include "dlprobe/monitor/nvml.h"
 #include "dlprobe/monitor/output.h"
 #include "dlprobe/monitor/sampler.h"
-
-#ifdef DLPROBE_WITH_HTTP
-#include <httplib.h>
-#endif
 
 namespace dlprobe::cli {
 
 namespace {
 
 using namespace std::chrono_literals;
-
-volatile std::sig_atomic_t g_interrupted = 0;
-
-void on_signal(int) {
-  g_interrupted = 1;
-}
 
 struct MonitorFlags {
   std::string interval = "100ms";
@@ -46,75 +33,10 @@ struct MonitorFlags {
   std::string serve;
 };
 
-// Where rows go: a file, or stdout for "-".
-class Output {
- public:
-  Status open(const std::string& path, std::string_view flag) {
-    if (path.empty()) return Status::ok();
-    if (path == "-") {
-      stdout_ = true;
-      return Status::ok();
-    }
-    file_.open(path, std::ios::out | std::ios::trunc);
-    if (!file_) return error(Errc::io_error, fmt::format("{}: cannot write '{}'", flag, path));
-    path_ = path;
-    return Status::ok();
-  }
-  bool active() const { return stdout_ || file_.is_open(); }
-  bool to_stdout() const { return stdout_; }
-  void write(const std::string& text) {
-    if (stdout_) {
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-    } else if (file_.is_open()) {
-      file_ << text;
-      file_.flush();
-    }
-  }
-  Status close(std::string_view flag) {
-    if (!file_.is_open()) return Status::ok();
-    file_.close();
-    if (!file_) return error(Errc::io_error, fmt::format("{}: writing '{}' failed", flag, path_));
-    return Status::ok();
-  }
-
- private:
-  bool stdout_ = false;
-  std::ofstream file_;
-  std::string path_;
-};
-
-struct Endpoint {
-  std::string host;
-  int port = 0;
-};
-
-#ifdef DLPROBE_WITH_HTTP
-Result<Endpoint> parse_endpoint(const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return invalid_argument(
-        fmt::format("--serve: '{}' is not HOST:PORT (e.g. 127.0.0.1:9400)", text));
-  }
-  Endpoint e;
-  e.host = text.substr(0, colon);
-  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') {
-    e.host = e.host.substr(1, e.host.size() - 2);
-  }
-  DLPROBE_ASSIGN_OR_RETURN(auto port, parse_int(text.substr(colon + 1), "--serve port", 0, 65535));
-  e.port = static_cast<int>(port);
-  return e;
-}
-
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-#endif
-
 struct Plan {
   monitor::SamplerOptions sampler;
   std::optional<std::chrono::nanoseconds> duration;
-  std::optional<Endpoint> serve;
+  std::optional<monitor::Endpoint> serve;
 };
 
 Result<Plan> plan_from(const MonitorFlags& f) {
@@ -144,12 +66,7 @@ Result<Plan> plan_from(const MonitorFlags& f) {
     return invalid_argument("--csv and --jsonl cannot both write to stdout ('-')");
   }
   if (!f.serve.empty()) {
-#ifdef DLPROBE_WITH_HTTP
-    DLPROBE_ASSIGN_OR_RETURN(plan.serve, parse_endpoint(f.serve));
-#else
-    return error(Errc::unsupported,
-                 "--serve: this dlprobe was built without HTTP support (DLPROBE_WITH_HTTP=OFF)");
-#endif
+    DLPROBE_ASSIGN_OR_RETURN(plan.serve, monitor::parse_endpoint(f.serve));
   }
   plan.sampler.processes = f.processes;
   plan.sampler.pcie_throughput = f.pcie;
@@ -165,12 +82,6 @@ Result<Plan> plan_from(const MonitorFlags& f) {
   return plan;
 }
 
-std::int64_t unix_offset_ns() {
-  const auto system = std::chrono::system_clock::now().time_since_epoch();
-  const auto steady = std::chrono::steady_clock::now().time_since_epoch();
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(system - steady).count();
-}
-
 int run_monitor(const MonitorFlags& flags) {
   auto plan_or = plan_from(flags);
   if (!plan_or) return report_error(plan_or.status());
@@ -178,18 +89,9 @@ int run_monitor(const MonitorFlags& flags) {
 
   auto nvml = nvml::Library::open();
   if (!nvml) return report_error(nvml.status());
-  // Names and UUIDs label the Prometheus series; nothing else needs them.
-  std::vector<nvml::DeviceInfo> devices;
-  if (plan.serve) {
-    if (auto count = (*nvml)->device_count()) {
-      for (unsigned i = 0; i < *count; ++i) {
-        if (auto info = (*nvml)->device_info(i)) devices.push_back(std::move(info).value());
-      }
-    }
-  }
 
-  Output csv;
-  Output jsonl;
+  monitor::RowFile csv;
+  monitor::RowFile jsonl;
   if (Status s = csv.open(flags.csv, "--csv"); !s) return report_error(s);
   if (Status s = jsonl.open(flags.jsonl, "--jsonl"); !s) return report_error(s);
   // Machine-readable rows on stdout leave no room for the table; the summary goes to stderr then.
@@ -199,48 +101,19 @@ int run_monitor(const MonitorFlags& flags) {
   monitor::OutputOptions out_options;
   out_options.processes = plan.sampler.processes;
   out_options.pcie = plan.sampler.pcie_throughput;
-  out_options.unix_offset_ns = unix_offset_ns();
+  out_options.unix_offset_ns = monitor::unix_offset_ns();
   out_options.start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::steady_clock::now().time_since_epoch())
                              .count();
 
-#ifdef DLPROBE_WITH_HTTP
-  httplib::Server server;
-  std::thread server_thread;
-  monitor::Sampler* serving = nullptr;
-  std::mutex serving_mutex;
+  std::unique_ptr<monitor::MetricsServer> server;
   if (plan.serve) {
-    if (!is_loopback(plan.serve->host)) {
-      log_warn("--serve {}: not a loopback address, so other machines can read the metrics",
-               plan.serve->host);
-    }
-    int port = plan.serve->port;
-    const bool bound = port == 0 ? (port = server.bind_to_any_port(plan.serve->host)) > 0
-                                 : server.bind_to_port(plan.serve->host, port);
-    if (!bound) {
-      return report_error(error(
-          Errc::io_error, fmt::format("--serve: cannot listen on {}:{}", plan.serve->host, port)));
-    }
-    auto metrics = [&](const httplib::Request&, httplib::Response& res) {
-      std::lock_guard lock(serving_mutex);
-      std::optional<monitor::Tick> latest;
-      monitor::Overhead overhead;
-      if (serving != nullptr) {
-        latest = serving->latest();
-        overhead = serving->overhead();
-      }
-      res.set_content(monitor::prometheus_text(latest, devices, overhead),
-                      "text/plain; version=0.0.4; charset=utf-8");
-    };
-    server.Get("/metrics", metrics);
-    server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content("dlprobe monitor: metrics at /metrics\n", "text/plain");
-    });
+    auto started = monitor::MetricsServer::start(*plan.serve, **nvml);
+    if (!started) return report_error(started.status());
+    server = std::move(started).value();
     std::fprintf(stderr, "dlprobe monitor: serving metrics on http://%s:%d/metrics\n",
-                 plan.serve->host.c_str(), port);
-    server_thread = std::thread([&] { server.listen_after_bind(); });
+                 plan.serve->host.c_str(), server->port());
   }
-#endif
 
   // Headers come with the first round, so a run that fails to start prints none.
   plan.sampler.sink = [&](const monitor::Tick& tick) {
@@ -256,58 +129,34 @@ int run_monitor(const MonitorFlags& flags) {
     if (jsonl.active()) jsonl.write(monitor::jsonl_rows(tick, out_options));
   };
 
-  g_interrupted = 0;
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  // Restart interrupted writes: the sampler thread may be printing a row when Ctrl-C arrives.
-  action.sa_flags = SA_RESTART;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_int {};
-  struct sigaction old_term {};
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
-
-  auto sampler_or = monitor::Sampler::start(*nvml, plan.sampler);
   Status status;
-  if (sampler_or) {
-    monitor::Sampler& sampler = **sampler_or;
-#ifdef DLPROBE_WITH_HTTP
-    {
-      std::lock_guard lock(serving_mutex);
-      serving = &sampler;
+  {
+    InterruptGuard guard;
+    auto sampler_or = monitor::Sampler::start(*nvml, plan.sampler);
+    if (sampler_or) {
+      monitor::Sampler& sampler = **sampler_or;
+      if (server) server->serve(&sampler);
+      const auto deadline = plan.duration
+                                ? std::optional(std::chrono::steady_clock::now() + *plan.duration)
+                                : std::nullopt;
+      // Polls: a signal handler may only count, and 20 ms is far below anyone's reaction time.
+      while (!sampler.wait_for(20ms)) {
+        if (guard.interrupted()) break;
+        if (deadline && std::chrono::steady_clock::now() >= *deadline) break;
+      }
+      sampler.stop();
+      status = sampler.status();
+      std::fputs(
+          monitor::summary_text(sampler.summary(), sampler.wrapped(), sampler.overhead()).c_str(),
+          summary_stream);
+      std::fflush(summary_stream);
+      if (server) server->serve(nullptr);
+    } else {
+      status = sampler_or.status();
+      if (status.code() == Errc::invalid_argument) status = status.with_context("--gpu");
     }
-#endif
-    const auto deadline = plan.duration
-                              ? std::optional(std::chrono::steady_clock::now() + *plan.duration)
-                              : std::nullopt;
-    // Polls: a signal handler may only set a flag, and 20 ms is far below anyone's reaction time.
-    while (!sampler.wait_for(20ms)) {
-      if (g_interrupted != 0) break;
-      if (deadline && std::chrono::steady_clock::now() >= *deadline) break;
-    }
-    sampler.stop();
-    status = sampler.status();
-    std::fputs(
-        monitor::summary_text(sampler.summary(), sampler.wrapped(), sampler.overhead()).c_str(),
-        summary_stream);
-    std::fflush(summary_stream);
-#ifdef DLPROBE_WITH_HTTP
-    std::lock_guard lock(serving_mutex);
-    serving = nullptr;
-#endif
-  } else {
-    status = sampler_or.status();
-    if (status.code() == Errc::invalid_argument) status = status.with_context("--gpu");
+    server.reset();
   }
-
-#ifdef DLPROBE_WITH_HTTP
-  if (server_thread.joinable()) {
-    server.stop();
-    server_thread.join();
-  }
-#endif
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
 
   if (Status s = csv.close("--csv"); !s && status.is_ok()) status = s;
   if (Status s = jsonl.close("--jsonl"); !s && status.is_ok()) status = s;
@@ -321,20 +170,24 @@ Command add_monitor_command(CLI::App& app) {
   auto flags = std::make_shared<MonitorFlags>();
   CLI::App* sub = app.add_subcommand(
       "monitor", "Sample GPU utilisation, memory, power, energy, temperature and clocks (NVML)");
-  sub->add_option("-i,--interval", flags->interval,
-                  "Time between samples, with a unit (default 100ms, minimum 10ms)");
-  sub->add_option("-c,--count", flags->count, "Stop after N samples");
-  sub->add_option("--duration", flags->duration, "Stop after this long (e.g. 20s, 5m)");
-  sub->add_option("--gpu", flags->gpus, "GPU indices to sample, e.g. 0,1 (default: all)");
+  add_text_options<MonitorFlags>(
+      *sub, *flags,
+      {{"-i,--interval", &MonitorFlags::interval,
+        "Time between samples, with a unit (default 100ms, minimum 10ms)"},
+       {"-c,--count", &MonitorFlags::count, "Stop after N samples"},
+       {"--duration", &MonitorFlags::duration, "Stop after this long (e.g. 20s, 5m)"},
+       {"--gpu", &MonitorFlags::gpus, "GPU indices to sample, e.g. 0,1 (default: all)"}});
   sub->add_flag("--processes", flags->processes, "Add a row per process (pid, used MiB, sm%)");
   sub->add_flag("--pcie", flags->pcie,
                 "Add PCIe rx/tx throughput (NVML spends 20 ms per direction reading it)");
-  sub->add_option("--csv", flags->csv, "Write rows as CSV to FILE ('-' = stdout, hides the table)");
-  sub->add_option("--jsonl", flags->jsonl,
-                  "Write rows as JSON lines to FILE ('-' = stdout, hides the table)");
-  sub->add_option("--serve", flags->serve,
-                  "Serve the latest sample as Prometheus text on http://HOST:PORT/metrics "
-                  "(e.g. 127.0.0.1:9400; port 0 picks a free one)");
+  add_text_options<MonitorFlags>(
+      *sub, *flags,
+      {{"--csv", &MonitorFlags::csv, "Write rows as CSV to FILE ('-' = stdout, hides the table)"},
+       {"--jsonl", &MonitorFlags::jsonl,
+        "Write rows as JSON lines to FILE ('-' = stdout, hides the table)"},
+       {"--serve", &MonitorFlags::serve,
+        "Serve the latest sample as Prometheus text on http://HOST:PORT/metrics "
+        "(e.g. 127.0.0.1:9400; port 0 picks a free one)"}});
   return {sub, [flags] { return run_monitor(*flags); }};
 }
 

@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <initializer_list>
+#include <string>
 #include <string_view>
 
 #include "dlprobe/core/status.h"
@@ -32,6 +34,21 @@ Command add_run_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
 Command add_evaluate_command(CLI::App& app);
+
+// An option that takes one value as text (parsed after CLI11 is done, so that errors name the flag
+// and say what it takes): {"-i,--interval", &Flags::interval, "help"}.
+template <class Flags>
+struct TextOption {
+  const char* names;
+  std::string Flags::*field;
+  const char* help;
+};
+// Registers `options` on `sub` in the order given, each writing to its field of `flags`.
+template <class Flags>
+void add_text_options(CLI::App& sub, Flags& flags,
+                      std::initializer_list<TextOption<Flags>> options) {
+  for (const TextOption<Flags>& o : options) sub.add_option(o.names, flags.*o.field, o.help);
+}
 
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);

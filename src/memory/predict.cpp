@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dlprobe/core/batch_search.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/memory/max_batch.h"
@@ -102,30 +103,16 @@ Result<std::int64_t> search_largest(std::int64_t guess, std::int64_t upper,
                                     const std::function<Result<bool>(std::int64_t)>& fits,
                                     std::vector<std::pair<std::int64_t, bool>>* probes) {
   if (upper < 1) return invalid_argument(fmt::format("search bound {} is below 1", upper));
-  std::int64_t fit = 0;           // the largest batch known to fit
-  std::int64_t fail = upper + 1;  // the smallest batch known not to
-  auto probe = [&](std::int64_t b) -> Status {
-    DLPROBE_ASSIGN_OR_RETURN(const bool ok, fits(b));
-    if (probes != nullptr) probes->emplace_back(b, ok);
-    // Probes lie strictly between `fit` and `fail`, so the two only close in.
-    if (ok) {
-      fit = b;
-    } else {
-      fail = b;
-    }
-    return Status::ok();
-  };
-  DLPROBE_RETURN_IF_ERROR(probe(std::clamp<std::int64_t>(guess, 1, upper)));
-  // Steps of 1, 2, 4, ... away from the guess until the boundary is bracketed: a good guess costs
-  // two probes (it and its neighbour).
-  for (std::int64_t step = 1; fail == upper + 1 && fit < upper; step *= 2) {
-    DLPROBE_RETURN_IF_ERROR(probe(std::min(fit + step, upper)));
+  BatchSearchOptions options;
+  options.guess = guess;
+  options.upper = upper;
+  BatchSearch search(options);
+  while (const std::optional<std::int64_t> batch = search.next()) {
+    DLPROBE_ASSIGN_OR_RETURN(const bool ok, fits(*batch));
+    if (probes != nullptr) probes->emplace_back(*batch, ok);
+    search.report(*batch, ok);
   }
-  for (std::int64_t step = 1; fit == 0 && fail > 1; step *= 2) {
-    DLPROBE_RETURN_IF_ERROR(probe(std::max<std::int64_t>(fail - step, 1)));
-  }
-  while (fail - fit > 1) DLPROBE_RETURN_IF_ERROR(probe(fit + (fail - fit) / 2));
-  return fit;
+  return search.largest_passed().value_or(0);
 }
 
 Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint64_t limit_bytes,

@@ -364,6 +364,17 @@ Result<bool> add_processes(const Library::Impl& lib, abi::Device dev,
   return false;
 }
 
+// A version string of the system (driver, NVML), or nullopt where NVML does not give it.
+template <class Fn>
+std::optional<std::string> system_version(const Library::Impl& lib, std::string_view name, Fn fn) {
+  std::array<char, abi::kSystemVersionBufferSize> buffer{};
+  FieldReader reader(lib);
+  if (!reader.call(name, fn, buffer.data(), static_cast<unsigned>(buffer.size()))) {
+    return std::nullopt;
+  }
+  return c_string(buffer.data(), buffer.size());
+}
+
 }  // namespace
 
 Library::Library(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -399,13 +410,7 @@ const std::string& Library::path() const {
 }
 
 std::optional<std::string> Library::driver_version() const {
-  std::array<char, abi::kSystemVersionBufferSize> buffer{};
-  FieldReader reader(*impl_);
-  if (!reader.call("nvmlSystemGetDriverVersion", impl_->driver_version, buffer.data(),
-                   static_cast<unsigned>(buffer.size()))) {
-    return std::nullopt;
-  }
-  return c_string(buffer.data(), buffer.size());
+  return system_version(*impl_, "nvmlSystemGetDriverVersion", impl_->driver_version);
 }
 
 std::optional<int> Library::cuda_driver_version() const {
@@ -418,13 +423,7 @@ std::optional<int> Library::cuda_driver_version() const {
 }
 
 std::optional<std::string> Library::nvml_version() const {
-  std::array<char, abi::kSystemVersionBufferSize> buffer{};
-  FieldReader reader(*impl_);
-  if (!reader.call("nvmlSystemGetNVMLVersion", impl_->nvml_version, buffer.data(),
-                   static_cast<unsigned>(buffer.size()))) {
-    return std::nullopt;
-  }
-  return c_string(buffer.data(), buffer.size());
+  return system_version(*impl_, "nvmlSystemGetNVMLVersion", impl_->nvml_version);
 }
 
 Result<unsigned> Library::device_count() const {

@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "dlprobe/monitor/output.h"
@@ -228,6 +230,41 @@ std::string summary_text(const Summary& summary, bool wrapped, const Overhead& o
   return out;
 }
 
+std::int64_t unix_offset_ns() {
+  const auto system = std::chrono::system_clock::now().time_since_epoch();
+  const auto steady = std::chrono::steady_clock::now().time_since_epoch();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(system - steady).count();
+}
+
+Status RowFile::open(const std::string& path, std::string_view flag) {
+  if (path.empty()) return Status::ok();
+  if (path == "-") {
+    stdout_ = true;
+    return Status::ok();
+  }
+  file_.open(path, std::ios::out | std::ios::trunc);
+  if (!file_) return error(Errc::io_error, fmt::format("{}: cannot write '{}'", flag, path));
+  path_ = path;
+  return Status::ok();
+}
+
+void RowFile::write(const std::string& text) {
+  if (stdout_) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  } else if (file_.is_open()) {
+    file_ << text;
+    file_.flush();
+  }
+}
+
+Status RowFile::close(std::string_view flag) {
+  if (!file_.is_open()) return Status::ok();
+  file_.close();
+  if (!file_) return error(Errc::io_error, fmt::format("{}: writing '{}' failed", flag, path_));
+  return Status::ok();
+}
+
 std::string prometheus_text(const std::optional<Tick>& latest,
                             const std::vector<nvml::DeviceInfo>& devices,
                             const Overhead& overhead) {
@@ -304,25 +341,25 @@ std::string prometheus_text(const std::optional<Tick>& latest,
                          *d.memory_total_bytes);
     }
   }
-  family("dlprobe_process_memory_used_bytes", "gauge", "Device memory used by a process");
-  if (latest) {
+  struct ProcessGauge {
+    std::string_view name;
+    std::string_view help;
+    std::optional<std::uint64_t> (*value)(const ProcessRow&);
+  };
+  static constexpr ProcessGauge kProcessGauges[] = {
+      {"dlprobe_process_memory_used_bytes", "Device memory used by a process",
+       [](const ProcessRow& p) { return p.used_bytes; }},
+      {"dlprobe_process_sm_utilization_percent",
+       "Percent of time a kernel of the process ran (NVML's latest per-process sample)",
+       [](const ProcessRow& p) -> std::optional<std::uint64_t> { return p.sm_util_pct; }},
+  };
+  for (const ProcessGauge& g : kProcessGauges) {
+    family(g.name, "gauge", g.help);
+    if (!latest) continue;
     for (const GpuReading& r : latest->gpus) {
       for (const ProcessRow& p : r.processes) {
-        if (p.used_bytes) {
-          out += fmt::format("dlprobe_process_memory_used_bytes{{{},pid=\"{}\"}} {}\n",
-                             labels_of(r.gpu), p.pid, *p.used_bytes);
-        }
-      }
-    }
-  }
-  family("dlprobe_process_sm_utilization_percent", "gauge",
-         "Percent of time a kernel of the process ran (NVML's latest per-process sample)");
-  if (latest) {
-    for (const GpuReading& r : latest->gpus) {
-      for (const ProcessRow& p : r.processes) {
-        if (p.sm_util_pct) {
-          out += fmt::format("dlprobe_process_sm_utilization_percent{{{},pid=\"{}\"}} {}\n",
-                             labels_of(r.gpu), p.pid, *p.sm_util_pct);
+        if (auto v = g.value(p)) {
+          out += fmt::format("{}{{{},pid=\"{}\"}} {}\n", g.name, labels_of(r.gpu), p.pid, *v);
         }
       }
     }

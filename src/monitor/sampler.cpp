@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "dlprobe/core/log.h"
+#include "dlprobe/stats/statistics.h"
 
 namespace dlprobe::monitor {
 
@@ -41,8 +42,7 @@ ColumnStats stats_of(std::vector<double> values) {
   s.count = values.size();
   s.min = values.front();
   s.max = values.back();
-  const std::size_t mid = values.size() / 2;
-  s.median = values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2.0;
+  s.median = stats::percentile_sorted(values, 0.5);
   return s;
 }
 

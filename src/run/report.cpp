@@ -127,9 +127,7 @@ std::string mib(const std::optional<std::uint64_t>& bytes) {
 }
 
 std::string params_text(const std::map<std::string, std::string>& params) {
-  std::string out;
-  for (const auto& [k, v] : params) out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, v);
-  return out.empty() ? "-" : out;
+  return params.empty() ? "-" : point_label(params);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "dlprobe/monitor/sampler.h"
 #include "dlprobe/run/process_tree.h"
 #include "dlprobe/run/runner.h"
+#include "dlprobe/stats/statistics.h"
 
 namespace dlprobe::run {
 
@@ -30,11 +31,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::optional<double> median(std::vector<double> v) {
+std::optional<double> median(const std::vector<double>& v) {
   if (v.empty()) return std::nullopt;
-  std::sort(v.begin(), v.end());
-  const std::size_t mid = v.size() / 2;
-  return v.size() % 2 == 1 ? v[mid] : (v[mid - 1] + v[mid]) / 2.0;
+  return stats::median(v);
 }
 
 // The measured steps' window, widened to hold at least three of the sample `times` (the fewest a

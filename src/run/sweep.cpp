@@ -65,46 +65,11 @@ bool mentions(const std::vector<std::string>& argv, std::string_view key) {
                      [&](const std::string& a) { return a.find(token) != std::string::npos; });
 }
 
-MaxBatchSearch::MaxBatchSearch(std::int64_t start, std::int64_t limit, std::int64_t granularity,
-                               int max_runs)
-    : start_(std::max<std::int64_t>(start, 1)),
-      limit_(std::max(limit, start_)),
-      granularity_(std::max<std::int64_t>(granularity, 1)),
-      max_runs_(max_runs) {}
-
-std::optional<std::int64_t> MaxBatchSearch::next() const {
-  if (runs_ >= max_runs_) return std::nullopt;
-  if (!largest_ok_) {
-    // Nothing ran yet: the start, unless it already failed.
-    if (smallest_failed_) return std::nullopt;
-    return start_;
-  }
-  if (!smallest_failed_) {
-    if (*largest_ok_ >= limit_) return std::nullopt;
-    return std::min(*largest_ok_ * 2, limit_);
-  }
-  const std::int64_t lo = *largest_ok_;
-  const std::int64_t hi = *smallest_failed_;
-  if (hi - lo <= granularity_) return std::nullopt;
-  std::int64_t mid = (lo + (hi - lo) / 2) / granularity_ * granularity_;
-  if (mid <= lo) mid = lo + granularity_;
-  if (mid >= hi) return std::nullopt;
-  return mid;
-}
-
-void MaxBatchSearch::report(std::int64_t batch, bool ran) {
-  ++runs_;
-  if (ran) {
-    if (!largest_ok_ || batch > *largest_ok_) largest_ok_ = batch;
-  } else if (!smallest_failed_ || batch < *smallest_failed_) {
-    smallest_failed_ = batch;
-  }
-}
-
-bool MaxBatchSearch::converged() const {
-  if (!largest_ok_) return false;
-  if (!smallest_failed_) return *largest_ok_ >= limit_;
-  return *smallest_failed_ - *largest_ok_ <= granularity_;
+std::string point_label(const std::map<std::string, std::string>& point) {
+  std::string out;
+  for (const auto& [key, value] : point)
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", key, value);
+  return out;
 }
 
 }  // namespace dlprobe::run

@@ -1,8 +1,7 @@
 #include <gtest/gtest.h>
 
-#include <functional>
-
 #include "dlprobe/run/runner.h"
+#include "dlprobe/run/session.h"
 
 namespace dlprobe::run {
 namespace {
@@ -39,56 +38,33 @@ TEST(Sweep, SubstitutesOnlyKnownKeys) {
   EXPECT_FALSE(mentions(argv, "amp"));
 }
 
-// Runs the search against "batches up to `max_ok` run".
-std::pair<std::optional<std::int64_t>, std::vector<std::int64_t>> search(MaxBatchSearch s,
-                                                                         std::int64_t max_ok) {
-  std::vector<std::int64_t> tried;
-  while (auto b = s.next()) {
-    tried.push_back(*b);
-    s.report(*b, *b <= max_ok);
-  }
-  return {s.largest_ok(), tried};
+TEST(Sweep, PointLabelsInKeyOrder) {
+  EXPECT_EQ(point_label({{"batch", "64"}, {"amp", "bf16"}}), "amp=bf16 batch=64");
+  EXPECT_EQ(point_label({}), "");
 }
 
-TEST(MaxBatch, DoublesThenBisects) {
-  auto [best, tried] = search(MaxBatchSearch(16, 1 << 20, 1, 30), 200);
-  EXPECT_EQ(best, 200);
-  EXPECT_EQ(tried[0], 16);
-  EXPECT_EQ(tried[1], 32);
-  EXPECT_EQ(tried[4], 256);  // first failure
-  EXPECT_EQ(tried[5], 192);  // then bisection between 128 and 256
-  EXPECT_LE(tried.size(), 5u + 8u);
-}
-
-TEST(MaxBatch, Granularity) {
-  MaxBatchSearch s(8, 4096, 8, 30);
-  auto [best, tried] = search(s, 300);
-  EXPECT_EQ(best, 296);
-  for (auto b : tried) EXPECT_EQ(b % 8, 0) << b;
-}
-
-TEST(MaxBatch, BoundedRunsAndConvergence) {
-  MaxBatchSearch s(1, 1 << 30, 1, 6);
-  while (auto b = s.next()) s.report(*b, *b <= 1000);
-  EXPECT_EQ(s.runs(), 6);
-  EXPECT_FALSE(s.converged());
-  EXPECT_EQ(s.largest_ok(), 32);
-
-  MaxBatchSearch done(16, 1 << 20, 1, 40);
-  while (auto b = done.next()) done.report(*b, *b <= 100);
-  EXPECT_TRUE(done.converged());
-  EXPECT_EQ(done.largest_ok(), 100);
-  EXPECT_EQ(done.smallest_failed(), 101);
-}
-
-TEST(MaxBatch, StartFailsOrLimitReached) {
-  auto [none, tried] = search(MaxBatchSearch(64, 1024, 1, 10), 10);
-  EXPECT_FALSE(none);
-  EXPECT_EQ(tried, std::vector<std::int64_t>{64});
-  MaxBatchSearch capped(64, 300, 1, 10);
-  auto [best, t2] = search(capped, 1 << 20);
-  EXPECT_EQ(best, 300);
-  EXPECT_EQ(t2.back(), 300);
+// A plan that does not fit its command is refused before anything runs or is written.
+TEST(Session, RefusesPlansThatDoNotFitTheCommand) {
+  const auto refused = [](SessionPlan p) {
+    auto s = Session::start(std::move(p), {});
+    EXPECT_FALSE(s.has_value());
+    return s ? std::string() : s.status().message();
+  };
+  SessionPlan p;
+  EXPECT_NE(refused(p).find("no command"), std::string::npos);
+  p.command = {"train", "--batch", "{batch}"};
+  p.axes = {{"amp", {"fp16"}}};
+  EXPECT_NE(refused(p).find("'{amp}' does not appear"), std::string::npos);
+  p.axes = {{"batch", {"8"}}, {"batch", {"16"}}};
+  EXPECT_NE(refused(p).find("given twice"), std::string::npos);
+  p.axes = {{"batch", {"8"}}};
+  p.max_batch = MaxBatchPlan{};
+  EXPECT_NE(refused(p).find("drop --sweep batch"), std::string::npos);
+  p.axes.clear();
+  p.max_batch->limit = 8;
+  EXPECT_NE(refused(p).find("below --max-batch-start"), std::string::npos);
+  p.command = {"train"};
+  EXPECT_NE(refused(p).find("needs '{batch}'"), std::string::npos);
 }
 
 }  // namespace

@@ -19,11 +19,12 @@
 namespace dlprobe::memory {
 
 // The largest batch in [1, upper] for which `fits` holds, starting from `guess` and assuming that
-// fits is monotone (true up to some batch, false above): probes upward or downward from the guess
-// by doubling steps, then bisects. Returns 0 when batch 1 does not fit. Only batches between the
-// largest seen to fit and the smallest seen to fail are probed, so the answer was seen to fit and
-// its next batch to fail (unless it is `upper`) even where fits is not monotone. Each probe is
-// recorded in `probes` (batch, fitted) when given. An error from `fits` ends the search.
+// fits is monotone (true up to some batch, false above): core's BatchSearch, which probes upward or
+// downward from the guess by steps of 1, 2, 4..., then bisects. Returns 0 when batch 1 does not
+// fit. Only batches between the largest seen to fit and the smallest seen to fail are probed, so
+// the answer was seen to fit and its next batch to fail (unless it is `upper`) even where fits is
+// not monotone. Each probe is recorded in `probes` (batch, fitted) when given. An error from `fits`
+// ends the search.
 Result<std::int64_t> search_largest(std::int64_t guess, std::int64_t upper,
                                     const std::function<Result<bool>(std::int64_t)>& fits,
                                     std::vector<std::pair<std::int64_t, bool>>* probes = nullptr);

@@ -230,31 +230,8 @@ std::vector<std::string> substitute(const std::vector<std::string>& argv,
                                     const std::map<std::string, std::string>& params);
 // Whether "{key}" occurs in any argument.
 bool mentions(const std::vector<std::string>& argv, std::string_view key);
-
-// The largest batch that runs: doubling from `start` until a run fails (or `limit`), then
-// bisection between the last success and the first failure, to a multiple of `granularity`,
-// within `max_runs` runs.
-class MaxBatchSearch {
- public:
-  MaxBatchSearch(std::int64_t start, std::int64_t limit, std::int64_t granularity, int max_runs);
-  // The next batch to try, or nullopt when the search is over.
-  std::optional<std::int64_t> next() const;
-  void report(std::int64_t batch, bool ran);
-  std::optional<std::int64_t> largest_ok() const { return largest_ok_; }
-  std::optional<std::int64_t> smallest_failed() const { return smallest_failed_; }
-  int runs() const { return runs_; }
-  // True when the answer is exact to the granularity (not cut short by max_runs or limit).
-  bool converged() const;
-
- private:
-  std::int64_t start_;
-  std::int64_t limit_;
-  std::int64_t granularity_;
-  int max_runs_;
-  int runs_ = 0;
-  std::optional<std::int64_t> largest_ok_;
-  std::optional<std::int64_t> smallest_failed_;
-};
+// "amp=bf16 batch=64": a point's keys and values, for progress lines and findings.
+std::string point_label(const std::map<std::string, std::string>& point);
 
 }  // namespace dlprobe::run
 

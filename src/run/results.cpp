@@ -1,4 +1,4 @@
-#include "run_results.h"
+#include "dlprobe/run/results.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include "dlprobe/doctor/cpu_info.h"
 #include "dlprobe/stats/statistics.h"
 
-namespace dlprobe::cli {
+namespace dlprobe::run {
 
 namespace {
 
@@ -30,45 +30,45 @@ std::optional<results::Range> range_of(std::vector<double> v) {
   return results::Range{v.size(), v.front(), stats::percentile_sorted(v, 0.5), v.back()};
 }
 
-results::RunStatus status_of(run::Outcome o) {
+results::RunStatus status_of(Outcome o) {
   switch (o) {
-    case run::Outcome::ok:
+    case Outcome::ok:
       return results::RunStatus::ok;
-    case run::Outcome::oom:
+    case Outcome::oom:
       return results::RunStatus::oom;
-    case run::Outcome::interrupted:
+    case Outcome::interrupted:
       return results::RunStatus::interrupted;
-    case run::Outcome::timeout:
+    case Outcome::timeout:
       return results::RunStatus::timeout;
-    case run::Outcome::failed:
-    case run::Outcome::crashed:
-    case run::Outcome::hang:
-    case run::Outcome::launch_error:
+    case Outcome::failed:
+    case Outcome::crashed:
+    case Outcome::hang:
+    case Outcome::launch_error:
       break;
   }
   return results::RunStatus::failed;
 }
 
-std::string error_of(const run::RunResult& r) {
+std::string error_of(const RunResult& r) {
   switch (r.outcome) {
-    case run::Outcome::ok:
+    case Outcome::ok:
       return "";
-    case run::Outcome::launch_error:
+    case Outcome::launch_error:
       return r.launch_error;
-    case run::Outcome::oom:
+    case Outcome::oom:
       return r.oom ? r.oom->line : "out of memory";
-    case run::Outcome::hang:
+    case Outcome::hang:
       return "hang: no output and no GPU activity for --hang-after";
-    case run::Outcome::timeout:
+    case Outcome::timeout:
       return "stopped at --timeout";
-    case run::Outcome::interrupted:
+    case Outcome::interrupted:
       return "interrupted (Ctrl-C)";
-    case run::Outcome::failed:
-    case run::Outcome::crashed:
+    case Outcome::failed:
+    case Outcome::crashed:
       break;
   }
-  return r.error_line ? fmt::format("{}: {}", run::describe_exit(r.exit), *r.error_line)
-                      : run::describe_exit(r.exit);
+  return r.error_line ? fmt::format("{}: {}", describe_exit(r.exit), *r.error_line)
+                      : describe_exit(r.exit);
 }
 
 }  // namespace
@@ -85,8 +85,8 @@ results::Finding to_results_finding(const diagnosis::Finding& f) {
   return out;
 }
 
-results::Context run_context(const std::vector<std::string>& command_line,
-                             const std::shared_ptr<nvml::Library>& nvml) {
+results::Context results_context(const std::vector<std::string>& command_line,
+                                 const std::shared_ptr<nvml::Library>& nvml) {
   results::Context c;
   const auto& build = build_info();
   c.dlprobe_version = std::string(build.version);
@@ -143,7 +143,7 @@ results::Context run_context(const std::vector<std::string>& command_line,
   return c;
 }
 
-results::Configuration to_configuration(const run::RunResult& r, const std::string& command) {
+results::Configuration to_configuration(const RunResult& r, const std::string& command) {
   results::Configuration c;
   c.kind = results::Kind::external;
   c.settings.command = clean(command);
@@ -173,8 +173,8 @@ results::Configuration to_configuration(const run::RunResult& r, const std::stri
     m.framework_peak_allocated_bytes = signed_bytes(r.framework.peak_bytes);
     m.framework_peak_reserved_bytes = signed_bytes(r.framework.reserved_bytes);
     // Only a figure that belongs to the workload's processes; device-wide memory includes others.
-    if (r.gpu.attribution == run::Attribution::process_tree ||
-        r.gpu.attribution == run::Attribution::new_processes) {
+    if (r.gpu.attribution == Attribution::process_tree ||
+        r.gpu.attribution == Attribution::new_processes) {
       m.nvml_process_peak_bytes = signed_bytes(r.gpu.peak_bytes);
     }
     c.memory = m;
@@ -185,7 +185,7 @@ results::Configuration to_configuration(const run::RunResult& r, const std::stri
     // The summaries over the window the run's figures and findings describe (the measured
     // steps), as a native run's cover its timed window; the time line keeps the whole run, start-up
     // included, for the report's charts.
-    const std::optional<run::TimeWindow>& window = r.gpu.figures_window;
+    const std::optional<TimeWindow>& window = r.gpu.figures_window;
     t.window_s =
         window ? window->end_s - window->start_s : r.timeline.back().t_s - r.timeline.front().t_s;
     std::vector<double> util, power, clock, temp, mem;
@@ -220,4 +220,4 @@ results::Configuration to_configuration(const run::RunResult& r, const std::stri
   return c;
 }
 
-}  // namespace dlprobe::cli
+}  // namespace dlprobe::run

@@ -1,0 +1,83 @@
+// One `dlprobe run` invocation: one process per sweep point, or a search for the largest batch at
+// each point, with the shared results file (dlprobe.results/1) and the run's own details
+// (dlprobe.run/1) rewritten after every run so that an interrupted sweep keeps what it has, and the
+// sweep's findings at the end. It prints nothing of its own: the caller hears of each run through
+// SessionEvents.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlprobe/core/status.h"
+#include "dlprobe/results/writer.h"
+#include "dlprobe/run/runner.h"
+
+namespace dlprobe::run {
+
+// --max-batch: the largest {batch} that runs, from `start` by doubling until a run fails (or
+// `limit`), then bisection to a multiple of `step`, within `runs` runs per point.
+struct MaxBatchPlan {
+  std::int64_t start = 16;
+  std::int64_t limit = 65536;
+  std::int64_t step = 1;
+  int runs = 12;
+};
+
+struct SessionPlan {
+  std::vector<std::string> command;  // as given, with {key} templates
+  bool shell = false;                // run it through /bin/sh -c
+  // Options of every run; the session sets argv, env_set, the logs, nvml, subreaper and interrupt.
+  RunOptions base;
+  std::vector<SweepAxis> axes;  // without batch under max_batch
+  std::optional<MaxBatchPlan> max_batch;
+  std::string log_dir;       // each run's full stdout and stderr; empty: not kept
+  std::string results_json;  // the results file; empty: none
+  std::string details_json;  // the details; empty: none
+};
+
+// What the caller hears: a run starts (its number from 1, its sweep point, the command as it
+// runs), and a run ended (its result holds the point).
+struct SessionEvents {
+  std::function<void(int index, const std::map<std::string, std::string>& point,
+                     const std::vector<std::string>& argv)>
+      started;
+  std::function<void(int index, const RunResult& result)> finished;
+};
+
+class Session {
+ public:
+  // Checks the plan (each swept key appears in the command, once; --max-batch has a {batch} of its
+  // own), creates the log folder and the results file, opens NVML (a warning where there is none)
+  // and makes this process the subreaper of the workload's orphans (a warning where it cannot): an
+  // error here comes before any run.
+  static Result<Session> start(SessionPlan plan, SessionEvents events);
+
+  // Runs every point in turn until the end, an error or an interrupt (`interrupt` counts signals,
+  // as InterruptGuard's flag: the first stops the run under way, a second cuts its grace period);
+  // then adds the sweep's findings. The report keeps what ran whatever stopped it.
+  Status run(const std::atomic<int>* interrupt);
+
+  const RunReport& report() const { return report_; }
+
+ private:
+  Session(SessionPlan plan, SessionEvents events);
+  Result<RunResult> run_point(const std::map<std::string, std::string>& point);
+  Status search_max_batch(const std::map<std::string, std::string>& point);
+  void add_sweep_findings();
+  Status write_details() const;
+  std::string command_text() const;
+
+  SessionPlan plan_;
+  SessionEvents events_;
+  std::optional<results::ResultsWriter> writer_;
+  RunReport report_;
+  const std::atomic<int>* interrupt_ = nullptr;
+  int index_ = 0;
+};
+
+}  // namespace dlprobe::run
