@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 build_dir=${DLPROBE_BUILD_DIR:-build}
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 # shellcheck disable=SC2086 # DLPROBE_TARGETS is a list of target names
-cmake --build "$build_dir" --parallel "${DLPROBE_JOBS:-$(nproc)}" --target ${DLPROBE_TARGETS:-all}
+cmake --build "$build_dir" --parallel "${DLPROBE_JOBS:-$(nproc)}" --target ${DLPROBE_TARGETS:-dlprobe}
