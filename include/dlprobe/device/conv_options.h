@@ -1,0 +1,31 @@
+// How the CUDA backend picks its convolution engines, once per shape (ignored on the CPU).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "dlprobe/core/status.h"
+#include "dlprobe/engine/conv_tuning.h"
+
+namespace dlprobe::device {
+
+// Which cuDNN convolution engines may run. Never those that sum in 16 bits.
+enum class ConvEngines : std::uint8_t {
+  any,            // also non-deterministic, FFT and Winograd ones: what cudnn.benchmark allows
+  deterministic,  // the same bits on every run
+  exact,          // deterministic direct sums only (no FFT / Winograd): the engine's own tests
+};
+// "any", "deterministic" or "exact"; the error names the value, never a flag.
+Result<ConvEngines> parse_conv_engines(std::string_view text);
+
+// "heuristic", "autotune" or "exhaustive"; the error names the value, never a flag.
+Result<ConvEngineChoice> parse_conv_algo(std::string_view text);
+
+struct ConvOptions {
+  ConvEngineChoice algo = ConvEngineChoice::autotune;
+  ConvEngines engines = ConvEngines::any;
+  std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
+};
+
+}  // namespace dlprobe::device

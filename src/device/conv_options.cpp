@@ -1,0 +1,24 @@
+#include "dlprobe/device/conv_options.h"
+
+#include <fmt/format.h>
+
+namespace dlprobe::device {
+
+Result<ConvEngines> parse_conv_engines(std::string_view text) {
+  if (text == "any") return ConvEngines::any;
+  if (text == "deterministic") return ConvEngines::deterministic;
+  if (text == "exact") return ConvEngines::exact;
+  return invalid_argument(
+      fmt::format("unknown choice '{}' (expected any, deterministic or exact)", text));
+}
+
+Result<ConvEngineChoice> parse_conv_algo(std::string_view text) {
+  for (ConvEngineChoice c :
+       {ConvEngineChoice::heuristic, ConvEngineChoice::autotune, ConvEngineChoice::exhaustive}) {
+    if (text == conv_engine_choice_name(c)) return c;
+  }
+  return invalid_argument(
+      fmt::format("unknown choice '{}' (expected heuristic, autotune or exhaustive)", text));
+}
+
+}  // namespace dlprobe::device
