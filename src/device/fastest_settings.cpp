@@ -18,7 +18,11 @@ FastestSettings fastest_settings(DeviceKind device, engine::Precision precision,
     s.graph = mode != engine::StepMode::train;
     return s;
   }
-  s.layout = Layout::nchw;
+  // oneDNN's NHWC convolutions are its brgconv / jit kernels, NCHW's im2col and SGEMM
+  // (docs/cpu-backend.md): ResNet-18 training at 32x32, batch 8, one thread on an AVX2 VM ran
+  // 14.5-16.0 img/s in NHWC against 11.3-11.6 in NCHW. The planned arena was no faster there
+  // (13.9-16.5 img/s against 15.5-17.5 grown), and the CPU backends record no graphs.
+  s.layout = Layout::nhwc;
   s.planned = false;
   s.graph = false;
   return s;
