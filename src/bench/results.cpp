@@ -160,8 +160,8 @@ std::vector<OtherProcess> other_processes(const std::vector<WindowTelemetry>& wi
   return out;
 }
 
-results::Settings settings_of(const engine::StepConfig& step, const Device& device,
-                              BackendKind backend) {
+results::Settings settings_of(const engine::StepConfig& step, const device::Device& device,
+                              device::BackendKind backend) {
   results::Settings s;
   s.model = std::string(model::arch_name(step.model.arch));
   s.batch = step.batch;
@@ -169,13 +169,13 @@ results::Settings settings_of(const engine::StepConfig& step, const Device& devi
   s.mode = std::string(engine::step_mode_name(step.mode));
   // Lower case, as the flags take it ("nhwc"); layout_name() is the upper-case display name.
   s.layout = step.layout == Layout::nhwc ? "nhwc" : "nchw";
-  s.device = device_name(device);
+  s.device = device::device_name(device);
   s.optimizer = step.mode == engine::StepMode::train
                     ? std::string(engine::optimizer_name(step.optimizer))
                     : std::string("none");
   s.image_size = step.model.image_size;
   s.classes = step.model.classes;
-  s.backend = std::string(backend_kind_name(backend));
+  s.backend = std::string(device::backend_kind_name(backend));
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "dlprobe/core/log.h"
+#include "dlprobe/device/fastest_settings.h"
 #include "dlprobe/monitor/sampler.h"
 
 namespace dlprobe::bench {
@@ -32,6 +33,36 @@ std::optional<double> energy_counter_j(const TelemetrySource& source) {
   return static_cast<double>(*sample->energy_mj) / 1e3;
 }
 
+std::string_view layout_text(Layout layout) {
+  return layout == Layout::nhwc ? "nhwc" : "nchw";
+}
+
+// The values an open choice took, each with what it was taken for ("nhwc" for fp16 and bf16).
+class Picks {
+ public:
+  void add(std::string_view value, std::string_view what) {
+    auto it =
+        std::find_if(picks_.begin(), picks_.end(), [&](const auto& p) { return p.first == value; });
+    if (it == picks_.end()) it = picks_.insert(picks_.end(), {std::string(value), {}});
+    if (std::find(it->second.begin(), it->second.end(), what) == it->second.end()) {
+      it->second.emplace_back(what);
+    }
+  }
+  bool empty() const { return picks_.empty(); }
+  // "nhwc" when every configuration took the same; else "nchw for fp32 and nhwc for fp16/bf16".
+  std::string text() const {
+    if (picks_.size() == 1) return picks_.front().first;
+    std::vector<std::string> parts;
+    for (const auto& [value, what] : picks_) {
+      parts.push_back(fmt::format("{} for {}", value, fmt::join(what, "/")));
+    }
+    return fmt::format("{}", fmt::join(parts, " and "));
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::vector<std::string>>> picks_;
+};
+
 }  // namespace
 
 std::vector<std::int64_t> auto_batches(const AutoBatch& a) {
@@ -42,25 +73,67 @@ std::vector<std::int64_t> auto_batches(const AutoBatch& a) {
   return out;
 }
 
-std::vector<SweepGroup> expand(const SweepAxes& axes) {
-  std::vector<SweepGroup> out;
+Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
+  const auto fastest = [&](engine::Precision p, engine::StepMode m) {
+    return device::fastest_settings(device, p, m);
+  };
+  const bool trains =
+      std::find(axes.modes.begin(), axes.modes.end(), engine::StepMode::train) != axes.modes.end();
+  if (axes.graph == true && trains) {
+    return invalid_argument("a graph replays modes grads and infer, not train");
+  }
+  Expanded out;
+  bool planned = false;
+  if (axes.memory) {
+    planned = axes.memory->planned;
+    out.allocation = axes.memory->allocator;
+    out.gpu_memory = axes.memory->text;
+    if (axes.graph == true && !planned) {
+      return invalid_argument("a graph needs the planned memory (it replays fixed addresses)");
+    }
+  } else {
+    // A graph asked for brings the arena it needs.
+    planned = axes.graph == true;
+    for (const engine::Precision p : axes.precisions) {
+      for (const engine::StepMode m : axes.modes) planned = planned || fastest(p, m).planned;
+    }
+    out.gpu_memory = planned ? "planned" : "grow";
+  }
+
+  Picks layouts;
+  Picks graphs;
   for (const model::Arch arch : axes.models) {
     for (const engine::Precision precision : axes.precisions) {
       for (const engine::StepMode mode : axes.modes) {
-        for (const Layout layout : axes.layouts) {
+        const device::FastestSettings best = fastest(precision, mode);
+        std::vector<Layout> each = axes.layouts;
+        if (each.empty()) {
+          each = {best.layout};
+          layouts.add(layout_text(best.layout), engine::precision_name(precision));
+        }
+        const bool graph = axes.graph.value_or(best.graph && planned);
+        if (!axes.graph) graphs.add(graph ? "on" : "off", engine::step_mode_name(mode));
+        for (const Layout layout : each) {
           SweepGroup g;
           g.step = axes.base;
           g.step.model.arch = arch;
           g.step.precision = precision;
           g.step.mode = mode;
           g.step.layout = layout;
+          g.step.memory_plan = planned ? engine::MemoryPlan::planned : engine::MemoryPlan::dynamic;
+          g.step.graph = graph;
           g.batches = axes.batches;
           g.auto_batch = axes.auto_batch;
-          out.push_back(std::move(g));
+          out.groups.push_back(std::move(g));
         }
       }
     }
   }
+  std::vector<std::string> picked;
+  if (!layouts.empty()) picked.push_back("layout " + layouts.text());
+  if (!axes.memory) picked.push_back("gpu-memory " + out.gpu_memory);
+  if (!graphs.empty()) picked.push_back("graph " + graphs.text());
+  out.picked = fmt::format("{}", fmt::join(picked, ", "));
   return out;
 }
 
@@ -94,13 +167,13 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
   }
 
   // One engine per compute type (fp64 needs its own reference backend); normally just one.
-  std::map<DType, std::unique_ptr<Engine>> engines;
-  const auto engine_for = [&](engine::Precision p) -> Result<Engine*> {
+  std::map<DType, std::unique_ptr<device::Engine>> engines;
+  const auto engine_for = [&](engine::Precision p) -> Result<device::Engine*> {
     const DType compute = p == engine::Precision::fp64 ? DType::fp64 : DType::fp32;
     auto it = engines.find(compute);
     if (it == engines.end()) {
-      DLPROBE_ASSIGN_OR_RETURN(auto e, Engine::create(sweep.device, sweep.backend, sweep.conv,
-                                                      compute, sweep.allocation));
+      DLPROBE_ASSIGN_OR_RETURN(auto e, device::Engine::open(sweep.device, sweep.backend, sweep.conv,
+                                                            compute, sweep.allocation));
       it = engines.emplace(compute, std::move(e)).first;
     }
     return it->second.get();

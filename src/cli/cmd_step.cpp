@@ -17,18 +17,12 @@
 
 #include "bench_common.h"
 #include "commands.h"
-#include "dlprobe/allocator/caching_allocator.h"
-#include "dlprobe/allocator/memory_source.h"
-#include "dlprobe/bench/runner.h"
 #include "dlprobe/core/build_info.h"
-#include "dlprobe/engine/reference_backend.h"
+#include "dlprobe/device/conv_options.h"
+#include "dlprobe/device/engine.h"
 #include "dlprobe/engine/safetensors.h"
 #include "dlprobe/step/step_config.h"
 #include "dlprobe/step/training_step.h"
-
-#ifdef DLPROBE_HAVE_CUDA_BACKEND
-#include "dlprobe/engine/cuda_backend.h"
-#endif
 
 namespace dlprobe::cli {
 namespace {
@@ -39,6 +33,7 @@ struct StepFlags {
   std::string mode = "grads";
   std::string layout = "nchw";
   std::string device = "cuda:0";
+  std::string backend = "auto";
   std::string optimizer = "sgd";
   std::string weights;
   std::string input;
@@ -50,49 +45,6 @@ struct StepFlags {
   std::string conv_engines = "exact";
   double loss_scale = 0.0;  // 0: GradScaler's initial scale
 };
-
-struct Engine {
-  std::unique_ptr<memory::CachingAllocator> allocator;
-  std::unique_ptr<Backend> backend;
-};
-
-// The reference backend on the CPU (in fp64 for Precision::fp64), the CUDA backend on a GPU, as
-// `dlprobe bench` picks them.
-Result<Engine> make_engine(const bench::Device& device, engine::Precision precision,
-                           const Tuning& tuning, bench::ConvEngines engines) {
-  Engine e;
-  if (device.kind == DeviceKind::cpu) {
-    DLPROBE_ASSIGN_OR_RETURN(e.allocator, memory::CachingAllocator::create(
-                                              std::make_unique<memory::HostMemorySource>()));
-    DLPROBE_ASSIGN_OR_RETURN(
-        e.backend,
-        make_reference_backend(precision == engine::Precision::fp64 ? DType::fp64 : DType::fp32));
-    return e;
-  }
-  if (precision == engine::Precision::fp64) {
-    return error(Errc::unsupported, "--precision fp64 runs on --device cpu only");
-  }
-#ifdef DLPROBE_HAVE_CUDA_BACKEND
-  DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<memory::MemorySource> source,
-                           memory::make_cuda_memory_source(device.index));
-  DLPROBE_ASSIGN_OR_RETURN(e.allocator, memory::CachingAllocator::create(std::move(source)));
-  CudaBackendOptions cuda;
-  cuda.conv_engine = tuning.algo;
-  cuda.tuning = tuning.cache;
-  cuda.deterministic = engines != bench::ConvEngines::any;
-  cuda.transform_engines = engines == bench::ConvEngines::any;
-  cuda.math_mode = precision == engine::Precision::tf32 ? MathMode::tf32 : MathMode::strict_fp32;
-  DLPROBE_ASSIGN_OR_RETURN(e.backend, make_cuda_backend(device.index, *e.allocator, cuda));
-  return e;
-#else
-  (void)tuning;
-  (void)engines;
-  return error(Errc::unavailable,
-               fmt::format("{}: this build has no CUDA backend (configured without "
-                           "DLPROBE_WITH_CUDA); use --device cpu",
-                           bench::device_name(device)));
-#endif
-}
 
 // A tensor of the input file as a HostTensor (row-major, so NCHW for rank 4).
 Result<HostTensor> host_tensor(const safetensors::Tensor& t) {
@@ -194,10 +146,16 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(c.layout, parse_layout(f.layout, "--layout"));
   DLPROBE_ASSIGN_OR_RETURN(c.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
-  DLPROBE_ASSIGN_OR_RETURN(const bench::Device device, bench::parse_device(f.device, "--device"));
+  DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.device, f.backend));
+  if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
+    return s.with_context("--precision");
+  }
   DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
-  DLPROBE_ASSIGN_OR_RETURN(const bench::ConvEngines engines,
-                           bench::parse_conv_engines(f.conv_engines, "--conv-engines"));
+  device::ConvOptions conv;
+  conv.algo = tuning.algo;
+  conv.tuning = tuning.cache;
+  DLPROBE_ASSIGN_OR_RETURN(conv.engines,
+                           for_flag("--conv-engines", device::parse_conv_engines(f.conv_engines)));
   if (f.loss_scale != 0.0) {
     if (c.precision != engine::Precision::fp16) {
       return invalid_argument("--loss-scale: only fp16 scales the loss");
@@ -212,9 +170,12 @@ Status run_step_command(const StepFlags& f) {
   c.batch = in.images.shape()[0];
   c.model.image_size = in.images.shape()[2];
 
-  DLPROBE_ASSIGN_OR_RETURN(Engine e, make_engine(device, c.precision, tuning, engines));
+  DLPROBE_ASSIGN_OR_RETURN(
+      std::unique_ptr<device::Engine> e,
+      device::Engine::open(where.device, where.backend, conv,
+                           c.precision == engine::Precision::fp64 ? DType::fp64 : DType::fp32));
   DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
-                           engine::TrainingStep::create(c, *e.backend, *e.allocator));
+                           engine::TrainingStep::create(c, e->backend(), e->allocator()));
   if (const Status s = step->load_state_dict(weights); !s.is_ok()) {
     return s.with_context(f.weights);
   }
@@ -231,8 +192,8 @@ Status run_step_command(const StepFlags& f) {
                   {"precision", std::string(engine::precision_name(c.precision))},
                   {"layout", c.layout == Layout::nhwc ? "nhwc" : "nchw"},
                   {"mode", std::string(engine::step_mode_name(c.mode))},
-                  {"device", bench::device_name(device)},
-                  {"backend", std::string(e.backend->name())}};
+                  {"device", device::device_name(where.device)},
+                  {"backend", std::string(e->backend().name())}};
   DLPROBE_ASSIGN_OR_RETURN(HostTensor logits, step->logits());
   out.tensors.push_back(to_file_tensor("logits", logits));
   out.tensors.push_back(scalar("loss", r.loss));
@@ -257,8 +218,8 @@ Status run_step_command(const StepFlags& f) {
               std::string(engine::precision_name(c.precision)).c_str(),
               std::string(layout_name(c.layout)).c_str(), static_cast<long long>(c.batch),
               static_cast<long long>(c.model.image_size),
-              static_cast<long long>(c.model.image_size), e.backend->name().data(),
-              bench::device_name(device).c_str());
+              static_cast<long long>(c.model.image_size), e->backend().name().data(),
+              device::device_name(where.device).c_str());
   std::printf("loss %.9g, loss scale %g%s\n", r.loss, r.loss_scale,
               r.skipped ? " (inf/NaN in the gradients: optimizer step skipped)" : "");
   std::printf("wrote logits, loss and %zu gradients to %s\n", gradients, f.output.c_str());
@@ -295,7 +256,10 @@ Command add_step_command(CLI::App& app) {
                   "optimizer), infer (forward with running statistics)")
       ->capture_default_str();
   sub->add_option("--layout", flags->layout, "nchw or nhwc")->capture_default_str();
-  sub->add_option("--device", flags->device, "cpu (reference backend) or cuda:N")
+  sub->add_option("--device", flags->device, "cpu or cuda:N")->capture_default_str();
+  sub->add_option("--backend", flags->backend,
+                  "auto (cuda on a GPU, oneDNN on the CPU where built), cuda, onednn, or "
+                  "reference (plain loops; the CPU's only fp16 and fp64)")
       ->capture_default_str();
   sub->add_option("--optimizer", flags->optimizer, "train mode: sgd or adamw")
       ->capture_default_str();

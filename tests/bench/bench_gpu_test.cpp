@@ -10,6 +10,10 @@
 namespace dlprobe::bench {
 namespace {
 
+using device::BackendKind;
+using device::Device;
+using device::Engine;
+
 engine::StepConfig small(engine::Precision precision, Layout layout, std::int64_t batch) {
   engine::StepConfig c;
   c.model.arch = model::Arch::resnet18;
@@ -22,7 +26,7 @@ engine::StepConfig small(engine::Precision precision, Layout layout, std::int64_
 }
 
 TEST(BenchGpu, EventTimedWindowsCoverTheHostWindow) {
-  auto e = Engine::create(Device{DeviceKind::cuda, 0}, BackendKind::cuda);
+  auto e = Engine::open(Device{DeviceKind::cuda, 0}, BackendKind::cuda);
   ASSERT_TRUE(e.has_value()) << e.status().message();
   BenchOptions o;
   o.step = small(engine::Precision::fp32, Layout::nchw, 16);
@@ -49,7 +53,7 @@ TEST(BenchGpu, EventTimedWindowsCoverTheHostWindow) {
 // seconds (the host queues at most a few steps ahead), and the graph's memory must go with the
 // step, so that the next configuration on the same engine starts from nothing.
 TEST(BenchGpu, GraphReplayWindowEndsOnTimeAndLeavesNoMemory) {
-  auto e = Engine::create(Device{DeviceKind::cuda, 0}, BackendKind::cuda);
+  auto e = Engine::open(Device{DeviceKind::cuda, 0}, BackendKind::cuda);
   ASSERT_TRUE(e.has_value()) << e.status().message();
   BenchOptions o;
   o.step = small(engine::Precision::fp32, Layout::nchw, 64);

@@ -23,8 +23,8 @@ engine::StepConfig tiny_step(std::int64_t batch = 2,
   return c;
 }
 
-std::unique_ptr<Engine> reference_engine() {
-  auto e = Engine::create(Device{DeviceKind::cpu, 0}, BackendKind::reference);
+std::unique_ptr<device::Engine> reference_engine() {
+  auto e = device::Engine::open(device::Device{DeviceKind::cpu, 0}, device::BackendKind::reference);
   EXPECT_TRUE(e.has_value()) << e.status().message();
   return std::move(e).value();
 }
@@ -92,40 +92,6 @@ TEST(Protocol, RefusesFieldsOutOfRange) {
   p = {};
   p.max_steps = 3;
   EXPECT_FALSE(check_protocol(p).is_ok());
-}
-
-TEST(Backend, AutoPicksWhatTheDeviceRuns) {
-  const Device cpu{DeviceKind::cpu, 0};
-  const Device gpu{DeviceKind::cuda, 0};
-  auto a = parse_backend("auto", cpu);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_EQ(*a, backend_built(BackendKind::onednn) ? BackendKind::onednn : BackendKind::reference);
-  EXPECT_EQ(*parse_backend("reference", cpu), BackendKind::reference);
-  EXPECT_NE(parse_backend("cuda", cpu, "--backend").status().message().find("does not run on cpu"),
-            std::string::npos);
-  EXPECT_FALSE(parse_backend("reference", gpu).has_value());
-  EXPECT_NE(parse_backend("tpu", cpu, "--backend").status().message().find("unknown backend 'tpu'"),
-            std::string::npos);
-  if (!backend_built(BackendKind::cuda)) {
-    EXPECT_EQ(parse_backend("auto", gpu).status().code(), Errc::unavailable);
-  }
-}
-
-TEST(Backend, PrecisionsEachBackendRuns) {
-  using engine::Precision;
-  EXPECT_TRUE(backend_supports(BackendKind::reference, Precision::fp64).is_ok());
-  EXPECT_TRUE(backend_supports(BackendKind::reference, Precision::fp16).is_ok());
-  EXPECT_EQ(backend_supports(BackendKind::cuda, Precision::fp64).code(), Errc::unsupported);
-  EXPECT_EQ(backend_supports(BackendKind::onednn, Precision::fp16).code(), Errc::unsupported);
-  EXPECT_TRUE(backend_supports(BackendKind::onednn, Precision::fp32).is_ok());
-  EXPECT_EQ(backend_supports(BackendKind::reference, Precision::tf32).code(), Errc::unsupported);
-  EXPECT_TRUE(backend_supports(BackendKind::cuda, Precision::tf32).is_ok());
-  auto e = reference_engine();
-  EXPECT_FALSE(e->supports(Precision::fp64).is_ok());  // an fp32 engine
-  auto e64 = Engine::create(Device{}, BackendKind::reference, {}, DType::fp64);
-  ASSERT_TRUE(e64.has_value());
-  EXPECT_TRUE((*e64)->supports(Precision::fp64).is_ok());
-  EXPECT_FALSE((*e64)->supports(Precision::fp32).is_ok());
 }
 
 TEST(Runner, WindowsOfAtLeastNStepsWithTimesFromMarks) {

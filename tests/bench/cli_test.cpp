@@ -78,7 +78,7 @@ TEST(BenchEndToEnd, CpuSweepResultsReportAndCompare) {
                         dir);
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   // The table on stdout, a row per configuration; progress on stderr.
-  const std::regex row("resnet18@32 bs=4 fp32 infer nchw cpu +ok +[0-9.,]+ ");
+  const std::regex row("resnet18@32 bs=4 fp32 infer nhwc cpu +ok +[0-9.,]+ ");
   EXPECT_TRUE(std::regex_search(bench.out, row)) << bench.out;
   EXPECT_NE(bench.err.find("[4/4]"), std::string::npos) << bench.err;
 
@@ -97,7 +97,7 @@ TEST(BenchEndToEnd, CpuSweepResultsReportAndCompare) {
   EXPECT_FALSE(doc->context.libraries.empty());
   const std::string csv_text = slurp(csv);
   EXPECT_EQ(count(csv_text, "\n"), 5u) << csv_text;  // header and four rows
-  EXPECT_NE(slurp(md).find("| native | resnet18@32 bs=2 fp32 train nchw cpu sgd |"),
+  EXPECT_NE(slurp(md).find("| native | resnet18@32 bs=2 fp32 train nhwc cpu sgd |"),
             std::string::npos);
 
   const auto html = dir / "report.html";

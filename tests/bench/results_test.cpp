@@ -7,6 +7,9 @@
 namespace dlprobe::bench {
 namespace {
 
+using device::BackendKind;
+using device::Device;
+
 using results::Severity;
 
 engine::StepConfig step(std::int64_t batch) {

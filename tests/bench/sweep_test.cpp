@@ -14,6 +14,11 @@
 namespace dlprobe::bench {
 namespace {
 
+using device::backend_built;
+using device::BackendKind;
+using device::Device;
+using device::Engine;
+
 engine::StepConfig tiny() {
   engine::StepConfig c;
   c.model.arch = model::Arch::resnet18;
@@ -44,7 +49,14 @@ TEST(Expand, ModelsOutermostBatchesInnermost) {
   a.layouts = {Layout::nchw, Layout::nhwc};
   a.batches = {16, 32};
   a.base.model.image_size = 64;
-  const auto groups = expand(a);
+  a.memory = memory::parse_gpu_memory("prealloc:0.5").value();
+  a.graph = false;
+  const Result<Expanded> e = expand(a, DeviceKind::cuda);
+  ASSERT_TRUE(e.has_value()) << e.status().message();
+  EXPECT_EQ(e->picked, "");  // nothing was left open
+  EXPECT_EQ(e->gpu_memory, "prealloc:0.5");
+  EXPECT_EQ(e->allocation.mode, memory::Mode::preallocate);
+  const std::vector<SweepGroup>& groups = e->groups;
   ASSERT_EQ(groups.size(), 8u);
   EXPECT_EQ(groups[0].step.model.arch, model::Arch::resnet18);
   EXPECT_EQ(groups[0].step.precision, engine::Precision::fp32);
@@ -57,6 +69,67 @@ TEST(Expand, ModelsOutermostBatchesInnermost) {
   Sweep s;
   s.groups = groups;
   EXPECT_EQ(planned_configurations(s), 16u);
+}
+
+SweepAxes fp32_and_fp16_train_and_grads() {
+  SweepAxes a;
+  a.models = {model::Arch::resnet50};
+  a.precisions = {engine::Precision::fp32, engine::Precision::fp16};
+  a.modes = {engine::StepMode::train, engine::StepMode::grads};
+  a.batches = {256};
+  return a;
+}
+
+TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
+  const Result<Expanded> gpu = expand(fp32_and_fp16_train_and_grads(), DeviceKind::cuda);
+  ASSERT_TRUE(gpu.has_value()) << gpu.status().message();
+  ASSERT_EQ(gpu->groups.size(), 4u);
+  const auto expect = [&](std::size_t i, Layout layout, bool graph) {
+    const engine::StepConfig& c = gpu->groups[i].step;
+    EXPECT_EQ(c.layout, layout) << i;
+    EXPECT_EQ(c.memory_plan, engine::MemoryPlan::planned) << i;
+    EXPECT_EQ(c.graph, graph) << i;
+  };
+  expect(0, Layout::nchw, false);  // fp32 train
+  expect(1, Layout::nchw, true);   // fp32 grads
+  expect(2, Layout::nhwc, false);  // fp16 train
+  expect(3, Layout::nhwc, true);   // fp16 grads
+  EXPECT_EQ(gpu->gpu_memory, "planned");
+  EXPECT_EQ(gpu->allocation.mode, memory::Mode::growth);
+  EXPECT_EQ(gpu->picked,
+            "layout nchw for fp32 and nhwc for fp16, gpu-memory planned, graph off for train and "
+            "on for grads");
+
+  SweepAxes one = fp32_and_fp16_train_and_grads();
+  one.precisions = {engine::Precision::bf16};
+  one.modes = {engine::StepMode::grads};
+  EXPECT_EQ(expand(one, DeviceKind::cuda)->picked, "layout nhwc, gpu-memory planned, graph on");
+  // A choice given is kept, and the open ones follow it: no graph over grown memory.
+  one.memory = memory::parse_gpu_memory("grow").value();
+  const Result<Expanded> grown = expand(one, DeviceKind::cuda);
+  ASSERT_TRUE(grown.has_value());
+  EXPECT_EQ(grown->picked, "layout nhwc, graph off");
+  EXPECT_FALSE(grown->groups[0].step.graph);
+  EXPECT_EQ(grown->groups[0].step.memory_plan, engine::MemoryPlan::dynamic);
+}
+
+TEST(Expand, AGraphAskedForNeedsPlannedMemoryAndNoTraining) {
+  SweepAxes a = fp32_and_fp16_train_and_grads();
+  a.graph = true;
+  EXPECT_NE(expand(a, DeviceKind::cuda).status().message().find("not train"), std::string::npos);
+  a.modes = {engine::StepMode::grads};
+  a.memory = memory::parse_gpu_memory("grow").value();
+  EXPECT_NE(expand(a, DeviceKind::cuda).status().message().find("needs the planned memory"),
+            std::string::npos);
+  // Open memory takes the arena the graph needs, on any device.
+  a.memory.reset();
+  const Result<Expanded> cpu = expand(a, DeviceKind::cpu);
+  ASSERT_TRUE(cpu.has_value()) << cpu.status().message();
+  EXPECT_EQ(cpu->gpu_memory, "planned");
+  for (const SweepGroup& g : cpu->groups) {
+    EXPECT_TRUE(g.step.graph);
+    EXPECT_EQ(g.step.memory_plan, engine::MemoryPlan::planned);
+  }
 }
 
 TEST(AutoBatch, DoublesUpToTheLimit) {
@@ -118,7 +191,7 @@ TEST(RunSweep, CeilingsGiveTheFractionReached) {
 
 // The allocated peak of a configuration run alone.
 std::int64_t peak(std::int64_t batch) {
-  auto e = Engine::create(Device{}, BackendKind::reference);
+  auto e = Engine::open(Device{}, BackendKind::reference);
   EXPECT_TRUE(e.has_value());
   BenchOptions o;
   o.step = tiny();

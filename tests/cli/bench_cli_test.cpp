@@ -45,7 +45,7 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
   expect_error(kSmall + "--mode eval", "unknown mode 'eval'");
   expect_error(kSmall + "--layout chwn", "unknown layout 'chwn'");
   expect_error(kSmall + "--optimizer lamb", "unknown optimizer 'lamb'");
-  expect_error("--model resnet18 --device tpu:0", "unknown device 'tpu:0'");
+  expect_error("--model resnet18 --device tpu:0", "--device: unknown device 'tpu:0'");
   expect_error(kSmall + "--batch 0", "--batch");
   expect_error(kSmall + "--image-size 0", "--image-size");
   expect_error(kSmall + "--steps 0", "--steps");
@@ -121,13 +121,20 @@ TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error(kSmall + "--repeat 0", "--repeat");
   expect_error(kSmall + "--min-time 2", "--min-time");  // a bare number has no unit
   expect_error(kSmall + "--warmup-time -1s", "--warmup-time");
-  expect_error(kSmall + "--backend cuda", "does not run on cpu");
-  expect_error(kSmall + "--backend tpu", "unknown backend 'tpu'");
-  expect_error(kSmall + "--precision fp64", "fp64 runs on --device cpu --backend reference only");
+  expect_error(kSmall + "--backend cuda", "--backend: backend cuda does not run on cpu");
+  expect_error(kSmall + "--backend tpu", "--backend: unknown backend 'tpu'");
+  expect_error(kSmall + "--precision fp64",
+               "--precision: precision fp64 runs on the reference backend (cpu) only");
   expect_error(kSmall + "--precision fp32,tf32", "tf32 is a GPU tensor-core mode");
   expect_error(kBase + "--batch 2,4 --profile 3", "--profile");
   expect_error("--device cpu --model resnet18,resnet34 --weights w.safetensors", "--weights");
-  expect_error(kSmall + "--json /nonexistent/dir/r.json", "--json");
+  expect_error(kSmall + "--json /nonexistent/dir/r.json", "/nonexistent/dir/r.json");
+  expect_error(kSmall + "--conv-engines fft", "--conv-engines: unknown choice 'fft'");
+  expect_error(kSmall + "--graph maybe", "--graph: unknown choice 'maybe'");
+  expect_error(kSmall + "--graph", "--graph: a graph replays modes grads and infer, not train");
+  expect_error(kSmall + "--mode infer --graph --gpu-memory grow",
+               "--graph: a graph needs the planned memory");
+  expect_error(kSmall + "--layout auto,nhwc", "--layout");
   // Unknown flags are CLI11's errors, still one line.
   expect_error(kSmall + "--no-such-flag", "--no-such-flag");
 }
@@ -217,6 +224,36 @@ TEST(BenchCliTest, SingleConfigurationInDetail) {
   for (const char* line : {"throughput ", "windows ", "step time   median", "compute ",
                            "peak memory", "protocol    setup"}) {
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+}
+
+// Every open choice takes the fastest the engine knows for the device and says so on stderr; a
+// choice given is kept and not announced.
+TEST(BenchCliTest, DefaultsPickTheFastestAndSaySo) {
+  const std::string quick = kSmall + "--mode infer --steps 1 --min-time 0s --warmup 0 ";
+  const CliRun picked = run(quick);
+  ASSERT_EQ(picked.exit_code, 0) << picked.output;
+  EXPECT_NE(picked.output.find("picked: layout "), std::string::npos) << picked.output;
+  EXPECT_NE(picked.output.find("gpu-memory "), std::string::npos) << picked.output;
+  EXPECT_NE(picked.output.find(", graph off (override with --layout/--gpu-memory/--graph)\n"),
+            std::string::npos)
+      << picked.output;
+  const CliRun given = run(quick + "--layout nhwc --gpu-memory planned --graph off");
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  EXPECT_EQ(given.output.find("picked:"), std::string::npos) << given.output;
+  EXPECT_NE(given.output.find("step        infer, fp32, nhwc"), std::string::npos) << given.output;
+  const CliRun layout_only = run(quick + "--gpu-memory grow --graph off");
+  EXPECT_NE(layout_only.output.find("picked: layout "), std::string::npos) << layout_only.output;
+  EXPECT_EQ(layout_only.output.find("gpu-memory grow"), std::string::npos) << layout_only.output;
+}
+
+TEST(BenchCliTest, HelpShowsTheDefaults) {
+  const CliRun r = run("--help");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* option :
+       {"--layout TEXT=auto", "--gpu-memory TEXT=auto", "--graph [auto|on|off]=auto",
+        "--backend TEXT=auto", "--precision TEXT=fp32", "--mode TEXT=train"}) {
+    EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
   }
 }
 

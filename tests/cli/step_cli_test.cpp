@@ -15,6 +15,7 @@
 
 #include "cli_test_util.h"
 #include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/device/backend_kind.h"
 #include "dlprobe/engine/reference_backend.h"
 #include "dlprobe/engine/safetensors.h"
 #include "dlprobe/step/step_config.h"
@@ -136,7 +137,10 @@ class StepCliTest : public ::testing::Test {
     ASSERT_TRUE(safetensors::write_file(path, f).is_ok()) << path;
   }
 
-  std::string files(const std::string& extra = "", const std::string& device = "cpu") const {
+  // The reference backend on the CPU, as the step run in this process; --device cpu alone runs
+  // oneDNN where the build has it.
+  std::string files(const std::string& extra = "",
+                    const std::string& device = "cpu --backend reference") const {
     return "--device " + device + " --model resnet18 --weights " + *weights_ + " --input " +
            *input_ + " --output " + output_ + " " + extra;
   }
@@ -309,6 +313,20 @@ TEST_F(StepCliTest, Fp64OnTheCpuAndTheStateAfterTheStep) {
   std::remove(state.c_str());
 }
 
+// The CPU runs oneDNN unless the reference loops are named; its step agrees with them to fp32
+// rounding.
+TEST_F(StepCliTest, TheCpuRunsOneDnnWhereBuilt) {
+  if (!device::backend_built(device::BackendKind::onednn)) GTEST_SKIP() << "no oneDNN here";
+  const CliRun cli = run_cli(files("", "cpu"));
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  const safetensors::File out = safetensors::read_file(output_).value();
+  EXPECT_EQ(out.metadata.at("backend"), "cpu");
+  direct_fp32();
+  EXPECT_NEAR(scalar(out, "loss"), direct_loss_, 1e-4 * std::abs(direct_loss_));
+  expect_error(files("--precision fp64", "cpu"),
+               "--precision: precision fp64 runs on the reference backend (cpu) only");
+}
+
 TEST_F(StepCliTest, InferModeWritesNoGradients) {
   ASSERT_EQ(run_cli(files("--mode infer")).exit_code, 0);
   const safetensors::File out = safetensors::read_file(output_).value();
@@ -328,8 +346,11 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   expect_error(files("--layout chwn"), "unknown layout 'chwn'");
   expect_error(files("--conv-algo fastest"), "unknown choice 'fastest'");
   expect_error(files("--conv-engines fft"), "--conv-engines: unknown choice 'fft'");
-  expect_error(files("", "tpu:0"), "unknown device 'tpu:0'");
-  expect_error(files("--precision fp64", "cuda:0"), "fp64 runs on --device cpu only");
+  expect_error(files("", "tpu:0"), "--device: unknown device 'tpu:0'");
+  expect_error(files("--precision fp64", "cuda:0"),
+               "--precision: precision fp64 runs on the reference backend (cpu) only");
+  expect_error(files("", "cpu --backend tpu"), "--backend: unknown backend 'tpu'");
+  expect_error(files("", "cpu --backend cuda"), "--backend: backend cuda does not run on cpu");
   expect_error(files("--loss-scale 1024"), "only fp16 scales the loss");
   expect_error(files("--precision fp16 --loss-scale -1"), "init scale -1 must be > 0");
   expect_error("--device cpu --weights " + *weights_ + " --output " + output_, "--input");

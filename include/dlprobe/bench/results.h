@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "dlprobe/bench/runner.h"
+#include "dlprobe/device/backend_kind.h"
+#include "dlprobe/device/device.h"
 #include "dlprobe/monitor/sampler.h"
 #include "dlprobe/results/results.h"
 
@@ -65,8 +67,8 @@ std::vector<OtherProcess> other_processes(const std::vector<WindowTelemetry>& wi
 
 struct Measured {
   engine::StepConfig step;
-  Device device;
-  BackendKind backend = BackendKind::reference;
+  device::Device device;
+  device::BackendKind backend = device::BackendKind::reference;
   results::RunStatus status = results::RunStatus::ok;
   std::string error;                          // why it did not finish; empty when ok
   const BenchResult* result = nullptr;        // null when nothing ran (an error before timing)
@@ -79,8 +81,8 @@ struct Measured {
 };
 
 // The settings of a step as the results file records them.
-results::Settings settings_of(const engine::StepConfig& step, const Device& device,
-                              BackendKind backend);
+results::Settings settings_of(const engine::StepConfig& step, const device::Device& device,
+                              device::BackendKind backend);
 
 // The configuration with its statistics (stats::summarize over every timed step), samples, memory,
 // telemetry, compute figures and findings.

@@ -19,99 +19,17 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <memory>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "dlprobe/allocator/caching_allocator.h"
 #include "dlprobe/core/status.h"
-#include "dlprobe/engine/backend.h"
-#include "dlprobe/engine/conv_tuning.h"
+#include "dlprobe/device/engine.h"
 #include "dlprobe/step/step_config.h"
 #include "dlprobe/step/step_plan.h"
 #include "dlprobe/step/training_step.h"
 
 namespace dlprobe::bench {
-
-struct Device {
-  DeviceKind kind = DeviceKind::cpu;
-  int index = 0;
-};
-// "cpu" or "cuda:N" (also "cuda" for cuda:0).
-Result<Device> parse_device(std::string_view text, std::string_view flag = "device");
-std::string device_name(const Device& d);
-
-// Which engine backend runs the step: cuda (cuDNN, cuBLASLt and dlprobe's kernels), onednn (the
-// CPU backend, built with DLPROBE_WITH_ONEDNN), reference (plain loops: correct, slow).
-enum class BackendKind : std::uint8_t { cuda, onednn, reference };
-std::string_view backend_kind_name(BackendKind kind);
-// Whether this build has the backend.
-bool backend_built(BackendKind kind);
-// "auto" (cuda on a GPU, onednn on the CPU where built, else reference), "cuda", "onednn" or
-// "reference"; a backend that does not run on `device` or is not built here is a one-line error.
-Result<BackendKind> parse_backend(std::string_view text, const Device& device,
-                                  std::string_view flag = "backend");
-
-// Whether a backend runs `precision` at all: fp64 needs the reference backend, tf32 the GPU, and
-// the oneDNN backend has no fp16. (Engine::supports adds what depends on the device.)
-Status backend_supports(BackendKind kind, engine::Precision precision);
-
-// The PCI bus id of CUDA device `index` ("0000:19:00.0"), to find it in NVML; nullopt without
-// CUDA or without that device.
-std::optional<std::string> cuda_pci_bus_id(int index);
-
-// Which cuDNN convolution engines may run (ignored on the CPU). Never those that sum in 16 bits.
-enum class ConvEngines : std::uint8_t {
-  any,            // also non-deterministic, FFT and Winograd ones: what cudnn.benchmark allows
-  deterministic,  // the same bits on every run
-  exact,          // deterministic direct sums only (no FFT / Winograd): the engine's own tests
-};
-Result<ConvEngines> parse_conv_engines(std::string_view text, std::string_view flag);
-
-// --conv-algo: heuristic, autotune or exhaustive.
-Result<ConvEngineChoice> parse_conv_algo(std::string_view text, std::string_view flag);
-
-// How the CUDA backend picks convolution engines.
-struct ConvOptions {
-  ConvEngineChoice algo = ConvEngineChoice::autotune;
-  ConvEngines engines = ConvEngines::any;
-  std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
-};
-
-// A device's backend and caching allocator. A sweep keeps one across its configurations, so that
-// the CUDA backend's convolution plans (chosen once per shape) are reused; run_bench() starts
-// every configuration from a clean allocator (cache emptied, peaks reset).
-class Engine {
- public:
-  // `compute` matters only to the reference backend: DType::fp64 for Precision::fp64, else fp32.
-  // `allocation` sets the allocator's mode (a limit makes a small device of a large one).
-  static Result<std::unique_ptr<Engine>> create(const Device& device, BackendKind backend,
-                                                const ConvOptions& conv = {},
-                                                DType compute = DType::fp32,
-                                                const memory::AllocatorOptions& allocation = {});
-  ~Engine();
-  Engine(const Engine&) = delete;
-  Engine& operator=(const Engine&) = delete;
-
-  Backend& backend() { return *backend_; }
-  memory::CachingAllocator& allocator() { return *allocator_; }
-
-  // Whether `precision` can run here, checked before anything is allocated: backend_supports(),
-  // an engine of the right compute type, and compute capability 8.0 for bf16 on the GPU.
-  Status supports(engine::Precision precision) const;
-
- private:
-  Engine() = default;
-  Device device_;
-  BackendKind kind_ = BackendKind::reference;
-  DType compute_ = DType::fp32;
-  std::optional<std::pair<int, int>> cc_;  // CUDA: the compute capability
-  // The allocator first: the backend gives its scratch memory back to it when destroyed.
-  std::unique_ptr<memory::CachingAllocator> allocator_;
-  std::unique_ptr<Backend> backend_;
-};
 
 struct Protocol {
   std::int64_t warmup_steps = 5;
@@ -189,8 +107,10 @@ struct BenchResult {
 
 // Bad options, a precision the engine cannot run, a weights file that does not fit the model and
 // running out of memory are errors (the last is Errc::out_of_memory with the allocator's report as
-// its message; engine.allocator().stats() and last_oom() still tell where memory was).
-Result<BenchResult> run_bench(Engine& engine, const BenchOptions& options, const Hooks& hooks = {});
+// its message; engine.allocator().stats() and last_oom() still tell where memory was). Each run
+// starts from a clean allocator (cache emptied, peaks reset), so one engine serves a whole sweep.
+Result<BenchResult> run_bench(device::Engine& engine, const BenchOptions& options,
+                              const Hooks& hooks = {});
 
 // Matrix-multiply FLOPs of one image through the model (2 per multiply-add of every convolution
 // and of the fully connected layer; batch norm, ReLU, pooling and the optimizer are left out, as in

@@ -15,9 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "dlprobe/allocator/gpu_memory_option.h"
 #include "dlprobe/bench/results.h"
 #include "dlprobe/bench/runner.h"
+#include "dlprobe/bench/telemetry.h"
 #include "dlprobe/core/status.h"
+#include "dlprobe/device/backend_kind.h"
+#include "dlprobe/device/conv_options.h"
+#include "dlprobe/device/device.h"
 #include "dlprobe/diagnosis/diagnosis.h"
 #include "dlprobe/monitor/nvml.h"
 #include "dlprobe/results/results.h"
@@ -40,26 +45,45 @@ struct AutoBatch {
 // The batches an auto walk tries, in order.
 std::vector<std::int64_t> auto_batches(const AutoBatch& a);
 
-// The list-valued settings; every combination is a configuration.
+// The list-valued settings; every combination is a configuration. A choice left open takes, per
+// configuration, the fastest the engine knows for the device, precision and mode
+// (device::fastest_settings).
 struct SweepAxes {
   std::vector<model::Arch> models;
   std::vector<engine::Precision> precisions;
   std::vector<engine::StepMode> modes;
-  std::vector<Layout> layouts;
+  std::vector<Layout> layouts;  // empty: each precision's fastest
   std::vector<std::int64_t> batches;
   bool auto_batch = false;
+  // How the engine takes memory; nullopt: the planned arena where it is the fastest (one choice
+  // for the sweep, whose engine and allocator serve every configuration), else growth.
+  std::optional<memory::GpuMemoryOption> memory;
+  // Replay each step as a graph; nullopt: wherever the mode allows one and the arena is planned.
+  std::optional<bool> graph;
   engine::StepConfig base;  // image size, classes, optimizer, seeds
 };
-// Models outermost, then precisions, modes, layouts; batches innermost (so that an auto walk and a
-// throughput-vs-batch curve are contiguous).
-std::vector<SweepGroup> expand(const SweepAxes& axes);
+
+// The configurations of a sweep, and how its engine takes memory.
+struct Expanded {
+  // Models outermost, then precisions, modes, layouts; batches innermost (so that an auto walk and
+  // a throughput-vs-batch curve are contiguous).
+  std::vector<SweepGroup> groups;
+  memory::AllocatorOptions allocation;
+  std::string gpu_memory;  // as given, or what was picked ("planned", "grow")
+  // What the open choices became, e.g. "layout nhwc, gpu-memory planned, graph on", or "layout
+  // nchw for fp32 and nhwc for fp16" where they differ; empty when every choice was given.
+  std::string picked;
+};
+// A graph asked for over memory that is not planned, or in train mode, is an error (the step
+// replays fixed addresses, and train's optimizer uploads its table each step).
+Result<Expanded> expand(const SweepAxes& axes, DeviceKind device);
 
 struct Sweep {
   std::vector<SweepGroup> groups;
   AutoBatch auto_batch;
-  Device device;
-  BackendKind backend = BackendKind::reference;
-  ConvOptions conv;
+  device::Device device;
+  device::BackendKind backend = device::BackendKind::reference;
+  device::ConvOptions conv;
   Protocol protocol;
   std::string weights;
   std::int64_t profile_steps = 0;
@@ -69,14 +93,6 @@ struct Sweep {
 
 // Configurations the sweep runs: exact without auto groups; with them, their longest walks.
 std::size_t planned_configurations(const Sweep& sweep);
-
-// GPU telemetry during the sweep: NVML and the device's NVML index (which can differ from the CUDA
-// index), sampled every `interval` with per-process rows.
-struct TelemetrySource {
-  std::shared_ptr<nvml::Library> nvml;
-  unsigned gpu = 0;
-  std::chrono::nanoseconds interval = std::chrono::milliseconds(50);
-};
 
 struct SweepProgress {
   std::size_t index = 0;  // 1-based configuration number

@@ -9,7 +9,7 @@
 
 #include "dlprobe/core/status.h"
 #include "dlprobe/device/device.h"
-#include "dlprobe/step/training_step.h"
+#include "dlprobe/step/step_config.h"
 
 namespace dlprobe::device {
 

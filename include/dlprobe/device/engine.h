@@ -13,7 +13,7 @@
 #include "dlprobe/device/device.h"
 #include "dlprobe/engine/backend.h"
 #include "dlprobe/engine/dtype.h"
-#include "dlprobe/step/training_step.h"
+#include "dlprobe/step/step_config.h"
 
 namespace dlprobe::device {
 

@@ -5,7 +5,7 @@
 
 #include "dlprobe/engine/backend.h"
 #include "dlprobe/engine/tensor.h"
-#include "dlprobe/step/training_step.h"
+#include "dlprobe/step/step_config.h"
 
 namespace dlprobe::device {
 

@@ -1,0 +1,30 @@
+// Where a bench sweep's results go: the results file (dlprobe.results/1) and the configuration
+// table as CSV and Markdown, each rewritten atomically after every configuration, so that a crash
+// or Ctrl-C keeps everything measured so far.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dlprobe/core/status.h"
+#include "dlprobe/results/results.h"
+
+namespace dlprobe::bench {
+
+class Outputs {
+ public:
+  // Empty paths are not written. Creating writes each file once, empty, so that a path that
+  // cannot be written fails before anything is measured (the error names the file).
+  static Result<Outputs> create(std::string json, std::string csv, std::string md,
+                                results::Context context);
+  Status write(const std::vector<results::Configuration>& configurations);
+  Status add_findings(const std::vector<results::Finding>& findings);
+  const results::Document& document() const { return document_; }
+
+ private:
+  Status flush() const;
+  std::string json_, csv_, md_;
+  results::Document document_;
+};
+
+}  // namespace dlprobe::bench

@@ -1,0 +1,36 @@
+// A bench sweep's results as terminal text: what `dlprobe bench` and `dlprobe evaluate` print.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dlprobe/bench/runner.h"
+#include "dlprobe/bench/sweep.h"
+#include "dlprobe/results/results.h"
+
+namespace dlprobe::bench {
+
+// The results as a table (configuration, status, img/s and CI, median and p99 step time, CV, peak
+// memory, TFLOP/s and share of the ceiling, J/image, GPU util, power, SM clock), then the errors
+// of the configurations that did not finish.
+std::string configurations_text(const std::vector<results::Configuration>& configurations);
+
+// Every finding, configuration by configuration, then the sweep's own; a warning that several
+// configurations share is printed once, with each one's numbers. Empty without findings.
+std::string findings_text(const std::vector<results::Configuration>& configurations,
+                          const std::vector<results::Finding>& sweep_findings);
+
+// One configuration of `sweep` in full: model, step, device, protocol, throughput and CI, step
+// times, compute, telemetry, energy, loss, memory by category, and the profile where there is one.
+std::string detail_text(const Sweep& sweep, const results::Configuration& configuration,
+                        const BenchResult& result);
+
+// What a sweep found: with `detailed`, its one configuration in full (nothing for one that did
+// not finish: its error says it), else the table; then the findings. Empty when nothing ran.
+std::string outcome_text(const Sweep& sweep, const SweepOutcome& outcome,
+                         const std::vector<results::Finding>& findings, bool detailed);
+
+// Device time per kind of call, then the slowest calls.
+std::string profile_text(const std::vector<CallTime>& profile);
+
+}  // namespace dlprobe::bench

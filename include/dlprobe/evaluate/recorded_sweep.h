@@ -1,0 +1,36 @@
+// A bench sweep run into its results files: the context they record, the files rewritten after
+// every configuration, then the findings. What `dlprobe bench` and `dlprobe evaluate` run once
+// their sweep is chosen.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dlprobe/bench/outputs.h"
+#include "dlprobe/bench/sweep.h"
+#include "dlprobe/doctor/versions.h"
+#include "dlprobe/monitor/nvml.h"
+#include "dlprobe/results/results.h"
+
+namespace dlprobe::evaluate {
+
+// The context of a native run: the machine's (host, GPUs and their state through `nvml`, as
+// `dlprobe run` records them) with the libraries doctor probed and the CUDA runtime.
+results::Context bench_context(const std::vector<std::string>& command_line,
+                               const std::shared_ptr<nvml::Library>& nvml,
+                               const doctor::StackVersions& versions);
+
+struct RecordedSweep {
+  bench::SweepOutcome outcome;
+  std::vector<results::Finding> findings;  // those given, then the sweep's own
+  Status status;  // what stopped the sweep, else a failure to write the findings
+};
+
+// `callbacks.done` (if any) hears of each configuration before the files are rewritten; `findings`
+// (doctor's, say) are recorded ahead of the sweep's own.
+RecordedSweep record_sweep(const bench::Sweep& sweep, const bench::SweepEnvironment& environment,
+                           bench::Outputs& outputs, std::vector<results::Finding> findings,
+                           const bench::SweepCallbacks& callbacks = {});
+
+}  // namespace dlprobe::evaluate

@@ -1,0 +1,244 @@
+#include "dlprobe/bench/text.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "dlprobe/core/units.h"
+#include "dlprobe/results/table.h"
+
+namespace dlprobe::bench {
+namespace {
+
+std::string range_text(const std::optional<results::Range>& r, std::string_view unit) {
+  if (!r) return "unknown";
+  return fmt::format("{:.0f} {} (min {:.0f}, max {:.0f})", r->median, unit, r->min, r->max);
+}
+
+std::string size_text(std::int64_t bytes) {
+  return format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(bytes, 0)));
+}
+
+}  // namespace
+
+std::string configurations_text(const std::vector<results::Configuration>& configurations) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"configuration", "status", "img/s", "95% CI", "median ms", "p99 ms", "CV %",
+                  "peak mem", "TFLOP/s", "% ceil", "J/img", "util %", "W", "SM MHz"});
+  const auto fixed = [](const std::optional<double>& v, int decimals) -> std::string {
+    return v ? format_grouped(*v, decimals) : "-";
+  };
+  for (const results::Configuration& c : configurations) {
+    std::vector<std::string> r;
+    r.push_back(results::describe(c.kind, c.settings));
+    r.push_back(std::string(results::run_status_name(c.status)));
+    if (c.statistics) {
+      const stats::Summary& s = *c.statistics;
+      r.push_back(format_grouped(s.throughput, 1));
+      r.push_back(fmt::format("{} - {}", format_grouped(s.throughput_ci.low, 1),
+                              format_grouped(s.throughput_ci.high, 1)));
+      r.push_back(fmt::format("{:.3f}", s.median_s * 1e3));
+      r.push_back(fmt::format("{:.3f}", s.p99_s * 1e3));
+      r.push_back(fmt::format("{:.2f}", s.cv * 100));
+    } else {
+      r.insert(r.end(), 5, "-");
+    }
+    const auto peak = c.memory ? results::peak_memory_bytes(*c.memory) : std::nullopt;
+    r.push_back(peak ? size_text(*peak) : "-");
+    const results::Compute* k = c.compute ? &*c.compute : nullptr;
+    // Three significant digits: a CPU run reaches a few GFLOP/s, a GPU hundreds of TFLOP/s.
+    r.push_back(k && k->achieved_tflops ? fmt::format("{:.3g}", *k->achieved_tflops) : "-");
+    r.push_back(k && k->fraction_of_ceiling ? fmt::format("{:.1f}", *k->fraction_of_ceiling * 100)
+                                            : "-");
+    const results::Telemetry* t = c.telemetry.empty() ? nullptr : &c.telemetry.front();
+    std::optional<double> joules;
+    if (t && t->energy_j && c.statistics) joules = *t->energy_j / c.statistics->total_items;
+    r.push_back(joules ? fmt::format("{:.4f}", *joules) : "-");
+    const auto median = [](const std::optional<results::Range>& range) -> std::optional<double> {
+      if (!range) return std::nullopt;
+      return range->median;
+    };
+    r.push_back(fixed(t ? median(t->gpu_util_pct) : std::nullopt, 0));
+    r.push_back(fixed(t ? median(t->power_w) : std::nullopt, 0));
+    r.push_back(fixed(t ? median(t->sm_clock_mhz) : std::nullopt, 0));
+    rows.push_back(std::move(r));
+  }
+  std::vector<std::size_t> width(rows.front().size(), 0);
+  for (const auto& r : rows) {
+    for (std::size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      // Text left, numbers right.
+      line += i < 2 ? fmt::format("{:<{}}", r[i], width[i]) : fmt::format("{:>{}}", r[i], width[i]);
+      if (i + 1 < r.size()) line += "  ";
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  std::string errors;
+  for (const results::Configuration& c : configurations) {
+    if (c.status != results::RunStatus::ok && !c.error.empty()) {
+      errors += fmt::format("  {}: {}: {}\n", results::describe(c.kind, c.settings),
+                            results::run_status_name(c.status), c.error);
+    }
+  }
+  if (!errors.empty()) out += "did not finish:\n" + errors;
+  return out;
+}
+
+std::string findings_text(const std::vector<results::Configuration>& configurations,
+                          const std::vector<results::Finding>& sweep_findings) {
+  // A warning that several configurations share is printed once, with each one's numbers.
+  struct Group {
+    const results::Finding* first = nullptr;
+    std::vector<std::string> lines;
+  };
+  std::vector<Group> groups;
+  const auto add = [&](const std::string& where, const results::Finding& f) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.first->id == f.id && g.first->severity == f.severity &&
+             g.first->message == f.message && g.first->fix == f.fix;
+    });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{&f, {}});
+    it->lines.push_back(where.empty() ? f.evidence : fmt::format("{}: {}", where, f.evidence));
+  };
+  for (const results::Configuration& c : configurations) {
+    for (const results::Finding& f : c.findings) add(results::describe(c.kind, c.settings), f);
+  }
+  for (const results::Finding& f : sweep_findings) add("", f);
+  if (groups.empty()) return "";
+  std::string out = "findings:\n";
+  for (const Group& g : groups) {
+    out += fmt::format("  [{}] {}: {}\n", results::severity_name(g.first->severity), g.first->id,
+                       g.first->message);
+    for (const std::string& line : g.lines) {
+      if (!line.empty()) out += "      " + line + "\n";
+    }
+    if (!g.first->fix.empty()) out += fmt::format("      fix: {}\n", g.first->fix);
+  }
+  return out;
+}
+
+std::string detail_text(const Sweep& sweep, const results::Configuration& c, const BenchResult& r) {
+  const engine::StepConfig& step = sweep.groups.front().step;
+  const Protocol& p = sweep.protocol;
+  std::string out;
+  out += fmt::format("model       {}, {}x{} images, {} classes, batch {}\n", c.settings.model,
+                     c.settings.image_size, c.settings.image_size, c.settings.classes,
+                     c.settings.batch);
+  out += fmt::format("step        {}, {}, {}, {}\n", c.settings.mode, c.settings.precision,
+                     c.settings.layout,
+                     step.mode == engine::StepMode::train ? c.settings.optimizer : "no optimizer");
+  out += fmt::format("device      {}, {} backend{}\n", c.settings.device, c.settings.backend,
+                     sweep.backend == device::BackendKind::reference
+                         ? " (plain loops for correctness, not speed)"
+                         : "");
+  out += fmt::format(
+      "protocol    setup {:.2f} s; warm-up {} steps in {:.2f} s; {} window{} of >= {} steps and "
+      ">= {:.2f} s\n",
+      r.setup_seconds, r.warmup_steps, r.warmup_seconds, p.repeat, p.repeat == 1 ? "" : "s",
+      p.min_steps, p.min_seconds);
+  if (c.statistics) {
+    const stats::Summary& s = *c.statistics;
+    out += fmt::format("timed       {} steps, {:.3f} s\n", s.steps, s.total_seconds);
+    out += fmt::format("throughput  {:.2f} img/s ({:.0f}% CI {:.2f} - {:.2f})\n", s.throughput,
+                       s.ci_level * 100, s.throughput_ci.low, s.throughput_ci.high);
+    const std::vector<double> windows = results::window_throughputs(c.samples);
+    if (windows.size() > 1) {
+      std::string each;
+      for (double w : windows) each += fmt::format("{}{:.2f}", each.empty() ? "" : ", ", w);
+      out += fmt::format("windows     {} img/s\n", each);
+    }
+    out += fmt::format(
+        "step time   median {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms, MAD {:.3f} ms, CV {:.2f} %, "
+        "{} outliers\n",
+        s.median_s * 1e3, s.p90_s * 1e3, s.p99_s * 1e3, s.mad_s * 1e3, s.cv * 100, s.outliers);
+  }
+  if (c.compute && c.compute->flops_per_item) {
+    const results::Compute& k = *c.compute;
+    std::string line = fmt::format("{:.2f} GFLOP/img", *k.flops_per_item / 1e9);
+    if (k.achieved_tflops) line += fmt::format(", {:.2f} TFLOP/s", *k.achieved_tflops);
+    if (k.fraction_of_ceiling && k.ceiling_tflops) {
+      line += fmt::format(", {:.1f}% of the measured {} GEMM ceiling ({:.1f} TFLOP/s)",
+                          *k.fraction_of_ceiling * 100, k.ceiling_dtype, *k.ceiling_tflops);
+    }
+    out += fmt::format("compute     {}\n", line);
+  }
+  for (const results::Telemetry& t : c.telemetry) {
+    out += fmt::format("gpu {}       util {}, power {}, SM clock {}\n", t.gpu,
+                       range_text(t.gpu_util_pct, "%"), range_text(t.power_w, "W"),
+                       range_text(t.sm_clock_mhz, "MHz"));
+    if (t.energy_j && c.statistics) {
+      out += fmt::format("energy      {:.4f} J/img ({:.1f} J over {:.2f} s, {})\n",
+                         *t.energy_j / c.statistics->total_items, *t.energy_j, t.window_s,
+                         t.energy_source == "counter" ? "energy counter" : "integrated power");
+    }
+  }
+  if (!r.windows.empty()) {
+    out += fmt::format("loss        {:.4f} (last step{})\n", r.last.loss,
+                       step.precision == engine::Precision::fp16
+                           ? fmt::format(", loss scale {}", r.last.loss_scale)
+                           : "");
+  }
+  const memory::MemoryStats& m = r.memory;
+  out += fmt::format("peak memory {} allocated, {} reserved\n",
+                     size_text(m.all.allocated_bytes_peak), size_text(m.reserved_bytes_peak));
+  for (const memory::Category cat : memory::kAllCategories) {
+    out += fmt::format("  {:<16} {} peak, {} at the overall peak\n", memory::category_name(cat),
+                       size_text(m[cat].allocated_bytes_peak),
+                       size_text(m.peak.allocated_by_category[static_cast<std::size_t>(cat)]));
+  }
+  if (!m.peak.owner.empty()) out += fmt::format("  peak set by      {}\n", m.peak.owner);
+  if (!r.profile.empty()) out += profile_text(r.profile);
+  return out;
+}
+
+std::string outcome_text(const Sweep& sweep, const SweepOutcome& outcome,
+                         const std::vector<results::Finding>& findings, bool detailed) {
+  if (outcome.configurations.empty()) return "";
+  std::string out;
+  const results::Configuration& first = outcome.configurations.front();
+  if (!detailed) {
+    out = configurations_text(outcome.configurations);
+  } else if (first.status == results::RunStatus::ok ||
+             first.status == results::RunStatus::interrupted) {
+    out = detail_text(sweep, first, outcome.runs.front());
+  }
+  return out + findings_text(outcome.configurations, findings);
+}
+
+std::string profile_text(const std::vector<CallTime>& profile) {
+  std::map<std::string_view, std::pair<double, int>> by_kind;
+  double total = 0;
+  for (const CallTime& t : profile) {
+    auto& [ms, count] = by_kind[engine::call_kind_name(t.kind)];
+    ms += t.ms;
+    ++count;
+    total += t.ms;
+  }
+  std::vector<std::pair<std::string_view, std::pair<double, int>>> kinds(by_kind.begin(),
+                                                                         by_kind.end());
+  std::sort(kinds.begin(), kinds.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::string out =
+      fmt::format("profile     {:.3f} ms per step (median per call), by kind:\n", total);
+  for (const auto& [kind, v] : kinds) {
+    out += fmt::format("  {:<28} {:9.3f} ms {:5.1f} %  {:4d} calls\n", kind, v.first,
+                       100.0 * v.first / std::max(total, 1e-12), v.second);
+  }
+  std::vector<const CallTime*> slowest;
+  for (const CallTime& t : profile) slowest.push_back(&t);
+  std::sort(slowest.begin(), slowest.end(),
+            [](const CallTime* a, const CallTime* b) { return a->ms > b->ms; });
+  slowest.resize(std::min<std::size_t>(slowest.size(), 25));
+  out += "  slowest calls:\n";
+  for (const CallTime* t : slowest) out += fmt::format("  {:9.3f} ms  {}\n", t->ms, t->name);
+  return out;
+}
+
+}  // namespace dlprobe::bench

@@ -1,0 +1,113 @@
+#include "dlprobe/evaluate/evaluation.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <span>
+
+#include "dlprobe/bench/ceilings.h"
+#include "dlprobe/bench/outputs.h"
+#include "dlprobe/bench/telemetry.h"
+#include "dlprobe/core/files.h"
+#include "dlprobe/evaluate/summary.h"
+#include "dlprobe/report/html.h"
+
+namespace dlprobe::evaluate {
+namespace {
+
+results::Finding from_doctor(const doctor::Finding& f) {
+  results::Finding out;
+  out.severity = f.severity == doctor::Severity::error     ? results::Severity::error
+                 : f.severity == doctor::Severity::warning ? results::Severity::warning
+                                                           : results::Severity::info;
+  out.id = "doctor." + f.id;
+  out.message = f.message;
+  out.fix = f.fix;
+  return out;
+}
+
+}  // namespace
+
+std::string default_folder() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "dlprobe-evaluate-%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+Status prepare_folder(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir / "results.json", ec)) {
+    return invalid_argument(
+        fmt::format("{} already holds results.json; choose another folder", dir.string()));
+  }
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return error(Errc::io_error, fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  }
+  return Status::ok();
+}
+
+Result<Plan> plan_evaluation(EvaluateOptions options,
+                             const std::function<void(const std::string&)>& note) {
+  Plan plan;
+  // Without a tuning cache of its own the folder keeps one: the engine chosen per convolution
+  // shape, which a later run given that file runs again.
+  if (!options.conv.tuning) {
+    DLPROBE_ASSIGN_OR_RETURN(options.conv.tuning,
+                             ConvTuningCache::open(options.folder / "tuning.json"));
+  }
+  doctor::DoctorOptions doctor_options;
+  // The ceilings come from the GPU that runs the sweep.
+  if (options.device && options.device->kind == DeviceKind::cuda) {
+    doctor_options.ceilings_device = options.device->index;
+  }
+  if (options.quick) {
+    doctor_options.ceiling_options.repetitions = 3;
+    doctor_options.ceiling_options.host_bandwidth = false;
+  }
+  if (note) note("dlprobe evaluate: doctor (stack, GPU state, measured ceilings)...");
+  DLPROBE_ASSIGN_OR_RETURN(plan.report, doctor::run_doctor(doctor_options));
+  DLPROBE_RETURN_IF_ERROR(
+      write_file_atomic(options.folder / "doctor.json", doctor::render_json(plan.report)));
+  DLPROBE_ASSIGN_OR_RETURN(plan.chosen,
+                           machine_sweep(plan.report, options.device, options.quick, options.conv));
+  plan.options = std::move(options);
+  return plan;
+}
+
+Result<Evaluation> run_evaluation(const Plan& plan, const std::vector<std::string>& command_line,
+                                  const bench::SweepCallbacks& callbacks,
+                                  const std::atomic<int>* interrupt) {
+  const bench::Sweep& sweep = plan.chosen.sweep;
+  const std::filesystem::path& dir = plan.options.folder;
+  std::shared_ptr<nvml::Library> nvml;
+  if (sweep.device.kind == DeviceKind::cuda) nvml = bench::open_nvml();
+  const std::optional<bench::TelemetrySource> telemetry = bench::telemetry_for(sweep.device, nvml);
+  bench::SweepEnvironment env;
+  if (telemetry) env.telemetry = &*telemetry;
+  if (plan.report.ceilings) env.ceilings = bench::ceilings_by_precision(*plan.report.ceilings);
+  env.interrupt = interrupt;
+  DLPROBE_ASSIGN_OR_RETURN(
+      bench::Outputs outputs,
+      bench::Outputs::create((dir / "results.json").string(), "", "",
+                             bench_context(command_line, nvml, plan.report.versions)));
+  std::vector<results::Finding> doctor_findings;
+  for (const doctor::Finding& f : plan.report.findings) doctor_findings.push_back(from_doctor(f));
+
+  Evaluation e;
+  e.run = record_sweep(sweep, env, outputs, std::move(doctor_findings), callbacks);
+  e.status = e.run.status;
+  const results::NamedDocument named{"results.json", outputs.document()};
+  if (Status s = write_file_atomic(dir / "report.html", report::render_html(std::span(&named, 1)));
+      !s && e.status) {
+    e.status = s;
+  }
+  e.summary =
+      evaluation_summary(plan.report, sweep, e.run.outcome.configurations, e.run.findings, dir);
+  return e;
+}
+
+}  // namespace dlprobe::evaluate
