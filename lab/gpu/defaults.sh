@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine over the bundle (scripts/gpu-bundle.sh): `dlprobe bench --precision fp16` with no
-# other flag beside the fastest configuration named in full (NHWC, planned arena, CUDA graph,
-# gradients only), ResNet-50 batch 256, alternating A B A B so that drift between calls shows as
-# spread rather than as a difference; then `dlprobe evaluate`, timed. Output under $OUT (or
+# other flag (training, the default mode) beside the fastest training configuration named in full
+# (NHWC, planned arena; training steps are not replayed as graphs), and the same with `--mode grads`
+# beside NHWC, planned arena and a CUDA graph; ResNet-50 batch 256, alternating so that drift
+# between calls shows as spread rather than as a difference; then `dlprobe evaluate`, timed. Output under $OUT (or
 # ./gpu-check-out); a summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -29,8 +30,10 @@ PY
 )")
 }
 for round in 1 2; do
-  bench "default-$round"
-  bench "best-$round" --mode grads --layout nhwc --gpu-memory planned --graph
+  bench "train-default-$round"
+  bench "train-best-$round" --layout nhwc --gpu-memory planned --graph off
+  bench "grads-default-$round" --mode grads
+  bench "grads-best-$round" --mode grads --layout nhwc --gpu-memory planned --graph on
 done
 
 echo "== dlprobe evaluate"
