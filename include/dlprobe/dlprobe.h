@@ -20,6 +20,7 @@
 #include "dlprobe/core/files.h"
 #include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/log.h"
+#include "dlprobe/core/severity.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/device/backend_kind.h"

@@ -235,7 +235,6 @@ results::Configuration to_configuration(const Measured& m) {
 
 std::vector<results::Finding> findings_of(const results::Configuration& c,
                                           const std::vector<OtherProcess>& others) {
-  using results::Severity;
   std::vector<results::Finding> out;
   const auto add = [&](Severity severity, std::string id, std::string message, std::string evidence,
                        std::string fix) {

@@ -114,7 +114,7 @@ std::string findings_text(const std::vector<results::Configuration>& configurati
   if (groups.empty()) return "";
   std::string out = "findings:\n";
   for (const Group& g : groups) {
-    out += fmt::format("  [{}] {}: {}\n", results::severity_name(g.first->severity), g.first->id,
+    out += fmt::format("  [{}] {}: {}\n", severity_name(g.first->severity), g.first->id,
                        g.first->message);
     for (const std::string& line : g.lines) {
       if (!line.empty()) out += "      " + line + "\n";

@@ -245,18 +245,6 @@ void outcome_rules(const RunFacts& f, std::vector<Finding>& out) {
 
 }  // namespace
 
-std::string_view severity_name(Severity s) {
-  switch (s) {
-    case Severity::info:
-      return "info";
-    case Severity::warning:
-      return "warning";
-    case Severity::error:
-      return "error";
-  }
-  return "info";
-}
-
 std::vector<Finding> diagnose_run(const RunFacts& facts) {
   std::vector<Finding> out;
   outcome_rules(facts, out);

@@ -21,18 +21,6 @@
 
 namespace dlprobe::doctor {
 
-std::string_view severity_name(Severity severity) {
-  switch (severity) {
-    case Severity::info:
-      return "info";
-    case Severity::warning:
-      return "warning";
-    case Severity::error:
-      return "error";
-  }
-  return "unknown";
-}
-
 std::string Version::str() const {
   if (has_patch) return fmt::format("{}.{}.{}", major, minor, patch);
   return fmt::format("{}.{}", major, minor);

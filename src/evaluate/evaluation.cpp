@@ -17,9 +17,7 @@ namespace {
 
 results::Finding from_doctor(const doctor::Finding& f) {
   results::Finding out;
-  out.severity = f.severity == doctor::Severity::error     ? results::Severity::error
-                 : f.severity == doctor::Severity::warning ? results::Severity::warning
-                                                           : results::Severity::info;
+  out.severity = f.severity;
   out.id = "doctor." + f.id;
   out.message = f.message;
   out.fix = f.fix;

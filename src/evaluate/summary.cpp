@@ -91,8 +91,8 @@ std::string evaluation_summary(const doctor::Report& report, const bench::Sweep&
   std::size_t warnings = 0;
   std::size_t errors = 0;
   const auto count = [&](const results::Finding& f) {
-    if (f.severity == results::Severity::warning) ++warnings;
-    if (f.severity == results::Severity::error) ++errors;
+    if (f.severity == Severity::warning) ++warnings;
+    if (f.severity == Severity::error) ++errors;
   };
   for (const auto& f : findings) count(f);
   for (const auto& c : configurations) {

@@ -124,14 +124,20 @@ std::string svg_open(std::string_view id, const Frame& f, std::string_view title
       esc(id), num(f.width), num(f.height), num(f.width), num(f.height), esc(title), esc(title));
 }
 
+// One tick of an axis: its grid line from (x1, y1) to (x2, y2) and its label at (x, y).
+std::string tick(double x1, double y1, double x2, double y2, double x, double y,
+                 std::string_view anchor, double value) {
+  return fmt::format(
+      "<line class=\"grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
+      "<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"{}\">{}</text>\n",
+      num(x1), num(y1), num(x2), num(y2), num(x), num(y), anchor, esc(tick_label(value)));
+}
+
 std::string y_axis(const Frame& f, const Axis& a, std::string_view label) {
   std::string s;
   for (double t : a.ticks) {
     const double y = map(t, a.lo, a.hi, f.y0(), f.y1());
-    s += fmt::format(
-        "<line class=\"grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
-        "<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
-        num(f.x0()), num(y), num(f.x1()), num(y), num(f.x0() - 6), num(y + 4), esc(tick_label(t)));
+    s += tick(f.x0(), y, f.x1(), y, f.x0() - 6, y + 4, "end", t);
   }
   s += fmt::format(
       "<text class=\"axis-label\" transform=\"translate(16 {}) rotate(-90)\" "
@@ -144,10 +150,7 @@ std::string x_axis(const Frame& f, const Axis& a, std::string_view label) {
   std::string s;
   for (double t : a.ticks) {
     const double x = map(t, a.lo, a.hi, f.x0(), f.x1());
-    s += fmt::format(
-        "<line class=\"grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
-        "<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-        num(x), num(f.y1()), num(x), num(f.y0()), num(x), num(f.y0() + 16), esc(tick_label(t)));
+    s += tick(x, f.y1(), x, f.y0(), x, f.y0() + 16, "middle", t);
   }
   s +=
       fmt::format("<text class=\"axis-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
@@ -599,8 +602,8 @@ std::vector<Note> notes(const std::vector<Entry>& all, std::span<const NamedDocu
   std::vector<Note> out;
   for (const auto& d : documents) {
     for (const auto& f : d.document.findings) {
-      out.push_back({std::string(results::severity_name(f.severity)), d.name, f.id, f.message,
-                     f.evidence, f.fix});
+      out.push_back(
+          {std::string(severity_name(f.severity)), d.name, f.id, f.message, f.evidence, f.fix});
     }
   }
   for (const auto& e : all) {
@@ -639,8 +642,8 @@ std::vector<Note> notes(const std::vector<Entry>& all, std::span<const NamedDocu
                      reasons, ""});
     }
     for (const auto& f : c.findings) {
-      out.push_back({std::string(results::severity_name(f.severity)), where, f.id, f.message,
-                     f.evidence, f.fix});
+      out.push_back(
+          {std::string(severity_name(f.severity)), where, f.id, f.message, f.evidence, f.fix});
     }
   }
   return out;

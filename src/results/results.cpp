@@ -9,6 +9,8 @@
 #include <concepts>
 #include <ctime>
 #include <limits>
+#include <span>
+#include <tuple>
 
 namespace dlprobe::results {
 
@@ -47,18 +49,6 @@ std::string_view run_status_name(RunStatus status) {
       return "timeout";
   }
   return "failed";
-}
-
-std::string_view severity_name(Severity severity) {
-  switch (severity) {
-    case Severity::info:
-      return "info";
-    case Severity::warning:
-      return "warning";
-    case Severity::error:
-      return "error";
-  }
-  return "info";
 }
 
 std::optional<std::int64_t> batch_of(Kind kind, const Settings& settings) {
@@ -139,210 +129,12 @@ std::vector<double> window_throughputs(const Samples& samples) {
   return out;
 }
 
-// ---- writing ----
-
-namespace {
-
-template <class T>
-json opt(const std::optional<T>& value) {
-  return value ? json(*value) : json(nullptr);
-}
-
-json range_json(const std::optional<Range>& r) {
-  if (!r) return nullptr;
-  return {{"count", r->count}, {"min", r->min}, {"median", r->median}, {"max", r->max}};
-}
-
-json finding_json(const Finding& f) {
-  return {{"severity", severity_name(f.severity)},
-          {"id", f.id},
-          {"message", f.message},
-          {"evidence", f.evidence},
-          {"fix", f.fix}};
-}
-
-json findings_json(const std::vector<Finding>& findings) {
-  json out = json::array();
-  for (const auto& f : findings) out.push_back(finding_json(f));
-  return out;
-}
-
-json context_json(const Context& c) {
-  json libraries = json::array();
-  for (const auto& l : c.libraries) {
-    libraries.push_back({{"name", l.name}, {"version", l.version}, {"path", l.path}});
-  }
-  json gpus = json::array();
-  for (const auto& g : c.gpus) {
-    gpus.push_back({{"index", g.index},
-                    {"name", g.name},
-                    {"uuid", g.uuid},
-                    {"pci_bus_id", g.pci_bus_id},
-                    {"compute_capability", opt(g.compute_capability)},
-                    {"memory_total_bytes", opt(g.memory_total_bytes)},
-                    {"sm_count", opt(g.sm_count)}});
-  }
-  json states = json::array();
-  for (const auto& d : c.device_state) {
-    json processes = json::array();
-    for (const auto& p : d.other_processes) {
-      processes.push_back({{"pid", p.pid}, {"used_bytes", opt(p.used_bytes)}});
-    }
-    states.push_back({{"gpu", d.gpu},
-                      {"sm_clock_mhz", opt(d.sm_clock_mhz)},
-                      {"mem_clock_mhz", opt(d.mem_clock_mhz)},
-                      {"temperature_c", opt(d.temperature_c)},
-                      {"power_w", opt(d.power_w)},
-                      {"power_limit_w", opt(d.power_limit_w)},
-                      {"clock_event_reasons", d.clock_event_reasons},
-                      {"other_processes", processes}});
-  }
-  return {{"dlprobe_version", c.dlprobe_version},
-          {"git_hash", c.git_hash},
-          {"command_line", c.command_line},
-          {"date", c.date},
-          {"hostname", c.hostname},
-          {"os", c.os},
-          {"cpu", c.cpu},
-          {"cpu_threads", opt(c.cpu_threads)},
-          {"host_memory_bytes", opt(c.host_memory_bytes)},
-          {"driver_version", opt(c.driver_version)},
-          {"cuda_driver_version", opt(c.cuda_driver_version)},
-          {"cuda_runtime_version", opt(c.cuda_runtime_version)},
-          {"libraries", libraries},
-          {"gpus", gpus},
-          {"device_state", states}};
-}
-
-json settings_json(Kind kind, const Settings& s) {
-  if (kind == Kind::native) {
-    return {{"model", s.model},         {"batch", s.batch},           {"precision", s.precision},
-            {"mode", s.mode},           {"layout", s.layout},         {"device", s.device},
-            {"optimizer", s.optimizer}, {"gpu_memory", s.gpu_memory}, {"image_size", s.image_size},
-            {"classes", s.classes},     {"backend", s.backend}};
-  }
-  return {{"command", s.command}, {"sweep", s.sweep}};
-}
-
-json statistics_json(const std::optional<stats::Summary>& s) {
-  if (!s) return nullptr;
-  return {{"steps", s->steps},
-          {"total_items", s->total_items},
-          {"total_seconds", s->total_seconds},
-          {"throughput", s->throughput},
-          {"throughput_ci_low", s->throughput_ci.low},
-          {"throughput_ci_high", s->throughput_ci.high},
-          {"ci_level", s->ci_level},
-          {"bootstrap_resamples", s->bootstrap_resamples},
-          {"bootstrap_seed", s->bootstrap_seed},
-          {"mean_s", s->mean_s},
-          {"median_s", s->median_s},
-          {"p90_s", s->p90_s},
-          {"p99_s", s->p99_s},
-          {"min_s", s->min_s},
-          {"max_s", s->max_s},
-          {"mad_s", s->mad_s},
-          {"cv", s->cv},
-          {"outliers", s->outliers}};
-}
-
-// Items are written once when every step had the same count (the usual case), else per step.
-json samples_json(const Samples& s) {
-  json items;
-  const bool constant =
-      !s.step_items.empty() && std::all_of(s.step_items.begin(), s.step_items.end(),
-                                           [&](double v) { return v == s.step_items.front(); });
-  if (constant) {
-    items = s.step_items.front();
-  } else {
-    items = s.step_items;
-  }
-  return {{"warmup_steps", s.warmup_steps},
-          {"step_seconds", s.step_seconds},
-          {"step_items", items},
-          {"window_steps", s.window_steps}};
-}
-
-json memory_json(const std::optional<Memory>& m) {
-  if (!m) return nullptr;
-  return {{"source", m->source},
-          {"allocator_stats", m->allocator_stats.is_object() ? m->allocator_stats : json(nullptr)},
-          {"framework_peak_allocated_bytes", opt(m->framework_peak_allocated_bytes)},
-          {"framework_peak_reserved_bytes", opt(m->framework_peak_reserved_bytes)},
-          {"nvml_process_peak_bytes", opt(m->nvml_process_peak_bytes)},
-          {"analysis", m->analysis.is_object() ? m->analysis : json(nullptr)}};
-}
-
-json telemetry_json(const Telemetry& t) {
-  json timeline = json::array();
-  for (const auto& s : t.timeline) {
-    timeline.push_back({{"t_s", s.t_s},
-                        {"gpu_util_pct", opt(s.gpu_util_pct)},
-                        {"power_w", opt(s.power_w)},
-                        {"sm_clock_mhz", opt(s.sm_clock_mhz)},
-                        {"mem_used_mib", opt(s.mem_used_mib)},
-                        {"temperature_c", opt(s.temperature_c)}});
-  }
-  return {{"gpu", t.gpu},
-          {"samples", t.samples},
-          {"window_s", t.window_s},
-          {"gpu_util_pct", range_json(t.gpu_util_pct)},
-          {"mem_util_pct", range_json(t.mem_util_pct)},
-          {"power_w", range_json(t.power_w)},
-          {"sm_clock_mhz", range_json(t.sm_clock_mhz)},
-          {"mem_clock_mhz", range_json(t.mem_clock_mhz)},
-          {"temperature_c", range_json(t.temperature_c)},
-          {"mem_used_mib", range_json(t.mem_used_mib)},
-          {"energy_j", opt(t.energy_j)},
-          {"energy_source", t.energy_source},
-          {"throttle_reasons", t.throttle_reasons},
-          {"timeline", timeline}};
-}
-
-json compute_json(const std::optional<Compute>& c) {
-  if (!c) return nullptr;
-  return {{"flops_per_item", opt(c->flops_per_item)},
-          {"achieved_tflops", opt(c->achieved_tflops)},
-          {"ceiling_tflops", opt(c->ceiling_tflops)},
-          {"ceiling_dtype", c->ceiling_dtype},
-          {"fraction_of_ceiling", opt(c->fraction_of_ceiling)}};
-}
-
-json configuration_json(const Configuration& c) {
-  json telemetry = json::array();
-  for (const auto& t : c.telemetry) telemetry.push_back(telemetry_json(t));
-  return {{"kind", kind_name(c.kind)},
-          {"settings", settings_json(c.kind, c.settings)},
-          {"status", run_status_name(c.status)},
-          {"error", c.error},
-          {"statistics", statistics_json(c.statistics)},
-          {"samples", samples_json(c.samples)},
-          {"memory", memory_json(c.memory)},
-          {"telemetry", telemetry},
-          {"compute", compute_json(c.compute)},
-          {"findings", findings_json(c.findings)}};
-}
-
-}  // namespace
-
-json to_json(const Document& document) {
-  json configurations = json::array();
-  for (const auto& c : document.configurations) configurations.push_back(configuration_json(c));
-  return {{"schema", kSchema},
-          {"context", context_json(document.context)},
-          {"configurations", configurations},
-          {"findings", findings_json(document.findings)}};
-}
-
-std::string serialize(const Document& document) {
-  return to_json(document).dump(2) + "\n";
-}
-
-// ---- reading ----
+// ---- the schema ----
 //
-// Hand-written rather than nlohmann's adl from_json: that throws on the first wrong type with a
-// message that does not say where in the document it was, and the rule here is one line that names
-// the JSON path.
+// Each struct's keys are listed once, in its Schema: writing and reading both walk that list, so a
+// key cannot be written without being read. Reading is hand-written rather than nlohmann's adl
+// from_json: that throws on the first wrong type with a message that does not say where in the
+// document it was, and the rule here is one line that names the JSON path.
 
 namespace {
 
@@ -354,39 +146,382 @@ Status type_error(const std::string& path, std::string_view expected, const json
   return invalid_argument(fmt::format("{}: expected {}, found {}", path, expected, v.type_name()));
 }
 
-Status convert(const json& v, const std::string& path, std::string& out) {
+Status require_object(const json& v, const std::string& path) {
+  if (!v.is_object()) return type_error(path.empty() ? "top level" : path, "an object", v);
+  return {};
+}
+
+// The value under `key` of the object `obj` (already checked to be an object).
+Result<const json*> member(const json& obj, const std::string& path, std::string_view key) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) {
+    return invalid_argument(
+        fmt::format("{}: missing field \"{}\"", path.empty() ? "top level" : path, key));
+  }
+  return &*it;
+}
+
+// Files written before a key was added within dlprobe.results/1 lack it; reading such a file
+// leaves the member at its default. Present, the key is checked like any other.
+enum class Presence { required, since_1 };
+
+// A key holding one member of S.
+template <class S, class M>
+struct Field {
+  std::string_view key;
+  M S::*member;
+  Presence presence = Presence::required;
+  M& of(S& s) const { return s.*member; }
+  const M& of(const S& s) const { return s.*member; }
+};
+
+// A key holding a member of a member of S, for a struct written flat into its owner's object.
+template <class S, class I, class M>
+struct NestedField {
+  std::string_view key;
+  I S::*outer;
+  M I::*inner;
+  Presence presence = Presence::required;
+  M& of(S& s) const { return s.*outer.*inner; }
+  const M& of(const S& s) const { return s.*outer.*inner; }
+};
+
+// A key whose JSON form depends on more of S than one member.
+template <class S>
+struct CustomField {
+  std::string_view key;
+  json (*write)(const S&);
+  Status (*read)(const json& value, const std::string& path, S& s);
+  Presence presence = Presence::required;
+};
+
+// Schema<S>::fields lists the keys of S's JSON object; Schema<S>::check, where there is one, tests
+// what the keys must agree on once all are read.
+template <class S>
+struct Schema;
+
+template <class S>
+concept Described = requires {
+  Schema<S>::fields;
+};
+
+constexpr Kind kKinds[] = {Kind::native, Kind::external};
+constexpr RunStatus kRunStatuses[] = {RunStatus::ok, RunStatus::oom, RunStatus::failed,
+                                      RunStatus::interrupted, RunStatus::timeout};
+constexpr Severity kSeverities[] = {Severity::info, Severity::warning, Severity::error};
+
+std::span<const Kind> all_values(Kind) {
+  return kKinds;
+}
+std::span<const RunStatus> all_values(RunStatus) {
+  return kRunStatuses;
+}
+std::span<const Severity> all_values(Severity) {
+  return kSeverities;
+}
+std::string_view name_of(Kind kind) {
+  return kind_name(kind);
+}
+std::string_view name_of(RunStatus status) {
+  return run_status_name(status);
+}
+std::string_view name_of(Severity severity) {
+  return severity_name(severity);
+}
+
+template <class E>
+concept Named = requires(E e) {
+  name_of(e);
+};
+
+// ---- values ----
+//
+// encode() writes a member's value, decode() reads it back and names `path` in every error. All
+// overloads are declared here so that the templates among them find each other.
+
+json encode(const std::string& value);
+template <class T>
+requires std::is_arithmetic_v<T> json encode(T value);
+template <Named E>
+json encode(E value);
+// A free-form object (allocator statistics, the memory analysis), or null.
+json encode(const json& value);
+json encode(const std::map<std::string, std::string>& value);
+template <class T>
+json encode(const std::optional<T>& value);
+template <class T>
+json encode(const std::vector<T>& value);
+template <Described S>
+json encode(const S& value);
+
+Status decode(const json& v, const std::string& path, std::string& out);
+Status decode(const json& v, const std::string& path, double& out);
+template <std::integral T>
+Status decode(const json& v, const std::string& path, T& out);
+template <Named E>
+Status decode(const json& v, const std::string& path, E& out);
+Status decode(const json& v, const std::string& path, json& out);
+Status decode(const json& v, const std::string& path, std::map<std::string, std::string>& out);
+// Null reads as none.
+template <class T>
+Status decode(const json& v, const std::string& path, std::optional<T>& out);
+template <class T>
+Status decode(const json& v, const std::string& path, std::vector<T>& out);
+template <Described S>
+Status decode(const json& v, const std::string& path, S& out);
+
+// ---- objects ----
+
+template <class S, class F>
+void write_field(json& out, const S& s, const F& f) {
+  if constexpr (requires { f.write; }) {
+    out[f.key] = f.write(s);
+  } else {
+    out[f.key] = encode(f.of(s));
+  }
+}
+
+template <class S, class F>
+Status read_field(const json& obj, const std::string& path, const F& f, S& s) {
+  if (f.presence == Presence::since_1 && !obj.contains(f.key)) return {};
+  DLPROBE_ASSIGN_OR_RETURN(const json* v, member(obj, path, f.key));
+  if constexpr (requires { f.read; }) {
+    return f.read(*v, join_path(path, f.key), s);
+  } else {
+    return decode(*v, join_path(path, f.key), f.of(s));
+  }
+}
+
+template <class S, class Fields>
+json write_fields(const S& s, const Fields& fields) {
+  json out = json::object();
+  std::apply([&](const auto&... f) { (write_field(out, s, f), ...); }, fields);
+  return out;
+}
+
+// The keys in order, stopping at the first error.
+template <class S, class Fields>
+Status read_fields(const json& v, const std::string& path, const Fields& fields, S& s) {
+  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
+  Status status;
+  std::apply(
+      [&](const auto&... f) {
+        static_cast<void>(((status = read_field(v, path, f, s)).is_ok() && ...));
+      },
+      fields);
+  return status;
+}
+
+// ---- the structs ----
+//
+// As nlohmann's NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE: a key is named after its member, so each is
+// written once. Inside a Schema, `Self` is the struct the keys belong to.
+
+#define DLPROBE_RESULTS_KEY(member) Field{#member, &Self::member},
+#define DLPROBE_RESULTS_KEY_SINCE_1(member) Field{#member, &Self::member, Presence::since_1},
+#define DLPROBE_RESULTS_KEYS(...)                                               \
+  std::tuple {                                                                  \
+    NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(DLPROBE_RESULTS_KEY, __VA_ARGS__)) \
+  }
+#define DLPROBE_RESULTS_KEYS_SINCE_1(...)                                               \
+  std::tuple {                                                                          \
+    NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(DLPROBE_RESULTS_KEY_SINCE_1, __VA_ARGS__)) \
+  }
+// The Schema of a struct whose keys are all required members.
+#define DLPROBE_RESULTS_SCHEMA(S, ...)                                \
+  template <>                                                         \
+  struct Schema<S> {                                                  \
+    using Self = S;                                                   \
+    static constexpr auto fields = DLPROBE_RESULTS_KEYS(__VA_ARGS__); \
+  }
+
+using stats::Summary;
+
+DLPROBE_RESULTS_SCHEMA(Library, name, version, path);
+DLPROBE_RESULTS_SCHEMA(Gpu, index, name, uuid, pci_bus_id, compute_capability, memory_total_bytes,
+                       sm_count);
+DLPROBE_RESULTS_SCHEMA(GpuProcess, pid, used_bytes);
+DLPROBE_RESULTS_SCHEMA(DeviceState, gpu, sm_clock_mhz, mem_clock_mhz, temperature_c, power_w,
+                       power_limit_w, clock_event_reasons, other_processes);
+DLPROBE_RESULTS_SCHEMA(Context, dlprobe_version, git_hash, command_line, date, hostname, os, cpu,
+                       cpu_threads, host_memory_bytes, driver_version, cuda_driver_version,
+                       cuda_runtime_version, libraries, gpus, device_state);
+DLPROBE_RESULTS_SCHEMA(Range, count, min, median, max);
+DLPROBE_RESULTS_SCHEMA(TelemetrySample, t_s, gpu_util_pct, power_w, sm_clock_mhz, mem_used_mib,
+                       temperature_c);
+DLPROBE_RESULTS_SCHEMA(Telemetry, gpu, samples, window_s, gpu_util_pct, mem_util_pct, power_w,
+                       sm_clock_mhz, mem_clock_mhz, temperature_c, mem_used_mib, energy_j,
+                       energy_source, throttle_reasons, timeline);
+DLPROBE_RESULTS_SCHEMA(Compute, flops_per_item, achieved_tflops, ceiling_tflops, ceiling_dtype,
+                       fraction_of_ceiling);
+DLPROBE_RESULTS_SCHEMA(Finding, severity, id, message, evidence, fix);
+// Besides these, the document holds "schema": kSchema, which from_json checks before anything.
+DLPROBE_RESULTS_SCHEMA(Document, context, configurations, findings);
+
+// The throughput's interval is written flat, as two keys of the summary.
+template <>
+struct Schema<Summary> {
+  using Self = Summary;
+  static constexpr auto fields = std::tuple_cat(
+      DLPROBE_RESULTS_KEYS(steps, total_items, total_seconds, throughput),
+      std::tuple{
+          NestedField{"throughput_ci_low", &Summary::throughput_ci, &stats::Interval::low},
+          NestedField{"throughput_ci_high", &Summary::throughput_ci, &stats::Interval::high}},
+      DLPROBE_RESULTS_KEYS(ci_level, bootstrap_resamples, bootstrap_seed, mean_s, median_s, p90_s,
+                           p99_s, min_s, max_s, mad_s, cv, outliers));
+};
+
+template <>
+struct Schema<Memory> {
+  using Self = Memory;
+  static constexpr auto fields =
+      std::tuple_cat(DLPROBE_RESULTS_KEYS(source, allocator_stats, framework_peak_allocated_bytes,
+                                          framework_peak_reserved_bytes, nvml_process_peak_bytes),
+                     DLPROBE_RESULTS_KEYS_SINCE_1(analysis));
+};
+
+// Settings has two key sets: a native run's and an external run's (the configuration's kind says
+// which); the other block's members are not written.
+struct NativeSettings {
+  using Self = Settings;
+  static constexpr auto fields =
+      std::tuple_cat(DLPROBE_RESULTS_KEYS(model, batch, precision, mode, layout, device, optimizer),
+                     DLPROBE_RESULTS_KEYS_SINCE_1(gpu_memory, image_size, classes, backend));
+};
+struct ExternalSettings {
+  using Self = Settings;
+  static constexpr auto fields = DLPROBE_RESULTS_KEYS(command, sweep);
+};
+
+json write_settings(const Configuration& c) {
+  if (c.kind == Kind::native) return write_fields(c.settings, NativeSettings::fields);
+  return write_fields(c.settings, ExternalSettings::fields);
+}
+
+Status read_settings(const json& v, const std::string& path, Configuration& c) {
+  if (c.kind == Kind::native) return read_fields(v, path, NativeSettings::fields, c.settings);
+  return read_fields(v, path, ExternalSettings::fields, c.settings);
+}
+
+// Items are written once when every step had the same count (the usual case), else per step.
+json write_step_items(const Samples& s) {
+  const bool constant =
+      !s.step_items.empty() && std::all_of(s.step_items.begin(), s.step_items.end(),
+                                           [&](double v) { return v == s.step_items.front(); });
+  if (constant) return s.step_items.front();
+  return s.step_items;
+}
+
+Status read_step_items(const json& v, const std::string& path, Samples& s) {
+  if (!v.is_number()) return decode(v, path, s.step_items);
+  double each = 0;
+  DLPROBE_RETURN_IF_ERROR(decode(v, path, each));
+  s.step_items.assign(s.step_seconds.size(), each);
+  return {};
+}
+
+template <>
+struct Schema<Samples> {
+  using Self = Samples;
+  // The step times come before the items: a single item count stands for every step.
+  static constexpr auto fields = std::tuple_cat(
+      DLPROBE_RESULTS_KEYS(warmup_steps, step_seconds), DLPROBE_RESULTS_KEYS_SINCE_1(window_steps),
+      std::tuple{CustomField<Samples>{"step_items", write_step_items, read_step_items}});
+  static Status check(const std::string& path, const Samples& s) {
+    std::int64_t windowed = 0;
+    for (const std::int64_t steps : s.window_steps) {
+      if (steps < 1) {
+        return invalid_argument(
+            fmt::format("{}: a window of {} steps", join_path(path, "window_steps"), steps));
+      }
+      windowed += steps;
+    }
+    if (!s.window_steps.empty() && windowed != static_cast<std::int64_t>(s.step_seconds.size())) {
+      return invalid_argument(fmt::format("{}: windows of {} steps in all for {} steps",
+                                          join_path(path, "window_steps"), windowed,
+                                          s.step_seconds.size()));
+    }
+    if (s.step_items.size() != s.step_seconds.size()) {
+      return invalid_argument(fmt::format("{}: {} entries for {} steps",
+                                          join_path(path, "step_items"), s.step_items.size(),
+                                          s.step_seconds.size()));
+    }
+    return {};
+  }
+};
+
+template <>
+struct Schema<Configuration> {
+  using Self = Configuration;
+  // The kind comes first: the settings' keys depend on it.
+  static constexpr auto fields = std::tuple_cat(
+      DLPROBE_RESULTS_KEYS(kind),
+      std::tuple{CustomField<Configuration>{"settings", write_settings, read_settings}},
+      DLPROBE_RESULTS_KEYS(status, error, statistics, samples, memory, telemetry, compute,
+                           findings));
+};
+
+#undef DLPROBE_RESULTS_SCHEMA
+#undef DLPROBE_RESULTS_KEYS_SINCE_1
+#undef DLPROBE_RESULTS_KEYS
+#undef DLPROBE_RESULTS_KEY_SINCE_1
+#undef DLPROBE_RESULTS_KEY
+
+// ---- values, defined ----
+
+json encode(const std::string& value) {
+  return value;
+}
+
+template <class T>
+requires std::is_arithmetic_v<T> json encode(T value) {
+  return value;
+}
+
+template <Named E>
+json encode(E value) {
+  return name_of(value);
+}
+
+json encode(const json& value) {
+  return value.is_object() ? value : json(nullptr);
+}
+
+json encode(const std::map<std::string, std::string>& value) {
+  return value;
+}
+
+template <class T>
+json encode(const std::optional<T>& value) {
+  return value ? encode(*value) : json(nullptr);
+}
+
+template <class T>
+json encode(const std::vector<T>& value) {
+  json out = json::array();
+  for (const T& v : value) out.push_back(encode(v));
+  return out;
+}
+
+template <Described S>
+json encode(const S& value) {
+  return write_fields(value, Schema<S>::fields);
+}
+
+Status decode(const json& v, const std::string& path, std::string& out) {
   if (!v.is_string()) return type_error(path, "a string", v);
   out = v.get<std::string>();
   return {};
 }
 
-Status convert(const json& v, const std::string& path, double& out) {
+Status decode(const json& v, const std::string& path, double& out) {
   if (!v.is_number()) return type_error(path, "a number", v);
   out = v.get<double>();
   return {};
 }
 
-// Declared up front so that the templates below (vectors, optional fields) find them.
-Status convert(const json& v, const std::string& path, Kind& out);
-Status convert(const json& v, const std::string& path, RunStatus& out);
-Status convert(const json& v, const std::string& path, Severity& out);
-Status convert(const json& v, const std::string& path, Finding& out);
-Status convert(const json& v, const std::string& path, Library& out);
-Status convert(const json& v, const std::string& path, Gpu& out);
-Status convert(const json& v, const std::string& path, GpuProcess& out);
-Status convert(const json& v, const std::string& path, DeviceState& out);
-Status convert(const json& v, const std::string& path, Context& out);
-Status convert(const json& v, const std::string& path, stats::Summary& out);
-Status convert(const json& v, const std::string& path, Samples& out);
-Status convert(const json& v, const std::string& path, Memory& out);
-Status convert(const json& v, const std::string& path, Range& out);
-Status convert(const json& v, const std::string& path, TelemetrySample& out);
-Status convert(const json& v, const std::string& path, Telemetry& out);
-Status convert(const json& v, const std::string& path, Compute& out);
-Status convert(const json& v, const std::string& path, Configuration& out);
-
 template <std::integral T>
-Status convert(const json& v, const std::string& path, T& out) {
+Status decode(const json& v, const std::string& path, T& out) {
   if (v.is_number_unsigned()) {
     const auto u = v.get<std::uint64_t>();
     if (u > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) {
@@ -410,323 +545,77 @@ Status convert(const json& v, const std::string& path, T& out) {
   return type_error(path, "an integer", v);
 }
 
-template <class T>
-Status convert(const json& v, const std::string& path, std::vector<T>& out) {
-  if (!v.is_array()) return type_error(path, "an array", v);
-  out.clear();
-  out.resize(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    DLPROBE_RETURN_IF_ERROR(convert(v[i], fmt::format("{}[{}]", path, i), out[i]));
-  }
-  return {};
-}
-
-Status convert(const json& v, const std::string& path, std::map<std::string, std::string>& out) {
-  if (!v.is_object()) return type_error(path, "an object", v);
-  out.clear();
-  for (const auto& [key, value] : v.items()) {
-    DLPROBE_RETURN_IF_ERROR(convert(value, join_path(path, key), out[key]));
-  }
-  return {};
-}
-
-// The value under `key` of the object `obj` (already checked to be an object).
-Result<const json*> member(const json& obj, const std::string& path, std::string_view key) {
-  const auto it = obj.find(key);
-  if (it == obj.end()) {
-    return invalid_argument(
-        fmt::format("{}: missing field \"{}\"", path.empty() ? "top level" : path, key));
-  }
-  return &*it;
-}
-
-template <class T>
-Status field(const json& obj, const std::string& path, std::string_view key, T& out) {
-  DLPROBE_ASSIGN_OR_RETURN(const json* v, member(obj, path, key));
-  return convert(*v, join_path(path, key), out);
-}
-
-template <class T>
-Status field(const json& obj, const std::string& path, std::string_view key,
-             std::optional<T>& out) {
-  DLPROBE_ASSIGN_OR_RETURN(const json* v, member(obj, path, key));
-  if (v->is_null()) {
-    out.reset();
-    return {};
-  }
-  T value{};
-  DLPROBE_RETURN_IF_ERROR(convert(*v, join_path(path, key), value));
-  out = std::move(value);
-  return {};
-}
-
-// A field added within dlprobe.results/1: files from earlier writers lack it, and then `out` keeps
-// its default. Present, it is checked like any other.
-template <class T>
-Status field_since_1(const json& obj, const std::string& path, std::string_view key, T& out) {
-  if (obj.find(key) == obj.end()) return {};
-  return field(obj, path, key, out);
-}
-
-Status require_object(const json& v, const std::string& path) {
-  if (!v.is_object()) return type_error(path.empty() ? "top level" : path, "an object", v);
-  return {};
-}
-
-template <class E, std::size_t N>
-Status convert_enum(const json& v, const std::string& path, const E (&all)[N],
-                    std::string_view (*name)(E), E& out) {
+template <Named E>
+Status decode(const json& v, const std::string& path, E& out) {
   std::string text;
-  DLPROBE_RETURN_IF_ERROR(convert(v, path, text));
+  DLPROBE_RETURN_IF_ERROR(decode(v, path, text));
   std::string accepted;
-  for (E e : all) {
-    if (name(e) == text) {
+  for (const E e : all_values(out)) {
+    if (name_of(e) == text) {
       out = e;
       return {};
     }
-    accepted += fmt::format("{}{}", accepted.empty() ? "" : ", ", name(e));
+    accepted += fmt::format("{}{}", accepted.empty() ? "" : ", ", name_of(e));
   }
   return invalid_argument(fmt::format("{}: \"{}\" is not one of {}", path, text, accepted));
 }
 
-Status convert(const json& v, const std::string& path, Kind& out) {
-  static constexpr Kind kAll[] = {Kind::native, Kind::external};
-  return convert_enum(v, path, kAll, kind_name, out);
-}
-Status convert(const json& v, const std::string& path, RunStatus& out) {
-  static constexpr RunStatus kAll[] = {RunStatus::ok, RunStatus::oom, RunStatus::failed,
-                                       RunStatus::interrupted, RunStatus::timeout};
-  return convert_enum(v, path, kAll, run_status_name, out);
-}
-Status convert(const json& v, const std::string& path, Severity& out) {
-  static constexpr Severity kAll[] = {Severity::info, Severity::warning, Severity::error};
-  return convert_enum(v, path, kAll, severity_name, out);
+Status decode(const json& v, const std::string& path, json& out) {
+  if (!v.is_null() && !v.is_object()) return type_error(path, "an object or null", v);
+  out = v;
+  return {};
 }
 
-Status convert(const json& v, const std::string& path, Finding& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "severity", out.severity));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "id", out.id));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "message", out.message));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "evidence", out.evidence));
-  return field(v, path, "fix", out.fix);
-}
-
-Status convert(const json& v, const std::string& path, Library& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "name", out.name));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "version", out.version));
-  return field(v, path, "path", out.path);
-}
-
-Status convert(const json& v, const std::string& path, Gpu& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "index", out.index));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "name", out.name));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "uuid", out.uuid));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "pci_bus_id", out.pci_bus_id));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "compute_capability", out.compute_capability));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "memory_total_bytes", out.memory_total_bytes));
-  return field(v, path, "sm_count", out.sm_count);
-}
-
-Status convert(const json& v, const std::string& path, GpuProcess& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "pid", out.pid));
-  return field(v, path, "used_bytes", out.used_bytes);
-}
-
-Status convert(const json& v, const std::string& path, DeviceState& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "gpu", out.gpu));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "sm_clock_mhz", out.sm_clock_mhz));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "mem_clock_mhz", out.mem_clock_mhz));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "temperature_c", out.temperature_c));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "power_w", out.power_w));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "power_limit_w", out.power_limit_w));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "clock_event_reasons", out.clock_event_reasons));
-  return field(v, path, "other_processes", out.other_processes);
-}
-
-Status convert(const json& v, const std::string& path, Context& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "dlprobe_version", out.dlprobe_version));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "git_hash", out.git_hash));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "command_line", out.command_line));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "date", out.date));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "hostname", out.hostname));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "os", out.os));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "cpu", out.cpu));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "cpu_threads", out.cpu_threads));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "host_memory_bytes", out.host_memory_bytes));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "driver_version", out.driver_version));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "cuda_driver_version", out.cuda_driver_version));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "cuda_runtime_version", out.cuda_runtime_version));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "libraries", out.libraries));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "gpus", out.gpus));
-  return field(v, path, "device_state", out.device_state);
-}
-
-Status convert_settings(const json& v, const std::string& path, Kind kind, Settings& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  if (kind == Kind::external) {
-    DLPROBE_RETURN_IF_ERROR(field(v, path, "command", out.command));
-    return field(v, path, "sweep", out.sweep);
+Status decode(const json& v, const std::string& path, std::map<std::string, std::string>& out) {
+  if (!v.is_object()) return type_error(path, "an object", v);
+  out.clear();
+  for (const auto& [key, value] : v.items()) {
+    DLPROBE_RETURN_IF_ERROR(decode(value, join_path(path, key), out[key]));
   }
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "model", out.model));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "batch", out.batch));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "precision", out.precision));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "mode", out.mode));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "layout", out.layout));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "device", out.device));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "optimizer", out.optimizer));
-  DLPROBE_RETURN_IF_ERROR(field_since_1(v, path, "gpu_memory", out.gpu_memory));
-  DLPROBE_RETURN_IF_ERROR(field_since_1(v, path, "image_size", out.image_size));
-  DLPROBE_RETURN_IF_ERROR(field_since_1(v, path, "classes", out.classes));
-  return field_since_1(v, path, "backend", out.backend);
+  return {};
 }
 
-Status convert(const json& v, const std::string& path, stats::Summary& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "steps", out.steps));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "total_items", out.total_items));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "total_seconds", out.total_seconds));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "throughput", out.throughput));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "throughput_ci_low", out.throughput_ci.low));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "throughput_ci_high", out.throughput_ci.high));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "ci_level", out.ci_level));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "bootstrap_resamples", out.bootstrap_resamples));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "bootstrap_seed", out.bootstrap_seed));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "mean_s", out.mean_s));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "median_s", out.median_s));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "p90_s", out.p90_s));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "p99_s", out.p99_s));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "min_s", out.min_s));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "max_s", out.max_s));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "mad_s", out.mad_s));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "cv", out.cv));
-  return field(v, path, "outliers", out.outliers);
-}
-
-Status convert(const json& v, const std::string& path, Samples& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "warmup_steps", out.warmup_steps));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "step_seconds", out.step_seconds));
-  DLPROBE_RETURN_IF_ERROR(field_since_1(v, path, "window_steps", out.window_steps));
-  std::int64_t windowed = 0;
-  for (const std::int64_t steps : out.window_steps) {
-    if (steps < 1) {
-      return invalid_argument(
-          fmt::format("{}: a window of {} steps", join_path(path, "window_steps"), steps));
-    }
-    windowed += steps;
-  }
-  if (!out.window_steps.empty() && windowed != static_cast<std::int64_t>(out.step_seconds.size())) {
-    return invalid_argument(fmt::format("{}: windows of {} steps in all for {} steps",
-                                        join_path(path, "window_steps"), windowed,
-                                        out.step_seconds.size()));
-  }
-  DLPROBE_ASSIGN_OR_RETURN(const json* items, member(v, path, "step_items"));
-  const std::string items_path = join_path(path, "step_items");
-  if (items->is_number()) {
-    double each = 0;
-    DLPROBE_RETURN_IF_ERROR(convert(*items, items_path, each));
-    out.step_items.assign(out.step_seconds.size(), each);
+template <class T>
+Status decode(const json& v, const std::string& path, std::optional<T>& out) {
+  if (v.is_null()) {
+    out.reset();
     return {};
   }
-  DLPROBE_RETURN_IF_ERROR(convert(*items, items_path, out.step_items));
-  if (out.step_items.size() != out.step_seconds.size()) {
-    return invalid_argument(fmt::format("{}: {} entries for {} steps", items_path,
-                                        out.step_items.size(), out.step_seconds.size()));
+  T value{};
+  DLPROBE_RETURN_IF_ERROR(decode(v, path, value));
+  out = std::move(value);
+  return {};
+}
+
+template <class T>
+Status decode(const json& v, const std::string& path, std::vector<T>& out) {
+  if (!v.is_array()) return type_error(path, "an array", v);
+  out.clear();
+  out.resize(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    DLPROBE_RETURN_IF_ERROR(decode(v[i], fmt::format("{}[{}]", path, i), out[i]));
   }
   return {};
 }
 
-Status convert(const json& v, const std::string& path, Memory& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "source", out.source));
-  DLPROBE_ASSIGN_OR_RETURN(const json* stats, member(v, path, "allocator_stats"));
-  if (!stats->is_null() && !stats->is_object()) {
-    return type_error(join_path(path, "allocator_stats"), "an object or null", *stats);
-  }
-  out.allocator_stats = *stats;
-  DLPROBE_RETURN_IF_ERROR(
-      field(v, path, "framework_peak_allocated_bytes", out.framework_peak_allocated_bytes));
-  DLPROBE_RETURN_IF_ERROR(
-      field(v, path, "framework_peak_reserved_bytes", out.framework_peak_reserved_bytes));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "nvml_process_peak_bytes", out.nvml_process_peak_bytes));
-  // Added after the first files were written: absent means none.
-  const auto analysis = v.find("analysis");
-  if (analysis == v.end() || analysis->is_null()) return {};
-  if (!analysis->is_object()) {
-    return type_error(join_path(path, "analysis"), "an object or null", *analysis);
-  }
-  out.analysis = *analysis;
+template <Described S>
+Status decode(const json& v, const std::string& path, S& out) {
+  DLPROBE_RETURN_IF_ERROR(read_fields(v, path, Schema<S>::fields, out));
+  if constexpr (requires { Schema<S>::check(path, out); }) return Schema<S>::check(path, out);
   return {};
-}
-
-Status convert(const json& v, const std::string& path, Range& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "count", out.count));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "min", out.min));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "median", out.median));
-  return field(v, path, "max", out.max);
-}
-
-Status convert(const json& v, const std::string& path, TelemetrySample& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "t_s", out.t_s));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "gpu_util_pct", out.gpu_util_pct));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "power_w", out.power_w));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "sm_clock_mhz", out.sm_clock_mhz));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "mem_used_mib", out.mem_used_mib));
-  return field(v, path, "temperature_c", out.temperature_c);
-}
-
-Status convert(const json& v, const std::string& path, Telemetry& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "gpu", out.gpu));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "samples", out.samples));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "window_s", out.window_s));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "gpu_util_pct", out.gpu_util_pct));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "mem_util_pct", out.mem_util_pct));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "power_w", out.power_w));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "sm_clock_mhz", out.sm_clock_mhz));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "mem_clock_mhz", out.mem_clock_mhz));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "temperature_c", out.temperature_c));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "mem_used_mib", out.mem_used_mib));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "energy_j", out.energy_j));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "energy_source", out.energy_source));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "throttle_reasons", out.throttle_reasons));
-  return field(v, path, "timeline", out.timeline);
-}
-
-Status convert(const json& v, const std::string& path, Compute& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "flops_per_item", out.flops_per_item));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "achieved_tflops", out.achieved_tflops));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "ceiling_tflops", out.ceiling_tflops));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "ceiling_dtype", out.ceiling_dtype));
-  return field(v, path, "fraction_of_ceiling", out.fraction_of_ceiling);
-}
-
-Status convert(const json& v, const std::string& path, Configuration& out) {
-  DLPROBE_RETURN_IF_ERROR(require_object(v, path));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "kind", out.kind));
-  DLPROBE_ASSIGN_OR_RETURN(const json* settings, member(v, path, "settings"));
-  DLPROBE_RETURN_IF_ERROR(
-      convert_settings(*settings, join_path(path, "settings"), out.kind, out.settings));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "status", out.status));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "error", out.error));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "statistics", out.statistics));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "samples", out.samples));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "memory", out.memory));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "telemetry", out.telemetry));
-  DLPROBE_RETURN_IF_ERROR(field(v, path, "compute", out.compute));
-  return field(v, path, "findings", out.findings);
 }
 
 }  // namespace
+
+json to_json(const Document& document) {
+  json out = encode(document);
+  out["schema"] = kSchema;
+  return out;
+}
+
+std::string serialize(const Document& document) {
+  return to_json(document).dump(2) + "\n";
+}
 
 Result<Document> from_json(const json& v) {
   if (!v.is_object()) {
@@ -748,9 +637,7 @@ Result<Document> from_json(const json& v) {
         "not a dlprobe results file (schema is \"{}\", expected \"{}\")", name, kSchema));
   }
   Document document;
-  DLPROBE_RETURN_IF_ERROR(field(v, "", "context", document.context));
-  DLPROBE_RETURN_IF_ERROR(field(v, "", "configurations", document.configurations));
-  DLPROBE_RETURN_IF_ERROR(field(v, "", "findings", document.findings));
+  DLPROBE_RETURN_IF_ERROR(decode(v, "", document));
   return document;
 }
 

@@ -19,7 +19,7 @@ json opt(const std::optional<T>& v) {
 }
 
 json finding_json(const diagnosis::Finding& f) {
-  return {{"id", f.id},       {"severity", diagnosis::severity_name(f.severity)},
+  return {{"id", f.id},       {"severity", severity_name(f.severity)},
           {"title", f.title}, {"evidence", f.evidence},
           {"fix", f.fix},     {"numbers", f.numbers}};
 }
@@ -194,11 +194,11 @@ std::string report_table(const RunReport& report) {
   std::set<std::pair<std::string, std::string>> said;
   auto write_findings = [&](std::string_view where, const std::vector<diagnosis::Finding>& fs) {
     for (const auto& f : fs) {
-      if (f.severity == diagnosis::Severity::info && !said.insert({f.id, f.evidence}).second) {
+      if (f.severity == Severity::info && !said.insert({f.id, f.evidence}).second) {
         continue;
       }
       out += fmt::format("[{}] {}{}: {}\n  evidence: {}\n  fix: {}\n",
-                         diagnosis::severity_name(f.severity), where, f.id, f.title, f.evidence,
+                         severity_name(f.severity), where, f.id, f.title, f.evidence,
                          f.fix);
     }
   };

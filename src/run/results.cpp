@@ -75,9 +75,7 @@ std::string error_of(const RunResult& r) {
 
 results::Finding to_results_finding(const diagnosis::Finding& f) {
   results::Finding out;
-  out.severity = f.severity == diagnosis::Severity::error     ? results::Severity::error
-                 : f.severity == diagnosis::Severity::warning ? results::Severity::warning
-                                                              : results::Severity::info;
+  out.severity = f.severity;
   out.id = f.id;
   out.message = clean(f.title);
   out.evidence = clean(f.evidence);

@@ -175,7 +175,7 @@ Status Session::search_max_batch(const std::map<std::string, std::string>& point
   if (writer_) {
     results::Finding f;
     f.id = "max_batch";
-    f.severity = results::Severity::info;
+    f.severity = Severity::info;
     f.message = outcome.largest_ok ? fmt::format("Largest batch that ran: {}", *outcome.largest_ok)
                                    : "No batch ran";
     f.evidence = fmt::format(

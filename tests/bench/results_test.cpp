@@ -10,8 +10,6 @@ namespace {
 using device::BackendKind;
 using device::Device;
 
-using results::Severity;
-
 engine::StepConfig step(std::int64_t batch) {
   engine::StepConfig c;
   c.model.arch = model::Arch::resnet50;

@@ -279,6 +279,186 @@ TEST(Results, IgnoresUnknownKeys) {
   EXPECT_TRUE(parse(j.dump()).has_value());
 }
 
+// Every member of every struct set to something other than its default (and every optional one
+// present), so that a member the schema loses on the way out or in comes back different.
+Configuration full_native_configuration() {
+  Configuration c;
+  c.kind = Kind::native;
+  c.settings = native_config(64, "bf16").settings;
+  c.settings.gpu_memory = "planned";
+  c.settings.image_size = 64;
+  c.settings.classes = 10;
+  c.settings.backend = "reference";
+  c.status = RunStatus::interrupted;
+  c.error = "interrupted after 4 steps";
+  stats::Summary s;
+  s.steps = 4;
+  s.total_items = 224;
+  s.total_seconds = 0.41;
+  s.throughput = 546.3;
+  s.throughput_ci = {530.5, 560.25};
+  s.ci_level = 0.95;
+  s.bootstrap_resamples = 2000;
+  s.bootstrap_seed = 7;
+  s.mean_s = 0.1025;
+  s.median_s = 0.1015;
+  s.p90_s = 0.104;
+  s.p99_s = 0.105;
+  s.min_s = 0.099;
+  s.max_s = 0.106;
+  s.mad_s = 0.001;
+  s.cv = 0.02;
+  s.outliers = 1;
+  c.statistics = s;
+  c.samples.step_seconds = {0.101, 0.099, 0.1, 0.106};
+  c.samples.step_items = {64, 64, 64, 32};
+  c.samples.warmup_steps = 5;
+  c.samples.window_steps = {2, 2};
+  Memory m;
+  m.source = "allocator";
+  m.allocator_stats = {{"peak.allocated_bytes", 123456789}};
+  m.framework_peak_allocated_bytes = 5000000;
+  m.framework_peak_reserved_bytes = 8000000;
+  m.nvml_process_peak_bytes = 2000000000;
+  m.analysis = {{"verdict", "fits"}};
+  c.memory = m;
+  Telemetry t;
+  t.gpu = 1;
+  t.samples = 40;
+  t.window_s = 4.5;
+  t.gpu_util_pct = Range{40, 95, 99, 100};
+  t.mem_util_pct = Range{40, 30, 35, 41};
+  t.power_w = Range{40, 550.5, 640.25, 700};
+  t.sm_clock_mhz = Range{40, 1900, 1980, 1985};
+  t.mem_clock_mhz = Range{40, 2619, 2619, 2620};
+  t.temperature_c = Range{40, 50, 55, 61};
+  t.mem_used_mib = Range{40, 20000, 30000, 30001};
+  t.energy_j = 2561.5;
+  t.energy_source = "counter";
+  t.throttle_reasons = {"sw_power_cap"};
+  t.timeline = {{0.25, 98.5, 600.5, 1980.5, 30000.5, 55.5}};
+  c.telemetry = {t};
+  c.compute = Compute{12.3e9, 310.5, 700.5, "bf16", 0.44};
+  c.findings = {{Severity::warning, "power_cap", "power limited", "sw_power_cap seen", "raise it"}};
+  return c;
+}
+
+Document full_document() {
+  Document d;
+  d.context = {"0.1.0",
+               "abc123",
+               {"dlprobe", "bench"},
+               "2025-03-01T12:34:56Z",
+               "test-host",
+               "Linux 6.1",
+               "Test CPU",
+               64,
+               512ull << 30,
+               "580.65.06",
+               "13.0",
+               "13.0",
+               {{"cuDNN", "9.19.0", "/usr/lib/libcudnn.so.9"}},
+               {{1, "Test GPU", "GPU-1", "00000000:19:00.0", "9.0", 150ull << 30, 132}},
+               {{1, 1980.5, 2619.5, 35.5, 90.5, 700.5, {"sw_power_cap"}, {{4242, 1ull << 30}}}}};
+  d.configurations.push_back(full_native_configuration());
+  Configuration ext = full_native_configuration();
+  ext.kind = Kind::external;
+  ext.settings = {};  // the native block is not written for an external run
+  ext.settings.command = "python train.py --bs {batch}";
+  ext.settings.sweep = {{"batch", "32"}};
+  d.configurations.push_back(ext);
+  d.findings = {{Severity::error, "note", "a note", "the numbers", "do something"}};
+  return d;
+}
+
+class ResultsRoundTrip : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto read = parse(serialize(full));
+    ASSERT_TRUE(read.has_value()) << read.status().message();
+    back = *read;
+  }
+  const Document full = full_document();
+  Document back;
+};
+
+TEST_F(ResultsRoundTrip, Library) {
+  EXPECT_EQ(back.context.libraries, full.context.libraries);
+}
+TEST_F(ResultsRoundTrip, Gpu) {
+  EXPECT_EQ(back.context.gpus, full.context.gpus);
+}
+TEST_F(ResultsRoundTrip, GpuProcess) {
+  EXPECT_EQ(back.context.device_state[0].other_processes,
+            full.context.device_state[0].other_processes);
+}
+TEST_F(ResultsRoundTrip, DeviceState) {
+  EXPECT_EQ(back.context.device_state, full.context.device_state);
+}
+TEST_F(ResultsRoundTrip, Context) {
+  EXPECT_EQ(back.context, full.context);
+}
+TEST_F(ResultsRoundTrip, NativeSettings) {
+  EXPECT_EQ(back.configurations[0].settings, full.configurations[0].settings);
+}
+TEST_F(ResultsRoundTrip, ExternalSettings) {
+  EXPECT_EQ(back.configurations[1].settings, full.configurations[1].settings);
+}
+TEST_F(ResultsRoundTrip, Summary) {
+  EXPECT_EQ(back.configurations[0].statistics, full.configurations[0].statistics);
+}
+TEST_F(ResultsRoundTrip, Samples) {
+  EXPECT_EQ(back.configurations[0].samples, full.configurations[0].samples);
+}
+TEST_F(ResultsRoundTrip, Memory) {
+  EXPECT_EQ(back.configurations[0].memory, full.configurations[0].memory);
+}
+TEST_F(ResultsRoundTrip, Range) {
+  EXPECT_EQ(back.configurations[0].telemetry[0].power_w,
+            full.configurations[0].telemetry[0].power_w);
+}
+TEST_F(ResultsRoundTrip, TelemetrySample) {
+  EXPECT_EQ(back.configurations[0].telemetry[0].timeline,
+            full.configurations[0].telemetry[0].timeline);
+}
+TEST_F(ResultsRoundTrip, Telemetry) {
+  EXPECT_EQ(back.configurations[0].telemetry, full.configurations[0].telemetry);
+}
+TEST_F(ResultsRoundTrip, Compute) {
+  EXPECT_EQ(back.configurations[0].compute, full.configurations[0].compute);
+}
+TEST_F(ResultsRoundTrip, Finding) {
+  EXPECT_EQ(back.configurations[0].findings, full.configurations[0].findings);
+}
+TEST_F(ResultsRoundTrip, Configuration) {
+  EXPECT_EQ(back.configurations, full.configurations);
+}
+TEST_F(ResultsRoundTrip, Document) {
+  EXPECT_EQ(back, full);
+}
+
+// Changes each value of the written document in turn. Reading it must either refuse the file or
+// give a document that writes the changed value: a key written but not read would come back as it
+// was.
+TEST(Results, EveryWrittenValueIsRead) {
+  const json written = to_json(full_document());
+  const json leaves = written.flatten();
+  for (const auto& [pointer, value] : leaves.items()) {
+    if (pointer == "/schema") continue;
+    ASSERT_FALSE(value.is_null()) << pointer << " is unset in full_document()";
+    json changed = value.is_string()            ? json(value.get<std::string>() + "~")
+                   : value.is_number_unsigned() ? json(value.get<std::uint64_t>() + 1)
+                   : value.is_number_integer()  ? json(value.get<std::int64_t>() + 1)
+                   : value.is_number()          ? json(value.get<double>() * 2 + 1)
+                                                : json(!value.get<bool>());
+    json j = written;
+    j[json::json_pointer(pointer)] = changed;
+    const auto read = from_json(j);
+    if (!read.has_value()) continue;
+    EXPECT_EQ(to_json(*read)[json::json_pointer(pointer)], changed) << pointer;
+  }
+}
+
 std::filesystem::path temp_dir() {
   auto dir = std::filesystem::temp_directory_path() /
              ("dlprobe_results_test_" + std::to_string(::getpid()));

@@ -10,10 +10,9 @@
 #include <string_view>
 #include <vector>
 
-namespace dlprobe::diagnosis {
+#include "dlprobe/core/severity.h"
 
-enum class Severity { info, warning, error };
-std::string_view severity_name(Severity s);
+namespace dlprobe::diagnosis {
 
 struct Finding {
   std::string id;  // stable, e.g. "input_bound"

@@ -9,10 +9,9 @@
 #include <string_view>
 #include <vector>
 
-namespace dlprobe::doctor {
+#include "dlprobe/core/severity.h"
 
-enum class Severity { info, warning, error };
-std::string_view severity_name(Severity severity);
+namespace dlprobe::doctor {
 
 // Something doctor found, with what to do about it.
 struct Finding {

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dlprobe/core/severity.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/stats/statistics.h"
 
@@ -32,6 +33,8 @@ struct Library {
   std::string name;     // "cuDNN"
   std::string version;  // "9.19.0"; empty when not found
   std::string path;     // the file loaded; empty when unknown
+
+  friend bool operator==(const Library&, const Library&) = default;
 };
 
 struct Gpu {
@@ -42,11 +45,15 @@ struct Gpu {
   std::optional<std::string> compute_capability;  // "9.0"
   std::optional<std::uint64_t> memory_total_bytes;
   std::optional<int> sm_count;
+
+  friend bool operator==(const Gpu&, const Gpu&) = default;
 };
 
 struct GpuProcess {
   unsigned pid = 0;
   std::optional<std::uint64_t> used_bytes;
+
+  friend bool operator==(const GpuProcess&, const GpuProcess&) = default;
 };
 
 // A GPU's state when the run started: what could make its numbers differ from another day's.
@@ -59,6 +66,8 @@ struct DeviceState {
   std::optional<double> power_limit_w;
   std::vector<std::string> clock_event_reasons;  // active throttle reasons
   std::vector<GpuProcess> other_processes;       // this process left out
+
+  friend bool operator==(const DeviceState&, const DeviceState&) = default;
 };
 
 struct Context {
@@ -77,6 +86,8 @@ struct Context {
   std::vector<Library> libraries;
   std::vector<Gpu> gpus;
   std::vector<DeviceState> device_state;
+
+  friend bool operator==(const Context&, const Context&) = default;
 };
 
 // The current time as ISO-8601 UTC with seconds, for Context::date.
@@ -136,6 +147,8 @@ struct Samples {
   // With repeated timed windows (bench --repeat), the steps of each window in order; they add up
   // to the step count. Empty: one window. Added within dlprobe.results/1 (absent in older files).
   std::vector<std::int64_t> window_steps;
+
+  friend bool operator==(const Samples&, const Samples&) = default;
 };
 
 // Items per second of each timed window (one value without repeated windows); empty when the
@@ -153,6 +166,8 @@ struct Memory {
   // `dlprobe memory`'s analysis (memory::to_json(AnalysisRecord), docs/results-schema.md): an
   // object, or null. Files written before it existed lack the key, which reads as null.
   nlohmann::json analysis;
+
+  friend bool operator==(const Memory&, const Memory&) = default;
 };
 
 struct Range {
@@ -160,6 +175,8 @@ struct Range {
   double min = 0;
   double median = 0;
   double max = 0;
+
+  friend bool operator==(const Range&, const Range&) = default;
 };
 
 // One NVML reading, timed from the start of the timed window.
@@ -170,6 +187,8 @@ struct TelemetrySample {
   std::optional<double> sm_clock_mhz;
   std::optional<double> mem_used_mib;
   std::optional<double> temperature_c;
+
+  friend bool operator==(const TelemetrySample&, const TelemetrySample&) = default;
 };
 
 // What one GPU did over the timed window.
@@ -188,6 +207,8 @@ struct Telemetry {
   std::string energy_source;                  // "counter", "power_integral" or "none"
   std::vector<std::string> throttle_reasons;  // every reason seen in the window
   std::vector<TelemetrySample> timeline;      // empty unless the run recorded it
+
+  friend bool operator==(const Telemetry&, const Telemetry&) = default;
 };
 
 struct Compute {
@@ -196,10 +217,9 @@ struct Compute {
   std::optional<double> ceiling_tflops;  // doctor's measured GEMM ceiling for the precision
   std::string ceiling_dtype;             // the GEMM dtype of that ceiling; "" without one
   std::optional<double> fraction_of_ceiling;
-};
 
-enum class Severity { info, warning, error };
-std::string_view severity_name(Severity severity);
+  friend bool operator==(const Compute&, const Compute&) = default;
+};
 
 struct Finding {
   Severity severity = Severity::info;
@@ -207,6 +227,8 @@ struct Finding {
   std::string message;
   std::string evidence;  // the numbers behind it
   std::string fix;       // empty when there is nothing to do
+
+  friend bool operator==(const Finding&, const Finding&) = default;
 };
 
 struct Configuration {
@@ -220,12 +242,16 @@ struct Configuration {
   std::vector<Telemetry> telemetry;  // one per GPU sampled
   std::optional<Compute> compute;
   std::vector<Finding> findings;
+
+  friend bool operator==(const Configuration&, const Configuration&) = default;
 };
 
 struct Document {
   Context context;
   std::vector<Configuration> configurations;
   std::vector<Finding> findings;  // about the run as a whole
+
+  friend bool operator==(const Document&, const Document&) = default;
 };
 
 // ---- JSON ----

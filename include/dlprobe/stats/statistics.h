@@ -54,6 +54,7 @@ struct Interval {
   double low = 0;
   double high = 0;
   bool contains(double x) const { return low <= x && x <= high; }
+  friend bool operator==(const Interval&, const Interval&) = default;
 };
 
 struct Summary {
@@ -75,6 +76,8 @@ struct Summary {
   double mad_s = 0;
   double cv = 0;
   std::size_t outliers = 0;
+
+  friend bool operator==(const Summary&, const Summary&) = default;
 };
 
 // `step_seconds` and `step_items` pair up step by step. Errors: no steps, sizes that differ, a time
