@@ -4,7 +4,6 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <source_location>
@@ -14,6 +13,7 @@
 
 #include "dlprobe/core/check.h"
 #include "engine/backends/cpu/cpu_loops.h"
+#include "engine/backends/host_backend.h"
 
 namespace dlprobe {
 namespace {
@@ -96,7 +96,8 @@ dnnl::primitive_attr make_attr() {
   dnnl::primitive_attr attr;
   // Scratch memory comes from our allocator, so `dlprobe memory` sees it.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  // fp32 stays fp32: no implicit bf16 math even where the CPU would be faster with it.
+  // fp32 stays fp32: no implicit bf16 math even where the CPU would be faster with it. (oneDNN
+  // 2.6's nearest relaxation to TF32, fpmath bf16, drops 13 more mantissa bits than TF32 does.)
   attr.set_fpmath_mode(dnnl::fpmath_mode::strict);
   return attr;
 }
@@ -156,7 +157,7 @@ struct Prim {
 const dnnl::normalization_flags kScaleShift =
     dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public HostBackend {
  public:
   explicit CpuBackend(memory::CachingAllocator& allocator)
       : allocator_(allocator),
@@ -165,19 +166,6 @@ class CpuBackend final : public Backend {
         isa_(dnnl::get_effective_cpu_isa()) {}
 
   std::string_view name() const override { return "cpu"; }
-  DeviceKind device() const override { return DeviceKind::cpu; }
-  // TF32 is a tensor-core format; CPUs have no counterpart, and oneDNN 2.6's nearest relaxation
-  // (fpmath bf16) drops 13 more mantissa bits than TF32 does, so fp32 always runs strict here.
-  void set_math_mode(MathMode /*mode*/) override {}
-
-  Status upload(void* dst, const void* src, std::size_t bytes) override {
-    std::memcpy(dst, src, bytes);
-    return Status::ok();
-  }
-  Status download(void* dst, const void* src, std::size_t bytes) override {
-    std::memcpy(dst, src, bytes);
-    return Status::ok();
-  }
   Status synchronize() override {
     return guarded("synchronize", [&] {
       stream_.wait();
@@ -209,52 +197,18 @@ class CpuBackend final : public Backend {
 
   Status conv2d_forward(const TensorView& x, const TensorView& w, const TensorView& y,
                         const Conv2dParams& p) override {
-    constexpr std::string_view op = "conv2d_forward";
-    return guarded(op, [&]() -> Status {
-      DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&x.desc, &w.desc, &y.desc}));
-      Prim& prim =
-          cached(fmt::format("conv_fwd {} {} {} {}", x.desc.str(), w.desc.str(), y.desc.str(),
-                             conv_key(p)),
-                 [&] {
-                   auto pd = conv_forward_pd(x.desc, w.desc, y.desc, p);
-                   Prim e{dnnl::convolution_forward(pd), pd.scratchpad_desc()};
-                   with_weights_reorder(e, weights_md(w.desc, p.groups), pd.weights_desc(), true);
-                   return e;
-                 });
-      memory::DeviceBuffer wbuf;
-      DLPROBE_ASSIGN_OR_RETURN(Mem wm, weights_in(op, prim, w, p.groups, wbuf));
-      return run(op, prim.prim, prim.scratchpad,
-                 {{DNNL_ARG_SRC, user(x.desc, x.data)},
-                  {DNNL_ARG_WEIGHTS, wm},
-                  {DNNL_ARG_DST, user(y.desc, y.data)}});
-    });
+    return conv_reading_weights<dnnl::convolution_forward>(
+        "conv2d_forward", "conv_fwd", x, DNNL_ARG_SRC, w, y, DNNL_ARG_DST, p,
+        [&] { return conv_forward_pd(x.desc, w.desc, y.desc, p); });
   }
 
   Status conv2d_backward_data(const TensorView& dy, const TensorView& w, const TensorView& dx,
                               const Conv2dParams& p) override {
-    constexpr std::string_view op = "conv2d_backward_data";
-    return guarded(op, [&]() -> Status {
-      DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&dy.desc, &w.desc, &dx.desc}));
-      Prim& prim = cached(
-          fmt::format("conv_bwd_data {} {} {} {}", dy.desc.str(), w.desc.str(), dx.desc.str(),
-                      conv_key(p)),
-          [&] {
-            auto hint = conv_forward_pd(dx.desc, w.desc, dy.desc, p);
-            dnnl::convolution_backward_data::primitive_desc pd(
-                {dnnl::algorithm::convolution_direct, md(dx.desc), any_weights(w.desc, p.groups),
-                 md(dy.desc), strides(p), dilates(p), pads(p), pads(p)},
-                make_attr(), engine_, hint);
-            Prim e{dnnl::convolution_backward_data(pd), pd.scratchpad_desc()};
-            with_weights_reorder(e, weights_md(w.desc, p.groups), pd.weights_desc(), true);
-            return e;
-          });
-      memory::DeviceBuffer wbuf;
-      DLPROBE_ASSIGN_OR_RETURN(Mem wm, weights_in(op, prim, w, p.groups, wbuf));
-      return run(op, prim.prim, prim.scratchpad,
-                 {{DNNL_ARG_DIFF_DST, user(dy.desc, dy.data)},
-                  {DNNL_ARG_WEIGHTS, wm},
-                  {DNNL_ARG_DIFF_SRC, user(dx.desc, dx.data)}});
-    });
+    return conv_reading_weights<dnnl::convolution_backward_data>(
+        "conv2d_backward_data", "conv_bwd_data", dy, DNNL_ARG_DIFF_DST, w, dx, DNNL_ARG_DIFF_SRC, p,
+        [&] {
+          return conv_backward_pd<dnnl::convolution_backward_data>(dx.desc, w.desc, dy.desc, p);
+        });
   }
 
   Status conv2d_backward_weight(const TensorView& x, const TensorView& dy, const TensorView& dw,
@@ -266,11 +220,8 @@ class CpuBackend final : public Backend {
           fmt::format("conv_bwd_weight {} {} {} {}", x.desc.str(), dy.desc.str(), dw.desc.str(),
                       conv_key(p)),
           [&] {
-            auto hint = conv_forward_pd(x.desc, dw.desc, dy.desc, p);
-            dnnl::convolution_backward_weights::primitive_desc pd(
-                {dnnl::algorithm::convolution_direct, md(x.desc), any_weights(dw.desc, p.groups),
-                 md(dy.desc), strides(p), dilates(p), pads(p), pads(p)},
-                make_attr(), engine_, hint);
+            const auto pd =
+                conv_backward_pd<dnnl::convolution_backward_weights>(x.desc, dw.desc, dy.desc, p);
             Prim e{dnnl::convolution_backward_weights(pd), pd.scratchpad_desc()};
             with_weights_reorder(e, weights_md(dw.desc, p.groups), pd.diff_weights_desc(), false);
             return e;
@@ -749,6 +700,45 @@ class CpuBackend final : public Backend {
              any_weights(w, p.groups), md(y), strides(p), dilates(p), pads(p), pads(p)},
             make_attr(),
             engine_};
+  }
+
+  // The convolution passes that read the weights (forward, backward data): `Pass` from the
+  // primitive descriptor `make_pd` builds, between the activations (or gradients) `in` and `out`
+  // under their oneDNN argument ids; `kind` names the pass in the primitive cache.
+  template <class Pass, class MakePd>
+  Status conv_reading_weights(std::string_view op, std::string_view kind, const TensorView& in,
+                              int in_arg, const TensorView& w, const TensorView& out, int out_arg,
+                              const Conv2dParams& p, const MakePd& make_pd) {
+    return guarded(op, [&]() -> Status {
+      DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&in.desc, &w.desc, &out.desc}));
+      Prim& prim =
+          cached(fmt::format("{} {} {} {} {}", kind, in.desc.str(), w.desc.str(), out.desc.str(),
+                             conv_key(p)),
+                 [&] {
+                   const auto pd = make_pd();
+                   Prim e{Pass(pd), pd.scratchpad_desc()};
+                   with_weights_reorder(e, weights_md(w.desc, p.groups), pd.weights_desc(), true);
+                   return e;
+                 });
+      memory::DeviceBuffer wbuf;
+      DLPROBE_ASSIGN_OR_RETURN(Mem wm, weights_in(op, prim, w, p.groups, wbuf));
+      return run(op, prim.prim, prim.scratchpad,
+                 {{in_arg, user(in.desc, in.data)},
+                  {DNNL_ARG_WEIGHTS, wm},
+                  {out_arg, user(out.desc, out.data)}});
+    });
+  }
+
+  // A convolution backward pass (`Pass`: convolution_backward_data or _weights) over the shapes
+  // of the forward that hints it, as oneDNN requires.
+  template <class Pass>
+  typename Pass::primitive_desc conv_backward_pd(const TensorDesc& x, const TensorDesc& w,
+                                                 const TensorDesc& y, const Conv2dParams& p) const {
+    return {{dnnl::algorithm::convolution_direct, md(x), any_weights(w, p.groups), md(y),
+             strides(p), dilates(p), pads(p), pads(p)},
+            make_attr(),
+            engine_,
+            conv_forward_pd(x, w, y, p)};
   }
 
   // Sets up the reorder between the caller's weights and the primitive's, when they differ:

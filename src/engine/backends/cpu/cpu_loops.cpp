@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/backends/host_optimizer.h"
+
 namespace dlprobe::cpu {
 namespace {
 
@@ -64,63 +66,62 @@ void relu_backward_as(const TensorView& dy, const TensorView& y, const TensorVie
 // `>` comparison drops NaN (PyTorch propagates it). So max pooling is written here: start from
 // -inf, move on a strictly greater value or a NaN, and in backward route the gradient to the first
 // maximum of the window, as PyTorch's CPU kernel does.
+struct WindowMax {
+  float value;
+  std::int64_t h, w;
+};
+
+// The first maximum of output window (oh, ow) in plane (n, c) of x, and where it is.
 template <class E>
-void max_pool_forward_as(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
+WindowMax window_max(const TensorView& x, const MaxPool2dParams& p, std::int64_t n, std::int64_t c,
+                     std::int64_t oh, std::int64_t ow) {
   const auto* xs = static_cast<const E*>(x.data);
-  auto* ys = static_cast<E*>(y.data);
   const TensorDesc& xd = x.desc;
-  const TensorDesc& yd = y.desc;
+  const std::int64_t h0 = oh * p.stride[0] - p.pad[0];
+  const std::int64_t w0 = ow * p.stride[1] - p.pad[1];
+  // An all -inf window keeps its first in-bounds element, as PyTorch's does.
+  WindowMax best{-std::numeric_limits<float>::infinity(), std::max<std::int64_t>(h0, 0),
+                 std::max<std::int64_t>(w0, 0)};
+  for (std::int64_t h = best.h; h < std::min(h0 + p.kernel[0], xd.dim(2)); ++h)
+    for (std::int64_t w = std::max<std::int64_t>(w0, 0); w < std::min(w0 + p.kernel[1], xd.dim(3));
+         ++w) {
+      const float v = to_float(xs[xd.offset(n, c, h, w)]);
+      if (v > best.value || std::isnan(v)) best = {v, h, w};
+    }
+  return best;
+}
+
+// Calls f(offset of the output in y's storage, n, c, its window's maximum) for every output of
+// pooling x into the shape `yd`. The (n, c) planes run in parallel: each reads and writes only its
+// own plane.
+template <class E, class F>
+void for_each_window(const TensorView& x, const TensorDesc& yd, const MaxPool2dParams& p, F&& f) {
 #pragma omp parallel for collapse(2)
   for (std::int64_t n = 0; n < yd.dim(0); ++n)
     for (std::int64_t c = 0; c < yd.dim(1); ++c)
       for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
-        for (std::int64_t ow = 0; ow < yd.dim(3); ++ow) {
-          float best = -std::numeric_limits<float>::infinity();
-          const std::int64_t h0 = oh * p.stride[0] - p.pad[0];
-          const std::int64_t w0 = ow * p.stride[1] - p.pad[1];
-          for (std::int64_t h = std::max<std::int64_t>(h0, 0);
-               h < std::min(h0 + p.kernel[0], xd.dim(2)); ++h)
-            for (std::int64_t w = std::max<std::int64_t>(w0, 0);
-                 w < std::min(w0 + p.kernel[1], xd.dim(3)); ++w) {
-              const float v = to_float(xs[xd.offset(n, c, h, w)]);
-              if (v > best || std::isnan(v)) best = v;
-            }
-          ys[yd.offset(n, c, oh, ow)] = from_float<E>(best);
-        }
+        for (std::int64_t ow = 0; ow < yd.dim(3); ++ow)
+          f(yd.offset(n, c, oh, ow), n, c, window_max<E>(x, p, n, c, oh, ow));
+}
+
+template <class E>
+void max_pool_forward_as(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
+  auto* ys = static_cast<E*>(y.data);
+  for_each_window<E>(x, y.desc, p,
+                     [&](std::int64_t at, std::int64_t, std::int64_t, const WindowMax& best) {
+                       ys[at] = from_float<E>(best.value);
+                     });
 }
 
 // Calls add(offset of the first maximum in dx's storage, dy value) for every dy element.
 template <class E, class Add>
 void max_pool_backward_as(const TensorView& dy, const TensorView& x, const TensorView& dx,
                           const MaxPool2dParams& p, Add&& add) {
-  const auto* xs = static_cast<const E*>(x.data);
   const auto* dys = static_cast<const E*>(dy.data);
-  const TensorDesc& xd = x.desc;
-  const TensorDesc& yd = dy.desc;
-  // Each (n, c) plane of dx collects only its own plane's gradients: no two threads meet.
-#pragma omp parallel for collapse(2)
-  for (std::int64_t n = 0; n < yd.dim(0); ++n)
-    for (std::int64_t c = 0; c < yd.dim(1); ++c)
-      for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
-        for (std::int64_t ow = 0; ow < yd.dim(3); ++ow) {
-          const std::int64_t h0 = oh * p.stride[0] - p.pad[0];
-          const std::int64_t w0 = ow * p.stride[1] - p.pad[1];
-          // An all -inf window keeps its first in-bounds element, as PyTorch's does.
-          std::int64_t best_h = std::max<std::int64_t>(h0, 0);
-          std::int64_t best_w = std::max<std::int64_t>(w0, 0);
-          float best = -std::numeric_limits<float>::infinity();
-          for (std::int64_t h = best_h; h < std::min(h0 + p.kernel[0], xd.dim(2)); ++h)
-            for (std::int64_t w = std::max<std::int64_t>(w0, 0);
-                 w < std::min(w0 + p.kernel[1], xd.dim(3)); ++w) {
-              const float v = to_float(xs[xd.offset(n, c, h, w)]);
-              if (v > best || std::isnan(v)) {
-                best = v;
-                best_h = h;
-                best_w = w;
-              }
-            }
-          add(dx.desc.offset(n, c, best_h, best_w), to_float(dys[yd.offset(n, c, oh, ow)]));
-        }
+  for_each_window<E>(x, dy.desc, p,
+                     [&](std::int64_t at, std::int64_t n, std::int64_t c, const WindowMax& best) {
+                       add(dx.desc.offset(n, c, best.h, best.w), to_float(dys[at]));
+                     });
 }
 
 std::int64_t label_at(const TensorView& labels, std::int64_t n) {
@@ -147,12 +148,6 @@ double log_sum_exp(const float* row, std::int64_t classes) {
   double sum = 0;
   for (std::int64_t k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(row[k]) - max);
   return max + std::log(sum);
-}
-
-// torch.lerp's formula: from whichever end is nearer the weight, which keeps lerp(a, b, 1) == b.
-float lerp(float self, float end, float weight) {
-  const float diff = end - self;
-  return std::abs(weight) < 0.5f ? self + weight * diff : end - diff * (1.0f - weight);
 }
 
 float* floats(const TensorView& t) {
@@ -277,39 +272,21 @@ bool step_skipped(const TensorView& found_inf) {
 }
 
 void sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step) {
-  const auto lr = static_cast<float>(p.lr);
-  const auto wd = static_cast<float>(p.weight_decay);
-  const auto momentum = static_cast<float>(p.momentum);
-  const auto dampening = static_cast<float>(p.dampening);
-  const bool use_momentum = p.momentum != 0.0;
+  const host_optimizer::Sgd<float> sgd(p);
+  const bool first = step == 1;
   for (const OptimizerSlot& slot : slots) {
     float* w = floats(slot.param);
     const float* g = floats(slot.grad);
     float* buf = floats(slot.state0);
+    float no_buffer = 0.0f;
     for (std::int64_t i = 0; i < slot.param.desc.numel(); ++i) {
-      float d = g[i];
-      if (p.weight_decay != 0.0) d = d + wd * w[i];
-      if (use_momentum) {
-        // The first step copies the gradient: no dampening on it, as torch.optim.SGD does.
-        buf[i] = step == 1 ? d : momentum * buf[i] + (1.0f - dampening) * d;
-        d = p.nesterov ? d + momentum * buf[i] : buf[i];
-      }
-      w[i] = w[i] - lr * d;
+      sgd.update(w[i], sgd.uses_momentum() ? buf[i] : no_buffer, g[i], first);
     }
   }
 }
 
 void adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step) {
-  // The per-step scalars are Python floats (double) in torch.optim; they meet the tensors in fp32.
-  const double bias_correction1 = 1.0 - std::pow(p.beta1, static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(p.beta2, static_cast<double>(step));
-  const auto step_size = static_cast<float>(p.lr / bias_correction1);
-  const auto bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const auto decay = static_cast<float>(1.0 - p.lr * p.weight_decay);
-  const auto weight1 = static_cast<float>(1.0 - p.beta1);
-  const auto beta2 = static_cast<float>(p.beta2);
-  const auto weight2 = static_cast<float>(1.0 - p.beta2);
-  const auto eps = static_cast<float>(p.eps);
+  const host_optimizer::AdamW<float> adamw(p, step);
   const bool first = step == 1;
   for (const OptimizerSlot& slot : slots) {
     float* w = floats(slot.param);
@@ -317,11 +294,11 @@ void adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std:
     float* m = floats(slot.state0);
     float* v = floats(slot.state1);
     for (std::int64_t i = 0; i < slot.param.desc.numel(); ++i) {
-      w[i] = w[i] * decay;
-      m[i] = lerp(first ? 0.0f : m[i], g[i], weight1);  // exp_avg.lerp_(grad, 1 - beta1)
-      v[i] = (first ? 0.0f : v[i]) * beta2 + weight2 * g[i] * g[i];
-      const float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
-      w[i] = w[i] - step_size * m[i] / denom;
+      if (first) {
+        m[i] = 0.0f;
+        v[i] = 0.0f;
+      }
+      adamw.update(w[i], m[i], v[i], g[i]);
     }
   }
 }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/backends/host_optimizer.h"
+
 namespace dlprobe::reference {
 namespace {
 
@@ -14,6 +16,15 @@ Status need_dtype(std::string_view op, std::string_view what, DType dtype) {
   if (dtype == dtype_of<T>) return Status::ok();
   return invalid_argument(fmt::format("{}: {} is {} but the compute type is {}", op, what,
                                       dtype_name(dtype), dtype_name(dtype_of<T>)));
+}
+
+// The operands' dtypes by name, checked in order.
+template <class T>
+Status need_dtypes(std::string_view op,
+                   std::initializer_list<std::pair<std::string_view, DType>> operands) {
+  for (const auto& [what, dtype] : operands)
+    DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, what, dtype));
+  return Status::ok();
 }
 
 Status need_labels(std::string_view op, const HostTensor& labels, std::int64_t classes) {
@@ -82,8 +93,7 @@ void for_each_conv_tap(const Shape& x, const Shape& w, const Shape& y, const Con
 template <class T>
 Result<HostTensor> conv2d_forward(const HostTensor& x, const HostTensor& w, const Conv2dParams& p) {
   constexpr std::string_view op = "conv2d_forward";
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "x", x.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "w", w.dtype()));
+  DLPROBE_RETURN_IF_ERROR(need_dtypes<T>(op, {{"x", x.dtype()}, {"w", w.dtype()}}));
   DLPROBE_ASSIGN_OR_RETURN(Shape ys, conv2d_output_shape(x.shape(), w.shape(), p));
   DLPROBE_ASSIGN_OR_RETURN(TensorDesc yd, output_desc(ys, dtype_of<T>, x.layout()));
   HostTensor y = HostTensor::zeros(yd);
@@ -97,9 +107,8 @@ template <class T>
 Result<HostTensor> conv2d_backward_data(const HostTensor& dy, const HostTensor& w,
                                         const TensorDesc& x_desc, const Conv2dParams& p) {
   constexpr std::string_view op = "conv2d_backward_data";
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "dy", dy.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "w", w.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "dx", x_desc.dtype()));
+  DLPROBE_RETURN_IF_ERROR(
+      need_dtypes<T>(op, {{"dy", dy.dtype()}, {"w", w.dtype()}, {"dx", x_desc.dtype()}}));
   DLPROBE_ASSIGN_OR_RETURN(Shape ys, conv2d_output_shape(x_desc.shape(), w.shape(), p));
   DLPROBE_RETURN_IF_ERROR(same_shape_check(op, dy.shape(), ys));
   HostTensor dx = HostTensor::zeros(x_desc);
@@ -113,9 +122,8 @@ template <class T>
 Result<HostTensor> conv2d_backward_weight(const HostTensor& x, const HostTensor& dy,
                                           const TensorDesc& w_desc, const Conv2dParams& p) {
   constexpr std::string_view op = "conv2d_backward_weight";
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "x", x.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "dy", dy.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "dw", w_desc.dtype()));
+  DLPROBE_RETURN_IF_ERROR(
+      need_dtypes<T>(op, {{"x", x.dtype()}, {"dy", dy.dtype()}, {"dw", w_desc.dtype()}}));
   DLPROBE_ASSIGN_OR_RETURN(Shape ys, conv2d_output_shape(x.shape(), w_desc.shape(), p));
   DLPROBE_RETURN_IF_ERROR(same_shape_check(op, dy.shape(), ys));
   HostTensor dw = HostTensor::zeros(w_desc);
@@ -271,8 +279,7 @@ Result<HostTensor> relu_forward(const HostTensor& x) {
 template <class T>
 Result<HostTensor> relu_backward(const HostTensor& dy, const HostTensor& y) {
   constexpr std::string_view op = "relu_backward";
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "dy", dy.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "y", y.dtype()));
+  DLPROBE_RETURN_IF_ERROR(need_dtypes<T>(op, {{"dy", dy.dtype()}, {"y", y.dtype()}}));
   DLPROBE_RETURN_IF_ERROR(same_shape_check(op, dy.shape(), y.shape()));
   const HostTensor yl = y.to_layout(dy.layout());
   HostTensor dx(dy.desc());
@@ -283,30 +290,50 @@ Result<HostTensor> relu_backward(const HostTensor& dy, const HostTensor& y) {
   return dx;
 }
 
+namespace {
+
+// The maximum of output window (oh, ow) in plane (n, c) of x, and where it is. PyTorch starts
+// from the window's first in-bounds element with -inf and moves only on a strictly greater value
+// (or NaN), so the first maximum wins.
+template <class T>
+struct WindowMax {
+  T value;
+  std::int64_t h, w;
+};
+
+template <class T>
+WindowMax<T> window_max(const HostTensor& x, const MaxPool2dParams& p, std::int64_t n,
+                        std::int64_t c, std::int64_t oh, std::int64_t ow) {
+  const Shape& xs = x.shape();
+  WindowMax<T> best{-std::numeric_limits<T>::infinity(),
+                    std::max<std::int64_t>(oh * p.stride[0] - p.pad[0], 0),
+                    std::max<std::int64_t>(ow * p.stride[1] - p.pad[1], 0)};
+  for (std::int64_t r = 0; r < p.kernel[0]; ++r) {
+    const std::int64_t h = oh * p.stride[0] - p.pad[0] + r;
+    if (h < 0 || h >= xs[2]) continue;
+    for (std::int64_t s = 0; s < p.kernel[1]; ++s) {
+      const std::int64_t w = ow * p.stride[1] - p.pad[1] + s;
+      if (w < 0 || w >= xs[3]) continue;
+      const T v = x.at<T>(n, c, h, w);
+      if (v > best.value || std::isnan(v)) best = {v, h, w};
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 template <class T>
 Result<HostTensor> max_pool2d_forward(const HostTensor& x, const MaxPool2dParams& p) {
   DLPROBE_RETURN_IF_ERROR(need_dtype<T>("max_pool2d_forward", "x", x.dtype()));
   DLPROBE_ASSIGN_OR_RETURN(Shape ys, max_pool2d_output_shape(x.shape(), p));
   DLPROBE_ASSIGN_OR_RETURN(TensorDesc yd, output_desc(ys, dtype_of<T>, x.layout()));
   HostTensor y(yd);
-  const Shape& xs = x.shape();
   for (std::int64_t n = 0; n < ys[0]; ++n)
     for (std::int64_t c = 0; c < ys[1]; ++c)
       for (std::int64_t oh = 0; oh < ys[2]; ++oh)
-        for (std::int64_t ow = 0; ow < ys[3]; ++ow) {
-          T best = -std::numeric_limits<T>::infinity();
-          for (std::int64_t r = 0; r < p.kernel[0]; ++r) {
-            const std::int64_t h = oh * p.stride[0] - p.pad[0] + r;
-            if (h < 0 || h >= xs[2]) continue;
-            for (std::int64_t s = 0; s < p.kernel[1]; ++s) {
-              const std::int64_t w = ow * p.stride[1] - p.pad[1] + s;
-              if (w < 0 || w >= xs[3]) continue;
-              const T v = x.at<T>(n, c, h, w);
-              if (v > best || std::isnan(v)) best = v;
-            }
-          }
-          y.at<T>(n, c, oh, ow) = best;
-        }
+        for (std::int64_t ow = 0; ow < ys[3]; ++ow)
+          y.at<T>(n, c, oh, ow) = window_max<T>(x, p, n, c, oh, ow).value;
   return y;
 }
 
@@ -314,36 +341,16 @@ template <class T>
 Result<HostTensor> max_pool2d_backward(const HostTensor& dy, const HostTensor& x,
                                        const MaxPool2dParams& p) {
   constexpr std::string_view op = "max_pool2d_backward";
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "dy", dy.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "x", x.dtype()));
+  DLPROBE_RETURN_IF_ERROR(need_dtypes<T>(op, {{"dy", dy.dtype()}, {"x", x.dtype()}}));
   DLPROBE_ASSIGN_OR_RETURN(Shape ys, max_pool2d_output_shape(x.shape(), p));
   DLPROBE_RETURN_IF_ERROR(same_shape_check(op, dy.shape(), ys));
   HostTensor dx = HostTensor::zeros(x.desc());
-  const Shape& xs = x.shape();
   for (std::int64_t n = 0; n < ys[0]; ++n)
     for (std::int64_t c = 0; c < ys[1]; ++c)
       for (std::int64_t oh = 0; oh < ys[2]; ++oh)
         for (std::int64_t ow = 0; ow < ys[3]; ++ow) {
-          // PyTorch starts from the window's first in-bounds element with -inf and moves only on
-          // a strictly greater value (or NaN), so the first maximum wins.
-          std::int64_t best_h = std::max<std::int64_t>(oh * p.stride[0] - p.pad[0], 0);
-          std::int64_t best_w = std::max<std::int64_t>(ow * p.stride[1] - p.pad[1], 0);
-          T best = -std::numeric_limits<T>::infinity();
-          for (std::int64_t r = 0; r < p.kernel[0]; ++r) {
-            const std::int64_t h = oh * p.stride[0] - p.pad[0] + r;
-            if (h < 0 || h >= xs[2]) continue;
-            for (std::int64_t s = 0; s < p.kernel[1]; ++s) {
-              const std::int64_t w = ow * p.stride[1] - p.pad[1] + s;
-              if (w < 0 || w >= xs[3]) continue;
-              const T v = x.at<T>(n, c, h, w);
-              if (v > best || std::isnan(v)) {
-                best = v;
-                best_h = h;
-                best_w = w;
-              }
-            }
-          }
-          dx.at<T>(n, c, best_h, best_w) += dy.at<T>(n, c, oh, ow);
+          const WindowMax<T> best = window_max<T>(x, p, n, c, oh, ow);
+          dx.at<T>(n, c, best.h, best.w) += dy.at<T>(n, c, oh, ow);
         }
   return dx;
 }
@@ -351,8 +358,7 @@ Result<HostTensor> max_pool2d_backward(const HostTensor& dy, const HostTensor& x
 template <class T>
 Result<HostTensor> add(const HostTensor& a, const HostTensor& b) {
   constexpr std::string_view op = "add";
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "a", a.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "b", b.dtype()));
+  DLPROBE_RETURN_IF_ERROR(need_dtypes<T>(op, {{"a", a.dtype()}, {"b", b.dtype()}}));
   DLPROBE_RETURN_IF_ERROR(same_shape_check(op, a.shape(), b.shape()));
   const HostTensor bl = b.to_layout(a.layout());
   HostTensor out(a.desc());
@@ -383,8 +389,7 @@ Result<HostTensor> global_avg_pool_forward(const HostTensor& x) {
 template <class T>
 Result<HostTensor> global_avg_pool_backward(const HostTensor& dy, const TensorDesc& x_desc) {
   constexpr std::string_view op = "global_avg_pool_backward";
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "dy", dy.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "dx", x_desc.dtype()));
+  DLPROBE_RETURN_IF_ERROR(need_dtypes<T>(op, {{"dy", dy.dtype()}, {"dx", x_desc.dtype()}}));
   DLPROBE_ASSIGN_OR_RETURN(Shape ys, global_avg_pool_output_shape(x_desc.shape()));
   DLPROBE_RETURN_IF_ERROR(same_shape_check(op, dy.shape(), ys));
   HostTensor dx(x_desc);
@@ -400,9 +405,8 @@ Result<HostTensor> global_avg_pool_backward(const HostTensor& dy, const TensorDe
 template <class T>
 Result<HostTensor> linear_forward(const HostTensor& x, const HostTensor& w, const HostTensor& b) {
   constexpr std::string_view op = "linear_forward";
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "x", x.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "w", w.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "b", b.dtype()));
+  DLPROBE_RETURN_IF_ERROR(
+      need_dtypes<T>(op, {{"x", x.dtype()}, {"w", w.dtype()}, {"b", b.dtype()}}));
   DLPROBE_ASSIGN_OR_RETURN(Shape ys, linear_output_shape(x.shape(), w.shape(), b.shape()));
   DLPROBE_ASSIGN_OR_RETURN(TensorDesc yd, TensorDesc::make(ys, dtype_of<T>));
   HostTensor y(yd);
@@ -419,9 +423,8 @@ template <class T>
 Result<LinearGrads> linear_backward(const HostTensor& dy, const HostTensor& x,
                                     const HostTensor& w) {
   constexpr std::string_view op = "linear_backward";
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "dy", dy.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "x", x.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "w", w.dtype()));
+  DLPROBE_RETURN_IF_ERROR(
+      need_dtypes<T>(op, {{"dy", dy.dtype()}, {"x", x.dtype()}, {"w", w.dtype()}}));
   const Shape bias{w.shape().rank == 2 ? w.shape()[0] : 1};
   DLPROBE_ASSIGN_OR_RETURN(Shape ys, linear_output_shape(x.shape(), w.shape(), bias));
   DLPROBE_RETURN_IF_ERROR(same_shape_check(op, dy.shape(), ys));
@@ -516,8 +519,7 @@ namespace {
 
 template <class T>
 Status check_optimizer(std::string_view op, const HostTensor& param, const HostTensor& grad) {
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "param", param.dtype()));
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "grad", grad.dtype()));
+  DLPROBE_RETURN_IF_ERROR(need_dtypes<T>(op, {{"param", param.dtype()}, {"grad", grad.dtype()}}));
   return same_shape_check(op, param.shape(), grad.shape());
 }
 
@@ -535,38 +537,20 @@ Result<SgdStep> sgd_step(const HostTensor& param, const HostTensor& grad, const 
   }
   const HostTensor g = grad.to_layout(param.layout());
   SgdStep out{param, state};
-  const bool use_momentum = p.momentum != 0.0;
-  if (use_momentum && !out.state.momentum_buffer) out.state.momentum_buffer.emplace(param.desc());
-  const auto lr = static_cast<T>(p.lr);
-  const auto wd = static_cast<T>(p.weight_decay);
-  const auto momentum = static_cast<T>(p.momentum);
-  const auto dampening = static_cast<T>(p.dampening);
+  const host_optimizer::Sgd<T> sgd(p);
+  if (sgd.uses_momentum() && !out.state.momentum_buffer) {
+    out.state.momentum_buffer.emplace(param.desc());
+  }
+  const bool first = !state.momentum_buffer;
   auto w = out.param.values<T>();
   auto gv = g.values<T>();
+  T no_buffer{};
   for (std::size_t i = 0; i < w.size(); ++i) {
-    T d = gv[i];
-    if (p.weight_decay != 0.0) d = d + wd * w[i];
-    if (use_momentum) {
-      T& buf = out.state.momentum_buffer->values<T>()[i];
-      // The first step copies the gradient: no dampening on it, as torch.optim.SGD does.
-      buf = state.momentum_buffer ? momentum * buf + (T{1} - dampening) * d : d;
-      d = p.nesterov ? d + momentum * buf : buf;
-    }
-    w[i] = w[i] - lr * d;
+    T& buf = sgd.uses_momentum() ? out.state.momentum_buffer->values<T>()[i] : no_buffer;
+    sgd.update(w[i], buf, gv[i], first);
   }
   return out;
 }
-
-namespace {
-
-// torch.lerp's formula: from whichever end is nearer the weight, which keeps lerp(a, b, 1) == b.
-template <class T>
-T lerp(T self, T end, T weight) {
-  const T diff = end - self;
-  return std::abs(weight) < T{0.5} ? self + weight * diff : end - diff * (T{1} - weight);
-}
-
-}  // namespace
 
 template <class T>
 Result<AdamWStep> adamw_step(const HostTensor& param, const HostTensor& grad,
@@ -590,28 +574,12 @@ Result<AdamWStep> adamw_step(const HostTensor& param, const HostTensor& grad,
     out.state.exp_avg = HostTensor::zeros(param.desc());
     out.state.exp_avg_sq = HostTensor::zeros(param.desc());
   }
-  const std::int64_t step = ++out.state.step;
-  // The per-step scalars are Python floats (double) in torch.optim; they meet the tensors in T.
-  const double bias_correction1 = 1.0 - std::pow(p.beta1, static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(p.beta2, static_cast<double>(step));
-  const auto step_size = static_cast<T>(p.lr / bias_correction1);
-  const auto bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
-  const auto decay = static_cast<T>(1.0 - p.lr * p.weight_decay);
-  const auto weight1 = static_cast<T>(1.0 - p.beta1);
-  const auto beta2 = static_cast<T>(p.beta2);
-  const auto weight2 = static_cast<T>(1.0 - p.beta2);
-  const auto eps = static_cast<T>(p.eps);
+  const host_optimizer::AdamW<T> adamw(p, ++out.state.step);
   auto w = out.param.values<T>();
   auto gv = g.values<T>();
   auto m = out.state.exp_avg->values<T>();
   auto v = out.state.exp_avg_sq->values<T>();
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    w[i] = w[i] * decay;
-    m[i] = lerp(m[i], gv[i], weight1);  // exp_avg.lerp_(grad, 1 - beta1)
-    v[i] = v[i] * beta2 + weight2 * gv[i] * gv[i];
-    const T denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
-    w[i] = w[i] - step_size * m[i] / denom;
-  }
+  for (std::size_t i = 0; i < w.size(); ++i) adamw.update(w[i], m[i], v[i], gv[i]);
   return out;
 }
 

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "dlprobe/engine/reference_backend.h"
+#include "engine/backends/host_backend.h"
+#include "engine/backends/host_optimizer.h"
 #include "engine/backends/reference/reference.h"
 
 namespace dlprobe {
@@ -271,28 +273,10 @@ void set_elem(const TensorView& v, std::size_t i, T value) {
   }
 }
 
-// torch.lerp's formula, as the reference writes it.
 template <class T>
-T lerp(T self, T end, T weight) {
-  const T diff = end - self;
-  return std::abs(weight) < T{0.5} ? self + weight * diff : end - diff * (T{1} - weight);
-}
-
-template <class T>
-class ReferenceBackend final : public Backend {
+class ReferenceBackend final : public HostBackend {
  public:
   std::string_view name() const override { return "reference"; }
-  DeviceKind device() const override { return DeviceKind::cpu; }
-  void set_math_mode(MathMode /*mode*/) override {}
-
-  Status upload(void* dst, const void* src, std::size_t bytes) override {
-    std::memcpy(dst, src, bytes);
-    return Status::ok();
-  }
-  Status download(void* dst, const void* src, std::size_t bytes) override {
-    std::memcpy(dst, src, bytes);
-    return Status::ok();
-  }
   Status synchronize() override { return Status::ok(); }
 
   Status fill(const TensorView& t, double value) override {
@@ -555,22 +539,15 @@ class ReferenceBackend final : public Backend {
         return invalid_argument("sgd_step: momentum needs a momentum buffer");
       }
       if (same_master_desc(s, use_momentum, false)) {
-        const auto lr = static_cast<T>(p.lr);
-        const auto wd = static_cast<T>(p.weight_decay);
-        const auto momentum = static_cast<T>(p.momentum);
-        const auto dampening = static_cast<T>(p.dampening);
+        const host_optimizer::Sgd<T> sgd(p);
+        const bool first = step == 1;
         const auto n = static_cast<std::size_t>(s.param.desc.numel());
         for (std::size_t i = 0; i < n; ++i) {
-          const T w = get_elem<T>(s.param, i);
-          T d = get_elem<T>(s.grad, i);
-          if (p.weight_decay != 0.0) d = d + wd * w;
-          if (use_momentum) {
-            const T buf =
-                step > 1 ? momentum * get_elem<T>(s.state0, i) + (T{1} - dampening) * d : d;
-            set_elem(s.state0, i, buf);
-            d = p.nesterov ? d + momentum * buf : buf;
-          }
-          set_elem(s.param, i, w - lr * d);
+          T w = get_elem<T>(s.param, i);
+          T buf = use_momentum && !first ? get_elem<T>(s.state0, i) : T{0};
+          sgd.update(w, buf, get_elem<T>(s.grad, i), first);
+          set_elem(s.param, i, w);
+          if (use_momentum) set_elem(s.state0, i, buf);
         }
         continue;
       }
@@ -601,27 +578,14 @@ class ReferenceBackend final : public Backend {
         return invalid_argument("adamw_step: needs exp_avg and exp_avg_sq buffers");
       }
       if (same_master_desc(s, true, true)) {
-        // The per-step scalars are computed in double, as torch.optim's Python floats are.
-        const double bias_correction1 = 1.0 - std::pow(p.beta1, static_cast<double>(step));
-        const double bias_correction2 = 1.0 - std::pow(p.beta2, static_cast<double>(step));
-        const auto step_size = static_cast<T>(p.lr / bias_correction1);
-        const auto bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
-        const auto decay = static_cast<T>(1.0 - p.lr * p.weight_decay);
-        const auto weight1 = static_cast<T>(1.0 - p.beta1);
-        const auto beta2 = static_cast<T>(p.beta2);
-        const auto weight2 = static_cast<T>(1.0 - p.beta2);
-        const auto eps = static_cast<T>(p.eps);
+        const host_optimizer::AdamW<T> adamw(p, step);
         const auto n = static_cast<std::size_t>(s.param.desc.numel());
         for (std::size_t i = 0; i < n; ++i) {
-          const T g = get_elem<T>(s.grad, i);
+          T w = get_elem<T>(s.param, i);
           // The first step starts both moments from zero.
-          const T m0 = step > 1 ? get_elem<T>(s.state0, i) : T{0};
-          const T v0 = step > 1 ? get_elem<T>(s.state1, i) : T{0};
-          T w = get_elem<T>(s.param, i) * decay;
-          const T m = lerp(m0, g, weight1);
-          const T v = v0 * beta2 + weight2 * g * g;
-          const T denom = std::sqrt(v) / bias_correction2_sqrt + eps;
-          w = w - step_size * m / denom;
+          T m = step > 1 ? get_elem<T>(s.state0, i) : T{0};
+          T v = step > 1 ? get_elem<T>(s.state1, i) : T{0};
+          adamw.update(w, m, v, get_elem<T>(s.grad, i));
           set_elem(s.param, i, w);
           set_elem(s.state0, i, m);
           set_elem(s.state1, i, v);
