@@ -94,19 +94,9 @@ constexpr std::int64_t kUidY = 3;
 
 // ---- cuBLASLt ----
 
-struct MatmulDescDeleter {
-  void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
-};
-struct LayoutDeleter {
-  void operator()(cublasLtMatrixLayout_t d) const { cublasLtMatrixLayoutDestroy(d); }
-};
-struct PreferenceDeleter {
-  void operator()(cublasLtMatmulPreference_t d) const { cublasLtMatmulPreferenceDestroy(d); }
-};
-using MatmulDesc = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, MatmulDescDeleter>;
-using MatrixLayout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDeleter>;
-using Preference =
-    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDeleter>;
+using MatmulDesc = Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
+using MatrixLayout = Owned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+using Preference = Owned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -268,8 +258,7 @@ Result<std::size_t> CudaBackend::capture(const std::function<Status()>& record) 
   recording_ = nullptr;
   cudaGraph_t raw = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_.get(), &raw);
-  std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, decltype(&cudaGraphDestroy)> captured(
-      raw, &cudaGraphDestroy);
+  const Owned<cudaGraph_t, cudaGraphDestroy> captured(raw);
   if (!recorded.is_ok()) return recorded.with_context("recording a CUDA graph");
   DLPROBE_CUDA_CHECK(ended);
   cudaGraphExec_t exec = nullptr;
@@ -485,6 +474,9 @@ Status CudaBackend::conv2d_backward_weight(const TensorView& x, const TensorView
 }
 
 // ---- batch norm ----
+//
+// Each pass and its fused form (ReLU, with or without the residual) check and launch alike; the
+// fused form only adds the epilogue.
 
 namespace {
 
@@ -501,6 +493,71 @@ Status check_batch_norm(std::string_view op, const TensorView& x,
   return Status::ok();
 }
 
+// The fused forward's epilogue: the ReLU, after the residual when the step passes one (a residual
+// without data is none).
+BatchNormEpilogue relu_epilogue(const TensorView& residual) {
+  return {residual.data != nullptr ? &residual : nullptr, true};
+}
+
+// A forward's checks: the per-channel tensors `ch`, then y and any residual shaped as x.
+Status check_forward(std::string_view op, const TensorView& x, const TensorView& y,
+                     const BatchNormEpilogue& epi,
+                     std::initializer_list<std::pair<std::string_view, const TensorView*>> ch) {
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x, ch));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
+  if (epi.residual == nullptr) return Status::ok();
+  return need_like(op, "residual", *epi.residual, x);
+}
+
+Status train_forward(const KernelContext& ctx, std::string_view op, const TensorView& x,
+                     const TensorView& gamma, const TensorView& beta,
+                     const TensorView& running_mean, const TensorView& running_var,
+                     const TensorView& y, const TensorView& save_mean,
+                     const TensorView& save_invstd, const BatchNormParams& p,
+                     const BatchNormEpilogue& epi) {
+  DLPROBE_RETURN_IF_ERROR(check_forward(op, x, y, epi,
+                                        {{"gamma", &gamma},
+                                         {"beta", &beta},
+                                         {"running_mean", &running_mean},
+                                         {"running_var", &running_var},
+                                         {"save_mean", &save_mean},
+                                         {"save_invstd", &save_invstd}}));
+  return launch_batch_norm_train_forward(ctx, x, gamma, beta, running_mean, running_var, y,
+                                         save_mean, save_invstd, p, epi);
+}
+
+Status inference_forward(const KernelContext& ctx, std::string_view op, const TensorView& x,
+                         const TensorView& gamma, const TensorView& beta,
+                         const TensorView& running_mean, const TensorView& running_var,
+                         const TensorView& y, const BatchNormParams& p,
+                         const BatchNormEpilogue& epi) {
+  DLPROBE_RETURN_IF_ERROR(check_forward(op, x, y, epi,
+                                        {{"gamma", &gamma},
+                                         {"beta", &beta},
+                                         {"running_mean", &running_mean},
+                                         {"running_var", &running_var}}));
+  return launch_batch_norm_inference_forward(ctx, x, gamma, beta, running_mean, running_var, y, p,
+                                             epi);
+}
+
+// `relu_output`: the fused forward's y, whose gradient dy is; null for the plain backward.
+Status backward(const KernelContext& ctx, std::string_view op, const TensorView& dy,
+                const TensorView* relu_output, const TensorView& x, const TensorView& gamma,
+                const TensorView& save_mean, const TensorView& save_invstd, const TensorView& dx,
+                const TensorView& dgamma, const TensorView& dbeta) {
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"save_mean", &save_mean},
+                                            {"save_invstd", &save_invstd},
+                                            {"dgamma", &dgamma},
+                                            {"dbeta", &dbeta}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "dy", dy, x));
+  if (relu_output != nullptr) DLPROBE_RETURN_IF_ERROR(need_like(op, "y", *relu_output, x));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
+  return launch_batch_norm_backward(ctx, dy, relu_output, x, gamma, save_mean, save_invstd, dx,
+                                    dgamma, dbeta);
+}
+
 }  // namespace
 
 Status CudaBackend::batch_norm_train_forward(const TensorView& x, const TensorView& gamma,
@@ -509,17 +566,8 @@ Status CudaBackend::batch_norm_train_forward(const TensorView& x, const TensorVi
                                              const TensorView& save_mean,
                                              const TensorView& save_invstd,
                                              const BatchNormParams& p) {
-  constexpr std::string_view op = "batch_norm_train_forward";
-  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
-                                           {{"gamma", &gamma},
-                                            {"beta", &beta},
-                                            {"running_mean", &running_mean},
-                                            {"running_var", &running_var},
-                                            {"save_mean", &save_mean},
-                                            {"save_invstd", &save_invstd}}));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
-  return launch_batch_norm_train_forward(ctx(), x, gamma, beta, running_mean, running_var, y,
-                                         save_mean, save_invstd, p, {});
+  return train_forward(ctx(), "batch_norm_train_forward", x, gamma, beta, running_mean, running_var,
+                       y, save_mean, save_invstd, p, {});
 }
 
 Status CudaBackend::batch_norm_relu_train_forward(
@@ -527,20 +575,8 @@ Status CudaBackend::batch_norm_relu_train_forward(
     const TensorView& running_mean, const TensorView& running_var, const TensorView& residual,
     const TensorView& y, const TensorView& save_mean, const TensorView& save_invstd,
     const BatchNormParams& p) {
-  constexpr std::string_view op = "batch_norm_relu_train_forward";
-  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
-                                           {{"gamma", &gamma},
-                                            {"beta", &beta},
-                                            {"running_mean", &running_mean},
-                                            {"running_var", &running_var},
-                                            {"save_mean", &save_mean},
-                                            {"save_invstd", &save_invstd}}));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
-  const bool add = residual.data != nullptr;
-  if (add) DLPROBE_RETURN_IF_ERROR(need_like(op, "residual", residual, x));
-  return launch_batch_norm_train_forward(ctx(), x, gamma, beta, running_mean, running_var, y,
-                                         save_mean, save_invstd, p,
-                                         {add ? &residual : nullptr, true});
+  return train_forward(ctx(), "batch_norm_relu_train_forward", x, gamma, beta, running_mean,
+                       running_var, y, save_mean, save_invstd, p, relu_epilogue(residual));
 }
 
 Status CudaBackend::batch_norm_inference_forward(const TensorView& x, const TensorView& gamma,
@@ -548,49 +584,24 @@ Status CudaBackend::batch_norm_inference_forward(const TensorView& x, const Tens
                                                  const TensorView& running_mean,
                                                  const TensorView& running_var, const TensorView& y,
                                                  const BatchNormParams& p) {
-  constexpr std::string_view op = "batch_norm_inference_forward";
-  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
-                                           {{"gamma", &gamma},
-                                            {"beta", &beta},
-                                            {"running_mean", &running_mean},
-                                            {"running_var", &running_var}}));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
-  return launch_batch_norm_inference_forward(ctx(), x, gamma, beta, running_mean, running_var, y, p,
-                                             {});
+  return inference_forward(ctx(), "batch_norm_inference_forward", x, gamma, beta, running_mean,
+                           running_var, y, p, {});
 }
 
 Status CudaBackend::batch_norm_relu_inference_forward(
     const TensorView& x, const TensorView& gamma, const TensorView& beta,
     const TensorView& running_mean, const TensorView& running_var, const TensorView& residual,
     const TensorView& y, const BatchNormParams& p) {
-  constexpr std::string_view op = "batch_norm_relu_inference_forward";
-  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
-                                           {{"gamma", &gamma},
-                                            {"beta", &beta},
-                                            {"running_mean", &running_mean},
-                                            {"running_var", &running_var}}));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
-  const bool add = residual.data != nullptr;
-  if (add) DLPROBE_RETURN_IF_ERROR(need_like(op, "residual", residual, x));
-  return launch_batch_norm_inference_forward(ctx(), x, gamma, beta, running_mean, running_var, y, p,
-                                             {add ? &residual : nullptr, true});
+  return inference_forward(ctx(), "batch_norm_relu_inference_forward", x, gamma, beta, running_mean,
+                           running_var, y, p, relu_epilogue(residual));
 }
 
 Status CudaBackend::batch_norm_backward(const TensorView& dy, const TensorView& x,
                                         const TensorView& gamma, const TensorView& save_mean,
                                         const TensorView& save_invstd, const TensorView& dx,
                                         const TensorView& dgamma, const TensorView& dbeta) {
-  constexpr std::string_view op = "batch_norm_backward";
-  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
-                                           {{"gamma", &gamma},
-                                            {"save_mean", &save_mean},
-                                            {"save_invstd", &save_invstd},
-                                            {"dgamma", &dgamma},
-                                            {"dbeta", &dbeta}}));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "dy", dy, x));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
-  return launch_batch_norm_backward(ctx(), dy, nullptr, x, gamma, save_mean, save_invstd, dx,
-                                    dgamma, dbeta);
+  return backward(ctx(), "batch_norm_backward", dy, nullptr, x, gamma, save_mean, save_invstd, dx,
+                  dgamma, dbeta);
 }
 
 Status CudaBackend::batch_norm_relu_backward(const TensorView& dy, const TensorView& y,
@@ -598,18 +609,8 @@ Status CudaBackend::batch_norm_relu_backward(const TensorView& dy, const TensorV
                                              const TensorView& save_mean,
                                              const TensorView& save_invstd, const TensorView& dx,
                                              const TensorView& dgamma, const TensorView& dbeta) {
-  constexpr std::string_view op = "batch_norm_relu_backward";
-  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
-                                           {{"gamma", &gamma},
-                                            {"save_mean", &save_mean},
-                                            {"save_invstd", &save_invstd},
-                                            {"dgamma", &dgamma},
-                                            {"dbeta", &dbeta}}));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "dy", dy, x));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
-  return launch_batch_norm_backward(ctx(), dy, &y, x, gamma, save_mean, save_invstd, dx, dgamma,
-                                    dbeta);
+  return backward(ctx(), "batch_norm_relu_backward", dy, &y, x, gamma, save_mean, save_invstd, dx,
+                  dgamma, dbeta);
 }
 
 // ---- elementwise, pooling ----

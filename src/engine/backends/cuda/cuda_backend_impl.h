@@ -19,23 +19,22 @@
 
 namespace dlprobe::cuda {
 
+// Owns a CUDA or library handle (an opaque pointer), released with `destroy`.
+template <auto destroy>
+struct Destroy {
+  template <class Handle>
+  void operator()(Handle h) const {
+    destroy(h);
+  }
+};
+template <class Handle, auto destroy>
+using Owned = std::unique_ptr<std::remove_pointer_t<Handle>, Destroy<destroy>>;
+
 // Owners of the library handles; declared before the caches that use them, so destroyed after.
-struct StreamDeleter {
-  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
-};
-struct CudnnDeleter {
-  void operator()(cudnnHandle_t h) const { cudnnDestroy(h); }
-};
-struct LtDeleter {
-  void operator()(cublasLtHandle_t h) const { cublasLtDestroy(h); }
-};
-struct EventDeleter {
-  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
-};
-using StreamPtr = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
-using CudnnPtr = std::unique_ptr<std::remove_pointer_t<cudnnHandle_t>, CudnnDeleter>;
-using LtPtr = std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, LtDeleter>;
-using EventPtr = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
+using StreamPtr = Owned<cudaStream_t, cudaStreamDestroy>;
+using CudnnPtr = Owned<cudnnHandle_t, cudnnDestroy>;
+using LtPtr = Owned<cublasLtHandle_t, cublasLtDestroy>;
+using EventPtr = Owned<cudaEvent_t, cudaEventDestroy>;
 
 // One matrix product D = op(A) op(B) (+ bias over D's rows) in cuBLASLt's column-major terms.
 struct Gemm {
@@ -192,12 +191,9 @@ class CudaBackend final : public Backend {
   EventPtr start_;
   EventPtr stop_;
   std::vector<EventPtr> marks_;  // timing marks by index, created on first use
-  struct GraphExecDeleter {
-    void operator()(cudaGraphExec_t g) const { cudaGraphExecDestroy(g); }
-  };
   // A recorded graph and the memory its replays use.
   struct Graph {
-    std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter> exec;
+    Owned<cudaGraphExec_t, cudaGraphExecDestroy> exec;
     memory::DeviceBuffer workspace;
     ScratchPool scratch;  // every kernel scratch buffer the recorded calls use
   };

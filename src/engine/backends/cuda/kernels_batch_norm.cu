@@ -117,6 +117,79 @@ struct Nchw {
   std::int64_t area;
 };
 
+// A thread's place in an NHWC block: its channel pack and its row within the block.
+struct NhwcLane {
+  int pack;
+  int row;
+};
+
+__device__ __forceinline__ NhwcLane nhwc_lane(const Nhwc& g) {
+  const int lane_c = static_cast<int>(threadIdx.x) % g.tx;
+  return {static_cast<int>(blockIdx.x) * g.tx + lane_c, static_cast<int>(threadIdx.x) / g.tx};
+}
+
+// The rows [begin, end) of an NHWC reduction block's split (blockIdx.y).
+struct RowSplit {
+  std::int64_t begin;
+  std::int64_t end;
+};
+
+__device__ __forceinline__ RowSplit row_split(const Nhwc& g, std::int64_t rows_per_split) {
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
+  return {r0, imin(g.rows, r0 + rows_per_split)};
+}
+
+// An NCHW reduction block (c, split): the packs [begin, end) of channel c's N * area / P.
+template <int P>
+struct PackSplit {
+  int c;
+  std::uint32_t area_packs;
+  std::int64_t begin;
+  std::int64_t end;
+
+  // Where pack j of the channel starts.
+  __device__ std::int64_t offset(const Nchw& g, std::int64_t j) const {
+    const auto n = static_cast<std::uint32_t>(j) / area_packs;
+    const std::uint32_t s = static_cast<std::uint32_t>(j) - n * area_packs;
+    return (static_cast<std::int64_t>(n) * g.channels + c) * g.area + s * P;
+  }
+};
+
+template <int P>
+__device__ __forceinline__ PackSplit<P> pack_split(const Nchw& g, std::int64_t packs_per_split) {
+  const auto area_packs = static_cast<std::uint32_t>(g.area / P);
+  const std::int64_t total = g.batch * area_packs;
+  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.y) * packs_per_split;
+  return {static_cast<int>(blockIdx.x), area_packs, j0, imin(total, j0 + packs_per_split)};
+}
+
+// The channel of NCHW pack q.
+template <int P>
+__device__ __forceinline__ int nchw_channel(const Nchw& g, std::int64_t q) {
+  const auto plane = static_cast<std::uint32_t>(q / static_cast<std::uint32_t>(g.area / P));
+  return static_cast<int>(plane % static_cast<std::uint32_t>(g.channels));
+}
+
+// Folds the rows of an NHWC block's tile (each thread's accumulators, already stored) into row 0
+// with a fixed tree, then row 0 stores its packs as this split's partials of their channels.
+template <int P, class Acc>
+__device__ void merge_tile(Acc (&tile)[kBlock][P], const Nhwc& g, const NhwcLane& lane,
+                           Acc* partial) {
+  __syncthreads();
+  for (int step = g.ty / 2; step > 0; step /= 2) {
+    if (lane.row < step) {
+#pragma unroll
+      for (int k = 0; k < P; ++k) tile[threadIdx.x][k].merge(tile[threadIdx.x + step * g.tx][k]);
+    }
+    __syncthreads();
+  }
+  if (lane.row == 0 && lane.pack < g.packs) {
+#pragma unroll
+    for (int k = 0; k < P; ++k)
+      partial[blockIdx.y * g.channels + lane.pack * P + k] = tile[threadIdx.x][k];
+  }
+}
+
 // What a BN elementwise pass needs per channel; inference passes the running variance instead
 // of invstd (invstd null) and takes invstd = 1 / sqrt(var + eps).
 struct Channels {
@@ -148,26 +221,23 @@ __device__ __forceinline__ float relu(float v) {
 template <class T, int P>
 __global__ void stats_nhwc(const T* x, Nhwc g, std::int64_t rows_per_split, Welford* partial) {
   __shared__ Welford tile[kBlock][P];
-  const int lane_c = static_cast<int>(threadIdx.x) % g.tx;
-  const int lane_r = static_cast<int>(threadIdx.x) / g.tx;
-  const int pack = static_cast<int>(blockIdx.x) * g.tx + lane_c;
-  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
-  const std::int64_t r1 = imin(g.rows, r0 + rows_per_split);
+  const NhwcLane lane = nhwc_lane(g);
+  const RowSplit rows = row_split(g, rows_per_split);
   Shifted acc[P] = {};
   float count = 0.0F;
-  if (pack < g.packs) {
+  if (lane.pack < g.packs) {
     // kLoadsAhead rows are loaded before any is summed; the rows and their order are those of a
     // plain loop over r, r + ty, ...
-    for (std::int64_t r = r0 + lane_r; r < r1; r += kLoadsAhead * g.ty) {
+    for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += kLoadsAhead * g.ty) {
       float v[kLoadsAhead][P];
 #pragma unroll
       for (int u = 0; u < kLoadsAhead; ++u) {
         const std::int64_t ru = r + u * g.ty;
-        if (ru < r1) load_pack(x + ru * g.channels + pack * P, v[u]);
+        if (ru < rows.end) load_pack(x + ru * g.channels + lane.pack * P, v[u]);
       }
 #pragma unroll
       for (int u = 0; u < kLoadsAhead; ++u) {
-        if (r + u * g.ty >= r1) break;
+        if (r + u * g.ty >= rows.end) break;
 #pragma unroll
         for (int k = 0; k < P; ++k) acc[k].push(v[u][k], count == 0.0F);
         count += 1.0F;
@@ -176,49 +246,28 @@ __global__ void stats_nhwc(const T* x, Nhwc g, std::int64_t rows_per_split, Welf
   }
 #pragma unroll
   for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = acc[k].welford(count);
-  __syncthreads();
-  // A fixed tree over the rows of the block.
-  for (int step = g.ty / 2; step > 0; step /= 2) {
-    if (lane_r < step) {
-#pragma unroll
-      for (int k = 0; k < P; ++k) tile[threadIdx.x][k].merge(tile[threadIdx.x + step * g.tx][k]);
-    }
-    __syncthreads();
-  }
-  if (lane_r == 0 && pack < g.packs) {
-#pragma unroll
-    for (int k = 0; k < P; ++k)
-      partial[blockIdx.y * g.channels + pack * P + k] = tile[threadIdx.x][k];
-  }
+  merge_tile(tile, g, lane, partial);
 }
 
 // grid (channels, splits), block kBlock: block (c, split) covers packs [j0, j1) of channel c's
 // N * area / P packs.
 template <class T, int P>
 __global__ void stats_nchw(const T* x, Nchw g, std::int64_t packs_per_split, Welford* partial) {
-  const int c = static_cast<int>(blockIdx.x);
-  const auto area_packs = static_cast<std::uint32_t>(g.area / P);
-  const std::int64_t total = g.batch * area_packs;
-  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.y) * packs_per_split;
-  const std::int64_t j1 = imin(total, j0 + packs_per_split);
+  const PackSplit<P> split = pack_split<P>(g, packs_per_split);
   Shifted acc{};
   float count = 0.0F;
   // As in stats_nhwc: kLoadsAhead packs in flight, summed in the order of a plain loop.
   const std::int64_t step = static_cast<std::int64_t>(blockDim.x);
-  for (std::int64_t j = j0 + threadIdx.x; j < j1; j += kLoadsAhead * step) {
+  for (std::int64_t j = split.begin + threadIdx.x; j < split.end; j += kLoadsAhead * step) {
     float v[kLoadsAhead][P];
 #pragma unroll
     for (int u = 0; u < kLoadsAhead; ++u) {
       const std::int64_t ju = j + u * step;
-      if (ju < j1) {
-        const auto n = static_cast<std::uint32_t>(ju) / area_packs;
-        const std::uint32_t s = static_cast<std::uint32_t>(ju) - n * area_packs;
-        load_pack(x + (static_cast<std::int64_t>(n) * g.channels + c) * g.area + s * P, v[u]);
-      }
+      if (ju < split.end) load_pack(x + split.offset(g, ju), v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kLoadsAhead; ++u) {
-      if (j + u * step >= j1) break;
+      if (j + u * step >= split.end) break;
 #pragma unroll
       for (int k = 0; k < P; ++k) {
         acc.push(v[u][k], count == 0.0F);
@@ -227,7 +276,7 @@ __global__ void stats_nchw(const T* x, Nchw g, std::int64_t packs_per_split, Wel
     }
   }
   const Welford w = block_merge(acc.welford(count));
-  if (threadIdx.x == 0) partial[blockIdx.y * g.channels + c] = w;
+  if (threadIdx.x == 0) partial[blockIdx.y * g.channels + split.c] = w;
 }
 
 // The merges of a channel's splits: a warp per channel, lane l taking splits l, l + 32, ..., then
@@ -268,22 +317,20 @@ __global__ void finalize_stats(const Welford* partial, int channels, std::int64_
 
 template <class T, int P, bool kResidual, bool kRelu>
 __global__ void apply_nhwc(const T* x, const T* residual, T* y, Nhwc g, Channels ch) {
-  const int lane_c = static_cast<int>(threadIdx.x) % g.tx;
-  const int lane_r = static_cast<int>(threadIdx.x) / g.tx;
-  const int pack = static_cast<int>(blockIdx.x) * g.tx + lane_c;
-  if (pack >= g.packs) return;
+  const NhwcLane lane = nhwc_lane(g);
+  if (lane.pack >= g.packs) return;
   float mean[P], scale[P], beta[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) {
-    const int c = pack * P + k;
+    const int c = lane.pack * P + k;
     mean[k] = ch.mean[c];
     scale[k] = ch.inv(c) * ch.gamma[c];
     beta[k] = ch.beta[c];
   }
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.y) * g.ty;
-  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * g.ty + lane_r; r < g.rows;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * g.ty + lane.row; r < g.rows;
        r += stride) {
-    const std::int64_t at = r * g.channels + pack * P;
+    const std::int64_t at = r * g.channels + lane.pack * P;
     float v[P];
     load_pack(x + at, v);
     float res[P] = {};
@@ -301,12 +348,10 @@ __global__ void apply_nhwc(const T* x, const T* residual, T* y, Nhwc g, Channels
 template <class T, int P, bool kResidual, bool kRelu>
 __global__ void apply_nchw(const T* x, const T* residual, T* y, Nchw g, std::int64_t packs,
                            Channels ch) {
-  const auto area_packs = static_cast<std::uint32_t>(g.area / P);
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
        q += stride) {
-    const auto plane = static_cast<std::uint32_t>(q / area_packs);
-    const int c = static_cast<int>(plane % static_cast<std::uint32_t>(g.channels));
+    const int c = nchw_channel<P>(g, q);
     const float mean = ch.mean[c];
     const float scale = ch.inv(c) * ch.gamma[c];
     const float beta = ch.beta[c];
@@ -333,78 +378,64 @@ __device__ __forceinline__ float bn_grad(float dy, float y) {
   return kRelu ? (y > 0.0F ? dy : 0.0F) : dy;
 }
 
+// The backward's operands of the P elements at `at`: g, the gradient reaching the BN output
+// (bn_grad of dy and, with the fused ReLU, y), and x.
+template <bool kRelu, class T, int P>
+__device__ __forceinline__ void load_grad(const T* dy, const T* y, const T* x, std::int64_t at,
+                                          float (&g)[P], float (&vx)[P]) {
+  float vy[P] = {};
+  load_pack(dy + at, g);
+  load_pack(x + at, vx);
+  if constexpr (kRelu) load_pack(y + at, vy);
+#pragma unroll
+  for (int k = 0; k < P; ++k) g[k] = bn_grad<kRelu>(g[k], vy[k]);
+}
+
 template <class T, int P, bool kRelu>
 __global__ void grad_sums_nhwc(const T* dy, const T* y, const T* x, const float* mean, Nhwc g,
                                std::int64_t rows_per_split, GradSums* partial) {
   __shared__ GradSums tile[kBlock][P];
-  const int lane_c = static_cast<int>(threadIdx.x) % g.tx;
-  const int lane_r = static_cast<int>(threadIdx.x) / g.tx;
-  const int pack = static_cast<int>(blockIdx.x) * g.tx + lane_c;
-  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
-  const std::int64_t r1 = imin(g.rows, r0 + rows_per_split);
+  const NhwcLane lane = nhwc_lane(g);
+  const RowSplit rows = row_split(g, rows_per_split);
   GradSums acc[P] = {};
-  if (pack < g.packs) {
+  if (lane.pack < g.packs) {
     float m[P];
 #pragma unroll
-    for (int k = 0; k < P; ++k) m[k] = mean[pack * P + k];
-    for (std::int64_t r = r0 + lane_r; r < r1; r += g.ty) {
-      const std::int64_t at = r * g.channels + pack * P;
-      float vd[P], vx[P], vy[P] = {};
-      load_pack(dy + at, vd);
-      load_pack(x + at, vx);
-      if constexpr (kRelu) load_pack(y + at, vy);
+    for (int k = 0; k < P; ++k) m[k] = mean[lane.pack * P + k];
+    for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += g.ty) {
+      const std::int64_t at = r * g.channels + lane.pack * P;
+      float g[P], vx[P];
+      load_grad<kRelu>(dy, y, x, at, g, vx);
 #pragma unroll
       for (int k = 0; k < P; ++k) {
-        const float gk = bn_grad<kRelu>(vd[k], vy[k]);
-        acc[k].dy += gk;
-        acc[k].dy_xmu += gk * (vx[k] - m[k]);
+        acc[k].dy += g[k];
+        acc[k].dy_xmu += g[k] * (vx[k] - m[k]);
       }
     }
   }
 #pragma unroll
   for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = acc[k];
-  __syncthreads();
-  for (int step = g.ty / 2; step > 0; step /= 2) {
-    if (lane_r < step) {
-#pragma unroll
-      for (int k = 0; k < P; ++k) tile[threadIdx.x][k].merge(tile[threadIdx.x + step * g.tx][k]);
-    }
-    __syncthreads();
-  }
-  if (lane_r == 0 && pack < g.packs) {
-#pragma unroll
-    for (int k = 0; k < P; ++k)
-      partial[blockIdx.y * g.channels + pack * P + k] = tile[threadIdx.x][k];
-  }
+  merge_tile(tile, g, lane, partial);
 }
 
 template <class T, int P, bool kRelu>
 __global__ void grad_sums_nchw(const T* dy, const T* y, const T* x, const float* mean, Nchw g,
                                std::int64_t packs_per_split, GradSums* partial) {
-  const int c = static_cast<int>(blockIdx.x);
-  const auto area_packs = static_cast<std::uint32_t>(g.area / P);
-  const std::int64_t total = g.batch * area_packs;
-  const std::int64_t j0 = static_cast<std::int64_t>(blockIdx.y) * packs_per_split;
-  const std::int64_t j1 = imin(total, j0 + packs_per_split);
-  const float m = mean[c];
+  const PackSplit<P> split = pack_split<P>(g, packs_per_split);
+  const float m = mean[split.c];
   GradSums acc{};
-  for (std::int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    const auto n = static_cast<std::uint32_t>(j) / area_packs;
-    const std::uint32_t s = static_cast<std::uint32_t>(j) - n * area_packs;
-    const std::int64_t at = (static_cast<std::int64_t>(n) * g.channels + c) * g.area + s * P;
-    float vd[P], vx[P], vy[P] = {};
-    load_pack(dy + at, vd);
-    load_pack(x + at, vx);
-    if constexpr (kRelu) load_pack(y + at, vy);
+  for (std::int64_t j = split.begin + threadIdx.x; j < split.end; j += blockDim.x) {
+    const std::int64_t at = split.offset(g, j);
+    float g[P], vx[P];
+    load_grad<kRelu>(dy, y, x, at, g, vx);
 #pragma unroll
     for (int k = 0; k < P; ++k) {
-      const float gk = bn_grad<kRelu>(vd[k], vy[k]);
-      acc.dy += gk;
-      acc.dy_xmu += gk * (vx[k] - m);
+      acc.dy += g[k];
+      acc.dy_xmu += g[k] * (vx[k] - m);
     }
   }
   const GradSums sums = block_merge(acc);
-  if (threadIdx.x == 0) partial[blockIdx.y * g.channels + c] = sums;
+  if (threadIdx.x == 0) partial[blockIdx.y * g.channels + split.c] = sums;
 }
 
 __global__ void finalize_grads(const GradSums* partial, int channels, std::int64_t splits,
@@ -437,14 +468,12 @@ __device__ __forceinline__ float bn_dx(float g, float x, float mean, float invst
 
 template <class T, int P, bool kRelu>
 __global__ void dx_nhwc(const T* dy, const T* y, const T* x, T* dx, Nhwc g, GradChannels ch) {
-  const int lane_c = static_cast<int>(threadIdx.x) % g.tx;
-  const int lane_r = static_cast<int>(threadIdx.x) / g.tx;
-  const int pack = static_cast<int>(blockIdx.x) * g.tx + lane_c;
-  if (pack >= g.packs) return;
+  const NhwcLane lane = nhwc_lane(g);
+  if (lane.pack >= g.packs) return;
   float mean[P], inv[P], kb[P], kg[P], scale[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) {
-    const int c = pack * P + k;
+    const int c = lane.pack * P + k;
     mean[k] = ch.mean[c];
     inv[k] = ch.invstd[c];
     kb[k] = ch.dbeta[c] * ch.inv_count;
@@ -452,44 +481,34 @@ __global__ void dx_nhwc(const T* dy, const T* y, const T* x, T* dx, Nhwc g, Grad
     scale[k] = ch.gamma[c] * inv[k];
   }
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.y) * g.ty;
-  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * g.ty + lane_r; r < g.rows;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * g.ty + lane.row; r < g.rows;
        r += stride) {
-    const std::int64_t at = r * g.channels + pack * P;
-    float vd[P], vx[P], vy[P] = {};
-    load_pack(dy + at, vd);
-    load_pack(x + at, vx);
-    if constexpr (kRelu) load_pack(y + at, vy);
+    const std::int64_t at = r * g.channels + lane.pack * P;
+    float g[P], vx[P];
+    load_grad<kRelu>(dy, y, x, at, g, vx);
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      vd[k] = bn_dx(bn_grad<kRelu>(vd[k], vy[k]), vx[k], mean[k], inv[k], kb[k], kg[k], scale[k]);
-    }
-    store_pack(dx + at, vd);
+    for (int k = 0; k < P; ++k) g[k] = bn_dx(g[k], vx[k], mean[k], inv[k], kb[k], kg[k], scale[k]);
+    store_pack(dx + at, g);
   }
 }
 
 template <class T, int P, bool kRelu>
 __global__ void dx_nchw(const T* dy, const T* y, const T* x, T* dx, Nchw g, std::int64_t packs,
                         GradChannels ch) {
-  const auto area_packs = static_cast<std::uint32_t>(g.area / P);
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
        q += stride) {
-    const auto plane = static_cast<std::uint32_t>(q / area_packs);
-    const int c = static_cast<int>(plane % static_cast<std::uint32_t>(g.channels));
+    const int c = nchw_channel<P>(g, q);
     const float mean = ch.mean[c];
     const float inv = ch.invstd[c];
     const float kb = ch.dbeta[c] * ch.inv_count;
     const float kg = ch.dgamma[c] * ch.inv_count;
     const float scale = ch.gamma[c] * inv;
-    float vd[P], vx[P], vy[P] = {};
-    load_pack(dy + q * P, vd);
-    load_pack(x + q * P, vx);
-    if constexpr (kRelu) load_pack(y + q * P, vy);
+    float g[P], vx[P];
+    load_grad<kRelu>(dy, y, x, q * P, g, vx);
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      vd[k] = bn_dx(bn_grad<kRelu>(vd[k], vy[k]), vx[k], mean, inv, kb, kg, scale);
-    }
-    store_pack(dx + q * P, vd);
+    for (int k = 0; k < P; ++k) g[k] = bn_dx(g[k], vx[k], mean, inv, kb, kg, scale);
+    store_pack(dx + q * P, g);
   }
 }
 
@@ -585,11 +604,36 @@ unsigned finalize_grid(int channels) {
   return static_cast<unsigned>((channels + kWarps - 1) / kWarps);
 }
 
-// Calls f(std::integral_constant<int, P>) with the pack the tensor takes.
-template <class T, class F>
-Status with_pack(bool wide, F&& f) {
-  if (wide) return f(std::integral_constant<int, kPack<T>>{});
-  return f(std::integral_constant<int, 1>{});
+// The start every launch shares: d within what the kernels index, then f(TypeTag<T>,
+// std::integral_constant<int, P>) with d's element type and the pack its buffers `pointers` take.
+template <class F>
+Status dispatch(std::string_view op, const TensorDesc& d,
+                std::initializer_list<const void*> pointers, F&& f) {
+  DLPROBE_RETURN_IF_ERROR(check_size(d, op));
+  const bool wide = packable(d, pointers);
+  return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    if (wide) return f(tag, std::integral_constant<int, kPack<T>>{});
+    return f(tag, std::integral_constant<int, 1>{});
+  });
+}
+
+// A reduction's split over d and its partials: an accumulator per channel and split.
+template <class Acc>
+struct Partials {
+  Reduction red;
+  Scratch buffer;
+  Acc* acc() const { return static_cast<Acc*>(buffer.data()); }
+};
+
+template <class Acc>
+Result<Partials<Acc>> partials(const KernelContext& ctx, const TensorDesc& d, int pack,
+                               std::string_view op) {
+  const Reduction red = reduction_for(ctx, d, pack);
+  DLPROBE_ASSIGN_OR_RETURN(
+      Scratch buffer,
+      scratch(ctx, static_cast<std::size_t>(d.dim(1) * red.splits) * sizeof(Acc), op));
+  return Partials<Acc>{red, std::move(buffer)};
 }
 
 template <class T, int P, bool kResidual, bool kRelu>
@@ -635,36 +679,31 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
                                        const TensorView& running_var, const TensorView& y,
                                        const TensorView& save_mean, const TensorView& save_invstd,
                                        const BatchNormParams& p, const BatchNormEpilogue& epi) {
+  constexpr std::string_view op = "batch_norm_train_forward";
   const TensorDesc& d = x.desc;
-  DLPROBE_RETURN_IF_ERROR(check_size(d, "batch_norm_train_forward"));
   const int channels = static_cast<int>(d.dim(1));
-  const bool wide = packable(d, {x.data, y.data, residual_data(epi)});
-  return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
-    using T = typename decltype(tag)::type;
-    return with_pack<T>(wide, [&](auto pack_tag) -> Status {
-      constexpr int P = decltype(pack_tag)::value;
-      const Reduction red = reduction_for(ctx, d, P);
-      DLPROBE_ASSIGN_OR_RETURN(
-          auto partial,
-          scratch(ctx, static_cast<std::size_t>(channels * red.splits) * sizeof(Welford),
-                  "batch_norm_train_forward"));
-      auto* acc = static_cast<Welford*>(partial.data());
-      const auto* xp = static_cast<const T*>(x.data);
-      if (d.layout() == Layout::nhwc) {
-        stats_nhwc<T, P>
-            <<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
-      } else {
-        stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
-      }
-      DLPROBE_CUDA_CHECK_LAUNCH();
-      finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
-          acc, channels, red.splits, static_cast<float>(p.eps), static_cast<float>(p.momentum),
-          f32_out(save_mean), f32_out(save_invstd), f32_out(running_mean), f32_out(running_var));
-      DLPROBE_CUDA_CHECK_LAUNCH();
-      const Channels ch{f32(save_mean), f32(save_invstd), nullptr, 0.0F, f32(gamma), f32(beta)};
-      return apply<T, P>(ctx, d, x, epi, y, ch);
-    });
-  });
+  return dispatch(
+      op, d, {x.data, y.data, residual_data(epi)}, [&](auto tag, auto pack_tag) -> Status {
+        using T = typename decltype(tag)::type;
+        constexpr int P = decltype(pack_tag)::value;
+        DLPROBE_ASSIGN_OR_RETURN(const Partials<Welford> partial, partials<Welford>(ctx, d, P, op));
+        const Reduction& red = partial.red;
+        Welford* acc = partial.acc();
+        const auto* xp = static_cast<const T*>(x.data);
+        if (d.layout() == Layout::nhwc) {
+          stats_nhwc<T, P>
+              <<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
+        } else {
+          stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
+        }
+        DLPROBE_CUDA_CHECK_LAUNCH();
+        finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
+            acc, channels, red.splits, static_cast<float>(p.eps), static_cast<float>(p.momentum),
+            f32_out(save_mean), f32_out(save_invstd), f32_out(running_mean), f32_out(running_var));
+        DLPROBE_CUDA_CHECK_LAUNCH();
+        const Channels ch{f32(save_mean), f32(save_invstd), nullptr, 0.0F, f32(gamma), f32(beta)};
+        return apply<T, P>(ctx, d, x, epi, y, ch);
+      });
 }
 
 Status launch_batch_norm_inference_forward(const KernelContext& ctx, const TensorView& x,
@@ -672,18 +711,14 @@ Status launch_batch_norm_inference_forward(const KernelContext& ctx, const Tenso
                                            const TensorView& running_mean,
                                            const TensorView& running_var, const TensorView& y,
                                            const BatchNormParams& p, const BatchNormEpilogue& epi) {
-  const TensorDesc& d = x.desc;
-  DLPROBE_RETURN_IF_ERROR(check_size(d, "batch_norm_inference_forward"));
-  const bool wide = packable(d, {x.data, y.data, residual_data(epi)});
-  return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
-    using T = typename decltype(tag)::type;
-    return with_pack<T>(wide, [&](auto pack_tag) -> Status {
-      constexpr int P = decltype(pack_tag)::value;
-      const Channels ch{f32(running_mean),         nullptr,    f32(running_var),
-                        static_cast<float>(p.eps), f32(gamma), f32(beta)};
-      return apply<T, P>(ctx, d, x, epi, y, ch);
-    });
-  });
+  return dispatch("batch_norm_inference_forward", x.desc, {x.data, y.data, residual_data(epi)},
+                  [&](auto tag, auto pack_tag) -> Status {
+                    using T = typename decltype(tag)::type;
+                    constexpr int P = decltype(pack_tag)::value;
+                    const Channels ch{f32(running_mean),         nullptr,    f32(running_var),
+                                      static_cast<float>(p.eps), f32(gamma), f32(beta)};
+                    return apply<T, P>(ctx, x.desc, x, epi, y, ch);
+                  });
 }
 
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,
@@ -691,59 +726,53 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
                                   const TensorView& gamma, const TensorView& save_mean,
                                   const TensorView& save_invstd, const TensorView& dx,
                                   const TensorView& dgamma, const TensorView& dbeta) {
+  constexpr std::string_view op = "batch_norm_backward";
   const TensorDesc& d = x.desc;
-  DLPROBE_RETURN_IF_ERROR(check_size(d, "batch_norm_backward"));
   const void* y_raw = relu_output != nullptr ? relu_output->data : nullptr;
-  const bool wide = packable(d, {dy.data, x.data, dx.data, y_raw});
   const int channels = static_cast<int>(d.dim(1));
   const auto count = static_cast<float>(d.dim(0) * d.dim(2) * d.dim(3));
-  return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
+  return dispatch(op, d, {dy.data, x.data, dx.data, y_raw}, [&](auto tag, auto pack_tag) -> Status {
     using T = typename decltype(tag)::type;
-    return with_pack<T>(wide, [&](auto pack_tag) -> Status {
-      constexpr int P = decltype(pack_tag)::value;
-      const Reduction red = reduction_for(ctx, d, P);
-      DLPROBE_ASSIGN_OR_RETURN(
-          auto partial,
-          scratch(ctx, static_cast<std::size_t>(channels * red.splits) * sizeof(GradSums),
-                  "batch_norm_backward"));
-      auto* acc = static_cast<GradSums*>(partial.data());
-      const auto* dyp = static_cast<const T*>(dy.data);
-      const auto* yp = static_cast<const T*>(y_raw);
-      const auto* xp = static_cast<const T*>(x.data);
-      auto* dxp = static_cast<T*>(dx.data);
-      const float* mean = f32(save_mean);
-      const Nhwc gh = nhwc_of(d, P);
-      const Nchw gc = nchw_of(d);
-      const bool nhwc = d.layout() == Layout::nhwc;
-      const dim3 grid = elementwise_grid(ctx, d, P);
-      const std::int64_t packs = d.numel() / P;
-      const GradChannels ch{f32(gamma),  mean,       f32(save_invstd),
-                            f32(dgamma), f32(dbeta), 1.0F / count};
-      // The two passes, with the ReLU's mask fused in or not.
-      auto passes = [&](auto relu_tag) -> Status {
-        constexpr bool kRelu = decltype(relu_tag)::value;
-        if (nhwc) {
-          grad_sums_nhwc<T, P, kRelu>
-              <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, mean, gh, red.per_split, acc);
-        } else {
-          grad_sums_nchw<T, P, kRelu>
-              <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, mean, gc, red.per_split, acc);
-        }
-        DLPROBE_CUDA_CHECK_LAUNCH();
-        finalize_grads<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
-            acc, channels, red.splits, f32(save_invstd), f32_out(dgamma), f32_out(dbeta));
-        DLPROBE_CUDA_CHECK_LAUNCH();
-        if (nhwc) {
-          dx_nhwc<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, dxp, gh, ch);
-        } else {
-          dx_nchw<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, dxp, gc, packs, ch);
-        }
-        DLPROBE_CUDA_CHECK_LAUNCH();
-        return Status::ok();
-      };
-      if (yp != nullptr) return passes(std::true_type{});
-      return passes(std::false_type{});
-    });
+    constexpr int P = decltype(pack_tag)::value;
+    DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial, partials<GradSums>(ctx, d, P, op));
+    const Reduction& red = partial.red;
+    GradSums* acc = partial.acc();
+    const auto* dyp = static_cast<const T*>(dy.data);
+    const auto* yp = static_cast<const T*>(y_raw);
+    const auto* xp = static_cast<const T*>(x.data);
+    auto* dxp = static_cast<T*>(dx.data);
+    const float* mean = f32(save_mean);
+    const Nhwc gh = nhwc_of(d, P);
+    const Nchw gc = nchw_of(d);
+    const bool nhwc = d.layout() == Layout::nhwc;
+    const dim3 grid = elementwise_grid(ctx, d, P);
+    const std::int64_t packs = d.numel() / P;
+    const GradChannels ch{f32(gamma),  mean,       f32(save_invstd),
+                          f32(dgamma), f32(dbeta), 1.0F / count};
+    // The two passes, with the ReLU's mask fused in or not.
+    auto passes = [&](auto relu_tag) -> Status {
+      constexpr bool kRelu = decltype(relu_tag)::value;
+      if (nhwc) {
+        grad_sums_nhwc<T, P, kRelu>
+            <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, mean, gh, red.per_split, acc);
+      } else {
+        grad_sums_nchw<T, P, kRelu>
+            <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, mean, gc, red.per_split, acc);
+      }
+      DLPROBE_CUDA_CHECK_LAUNCH();
+      finalize_grads<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
+          acc, channels, red.splits, f32(save_invstd), f32_out(dgamma), f32_out(dbeta));
+      DLPROBE_CUDA_CHECK_LAUNCH();
+      if (nhwc) {
+        dx_nhwc<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, dxp, gh, ch);
+      } else {
+        dx_nchw<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, dxp, gc, packs, ch);
+      }
+      DLPROBE_CUDA_CHECK_LAUNCH();
+      return Status::ok();
+    };
+    if (yp != nullptr) return passes(std::true_type{});
+    return passes(std::false_type{});
   });
 }
 

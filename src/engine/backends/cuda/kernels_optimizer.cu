@@ -2,7 +2,8 @@
 // The host packs the groups and their chunks into one table (launch_plan.h) and uploads it; each
 // block walks chunks grid-stride and its threads the chunk's elements, four at a time (float4)
 // where the group's arrays are 16-byte aligned. The per-element arithmetic follows
-// torch.optim's formulas term by term in fp32, the same order as the reference backend.
+// torch.optim's formulas term by term in fp32, in the order of the host backends'
+// (host_optimizer.h).
 #include <cmath>
 #include <vector>
 

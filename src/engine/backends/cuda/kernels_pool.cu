@@ -59,25 +59,6 @@ __device__ void window_max(const PoolGeom& g, int oh, int ow, Load load, float (
   }
 }
 
-// NHWC, P channels a thread: grid (N * OH, ceil(OW * C/P / kBlock)).
-template <class T, int P>
-__global__ void pool_forward_nhwc(const T* x, T* y, PoolGeom g) {
-  const int packs = g.c / P;
-  const int n = static_cast<int>(blockIdx.x) / g.oh;
-  const int oh = static_cast<int>(blockIdx.x) - n * g.oh;
-  const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-  if (i >= g.ow * packs) return;
-  const int ow = i / packs;
-  const int pk = i - ow * packs;
-  const T* plane = x + static_cast<std::int64_t>(n) * g.h * g.w * g.c + pk * P;
-  float best[P];
-  int at[P];
-  window_max<P>(
-      g, oh, ow, [&](int h, int w, float(&v)[P]) { load_pack(plane + (h * g.w + w) * g.c, v); },
-      best, at);
-  store_pack(y + (static_cast<std::int64_t>(blockIdx.x) * g.ow + ow) * g.c + pk * P, best);
-}
-
 // The backward runs in two passes. The first finds each window's maximum once and stores where
 // it is in the window (one byte: windows have at most 255 positions, the host checks); the second
 // has each input element gather the gradients of the windows whose maximum it is, which needs no
@@ -89,9 +70,25 @@ struct alignas(P) BytePack {
   std::uint8_t v[P];
 };
 
-// grid as pool_forward_nhwc; `where` is laid out as y.
-template <class T, int P>
-__global__ void pool_argmax_nhwc(const T* x, std::uint8_t* where, PoolGeom g) {
+// What a window pass stores for P neighbouring outputs at `out`: the maxima into y (the forward),
+// or with kWhere their positions in the window into `where`, laid out as y (the backward's first
+// pass).
+template <bool kWhere, class T, int P>
+__device__ void store_window(T* y, std::uint8_t* where, std::int64_t out, const float (&best)[P],
+                             const int (&at)[P]) {
+  if constexpr (kWhere) {
+    BytePack<P> pos;
+#pragma unroll
+    for (int k = 0; k < P; ++k) pos.v[k] = static_cast<std::uint8_t>(at[k]);
+    *reinterpret_cast<BytePack<P>*>(where + out) = pos;
+  } else {
+    store_pack(y + out, best);
+  }
+}
+
+// NHWC, P channels a thread: grid (N * OH, ceil(OW * C/P / kBlock)).
+template <class T, int P, bool kWhere>
+__global__ void pool_window_nhwc(const T* x, T* y, std::uint8_t* where, PoolGeom g) {
   const int packs = g.c / P;
   const int n = static_cast<int>(blockIdx.x) / g.oh;
   const int oh = static_cast<int>(blockIdx.x) - n * g.oh;
@@ -105,11 +102,40 @@ __global__ void pool_argmax_nhwc(const T* x, std::uint8_t* where, PoolGeom g) {
   window_max<P>(
       g, oh, ow, [&](int h, int w, float(&v)[P]) { load_pack(plane + (h * g.w + w) * g.c, v); },
       best, at);
-  BytePack<P> out;
-#pragma unroll
-  for (int k = 0; k < P; ++k) out.v[k] = static_cast<std::uint8_t>(at[k]);
-  *reinterpret_cast<BytePack<P>*>(
-      where + (static_cast<std::int64_t>(blockIdx.x) * g.ow + ow) * g.c + pk * P) = out;
+  store_window<kWhere>(y, where, (static_cast<std::int64_t>(blockIdx.x) * g.ow + ow) * g.c + pk * P,
+                       best, at);
+}
+
+// NCHW, one element a thread: grid (N * C planes, ceil(OH * OW / kBlock)).
+template <class T, bool kWhere>
+__global__ void pool_window_nchw(const T* x, T* y, std::uint8_t* where, PoolGeom g) {
+  const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (i >= g.oh * g.ow) return;
+  const int oh = i / g.ow;
+  const int ow = i - oh * g.ow;
+  const T* plane = x + static_cast<std::int64_t>(blockIdx.x) * g.h * g.w;
+  float best[1];
+  int at[1];
+  window_max<1>(
+      g, oh, ow, [&](int h, int w, float(&v)[1]) { v[0] = to_float(plane[h * g.w + w]); }, best,
+      at);
+  store_window<kWhere>(y, where, static_cast<std::int64_t>(blockIdx.x) * g.oh * g.ow + i, best, at);
+}
+
+// The output windows that hold input (h, w): oh with oh*sh - ph <= h <= oh*sh - ph + kh - 1, and
+// likewise ow, clipped to the output.
+struct Covering {
+  int oh0, oh1, ow0, ow1;
+};
+
+__device__ Covering covering(const PoolGeom& g, int h, int w) {
+  return {max(floor_div(h + g.ph - g.kh, g.sh) + 1, 0), min(floor_div(h + g.ph, g.sh), g.oh - 1),
+          max(floor_div(w + g.pw - g.kw, g.sw) + 1, 0), min(floor_div(w + g.pw, g.sw), g.ow - 1)};
+}
+
+// Where input (h, w) lies in output window (oh, ow), as window_max numbers the positions.
+__device__ __forceinline__ int position_in(const PoolGeom& g, int h, int w, int oh, int ow) {
+  return (h - (oh * g.sh - g.ph)) * g.kw + (w - (ow * g.sw - g.pw));
 }
 
 // grid (N * H, ceil(W * C/P / kBlock)).
@@ -123,15 +149,11 @@ __global__ void pool_gather_nhwc(const T* dy, const std::uint8_t* where, T* dx, 
   const int w = i / packs;
   const int pk = i - w * packs;
   const std::int64_t out_plane = static_cast<std::int64_t>(n) * g.oh * g.ow * g.c + pk * P;
-  // Windows oh with oh*sh - ph <= h <= oh*sh - ph + kh - 1, clipped to the output.
-  const int oh0 = max(floor_div(h + g.ph - g.kh, g.sh) + 1, 0);
-  const int oh1 = min(floor_div(h + g.ph, g.sh), g.oh - 1);
-  const int ow0 = max(floor_div(w + g.pw - g.kw, g.sw) + 1, 0);
-  const int ow1 = min(floor_div(w + g.pw, g.sw), g.ow - 1);
+  const Covering cover = covering(g, h, w);
   float sum[P] = {};
-  for (int oh = oh0; oh <= oh1; ++oh) {
-    for (int ow = ow0; ow <= ow1; ++ow) {
-      const int self = (h - (oh * g.sh - g.ph)) * g.kw + (w - (ow * g.sw - g.pw));
+  for (int oh = cover.oh0; oh <= cover.oh1; ++oh) {
+    for (int ow = cover.ow0; ow <= cover.ow1; ++ow) {
+      const int self = position_in(g, h, w, oh, ow);
       const std::int64_t at = out_plane + static_cast<std::int64_t>(oh * g.ow + ow) * g.c;
       const BytePack<P> idx = *reinterpret_cast<const BytePack<P>*>(where + at);
       float d[P];
@@ -145,38 +167,6 @@ __global__ void pool_gather_nhwc(const T* dy, const std::uint8_t* where, T* dx, 
   store_pack(dx + (static_cast<std::int64_t>(blockIdx.x) * g.w + w) * g.c + pk * P, sum);
 }
 
-// NCHW, one element a thread: grid (N * C planes, ceil(OH * OW / kBlock)).
-template <class T>
-__global__ void pool_forward_nchw(const T* x, T* y, PoolGeom g) {
-  const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-  if (i >= g.oh * g.ow) return;
-  const int oh = i / g.ow;
-  const int ow = i - oh * g.ow;
-  const T* plane = x + static_cast<std::int64_t>(blockIdx.x) * g.h * g.w;
-  float best[1];
-  int at[1];
-  window_max<1>(
-      g, oh, ow, [&](int h, int w, float(&v)[1]) { v[0] = to_float(plane[h * g.w + w]); }, best,
-      at);
-  y[static_cast<std::int64_t>(blockIdx.x) * g.oh * g.ow + i] = from_float<T>(best[0]);
-}
-
-// grid (N * C planes, ceil(OH * OW / kBlock)); `where` is laid out as y.
-template <class T>
-__global__ void pool_argmax_nchw(const T* x, std::uint8_t* where, PoolGeom g) {
-  const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-  if (i >= g.oh * g.ow) return;
-  const int oh = i / g.ow;
-  const int ow = i - oh * g.ow;
-  const T* plane = x + static_cast<std::int64_t>(blockIdx.x) * g.h * g.w;
-  float best[1];
-  int at[1];
-  window_max<1>(
-      g, oh, ow, [&](int h, int w, float(&v)[1]) { v[0] = to_float(plane[h * g.w + w]); }, best,
-      at);
-  where[static_cast<std::int64_t>(blockIdx.x) * g.oh * g.ow + i] = static_cast<std::uint8_t>(at[0]);
-}
-
 // grid (N * C planes, ceil(H * W / kBlock)).
 template <class T>
 __global__ void pool_gather_nchw(const T* dy, const std::uint8_t* where, T* dx, PoolGeom g) {
@@ -185,16 +175,12 @@ __global__ void pool_gather_nchw(const T* dy, const std::uint8_t* where, T* dx, 
   const int h = i / g.w;
   const int w = i - h * g.w;
   const std::int64_t out_plane = static_cast<std::int64_t>(blockIdx.x) * g.oh * g.ow;
-  const int oh0 = max(floor_div(h + g.ph - g.kh, g.sh) + 1, 0);
-  const int oh1 = min(floor_div(h + g.ph, g.sh), g.oh - 1);
-  const int ow0 = max(floor_div(w + g.pw - g.kw, g.sw) + 1, 0);
-  const int ow1 = min(floor_div(w + g.pw, g.sw), g.ow - 1);
+  const Covering cover = covering(g, h, w);
   float sum = 0.0F;
-  for (int oh = oh0; oh <= oh1; ++oh) {
-    for (int ow = ow0; ow <= ow1; ++ow) {
-      const int self = (h - (oh * g.sh - g.ph)) * g.kw + (w - (ow * g.sw - g.pw));
+  for (int oh = cover.oh0; oh <= cover.oh1; ++oh) {
+    for (int ow = cover.ow0; ow <= cover.ow1; ++ow) {
       const std::int64_t at = out_plane + oh * g.ow + ow;
-      if (where[at] == self) sum += to_float(dy[at]);
+      if (where[at] == position_in(g, h, w, oh, ow)) sum += to_float(dy[at]);
     }
   }
   dx[static_cast<std::int64_t>(blockIdx.x) * g.h * g.w + i] = from_float<T>(sum);
@@ -237,17 +223,17 @@ Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, 
     const auto planes = static_cast<unsigned>(x.desc.dim(0) * (nhwc ? g.oh : g.c));
     if (wide) {
       constexpr int P = kPack<T>;
-      pool_forward_nhwc<T, P>
+      pool_window_nhwc<T, P, false>
           <<<dim3(planes, blocks_for(std::int64_t{g.ow} * g.c / P)), kBlock, 0, ctx.stream>>>(
-              xp, yp, g);
+              xp, yp, nullptr, g);
     } else if (nhwc) {
-      pool_forward_nhwc<T, 1>
-          <<<dim3(planes, blocks_for(std::int64_t{g.ow} * g.c)), kBlock, 0, ctx.stream>>>(xp, yp,
-                                                                                          g);
+      pool_window_nhwc<T, 1, false>
+          <<<dim3(planes, blocks_for(std::int64_t{g.ow} * g.c)), kBlock, 0, ctx.stream>>>(
+              xp, yp, nullptr, g);
     } else {
-      pool_forward_nchw<T>
-          <<<dim3(planes, blocks_for(std::int64_t{g.oh} * g.ow)), kBlock, 0, ctx.stream>>>(xp, yp,
-                                                                                           g);
+      pool_window_nchw<T, false>
+          <<<dim3(planes, blocks_for(std::int64_t{g.oh} * g.ow)), kBlock, 0, ctx.stream>>>(
+              xp, yp, nullptr, g);
     }
     DLPROBE_CUDA_CHECK_LAUNCH();
     return Status::ok();
@@ -276,9 +262,9 @@ Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy
     if (nhwc) {
       auto passes = [&](auto pack_tag) {
         constexpr int P = decltype(pack_tag)::value;
-        pool_argmax_nhwc<T, P>
+        pool_window_nhwc<T, P, true>
             <<<dim3(n * static_cast<unsigned>(g.oh), blocks_for(std::int64_t{g.ow} * g.c / P)),
-               kBlock, 0, ctx.stream>>>(xp, wp, g);
+               kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g);
         pool_gather_nhwc<T, P>
             <<<dim3(n * static_cast<unsigned>(g.h), blocks_for(std::int64_t{g.w} * g.c / P)),
                kBlock, 0, ctx.stream>>>(dyp, wp, dxp, g);
@@ -290,9 +276,9 @@ Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy
       }
     } else {
       const unsigned planes = n * static_cast<unsigned>(g.c);
-      pool_argmax_nchw<T>
-          <<<dim3(planes, blocks_for(std::int64_t{g.oh} * g.ow)), kBlock, 0, ctx.stream>>>(xp, wp,
-                                                                                           g);
+      pool_window_nchw<T, true>
+          <<<dim3(planes, blocks_for(std::int64_t{g.oh} * g.ow)), kBlock, 0, ctx.stream>>>(
+              xp, nullptr, wp, g);
       pool_gather_nchw<T>
           <<<dim3(planes, blocks_for(std::int64_t{g.h} * g.w)), kBlock, 0, ctx.stream>>>(dyp, wp,
                                                                                          dxp, g);
