@@ -26,18 +26,26 @@ namespace {
 
 // ---- small RAII owners, so every early return frees what was made ----
 
-struct DeviceMemory {
-  void* ptr = nullptr;
-  DeviceMemory() = default;
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  ~DeviceMemory() {
-    if (ptr != nullptr) cudaFree(ptr);
+// Owns `h` once it is set; `destroy` releases it at scope exit.
+template <class Handle, auto destroy>
+struct Owned {
+  Handle h = nullptr;
+  Owned() = default;
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() {
+    if (h != nullptr) destroy(h);
   }
 };
 
+using DeviceMemory = Owned<void*, cudaFree>;
+using PinnedMemory = Owned<void*, cudaFreeHost>;
+using Event = Owned<cudaEvent_t, cudaEventDestroy>;
+using Stream = Owned<cudaStream_t, cudaStreamDestroy>;
+using LtHandle = Owned<cublasLtHandle_t, cublasLtDestroy>;
+
 Status device_alloc(DeviceMemory& m, std::size_t bytes) {
-  cudaError_t rc = cudaMalloc(&m.ptr, bytes);
+  cudaError_t rc = cudaMalloc(&m.h, bytes);
   if (rc == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // clear the sticky-free error so later calls do not report it
     return error(Errc::out_of_memory, fmt::format("cudaMalloc of {} bytes: out of memory", bytes));
@@ -45,26 +53,6 @@ Status device_alloc(DeviceMemory& m, std::size_t bytes) {
   DLPROBE_CUDA_CHECK(rc);
   return Status::ok();
 }
-
-struct Event {
-  cudaEvent_t e = nullptr;
-  Event() = default;
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  ~Event() {
-    if (e != nullptr) cudaEventDestroy(e);
-  }
-};
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() = default;
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  ~Stream() {
-    if (s != nullptr) cudaStreamDestroy(s);
-  }
-};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -80,19 +68,19 @@ Result<std::vector<double>> time_on_stream(cudaStream_t stream, int warmup, int 
   DLPROBE_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<Event> start(static_cast<std::size_t>(reps)), stop(static_cast<std::size_t>(reps));
   for (int i = 0; i < reps; ++i) {
-    DLPROBE_CUDA_CHECK(cudaEventCreate(&start[i].e));
-    DLPROBE_CUDA_CHECK(cudaEventCreate(&stop[i].e));
+    DLPROBE_CUDA_CHECK(cudaEventCreate(&start[i].h));
+    DLPROBE_CUDA_CHECK(cudaEventCreate(&stop[i].h));
   }
   for (int i = 0; i < reps; ++i) {
-    DLPROBE_CUDA_CHECK(cudaEventRecord(start[i].e, stream));
+    DLPROBE_CUDA_CHECK(cudaEventRecord(start[i].h, stream));
     DLPROBE_RETURN_IF_ERROR(op());
-    DLPROBE_CUDA_CHECK(cudaEventRecord(stop[i].e, stream));
+    DLPROBE_CUDA_CHECK(cudaEventRecord(stop[i].h, stream));
   }
   DLPROBE_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> ms(static_cast<std::size_t>(reps));
   for (int i = 0; i < reps; ++i) {
     float t = 0;
-    DLPROBE_CUDA_CHECK(cudaEventElapsedTime(&t, start[i].e, stop[i].e));
+    DLPROBE_CUDA_CHECK(cudaEventElapsedTime(&t, start[i].h, stop[i].h));
     ms[i] = t;
   }
   return ms;
@@ -107,6 +95,22 @@ Status fill(void* p, std::size_t n, kernels::FillType type, std::uint64_t seed,
 }
 
 // ---- GEMM ----
+
+// The element type a GEMM's inputs are filled as.
+kernels::FillType fill_type(GemmDtype dtype) {
+  switch (dtype) {
+    case GemmDtype::fp32:
+    case GemmDtype::tf32:
+      return kernels::FillType::f32;
+    case GemmDtype::fp16:
+      return kernels::FillType::f16;
+    case GemmDtype::bf16:
+      return kernels::FillType::bf16;
+    case GemmDtype::fp8_e4m3:
+      return kernels::FillType::fp8_e4m3;
+  }
+  return kernels::FillType::f32;
+}
 
 struct GemmTypes {
   cudaDataType_t ab, cd;
@@ -129,16 +133,6 @@ GemmTypes gemm_types(GemmDtype dtype) {
   }
   return {CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 4, 4};
 }
-
-struct LtHandle {
-  cublasLtHandle_t h = nullptr;
-  LtHandle() = default;
-  LtHandle(const LtHandle&) = delete;
-  LtHandle& operator=(const LtHandle&) = delete;
-  ~LtHandle() {
-    if (h != nullptr) cublasLtDestroy(h);
-  }
-};
 
 // One cuBLASLt GEMM, D(m×n) = op(A)·B with A stored k×m and transposed ("TN"), B stored k×n, all
 // column-major. TN is the layout cuBLASLt requires for fp8 and is used for every type so the
@@ -170,9 +164,9 @@ class Gemm {
   Status run() {
     const float alpha = 1.0f, beta = 0.0f;
     // beta = 0, so C is never read; D doubles as C.
-    DLPROBE_CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, a_.ptr, a_layout_, b_.ptr, b_layout_,
-                                        &beta, d_.ptr, d_layout_, d_.ptr, d_layout_, &algo_,
-                                        workspace_.ptr, workspace_bytes_, stream_));
+    DLPROBE_CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, a_.h, a_layout_, b_.h, b_layout_, &beta,
+                                        d_.h, d_layout_, d_.h, d_layout_, &algo_, workspace_.h,
+                                        workspace_bytes_, stream_));
     return Status::ok();
   }
 
@@ -184,9 +178,9 @@ class Gemm {
   Result<double> compare_with_cpu() {
     DLPROBE_RETURN_IF_ERROR(run());
     DLPROBE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    DLPROBE_ASSIGN_OR_RETURN(auto a, copy_to_host_as_double(a_.ptr, k_ * m_, types_.ab));
-    DLPROBE_ASSIGN_OR_RETURN(auto b, copy_to_host_as_double(b_.ptr, k_ * n_, types_.ab));
-    DLPROBE_ASSIGN_OR_RETURN(auto d, copy_to_host_as_double(d_.ptr, m_ * n_, types_.cd));
+    DLPROBE_ASSIGN_OR_RETURN(auto a, copy_to_host_as_double(a_.h, k_ * m_, types_.ab));
+    DLPROBE_ASSIGN_OR_RETURN(auto b, copy_to_host_as_double(b_.h, k_ * n_, types_.ab));
+    DLPROBE_ASSIGN_OR_RETURN(auto d, copy_to_host_as_double(d_.h, m_ * n_, types_.cd));
     double worst = 0;
     for (std::int64_t j = 0; j < n_; ++j) {
       for (std::int64_t i = 0; i < m_; ++i) {
@@ -232,8 +226,8 @@ class Gemm {
       DLPROBE_RETURN_IF_ERROR(device_alloc(scales_, 2 * kSlot * sizeof(float)));
       float ones[2 * kSlot] = {};
       ones[0] = ones[kSlot] = 1.0f;
-      DLPROBE_CUDA_CHECK(cudaMemcpy(scales_.ptr, ones, sizeof(ones), cudaMemcpyHostToDevice));
-      const float* a_scale = static_cast<const float*>(scales_.ptr);
+      DLPROBE_CUDA_CHECK(cudaMemcpy(scales_.h, ones, sizeof(ones), cudaMemcpyHostToDevice));
+      const float* a_scale = static_cast<const float*>(scales_.h);
       const float* b_scale = a_scale + kSlot;
       DLPROBE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                           &a_scale, sizeof(a_scale)));
@@ -266,24 +260,9 @@ class Gemm {
   }
 
   Status fill_inputs() {
-    const std::size_t na = static_cast<std::size_t>(k_ * m_);
-    const std::size_t nb = static_cast<std::size_t>(k_ * n_);
-    switch (dtype_) {
-      case GemmDtype::fp32:
-      case GemmDtype::tf32:
-        DLPROBE_RETURN_IF_ERROR(fill(a_.ptr, na, kernels::FillType::f32, 1, stream_));
-        return fill(b_.ptr, nb, kernels::FillType::f32, 2, stream_);
-      case GemmDtype::fp16:
-        DLPROBE_RETURN_IF_ERROR(fill(a_.ptr, na, kernels::FillType::f16, 1, stream_));
-        return fill(b_.ptr, nb, kernels::FillType::f16, 2, stream_);
-      case GemmDtype::bf16:
-        DLPROBE_RETURN_IF_ERROR(fill(a_.ptr, na, kernels::FillType::bf16, 1, stream_));
-        return fill(b_.ptr, nb, kernels::FillType::bf16, 2, stream_);
-      case GemmDtype::fp8_e4m3:
-        DLPROBE_RETURN_IF_ERROR(fill(a_.ptr, na, kernels::FillType::fp8_e4m3, 1, stream_));
-        return fill(b_.ptr, nb, kernels::FillType::fp8_e4m3, 2, stream_);
-    }
-    return Status::ok();
+    const kernels::FillType type = fill_type(dtype_);
+    DLPROBE_RETURN_IF_ERROR(fill(a_.h, static_cast<std::size_t>(k_ * m_), type, 1, stream_));
+    return fill(b_.h, static_cast<std::size_t>(k_ * n_), type, 2, stream_);
   }
 
   // The host-side conversions of cuda_fp16.h, cuda_bf16.h and cuda_fp8.h decode exactly what the
@@ -404,6 +383,16 @@ BandwidthCeiling failed(std::string name, std::string why) {
   return b;
 }
 
+// `bytes` moved per repetition, at the median of the repetitions' milliseconds `ms`.
+BandwidthCeiling measured(std::string name, std::uint64_t bytes, const std::vector<double>& ms) {
+  BandwidthCeiling b;
+  b.name = std::move(name);
+  b.measured = true;
+  b.bytes = bytes;
+  b.gbs = static_cast<double>(bytes) / (median(ms) * 1e-3) / 1e9;
+  return b;
+}
+
 std::vector<BandwidthCeiling> measure_device_bandwidth(cudaStream_t stream,
                                                        const cudaDeviceProp& prop,
                                                        std::optional<double> theoretical,
@@ -429,16 +418,16 @@ std::vector<BandwidthCeiling> measure_device_bandwidth(cudaStream_t stream,
     if (!s)
       return {failed("device_copy_kernel", s.message()), failed("device_memcpy_d2d", s.message())};
   }
-  if (Status s = fill(src.ptr, bytes / 4, kernels::FillType::f32, 3, stream); !s)
+  if (Status s = fill(src.h, bytes / 4, kernels::FillType::f32, 3, stream); !s)
     return {failed("device_copy_kernel", s.message()), failed("device_memcpy_d2d", s.message())};
 
   std::vector<BandwidthCeiling> out;
   auto kernel = [&]() -> Status {
-    DLPROBE_CUDA_CHECK(kernels::copy_16b(src.ptr, dst.ptr, bytes, stream));
+    DLPROBE_CUDA_CHECK(kernels::copy_16b(src.h, dst.h, bytes, stream));
     return Status::ok();
   };
   auto memcpy_d2d = [&]() -> Status {
-    DLPROBE_CUDA_CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, stream));
+    DLPROBE_CUDA_CHECK(cudaMemcpyAsync(dst.h, src.h, bytes, cudaMemcpyDeviceToDevice, stream));
     return Status::ok();
   };
   const std::pair<const char*, std::function<Status()>> runs[] = {
@@ -449,26 +438,13 @@ std::vector<BandwidthCeiling> measure_device_bandwidth(cudaStream_t stream,
       out.push_back(failed(name, ms.status().message()));
       continue;
     }
-    BandwidthCeiling b;
-    b.name = name;
-    b.measured = true;
-    b.bytes = 2 * bytes;  // every byte is read once and written once
-    b.gbs = static_cast<double>(b.bytes) / (median(*ms) * 1e-3) / 1e9;
+    // Every byte is read once and written once.
+    BandwidthCeiling b = measured(name, 2 * bytes, *ms);
     b.theoretical_gbs = theoretical;
     out.push_back(std::move(b));
   }
   return out;
 }
-
-struct PinnedMemory {
-  void* ptr = nullptr;
-  PinnedMemory() = default;
-  PinnedMemory(const PinnedMemory&) = delete;
-  PinnedMemory& operator=(const PinnedMemory&) = delete;
-  ~PinnedMemory() {
-    if (ptr != nullptr) cudaFreeHost(ptr);
-  }
-};
 
 // Pinned copies are timed with events. Pageable ones are timed with the host clock around a
 // synchronous cudaMemcpy: the driver stages them through its own pinned buffer on the calling
@@ -483,30 +459,25 @@ std::vector<BandwidthCeiling> measure_host_bandwidth(cudaStream_t stream, const 
     return out;
   }
   PinnedMemory pinned;
-  if (cudaMallocHost(&pinned.ptr, bytes) != cudaSuccess) {
+  if (cudaMallocHost(&pinned.h, bytes) != cudaSuccess) {
     cudaGetLastError();
     out.push_back(failed("h2d_pinned", "cudaMallocHost failed"));
     out.push_back(failed("d2h_pinned", "cudaMallocHost failed"));
   } else {
-    std::memset(pinned.ptr, 1, bytes);
+    std::memset(pinned.h, 1, bytes);
     for (bool h2d : {true, false}) {
       const char* name = h2d ? "h2d_pinned" : "d2h_pinned";
       auto ms = time_on_stream(stream, 1, o.repetitions, [&]() -> Status {
-        DLPROBE_CUDA_CHECK(
-            cudaMemcpyAsync(h2d ? dev.ptr : pinned.ptr, h2d ? pinned.ptr : dev.ptr, bytes,
-                            h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream));
+        DLPROBE_CUDA_CHECK(cudaMemcpyAsync(h2d ? dev.h : pinned.h, h2d ? pinned.h : dev.h, bytes,
+                                           h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                           stream));
         return Status::ok();
       });
       if (!ms) {
         out.push_back(failed(name, ms.status().message()));
         continue;
       }
-      BandwidthCeiling b;
-      b.name = name;
-      b.measured = true;
-      b.bytes = bytes;
-      b.gbs = static_cast<double>(bytes) / (median(*ms) * 1e-3) / 1e9;
-      out.push_back(std::move(b));
+      out.push_back(measured(name, bytes, *ms));
     }
   }
   std::vector<char> pageable(bytes, 1);  // written, so every page is resident before timing
@@ -516,8 +487,8 @@ std::vector<BandwidthCeiling> measure_host_bandwidth(cudaStream_t stream, const 
     std::string why;
     for (int i = 0; i < 1 + o.repetitions && why.empty(); ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      cudaError_t rc = cudaMemcpy(h2d ? dev.ptr : static_cast<void*>(pageable.data()),
-                                  h2d ? static_cast<const void*>(pageable.data()) : dev.ptr, bytes,
+      cudaError_t rc = cudaMemcpy(h2d ? dev.h : static_cast<void*>(pageable.data()),
+                                  h2d ? static_cast<const void*>(pageable.data()) : dev.h, bytes,
                                   h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
       const auto t1 = std::chrono::steady_clock::now();
       if (rc != cudaSuccess) why = fmt::format("cudaMemcpy: {}", cudaGetErrorString(rc));
@@ -527,12 +498,7 @@ std::vector<BandwidthCeiling> measure_host_bandwidth(cudaStream_t stream, const 
       out.push_back(failed(name, why));
       continue;
     }
-    BandwidthCeiling b;
-    b.name = name;
-    b.measured = true;
-    b.bytes = bytes;
-    b.gbs = static_cast<double>(bytes) / (median(ms) * 1e-3) / 1e9;
-    out.push_back(std::move(b));
+    out.push_back(measured(name, bytes, ms));
   }
   return out;
 }
@@ -565,14 +531,14 @@ Result<Ceilings> measure_ceilings(int device, const CeilingOptions& o) {
   out.device_name = prop.name;
   out.sm_clock_mhz = clock_khz / 1000.0;
   Stream stream;
-  DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream.s, cudaStreamNonBlocking));
+  DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream.h, cudaStreamNonBlocking));
 
   if (o.gemm) {
     LtHandle lt;
     DLPROBE_CUBLAS_CHECK(cublasLtCreate(&lt.h));
     for (GemmDtype dtype : o.dtypes) {
       log_info("ceilings: {} GEMM {}^3 on device {}", gemm_dtype_name(dtype), o.gemm_size, device);
-      out.gemm.push_back(measure_gemm(lt.h, stream.s, prop, out.sm_clock_mhz, dtype, o));
+      out.gemm.push_back(measure_gemm(lt.h, stream.h, prop, out.sm_clock_mhz, dtype, o));
     }
   }
   if (o.device_bandwidth) {
@@ -580,12 +546,12 @@ Result<Ceilings> measure_ceilings(int device, const CeilingOptions& o) {
     std::optional<double> theoretical;
     if (prop.memoryBusWidth > 0 && mem_clock_khz > 0)
       theoretical = theoretical_memory_bandwidth_gbs(prop.memoryBusWidth, mem_clock_khz / 1000.0);
-    for (auto& b : measure_device_bandwidth(stream.s, prop, theoretical, o))
+    for (auto& b : measure_device_bandwidth(stream.h, prop, theoretical, o))
       out.bandwidth.push_back(std::move(b));
   }
   if (o.host_bandwidth) {
     log_info("ceilings: host<->device bandwidth on device {}", device);
-    for (auto& b : measure_host_bandwidth(stream.s, o)) out.bandwidth.push_back(std::move(b));
+    for (auto& b : measure_host_bandwidth(stream.h, o)) out.bandwidth.push_back(std::move(b));
   }
   return out;
 }
@@ -597,10 +563,10 @@ Result<double> gemm_check_error(int device, GemmDtype dtype, std::int64_t m, std
   if (auto why = gemm_unsupported_reason(dtype, prop); !why.empty())
     return error(Errc::unsupported, why);
   Stream stream;
-  DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream.s, cudaStreamNonBlocking));
+  DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream.h, cudaStreamNonBlocking));
   LtHandle lt;
   DLPROBE_CUBLAS_CHECK(cublasLtCreate(&lt.h));
-  DLPROBE_ASSIGN_OR_RETURN(auto gemm, Gemm::create(lt.h, stream.s, dtype, m, n, k, 32ull << 20));
+  DLPROBE_ASSIGN_OR_RETURN(auto gemm, Gemm::create(lt.h, stream.h, dtype, m, n, k, 32ull << 20));
   return gemm->compare_with_cpu();
 }
 

@@ -1,5 +1,8 @@
 #include "dlprobe/doctor/gpu_arch.h"
 
+#include <algorithm>
+#include <iterator>
+
 namespace dlprobe {
 
 std::string_view gemm_dtype_name(GemmDtype dtype) {
@@ -50,32 +53,18 @@ std::vector<std::string> tensor_core_dtypes(int cc_major, int cc_minor) {
 // accumulate at half that rate, so on them this is an upper bound.
 std::optional<double> dense_flops_per_clock_per_sm(int cc_major, int cc_minor, GemmDtype dtype) {
   struct Rates {
+    int cc;
     double fp32, tf32, fp16, fp8;  // 0 = no such unit
   };
-  std::optional<Rates> r;
-  switch (cc_major * 10 + cc_minor) {
-    case 70:
-    case 72:
-    case 75:
-      r = Rates{128, 0, 1024, 0};
-      break;
-    case 80:
-      r = Rates{128, 1024, 2048, 0};
-      break;
-    case 86:
-    case 87:
-      r = Rates{256, 512, 1024, 0};
-      break;
-    case 89:
-      r = Rates{256, 512, 1024, 2048};
-      break;
-    case 90:
-      r = Rates{256, 2048, 4096, 8192};
-      break;
-    default:
-      break;
-  }
-  if (!r) return std::nullopt;
+  static constexpr Rates kRates[] = {
+      {70, 128, 0, 1024, 0},      {72, 128, 0, 1024, 0},       {75, 128, 0, 1024, 0},
+      {80, 128, 1024, 2048, 0},   {86, 256, 512, 1024, 0},     {87, 256, 512, 1024, 0},
+      {89, 256, 512, 1024, 2048}, {90, 256, 2048, 4096, 8192},
+  };
+  const int cc = cc_major * 10 + cc_minor;
+  const Rates* r = std::find_if(std::begin(kRates), std::end(kRates),
+                                [&](const Rates& rates) { return rates.cc == cc; });
+  if (r == std::end(kRates)) return std::nullopt;
   double rate = 0;
   switch (dtype) {
     case GemmDtype::fp32:
@@ -114,32 +103,15 @@ double theoretical_memory_bandwidth_gbs(int bus_width_bits, double memory_clock_
 
 std::optional<double> theoretical_pcie_gbs(unsigned gen, unsigned width) {
   // Transfer rate per lane in GT/s and the line encoding's efficiency (8b/10b to gen 2, 128b/130b
-  // from gen 3; gen 6 uses FLIT mode, about 242/256 of the raw rate).
-  double gts = 0, efficiency = 0;
-  switch (gen) {
-    case 1:
-      gts = 2.5, efficiency = 0.8;
-      break;
-    case 2:
-      gts = 5, efficiency = 0.8;
-      break;
-    case 3:
-      gts = 8, efficiency = 128.0 / 130;
-      break;
-    case 4:
-      gts = 16, efficiency = 128.0 / 130;
-      break;
-    case 5:
-      gts = 32, efficiency = 128.0 / 130;
-      break;
-    case 6:
-      gts = 64, efficiency = 242.0 / 256;
-      break;
-    default:
-      return std::nullopt;
-  }
-  if (width == 0) return std::nullopt;
-  return gts * efficiency * width / 8;
+  // from gen 3; gen 6 uses FLIT mode, about 242/256 of the raw rate), by generation from 1.
+  struct Lane {
+    double gts, efficiency;
+  };
+  static constexpr Lane kLanes[] = {{2.5, 0.8},        {5, 0.8},          {8, 128.0 / 130},
+                                    {16, 128.0 / 130}, {32, 128.0 / 130}, {64, 242.0 / 256}};
+  if (gen < 1 || gen > std::size(kLanes) || width == 0) return std::nullopt;
+  const Lane& lane = kLanes[gen - 1];
+  return lane.gts * lane.efficiency * width / 8;
 }
 
 }  // namespace dlprobe
