@@ -170,6 +170,36 @@ __device__ __forceinline__ int nchw_channel(const Nchw& g, std::int64_t q) {
   return static_cast<int>(plane % static_cast<std::uint32_t>(g.channels));
 }
 
+// The elementwise passes' grid-stride loops: f(at) for the offset of each NHWC row pack this
+// thread takes, f(q, c) for each NCHW pack q (of channel c).
+template <int P, class F>
+__device__ __forceinline__ void for_each_nhwc_row(const Nhwc& g, const NhwcLane& lane, F&& f) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.y) * g.ty;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * g.ty + lane.row; r < g.rows;
+       r += stride) {
+    f(r * g.channels + lane.pack * P);
+  }
+}
+
+template <int P, class F>
+__device__ __forceinline__ void for_each_nchw_pack(const Nchw& g, std::int64_t packs, F&& f) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
+       q += stride) {
+    f(q, nchw_channel<P>(g, q));
+  }
+}
+
+// A per-channel value for element k of a pack: its own (NHWC, a channel per element) or the
+// plane's (NCHW, one channel for the pack).
+template <int P>
+__device__ __forceinline__ float of(const float (&v)[P], int k) {
+  return v[k];
+}
+__device__ __forceinline__ float of(float v, int /*k*/) {
+  return v;
+}
+
 // Folds the rows of an NHWC block's tile (each thread's accumulators, already stored) into row 0
 // with a fixed tree, then row 0 stores its packs as this split's partials of their channels.
 template <int P, class Acc>
@@ -315,6 +345,22 @@ __global__ void finalize_stats(const Welford* partial, int channels, std::int64_
 
 // ---- forward elementwise pass: y = [relu]((x - mean) * invstd * gamma + beta [+ residual]) ----
 
+template <bool kResidual, bool kRelu, int P, class T, class C>
+__device__ __forceinline__ void apply_pack(const T* x, const T* residual, T* y, std::int64_t at,
+                                           const C& mean, const C& scale, const C& beta) {
+  float v[P];
+  load_pack(x + at, v);
+  float res[P] = {};
+  if constexpr (kResidual) load_pack(residual + at, res);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    float o = bn_value(v[k], of(mean, k), of(scale, k), of(beta, k));
+    if constexpr (kResidual) o += res[k];
+    v[k] = kRelu ? relu(o) : o;
+  }
+  store_pack(y + at, v);
+}
+
 template <class T, int P, bool kResidual, bool kRelu>
 __global__ void apply_nhwc(const T* x, const T* residual, T* y, Nhwc g, Channels ch) {
   const NhwcLane lane = nhwc_lane(g);
@@ -327,46 +373,18 @@ __global__ void apply_nhwc(const T* x, const T* residual, T* y, Nhwc g, Channels
     scale[k] = ch.inv(c) * ch.gamma[c];
     beta[k] = ch.beta[c];
   }
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.y) * g.ty;
-  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * g.ty + lane.row; r < g.rows;
-       r += stride) {
-    const std::int64_t at = r * g.channels + lane.pack * P;
-    float v[P];
-    load_pack(x + at, v);
-    float res[P] = {};
-    if constexpr (kResidual) load_pack(residual + at, res);
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      float o = bn_value(v[k], mean[k], scale[k], beta[k]);
-      if constexpr (kResidual) o += res[k];
-      v[k] = kRelu ? relu(o) : o;
-    }
-    store_pack(y + at, v);
-  }
+  for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) {
+    apply_pack<kResidual, kRelu, P>(x, residual, y, at, mean, scale, beta);
+  });
 }
 
 template <class T, int P, bool kResidual, bool kRelu>
 __global__ void apply_nchw(const T* x, const T* residual, T* y, Nchw g, std::int64_t packs,
                            Channels ch) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
-       q += stride) {
-    const int c = nchw_channel<P>(g, q);
-    const float mean = ch.mean[c];
+  for_each_nchw_pack<P>(g, packs, [&](std::int64_t q, int c) {
     const float scale = ch.inv(c) * ch.gamma[c];
-    const float beta = ch.beta[c];
-    float v[P];
-    load_pack(x + q * P, v);
-    float res[P] = {};
-    if constexpr (kResidual) load_pack(residual + q * P, res);
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      float o = bn_value(v[k], mean, scale, beta);
-      if constexpr (kResidual) o += res[k];
-      v[k] = kRelu ? relu(o) : o;
-    }
-    store_pack(y + q * P, v);
-  }
+    apply_pack<kResidual, kRelu, P>(x, residual, y, q * P, ch.mean[c], scale, ch.beta[c]);
+  });
 }
 
 // ---- backward ----
@@ -404,12 +422,12 @@ __global__ void grad_sums_nhwc(const T* dy, const T* y, const T* x, const float*
     for (int k = 0; k < P; ++k) m[k] = mean[lane.pack * P + k];
     for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += g.ty) {
       const std::int64_t at = r * g.channels + lane.pack * P;
-      float g[P], vx[P];
-      load_grad<kRelu>(dy, y, x, at, g, vx);
+      float grad[P], vx[P];
+      load_grad<kRelu>(dy, y, x, at, grad, vx);
 #pragma unroll
       for (int k = 0; k < P; ++k) {
-        acc[k].dy += g[k];
-        acc[k].dy_xmu += g[k] * (vx[k] - m[k]);
+        acc[k].dy += grad[k];
+        acc[k].dy_xmu += grad[k] * (vx[k] - m[k]);
       }
     }
   }
@@ -426,12 +444,12 @@ __global__ void grad_sums_nchw(const T* dy, const T* y, const T* x, const float*
   GradSums acc{};
   for (std::int64_t j = split.begin + threadIdx.x; j < split.end; j += blockDim.x) {
     const std::int64_t at = split.offset(g, j);
-    float g[P], vx[P];
-    load_grad<kRelu>(dy, y, x, at, g, vx);
+    float grad[P], vx[P];
+    load_grad<kRelu>(dy, y, x, at, grad, vx);
 #pragma unroll
     for (int k = 0; k < P; ++k) {
-      acc.dy += g[k];
-      acc.dy_xmu += g[k] * (vx[k] - m);
+      acc.dy += grad[k];
+      acc.dy_xmu += grad[k] * (vx[k] - m);
     }
   }
   const GradSums sums = block_merge(acc);
@@ -466,6 +484,20 @@ __device__ __forceinline__ float bn_dx(float g, float x, float mean, float invst
   return scale * (g - k_beta - xhat * k_gamma);
 }
 
+// dx of the P elements at `at`, with the per-channel values of bn_dx.
+template <bool kRelu, int P, class T, class C>
+__device__ __forceinline__ void dx_pack(const T* dy, const T* y, const T* x, T* dx, std::int64_t at,
+                                        const C& mean, const C& inv, const C& kb, const C& kg,
+                                        const C& scale) {
+  float grad[P], vx[P];
+  load_grad<kRelu>(dy, y, x, at, grad, vx);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    grad[k] = bn_dx(grad[k], vx[k], of(mean, k), of(inv, k), of(kb, k), of(kg, k), of(scale, k));
+  }
+  store_pack(dx + at, grad);
+}
+
 template <class T, int P, bool kRelu>
 __global__ void dx_nhwc(const T* dy, const T* y, const T* x, T* dx, Nhwc g, GradChannels ch) {
   const NhwcLane lane = nhwc_lane(g);
@@ -480,36 +512,19 @@ __global__ void dx_nhwc(const T* dy, const T* y, const T* x, T* dx, Nhwc g, Grad
     kg[k] = ch.dgamma[c] * ch.inv_count;
     scale[k] = ch.gamma[c] * inv[k];
   }
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.y) * g.ty;
-  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * g.ty + lane.row; r < g.rows;
-       r += stride) {
-    const std::int64_t at = r * g.channels + lane.pack * P;
-    float g[P], vx[P];
-    load_grad<kRelu>(dy, y, x, at, g, vx);
-#pragma unroll
-    for (int k = 0; k < P; ++k) g[k] = bn_dx(g[k], vx[k], mean[k], inv[k], kb[k], kg[k], scale[k]);
-    store_pack(dx + at, g);
-  }
+  for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) {
+    dx_pack<kRelu, P>(dy, y, x, dx, at, mean, inv, kb, kg, scale);
+  });
 }
 
 template <class T, int P, bool kRelu>
 __global__ void dx_nchw(const T* dy, const T* y, const T* x, T* dx, Nchw g, std::int64_t packs,
                         GradChannels ch) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
-       q += stride) {
-    const int c = nchw_channel<P>(g, q);
-    const float mean = ch.mean[c];
+  for_each_nchw_pack<P>(g, packs, [&](std::int64_t q, int c) {
     const float inv = ch.invstd[c];
-    const float kb = ch.dbeta[c] * ch.inv_count;
-    const float kg = ch.dgamma[c] * ch.inv_count;
-    const float scale = ch.gamma[c] * inv;
-    float g[P], vx[P];
-    load_grad<kRelu>(dy, y, x, q * P, g, vx);
-#pragma unroll
-    for (int k = 0; k < P; ++k) g[k] = bn_dx(g[k], vx[k], mean, inv, kb, kg, scale);
-    store_pack(dx + q * P, g);
-  }
+    dx_pack<kRelu, P>(dy, y, x, dx, q * P, ch.mean[c], inv, ch.dbeta[c] * ch.inv_count,
+                      ch.dgamma[c] * ch.inv_count, ch.gamma[c] * inv);
+  });
 }
 
 // ---- host side ----
@@ -604,8 +619,8 @@ unsigned finalize_grid(int channels) {
   return static_cast<unsigned>((channels + kWarps - 1) / kWarps);
 }
 
-// The start every launch shares: d within what the kernels index, then f(TypeTag<T>,
-// std::integral_constant<int, P>) with d's element type and the pack its buffers `pointers` take.
+// The start every launch shares: d within what the kernels index, then f.operator()<T, P>() with
+// d's element type and the pack its buffers `pointers` take.
 template <class F>
 Status dispatch(std::string_view op, const TensorDesc& d,
                 std::initializer_list<const void*> pointers, F&& f) {
@@ -613,8 +628,8 @@ Status dispatch(std::string_view op, const TensorDesc& d,
   const bool wide = packable(d, pointers);
   return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
-    if (wide) return f(tag, std::integral_constant<int, kPack<T>>{});
-    return f(tag, std::integral_constant<int, 1>{});
+    if (wide) return f.template operator()<T, kPack<T>>();
+    return f.template operator()<T, 1>();
   });
 }
 
@@ -682,28 +697,24 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
   constexpr std::string_view op = "batch_norm_train_forward";
   const TensorDesc& d = x.desc;
   const int channels = static_cast<int>(d.dim(1));
-  return dispatch(
-      op, d, {x.data, y.data, residual_data(epi)}, [&](auto tag, auto pack_tag) -> Status {
-        using T = typename decltype(tag)::type;
-        constexpr int P = decltype(pack_tag)::value;
-        DLPROBE_ASSIGN_OR_RETURN(const Partials<Welford> partial, partials<Welford>(ctx, d, P, op));
-        const Reduction& red = partial.red;
-        Welford* acc = partial.acc();
-        const auto* xp = static_cast<const T*>(x.data);
-        if (d.layout() == Layout::nhwc) {
-          stats_nhwc<T, P>
-              <<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
-        } else {
-          stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
-        }
-        DLPROBE_CUDA_CHECK_LAUNCH();
-        finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
-            acc, channels, red.splits, static_cast<float>(p.eps), static_cast<float>(p.momentum),
-            f32_out(save_mean), f32_out(save_invstd), f32_out(running_mean), f32_out(running_var));
-        DLPROBE_CUDA_CHECK_LAUNCH();
-        const Channels ch{f32(save_mean), f32(save_invstd), nullptr, 0.0F, f32(gamma), f32(beta)};
-        return apply<T, P>(ctx, d, x, epi, y, ch);
-      });
+  return dispatch(op, d, {x.data, y.data, residual_data(epi)}, [&]<class T, int P>() -> Status {
+    DLPROBE_ASSIGN_OR_RETURN(const Partials<Welford> partial, partials<Welford>(ctx, d, P, op));
+    const Reduction& red = partial.red;
+    Welford* acc = partial.acc();
+    const auto* xp = static_cast<const T*>(x.data);
+    if (d.layout() == Layout::nhwc) {
+      stats_nhwc<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
+    } else {
+      stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
+    }
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
+        acc, channels, red.splits, static_cast<float>(p.eps), static_cast<float>(p.momentum),
+        f32_out(save_mean), f32_out(save_invstd), f32_out(running_mean), f32_out(running_var));
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    const Channels ch{f32(save_mean), f32(save_invstd), nullptr, 0.0F, f32(gamma), f32(beta)};
+    return apply<T, P>(ctx, d, x, epi, y, ch);
+  });
 }
 
 Status launch_batch_norm_inference_forward(const KernelContext& ctx, const TensorView& x,
@@ -712,9 +723,7 @@ Status launch_batch_norm_inference_forward(const KernelContext& ctx, const Tenso
                                            const TensorView& running_var, const TensorView& y,
                                            const BatchNormParams& p, const BatchNormEpilogue& epi) {
   return dispatch("batch_norm_inference_forward", x.desc, {x.data, y.data, residual_data(epi)},
-                  [&](auto tag, auto pack_tag) -> Status {
-                    using T = typename decltype(tag)::type;
-                    constexpr int P = decltype(pack_tag)::value;
+                  [&]<class T, int P>() -> Status {
                     const Channels ch{f32(running_mean),         nullptr,    f32(running_var),
                                       static_cast<float>(p.eps), f32(gamma), f32(beta)};
                     return apply<T, P>(ctx, x.desc, x, epi, y, ch);
@@ -731,9 +740,7 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
   const void* y_raw = relu_output != nullptr ? relu_output->data : nullptr;
   const int channels = static_cast<int>(d.dim(1));
   const auto count = static_cast<float>(d.dim(0) * d.dim(2) * d.dim(3));
-  return dispatch(op, d, {dy.data, x.data, dx.data, y_raw}, [&](auto tag, auto pack_tag) -> Status {
-    using T = typename decltype(tag)::type;
-    constexpr int P = decltype(pack_tag)::value;
+  return dispatch(op, d, {dy.data, x.data, dx.data, y_raw}, [&]<class T, int P>() -> Status {
     DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial, partials<GradSums>(ctx, d, P, op));
     const Reduction& red = partial.red;
     GradSums* acc = partial.acc();

@@ -86,24 +86,38 @@ __device__ void store_window(T* y, std::uint8_t* where, std::int64_t out, const 
   }
 }
 
+// A thread's element in an NHWC grid (N * rows, ceil(cols * packs / kBlock)): image n, its row and
+// column, and the channel pack pk; false for a thread past the last column.
+struct NhwcPlace {
+  int n, row, col, pk;
+};
+
+__device__ __forceinline__ bool nhwc_place(int rows, int cols, int packs, NhwcPlace& at) {
+  at.n = static_cast<int>(blockIdx.x) / rows;
+  at.row = static_cast<int>(blockIdx.x) - at.n * rows;
+  const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (i >= cols * packs) return false;
+  at.col = i / packs;
+  at.pk = i - at.col * packs;
+  return true;
+}
+
 // NHWC, P channels a thread: grid (N * OH, ceil(OW * C/P / kBlock)).
 template <class T, int P, bool kWhere>
 __global__ void pool_window_nhwc(const T* x, T* y, std::uint8_t* where, PoolGeom g) {
-  const int packs = g.c / P;
-  const int n = static_cast<int>(blockIdx.x) / g.oh;
-  const int oh = static_cast<int>(blockIdx.x) - n * g.oh;
-  const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-  if (i >= g.ow * packs) return;
-  const int ow = i / packs;
-  const int pk = i - ow * packs;
-  const T* plane = x + static_cast<std::int64_t>(n) * g.h * g.w * g.c + pk * P;
+  NhwcPlace place;
+  if (!nhwc_place(g.oh, g.ow, g.c / P, place)) return;
+  const int oh = place.row;
+  const int ow = place.col;
+  const int pk = place.pk;
+  const T* plane = x + static_cast<std::int64_t>(place.n) * g.h * g.w * g.c + pk * P;
   float best[P];
-  int at[P];
+  int pos[P];
   window_max<P>(
       g, oh, ow, [&](int h, int w, float(&v)[P]) { load_pack(plane + (h * g.w + w) * g.c, v); },
-      best, at);
+      best, pos);
   store_window<kWhere>(y, where, (static_cast<std::int64_t>(blockIdx.x) * g.ow + ow) * g.c + pk * P,
-                       best, at);
+                       best, pos);
 }
 
 // NCHW, one element a thread: grid (N * C planes, ceil(OH * OW / kBlock)).
@@ -141,14 +155,12 @@ __device__ __forceinline__ int position_in(const PoolGeom& g, int h, int w, int 
 // grid (N * H, ceil(W * C/P / kBlock)).
 template <class T, int P>
 __global__ void pool_gather_nhwc(const T* dy, const std::uint8_t* where, T* dx, PoolGeom g) {
-  const int packs = g.c / P;
-  const int n = static_cast<int>(blockIdx.x) / g.h;
-  const int h = static_cast<int>(blockIdx.x) - n * g.h;
-  const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-  if (i >= g.w * packs) return;
-  const int w = i / packs;
-  const int pk = i - w * packs;
-  const std::int64_t out_plane = static_cast<std::int64_t>(n) * g.oh * g.ow * g.c + pk * P;
+  NhwcPlace place;
+  if (!nhwc_place(g.h, g.w, g.c / P, place)) return;
+  const int h = place.row;
+  const int w = place.col;
+  const int pk = place.pk;
+  const std::int64_t out_plane = static_cast<std::int64_t>(place.n) * g.oh * g.ow * g.c + pk * P;
   const Covering cover = covering(g, h, w);
   float sum[P] = {};
   for (int oh = cover.oh0; oh <= cover.oh1; ++oh) {
