@@ -175,6 +175,7 @@ results::Settings settings_of(const engine::StepConfig& step, const device::Devi
                     : std::string("none");
   s.image_size = step.model.image_size;
   s.classes = step.model.classes;
+  s.width = step.model.width;
   s.backend = std::string(device::backend_kind_name(backend));
   return s;
 }

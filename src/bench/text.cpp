@@ -128,7 +128,8 @@ std::string detail_text(const Sweep& sweep, const results::Configuration& c, con
   const engine::StepConfig& step = sweep.groups.front().step;
   const Protocol& p = sweep.protocol;
   std::string out;
-  out += fmt::format("model       {}, {}x{} images, {} classes, batch {}\n", c.settings.model,
+  out += fmt::format("model       {}{}, {}x{} images, {} classes, batch {}\n", c.settings.model,
+                     step.model.width == 64 ? "" : fmt::format(" (width {})", step.model.width),
                      c.settings.image_size, c.settings.image_size, c.settings.classes,
                      c.settings.batch);
   out += fmt::format("step        {}, {}, {}, {}\n", c.settings.mode, c.settings.precision,

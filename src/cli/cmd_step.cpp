@@ -6,8 +6,8 @@
 //   --input I.safetensors    `images` [N, 3, H, W] floating, contiguous NCHW; `labels` [N] integer
 //   --output O.safetensors   `logits` [N, classes] and `loss` [] and `loss_scale` [] (fp64), then
 //                            every parameter's gradient under the parameter's name, NCHW
-// Batch, image size and classes come from the files (`images`, `fc.weight`), so nothing a user
-// types can disagree with them.
+// Batch, image size, classes and width come from the files (`images`, `fc.weight`,
+// `conv1.weight`), so nothing a user types can disagree with them.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -104,15 +104,22 @@ Result<Input> read_input(const std::string& path) {
   return in;
 }
 
-// `fc.weight` [classes, features] says how many classes the model has.
-Result<std::int64_t> classes_of(const safetensors::File& weights, const std::string& path) {
+// `fc.weight` [classes, features] says how many classes the model has, `conv1.weight` [width, 3,
+// 7, 7] how wide it is.
+Result<model::ModelConfig> model_of(const safetensors::File& weights, const std::string& path) {
   const safetensors::Tensor* fc = weights.find("fc.weight");
-  if (fc == nullptr || fc->shape.size() != 2 || fc->shape[0] < 1) {
-    return invalid_argument(fmt::format(
-        "{}: no 'fc.weight' [classes, features] tensor, so not a torchvision ResNet state dict",
-        path));
+  const safetensors::Tensor* stem = weights.find("conv1.weight");
+  if (fc == nullptr || fc->shape.size() != 2 || fc->shape[0] < 1 || stem == nullptr ||
+      stem->shape.size() != 4 || stem->shape[0] < 1) {
+    return invalid_argument(
+        fmt::format("{}: no 'fc.weight' [classes, features] and 'conv1.weight' [width, 3, 7, 7] "
+                    "tensors, so not a torchvision ResNet state dict",
+                    path));
   }
-  return fc->shape[0];
+  model::ModelConfig m;
+  m.classes = fc->shape[0];
+  m.width = stem->shape[0];
+  return m;
 }
 
 safetensors::Tensor scalar(std::string name, double value) {
@@ -166,7 +173,9 @@ Status run_step_command(const StepFlags& f) {
   // small batch file first.
   DLPROBE_ASSIGN_OR_RETURN(Input in, read_input(f.input));
   DLPROBE_ASSIGN_OR_RETURN(safetensors::File weights, safetensors::read_file(f.weights));
-  DLPROBE_ASSIGN_OR_RETURN(c.model.classes, classes_of(weights, f.weights));
+  DLPROBE_ASSIGN_OR_RETURN(const model::ModelConfig shape, model_of(weights, f.weights));
+  c.model.classes = shape.classes;
+  c.model.width = shape.width;
   c.batch = in.images.shape()[0];
   c.model.image_size = in.images.shape()[2];
 
@@ -188,7 +197,7 @@ Status run_step_command(const StepFlags& f) {
   safetensors::File out;
   const BuildInfo& build = build_info();
   out.metadata = {{"producer", fmt::format("dlprobe {} ({})", build.version, build.git_hash)},
-                  {"model", std::string(model::arch_name(c.model.arch))},
+                  {"model", model::model_name(c.model)},
                   {"precision", std::string(engine::precision_name(c.precision))},
                   {"layout", c.layout == Layout::nhwc ? "nhwc" : "nchw"},
                   {"mode", std::string(engine::step_mode_name(c.mode))},
@@ -212,14 +221,13 @@ Status run_step_command(const StepFlags& f) {
     DLPROBE_ASSIGN_OR_RETURN(safetensors::File state, step->state_dict());
     DLPROBE_RETURN_IF_ERROR(safetensors::write_file(f.state_output, state));
   }
-  std::printf("%s %s %s %s, batch %lld at %lldx%lld, %s backend on %s\n",
-              std::string(model::arch_name(c.model.arch)).c_str(),
-              std::string(engine::step_mode_name(c.mode)).c_str(),
-              std::string(engine::precision_name(c.precision)).c_str(),
-              std::string(layout_name(c.layout)).c_str(), static_cast<long long>(c.batch),
-              static_cast<long long>(c.model.image_size),
-              static_cast<long long>(c.model.image_size), e->backend().name().data(),
-              device::device_name(where.device).c_str());
+  std::printf(
+      "%s %s %s %s, batch %lld at %lldx%lld, %s backend on %s\n",
+      model::model_name(c.model).c_str(), std::string(engine::step_mode_name(c.mode)).c_str(),
+      std::string(engine::precision_name(c.precision)).c_str(),
+      std::string(layout_name(c.layout)).c_str(), static_cast<long long>(c.batch),
+      static_cast<long long>(c.model.image_size), static_cast<long long>(c.model.image_size),
+      e->backend().name().data(), device::device_name(where.device).c_str());
   std::printf("loss %.9g, loss scale %g%s\n", r.loss, r.loss_scale,
               r.skipped ? " (inf/NaN in the gradients: optimizer step skipped)" : "");
   std::printf("wrote logits, loss and %zu gradients to %s\n", gradients, f.output.c_str());

@@ -108,7 +108,7 @@ void print_breakdown(const memory::Outcome& o) {
 void print_max_batch(const memory::Outcome& o) {
   const memory::MaxBatchResult& r = *o.max_batch;
   std::printf("== max batch under %s: %s %s, --gpu-memory %s\n", format_size(r.limit_bytes).c_str(),
-              std::string(model::arch_name(o.step.model.arch)).c_str(),
+              model::model_name(o.step.model).c_str(),
               std::string(engine::precision_name(o.step.precision)).c_str(),
               o.gpu_memory.text.c_str());
   std::printf("predicted   %lld\n", static_cast<long long>(r.predicted));
@@ -140,8 +140,8 @@ void print_max_batch(const memory::Outcome& o) {
 }  // namespace
 
 std::string describe(const engine::StepConfig& c, const memory::GpuMemoryOption& g) {
-  return fmt::format("{} bs{} {} {} {} {}, --gpu-memory {}", model::arch_name(c.model.arch),
-                     c.batch, engine::precision_name(c.precision), engine::step_mode_name(c.mode),
+  return fmt::format("{} bs{} {} {} {} {}, --gpu-memory {}", model::model_name(c.model), c.batch,
+                     engine::precision_name(c.precision), engine::step_mode_name(c.mode),
                      layout_name(c.layout),
                      c.mode == engine::StepMode::train ? engine::optimizer_name(c.optimizer)
                                                        : std::string_view("no optimizer"),
@@ -183,7 +183,7 @@ void print_outcome(const memory::Outcome& o, std::optional<std::uint64_t> device
 void print_predicted_max_batch(const memory::PredictedMaxBatch& r) {
   std::printf("largest batch predicted to fit %s: %lld (%s %s, --gpu-memory %s%s)\n",
               format_size(r.limit_bytes).c_str(), static_cast<long long>(r.largest),
-              std::string(model::arch_name(r.step.model.arch)).c_str(),
+              model::model_name(r.step.model).c_str(),
               std::string(engine::precision_name(r.step.precision)).c_str(),
               r.gpu_memory.text.c_str(),
               r.calibrated ? "" : "; no calibration: allocator categories only");
@@ -209,8 +209,7 @@ void MemorySummary::print() const {
                 "gpu-memory", "predicted", "measured", "error", "reserved", "NVML");
     for (const Row& r : rows_) {
       std::printf("%-10s %6lld %-10s %-20s %12s %12s %8s %12s %12s%s\n",
-                  std::string(model::arch_name(r.step.model.arch)).c_str(),
-                  static_cast<long long>(r.step.batch),
+                  model::model_name(r.step.model).c_str(), static_cast<long long>(r.step.batch),
                   std::string(engine::precision_name(r.step.precision)).c_str(),
                   r.gpu_memory.c_str(), size(r.predicted).c_str(), size(r.measured).c_str(),
                   percent_error(r.predicted, r.measured).c_str(), size(r.reserved).c_str(),

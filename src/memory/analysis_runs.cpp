@@ -26,6 +26,9 @@ results::Settings settings_of(const engine::StepConfig& c, const GpuMemoryOption
   s.optimizer = c.mode == engine::StepMode::train ? std::string(engine::optimizer_name(c.optimizer))
                                                   : std::string("none");
   s.gpu_memory = g.text;
+  s.image_size = c.model.image_size;
+  s.classes = c.model.classes;
+  s.width = c.model.width;
   return s;
 }
 
@@ -230,7 +233,7 @@ Status run_analysis(const AnalysisOptions& options, AnalysisObserver& observer) 
 const Calibration* find_calibration(const std::vector<Calibration>& calibrations,
                                     const engine::StepConfig& step) {
   const auto it = std::find_if(calibrations.begin(), calibrations.end(), [&](const auto& c) {
-    return c.model == model::arch_name(step.model.arch) &&
+    return c.model == model::model_name(step.model) &&
            c.precision == engine::precision_name(step.precision);
   });
   return it != calibrations.end() ? &*it : nullptr;

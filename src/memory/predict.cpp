@@ -80,7 +80,7 @@ Result<Prediction> predict(const engine::StepConfig& step, const Calibration* ca
   o.device_bytes = device_bytes;
   Prediction p;
   if (calibration != nullptr) {
-    const std::string_view model = model::arch_name(step.model.arch);
+    const std::string model = model::model_name(step.model);
     const std::string_view precision = engine::precision_name(step.precision);
     if (calibration->model != model || calibration->precision != precision) {
       return invalid_argument(fmt::format(

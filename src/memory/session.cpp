@@ -198,7 +198,7 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   DLPROBE_ASSIGN_OR_RETURN(m.memory, follow_step(*step, allocator));
   m.stats = allocator.stats();
   m.calibration.device = s.label;
-  m.calibration.model = std::string(model::arch_name(config.model.arch));
+  m.calibration.model = model::model_name(config.model);
   m.calibration.precision = std::string(engine::precision_name(config.precision));
   m.calibration.batch = config.batch;
   m.calibration.workspace_bytes = m.memory.workspace_peak_bytes;

@@ -231,6 +231,12 @@ bool is_parameter(StateKind kind) {
   return false;
 }
 
+std::string model_name(const ModelConfig& config) {
+  std::string out(arch_name(config.arch));
+  if (config.width != 64) out += fmt::format("-w{}", config.width);
+  return out;
+}
+
 Result<Model> Model::create(const ModelConfig& config) {
   if (config.image_size < 1) {
     return invalid_argument(fmt::format("image size must be >= 1, got {}", config.image_size));
@@ -238,18 +244,21 @@ Result<Model> Model::create(const ModelConfig& config) {
   if (config.classes < 1) {
     return invalid_argument(fmt::format("classes must be >= 1, got {}", config.classes));
   }
+  if (config.width < 1 || config.width > 4096) {
+    return invalid_argument(fmt::format("width must be in [1, 4096], got {}", config.width));
+  }
   const ArchSpec& spec = spec_of(config.arch);
   Model m;
   m.config_ = config;
   Builder b(m.layers_, m.state_, m.value_count_);
-  ValueId x = b.conv("conv1", kImages, 3, 64, 7, 2, 3);
-  x = b.batch_norm("bn1", x, 64, false);
+  ValueId x = b.conv("conv1", kImages, 3, config.width, 7, 2, 3);
+  x = b.batch_norm("bn1", x, config.width, false);
   x = b.simple(LayerKind::relu, "relu", {x});
   x = b.simple(LayerKind::max_pool, "maxpool", {x});
-  std::int64_t in = 64;
+  std::int64_t in = config.width;
   const std::int64_t expansion = spec.bottleneck ? 4 : 1;
   for (std::size_t stage = 0; stage < 4; ++stage) {
-    const std::int64_t planes = std::int64_t{64} << stage;
+    const std::int64_t planes = config.width << stage;
     for (int i = 0; i < spec.blocks[stage]; ++i) {
       const std::int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
       x = block(b, fmt::format("layer{}.{}.", stage + 1, i), x, in, planes, stride, spec.bottleneck,

@@ -71,6 +71,7 @@ std::string precision_of(Kind kind, const Settings& settings) {
 std::string describe(Kind kind, const Settings& s) {
   if (kind == Kind::native) {
     std::string out = s.model;
+    if (s.width != 0 && s.width != 64) out += fmt::format("-w{}", s.width);
     if (s.image_size != 0 && s.image_size != 224) out += fmt::format("@{}", s.image_size);
     out += fmt::format(" bs={}", s.batch);
     const bool own_backend = s.backend.empty() || (s.backend == "cuda" && s.device != "cpu") ||
@@ -386,7 +387,7 @@ struct NativeSettings {
   using Self = Settings;
   static constexpr auto fields =
       std::tuple_cat(DLPROBE_RESULTS_KEYS(model, batch, precision, mode, layout, device, optimizer),
-                     DLPROBE_RESULTS_KEYS_SINCE_1(gpu_memory, image_size, classes, backend));
+                     DLPROBE_RESULTS_KEYS_SINCE_1(gpu_memory, image_size, classes, backend, width));
 };
 struct ExternalSettings {
   using Self = Settings;

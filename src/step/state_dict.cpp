@@ -18,7 +18,7 @@ Result<StateSlot*> slot_named(step_impl::StepState& s, std::string_view name) {
   const int i = s.model.find_state(name);
   if (i < 0) {
     return error(Errc::not_found, fmt::format("{} has no tensor named '{}'",
-                                              model::arch_name(s.model.config().arch), name));
+                                              model::model_name(s.model.config()), name));
   }
   return &s.state[static_cast<std::size_t>(i)];
 }
@@ -87,7 +87,7 @@ Status TrainingStep::load_state_dict(const safetensors::File& file) {
   for (const safetensors::Tensor& t : file.tensors) {
     if (m.find_state(t.name) < 0) {
       return invalid_argument(fmt::format("unexpected tensor '{}' in the state dict for {}", t.name,
-                                          model::arch_name(m.config().arch)));
+                                          model::model_name(m.config())));
     }
   }
   std::vector<HostTensor> values;
@@ -95,7 +95,7 @@ Status TrainingStep::load_state_dict(const safetensors::File& file) {
     const safetensors::Tensor* t = file.find(e.name);
     if (t == nullptr) {
       return invalid_argument(fmt::format("missing tensor '{}' in the state dict for {}", e.name,
-                                          model::arch_name(m.config().arch)));
+                                          model::model_name(m.config())));
     }
     std::vector<std::int64_t> want;
     for (int d = 0; d < e.shape.rank; ++d) want.push_back(e.shape[d]);

@@ -18,6 +18,7 @@ engine::StepConfig tiny_step(std::int64_t batch = 2,
   c.model.arch = model::Arch::resnet18;
   c.model.image_size = 32;
   c.model.classes = 10;
+  c.model.width = 16;
   c.batch = batch;
   c.mode = mode;
   return c;

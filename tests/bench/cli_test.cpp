@@ -69,16 +69,16 @@ TEST(BenchEndToEnd, CpuSweepResultsReportAndCompare) {
   const auto json = dir / "r.json";
   const auto csv = dir / "r.csv";
   const auto md = dir / "r.md";
-  const Ran bench = run(kBin +
-                            " bench --device cpu --model resnet18 --image-size 32 --classes 10"
-                            " --batch 2,4 --mode train,infer --steps 2 --min-time 0s --warmup 0"
-                            " --warmup-time 0s --json " +
-                            quote(json.string()) + " --csv " + quote(csv.string()) + " --md " +
-                            quote(md.string()),
-                        dir);
+  const Ran bench = run(
+      kBin +
+          " bench --device cpu --model resnet18 --width 16 --image-size 32 --classes 10"
+          " --batch 2,4 --mode train,infer --steps 2 --min-time 0s --warmup 0"
+          " --warmup-time 0s --json " +
+          quote(json.string()) + " --csv " + quote(csv.string()) + " --md " + quote(md.string()),
+      dir);
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   // The table on stdout, a row per configuration; progress on stderr.
-  const std::regex row("resnet18@32 bs=4 fp32 infer nhwc cpu +ok +[0-9.,]+ ");
+  const std::regex row("resnet18-w16@32 bs=4 fp32 infer nhwc cpu +ok +[0-9.,]+ ");
   EXPECT_TRUE(std::regex_search(bench.out, row)) << bench.out;
   EXPECT_NE(bench.err.find("[4/4]"), std::string::npos) << bench.err;
 
@@ -97,7 +97,7 @@ TEST(BenchEndToEnd, CpuSweepResultsReportAndCompare) {
   EXPECT_FALSE(doc->context.libraries.empty());
   const std::string csv_text = slurp(csv);
   EXPECT_EQ(count(csv_text, "\n"), 5u) << csv_text;  // header and four rows
-  EXPECT_NE(slurp(md).find("| native | resnet18@32 bs=2 fp32 train nhwc cpu sgd |"),
+  EXPECT_NE(slurp(md).find("| native | resnet18-w16@32 bs=2 fp32 train nhwc cpu sgd |"),
             std::string::npos);
 
   const auto html = dir / "report.html";

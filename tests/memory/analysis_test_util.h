@@ -24,7 +24,7 @@ inline engine::StepConfig small_config(std::int64_t batch = 2,
                                        engine::MemoryPlan plan = engine::MemoryPlan::dynamic,
                                        engine::Precision precision = engine::Precision::fp32) {
   engine::StepConfig c;
-  c.model = {model::Arch::resnet18, 32, 10, false};
+  c.model = {model::Arch::resnet18, 32, 10, false, 16};  // width 16: a sixteenth of the work
   c.batch = batch;
   c.precision = precision;
   c.memory_plan = plan;

@@ -26,7 +26,8 @@ bool has(const std::string& text, const std::string& part) {
 }
 
 const std::string kSmall =
-    "memory --model resnet18 --image-size 32 --classes 10 --device cpu --calibration-batch 2 ";
+    "memory --model resnet18 --width 16 --image-size 32 --classes 10 --device cpu "
+    "--calibration-batch 2 ";
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
@@ -68,8 +69,8 @@ TEST(MemoryCli, PredictsWithoutADevice) {
                        "--device-memory 256MiB");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* part :
-       {"resnet18 bs4 fp32 train NCHW sgd, --gpu-memory grow, predicted", "peak ", "activations",
-        "weights", "reserved", "waste", "fragmentation", "without a calibration",
+       {"resnet18-w16 bs4 fp32 train NCHW sgd, --gpu-memory grow, predicted", "peak ",
+        "activations", "weights", "reserved", "waste", "fragmentation", "without a calibration",
         "--gpu-memory planned", "arena ", "fits        yes in 256 MiB",
         "largest batch predicted to fit 256 MiB"}) {
     EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
@@ -106,7 +107,7 @@ TEST(MemoryCli, MeasuresBesideThePredictionAndWritesResults) {
   const CliRun other =
       run(kSmall + "--predict-only --batch 8 --precision fp16 --calibration " + json);
   EXPECT_EQ(other.exit_code, 2) << other.output;
-  EXPECT_TRUE(has(other.output, "--calibration has no run of resnet18 fp16")) << other.output;
+  EXPECT_TRUE(has(other.output, "--calibration has no run of resnet18-w16 fp16")) << other.output;
   const std::string html = temp_path("report.html");
   const CliRun rep = run("report " + json + " -o " + html);
   ASSERT_EQ(rep.exit_code, 0) << rep.output;

@@ -83,12 +83,12 @@ TEST(Prediction, CarriesAMeasuredWorkspaceToAnotherBatch) {
 
 TEST(Prediction, RefusesACalibrationOfAnotherModelOrPrecision) {
   Calibration c;
-  c.model = "resnet18";
+  c.model = "resnet18-w16";
   c.precision = "fp16";
   const Result<Prediction> p = predict(small_config(), &c);
   ASSERT_FALSE(p.has_value());
   EXPECT_EQ(p.status().code(), Errc::invalid_argument);
-  EXPECT_NE(p.status().message().find("resnet18 fp16"), std::string::npos);
+  EXPECT_NE(p.status().message().find("resnet18-w16 fp16"), std::string::npos);
 }
 
 TEST(Prediction, TakesEachCallsWorkspaceWhereTheCallListMatches) {

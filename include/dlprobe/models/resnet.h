@@ -36,7 +36,14 @@ struct ModelConfig {
   std::int64_t classes = 1000;
   // torchvision's option: the last BN of each residual branch starts with weight 0.
   bool zero_init_residual = false;
+  // Channels of the stem and layer1; each later stage doubles them (torchvision's ResNets: 64).
+  // A narrower model is the same graph with a fraction of the work (width 16: about 1/16), for
+  // quick checks on a CPU.
+  std::int64_t width = 64;
 };
+// The architecture's name, with the width where it is not torchvision's: "resnet50",
+// "resnet18-w16". Two models of one name have the same layers and shapes at any image size.
+std::string model_name(const ModelConfig& config);
 
 enum class LayerKind : std::uint8_t {
   conv,

@@ -114,11 +114,13 @@ struct Settings {
   // Added within dlprobe.results/1, so files written before them lack these keys and read as 0 /
   // "": how the run took device memory (--gpu-memory: "grow", "planned", "limit:16GiB", ...; empty
   // reads as the default, grow), the square image side, the classes of the model's last layer,
-  // and the engine's backend ("cuda", "onednn", "reference").
+  // the engine's backend ("cuda", "onednn", "reference"), and the model's width (channels of its
+  // stem; 0 reads as torchvision's 64).
   std::string gpu_memory;
   std::int64_t image_size = 0;
   std::int64_t classes = 0;
   std::string backend;
+  std::int64_t width = 0;
 
   std::string command;                       // as the user gave it
   std::map<std::string, std::string> sweep;  // the sweep's keys and this run's values
@@ -131,8 +133,8 @@ std::optional<std::int64_t> batch_of(Kind kind, const Settings& settings);
 // The precision: Settings::precision, or an external run's sweep value "precision"; "" if none.
 std::string precision_of(Kind kind, const Settings& settings);
 // "resnet50 bs=256 bf16 train nhwc cuda:0 sgd" or "python train.py (batch=64, precision=bf16)";
-// a native image side other than 224 follows the model ("resnet18@64"), a backend other than the
-// device's own follows the device ("cpu/reference").
+// a width other than 64 and an image side other than 224 follow the model ("resnet18-w16@64"), a
+// backend other than the device's own follows the device ("cpu/reference").
 std::string describe(Kind kind, const Settings& settings);
 
 // Everything of a configuration but its batch: the series it belongs to in a throughput-vs-batch
