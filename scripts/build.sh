@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${DLPROBE_BUILD_DIR:-build}
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 # shellcheck disable=SC2086 # DLPROBE_TARGETS is a list of target names
 cmake --build "$build_dir" --parallel "${DLPROBE_JOBS:-$(nproc)}" --target ${DLPROBE_TARGETS:-dlprobe}

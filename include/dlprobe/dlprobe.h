@@ -16,6 +16,7 @@
 #include "dlprobe/core/batch_search.h"
 #include "dlprobe/core/build_info.h"
 #include "dlprobe/core/check.h"
+#include "dlprobe/core/clock.h"
 #include "dlprobe/core/command_line.h"
 #include "dlprobe/core/files.h"
 #include "dlprobe/core/interrupt.h"

@@ -16,12 +16,10 @@
 #include <limits>
 #include <numeric>
 
+#include "dlprobe/core/units.h"
+
 namespace dlprobe::memory {
 namespace {
-
-std::uint64_t round_up(std::uint64_t n, std::uint64_t multiple) {
-  return (n + multiple - 1) / multiple * multiple;
-}
 
 bool overlap_in_time(const Lifetime& a, const Lifetime& b) {
   return a.first <= b.last && b.first <= a.last;

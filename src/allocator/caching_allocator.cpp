@@ -82,10 +82,6 @@ std::string_view mode_name(Mode mode) {
 
 namespace {
 
-std::uint64_t round_up(std::uint64_t n, std::uint64_t multiple) {
-  return (n + multiple - 1) / multiple * multiple;
-}
-
 std::int64_t signed_bytes(std::uint64_t bytes) {
   return static_cast<std::int64_t>(bytes);
 }

@@ -8,14 +8,6 @@
 
 namespace dlprobe::memory {
 
-namespace {
-
-std::uint64_t round_up(std::uint64_t n, std::uint64_t multiple) {
-  return (n + multiple - 1) / multiple * multiple;
-}
-
-}  // namespace
-
 FakeMemorySource::FakeMemorySource(FakeSourceOptions options) : options_(options) {
   if (options_.capacity_bytes > 0) holes_.emplace(options_.base_address, options_.capacity_bytes);
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "dlprobe/core/clock.h"
 #include "dlprobe/engine/safetensors.h"
 #include "dlprobe/models/resnet.h"
 
@@ -15,15 +16,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 // Timed steps queued ahead of the device at most (see the timed loop).
 constexpr std::int64_t kInFlight = 4;
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 bool interrupted(const std::atomic<int>* flag) {
   return flag != nullptr && flag->load() > 0;
@@ -137,7 +129,7 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
   for (int w = 0; w < p.repeat && !r.interrupted; ++w) {
     if (hooks.window_begin) hooks.window_begin(w);
     Window window;
-    window.host_begin_ns = now_ns();
+    window.host_begin_ns = steady_now_ns();
     const auto start = Clock::now();
     std::int64_t k = 0;
     while (k < p.max_steps && (k < p.min_steps || seconds_since(start) < p.min_seconds)) {
@@ -164,7 +156,7 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
       DLPROBE_ASSIGN_OR_RETURN(r.last, step->collect());
     }
     DLPROBE_RETURN_IF_ERROR(e.backend().synchronize());
-    window.host_end_ns = now_ns();
+    window.host_end_ns = steady_now_ns();
     if (hooks.window_end) hooks.window_end(w);
     for (std::int64_t i = 0; i < k; ++i) {
       DLPROBE_ASSIGN_OR_RETURN(

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "dlprobe/core/clock.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/device/fastest_settings.h"
 #include "dlprobe/monitor/sampler.h"
@@ -14,15 +15,6 @@ namespace dlprobe::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // The energy counter in joules, read on its own (about 4 ms on an H200, so only at window edges).
 std::optional<double> energy_counter_j(const TelemetrySource& source) {
@@ -234,11 +226,11 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
       if (sampler) {
         hooks.window_begin = [&](int) {
           energy_at_begin = energy_counter_j(*tel);
-          windows.emplace_back().begin_ns = now_ns();
+          windows.emplace_back().begin_ns = steady_now_ns();
         };
         hooks.window_end = [&](int) {
           WindowTelemetry& w = windows.back();
-          w.end_ns = now_ns();
+          w.end_ns = steady_now_ns();
           const std::optional<double> energy_at_end = energy_counter_j(*tel);
           if (energy_at_begin && energy_at_end && *energy_at_end >= *energy_at_begin) {
             w.counter_energy_j = *energy_at_end - *energy_at_begin;

@@ -1,14 +1,12 @@
 #include "bench_common.h"
 
 #include <fmt/format.h>
-#include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 
 #include "commands.h"
 #include "dlprobe/core/units.h"
@@ -48,23 +46,14 @@ Result<double> parse_seconds(const std::string& text, std::string_view flag) {
 Result<DeviceChoice> device_choice(std::string_view device, std::string_view backend) {
   DeviceChoice c;
   DLPROBE_ASSIGN_OR_RETURN(c.device, for_flag("--device", device::parse_device(device)));
-  DLPROBE_ASSIGN_OR_RETURN(c.backend,
-                           for_flag("--backend", device::parse_backend(backend, c.device)));
+  // With --backend auto the device alone chose the backend, so a backend this build lacks is the
+  // device's fault.
+  DLPROBE_ASSIGN_OR_RETURN(c.backend, for_flag(backend == "auto" ? "--device" : "--backend",
+                                               device::parse_backend(backend, c.device)));
   return c;
 }
 
 namespace {
-
-std::atomic<int> g_interrupts{0};
-static_assert(std::atomic<int>::is_always_lock_free,
-              "the signal handler needs a lock-free counter");
-
-void on_signal(int) {
-  g_interrupts.fetch_add(1);
-}
-
-struct sigaction g_old_int {};
-struct sigaction g_old_term {};
 
 std::string eta_text(const std::optional<double>& s) {
   if (!s) return "ETA ?";
@@ -72,38 +61,6 @@ std::string eta_text(const std::optional<double>& s) {
 }
 
 }  // namespace
-
-InterruptGuard::InterruptGuard() {
-  g_interrupts = 0;
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  // SA_RESETHAND: the second signal finds the default action and ends the process.
-  action.sa_flags = SA_RESTART | SA_RESETHAND;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, &g_old_int);
-  sigaction(SIGTERM, &action, &g_old_term);
-}
-
-InterruptGuard::~InterruptGuard() {
-  sigaction(SIGINT, &g_old_int, nullptr);
-  sigaction(SIGTERM, &g_old_term, nullptr);
-}
-
-const std::atomic<int>* InterruptGuard::flag() const {
-  return &g_interrupts;
-}
-
-bool InterruptGuard::interrupted() const {
-  return g_interrupts.load() > 0;
-}
-
-std::vector<std::string> own_command_line() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> out;
-  std::string arg;
-  while (std::getline(in, arg, '\0')) out.push_back(arg);
-  return out;
-}
 
 ProgressLine::ProgressLine(bool quiet) : quiet_(quiet), tty_(::isatty(STDERR_FILENO) == 1) {}
 

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -64,22 +63,6 @@ struct DeviceChoice {
   device::BackendKind backend = device::BackendKind::reference;
 };
 Result<DeviceChoice> device_choice(std::string_view device, std::string_view backend);
-
-// While alive, the first SIGINT or SIGTERM sets the counter (the sweep ends the step it is on,
-// keeps what it measured, and writes it) and the handler resets itself, so a second Ctrl-C stops
-// the process at once.
-class InterruptGuard {
- public:
-  InterruptGuard();
-  ~InterruptGuard();
-  InterruptGuard(const InterruptGuard&) = delete;
-  InterruptGuard& operator=(const InterruptGuard&) = delete;
-  const std::atomic<int>* flag() const;
-  bool interrupted() const;
-};
-
-// The command line as typed (main() does not hand argv to subcommands; /proc keeps it).
-std::vector<std::string> own_command_line();
 
 // The live line: configuration i of n, what it is doing, the running estimate and the ETA, redrawn
 // in place on a terminal; one line per finished configuration everywhere.

@@ -16,6 +16,8 @@
 #include "dlprobe/bench/sweep.h"
 #include "dlprobe/bench/telemetry.h"
 #include "dlprobe/bench/text.h"
+#include "dlprobe/core/command_line.h"
+#include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/doctor/versions.h"
@@ -39,6 +41,7 @@ struct BenchFlags {
   std::string backend = "auto";
   std::string image_size = "224";
   std::string classes = "1000";
+  std::string width = "64";
   std::string optimizer = "sgd";
   std::string weights;
   TuningFlags tuning;
@@ -55,7 +58,7 @@ struct BenchFlags {
   bool quiet = false;
 };
 
-struct Plan {
+struct BenchPlan {
   bench::Sweep sweep;
   bool single = false;  // one configuration: detailed output, errors as errors
   std::string picked;   // what the open choices became
@@ -69,8 +72,8 @@ Result<std::optional<bool>> parse_graph(const std::string& text) {
       fmt::format("--graph: unknown choice '{}' (expected auto, on or off)", text));
 }
 
-Result<Plan> plan_from(const BenchFlags& f) {
-  Plan p;
+Result<BenchPlan> plan_from(const BenchFlags& f) {
+  BenchPlan p;
   bench::SweepAxes axes;
   DLPROBE_ASSIGN_OR_RETURN(axes.models,
                            parse_each<model::Arch>(f.model, "--model", [](const std::string& s) {
@@ -102,6 +105,7 @@ Result<Plan> plan_from(const BenchFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(axes.base.model.image_size,
                            parse_int(f.image_size, "--image-size", 1, 1 << 16));
   DLPROBE_ASSIGN_OR_RETURN(axes.base.model.classes, parse_int(f.classes, "--classes", 1, 1 << 24));
+  DLPROBE_ASSIGN_OR_RETURN(axes.base.model.width, parse_int(f.width, "--width", 1, 4096));
   DLPROBE_ASSIGN_OR_RETURN(axes.base.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   if (f.gpu_memory != "auto") {
@@ -156,7 +160,7 @@ Result<Plan> plan_from(const BenchFlags& f) {
 }
 
 int run_bench_command(const BenchFlags& flags) {
-  Result<Plan> plan = plan_from(flags);
+  Result<BenchPlan> plan = plan_from(flags);
   if (!plan) return report_error(plan.status());
   const bench::Sweep& sweep = plan->sweep;
   ProgressLine line(flags.quiet);
@@ -255,6 +259,10 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--image-size", flags->image_size, "Square image side")->capture_default_str();
   sub->add_option("--classes", flags->classes, "Output classes")->capture_default_str();
+  sub->add_option("--width", flags->width,
+                  "Channels of the stem, doubled by each later stage (torchvision: 64); a narrower "
+                  "model does a fraction of the work")
+      ->capture_default_str();
   sub->add_option("--optimizer", flags->optimizer, "sgd (momentum 0.9, wd 1e-4, lr 0.1) or adamw")
       ->capture_default_str();
   sub->add_option("--weights", flags->weights,

@@ -6,6 +6,8 @@
 
 #include "bench_common.h"
 #include "commands.h"
+#include "dlprobe/core/command_line.h"
+#include "dlprobe/core/interrupt.h"
 #include "dlprobe/evaluate/evaluation.h"
 
 namespace dlprobe::cli {

@@ -13,6 +13,7 @@
 #include "bench_common.h"
 #include "commands.h"
 #include "dlprobe/allocator/gpu_memory_option.h"
+#include "dlprobe/core/command_line.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/memory/analysis_json.h"
 #include "dlprobe/memory/analysis_runs.h"
@@ -33,6 +34,7 @@ struct MemoryFlags {
   std::string optimizer = "sgd";
   std::int64_t image_size = 224;
   std::int64_t classes = 1000;
+  std::int64_t width = 64;
   std::string device = "cuda:0";
   std::string gpu_memory = "grow";
   std::int64_t warmup = 1;
@@ -60,8 +62,7 @@ Status check_calibrations(const memory::AnalysisOptions& a, const std::string& f
     c.precision = p;
     if (find_calibration(a.calibrations, c) == nullptr) {
       return invalid_argument(fmt::format("--calibration has no run of {} {}",
-                                          model::arch_name(c.model.arch),
-                                          engine::precision_name(p)));
+                                          model::model_name(c.model), engine::precision_name(p)));
     }
   }
   return Status::ok();
@@ -75,11 +76,12 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(a.base.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   for (const auto& [flag, v] :
-       {std::pair{"--image-size", f.image_size}, {"--classes", f.classes}}) {
+       {std::pair{"--image-size", f.image_size}, {"--classes", f.classes}, {"--width", f.width}}) {
     if (v < 1) return invalid_argument(fmt::format("{}: must be >= 1, got {}", flag, v));
   }
   a.base.model.image_size = f.image_size;
   a.base.model.classes = f.classes;
+  a.base.model.width = f.width;
   DLPROBE_ASSIGN_OR_RETURN(a.batches, parse_int_list(f.batch, "--batch"));
   for (std::int64_t b : a.batches) {
     if (b < 1) return invalid_argument(fmt::format("--batch: must be >= 1, got {}", b));
@@ -226,6 +228,8 @@ Command add_memory_command(CLI::App& app) {
   option("--optimizer", f->optimizer, "sgd or adamw");
   option("--image-size", f->image_size, "Square image side");
   option("--classes", f->classes, "Output classes");
+  option("--width", f->width,
+         "Channels of the stem, doubled by each later stage (torchvision: 64)");
   option("--device", f->device, "cpu, cpu:onednn, cuda or cuda:N");
   option("--gpu-memory", f->gpu_memory,
          "grow, prealloc[:FRACTION|SIZE], limit:SIZE, planned, planned+MODE; a list compares "

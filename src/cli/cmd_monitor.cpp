@@ -33,14 +33,14 @@ struct MonitorFlags {
   std::string serve;
 };
 
-struct Plan {
+struct MonitorPlan {
   monitor::SamplerOptions sampler;
   std::optional<std::chrono::nanoseconds> duration;
   std::optional<monitor::Endpoint> serve;
 };
 
-Result<Plan> plan_from(const MonitorFlags& f) {
-  Plan plan;
+Result<MonitorPlan> plan_from(const MonitorFlags& f) {
+  MonitorPlan plan;
   DLPROBE_ASSIGN_OR_RETURN(plan.sampler.interval, parse_duration(f.interval, "--interval"));
   if (plan.sampler.interval < monitor::kMinInterval) {
     return invalid_argument(
@@ -85,7 +85,7 @@ Result<Plan> plan_from(const MonitorFlags& f) {
 int run_monitor(const MonitorFlags& flags) {
   auto plan_or = plan_from(flags);
   if (!plan_or) return report_error(plan_or.status());
-  Plan plan = std::move(plan_or).value();
+  MonitorPlan plan = std::move(plan_or).value();
 
   auto nvml = nvml::Library::open();
   if (!nvml) return report_error(nvml.status());

@@ -1,4 +1,5 @@
 #include "dlprobe/diagnosis/diagnosis.h"
+#include "dlprobe/core/units.h"
 
 #include <fmt/format.h>
 
@@ -7,8 +8,6 @@
 namespace dlprobe::diagnosis {
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 double gib(std::uint64_t bytes) {
   return static_cast<double>(bytes) / kGiB;

@@ -6,6 +6,7 @@
 #include <array>
 #include <tuple>
 
+#include "dlprobe/core/units.h"
 #include "dlprobe/memory/step_memory.h"
 #include "step_follower.h"
 
@@ -21,10 +22,6 @@ bool is_update(CallKind kind) {
 
 std::size_t index_of(Category c) {
   return static_cast<std::size_t>(c);
-}
-
-std::uint64_t round_up(std::uint64_t n, std::uint64_t multiple) {
-  return (n + multiple - 1) / multiple * multiple;
 }
 
 // An alloc entry serves the call after it and a free entry ends a buffer of the call before it,

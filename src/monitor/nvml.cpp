@@ -1,4 +1,5 @@
 #include "dlprobe/monitor/nvml.h"
+#include "dlprobe/core/clock.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -56,12 +57,6 @@ Errc errc_for(abi::Return rc) {
 
 std::string c_string(const char* buffer, std::size_t size) {
   return {buffer, strnlen(buffer, size)};
-}
-
-std::int64_t steady_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 // Bounds the INSUFFICIENT_SIZE retry loop: each retry means processes started between two calls.

@@ -4,13 +4,12 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "dlprobe/core/units.h"
 #include "dlprobe/monitor/output.h"
 
 namespace dlprobe::monitor {
 
 namespace {
-
-constexpr double kMiB = 1024.0 * 1024.0;
 
 template <class T>
 std::string or_dash(const std::optional<T>& v, std::string_view spec = "{}") {

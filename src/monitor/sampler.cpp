@@ -1,4 +1,5 @@
 #include "dlprobe/monitor/sampler.h"
+#include "dlprobe/core/units.h"
 
 #include <fmt/format.h>
 #include <time.h>
@@ -18,7 +19,6 @@ namespace dlprobe::monitor {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kMiB = 1024.0 * 1024.0;
 
 std::int64_t to_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();

@@ -61,10 +61,6 @@ std::string esc(std::string_view s) {
   return html_escape(s);
 }
 
-std::string num(double v) {
-  return fmt::format("{:.2f}", v);
-}
-
 // Tick values at 1, 2 or 5 × 10^k covering [lo, hi] with about `target` intervals.
 struct Axis {
   double lo = 0;
@@ -121,7 +117,8 @@ std::string svg_open(std::string_view id, const Frame& f, std::string_view title
   return fmt::format(
       "<svg id=\"{}\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
       "height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n<title>{}</title>\n",
-      esc(id), num(f.width), num(f.height), num(f.width), num(f.height), esc(title), esc(title));
+      esc(id), svg_number(f.width), svg_number(f.height), svg_number(f.width), svg_number(f.height),
+      esc(title), esc(title));
 }
 
 // One tick of an axis: its grid line from (x1, y1) to (x2, y2) and its label at (x, y).
@@ -130,7 +127,8 @@ std::string tick(double x1, double y1, double x2, double y2, double x, double y,
   return fmt::format(
       "<line class=\"grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
       "<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"{}\">{}</text>\n",
-      num(x1), num(y1), num(x2), num(y2), num(x), num(y), anchor, esc(tick_label(value)));
+      svg_number(x1), svg_number(y1), svg_number(x2), svg_number(y2), svg_number(x), svg_number(y),
+      anchor, esc(tick_label(value)));
 }
 
 std::string y_axis(const Frame& f, const Axis& a, std::string_view label) {
@@ -142,7 +140,7 @@ std::string y_axis(const Frame& f, const Axis& a, std::string_view label) {
   s += fmt::format(
       "<text class=\"axis-label\" transform=\"translate(16 {}) rotate(-90)\" "
       "text-anchor=\"middle\">{}</text>\n",
-      num((f.y0() + f.y1()) / 2), esc(label));
+      svg_number((f.y0() + f.y1()) / 2), esc(label));
   return s;
 }
 
@@ -154,7 +152,7 @@ std::string x_axis(const Frame& f, const Axis& a, std::string_view label) {
   }
   s +=
       fmt::format("<text class=\"axis-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                  num((f.x0() + f.x1()) / 2), num(f.height - 10), esc(label));
+                  svg_number((f.x0() + f.x1()) / 2), svg_number(f.height - 10), esc(label));
   return s;
 }
 
@@ -167,8 +165,8 @@ std::string legend(const Frame& f, const std::vector<std::string>& names) {
     s += fmt::format(
         "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
         "<text class=\"legend\" x=\"{}\" y=\"{}\"><title>{}</title>{}</text>\n",
-        num(f.x1() + 14), num(y), colour(i), num(f.x1() + 32), num(y + 10), esc(names[i]),
-        esc(shown));
+        svg_number(f.x1() + 14), svg_number(y), colour(i), svg_number(f.x1() + 32),
+        svg_number(y + 10), esc(names[i]), esc(shown));
   }
   return s;
 }
@@ -241,12 +239,12 @@ std::string chart_vs_batch(const std::vector<Entry>& all, bool several, std::str
   s += y_axis(f, y, unit);
   for (auto b : xs) {
     s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                     num(x_of(b)), num(f.y0() + 16), b);
+                     svg_number(x_of(b)), svg_number(f.y0() + 16), b);
   }
   s += fmt::format(
       "<text class=\"axis-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">batch "
       "size</text>\n",
-      num((f.x0() + f.x1()) / 2), num(f.height - 10));
+      svg_number((f.x0() + f.x1()) / 2), svg_number(f.height - 10));
   for (std::size_t i = 0; i < order.size(); ++i) {
     auto points = series[order[i]];
     std::stable_sort(points.begin(), points.end(),
@@ -258,16 +256,17 @@ std::string chart_vs_batch(const std::vector<Entry>& all, bool several, std::str
       const double yv = map(p.y, y.lo, y.hi, f.y0(), f.y1());
       const double ylo = map(p.low, y.lo, y.hi, f.y0(), f.y1());
       const double yhi = map(p.high, y.lo, y.hi, f.y0(), f.y1());
-      path += fmt::format("{}{},{}", path.empty() ? "" : " ", num(x), num(yv));
+      path += fmt::format("{}{},{}", path.empty() ? "" : " ", svg_number(x), svg_number(yv));
       marks += fmt::format(
           "<g class=\"point\"><title>{}</title>"
           "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
           "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
           "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
           "<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/></g>\n",
-          esc(p.tip), num(x), num(ylo), num(x), num(yhi), colour(i), num(x - 5), num(ylo),
-          num(x + 5), num(ylo), colour(i), num(x - 5), num(yhi), num(x + 5), num(yhi), colour(i),
-          num(x), num(yv), colour(i));
+          esc(p.tip), svg_number(x), svg_number(ylo), svg_number(x), svg_number(yhi), colour(i),
+          svg_number(x - 5), svg_number(ylo), svg_number(x + 5), svg_number(ylo), colour(i),
+          svg_number(x - 5), svg_number(yhi), svg_number(x + 5), svg_number(yhi), colour(i),
+          svg_number(x), svg_number(yv), colour(i));
     }
     s += fmt::format("<polyline class=\"series\" points=\"{}\" stroke=\"{}\"/>\n{}", path,
                      colour(i), marks);
@@ -342,14 +341,15 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
         "stroke=\"{}\"/>"
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>"
         "<text class=\"row-label\" x=\"{}\" y=\"{}\">{:.3f} ms</text>",
-        esc(name), median_s * 1e3, q1, q3, pct.size(), out.size(), num(f.x0() - 8), num(yc + 4),
-        esc(shown), num(px(inliers.front())), num(yc), num(px(inliers.back())), num(yc), colour(i),
-        num(px(q1)), num(yc - 8), num(std::max(px(q3) - px(q1), 1.0)), colour(i), colour(i),
-        num(px(0)), num(yc - 8), num(px(0)), num(yc + 8), colour(i), num(f.x1() + 8), num(yc + 4),
-        median_s * 1e3);
+        esc(name), median_s * 1e3, q1, q3, pct.size(), out.size(), svg_number(f.x0() - 8),
+        svg_number(yc + 4), esc(shown), svg_number(px(inliers.front())), svg_number(yc),
+        svg_number(px(inliers.back())), svg_number(yc), colour(i), svg_number(px(q1)),
+        svg_number(yc - 8), svg_number(std::max(px(q3) - px(q1), 1.0)), colour(i), colour(i),
+        svg_number(px(0)), svg_number(yc - 8), svg_number(px(0)), svg_number(yc + 8), colour(i),
+        svg_number(f.x1() + 8), svg_number(yc + 4), median_s * 1e3);
     for (std::size_t k : out) {
       s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"none\" stroke=\"{}\"/>",
-                       num(px(pct[k])), num(yc), colour(i));
+                       svg_number(px(pct[k])), svg_number(yc), colour(i));
     }
     s += "</g>\n";
   }
@@ -393,7 +393,6 @@ std::string chart_memory(const std::vector<Entry>& all, bool several) {
     return results::batch_of(a.entry->config->kind, a.entry->config->settings).value_or(0) <
            results::batch_of(b.entry->config->kind, b.entry->config->settings).value_or(0);
   });
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   Frame f;
   f.left = 330;
   const double row_h = 26;
@@ -409,7 +408,7 @@ std::string chart_memory(const std::vector<Entry>& all, bool several) {
     s += fmt::format(
         "<text class=\"row-label\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}<title>{}"
         "</title></text>",
-        num(f.x0() - 8), num(yc + 4), esc(shown), esc(name));
+        svg_number(f.x0() - 8), svg_number(yc + 4), esc(shown), esc(name));
     double at = 0;
     for (const auto& [category, bytes] : rows[i].parts) {
       const auto k = static_cast<std::size_t>(
@@ -420,7 +419,8 @@ std::string chart_memory(const std::vector<Entry>& all, bool several) {
       s += fmt::format(
           "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"16\" fill=\"{}\"><title>{}: {} "
           "{}</title></rect>",
-          num(x0), num(yc - 8), num(std::max(x1 - x0, 0.0)), colour(k), esc(name), esc(category),
+          svg_number(x0), svg_number(yc - 8), svg_number(std::max(x1 - x0, 0.0)), colour(k),
+          esc(name), esc(category),
           esc(format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(bytes, 0)))));
       at += gib;
     }
@@ -485,13 +485,13 @@ std::string chart_timeline(const std::vector<Entry>& all, bool several, std::str
     s += fmt::format(
         "<g class=\"span\"><title>{}: {}</title><rect x=\"{}\" y=\"{}\" width=\"{}\" "
         "height=\"{}\" fill=\"{}\"/>",
-        i + 1, esc(span.name), num(px(span.t0)), num(f.y1()),
-        num(std::max(px(span.t1) - px(span.t0), 0.5)), num(f.y0() - f.y1()),
+        i + 1, esc(span.name), svg_number(px(span.t0)), svg_number(f.y1()),
+        svg_number(std::max(px(span.t1) - px(span.t0), 0.5)), svg_number(f.y0() - f.y1()),
         i % 2 == 0 ? "#eef3f8" : "#f9fbfd");
     // Numbers only where they fit above their band.
     if (px(span.t1) - px(span.t0) >= 14) {
       s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                       num((px(span.t0) + px(span.t1)) / 2), num(f.y1() - 4), i + 1);
+                       svg_number((px(span.t0) + px(span.t1)) / 2), svg_number(f.y1() - 4), i + 1);
     }
     s += "</g>\n";
   }
@@ -504,7 +504,8 @@ std::string chart_timeline(const std::vector<Entry>& all, bool several, std::str
           static_cast<std::size_t>(std::find(gpus.begin(), gpus.end(), gpu) - gpus.begin());
       std::string path;
       for (const auto& [t, v] : points) {
-        path += fmt::format("{}{},{}", path.empty() ? "" : " ", num(px(t)), num(py(v)));
+        path +=
+            fmt::format("{}{},{}", path.empty() ? "" : " ", svg_number(px(t)), svg_number(py(v)));
       }
       s += fmt::format(
           "<polyline class=\"series\" points=\"{}\" stroke=\"{}\"><title>{} (GPU {})</title>"

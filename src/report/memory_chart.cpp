@@ -26,11 +26,6 @@ constexpr std::array<std::string_view, 8> kStackOrder = {
 // Okabe & Ito, as the report's other charts.
 constexpr std::array<const char*, 8> kColours = {"#0072B2", "#E69F00", "#009E73", "#56B4E9",
                                                  "#CC79A7", "#D55E00", "#F0E442", "#999999"};
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-std::string num(double v) {
-  return fmt::format("{:.2f}", v);
-}
 
 struct Timeline {
   std::vector<std::string> layer;
@@ -116,8 +111,8 @@ std::string chart(const Timeline& t, const std::string& label, std::size_t index
       "<svg id=\"chart-memory-timeline-{}\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" "
       "width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n"
       "<title>{}</title>\n",
-      index, num(width), num(height), num(width), num(height), html_escape(title),
-      html_escape(title));
+      index, svg_number(width), svg_number(height), svg_number(width), svg_number(height),
+      html_escape(title), html_escape(title));
   // Phases as light bands with their names.
   for (std::size_t i = 0; i < n;) {
     std::size_t j = i;
@@ -130,11 +125,12 @@ std::string chart(const Timeline& t, const std::string& label, std::size_t index
     s += fmt::format(
         "<rect class=\"phase\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\">"
         "<title>{}</title></rect>\n",
-        num(left), num(y1), num(band), num(y0 - y1), fill, html_escape(t.phase[i]));
+        svg_number(left), svg_number(y1), svg_number(band), svg_number(y0 - y1), fill,
+        html_escape(t.phase[i]));
     // A phase too narrow for its name (the update is one call) keeps it in the tooltip.
     if (band > 60) {
-      s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\">{}</text>\n", num(left + 4),
-                       num(y1 - 6), html_escape(t.phase[i]));
+      s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\">{}</text>\n", svg_number(left + 4),
+                       svg_number(y1 - 6), html_escape(t.phase[i]));
     }
     i = j;
   }
@@ -145,28 +141,31 @@ std::string chart(const Timeline& t, const std::string& label, std::size_t index
     s += fmt::format(
         "<line class=\"grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
         "<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{:g}</text>\n",
-        num(x0), num(yy), num(x1), num(yy), num(x0 - 6), num(yy + 4), v);
+        svg_number(x0), svg_number(yy), svg_number(x1), svg_number(yy), svg_number(x0 - 6),
+        svg_number(yy + 4), v);
   }
   s += fmt::format(
       "<text class=\"axis-label\" transform=\"translate(16 {}) rotate(-90)\" "
       "text-anchor=\"middle\">GiB allocated</text>\n"
       "<text class=\"axis-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">layers through the "
       "step, in call order ({} visits, {})</text>\n",
-      num((y0 + y1) / 2), num((x0 + x1) / 2), num(height - 10), n, t.source);
+      svg_number((y0 + y1) / 2), svg_number((x0 + x1) / 2), svg_number(height - 10), n, t.source);
   // Step-shaped areas, each on the sum of those below it.
   std::vector<double> below(n, 0.0);
   for (std::size_t k = 0; k < kStackOrder.size(); ++k) {
     const auto& v = t.bytes[k];
     if (std::all_of(v.begin(), v.end(), [](double b) { return b <= 0; })) continue;
-    std::string path = fmt::format("M{},{}", num(x(0)), num(y(below[0])));
+    std::string path = fmt::format("M{},{}", svg_number(x(0)), svg_number(y(below[0])));
     for (std::size_t i = 0; i < n; ++i) {
       const double top_i = below[i] + std::max(v[i], 0.0);
-      path += fmt::format(" L{},{} L{},{}", num(x(static_cast<double>(i))), num(y(top_i)),
-                          num(x(static_cast<double>(i + 1))), num(y(top_i)));
+      path +=
+          fmt::format(" L{},{} L{},{}", svg_number(x(static_cast<double>(i))), svg_number(y(top_i)),
+                      svg_number(x(static_cast<double>(i + 1))), svg_number(y(top_i)));
     }
     for (std::size_t i = n; i-- > 0;) {
-      path += fmt::format(" L{},{} L{},{}", num(x(static_cast<double>(i + 1))), num(y(below[i])),
-                          num(x(static_cast<double>(i))), num(y(below[i])));
+      path += fmt::format(" L{},{} L{},{}", svg_number(x(static_cast<double>(i + 1))),
+                          svg_number(y(below[i])), svg_number(x(static_cast<double>(i))),
+                          svg_number(y(below[i])));
     }
     s += fmt::format("<path class=\"area\" d=\"{} Z\" fill=\"{}\"><title>{}</title></path>\n", path,
                      kColours[k], html_escape(kStackOrder[k]));
@@ -183,8 +182,8 @@ std::string chart(const Timeline& t, const std::string& label, std::size_t index
     s += fmt::format(
         "<rect class=\"visit\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"transparent\">"
         "<title>{} ({}): {}{}</title></rect>\n",
-        num(x(static_cast<double>(i))), num(y1), num(x(1) - x(0)), num(y0 - y1),
-        html_escape(t.layer[i]), html_escape(t.phase[i]),
+        svg_number(x(static_cast<double>(i))), svg_number(y1), svg_number(x(1) - x(0)),
+        svg_number(y0 - y1), html_escape(t.layer[i]), html_escape(t.phase[i]),
         format_size(static_cast<std::uint64_t>(total[i])), html_escape(parts));
   }
   const double px = x(static_cast<double>(t.peak_visit) + 0.5);
@@ -192,14 +191,15 @@ std::string chart(const Timeline& t, const std::string& label, std::size_t index
       "<line class=\"peak\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#b00020\" "
       "stroke-dasharray=\"4 3\"/><text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"{}\" "
       "fill=\"#b00020\">{}</text>\n",
-      num(px), num(y1), num(px), num(y0), num(px + (px > (x0 + x1) / 2 ? -4 : 4)), num(y1 + 14),
+      svg_number(px), svg_number(y1), svg_number(px), svg_number(y0),
+      svg_number(px + (px > (x0 + x1) / 2 ? -4 : 4)), svg_number(y1 + 14),
       px > (x0 + x1) / 2 ? "end" : "start", html_escape(t.peak_text));
   for (std::size_t k = 0; k < kStackOrder.size(); ++k) {
     const double ly = y1 + 4 + 18 * static_cast<double>(k);
     s += fmt::format(
         "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
         "<text class=\"legend\" x=\"{}\" y=\"{}\">{}</text>\n",
-        num(x1 + 14), num(ly), kColours[k], num(x1 + 32), num(ly + 10),
+        svg_number(x1 + 14), svg_number(ly), kColours[k], svg_number(x1 + 32), svg_number(ly + 10),
         html_escape(kStackOrder[k]));
   }
   return s + "</svg>\n";
@@ -232,6 +232,10 @@ std::string memory_timeline_section(const std::vector<MemoryTimelineInput>& inpu
          "in one phase) at its highest moment, stacked by category; under the planned memory "
          "mode the arena is split into what its buffers hold and its unused rest." +
          note + "</p>\n" + charts;
+}
+
+std::string svg_number(double v) {
+  return fmt::format("{:.2f}", v);
 }
 
 }  // namespace dlprobe::report

@@ -18,4 +18,7 @@ struct MemoryTimelineInput {
 // memory.analysis holds a measured (else predicted) timeline; "" when none does.
 std::string memory_timeline_section(const std::vector<MemoryTimelineInput>& inputs);
 
+// A coordinate or length in an SVG: two decimals, enough below a pixel.
+std::string svg_number(double v);
+
 }  // namespace dlprobe::report

@@ -1,4 +1,5 @@
 #include "dlprobe/run/process_tree.h"
+#include "dlprobe/core/clock.h"
 
 #include <fmt/format.h>
 #include <sched.h>
@@ -13,12 +14,6 @@
 namespace dlprobe::run {
 
 namespace {
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 template <class T>
 bool parse_number(std::string_view text, T& out) {
@@ -141,7 +136,7 @@ TreeTracker::TreeTracker(std::vector<int> roots, int pgid, std::vector<int> excl
 
 TreeReading TreeTracker::poll() {
   TreeReading reading;
-  reading.timestamp_ns = now_ns();
+  reading.timestamp_ns = steady_now_ns();
   const auto all = scan_processes(proc_root_);
   std::vector<int> pids = tree_pids(all, roots_, pgid_);
   std::erase_if(pids, [&](int pid) {

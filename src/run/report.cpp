@@ -11,23 +11,24 @@ namespace dlprobe::run {
 
 namespace {
 
-using json = nlohmann::ordered_json;
+// Keys in the order written, for a file people read.
+using Json = nlohmann::ordered_json;
 
 template <class T>
-json opt(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
+Json opt(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
 }
 
-json finding_json(const diagnosis::Finding& f) {
+Json finding_json(const diagnosis::Finding& f) {
   return {{"id", f.id},       {"severity", severity_name(f.severity)},
           {"title", f.title}, {"evidence", f.evidence},
           {"fix", f.fix},     {"numbers", f.numbers}};
 }
 
-json run_json(const RunResult& r) {
-  json findings = json::array();
+Json run_json(const RunResult& r) {
+  Json findings = Json::array();
   for (const auto& f : r.findings) findings.push_back(finding_json(f));
-  json timeline = json::array();
+  Json timeline = Json::array();
   for (const auto& p : r.timeline) {
     timeline.push_back({{"t_s", p.t_s},
                         {"gpu_util_pct", opt(p.gpu_util_pct)},
@@ -52,15 +53,15 @@ json run_json(const RunResult& r) {
       {"exit_code", opt(r.exit.exit_code)},
       {"signal", opt(r.exit.signal)},
       {"core_dumped", r.exit.core_dumped},
-      {"launch_error", r.launch_error.empty() ? json(nullptr) : json(r.launch_error)},
+      {"launch_error", r.launch_error.empty() ? Json(nullptr) : Json(r.launch_error)},
       {"wall_s", r.wall_s},
       {"end_marker", r.end_marker},
-      {"oom", r.oom ? json{{"framework", framework_name(r.oom->framework)}, {"line", r.oom->line}}
-                    : json(nullptr)},
+      {"oom", r.oom ? Json{{"framework", framework_name(r.oom->framework)}, {"line", r.oom->line}}
+                    : Json(nullptr)},
       {"error_line", opt(r.error_line)},
       {"throughput",
        {{"items_per_s", opt(s.items_per_s)},
-        {"source", s.throughput_source.empty() ? json(nullptr) : json(s.throughput_source)},
+        {"source", s.throughput_source.empty() ? Json(nullptr) : Json(s.throughput_source)},
         {"batch", opt(s.batch)},
         {"steps_seen", s.steps_seen},
         {"warmup_dropped", s.warmup_dropped},
@@ -84,7 +85,7 @@ json run_json(const RunResult& r) {
         {"allocated_bytes", opt(r.framework.allocated_bytes)}}},
       {"gpu",
        {{"telemetry", g.telemetry},
-        {"note", g.telemetry_note.empty() ? json(nullptr) : json(g.telemetry_note)},
+        {"note", g.telemetry_note.empty() ? Json(nullptr) : Json(g.telemetry_note)},
         {"attribution", attribution_name(g.attribution)},
         {"name", opt(g.gpu_name)},
         {"gpus_used", g.gpus_used},
@@ -115,8 +116,8 @@ json run_json(const RunResult& r) {
       {"stdout_tail", r.stdout_tail},
       {"stderr_tail", r.stderr_tail},
       {"logs",
-       {{"stdout", r.stdout_log.empty() ? json(nullptr) : json(r.stdout_log)},
-        {"stderr", r.stderr_log.empty() ? json(nullptr) : json(r.stderr_log)}}},
+       {{"stdout", r.stdout_log.empty() ? Json(nullptr) : Json(r.stdout_log)},
+        {"stderr", r.stderr_log.empty() ? Json(nullptr) : Json(r.stderr_log)}}},
       {"timeline", timeline},
   };
 }
@@ -134,20 +135,20 @@ std::string params_text(const std::map<std::string, std::string>& params) {
 
 std::string report_json(const RunReport& report) {
   const auto& build = build_info();
-  json runs = json::array();
+  Json runs = Json::array();
   for (const auto& r : report.runs) runs.push_back(run_json(r));
-  json searches = json::array();
+  Json searches = Json::array();
   for (const auto& m : report.max_batch) {
     searches.push_back({{"params", m.params},
                         {"largest_ok", opt(m.largest_ok)},
                         {"smallest_failed", opt(m.smallest_failed)},
                         {"converged", m.converged},
                         {"runs", m.runs},
-                        {"note", m.note.empty() ? json(nullptr) : json(m.note)}});
+                        {"note", m.note.empty() ? Json(nullptr) : Json(m.note)}});
   }
-  json sweep = json::array();
+  Json sweep = Json::array();
   for (const auto& f : report.sweep_findings) sweep.push_back(finding_json(f));
-  json doc = {{"schema", "dlprobe.run/1"},
+  Json doc = {{"schema", "dlprobe.run/1"},
               {"dlprobe", {{"version", build.version}, {"git_hash", build.git_hash}}},
               {"started_at", report.started_at},
               {"command", report.command},
@@ -157,7 +158,7 @@ std::string report_json(const RunReport& report) {
               {"max_batch", searches},
               {"sweep_findings", sweep}};
   // Bad UTF-8 in a workload's output must not make the whole file unwritable.
-  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  return doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 std::string report_table(const RunReport& report) {
@@ -197,9 +198,8 @@ std::string report_table(const RunReport& report) {
       if (f.severity == Severity::info && !said.insert({f.id, f.evidence}).second) {
         continue;
       }
-      out += fmt::format("[{}] {}{}: {}\n  evidence: {}\n  fix: {}\n",
-                         severity_name(f.severity), where, f.id, f.title, f.evidence,
-                         f.fix);
+      out += fmt::format("[{}] {}{}: {}\n  evidence: {}\n  fix: {}\n", severity_name(f.severity),
+                         where, f.id, f.title, f.evidence, f.fix);
     }
   };
   const bool several = report.runs.size() > 1;

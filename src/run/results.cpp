@@ -1,4 +1,5 @@
 #include "dlprobe/run/results.h"
+#include "dlprobe/core/units.h"
 
 #include <fmt/format.h>
 
@@ -12,8 +13,6 @@
 namespace dlprobe::run {
 
 namespace {
-
-constexpr double kMiB = 1024.0 * 1024.0;
 
 // The results serializer refuses invalid UTF-8, and a workload's output can hold any bytes: text
 // taken from it passes through nlohmann's replacing dump (U+FFFD for bad bytes) and back.

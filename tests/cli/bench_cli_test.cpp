@@ -1,5 +1,7 @@
 // dlprobe bench as a user runs it: the binary, its exit code, stdout and stderr.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,9 +11,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
-#include <thread>
+#include <string_view>
 
 #include "cli_test_util.h"
 #include "dlprobe/results/results.h"
@@ -36,7 +37,7 @@ void expect_error(const std::string& args, const std::string& needle) {
   EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
 }
 
-const std::string kBase = "--device cpu --model resnet18 --image-size 32 --classes 10 ";
+const std::string kBase = "--device cpu --model resnet18 --width 16 --image-size 32 --classes 10 ";
 const std::string kSmall = kBase + "--batch 2 ";
 
 TEST(BenchCliTest, RefusesBadInputWithOneLine) {
@@ -174,46 +175,68 @@ TEST(BenchCliTest, AutoBatchEndsAtTheFirstOutOfMemoryAndSucceeds) {
   std::filesystem::remove(json);
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+// Reads what the child writes to the terminal into `seen` until `needle` shows (true), the child
+// closes its side (false; an empty needle reads to that end) or the deadline passes (false).
+bool read_until(int terminal, std::string& seen, std::string_view needle,
+                std::chrono::seconds deadline) {
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  std::array<char, 4096> buffer{};
+  while (needle.empty() || seen.find(needle) == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{terminal, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = ::read(terminal, buffer.data(), buffer.size());
+    if (n <= 0) return false;  // EIO: the child closed its side
+    seen.append(buffer.data(), static_cast<std::size_t>(n));
+  }
+  return true;
 }
 
 TEST(BenchCliTest, CtrlCKeepsWhatWasMeasured) {
   const std::string json = ::testing::TempDir() + "bench_cli_interrupt.json";
-  const std::string out = ::testing::TempDir() + "bench_cli_interrupt.out";
   std::filesystem::remove(json);
-  // The first configuration would time for a minute; Ctrl-C comes after a few seconds.
+  // stderr on a terminal, so that bench draws its progress line: Ctrl-C comes once it shows the
+  // first timed window, however slow the machine is.
+  int terminal = -1;
+  int child_side = -1;
+  ASSERT_EQ(::openpty(&terminal, &child_side, nullptr, nullptr, nullptr), 0);
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    ::close(terminal);
+    ::dup2(child_side, STDERR_FILENO);
+    ::close(child_side);
+    // The first configuration would time for a minute.
     const std::string command =
         "exec " DLPROBE_BINARY " bench " + kBase +
         "--backend reference --mode infer --batch 2,4 --steps 1000000 --min-time 60s --warmup 0 "
         "--warmup-time 0s --json " +
-        json + " >" + out + " 2>&1";
+        json + " >/dev/null";
     execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  // Long enough to be timing (planning takes seconds under the sanitizers on a busy machine).
-  std::this_thread::sleep_for(std::chrono::seconds(8));
+  ::close(child_side);
+  std::string seen;
+  const bool timing = read_until(terminal, seen, "window 1 step", std::chrono::seconds(300));
   kill(pid, SIGINT);
+  read_until(terminal, seen, "", std::chrono::seconds(300));
+  ::close(terminal);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << slurp(out);
-  EXPECT_EQ(WEXITSTATUS(status), 1) << slurp(out);
+  ASSERT_TRUE(timing) << seen;
+  ASSERT_TRUE(WIFEXITED(status)) << seen;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << seen;
   auto doc = dlprobe::results::read_file(json);
   ASSERT_TRUE(doc.has_value()) << doc.status().message();
   ASSERT_EQ(doc->configurations.size(), 1u);  // the second never started
   const auto& c = doc->configurations[0];
   EXPECT_EQ(c.status, dlprobe::results::RunStatus::interrupted);
-  EXPECT_GT(c.samples.step_seconds.size(), 0u) << slurp(out);
+  EXPECT_GT(c.samples.step_seconds.size(), 0u) << seen;
   EXPECT_TRUE(c.statistics.has_value());
-  EXPECT_NE(slurp(out).find("interrupted"), std::string::npos);
+  EXPECT_NE(seen.find("interrupted; what was measured is kept"), std::string::npos) << seen;
   std::filesystem::remove(json);
-  std::filesystem::remove(out);
 }
 
 TEST(BenchCliTest, SingleConfigurationInDetail) {

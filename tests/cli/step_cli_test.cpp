@@ -66,7 +66,7 @@ double scalar(const safetensors::File& f, std::string_view name) {
 // ResNet-18 on 32x32 images, batch 4, 10 classes: the smallest real network of the family.
 engine::StepConfig tiny(engine::Precision p = engine::Precision::fp32) {
   engine::StepConfig c;
-  c.model = {model::Arch::resnet18, 32, 10, false};
+  c.model = {model::Arch::resnet18, 32, 10, false, 16};  // the width comes from the weights
   c.batch = 4;
   c.precision = p;
   c.mode = engine::StepMode::grads;
@@ -347,8 +347,11 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   expect_error(files("--conv-algo fastest"), "unknown choice 'fastest'");
   expect_error(files("--conv-engines fft"), "--conv-engines: unknown choice 'fft'");
   expect_error(files("", "tpu:0"), "--device: unknown device 'tpu:0'");
+  // The device is resolved first: a build without CUDA says so before judging the precision.
   expect_error(files("--precision fp64", "cuda:0"),
-               "--precision: precision fp64 runs on the reference backend (cpu) only");
+               device::backend_built(device::BackendKind::cuda)
+                   ? "--precision: precision fp64 runs on the reference backend (cpu) only"
+                   : "--device: cuda:0: this build has no cuda backend");
   expect_error(files("", "cpu --backend tpu"), "--backend: unknown backend 'tpu'");
   expect_error(files("", "cpu --backend cuda"), "--backend: backend cuda does not run on cpu");
   expect_error(files("--loss-scale 1024"), "only fp16 scales the loss");

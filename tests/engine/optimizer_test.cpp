@@ -12,12 +12,7 @@ namespace dlprobe {
 namespace {
 
 using testing::desc;
-
-HostTensor scalar(double v, DType t = DType::fp64) {
-  HostTensor s(desc({1}, t));
-  s.set(0, v);
-  return s;
-}
+using testing::scalar;
 
 const double kGrads[3] = {0.5, -1.0, 0.25};
 

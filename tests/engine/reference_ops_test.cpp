@@ -19,6 +19,7 @@ using testing::kGradAtol;
 using testing::kGradRtol;
 using testing::numeric_gradient;
 using testing::rand;
+using testing::scalar;
 
 HostTensor to64(const HostTensor& t) {
   return t.to_dtype(DType::fp64).value();
@@ -344,12 +345,6 @@ HostTensor labels_of(std::initializer_list<std::int64_t> v, DType t = DType::int
   std::int64_t i = 0;
   for (std::int64_t x : v) l.set(i++, static_cast<double>(x));
   return l;
-}
-
-HostTensor scalar(double v) {
-  HostTensor t(desc({1}));
-  t.set(0, v);
-  return t;
 }
 
 TEST(CrossEntropy, MatchesLogSoftmaxFormula) {

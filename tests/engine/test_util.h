@@ -17,6 +17,13 @@ inline TensorDesc desc(const Shape& s, DType t = DType::fp64, Layout l = Layout:
   return TensorDesc::make(s, t, l).value();
 }
 
+// A one-element tensor holding v.
+inline HostTensor scalar(double v, DType t = DType::fp64) {
+  HostTensor s(desc({1}, t));
+  s.set(0, v);
+  return s;
+}
+
 inline HostTensor rand(const Shape& s, std::uint64_t seed, DType t = DType::fp64,
                        Layout l = Layout::nchw, double lo = -1.0, double hi = 1.0) {
   return HostTensor::random(desc(s, t, l), seed, lo, hi);

@@ -19,6 +19,12 @@ namespace dlprobe {
 Result<std::uint64_t> parse_size(std::string_view text, std::string_view flag = "size");
 // "1.50 GiB", "512 B": binary units, three significant digits.
 std::string format_size(std::uint64_t bytes);
+inline constexpr double kMiB = 1024.0 * 1024.0;
+inline constexpr double kGiB = 1024.0 * kMiB;
+// `bytes` rounded up to a multiple of `multiple` (> 0): block, segment and alignment sizes.
+constexpr std::uint64_t round_up(std::uint64_t bytes, std::uint64_t multiple) {
+  return (bytes + multiple - 1) / multiple * multiple;
+}
 
 // Durations: ns, us, ms, s, m, h, with decimals ("1.5s"). A bare number is refused: "-i 100" could
 // mean milliseconds or seconds, and guessing wrong skews every sample.
