@@ -19,24 +19,25 @@ using device::BackendKind;
 using device::Device;
 using device::Engine;
 
-engine::StepConfig tiny() {
+// 16x16 by default: the smallest image ResNet-18 takes; in inference no batch-norm needs two
+// values.
+engine::StepConfig tiny(std::int64_t image = 16) {
   engine::StepConfig c;
   c.model.arch = model::Arch::resnet18;
-  // 16x16: the smallest image ResNet-18 takes; in inference no batch-norm needs two values.
-  c.model.image_size = 16;
+  c.model.image_size = image;
   c.model.classes = 10;
   c.model.width = 16;
   c.mode = engine::StepMode::infer;
   return c;
 }
 
-Sweep tiny_sweep(std::vector<std::int64_t> batches) {
+Sweep tiny_sweep(std::vector<std::int64_t> batches, std::int64_t image = 16) {
   Sweep s;
   s.device = Device{DeviceKind::cpu, 0};
   s.backend = BackendKind::reference;
   s.protocol = {0, 0.0, 2, 0.0, 1, 100};
   SweepGroup g;
-  g.step = tiny();
+  g.step = tiny(image);
   g.batches = std::move(batches);
   s.groups.push_back(g);
   return s;
@@ -190,12 +191,16 @@ TEST(RunSweep, CeilingsGiveTheFractionReached) {
   EXPECT_DOUBLE_EQ(*k.fraction_of_ceiling, *k.achieved_tflops / 0.5);
 }
 
+// The out-of-memory tests run 64x64 images: enough activations that batch 64 needs megabytes more
+// than batch 2.
+constexpr std::int64_t kOomImage = 64;
+
 // The allocated peak of a configuration run alone.
 std::int64_t peak(std::int64_t batch) {
   auto e = Engine::open(Device{}, BackendKind::reference);
   EXPECT_TRUE(e.has_value());
   BenchOptions o;
-  o.step = tiny();
+  o.step = tiny(kOomImage);
   o.step.batch = batch;
   o.protocol = {1, 0.0, 1, 0.0, 1, 10};
   auto r = run_bench(**e, o);
@@ -217,7 +222,7 @@ memory::AllocatorOptions small_device() {
 }
 
 TEST(RunSweep, OutOfMemoryIsRecordedAndTheSweepGoesOn) {
-  Sweep s = tiny_sweep({64, 2});
+  Sweep s = tiny_sweep({64, 2}, kOomImage);
   s.allocation = small_device();
   const SweepOutcome out = run_sweep(s, {});
   ASSERT_TRUE(out.status.is_ok()) << out.status.message();
@@ -234,7 +239,7 @@ TEST(RunSweep, OutOfMemoryIsRecordedAndTheSweepGoesOn) {
 }
 
 TEST(RunSweep, AutoWalkEndsAtTheFirstOutOfMemory) {
-  Sweep s = tiny_sweep({});
+  Sweep s = tiny_sweep({}, kOomImage);
   s.groups[0].auto_batch = true;
   s.auto_batch = {16, 1024};
   s.allocation = small_device();
@@ -301,14 +306,14 @@ TEST(RunSweep, EngineThatCannotStartIsTheSweepsError) {
 TEST(RunSweep, BatchSweepFindings) {
   // Batch 64 runs out of memory on the small device: a finding that no timing can change, named
   // after its curve (without the batch).
-  Sweep s = tiny_sweep({2, 64});
+  Sweep s = tiny_sweep({2, 64}, kOomImage);
   s.allocation = small_device();
   const SweepOutcome out = run_sweep(s, {});
   ASSERT_EQ(out.configurations.size(), 2u);
   ASSERT_FALSE(out.findings.empty());
   bool oom = false;
   for (const auto& f : out.findings) {
-    EXPECT_NE(f.title.find("(resnet18-w16@16 fp32 infer nchw cpu/reference)"), std::string::npos)
+    EXPECT_NE(f.title.find("(resnet18-w16@64 fp32 infer nchw cpu/reference)"), std::string::npos)
         << f.title;
     oom = oom || f.title.starts_with("Out of memory from batch 64");
   }

@@ -24,9 +24,10 @@ using dlprobe::testing::error_lines;
 
 CliRun run(const std::string& args) {
   // Over-large requests must reach the caching allocator's out-of-memory report, not the
-  // sanitizer's allocation-size check.
+  // sanitizer's allocation-size check; the options the suite runs under (scripts/test.sh) stay.
   const std::string command =
-      "ASAN_OPTIONS=allocator_may_return_null=1 " DLPROBE_BINARY " bench " + args + " 2>&1";
+      "ASAN_OPTIONS=\"$ASAN_OPTIONS:allocator_may_return_null=1\" " DLPROBE_BINARY " bench " +
+      args + " 2>&1";
   return dlprobe::testing::run_shell(command);
 }
 

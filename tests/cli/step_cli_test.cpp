@@ -198,7 +198,7 @@ TEST_F(StepCliTest, WritesWhatADirectStepComputes) {
   const CliRun cli = run_cli(files());
   ASSERT_EQ(cli.exit_code, 0) << cli.output;
   const safetensors::File out = safetensors::read_file(output_).value();
-  EXPECT_EQ(out.metadata.at("model"), "resnet18");
+  EXPECT_EQ(out.metadata.at("model"), "resnet18-w16");  // the width the weights have
   EXPECT_EQ(out.metadata.at("precision"), "fp32");
   EXPECT_EQ(out.metadata.at("mode"), "grads");
   EXPECT_EQ(out.metadata.at("device"), "cpu");

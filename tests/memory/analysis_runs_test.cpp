@@ -112,7 +112,7 @@ TEST(AnalysisRuns, AGivenCalibrationPredictsInPlaceOfTheMeasuredOne) {
   o.session.emplace();
   o.calibration_batch = 4;
   Calibration other_precision;
-  other_precision.model = "resnet18";
+  other_precision.model = model::model_name(small_config().model);
   other_precision.precision = "fp16";
   Calibration given = other_precision;
   given.precision = "fp32";

@@ -84,7 +84,7 @@ TEST(PredictMaxBatch, TheBatchFoundFitsTheSimulationAndTheNextDoesNot) {
   EXPECT_EQ(simulate(*found + 1).status().code(), Errc::out_of_memory);
   // What the process holds outside the allocator comes off the limit.
   Calibration cal;
-  cal.model = "resnet18";
+  cal.model = model::model_name(c.model);
   cal.precision = "fp32";
   cal.outside_allocator_bytes = static_cast<std::int64_t>(limit);
   EXPECT_EQ(predict_max_batch(c, limit, &cal).status().code(), Errc::invalid_argument);

@@ -97,7 +97,7 @@ TEST(Prediction, TakesEachCallsWorkspaceWhereTheCallListMatches) {
   Result<Prediction> bare = predict(c, nullptr);
   ASSERT_TRUE(bare.has_value());
   Calibration cal;
-  cal.model = "resnet18";
+  cal.model = model::model_name(c.model);
   cal.precision = "fp32";
   cal.workspace_bytes = 96 << 20;
   cal.workspace_held_bytes = 32 << 20;
@@ -130,7 +130,7 @@ TEST(Prediction, TakesEachCallsWorkspaceWhereTheCallListMatches) {
 
 TEST(Prediction, CountsWhatTheProcessHoldsOutsideTheAllocator) {
   Calibration c;
-  c.model = "resnet18";
+  c.model = model::model_name(small_config().model);
   c.precision = "fp32";
   c.workspace_bytes = 64 << 20;
   c.workspace_held_bytes = 64 << 20;

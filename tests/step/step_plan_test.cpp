@@ -249,7 +249,7 @@ TEST(StepPlanTest, StateDictRoundTripsAcrossLayouts) {
   ASSERT_NE(nbt, nullptr);
   EXPECT_TRUE(nbt->shape.empty());
   EXPECT_EQ(nbt->dtype, DType::int64);
-  EXPECT_EQ(sd->find("conv1.weight")->shape, (std::vector<std::int64_t>{64, 3, 7, 7}));
+  EXPECT_EQ(sd->find("conv1.weight")->shape, (std::vector<std::int64_t>{16, 3, 7, 7}));
   // Through bytes, into an NHWC step with other initial weights.
   const std::vector<std::byte> bytes = safetensors::serialize(*sd).value();
   const safetensors::File parsed = safetensors::parse(bytes).value();
