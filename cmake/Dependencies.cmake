@@ -6,11 +6,15 @@ find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+# RE2 matches `run --throughput-regex` against a workload's output lines in linear time without
+# recursion (std::regex recurses per character and overflows the stack on a long line). Debian
+# ships only its pkg-config file.
+pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET re2)
 if(DLPROBE_WITH_HTTP)
   # Debian splits cpp-httplib: httplib.h only declares, libcpp-httplib.so implements, so this one
   # is a shared library the binary needs at run time. Its pkg-config file carries the feature
   # macros (OpenSSL, zlib, brotli) that the header's class layouts depend on.
-  find_package(PkgConfig REQUIRED)
   pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
   add_library(dlprobe_httplib INTERFACE)
   target_link_libraries(dlprobe_httplib INTERFACE PkgConfig::CPP_HTTPLIB Threads::Threads)

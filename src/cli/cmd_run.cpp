@@ -4,6 +4,7 @@
 // (--details-json, dlprobe.run/1: output tails, time line, max-batch searches), both rewritten
 // after every point so that an interrupted sweep keeps what it has (run::Session).
 #include <fmt/format.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cstdio>
@@ -141,6 +142,11 @@ int exit_code(const run::RunReport& report, bool max_batch) {
 }
 
 int run_run(const RunFlags& flags) {
+  // `dlprobe run ... | head`: when the reader of our stdout goes away, SIGPIPE would end dlprobe
+  // with the workload left running (re-parented to init) and no results written. Ignored, the
+  // write fails with EPIPE instead: the echo stops and the run is measured to its end. The
+  // workload starts with SIGPIPE at its default again (ChildProcess::spawn).
+  signal(SIGPIPE, SIG_IGN);
   auto plan = plan_from(flags);
   if (!plan) return report_error(plan.status());
   auto session = run::Session::start(std::move(plan).value(), progress_lines());

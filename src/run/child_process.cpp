@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "dlprobe/core/log.h"
+
 extern char** environ;
 
 namespace dlprobe::run {
@@ -21,16 +23,20 @@ namespace {
 constexpr std::size_t kMaxLine = 1 << 20;
 constexpr std::size_t kMaxTailLine = 4096;
 
-void write_all(int fd, const char* data, std::size_t size) {
+// False when `fd` failed for good (EPIPE: the reader of our stdout went away; dlprobe ignores
+// SIGPIPE). A full non-blocking descriptor (EAGAIN) drops the rest of this block and is not final.
+// The workload goes on regardless: its measurement and results do not depend on the echo.
+bool write_all(int fd, const char* data, std::size_t size) {
   while (size > 0) {
     const ssize_t n = write(fd, data, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return;  // our own stdout closed or a log file failed: the workload must go on regardless
+      return errno == EAGAIN;
     }
     data += n;
     size -= static_cast<std::size_t>(n);
   }
+  return true;
 }
 
 void close_fd(int& fd) {
@@ -200,7 +206,11 @@ void ChildProcess::read_pipe(Pipe& pipe, Stream stream, const LineSink& on_line)
     }
     const auto size = static_cast<std::size_t>(n);
     pipe.bytes += size;
-    if (pipe.echo_fd >= 0) write_all(pipe.echo_fd, buffer, size);
+    if (pipe.echo_fd >= 0 && !write_all(pipe.echo_fd, buffer, size)) {
+      log_warn("cannot pass the workload's {} on ({}): measuring without it",
+               stream == Stream::out ? "stdout" : "stderr", strerror(errno));
+      pipe.echo_fd = -1;
+    }
     if (pipe.file_fd >= 0) write_all(pipe.file_fd, buffer, size);
     for (std::size_t i = 0; i < size; ++i) {
       const char c = buffer[i];
@@ -245,7 +255,6 @@ void ChildProcess::flush_partial(const LineSink& on_line) {
 }
 
 bool ChildProcess::poll_exit(bool reap_others) {
-  if (exit_) return true;
   auto record = [&](int status) {
     ExitInfo info;
     if (WIFEXITED(status)) info.exit_code = WEXITSTATUS(status);
@@ -258,10 +267,11 @@ bool ChildProcess::poll_exit(bool reap_others) {
   int status = 0;
   if (reap_others) {
     pid_t r = 0;
+    // Also after the root has ended: the rest of the tree is reaped as it is killed.
     while ((r = waitpid(-1, &status, WNOHANG)) > 0) {
       if (r == pid_) record(status);
     }
-  } else if (waitpid(pid_, &status, WNOHANG) == pid_) {
+  } else if (!exit_ && waitpid(pid_, &status, WNOHANG) == pid_) {
     record(status);
   }
   return exit_.has_value();

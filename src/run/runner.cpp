@@ -132,8 +132,10 @@ class Run {
   void on_line(Stream stream, std::string_view line);
   void poll_tree();
   void take_ticks();
+  std::vector<int> workload_pids() const;
   void send(int sig);
   void escalate(Clock::time_point now);
+  void kill_leftovers(const ChildProcess::LineSink& sink);
   void compute_gpu_figures();
   void compute_host_figures();
   void decide_outcome();
@@ -364,10 +366,63 @@ void Run::take_ticks() {
   }
 }
 
+// The workload's live processes, found through /proc: the members of its process group and every
+// descendant of its root, and with a child subreaper (Session sets it) every descendant of ours.
+// A signal to the process group alone misses a child that called setsid() or setpgid(), and such
+// a child outlived the timeout and the end of the run. We track descendants rather than sessions
+// because the subreaper makes them complete: an orphan re-parents to us, not to init, so it stays
+// in our tree after its parent ended. (A cgroup would hold them too, but needs privileges and a
+// delegated hierarchy that a plain user on a GPU machine rarely has.) Zombies are left out: they
+// are already dead and go when reaped. Our children's pids cannot be reused before we reap them;
+// a grandchild's pid could be between the scan and the kill, a window of microseconds that every
+// /proc-based tool accepts.
+std::vector<int> Run::workload_pids() const {
+  std::vector<int> roots;
+  if (!child_->exit_info()) roots.push_back(child_->pid());  // once reaped, its pid may be reused
+  const int self = static_cast<int>(getpid());
+  if (o_.subreaper) roots.push_back(self);
+  const std::vector<ProcStat> all = scan_processes();
+  std::vector<int> pids = tree_pids(all, roots, child_->pgid());
+  std::set<int> zombies;
+  for (const auto& p : all) {
+    if (p.state == 'Z') zombies.insert(p.pid);
+  }
+  std::erase_if(pids, [&](int pid) { return pid == self || zombies.count(pid) != 0; });
+  return pids;
+}
+
 void Run::send(int sig) {
-  log_info("sending {} to the workload's process group {}", sigabbrev_np(sig), child_->pgid());
+  log_info("sending {} to the workload's processes (process group {})", sigabbrev_np(sig),
+           child_->pgid());
   child_->signal_group(sig);
+  for (int pid : workload_pids()) kill(pid, sig);
   last_signal_ = Clock::now();
+}
+
+// Kills and reaps what is left of the workload once its root has ended: stragglers in its process
+// group and descendants that left it. Bounded, for a process stuck in the kernel (a GPU context
+// being torn down) that SIGKILL ends only when it returns.
+void Run::kill_leftovers(const ChildProcess::LineSink& sink) {
+  const auto deadline = Clock::now() + 5s;
+  bool announced = false;
+  for (;;) {
+    const std::vector<int> pids = workload_pids();
+    if (pids.empty()) break;
+    if (!announced) {
+      log_info("killing what is left of the workload ({} processes)", pids.size());
+      announced = true;
+    }
+    child_->signal_group(SIGKILL);
+    for (int pid : pids) kill(pid, SIGKILL);
+    child_->pump(std::chrono::milliseconds(20), sink);
+    if (o_.subreaper) child_->poll_exit(true);
+    if (Clock::now() >= deadline) {
+      log_warn("{} of the workload's processes outlived SIGKILL", workload_pids().size());
+      break;
+    }
+  }
+  const auto drain = Clock::now() + 1s;
+  while (!child_->output_closed() && Clock::now() < drain) child_->pump(20ms, sink);
 }
 
 void Run::escalate(Clock::time_point now) {
@@ -390,17 +445,20 @@ void Run::loop() {
     take_ticks();
     if (child_->poll_exit(o_.subreaper)) break;
 
-    if (o_.interrupt != nullptr && o_.interrupt->load() > interrupts_seen_) {
-      const bool again = interrupts_seen_ > 0;
-      interrupts_seen_ = o_.interrupt->load();
-      if (!again) {
+    if (const int count = o_.interrupt != nullptr ? o_.interrupt->load() : 0;
+        count > interrupts_seen_) {
+      if (interrupts_seen_ == 0) {
         stop_ = Stop::interrupted;
         signal_plan_ = {SIGTERM, SIGKILL};
         send(SIGINT);
-      } else if (!signal_plan_.empty()) {
-        // A second Ctrl-C: the user does not want to wait out the grace period.
-        last_signal_ = now - o_.kill_grace;
       }
+      if (count >= 2) {
+        // A second Ctrl-C (both may arrive between two polls): the user will not wait out the
+        // grace period. The workload is killed at once; what was measured is kept.
+        signal_plan_.clear();
+        send(SIGKILL);
+      }
+      interrupts_seen_ = count;
     }
     if (stop_ == Stop::none && o_.timeout && now - start_ >= *o_.timeout) {
       stop_ = Stop::timeout;
@@ -421,14 +479,7 @@ void Run::loop() {
   while (!child_->output_closed() && Clock::now() < drain_until) {
     child_->pump(std::chrono::milliseconds(20), line_sink);
   }
-  if (child_->signal_group(0)) {
-    log_info("killing what is left of the workload's process group");
-    child_->signal_group(SIGKILL);
-    const auto kill_drain = Clock::now() + 1s;
-    while (!child_->output_closed() && Clock::now() < kill_drain) {
-      child_->pump(std::chrono::milliseconds(20), line_sink);
-    }
-  }
+  kill_leftovers(line_sink);
   child_->flush_partial(line_sink);
   if (o_.subreaper) child_->poll_exit(true);
 }

@@ -5,7 +5,11 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <vector>
+
+#include "re2/re2.h"
 
 namespace dlprobe::run {
 
@@ -111,82 +115,76 @@ Result<std::optional<ProtocolRecord>> parse_protocol_line(std::string_view line)
 }
 
 Result<ThroughputRegex> ThroughputRegex::compile(std::string_view pattern) {
-  // std::regex's ECMAScript grammar has no named groups, so names are taken out here and mapped
-  // to group numbers; this avoids a PCRE dependency for one flag.
+  // RE2, not std::regex: every output line of the workload (which may be megabytes long and is not
+  // ours to trust) is searched, and libstdc++'s std::regex is a recursive backtracker that
+  // recurses once per character (a 40,000-digit line overflowed the stack) and can take
+  // exponential time. RE2 matches in time linear in the line, in bounded memory, without
+  // recursion. RE2 before 2023 knows only the `(?P<name>…)` spelling of a named group, so
+  // `(?<name>…)` is rewritten to it; `(?<=` and `(?<!` are left for RE2 to reject (it has no
+  // lookaround).
   ThroughputRegex out;
   out.pattern_ = std::string(pattern);
-  std::string plain;
-  int groups = 0;
+  std::string spelled;
   bool in_class = false;
   for (std::size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
-      plain += pattern.substr(i, 2);
+      spelled += pattern.substr(i, 2);
       ++i;
       continue;
     }
+    spelled += c;
     if (in_class) {
       in_class = c != ']';
-      plain += c;
-      continue;
-    }
-    if (c == '[') {
+    } else if (c == '[') {
       in_class = true;
-      plain += c;
-      continue;
+    } else if (c == '(' && pattern.substr(i + 1, 2) == "?<" && i + 3 < pattern.size() &&
+               pattern[i + 3] != '=' && pattern[i + 3] != '!') {
+      spelled += "?P<";
+      i += 2;
     }
-    if (c != '(') {
-      plain += c;
-      continue;
-    }
-    plain += c;
-    if (i + 1 < pattern.size() && pattern[i + 1] == '?') {
-      std::size_t name_at = 0;
-      if (pattern.substr(i + 2, 1) == "<") name_at = i + 3;
-      if (pattern.substr(i + 2, 2) == "P<") name_at = i + 4;
-      if (name_at == 0) continue;  // (?: (?= (?!: not a capture
-      const auto close = pattern.find('>', name_at);
-      if (close == std::string_view::npos) {
-        return invalid_argument("--throughput-regex: unterminated group name");
-      }
-      const std::string_view name = pattern.substr(name_at, close - name_at);
-      ++groups;
-      if (name == "ips") {
-        out.ips_group_ = groups;
-      } else if (name == "step_s") {
-        out.step_s_group_ = groups;
-      } else if (name == "step") {
-        out.step_group_ = groups;
-      } else {
-        return invalid_argument(fmt::format(
-            "--throughput-regex: unknown group name '{}' (use ips, step_s or step)", name));
-      }
-      i = close;
-      continue;
-    }
-    ++groups;
   }
-  try {
-    out.regex_ = std::regex(plain, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    return invalid_argument(fmt::format("--throughput-regex: '{}': {}", pattern, e.what()));
+  RE2::Options options;
+  options.set_log_errors(false);
+  auto re = std::make_shared<const RE2>(spelled, options);
+  if (!re->ok()) {
+    return invalid_argument(fmt::format("--throughput-regex: '{}': {}", pattern, re->error()));
+  }
+  for (const auto& [name, group] : re->NamedCapturingGroups()) {
+    if (name == "ips") {
+      out.ips_group_ = group;
+    } else if (name == "step_s") {
+      out.step_s_group_ = group;
+    } else if (name == "step") {
+      out.step_group_ = group;
+    } else {
+      return invalid_argument(fmt::format(
+          "--throughput-regex: unknown group name '{}' (use ips, step_s or step)", name));
+    }
   }
   if (out.ips_group_ == 0 && out.step_s_group_ == 0) {
-    if (groups == 0) {
+    if (re->NumberOfCapturingGroups() == 0) {
       return invalid_argument(
           "--throughput-regex: needs a group for the number, e.g. '(?<ips>[0-9.]+) img/s'");
     }
     out.ips_group_ = 1;
   }
+  out.regex_ = std::move(re);
   return out;
 }
 
 std::optional<RegexMatch> ThroughputRegex::match(std::string_view line) const {
-  std::match_results<std::string_view::const_iterator> m;
-  if (!std::regex_search(line.begin(), line.end(), m, regex_)) return std::nullopt;
+  std::vector<re2::StringPiece> groups(static_cast<std::size_t>(regex_->NumberOfCapturingGroups()) +
+                                       1);
+  if (!regex_->Match(re2::StringPiece(line.data(), line.size()), 0, line.size(), RE2::UNANCHORED,
+                     groups.data(), static_cast<int>(groups.size()))) {
+    return std::nullopt;
+  }
   auto number = [&](int group) -> std::optional<double> {
-    if (group == 0 || !m[group].matched) return std::nullopt;
-    const std::string s = m[group].str();
+    if (group == 0 || groups[static_cast<std::size_t>(group)].data() == nullptr) {
+      return std::nullopt;
+    }
+    const std::string s(groups[static_cast<std::size_t>(group)].as_string());
     char* end = nullptr;
     const double v = std::strtod(s.c_str(), &end);
     if (end == s.c_str() || *end != '\0' || !std::isfinite(v) || v < 0) return std::nullopt;
@@ -251,12 +249,29 @@ std::optional<OomMatch> detect_oom(std::string_view line) {
 }
 
 bool looks_like_error(std::string_view line) {
-  static const std::regex kPythonError(R"(^([A-Za-z_][A-Za-z0-9_.]*)?(Error|Exception)(: |$))");
-  static const std::regex kGlogFatal(R"(^F[0-9]{4} )");
-  if (line.rfind("terminate called", 0) == 0) return true;
-  if (line.rfind("Segmentation fault", 0) == 0) return true;
-  return std::regex_search(line.begin(), line.end(), kPythonError) ||
-         std::regex_search(line.begin(), line.end(), kGlogFatal);
+  // Read by hand rather than with std::regex, which recurses once per character and overflows the
+  // stack on a long line. The Python form, `^([A-Za-z_][A-Za-z0-9_.]*)?(Error|Exception)(: |$)`:
+  // the line opens with a dotted name that ends in Error or Exception, followed by ": " or
+  // nothing. The name is the longest run of name characters, since neither ':' nor the end can
+  // be one.
+  if (line.starts_with("terminate called") || line.starts_with("Segmentation fault")) return true;
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  const auto is_letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+  // glog's fatal lines: `F` and the date as four digits ("F0412 12:00:00.000 …").
+  if (line.size() >= 6 && line[0] == 'F' && is_digit(line[1]) && is_digit(line[2]) &&
+      is_digit(line[3]) && is_digit(line[4]) && line[5] == ' ') {
+    return true;
+  }
+  if (line.empty() || !(is_letter(line[0]) || line[0] == '_')) return false;
+  std::size_t end = 1;
+  while (end < line.size() &&
+         (is_letter(line[end]) || is_digit(line[end]) || line[end] == '_' || line[end] == '.')) {
+    ++end;
+  }
+  const std::string_view name = line.substr(0, end);
+  const std::string_view rest = line.substr(end);
+  return (name.ends_with("Error") || name.ends_with("Exception")) &&
+         (rest.empty() || rest.starts_with(": "));
 }
 
 }  // namespace dlprobe::run

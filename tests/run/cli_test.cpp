@@ -337,6 +337,61 @@ TEST_F(RunCli, InvalidUtf8InTheOutputStillWritesResults) {
   EXPECT_NE(doc->configurations[0].error.find("CUDA out of memory"), std::string::npos);
 }
 
+// libstdc++'s std::regex recursed once per character of a line and overflowed the stack.
+TEST_F(RunCli, HugeOutputLinesStillWriteResults) {
+  const auto o = dlprobe({"run", "-q", "--json", path("results.json"), "--throughput-regex",
+                          "(?<ips>[0-9.]+) img/s", "--shell", "--",
+                          "head -c 300000 /dev/zero | tr '\\0' a; echo; "
+                          "head -c 300000 /dev/zero | tr '\\0' 7; echo"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  auto doc = dlprobe::results::read_file(path("results.json"));
+  ASSERT_TRUE(doc) << doc.status().message();
+  ASSERT_EQ(doc->configurations.size(), 1u);
+  EXPECT_EQ(doc->configurations[0].status, dlprobe::results::RunStatus::ok);
+}
+
+// `dlprobe run ... | head -1`: our stdout closes while the workload runs. dlprobe must not die
+// of SIGPIPE; it measures the workload to its end and writes the results.
+TEST_F(RunCli, ClosedStdoutKeepsMeasuring) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string done = path("done");
+  std::vector<std::string> args = {DLPROBE_BINARY,
+                                   "run",
+                                   "--json",
+                                   path("results.json"),
+                                   "--shell",
+                                   "--",
+                                   "echo 1; sleep 0.5; echo 2; sleep 0.5; echo 3; touch " + done};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    freopen(path("stderr.txt").c_str(), "w", stderr);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  // As `head -1`: read the first line, then go away.
+  char c = 0;
+  while (read(fds[0], &c, 1) == 1 && c != '\n') {
+  }
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  EXPECT_EQ(code, 0) << slurp(path("stderr.txt"));
+  EXPECT_TRUE(std::filesystem::exists(done));
+  auto doc = dlprobe::results::read_file(path("results.json"));
+  ASSERT_TRUE(doc) << doc.status().message();
+  ASSERT_EQ(doc->configurations.size(), 1u);
+  EXPECT_EQ(doc->configurations[0].status, dlprobe::results::RunStatus::ok);
+}
+
 TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
   const std::vector<std::vector<std::string>> cases = {
       {"run"},

@@ -12,6 +12,9 @@
 //   --oom-protocol       report the OOM through the protocol ("oom": true) instead
 //   --hang               after the steps, sleep without output until killed
 //   --ignore-sigint      keep running through SIGINT
+//   --ignore-sigterm     keep running through SIGTERM
+//   --setsid-child PATH  first fork a child that leaves the session (setsid) and sleeps until
+//                        killed, as a daemonised helper does; its pid is written to PATH
 //   --signal SIG         raise SIG after the steps
 //   --exit N             exit status after the steps
 //   --regex              print "step N: X img/s" instead of protocol lines
@@ -46,6 +49,8 @@ struct Args {
   bool oom_protocol = false;
   bool hang = false;
   bool ignore_sigint = false;
+  bool ignore_sigterm = false;
+  std::string setsid_child;
   int signal = 0;
   int exit_code = 0;
   bool regex = false;
@@ -68,6 +73,28 @@ void spin_ms(int ms) {
     const long elapsed =
         (now.tv_sec - start.tv_sec) * 1000L + (now.tv_nsec - start.tv_nsec) / 1000000L;
     if (elapsed >= ms) return;
+  }
+}
+
+// The child of --setsid-child: in a session of its own, so no signal to our process group reaches
+// it. Its pid is written only once it has left, so a reader of PATH sees a child that has.
+void start_setsid_child(const std::string& path) {
+  int ready[2];
+  if (pipe(ready) != 0) std::exit(3);
+  const pid_t pid = fork();
+  if (pid < 0) std::exit(3);
+  if (pid == 0) {
+    setsid();
+    [[maybe_unused]] const auto n = write(ready[1], "x", 1);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char byte = 0;
+  if (read(ready[0], &byte, 1) != 1) std::exit(3);
+  close(ready[0]);
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "%d\n", static_cast<int>(pid));
+    std::fclose(f);
   }
 }
 
@@ -186,6 +213,10 @@ int main(int argc, char** argv) {
       a.hang = true;
     else if (k == "--ignore-sigint")
       a.ignore_sigint = true;
+    else if (k == "--ignore-sigterm")
+      a.ignore_sigterm = true;
+    else if (k == "--setsid-child")
+      a.setsid_child = value();
     else if (k == "--signal")
       a.signal = std::atoi(value());
     else if (k == "--exit")
@@ -206,6 +237,8 @@ int main(int argc, char** argv) {
     }
   }
   if (a.ignore_sigint) signal(SIGINT, SIG_IGN);
+  if (a.ignore_sigterm) signal(SIGTERM, SIG_IGN);
+  if (!a.setsid_child.empty()) start_setsid_child(a.setsid_child);
   if (!a.child) return work(a);
   const pid_t pid = fork();
   if (pid < 0) return 3;

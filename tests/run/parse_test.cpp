@@ -208,6 +208,23 @@ TEST(ErrorLines, TracebackEndings) {
   EXPECT_FALSE(looks_like_error("Errors: 0"));
 }
 
+// libstdc++'s std::regex recurses once per character matched: a line of a few ten thousand
+// characters (a progress bar without '\r', a dumped tensor) overflowed the stack.
+TEST(WorkloadOutput, HugeLinesAreMatchedWithoutRecursion) {
+  const std::string word(1 << 20, 'a');
+  EXPECT_FALSE(looks_like_error(word));
+  EXPECT_TRUE(looks_like_error(word + "Error: boom"));
+  EXPECT_FALSE(looks_like_error(word + "Error" + word));
+
+  auto re = ThroughputRegex::compile("(?<ips>[0-9.]+) img/s");
+  ASSERT_TRUE(re) << re.status().message();
+  const std::string digits(1 << 20, '7');
+  EXPECT_FALSE(re->match(digits));
+  auto m = re->match(word + " 12.5 img/s");
+  ASSERT_TRUE(m);
+  EXPECT_DOUBLE_EQ(*m->items_per_s, 12.5);
+}
+
 std::vector<StepRecord> timed_steps(int n, double step_s, std::int64_t batch) {
   std::vector<StepRecord> out;
   for (int i = 0; i < n; ++i) {

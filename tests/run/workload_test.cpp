@@ -3,6 +3,7 @@
 // the fake NVML (whose process list a test rewrites with pids it learns while the run goes).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -197,6 +198,64 @@ TEST(RunWorkload, InterruptEndsAWorkloadThatObeysSigint) {
   press.join();
   EXPECT_EQ(r.outcome, Outcome::interrupted);
   EXPECT_EQ(r.exit.signal, SIGINT);
+}
+
+TEST(RunWorkload, SecondInterruptKillsAtOnce) {
+  // The workload ignores SIGINT and SIGTERM; the user presses Ctrl-C twice and must not wait out
+  // the grace period.
+  auto o = options({"--steps", "3", "--hang", "--ignore-sigint", "--ignore-sigterm"});
+  o.kill_grace = 30s;
+  std::atomic<int> interrupt{0};
+  o.interrupt = &interrupt;
+  std::thread press([&] {
+    std::this_thread::sleep_for(500ms);
+    interrupt = 1;
+    std::this_thread::sleep_for(300ms);
+    interrupt = 2;
+  });
+  const RunResult r = run_ok(o);
+  press.join();
+  EXPECT_EQ(r.outcome, Outcome::interrupted);
+  EXPECT_EQ(r.exit.signal, SIGKILL);
+  EXPECT_EQ(r.steps.steps_seen, 3);
+  EXPECT_LT(r.wall_s, 10.0);
+}
+
+// The pid a workload's --setsid-child wrote, and whether that process is still there (a zombie
+// counts: it must have been reaped too). Kills it when it is, so a failing test leaves nothing.
+bool setsid_child_survived(const std::string& pid_file) {
+  std::ifstream in(pid_file);
+  int pid = 0;
+  if (!(in >> pid) || pid <= 0) {
+    ADD_FAILURE() << "no pid in " << pid_file;
+    return false;
+  }
+  std::remove(pid_file.c_str());
+  if (kill(pid, 0) != 0) return false;
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return true;
+}
+
+TEST(RunWorkload, NormalEndStopsADescendantThatLeftTheSession) {
+  ASSERT_TRUE(become_subreaper());  // as run::Session does
+  const std::string pid_file = temp_path("setsid_end");
+  auto o = options({"--steps", "2", "--setsid-child", pid_file});
+  o.subreaper = true;
+  const RunResult r = run_ok(o);
+  EXPECT_EQ(r.outcome, Outcome::ok);
+  EXPECT_FALSE(setsid_child_survived(pid_file));
+}
+
+TEST(RunWorkload, TimeoutStopsADescendantThatLeftTheSession) {
+  ASSERT_TRUE(become_subreaper());
+  const std::string pid_file = temp_path("setsid_timeout");
+  auto o = options({"--steps", "2", "--hang", "--setsid-child", pid_file});
+  o.subreaper = true;
+  o.timeout = 500ms;
+  const RunResult r = run_ok(o);
+  EXPECT_EQ(r.outcome, Outcome::timeout);
+  EXPECT_FALSE(setsid_child_survived(pid_file));
 }
 
 std::string h200_script(const std::string& extra) {

@@ -62,7 +62,7 @@ class ChildProcess {
   void flush_partial(const LineSink& on_line);
 
   // Reaps the root without blocking; true once it has ended. Children we adopted as a subreaper
-  // are reaped too (reap_others) so they leave no zombies.
+  // are reaped too (reap_others), also after the root has ended, so they leave no zombies.
   bool poll_exit(bool reap_others);
   const std::optional<ExitInfo>& exit_info() const { return exit_; }
 

@@ -3,12 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 
 #include "dlprobe/core/status.h"
+
+namespace re2 {
+class RE2;
+}
 
 namespace dlprobe::run {
 
@@ -44,9 +48,10 @@ struct RegexMatch {
   std::optional<std::int64_t> step;
 };
 
-// --throughput-regex: ECMAScript syntax with named groups `(?<ips>…)` (items per second),
-// `(?<step_s>…)` (seconds per step, with --batch for throughput), `(?<step>…)`; `(?P<name>…)` is
-// accepted too. Without a named group the first group is items per second.
+// --throughput-regex: RE2 syntax (no backreferences or lookaround; matched in time linear in the
+// line, however long) with named groups `(?<ips>…)` (items per second), `(?<step_s>…)` (seconds
+// per step, with --batch for throughput), `(?<step>…)`; `(?P<name>…)` is accepted too. Without a
+// named group the first group is items per second.
 class ThroughputRegex {
  public:
   static Result<ThroughputRegex> compile(std::string_view pattern);
@@ -55,8 +60,8 @@ class ThroughputRegex {
 
  private:
   std::string pattern_;
-  std::regex regex_;
-  int ips_group_ = 0;  // 0: absent
+  std::shared_ptr<const re2::RE2> regex_;  // immutable, so copies of the options share it
+  int ips_group_ = 0;                      // 0: absent
   int step_s_group_ = 0;
   int step_group_ = 0;
 };
