@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,14 +10,25 @@
 
 namespace dlprobe {
 
-Result<std::string> read_whole_file(const std::filesystem::path& path) {
+Result<std::string> read_whole_file(const std::filesystem::path& path, std::uint64_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     return error(err == ENOENT ? Errc::not_found : Errc::io_error,
                  fmt::format("{}: cannot open: {}", path.string(), std::strerror(err)));
   }
+  const auto too_large = [&] {
+    ::close(fd);
+    return invalid_argument(
+        fmt::format("{}: larger than {} bytes, the most accepted", path.string(), max_bytes));
+  };
   std::string text;
+  // A regular file says its size; a device or a pipe may never end and is cut off at the limit.
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return too_large();
+    text.reserve(static_cast<std::size_t>(st.st_size));
+  }
   char buffer[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
@@ -28,6 +40,7 @@ Result<std::string> read_whole_file(const std::filesystem::path& path) {
                    fmt::format("{}: cannot read: {}", path.string(), std::strerror(err)));
     }
     if (n == 0) break;
+    if (static_cast<std::uint64_t>(n) > max_bytes - text.size()) return too_large();
     text.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(fd);

@@ -52,6 +52,13 @@ Result<ComparisonRow> compare_one(const Configuration& base, const Configuration
   if (!ratio) return ratio.status().with_context(what);
   auto mw = stats::mann_whitney_u(base.samples.step_seconds, next.samples.step_seconds);
   if (!mw) return mw.status().with_context(what);
+  // Step times near zero (5e-324 s) make the throughput overflow: a ratio of inf or nan and its
+  // interval say neither faster nor slower, and "no change" would claim they were compared.
+  if (!std::isfinite(ratio->ratio) || !std::isfinite(ratio->ci.low) ||
+      !std::isfinite(ratio->ci.high) || !std::isfinite(mw->p_value)) {
+    row.why = "throughput is not a finite number";
+    return row;
+  }
   row.ratio = *ratio;
   row.mann_whitney = *mw;
   if (ratio->ci.contains(1.0) || mw->p_value >= options.alpha ||
@@ -113,7 +120,7 @@ Result<Comparison> compare(const results::Document& base, const results::Documen
 namespace {
 
 std::string status_text(const ComparisonRow& r) {
-  if (r.base_status == RunStatus::ok && r.new_status == RunStatus::ok) return "";
+  if (r.base_status == RunStatus::ok && r.new_status == RunStatus::ok) return r.why;
   return fmt::format("base {}, new {}", results::run_status_name(r.base_status),
                      results::run_status_name(r.new_status));
 }

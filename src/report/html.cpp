@@ -295,14 +295,30 @@ std::optional<BatchPoint> latency_point(const Configuration& c) {
 // Each row on its own scale, as percent off its median: configurations differ tenfold in step time,
 // and on one shared axis every box would shrink to a line. The median itself is written beside it.
 std::string chart_step_times(const std::vector<Entry>& all, bool several) {
-  std::vector<const Entry*> rows;
+  struct Row {
+    const Entry* entry;
+    double median_s;
+    std::vector<double> pct;  // each step's time, percent off the median
+  };
+  std::vector<Row> rows;
   double reach = 1;  // percent either side of the median the axis covers
   for (const auto& e : all) {
     const auto& t = e.config->samples.step_seconds;
     if (t.empty()) continue;
-    rows.push_back(&e);
+    // A file can hold step times no run measures (zero, or spread past a double's range around
+    // their median): a median that is not a positive finite number has no scale to draw on, and
+    // the row is left out; a percentage that overflows is left out of its box. Drawn, they would
+    // be nan or inf in the SVG, which browsers refuse.
     const double m = stats::median(t);
-    for (double v : t) reach = std::max(reach, std::abs(v / m - 1) * 100);
+    if (!(m > 0 && std::isfinite(m))) continue;
+    Row row{&e, m, {}};
+    for (double v : t) {
+      const double pct = (v / m - 1) * 100;
+      if (!std::isfinite(pct)) continue;
+      row.pct.push_back(pct);
+      reach = std::max(reach, std::abs(pct));
+    }
+    rows.push_back(std::move(row));
   }
   if (rows.empty()) return "<p class=\"none\">No configuration has timed steps.</p>\n";
   Frame f;
@@ -316,10 +332,8 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
               "step time, % off the configuration's median (box: quartiles, whiskers: range "
               "without outliers, circles: outliers)");
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const auto& c = *rows[i]->config;
-    const double median_s = stats::median(c.samples.step_seconds);
-    std::vector<double> pct;
-    for (double v : c.samples.step_seconds) pct.push_back((v / median_s - 1) * 100);
+    const double median_s = rows[i].median_s;
+    const std::vector<double>& pct = rows[i].pct;
     const std::vector<std::size_t> out = stats::outliers(pct);
     std::vector<double> inliers;
     for (std::size_t k = 0; k < pct.size(); ++k) {
@@ -330,7 +344,7 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
     const double q3 = stats::percentile_sorted(inliers, 0.75);
     auto px = [&](double v) { return map(v, x.lo, x.hi, f.x0(), f.x1()); };
     const double yc = f.y1() + row_h * (static_cast<double>(i) + 0.5);
-    const std::string name = label(*rows[i], several);
+    const std::string name = label(*rows[i].entry, several);
     std::string shown = name.size() > 48 ? name.substr(0, 47) + "…" : name;
     s += fmt::format(
         "<g class=\"box\"><title>{}: median {:.3f} ms, quartiles {:+.2f}% / {:+.2f}%, {} steps, {} "

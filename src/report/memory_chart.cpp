@@ -235,7 +235,8 @@ std::string memory_timeline_section(const std::vector<MemoryTimelineInput>& inpu
 }
 
 std::string svg_number(double v) {
-  return fmt::format("{:.2f}", v);
+  constexpr double kFar = 1e6;  // pixels; the widest chart is 1000
+  return fmt::format("{:.2f}", std::isnan(v) ? 0 : std::clamp(v, -kFar, kFar));
 }
 
 }  // namespace dlprobe::report

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -143,6 +144,35 @@ TEST(Html, LeavesOutChartsWithoutData) {
   EXPECT_NE(html.find("id=\"chart-throughput\""), std::string::npos);
 }
 
+// A hand-edited or hostile file's step times: zero, and spread past a double's range around their
+// median. No coordinate may be written as nan or inf, which SVG parsers refuse.
+TEST(Html, NoNonFiniteNumberReachesTheCharts) {
+  Document d = testing::synthetic_external_document();
+  d.configurations[0].samples.step_seconds.assign(d.configurations[0].samples.step_seconds.size(),
+                                                  0.0);
+  auto& spread = d.configurations[1].samples.step_seconds;
+  spread.assign(spread.size(), 1e-300);
+  spread.back() = 1e300;
+  const std::vector<NamedDocument> docs = {{"x.json", d}};
+  const std::string html = render_html(docs);
+  // fmt writes them as "nan", "-nan", "inf" and "-inf"; "info" or "infer" are words of the page.
+  const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  for (auto at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) {
+    const std::string svg = html.substr(at, html.find("</svg>", at) - at);
+    for (const std::string_view word : {"nan", "inf"}) {
+      for (auto w = svg.find(word); w != std::string::npos; w = svg.find(word, w + 1)) {
+        const bool alone = (w == 0 || !is_word(svg[w - 1])) &&
+                           (w + word.size() == svg.size() || !is_word(svg[w + word.size()]));
+        EXPECT_FALSE(alone) << svg.substr(w < 80 ? 0 : w - 80, 120);
+      }
+    }
+  }
+  // The configuration whose median is zero has no scale to draw on; the other keeps its box.
+  const auto box_begin = html.find("id=\"chart-step-times\"");
+  const std::string boxes = html.substr(box_begin, html.find("</svg>", box_begin) - box_begin);
+  EXPECT_EQ(count(boxes, "<g class=\"box\">"), d.configurations.size() - 1);
+}
+
 // ---- compare ----
 
 Configuration steps(std::int64_t batch, std::vector<double> seconds) {
@@ -243,6 +273,31 @@ TEST(Compare, FailedRunsAreNotComparableAndNothingMatchingIsAnError) {
   EXPECT_EQ(none.status().message(),
             "no configuration matches between the files (1 in base, 1 in new); they measured "
             "different settings");
+}
+
+// Step times so small that items / seconds overflows: the ratio and its interval are inf or nan,
+// which says nothing about faster or slower.
+TEST(Compare, NonFiniteThroughputIsNotComparable) {
+  Document base;
+  Document next;
+  base.configurations = {steps(32, around(0.1, 20, 0.01)), steps(64, around(0.1, 20, 0.01))};
+  next.configurations = base.configurations;
+  for (auto* c : {&next.configurations[0], &base.configurations[1], &next.configurations[1]}) {
+    c->samples.step_seconds.assign(c->samples.step_seconds.size(), 5e-324);
+  }
+  auto r = compare(base, next);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  ASSERT_EQ(r->rows.size(), 2u);
+  for (const auto& row : r->rows) {
+    EXPECT_EQ(row.verdict, Verdict::not_comparable);
+    EXPECT_FALSE(row.ratio.has_value());
+    EXPECT_EQ(regression(row), 0);
+  }
+  const std::string text = render_comparison_text(*r);
+  EXPECT_EQ(count(text, "not comparable (throughput is not a finite number)"), 2u) << text;
+  EXPECT_EQ(text.find("nan"), std::string::npos) << text;
+  EXPECT_EQ(text.find("inf"), std::string::npos) << text;
+  EXPECT_EQ(comparison_json(*r)["rows"][0]["verdict"], "not comparable");
 }
 
 }  // namespace

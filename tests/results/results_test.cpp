@@ -3,11 +3,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
+#include "dlprobe/core/files.h"
 #include "dlprobe/results/writer.h"
 
 namespace dlprobe::results {
@@ -464,6 +469,93 @@ std::filesystem::path temp_dir() {
              ("dlprobe_results_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// The document written with `raw` (JSON text nlohmann would not write itself) at `where`.
+std::string with_raw_value(json j, const std::string& where, const std::string& raw) {
+  const std::string mark = "\"raw value goes here\"";
+  j[json::json_pointer(where)] = "raw value goes here";
+  std::string text = j.dump();
+  text.replace(text.find(mark), mark.size(), raw);
+  return text;
+}
+
+TEST(Results, NumbersOutOfRangeNameTheirPath) {
+  EXPECT_EQ(error_of("1e400"), "f.json: top level: number out of range");
+  const json j = to_json(sample_document());
+  EXPECT_EQ(error_of(with_raw_value(j, "/configurations/0/samples/step_seconds/3", "1e999")),
+            "f.json: configurations[0].samples.step_seconds[3]: number out of range");
+  EXPECT_EQ(error_of(with_raw_value(j, "/context/gpus/0/memory_total_bytes", "-1e400")),
+            "f.json: context.gpus[0].memory_total_bytes: number out of range");
+  // Free-form objects and keys this version does not know are read through too.
+  EXPECT_EQ(error_of(with_raw_value(j, "/configurations/0/memory/allocator_stats/x",
+                                    std::string(100'001, '7'))),
+            "f.json: configurations[0].memory.allocator_stats.x: number out of range");
+  EXPECT_EQ(error_of(with_raw_value(j, "/unknown", "[1, [2, 1e999]]")),
+            "f.json: unknown[1][1]: number out of range");
+  // A tiny number is merely rounded: it is finite.
+  EXPECT_TRUE(parse(with_raw_value(j, "/configurations/0/samples/step_seconds/3", "1e-400")));
+}
+
+TEST(Results, IntegersThatDoNotFitTheirFieldAreRefused) {
+  const json j = to_json(sample_document());
+  // Past 2^64 the parser keeps a whole number as a double.
+  EXPECT_EQ(error_of(with_raw_value(j, "/configurations/0/settings/batch", "18446744073709551616")),
+            "f.json: configurations[0].settings.batch: number out of range");
+  EXPECT_EQ(error_of(with_raw_value(j, "/context/gpus/0/sm_count", "1e30")),
+            "f.json: context.gpus[0].sm_count: number out of range");
+  EXPECT_EQ(error_of(with_raw_value(j, "/context/gpus/0/sm_count", "3000000000")),
+            "f.json: context.gpus[0].sm_count: 3000000000 is out of range");
+  EXPECT_EQ(error_of(with_raw_value(j, "/context/gpus/0/sm_count", "2.5")),
+            "f.json: context.gpus[0].sm_count: expected an integer, found number");
+}
+
+TEST(Results, NonFiniteValuesAreRefused) {
+  for (const double bad :
+       {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    json j = to_json(sample_document());
+    j["configurations"][0]["samples"]["step_seconds"][1] = bad;
+    const auto r = from_json(j);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.status().message(),
+              "configurations[0].samples.step_seconds[1]: not a finite number");
+  }
+}
+
+// `levels` arrays, one inside the other, as memory.analysis.deep.
+std::string nested_in_analysis(std::size_t levels) {
+  json j = to_json(sample_document());
+  return with_raw_value(j, "/configurations/0/memory/analysis",
+                        "{\"deep\": " + std::string(levels, '[') + std::string(levels, ']') + "}");
+}
+
+TEST(Results, NestingIsBoundedWhileParsing) {
+  // The document, its configurations, the configuration, memory and the analysis hold the arrays.
+  constexpr std::size_t kAbove = 5;
+  EXPECT_TRUE(parse(nested_in_analysis(kMaxDepth - kAbove), "f.json").has_value());
+  const std::string message = error_of(nested_in_analysis(kMaxDepth - kAbove + 1));
+  EXPECT_EQ(message.find("f.json: configurations[0].memory.analysis.deep[0][0]"), 0u) << message;
+  EXPECT_NE(message.find(fmt::format("nested deeper than {} levels", kMaxDepth)), std::string::npos)
+      << message;
+  // Far deeper than any stack would hold had the value been built and copied.
+  EXPECT_EQ(error_of(nested_in_analysis(100'000)), message);
+}
+
+TEST(Results, FileSizeIsBounded) {
+  const auto path = temp_dir() / "huge.json";
+  { std::ofstream create(path); }
+  // Sparse: the size is there without the bytes.
+  std::filesystem::resize_file(path, kMaxFileBytes + 1);
+  auto r = read_file(path);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.status().message(), fmt::format("{}: larger than {} bytes, the most accepted",
+                                              path.string(), kMaxFileBytes));
+  std::filesystem::remove_all(path.parent_path());
+  // A file that never ends is read up to the limit only.
+  auto endless = read_whole_file("/dev/zero", 1 << 20);
+  ASSERT_FALSE(endless.has_value());
+  EXPECT_EQ(endless.status().message(),
+            fmt::format("/dev/zero: larger than {} bytes, the most accepted", 1 << 20));
 }
 
 TEST(Results, ReadFileErrorsNameTheFile) {

@@ -2,6 +2,7 @@
 // (results, reports, the convolution tuning cache).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -10,8 +11,11 @@
 
 namespace dlprobe {
 
-// The file's bytes; Errc::not_found when it does not exist, Errc::io_error when it cannot be read.
-Result<std::string> read_whole_file(const std::filesystem::path& path);
+// The file's bytes; Errc::not_found when it does not exist, Errc::io_error when it cannot be read,
+// Errc::invalid_argument when it holds more than `max_bytes` (a regular file is measured before it
+// is read; anything else, a device or a pipe that may never end, is read up to the limit only).
+Result<std::string> read_whole_file(const std::filesystem::path& path,
+                                    std::uint64_t max_bytes = UINT64_MAX);
 
 // Writes to a temporary file beside `path`, flushes it to disk and renames it over `path`, so a
 // reader (or a crash) sees either the old complete file or the new one, never a partial one.

@@ -23,7 +23,8 @@ enum class Verdict {
   faster,
   slower,
   no_change,
-  not_comparable,  // one side did not finish (oom, failed, ...) or has no timed steps
+  not_comparable,  // one side did not finish (oom, failed, ...) or has no timed steps, or the
+                   // step times give no finite throughput
 };
 std::string_view verdict_name(Verdict verdict);
 
@@ -37,6 +38,8 @@ struct ComparisonRow {
   std::optional<stats::Ratio> ratio;  // new / base
   std::optional<stats::MannWhitney> mann_whitney;
   Verdict verdict = Verdict::not_comparable;
+  // Why two finished runs are not comparable; empty otherwise.
+  std::string why;
 };
 
 struct Comparison {
