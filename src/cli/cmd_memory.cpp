@@ -15,6 +15,7 @@
 #include "dlprobe/allocator/gpu_memory_option.h"
 #include "dlprobe/core/command_line.h"
 #include "dlprobe/core/units.h"
+#include "dlprobe/device/conv_options.h"
 #include "dlprobe/memory/analysis_json.h"
 #include "dlprobe/memory/analysis_runs.h"
 #include "dlprobe/monitor/nvml.h"
@@ -36,6 +37,7 @@ struct MemoryFlags {
   std::int64_t classes = 1000;
   std::int64_t width = 64;
   std::string device = "cuda:0";
+  std::string backend = "auto";
   std::string gpu_memory = "grow";
   std::int64_t warmup = 1;
   bool predict_only = false;
@@ -46,7 +48,7 @@ struct MemoryFlags {
   std::string limit;
   std::string json;
   TuningFlags tuning;
-  bool nondeterministic = false;
+  std::string conv_engines = "deterministic";
 };
 
 Status check_calibrations(const memory::AnalysisOptions& a, const std::string& file) {
@@ -140,10 +142,13 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
   if (!f.predict_only) {
     memory::SessionOptions& so = a.session.emplace();
-    DLPROBE_ASSIGN_OR_RETURN(so.device, memory::parse_device(f.device, "--device"));
-    so.conv_algo = tuning.algo;
-    so.tuning = tuning.cache;
-    so.deterministic = !f.nondeterministic;
+    DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.device, f.backend));
+    so.device = where.device;
+    so.backend = where.backend;
+    so.conv.algo = tuning.algo;
+    so.conv.tuning = tuning.cache;
+    DLPROBE_ASSIGN_OR_RETURN(
+        so.conv.engines, for_flag("--conv-engines", device::parse_conv_engines(f.conv_engines)));
   }
   if (!f.calibration.empty()) {
     Result<std::vector<memory::Calibration>> read = memory::read_calibrations(f.calibration);
@@ -194,7 +199,7 @@ int run(const memory::AnalysisOptions& a, const std::string& json) {
   std::unique_ptr<results::ResultsWriter> writer;
   if (!json.empty()) {
     std::shared_ptr<nvml::Library> nvml;
-    if (a.session && a.session->device.backend == memory::BackendKind::cuda) {
+    if (a.session && a.session->device.kind == device::DeviceKind::cuda) {
       if (auto lib = nvml::Library::open()) nvml = std::move(lib).value();
     }
     auto created =
@@ -230,7 +235,10 @@ Command add_memory_command(CLI::App& app) {
   option("--classes", f->classes, "Output classes");
   option("--width", f->width,
          "Channels of the stem, doubled by each later stage (torchvision: 64)");
-  option("--device", f->device, "cpu, cpu:onednn, cuda or cuda:N");
+  option("--device", f->device, "cpu or cuda:N");
+  option("--backend", f->backend,
+         "auto (cuda on a GPU, oneDNN on the CPU where built), cuda, onednn, or reference (plain "
+         "loops, no workspace: predictions are exact)");
   option("--gpu-memory", f->gpu_memory,
          "grow, prealloc[:FRACTION|SIZE], limit:SIZE, planned, planned+MODE; a list compares "
          "them, e.g. grow,planned");
@@ -252,8 +260,9 @@ Command add_memory_command(CLI::App& app) {
                   "With --max-batch: the memory the whole process must fit, e.g. 16GiB");
   sub->add_option("--json", f->json, "Write the results file (dlprobe.results/1) here");
   add_tuning_flags(*sub, f->tuning);
-  sub->add_flag("--nondeterministic", f->nondeterministic,
-                "CUDA: let non-deterministic convolution engines compete");
+  option("--conv-engines", f->conv_engines,
+         "CUDA: which convolution engines compete: deterministic (the same workspaces every run), "
+         "exact, or any (also non-deterministic, FFT and Winograd ones, as bench)");
   return {sub, [f] {
             Result<memory::AnalysisOptions> options = to_options(*f);
             return options ? run(*options, f->json) : report_error(options.status());

@@ -15,7 +15,7 @@ namespace dlprobe::memory {
 namespace {
 
 results::Settings settings_of(const engine::StepConfig& c, const GpuMemoryOption& g,
-                              const std::string& device) {
+                              const std::string& device, const std::string& backend) {
   results::Settings s;
   s.model = std::string(model::arch_name(c.model.arch));
   s.batch = c.batch;
@@ -23,6 +23,7 @@ results::Settings settings_of(const engine::StepConfig& c, const GpuMemoryOption
   s.mode = std::string(engine::step_mode_name(c.mode));
   s.layout = std::string(layout_name(c.layout));
   s.device = device;
+  s.backend = backend;
   s.optimizer = c.mode == engine::StepMode::train ? std::string(engine::optimizer_name(c.optimizer))
                                                   : std::string("none");
   s.gpu_memory = g.text;
@@ -37,7 +38,9 @@ class Analysis {
   Analysis(const AnalysisOptions& options, AnalysisObserver& observer)
       : o_(options),
         observer_(observer),
-        device_(o_.session ? device_name(o_.session->device) : std::string("predicted")) {}
+        device_(o_.session ? device::device_name(o_.session->device) : std::string("predicted")),
+        backend_(o_.session ? std::string(device::backend_kind_name(o_.session->backend))
+                            : std::string()) {}
 
   Status run() {
     if (o_.max_batch_limit) {
@@ -62,12 +65,14 @@ class Analysis {
     out.step = c;
     out.gpu_memory = g;
     out.device = device_;
+    out.backend = backend_;
     return out;
   }
 
   // An error of the analysis, named by its configuration.
   Status in(const engine::StepConfig& c, const GpuMemoryOption& g, const Status& s) const {
-    return s.with_context(results::describe(results::Kind::native, settings_of(c, g, device_)));
+    return s.with_context(
+        results::describe(results::Kind::native, settings_of(c, g, device_, backend_)));
   }
 
   Status failed(const engine::StepConfig& c, const GpuMemoryOption& g, Status why) {
@@ -219,6 +224,7 @@ class Analysis {
   const AnalysisOptions& o_;
   AnalysisObserver& observer_;
   const std::string device_;
+  const std::string backend_;
 };
 
 }  // namespace
@@ -245,7 +251,8 @@ std::optional<results::Configuration> results_record(const Outcome& o) {
   if (o.failure.is_ok() && measured == nullptr && !o.predicted) return std::nullopt;
   results::Configuration out;
   out.kind = results::Kind::native;
-  out.settings = settings_of(measured != nullptr ? measured->step : o.step, o.gpu_memory, o.device);
+  out.settings =
+      settings_of(measured != nullptr ? measured->step : o.step, o.gpu_memory, o.device, o.backend);
   if (!o.failure.is_ok()) {
     out.status = o.failure.code() == Errc::out_of_memory ? results::RunStatus::oom
                                                          : results::RunStatus::failed;

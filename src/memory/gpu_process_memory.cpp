@@ -4,13 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 
+#include "dlprobe/device/device.h"
+#include "dlprobe/doctor/doctor.h"
 #include "dlprobe/monitor/nvml.h"
-
-#ifdef DLPROBE_HAVE_CUDA_BACKEND
-#include <cuda_runtime_api.h>
-#endif
 
 namespace dlprobe::memory {
 
@@ -42,35 +39,22 @@ Result<GpuProcessMemory> GpuProcessMemory::open(std::shared_ptr<nvml::Library> n
 }
 
 Status GpuProcessMemory::attach(int cuda_device) {
-#ifdef DLPROBE_HAVE_CUDA_BACKEND
-  cudaDeviceProp p{};
-  if (cudaGetDeviceProperties(&p, cuda_device) != cudaSuccess) {
-    (void)cudaGetLastError();
+  const std::optional<std::string> bus = device::cuda_pci_bus_id(cuda_device);
+  if (!bus) {
     return error(Errc::unavailable, fmt::format("CUDA device {} cannot be queried", cuda_device));
   }
-  gpu_name_ = p.name;
-  const std::string bus =
-      fmt::format("{:08X}:{:02X}:{:02X}.0", p.pciDomainID, p.pciBusID, p.pciDeviceID);
+  const std::string want = doctor::normalize_pci_bus_id(*bus);
   DLPROBE_ASSIGN_OR_RETURN(const unsigned count, nvml_->device_count());
   for (unsigned i = 0; i < count; ++i) {
     Result<nvml::DeviceInfo> info = nvml_->device_info(i);
-    if (!info) continue;
-    std::string id;
-    for (char c : info->pci_bus_id)
-      id += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (id == bus) {
+    if (info && doctor::normalize_pci_bus_id(info->pci_bus_id) == want) {
       index_ = i;
+      gpu_name_ = info->name;
       return Status::ok();
     }
   }
   return error(Errc::not_found,
-               fmt::format("NVML has no GPU at PCI {} (CUDA device {})", bus, cuda_device));
-#else
-  return error(Errc::unavailable,
-               fmt::format("CUDA device {}: this build has no CUDA (configured without "
-                           "DLPROBE_WITH_CUDA)",
-                           cuda_device));
-#endif
+               fmt::format("NVML has no GPU at PCI {} (CUDA device {})", *bus, cuda_device));
 }
 
 void GpuProcessMemory::attach_nvml_index(unsigned index) {

@@ -5,39 +5,12 @@
 
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/units.h"
-#include "dlprobe/engine/reference_backend.h"
+#include "dlprobe/device/open_backend.h"
 #include "dlprobe/memory/gpu_process_memory.h"
 #include "dlprobe/memory/session.h"
 #include "step_follower.h"
 
-#ifdef DLPROBE_HAVE_ONEDNN_BACKEND
-#include "dlprobe/engine/cpu_backend.h"
-#endif
-#ifdef DLPROBE_HAVE_CUDA_BACKEND
-#include "dlprobe/engine/cuda_backend.h"
-#endif
-
 namespace dlprobe::memory {
-
-Result<Device> parse_device(std::string_view text, std::string_view flag) {
-  if (text == "cpu") return Device{BackendKind::reference, 0};
-  if (text == "cpu:onednn") return Device{BackendKind::onednn, 0};
-  if (const auto index = parse_cuda_index(text)) return Device{BackendKind::cuda, *index};
-  return invalid_argument(fmt::format(
-      "{}: unknown device '{}' (expected cpu, cpu:onednn, cuda or cuda:N)", flag, text));
-}
-
-std::string device_name(const Device& device) {
-  switch (device.backend) {
-    case BackendKind::reference:
-      return "cpu";
-    case BackendKind::onednn:
-      return "cpu:onednn";
-    case BackendKind::cuda:
-      return fmt::format("cuda:{}", device.index);
-  }
-  return "?";
-}
 
 struct Session::Impl {
   SessionOptions options;
@@ -45,52 +18,27 @@ struct Session::Impl {
   // Declared before the backend, which holds a reference to it: destroyed after.
   std::unique_ptr<CachingAllocator> allocator;
   std::unique_ptr<Backend> backend;
-  DType reference_compute = DType::fp32;
+  DType compute = DType::fp32;              // the backend's: fp64 for fp64 steps (reference only)
   std::optional<GpuProcessMemory> process;  // NVML's view, on a GPU where NVML opens
   std::optional<std::int64_t> context;
 
-  bool on_gpu() const { return options.device.backend == BackendKind::cuda; }
+  bool on_gpu() const { return options.device.kind == device::DeviceKind::cuda; }
 
   std::optional<ProcessReading> nvml_reading() const {
     return process ? process->read() : std::nullopt;
   }
 
+  // The backend for a step of `precision`: the reference loops compute fp64 steps in fp64 and
+  // the others in fp32, so a change between them opens the backend anew.
   Status make_backend(engine::Precision precision) {
-    const BackendKind kind = options.device.backend;
-    if (kind == BackendKind::reference) {
-      const DType compute = precision == engine::Precision::fp64 ? DType::fp64 : DType::fp32;
-      if (backend && compute == reference_compute) return Status::ok();
-      DLPROBE_ASSIGN_OR_RETURN(backend, make_reference_backend(compute));
-      reference_compute = compute;
-      return Status::ok();
-    }
-    if (precision == engine::Precision::fp64 && kind == BackendKind::cuda) {
-      return error(Errc::unsupported, "precision fp64 runs on --device cpu only");
-    }
-    if (backend) return Status::ok();
-    if (kind == BackendKind::onednn) {
-#ifdef DLPROBE_HAVE_ONEDNN_BACKEND
-      DLPROBE_ASSIGN_OR_RETURN(backend, make_cpu_backend(*allocator));
-      return Status::ok();
-#else
-      return error(Errc::unavailable,
-                   "cpu:onednn: this build has no oneDNN backend (configured without "
-                   "DLPROBE_WITH_ONEDNN); use --device cpu");
-#endif
-    }
-#ifdef DLPROBE_HAVE_CUDA_BACKEND
-    CudaBackendOptions cuda;
-    cuda.conv_engine = options.conv_algo;
-    cuda.deterministic = options.deterministic;
-    cuda.tuning = options.tuning;
-    DLPROBE_ASSIGN_OR_RETURN(backend, make_cuda_backend(options.device.index, *allocator, cuda));
+    DLPROBE_RETURN_IF_ERROR(device::backend_supports(options.backend, precision));
+    const DType want = precision == engine::Precision::fp64 ? DType::fp64 : DType::fp32;
+    if (backend && want == compute) return Status::ok();
+    backend.reset();
+    DLPROBE_ASSIGN_OR_RETURN(backend, device::open_backend(options.device, options.backend,
+                                                           *allocator, options.conv, want));
+    compute = want;
     return Status::ok();
-#else
-    return error(Errc::unavailable,
-                 fmt::format("{}: this build has no CUDA backend (configured without "
-                             "DLPROBE_WITH_CUDA); use --device cpu",
-                             memory::device_name(options.device)));
-#endif
   }
 };
 
@@ -100,9 +48,9 @@ Session::~Session() = default;
 Result<std::unique_ptr<Session>> Session::open(const SessionOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->label = memory::device_name(options.device);
-  if (options.device.backend == BackendKind::reference) impl->label = "cpu (reference)";
-  if (options.device.backend == BackendKind::onednn) impl->label = "cpu (oneDNN)";
+  impl->label = device::device_name(options.device);
+  if (options.backend == device::BackendKind::reference) impl->label = "cpu (reference)";
+  if (options.backend == device::BackendKind::onednn) impl->label = "cpu (oneDNN)";
   // Before the CUDA context exists, so NVML's fallback figure starts from the right point.
   if (impl->on_gpu()) {
     Result<GpuProcessMemory> process = GpuProcessMemory::open(options.nvml);
@@ -113,12 +61,9 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& options) {
     }
   }
 
-  std::unique_ptr<MemorySource> source;
-  if (impl->on_gpu()) {
-    DLPROBE_ASSIGN_OR_RETURN(source, make_cuda_memory_source(options.device.index));
-  } else {
-    source = std::make_unique<HostMemorySource>();
-  }
+  DLPROBE_RETURN_IF_ERROR(device::backend_runs_on(options.backend, options.device));
+  DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<MemorySource> source,
+                           device::open_memory_source(options.device));
   AllocatorOptions allocator = options.allocator;
   // Measured below; the limit holds the allocator alone until then.
   if (allocator.mode == Mode::limit) allocator.overhead_bytes = 0;
@@ -129,7 +74,7 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& options) {
     const Status attached = impl->process->attach(options.device.index);
     if (attached.is_ok()) {
       impl->label =
-          fmt::format("{} ({})", memory::device_name(options.device), impl->process->gpu_name());
+          fmt::format("{} ({})", device::device_name(options.device), impl->process->gpu_name());
     } else {
       log_warn("NVML: {}; no reconciliation with the driver's figures", attached.message());
       impl->process.reset();

@@ -26,9 +26,10 @@ engine::StepConfig resnet50(std::int64_t batch, engine::Precision precision,
 std::unique_ptr<Session> open_gpu(AllocatorOptions allocator = {},
                                   ConvEngineChoice algo = ConvEngineChoice::autotune) {
   SessionOptions o;
-  o.device = {BackendKind::cuda, 0};
+  o.device = {device::DeviceKind::cuda, 0};
+  o.backend = device::BackendKind::cuda;
   o.allocator = allocator;
-  o.conv_algo = algo;
+  o.conv.algo = algo;
   Result<std::unique_ptr<Session>> s = Session::open(o);
   EXPECT_TRUE(s.has_value()) << s.status().message();
   return s.has_value() ? std::move(s).value() : nullptr;

@@ -27,7 +27,7 @@ bool has(const std::string& text, const std::string& part) {
 
 const std::string kSmall =
     "memory --model resnet18 --width 16 --image-size 32 --classes 10 --device cpu "
-    "--calibration-batch 2 ";
+    "--backend reference --calibration-batch 2 ";
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
@@ -52,6 +52,9 @@ TEST(MemoryCli, RefusesBadInputWithOneLine) {
       {"--conv-algo fastest", "--conv-algo"},
       {"--tuning-cache /nonexistent/dir/t.json", "--tuning-cache"},
       {"memory --device tpu", "unknown device 'tpu'"},
+      {"--backend tpu", "--backend: unknown backend 'tpu'"},
+      {"--backend cuda", "--backend: backend cuda does not run on cpu"},
+      {"--conv-engines fft", "--conv-engines: unknown choice 'fft'"},
       {"memory --model resnet51", "unknown model 'resnet51'"},
   };
   for (const auto& [args, needle] : cases) {

@@ -55,7 +55,8 @@ struct AnalysisOptions {
 struct Outcome {
   engine::StepConfig step;
   GpuMemoryOption gpu_memory;
-  std::string device;  // the results file's device setting: device_name(), or "predicted"
+  std::string device;   // the results file's device setting: "cpu", "cuda:N" or "predicted"
+  std::string backend;  // "cuda", "onednn", "reference"; "" when predicted
   // Not ok: the configuration ran out of memory or failed to run, and nothing below is set.
   Status failure;
   std::optional<Measurement> measured;

@@ -12,7 +12,9 @@
 
 #include "dlprobe/allocator/caching_allocator.h"
 #include "dlprobe/core/status.h"
-#include "dlprobe/engine/conv_tuning.h"
+#include "dlprobe/device/backend_kind.h"
+#include "dlprobe/device/conv_options.h"
+#include "dlprobe/device/device.h"
 #include "dlprobe/memory/prediction.h"
 #include "dlprobe/memory/step_memory.h"
 #include "dlprobe/step/training_step.h"
@@ -23,24 +25,18 @@ class Library;
 
 namespace dlprobe::memory {
 
-enum class BackendKind : std::uint8_t { reference, onednn, cuda };
-struct Device {
-  BackendKind backend = BackendKind::reference;
-  int index = 0;  // cuda only
-};
-// "cpu" (the reference backend), "cpu:onednn" (builds with oneDNN), "cuda" or "cuda:N".
-Result<Device> parse_device(std::string_view text, std::string_view flag = "--device");
-std::string device_name(const Device& device);
-
 struct SessionOptions {
-  Device device;
+  // Where the step runs and on which backend: the vocabulary of `--device` and `--backend`
+  // (device::parse_device, device::parse_backend). The reference backend computes fp64 steps too.
+  device::Device device;
+  device::BackendKind backend = device::BackendKind::reference;
   // growth, preallocate or limit. In limit mode overhead_bytes is measured by the session (on a
   // GPU: NVML's figure for the process less the allocator's reserved bytes) and kept current.
   AllocatorOptions allocator;
-  // CUDA: how convolution engines are chosen (as `dlprobe bench`).
-  ConvEngineChoice conv_algo = ConvEngineChoice::autotune;
-  bool deterministic = true;
-  std::shared_ptr<ConvTuningCache> tuning = nullptr;  // may be null
+  // CUDA: how convolution engines are chosen (as `dlprobe bench`); deterministic ones unless
+  // asked, so that two measurements of one step take the same workspaces.
+  device::ConvOptions conv = {ConvEngineChoice::autotune, device::ConvEngines::deterministic,
+                              nullptr};
   // NVML for the reconciliation; the session opens it itself on a GPU when null. Tests pass the
   // fake NVML here.
   std::shared_ptr<nvml::Library> nvml;
