@@ -199,7 +199,7 @@ int run(const memory::AnalysisOptions& a, const std::string& json) {
   std::unique_ptr<results::ResultsWriter> writer;
   if (!json.empty()) {
     std::shared_ptr<nvml::Library> nvml;
-    if (a.session && a.session->device.kind == device::DeviceKind::cuda) {
+    if (a.session && a.session->device.kind == DeviceKind::cuda) {
       if (auto lib = nvml::Library::open()) nvml = std::move(lib).value();
     }
     auto created =

@@ -22,7 +22,7 @@ struct Session::Impl {
   std::optional<GpuProcessMemory> process;  // NVML's view, on a GPU where NVML opens
   std::optional<std::int64_t> context;
 
-  bool on_gpu() const { return options.device.kind == device::DeviceKind::cuda; }
+  bool on_gpu() const { return options.device.kind == DeviceKind::cuda; }
 
   std::optional<ProcessReading> nvml_reading() const {
     return process ? process->read() : std::nullopt;

@@ -26,7 +26,7 @@ engine::StepConfig resnet50(std::int64_t batch, engine::Precision precision,
 std::unique_ptr<Session> open_gpu(AllocatorOptions allocator = {},
                                   ConvEngineChoice algo = ConvEngineChoice::autotune) {
   SessionOptions o;
-  o.device = {device::DeviceKind::cuda, 0};
+  o.device = {DeviceKind::cuda, 0};
   o.backend = device::BackendKind::cuda;
   o.allocator = allocator;
   o.conv.algo = algo;

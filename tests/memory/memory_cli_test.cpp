@@ -52,8 +52,8 @@ TEST(MemoryCli, RefusesBadInputWithOneLine) {
       {"--conv-algo fastest", "--conv-algo"},
       {"--tuning-cache /nonexistent/dir/t.json", "--tuning-cache"},
       {"memory --device tpu", "unknown device 'tpu'"},
-      {"--backend tpu", "--backend: unknown backend 'tpu'"},
-      {"--backend cuda", "--backend: backend cuda does not run on cpu"},
+      {"memory --device cpu --backend tpu", "--backend: unknown backend 'tpu'"},
+      {"memory --device cpu --backend cuda", "--backend: backend cuda does not run on cpu"},
       {"--conv-engines fft", "--conv-engines: unknown choice 'fft'"},
       {"memory --model resnet51", "unknown model 'resnet51'"},
   };
