@@ -3,9 +3,10 @@
 # binary, every test binary that has tests labelled `gpu` (stripped), a list of those tests, and any
 # non-system shared library the binaries need. The GPU machine then runs scripts/gpu-check.sh
 # without building (it lacks Debian's headers). oneDNN stays off: the CPU backend is tested in CI.
+# Release: the binaries are stripped below, so debug information would only cost compile time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DLPROBE_TARGETS=all DLPROBE_BUILD_DIR=build-gpu ./scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDLPROBE_WITH_ONEDNN=OFF \
+DLPROBE_TARGETS=all DLPROBE_BUILD_DIR=build-gpu ./scripts/build.sh -DCMAKE_BUILD_TYPE=Release -DDLPROBE_WITH_ONEDNN=OFF \
   -DDLPROBE_BUILD_BENCH=OFF "$@"
 
 rm -rf .devbuild && mkdir -p .devbuild/bin .devbuild/lib

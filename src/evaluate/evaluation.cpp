@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <ctime>
 #include <span>
 
 #include "dlprobe/bench/ceilings.h"
 #include "dlprobe/bench/outputs.h"
 #include "dlprobe/bench/telemetry.h"
+#include "dlprobe/core/clock.h"
 #include "dlprobe/core/files.h"
 #include "dlprobe/evaluate/summary.h"
 #include "dlprobe/report/html.h"
@@ -27,12 +27,7 @@ results::Finding from_doctor(const doctor::Finding& f) {
 }  // namespace
 
 std::string default_folder() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "dlprobe-evaluate-%Y%m%d-%H%M%S", &tm);
-  return buf;
+  return utc_now("dlprobe-evaluate-%Y%m%d-%H%M%S");
 }
 
 Status prepare_folder(const std::filesystem::path& dir) {

@@ -1,5 +1,6 @@
 #include "dlprobe/results/results.h"
 
+#include "dlprobe/core/clock.h"
 #include "dlprobe/core/files.h"
 
 #include <fmt/format.h>
@@ -8,7 +9,6 @@
 #include <charconv>
 #include <cmath>
 #include <concepts>
-#include <ctime>
 #include <limits>
 #include <span>
 #include <tuple>
@@ -18,12 +18,7 @@ namespace dlprobe::results {
 using nlohmann::json;
 
 std::string iso8601_utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
+  return utc_now("%Y-%m-%dT%H:%M:%SZ");
 }
 
 std::string_view kind_name(Kind kind) {

@@ -58,7 +58,7 @@ enum class Category : std::uint8_t {
   input,        // the batch
   // A planned step's one static block that holds its activations and temporaries at fixed
   // offsets (engine::MemoryPlan::planned). Which of them it holds at any moment is known from the
-  // plan, not from the allocator: memory analysis splits it (include/dlprobe/memory_analysis.h).
+  // plan, not from the allocator: memory analysis splits it (include/dlprobe/memory/step_memory.h).
   arena,
 };
 inline constexpr std::size_t kCategoryCount = 8;

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <ctime>
+#include <string>
 
 namespace dlprobe {
 
@@ -17,6 +19,15 @@ inline std::int64_t steady_now_ns() {
 // Seconds elapsed since `start`.
 inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The wall-clock time now in UTC, through strftime's `format` ("%Y-%m-%dT%H:%M:%SZ").
+inline std::string utc_now(const char* format) {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[64];
+  return std::string(text, std::strftime(text, sizeof text, format, &utc));
 }
 
 }  // namespace dlprobe
