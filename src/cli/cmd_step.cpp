@@ -18,6 +18,7 @@
 #include "bench_common.h"
 #include "commands.h"
 #include "dlprobe/core/build_info.h"
+#include "dlprobe/core/files.h"
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/device/engine.h"
 #include "dlprobe/engine/safetensors.h"
@@ -154,6 +155,11 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(c.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.device, f.backend));
+  // The outputs are written after the step: a path that cannot take them is refused first.
+  DLPROBE_RETURN_IF_ERROR(check_writable(f.output).with_context("--output"));
+  if (!f.state_output.empty()) {
+    DLPROBE_RETURN_IF_ERROR(check_writable(f.state_output).with_context("--state-output"));
+  }
   if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
     return s.with_context("--precision");
   }

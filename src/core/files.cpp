@@ -47,6 +47,25 @@ Result<std::string> read_whole_file(const std::filesystem::path& path, std::uint
   return text;
 }
 
+Status check_writable(const std::filesystem::path& path) {
+  const std::filesystem::path folder =
+      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) {
+    return invalid_argument(
+        fmt::format("{}: cannot write there: no folder {}", path.string(), folder.string()));
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    return invalid_argument(fmt::format("{}: is a folder, not a file", path.string()));
+  }
+  // The file is written beside itself and renamed over, so the folder must take new entries.
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    return invalid_argument(fmt::format("{}: cannot write in {}: {}", path.string(),
+                                        folder.string(), std::strerror(errno)));
+  }
+  return Status::ok();
+}
+
 Status write_file_atomic(const std::filesystem::path& path, std::string_view content) {
   // The temporary sits in the same directory so that rename() stays within one file system,
   // which is what makes it atomic.

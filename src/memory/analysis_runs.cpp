@@ -213,8 +213,8 @@ class Analysis {
         }
         const Calibration calibration = calibration_for(*cal);
         Outcome out = outcome_of(c, g);
-        DLPROBE_ASSIGN_OR_RETURN(
-            out.max_batch, find_max_batch(*session, c, limit, &calibration, 1 << 16, o_.warmup));
+        DLPROBE_ASSIGN_OR_RETURN(out.max_batch, find_max_batch(*session, c, limit, &calibration,
+                                                               std::nullopt, o_.warmup));
         DLPROBE_RETURN_IF_ERROR(observer_.finished(out));
       }
     }

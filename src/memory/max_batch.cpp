@@ -8,7 +8,7 @@ namespace dlprobe::memory {
 
 Result<MaxBatchResult> find_max_batch(Session& session, const engine::StepConfig& step,
                                       std::uint64_t limit_bytes, const Calibration* calibration,
-                                      std::int64_t upper, int warmup) {
+                                      std::optional<std::int64_t> upper, int warmup) {
   const AllocatorOptions& o = session.allocator().options();
   if (o.mode != Mode::limit || o.limit_bytes != limit_bytes) {
     return invalid_argument(
@@ -38,8 +38,9 @@ Result<MaxBatchResult> find_max_batch(Session& session, const engine::StepConfig
     if (!r.at_found || r.at_found->step.batch < batch) r.at_found = std::move(m).value();
     return true;
   };
-  DLPROBE_ASSIGN_OR_RETURN(r.found,
-                           search_largest(std::max<std::int64_t>(r.predicted, 1), upper, fits));
+  DLPROBE_ASSIGN_OR_RETURN(
+      r.found, search_largest(std::max<std::int64_t>(r.predicted, 1),
+                              upper.value_or(max_batch_bound(step, limit_bytes)), fits));
   for (const MaxBatchTrial& t : r.trials) {
     if (t.batch == r.found + 1 && !t.fits) r.next_fails = true;
   }

@@ -115,8 +115,15 @@ Result<std::int64_t> search_largest(std::int64_t guess, std::int64_t upper,
   return search.largest_passed().value_or(0);
 }
 
+std::int64_t max_batch_bound(const engine::StepConfig& step, std::uint64_t limit_bytes) {
+  const auto per_sample =
+      static_cast<std::uint64_t>(3 * step.model.image_size * step.model.image_size) * sizeof(float);
+  return std::max<std::int64_t>(static_cast<std::int64_t>(limit_bytes / per_sample), 1);
+}
+
 Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint64_t limit_bytes,
-                                       const Calibration* calibration, std::int64_t upper) {
+                                       const Calibration* calibration,
+                                       std::optional<std::int64_t> upper) {
   Calibration none;
   if (calibration != nullptr) none = *calibration;
   const std::int64_t outside = none.outside_allocator_bytes.value_or(0);
@@ -165,7 +172,7 @@ Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint
                         static_cast<double>(at8.reserved_peak_bytes);
     guess = std::max<std::int64_t>(8 + static_cast<std::int64_t>(std::floor(room / per_sample)), 1);
   }
-  return search_largest(guess, upper, fits);
+  return search_largest(guess, upper.value_or(max_batch_bound(step, limit_bytes)), fits);
 }
 
 }  // namespace dlprobe::memory

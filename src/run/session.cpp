@@ -81,6 +81,9 @@ Result<Session> Session::start(SessionPlan plan, SessionEvents events) {
   } else {
     log_warn("no GPU telemetry: {}", lib.status().message());
   }
+  if (!plan.details_json.empty()) {
+    DLPROBE_RETURN_IF_ERROR(check_writable(plan.details_json).with_context("--details-json"));
+  }
   Session session(std::move(plan), std::move(events));
   if (!session.plan_.results_json.empty()) {
     auto writer = results::ResultsWriter::create(

@@ -342,6 +342,11 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   const std::string with_bad_weights = "--device cpu --model resnet18 --weights " + bad +
                                        " --input " + *input_ + " --output " + output_;
   expect_error(files("--precision fp8"), "unknown precision 'fp8'");
+  // Outputs that cannot be written are refused before the step runs.
+  expect_error("--device cpu --backend reference --model resnet18 --weights " + *weights_ +
+                   " --input " + *input_ + " --output /nonexistent/dir/o.safetensors",
+               "--output: /nonexistent/dir/o.safetensors: cannot write there");
+  expect_error(files("--state-output " + ::testing::TempDir()), "--state-output: ");
   expect_error(files("--mode eval"), "unknown mode 'eval'");
   expect_error(files("--layout chwn"), "unknown layout 'chwn'");
   expect_error(files("--conv-algo fastest"), "unknown choice 'fastest'");

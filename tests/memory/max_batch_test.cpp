@@ -63,6 +63,21 @@ TEST(SearchLargest, StopsOnErrorsAndKeepsItsPromiseWithoutMonotony) {
   EXPECT_EQ(search_largest(1, 0, odd).status().code(), Errc::invalid_argument);
 }
 
+// A large device takes batches past any fixed cap: the search's bound is the batch whose input
+// images alone fill the limit (a bound of 65,536 once answered 65,536 for 141 GiB and ResNet-18 at
+// 32x32, where 131,072 was predicted to fit).
+TEST(PredictMaxBatch, ALargeDeviceIsNotCappedByTheSearch) {
+  engine::StepConfig c = small_config();
+  c.precision = engine::Precision::fp16;
+  const std::uint64_t limit = std::uint64_t{141} << 30;
+  EXPECT_EQ(max_batch_bound(c, limit),
+            static_cast<std::int64_t>(limit / (3 * 32 * 32 * sizeof(float))));
+  Result<std::int64_t> found = predict_max_batch(c, limit, nullptr);
+  ASSERT_TRUE(found.has_value()) << found.status().message();
+  EXPECT_GT(*found, std::int64_t{1} << 17);
+  EXPECT_LT(*found, max_batch_bound(c, limit));
+}
+
 TEST(PredictMaxBatch, TheBatchFoundFitsTheSimulationAndTheNextDoesNot) {
   const engine::StepConfig c = small_config();
   SimulationOptions at6;

@@ -392,6 +392,21 @@ TEST_F(RunCli, ClosedStdoutKeepsMeasuring) {
   EXPECT_EQ(doc->configurations[0].status, dlprobe::results::RunStatus::ok);
 }
 
+// An output file that cannot be written is refused before the workload starts, not after it ran.
+TEST_F(RunCli, UnwritableDetailsAreRefusedBeforeTheWorkloadRuns) {
+  const std::string ran = path("ran");
+  const auto o =
+      dlprobe({"run", "--details-json", path("missing/d.json"), "--", "sh", "-c", "touch " + ran});
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("--details-json: " + path("missing/d.json") + ": cannot write there"),
+            std::string::npos)
+      << o.err;
+  EXPECT_FALSE(std::filesystem::exists(ran));
+  const auto folder = dlprobe({"run", "--details-json", dir_.string(), "--", "true"});
+  EXPECT_EQ(folder.code, 2) << folder.err;
+  EXPECT_NE(folder.err.find("is a folder"), std::string::npos) << folder.err;
+}
+
 TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
   const std::vector<std::vector<std::string>> cases = {
       {"run"},

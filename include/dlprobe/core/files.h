@@ -17,6 +17,11 @@ namespace dlprobe {
 Result<std::string> read_whole_file(const std::filesystem::path& path,
                                     std::uint64_t max_bytes = UINT64_MAX);
 
+// Whether write_file_atomic(path) can succeed later: the folder exists and takes new files, and
+// `path` is not a folder. Checked before long work, so that a mistyped output costs nothing.
+// Errc::invalid_argument names the path and what is wrong.
+Status check_writable(const std::filesystem::path& path);
+
 // Writes to a temporary file beside `path`, flushes it to disk and renames it over `path`, so a
 // reader (or a crash) sees either the old complete file or the new one, never a partial one.
 Status write_file_atomic(const std::filesystem::path& path, std::string_view content);

@@ -29,11 +29,16 @@ Result<std::int64_t> search_largest(std::int64_t guess, std::int64_t upper,
                                     const std::function<Result<bool>(std::int64_t)>& fits,
                                     std::vector<std::pair<std::int64_t, bool>>* probes = nullptr);
 
+// The most a search under `limit_bytes` needs to try: the batch whose input images alone (fp32, as
+// the step keeps them) fill the limit. No larger batch can fit, so the bound never hides an answer.
+std::int64_t max_batch_bound(const engine::StepConfig& step, std::uint64_t limit_bytes);
+
 // The largest batch whose simulated step fits a process limit of `limit_bytes`: the allocator in
 // limit mode with the calibration's outside-allocator bytes as overhead and its workspace held.
+// The search goes up to `upper`, by default max_batch_bound().
 Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint64_t limit_bytes,
                                        const Calibration* calibration,
-                                       std::int64_t upper = 1 << 16);
+                                       std::optional<std::int64_t> upper = std::nullopt);
 
 // The largest batch predicted and then verified by measured runs.
 struct MaxBatchTrial {
@@ -57,6 +62,7 @@ struct MaxBatchResult {
 // the same session) feeds the prediction. Trials that run out of memory are results, not errors.
 Result<MaxBatchResult> find_max_batch(Session& session, const engine::StepConfig& step,
                                       std::uint64_t limit_bytes, const Calibration* calibration,
-                                      std::int64_t upper = 1 << 16, int warmup = 1);
+                                      std::optional<std::int64_t> upper = std::nullopt,
+                                      int warmup = 1);
 
 }  // namespace dlprobe::memory
