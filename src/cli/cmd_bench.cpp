@@ -223,47 +223,43 @@ Command add_bench_command(CLI::App& app) {
       "Time the native ResNet training step: img/s with a confidence interval, step-time "
       "percentiles, memory by category, GPU telemetry, TFLOP/s. Comma lists sweep every "
       "combination (docs/bench.md)");
-  // Every flag shows its default in --help.
-  auto option = [sub](const char* name, std::string& value, const char* help) {
-    sub->add_option(name, value, help)->capture_default_str();
-  };
-  option("--model", flags->model,
+  option(*sub, "--model", flags->model,
          "resnet18, resnet34, resnet50, resnet101, resnet152 (a comma list sweeps)");
-  option("--batch", flags->batch,
+  option(*sub, "--batch", flags->batch,
          "Images per step: a number, a comma list, or auto (double from --batch-start "
          "until the first out-of-memory)");
-  option("--precision", flags->precision,
+  option(*sub, "--precision", flags->precision,
          "fp32, tf32, fp16 (mixed, loss scaling), bf16 (mixed), fp64 (reference backend "
          "only); a comma list sweeps");
-  option("--mode", flags->mode,
+  option(*sub, "--mode", flags->mode,
          "train (forward, backward, optimizer), grads (forward, backward), infer "
          "(forward: per-step times are the latencies); a comma list sweeps");
-  option("--layout", flags->layout,
+  option(*sub, "--layout", flags->layout,
          "nchw or nhwc (a comma list sweeps), or auto: the fastest for the device and "
          "precision (on a GPU NHWC for tf32, fp16 and bf16, NCHW for fp32)");
-  option("--steps", flags->steps, "Timed steps per window, at least");
-  option("--min-time", flags->min_time, "Timed window length, at least (e.g. 2s)");
-  option("--warmup", flags->warmup, "Untimed steps first, at least");
-  option("--warmup-time", flags->warmup_time, "Warm-up length, at least (e.g. 1s)");
-  option("--repeat", flags->repeat, "Independent timed windows per configuration");
-  option("--device", flags->device, "cpu or cuda:N");
-  option("--backend", flags->backend,
+  option(*sub, "--steps", flags->steps, "Timed steps per window, at least");
+  option(*sub, "--min-time", flags->min_time, "Timed window length, at least (e.g. 2s)");
+  option(*sub, "--warmup", flags->warmup, "Untimed steps first, at least");
+  option(*sub, "--warmup-time", flags->warmup_time, "Warm-up length, at least (e.g. 1s)");
+  option(*sub, "--repeat", flags->repeat, "Independent timed windows per configuration");
+  option(*sub, "--device", flags->device, "cpu or cuda:N");
+  option(*sub, "--backend", flags->backend,
          "auto (cuda on a GPU, oneDNN on the CPU where built), cuda, onednn, or "
          "reference (plain loops: a correctness tool, not a benchmark)");
-  option("--image-size", flags->image_size, "Square image side");
-  option("--classes", flags->classes, "Output classes");
-  option("--width", flags->width,
+  option(*sub, "--image-size", flags->image_size, "Square image side");
+  option(*sub, "--classes", flags->classes, "Output classes");
+  option(*sub, "--width", flags->width,
          "Channels of the stem, doubled by each later stage (torchvision: 64); a narrower "
          "model does a fraction of the work");
-  option("--optimizer", flags->optimizer, "sgd (momentum 0.9, wd 1e-4, lr 0.1) or adamw");
+  option(*sub, "--optimizer", flags->optimizer, "sgd (momentum 0.9, wd 1e-4, lr 0.1) or adamw");
   sub->add_option("--weights", flags->weights,
                   "Start from a safetensors state dict (torchvision names)");
   add_tuning_flags(*sub, flags->tuning);
-  option("--conv-engines", flags->conv_engines,
+  option(*sub, "--conv-engines", flags->conv_engines,
          "Which cuDNN engines may compete: any (as cudnn.benchmark: also "
          "non-deterministic, FFT and Winograd), deterministic, exact (deterministic "
          "direct sums)");
-  option("--gpu-memory", flags->gpu_memory,
+  option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "
          "the step's lifetimes), planned+ one of the others, or auto: the fastest "
@@ -278,8 +274,8 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "
                   "kind of call and the slowest calls (one configuration only)");
-  option("--batch-start", flags->batch_start, "First batch of --batch auto");
-  option("--batch-limit", flags->batch_limit, "Largest batch --batch auto tries");
+  option(*sub, "--batch-start", flags->batch_start, "First batch of --batch auto");
+  option(*sub, "--batch-limit", flags->batch_limit, "Largest batch --batch auto tries");
   sub->add_option("--json", flags->json,
                   "Write the results file (schema dlprobe.results/1), rewritten after every "
                   "configuration");

@@ -221,28 +221,25 @@ Command add_memory_command(CLI::App& app) {
       "Where a native training step's device memory goes: breakdown at the peak by category, the "
       "layer and phase of the peak, timeline, fragmentation, NVML reconciliation; predicted "
       "beside measured; the largest batch under a limit (--max-batch)");
-  auto option = [sub](const char* name, auto& value, const char* help) {
-    sub->add_option(name, value, help)->capture_default_str();
-  };
-  option("--model", f->model, "resnet18, resnet34, resnet50, resnet101, resnet152");
-  option("--batch", f->batch, "Batch sizes, e.g. 32,64,128");
-  option("--precision", f->precision,
+  option(*sub, "--model", f->model, "resnet18, resnet34, resnet50, resnet101, resnet152");
+  option(*sub, "--batch", f->batch, "Batch sizes, e.g. 32,64,128");
+  option(*sub, "--precision", f->precision,
          "fp32, tf32, fp16, bf16, fp64 (cpu only); a list, e.g. fp32,fp16");
-  option("--mode", f->mode, "train, grads or infer");
-  option("--layout", f->layout, "nchw or nhwc");
-  option("--optimizer", f->optimizer, "sgd or adamw");
-  option("--image-size", f->image_size, "Square image side");
-  option("--classes", f->classes, "Output classes");
-  option("--width", f->width,
+  option(*sub, "--mode", f->mode, "train, grads or infer");
+  option(*sub, "--layout", f->layout, "nchw or nhwc");
+  option(*sub, "--optimizer", f->optimizer, "sgd or adamw");
+  option(*sub, "--image-size", f->image_size, "Square image side");
+  option(*sub, "--classes", f->classes, "Output classes");
+  option(*sub, "--width", f->width,
          "Channels of the stem, doubled by each later stage (torchvision: 64)");
-  option("--device", f->device, "cpu or cuda:N");
-  option("--backend", f->backend,
+  option(*sub, "--device", f->device, "cpu or cuda:N");
+  option(*sub, "--backend", f->backend,
          "auto (cuda on a GPU, oneDNN on the CPU where built), cuda, onednn, or reference (plain "
          "loops, no workspace: predictions are exact)");
-  option("--gpu-memory", f->gpu_memory,
+  option(*sub, "--gpu-memory", f->gpu_memory,
          "grow, prealloc[:FRACTION|SIZE], limit:SIZE, planned, planned+MODE; a list compares "
          "them, e.g. grow,planned");
-  option("--warmup", f->warmup, "Steps before the one followed");
+  option(*sub, "--warmup", f->warmup, "Steps before the one followed");
   sub->add_flag("--predict-only", f->predict_only,
                 "Predict without a device (from the plan over the allocator's policy)");
   sub->add_option("--device-memory", f->device_memory,
@@ -260,7 +257,7 @@ Command add_memory_command(CLI::App& app) {
                   "With --max-batch: the memory the whole process must fit, e.g. 16GiB");
   sub->add_option("--json", f->json, "Write the results file (dlprobe.results/1) here");
   add_tuning_flags(*sub, f->tuning);
-  option("--conv-engines", f->conv_engines,
+  option(*sub, "--conv-engines", f->conv_engines,
          "CUDA: which convolution engines compete: deterministic (the same workspaces every run), "
          "exact, or any (also non-deterministic, FFT and Winograd ones, as bench)");
   return {sub, [f] {

@@ -53,6 +53,12 @@ void add_text_options(CLI::App& sub, Flags& flags,
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
 
+// Adds a flag whose default --help shows.
+template <class T>
+void option(CLI::App& app, const char* name, T& value, const char* help) {
+  app.add_option(name, value, help)->capture_default_str();
+}
+
 // What a library parser made of a flag's text, its error prefixed with the flag ("--precision:
 // unknown precision 'fp8' (...)"): the library speaks of values, the command line of flags.
 template <class T>
