@@ -170,17 +170,27 @@ TEST(RunWorkload, HangWithoutOutput) {
   EXPECT_LT(r.wall_s, 5.0);
 }
 
-TEST(RunWorkload, InterruptForwardsSigintThenEscalates) {
-  // The workload ignores SIGINT, so the runner must go on to SIGTERM after the grace period.
-  auto o = options({"--steps", "3", "--hang", "--ignore-sigint"});
+// Runs `o` while a user presses Ctrl-C at each of `presses` (times since the start), as the CLI's
+// interrupt guard counts them.
+RunResult run_pressing_ctrl_c(RunOptions o, std::vector<std::chrono::milliseconds> presses) {
   std::atomic<int> interrupt{0};
   o.interrupt = &interrupt;
   std::thread press([&] {
-    std::this_thread::sleep_for(700ms);
-    interrupt = 1;
+    const auto start = std::chrono::steady_clock::now();
+    for (const auto at : presses) {
+      std::this_thread::sleep_until(start + at);
+      interrupt.fetch_add(1);
+    }
   });
   const RunResult r = run_ok(o);
   press.join();
+  return r;
+}
+
+TEST(RunWorkload, InterruptForwardsSigintThenEscalates) {
+  // The workload ignores SIGINT, so the runner must go on to SIGTERM after the grace period.
+  auto o = options({"--steps", "3", "--hang", "--ignore-sigint"});
+  const RunResult r = run_pressing_ctrl_c(o, {700ms});
   EXPECT_EQ(r.outcome, Outcome::interrupted);
   EXPECT_EQ(r.exit.signal, SIGTERM);
   EXPECT_EQ(r.steps.steps_seen, 3);
@@ -188,14 +198,7 @@ TEST(RunWorkload, InterruptForwardsSigintThenEscalates) {
 
 TEST(RunWorkload, InterruptEndsAWorkloadThatObeysSigint) {
   auto o = options({"--steps", "3", "--hang"});
-  std::atomic<int> interrupt{0};
-  o.interrupt = &interrupt;
-  std::thread press([&] {
-    std::this_thread::sleep_for(700ms);
-    interrupt = 1;
-  });
-  const RunResult r = run_ok(o);
-  press.join();
+  const RunResult r = run_pressing_ctrl_c(o, {700ms});
   EXPECT_EQ(r.outcome, Outcome::interrupted);
   EXPECT_EQ(r.exit.signal, SIGINT);
 }
@@ -205,16 +208,7 @@ TEST(RunWorkload, SecondInterruptKillsAtOnce) {
   // the grace period.
   auto o = options({"--steps", "3", "--hang", "--ignore-sigint", "--ignore-sigterm"});
   o.kill_grace = 30s;
-  std::atomic<int> interrupt{0};
-  o.interrupt = &interrupt;
-  std::thread press([&] {
-    std::this_thread::sleep_for(500ms);
-    interrupt = 1;
-    std::this_thread::sleep_for(300ms);
-    interrupt = 2;
-  });
-  const RunResult r = run_ok(o);
-  press.join();
+  const RunResult r = run_pressing_ctrl_c(o, {500ms, 800ms});
   EXPECT_EQ(r.outcome, Outcome::interrupted);
   EXPECT_EQ(r.exit.signal, SIGKILL);
   EXPECT_EQ(r.steps.steps_seen, 3);
