@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# The whole CPU test suite, in one build: every test and the tool itself compiled with
-# AddressSanitizer and UndefinedBehaviorSanitizer (-O1), so that a bad input which reads out of
+# The whole CPU test suite, in one build: the tool and its libraries compiled with
+# AddressSanitizer and UndefinedBehaviorSanitizer (-O1) under the tests, so that a bad input which reads out of
 # bounds or overflows fails its test instead of passing by luck. CUDA's runtime and ASan do not mix,
-# so this build leaves the CUDA backend out; where a CUDA toolkit is installed, ./build is built
-# with it too (warnings are errors in the CUDA code as well) and its host-side tests run there.
+# so this build leaves the CUDA backend out.
 # Tests labelled `gpu` need a GPU: scripts/gpu-check.sh runs them on a GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,9 +17,11 @@ DLPROBE_TARGETS=all DLPROBE_BUILD_DIR=build-test ./scripts/build.sh -DDLPROBE_SA
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-test -LE gpu --output-on-failure -j "$jobs"
 
-# DLPROBE_TEST_CUDA=0 leaves it out (what CI, which has no toolkit, runs).
+# Where a CUDA toolkit is installed, ./build compiles every CUDA source (the backend's kernels and
+# host code, and its GPU tests; warnings are errors there too) and runs the host-side tests, which
+# need no GPU. The tool itself is the quick start's build. DLPROBE_TEST_CUDA=0 leaves this out.
 if [ "${DLPROBE_TEST_CUDA:-1}" != 0 ] && { [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; }; then
-  echo "== build (with the CUDA backend) =="
-  DLPROBE_TARGETS=all ./scripts/build.sh
+  echo "== build (the CUDA backend and its tests) =="
+  DLPROBE_TARGETS="dlprobe_cuda_backend engine_cuda_host_test engine_cuda_test" ./scripts/build.sh
   ctest --test-dir build -L cuda_host --output-on-failure -j "$jobs"
 fi
