@@ -191,7 +191,7 @@ TEST(RunSweep, CeilingsGiveTheFractionReached) {
   EXPECT_DOUBLE_EQ(*k.fraction_of_ceiling, *k.achieved_tflops / 0.5);
 }
 
-// The out-of-memory tests run 64x64 images: enough activations that batch 64 needs megabytes more
+// The out-of-memory tests run 64x64 images: enough activations that batch 32 needs megabytes more
 // than batch 2.
 constexpr std::int64_t kOomImage = 64;
 
@@ -208,16 +208,18 @@ std::int64_t peak(std::int64_t batch) {
   return r->memory.all.allocated_bytes_peak;
 }
 
-// One preallocated segment half way between what batch 2 and batch 64 need: a small device on
-// which batch 2 fits and batch 64 does not. (Preallocation, not a limit: a limit counts whole
-// segments, whose rounding dwarfs the activations of these tiny batches.)
+// One preallocated segment on which batch 16 fits and batch 32 does not: a small device.
+// Activations take the same bytes for every image of a batch, so the bytes an image adds, measured
+// from batches 2 and 4, place the segment without running a large batch. (Preallocation, not a
+// limit: a limit counts whole segments, whose rounding dwarfs the activations of these tiny
+// batches.)
 memory::AllocatorOptions small_device() {
   static const std::int64_t two = peak(2);
-  static const std::int64_t big = peak(64);
-  EXPECT_GT(big - two, 1 << 20) << two << " " << big;
+  static const std::int64_t per_image = (peak(4) - two) / 2;
+  EXPECT_GT(per_image, 64 << 10) << two;
   memory::AllocatorOptions o;
   o.mode = memory::Mode::preallocate;
-  o.preallocate_bytes = static_cast<std::uint64_t>((two + big) / 2 / 512 * 512);
+  o.preallocate_bytes = static_cast<std::uint64_t>((two + 22 * per_image) / 512 * 512);
   return o;
 }
 
@@ -252,7 +254,7 @@ TEST(RunSweep, AutoWalkEndsAtTheFirstOutOfMemory) {
   const SweepOutcome out = run_sweep(s, {}, callbacks);
   ASSERT_TRUE(out.status.is_ok()) << out.status.message();
   ASSERT_GE(out.configurations.size(), 2u);
-  EXPECT_LE(out.configurations.size(), 3u);  // batch 64 or earlier ran out
+  EXPECT_EQ(out.configurations.size(), 2u);  // batch 32 ran out
   for (std::size_t i = 0; i + 1 < out.configurations.size(); ++i) {
     EXPECT_EQ(out.configurations[i].status, results::RunStatus::ok);
     EXPECT_EQ(out.configurations[i].settings.batch, std::int64_t{16} << i);
