@@ -25,36 +25,6 @@ std::optional<double> energy_counter_j(const TelemetrySource& source) {
   return static_cast<double>(*sample->energy_mj) / 1e3;
 }
 
-std::string_view layout_text(Layout layout) {
-  return layout == Layout::nhwc ? "nhwc" : "nchw";
-}
-
-// The values an open choice took, each with what it was taken for ("nhwc" for fp16 and bf16).
-class Picks {
- public:
-  void add(std::string_view value, std::string_view what) {
-    auto it =
-        std::find_if(picks_.begin(), picks_.end(), [&](const auto& p) { return p.first == value; });
-    if (it == picks_.end()) it = picks_.insert(picks_.end(), {std::string(value), {}});
-    if (std::find(it->second.begin(), it->second.end(), what) == it->second.end()) {
-      it->second.emplace_back(what);
-    }
-  }
-  bool empty() const { return picks_.empty(); }
-  // "nhwc" when every configuration took the same; else "nchw for fp32 and nhwc for fp16/bf16".
-  std::string text() const {
-    if (picks_.size() == 1) return picks_.front().first;
-    std::vector<std::string> parts;
-    for (const auto& [value, what] : picks_) {
-      parts.push_back(fmt::format("{} for {}", value, fmt::join(what, "/")));
-    }
-    return fmt::format("{}", fmt::join(parts, " and "));
-  }
-
- private:
-  std::vector<std::pair<std::string, std::vector<std::string>>> picks_;
-};
-
 }  // namespace
 
 std::vector<std::int64_t> auto_batches(const AutoBatch& a) {
@@ -92,8 +62,8 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
     out.gpu_memory = planned ? "planned" : "grow";
   }
 
-  Picks layouts;
-  Picks graphs;
+  device::Picks layouts;
+  device::Picks graphs;
   for (const model::Arch arch : axes.models) {
     for (const engine::Precision precision : axes.precisions) {
       for (const engine::StepMode mode : axes.modes) {
@@ -101,7 +71,7 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
         std::vector<Layout> each = axes.layouts;
         if (each.empty()) {
           each = {best.layout};
-          layouts.add(layout_text(best.layout), engine::precision_name(precision));
+          layouts.add(device::layout_flag(best.layout), engine::precision_name(precision));
         }
         const bool graph = axes.graph.value_or(best.graph && planned);
         if (!axes.graph) graphs.add(graph ? "on" : "off", engine::step_mode_name(mode));

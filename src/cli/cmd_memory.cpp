@@ -16,6 +16,7 @@
 #include "dlprobe/core/command_line.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/device/conv_options.h"
+#include "dlprobe/device/fastest_settings.h"
 #include "dlprobe/memory/analysis_json.h"
 #include "dlprobe/memory/analysis_runs.h"
 #include "dlprobe/monitor/nvml.h"
@@ -31,14 +32,14 @@ struct MemoryFlags {
   std::string batch = "32";
   std::string precision = "fp32";
   std::string mode = "train";
-  std::string layout = "nchw";
+  std::string layout = "auto";
   std::string optimizer = "sgd";
   std::int64_t image_size = 224;
   std::int64_t classes = 1000;
   std::int64_t width = 64;
   std::string device = "cuda:0";
   std::string backend = "auto";
-  std::string gpu_memory = "grow";
+  std::string gpu_memory = "auto";
   std::int64_t warmup = 1;
   bool predict_only = false;
   std::string device_memory;
@@ -74,7 +75,9 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   memory::AnalysisOptions a;
   DLPROBE_ASSIGN_OR_RETURN(a.base.model.arch, model::parse_arch(f.model, "--model"));
   DLPROBE_ASSIGN_OR_RETURN(a.base.mode, for_flag("--mode", engine::parse_step_mode(f.mode)));
-  DLPROBE_ASSIGN_OR_RETURN(a.base.layout, parse_layout(f.layout, "--layout"));
+  if (f.layout != "auto") {
+    DLPROBE_ASSIGN_OR_RETURN(a.layout, parse_layout(f.layout, "--layout"));
+  }
   DLPROBE_ASSIGN_OR_RETURN(a.base.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   for (const auto& [flag, v] :
@@ -94,11 +97,13 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
     DLPROBE_ASSIGN_OR_RETURN(a.precisions.emplace_back(),
                              for_flag("--precision", engine::parse_precision(p)));
   }
-  DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> modes,
-                           parse_list(f.gpu_memory, "--gpu-memory"));
-  for (const std::string& m : modes) {
-    DLPROBE_ASSIGN_OR_RETURN(a.gpu_memory.emplace_back(),
-                             memory::parse_gpu_memory(m, "--gpu-memory"));
+  if (f.gpu_memory != "auto") {
+    DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> modes,
+                             parse_list(f.gpu_memory, "--gpu-memory"));
+    for (const std::string& m : modes) {
+      DLPROBE_ASSIGN_OR_RETURN(a.gpu_memory.emplace_back(),
+                               memory::parse_gpu_memory(m, "--gpu-memory"));
+    }
   }
   if (f.warmup < 0 || f.warmup > 100) {
     return invalid_argument(fmt::format("--warmup: must be in [0, 100], got {}", f.warmup));
@@ -195,6 +200,26 @@ class Printer final : public memory::AnalysisObserver {
   int failures_ = 0;
 };
 
+// One line on stderr of what the open choices became, as bench says it.
+void print_picked(const memory::AnalysisOptions& a) {
+  std::vector<std::string> picked;
+  if (!a.layout) {
+    device::Picks layouts;
+    for (engine::Precision p : a.precisions) {
+      layouts.add(device::layout_flag(memory::analysis_layout(a, p)), engine::precision_name(p));
+    }
+    picked.push_back("layout " + layouts.text());
+  }
+  if (a.gpu_memory.empty()) {
+    std::vector<std::string> modes;
+    for (const memory::GpuMemoryOption& g : memory::fastest_gpu_memory(a)) modes.push_back(g.text);
+    picked.push_back(fmt::format("gpu-memory {}", fmt::join(modes, ",")));
+  }
+  if (picked.empty()) return;
+  std::fprintf(stderr, "picked: %s (override with --layout/--gpu-memory)\n",
+               fmt::format("{}", fmt::join(picked, ", ")).c_str());
+}
+
 int run(const memory::AnalysisOptions& a, const std::string& json) {
   std::unique_ptr<results::ResultsWriter> writer;
   if (!json.empty()) {
@@ -207,6 +232,7 @@ int run(const memory::AnalysisOptions& a, const std::string& json) {
     if (!created) return report_error(created.status().with_context("--json"));
     writer = std::make_unique<results::ResultsWriter>(std::move(created).value());
   }
+  print_picked(a);
   Printer printer(a.device_bytes, std::move(writer));
   const Status s = memory::run_analysis(a, printer);
   return s.is_ok() ? printer.end() : report_error(s);
@@ -226,7 +252,9 @@ Command add_memory_command(CLI::App& app) {
   option(*sub, "--precision", f->precision,
          "fp32, tf32, fp16, bf16, fp64 (cpu only); a list, e.g. fp32,fp16");
   option(*sub, "--mode", f->mode, "train, grads or infer");
-  option(*sub, "--layout", f->layout, "nchw or nhwc");
+  option(*sub, "--layout", f->layout,
+         "nchw, nhwc, or auto: each precision's fastest for the device (nhwc but for fp32 on a "
+         "GPU)");
   option(*sub, "--optimizer", f->optimizer, "sgd or adamw");
   option(*sub, "--image-size", f->image_size, "Square image side");
   option(*sub, "--classes", f->classes, "Output classes");
@@ -238,7 +266,8 @@ Command add_memory_command(CLI::App& app) {
          "loops, no workspace: predictions are exact)");
   option(*sub, "--gpu-memory", f->gpu_memory,
          "grow, prealloc[:FRACTION|SIZE], limit:SIZE, planned, planned+MODE; a list compares "
-         "them, e.g. grow,planned");
+         "them, e.g. grow,planned; auto: the fastest for the device (planned on a GPU, grow on "
+         "the CPU)");
   option(*sub, "--warmup", f->warmup, "Steps before the one followed");
   sub->add_flag("--predict-only", f->predict_only,
                 "Predict without a device (from the plan over the allocator's policy)");

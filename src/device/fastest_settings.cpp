@@ -1,5 +1,9 @@
 #include "dlprobe/device/fastest_settings.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 namespace dlprobe::device {
 
 FastestSettings fastest_settings(DeviceKind device, engine::Precision precision,
@@ -26,6 +30,28 @@ FastestSettings fastest_settings(DeviceKind device, engine::Precision precision,
   s.planned = false;
   s.graph = false;
   return s;
+}
+
+void Picks::add(std::string_view value, std::string_view what) {
+  auto it =
+      std::find_if(picks_.begin(), picks_.end(), [&](const auto& p) { return p.first == value; });
+  if (it == picks_.end()) it = picks_.insert(picks_.end(), {std::string(value), {}});
+  if (std::find(it->second.begin(), it->second.end(), what) == it->second.end()) {
+    it->second.emplace_back(what);
+  }
+}
+
+std::string Picks::text() const {
+  if (picks_.size() == 1) return picks_.front().first;
+  std::vector<std::string> parts;
+  for (const auto& [value, what] : picks_) {
+    parts.push_back(fmt::format("{} for {}", value, fmt::join(what, "/")));
+  }
+  return fmt::format("{}", fmt::join(parts, " and "));
+}
+
+std::string_view layout_flag(Layout layout) {
+  return layout == Layout::nhwc ? "nhwc" : "nchw";
 }
 
 }  // namespace dlprobe::device

@@ -9,6 +9,7 @@
 #include <memory>
 #include <utility>
 
+#include "dlprobe/device/fastest_settings.h"
 #include "dlprobe/memory/analysis_json.h"
 
 namespace dlprobe::memory {
@@ -37,6 +38,7 @@ class Analysis {
  public:
   Analysis(const AnalysisOptions& options, AnalysisObserver& observer)
       : o_(options),
+        gpu_memory_(o_.gpu_memory.empty() ? fastest_gpu_memory(o_) : o_.gpu_memory),
         observer_(observer),
         device_(o_.session ? device::device_name(o_.session->device) : std::string("predicted")),
         backend_(o_.session ? std::string(device::backend_kind_name(o_.session->backend))
@@ -56,6 +58,7 @@ class Analysis {
     engine::StepConfig c = o_.base;
     c.batch = batch;
     c.precision = p;
+    c.layout = analysis_layout(o_, p);
     c.memory_plan = g.planned ? engine::MemoryPlan::planned : engine::MemoryPlan::dynamic;
     return c;
   }
@@ -101,7 +104,7 @@ class Analysis {
   }
 
   Status predict_all() {
-    for (const GpuMemoryOption& g : o_.gpu_memory) {
+    for (const GpuMemoryOption& g : gpu_memory_) {
       for (engine::Precision p : o_.precisions) {
         for (std::int64_t b : o_.batches) {
           const engine::StepConfig c = config_at(b, p, g);
@@ -124,7 +127,7 @@ class Analysis {
   }
 
   Status predict_max_batches(std::uint64_t limit) {
-    for (const GpuMemoryOption& g : o_.gpu_memory) {
+    for (const GpuMemoryOption& g : gpu_memory_) {
       for (engine::Precision p : o_.precisions) {
         DLPROBE_RETURN_IF_ERROR(predict_max_batch_of(p, g, limit));
       }
@@ -148,7 +151,7 @@ class Analysis {
     const std::int64_t cal_batch = o_.calibration_batch > 0
                                        ? o_.calibration_batch
                                        : *std::min_element(o_.batches.begin(), o_.batches.end());
-    for (const GpuMemoryOption& g : o_.gpu_memory) {
+    for (const GpuMemoryOption& g : gpu_memory_) {
       DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, open(g.allocator));
       for (engine::Precision p : o_.precisions) {
         const engine::StepConfig cal_config = config_at(cal_batch, p, g);
@@ -196,7 +199,7 @@ class Analysis {
     limited.mode = Mode::limit;
     limited.limit_bytes = limit;
     DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, open(limited));
-    for (const GpuMemoryOption& g : o_.gpu_memory) {
+    for (const GpuMemoryOption& g : gpu_memory_) {
       for (engine::Precision p : o_.precisions) {
         // The calibration (workspace, what the process holds outside the allocator) from one
         // measured step under the limit; batch 1 when the chosen one does not fit.
@@ -222,12 +225,39 @@ class Analysis {
   }
 
   const AnalysisOptions& o_;
+  const std::vector<GpuMemoryOption> gpu_memory_;
   AnalysisObserver& observer_;
   const std::string device_;
   const std::string backend_;
 };
 
 }  // namespace
+
+DeviceKind analysis_device_kind(const AnalysisOptions& options) {
+  return options.session ? options.session->device.kind : DeviceKind::cuda;
+}
+
+std::vector<GpuMemoryOption> fastest_gpu_memory(const AnalysisOptions& options) {
+  std::vector<GpuMemoryOption> modes;
+  for (engine::Precision p : options.precisions) {
+    const bool planned =
+        device::fastest_settings(analysis_device_kind(options), p, options.base.mode).planned;
+    if (std::none_of(modes.begin(), modes.end(),
+                     [&](const GpuMemoryOption& g) { return g.planned == planned; })) {
+      GpuMemoryOption g;
+      g.planned = planned;
+      g.text = planned ? "planned" : "grow";
+      modes.push_back(std::move(g));
+    }
+  }
+  return modes;
+}
+
+Layout analysis_layout(const AnalysisOptions& options, engine::Precision p) {
+  return options.layout
+             ? *options.layout
+             : device::fastest_settings(analysis_device_kind(options), p, options.base.mode).layout;
+}
 
 Status run_analysis(const AnalysisOptions& options, AnalysisObserver& observer) {
   if (!options.max_batch_limit && options.batches.empty()) {

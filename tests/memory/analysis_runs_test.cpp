@@ -107,6 +107,39 @@ TEST(AnalysisRuns, MeasuresEachConfigurationBesideWhatItsCalibrationPredicts) {
   }
 }
 
+// Layout and memory plan left open: each precision in the fastest the engine knows for the
+// device (device::fastest_settings), a GPU's when predicting, the CPU's when measured there.
+TEST(AnalysisRuns, OpenChoicesAreTheFastestForTheDevice) {
+  AnalysisOptions o = grid({2}, {});
+  o.precisions = {engine::Precision::fp32, engine::Precision::fp16};
+  Recorder predicted;
+  ASSERT_TRUE(run_analysis(o, predicted).is_ok());
+  ASSERT_EQ(predicted.outcomes.size(), 2u);
+  for (const Outcome& out : predicted.outcomes) {
+    EXPECT_EQ(out.gpu_memory.text, "planned");
+    EXPECT_EQ(out.step.memory_plan, engine::MemoryPlan::planned);
+    EXPECT_EQ(out.step.layout,
+              out.step.precision == engine::Precision::fp32 ? Layout::nchw : Layout::nhwc);
+  }
+
+  o.precisions = {engine::Precision::fp32};
+  o.session.emplace();
+  Recorder measured;
+  ASSERT_TRUE(run_analysis(o, measured).is_ok());
+  ASSERT_EQ(measured.outcomes.size(), 1u);
+  EXPECT_EQ(measured.outcomes[0].gpu_memory.text, "grow");
+  EXPECT_EQ(measured.outcomes[0].step.layout, Layout::nhwc);
+
+  // What is named is what runs.
+  o.layout = Layout::nchw;
+  o.gpu_memory = {parse_gpu_memory("planned").value()};
+  Recorder named;
+  ASSERT_TRUE(run_analysis(o, named).is_ok());
+  ASSERT_EQ(named.outcomes.size(), 1u);
+  EXPECT_EQ(named.outcomes[0].gpu_memory.text, "planned");
+  EXPECT_EQ(named.outcomes[0].step.layout, Layout::nchw);
+}
+
 TEST(AnalysisRuns, AGivenCalibrationPredictsInPlaceOfTheMeasuredOne) {
   AnalysisOptions o = grid({2}, {"grow"});
   o.session.emplace();

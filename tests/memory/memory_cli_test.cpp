@@ -80,6 +80,27 @@ TEST(MemoryCli, PredictsWithoutADevice) {
   }
 }
 
+TEST(MemoryCli, PicksTheFastestSettingsAndSaysSo) {
+  // Nothing named: each precision's fastest layout and the plan for the GPU predicted for.
+  const CliRun r = run(kSmall + "--predict-only --batch 4 --precision fp32,fp16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"picked layout fp32 nchw, fp16 nhwc; gpu-memory planned (override with "
+                           "--layout/--gpu-memory)",
+                           "bs4 fp32 train NCHW sgd, --gpu-memory planned",
+                           "bs4 fp16 train NHWC sgd, --gpu-memory "
+                           "planned"}) {
+    EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
+  }
+  // Measured on the CPU: NHWC over a growing allocator; what is named is not picked.
+  const CliRun cpu = run(kSmall + "--batch 2");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_TRUE(has(cpu.output, "picked: layout nhwc, gpu-memory grow")) << cpu.output;
+  const CliRun named = run(kSmall + "--batch 2 --layout nchw --gpu-memory planned");
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  EXPECT_FALSE(has(named.output, "picked")) << named.output;
+  EXPECT_TRUE(has(named.output, "NCHW sgd, --gpu-memory planned")) << named.output;
+}
+
 TEST(MemoryCli, MeasuresBesideThePredictionAndWritesResults) {
   const std::string json = temp_path("measured.json");
   const CliRun r = run(kSmall + "--batch 2,4 --gpu-memory grow,planned --json " + json);

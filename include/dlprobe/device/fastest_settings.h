@@ -3,6 +3,11 @@
 // unless told otherwise.
 #pragma once
 
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
 #include "dlprobe/engine/backend.h"
 #include "dlprobe/engine/tensor.h"
 #include "dlprobe/step/step_config.h"
@@ -18,5 +23,21 @@ struct FastestSettings {
 // A pure function of what it is given, so that a test pins every default.
 FastestSettings fastest_settings(DeviceKind device, engine::Precision precision,
                                  engine::StepMode mode);
+
+// The values an open choice took, each with what it was taken for, for the line that tells the
+// user what was picked: add("nhwc", "fp16"), add("nchw", "fp32").
+class Picks {
+ public:
+  void add(std::string_view value, std::string_view what);
+  bool empty() const { return picks_.empty(); }
+  // "nhwc" when every configuration took the same; else "nchw for fp32 and nhwc for fp16/bf16".
+  std::string text() const;
+
+ private:
+  std::vector<std::pair<std::string, std::vector<std::string>>> picks_;
+};
+
+// A layout as `--layout` spells it.
+std::string_view layout_flag(Layout layout);
 
 }  // namespace dlprobe::device

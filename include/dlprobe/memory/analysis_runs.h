@@ -27,10 +27,14 @@ namespace dlprobe::memory {
 inline constexpr std::int64_t kMaxBatchCalibrationBatch = 32;
 
 struct AnalysisOptions {
-  // Model, mode, layout and optimizer; batch, precision and memory plan are set per configuration.
+  // Model, mode and optimizer; batch, precision, layout and memory plan are set per configuration.
   engine::StepConfig base;
   std::vector<std::int64_t> batches;  // not used by the max-batch search
   std::vector<engine::Precision> precisions;
+  // None: each precision in the fastest layout the engine knows for the device
+  // (device::fastest_settings; a GPU's when predicting).
+  std::optional<Layout> layout;
+  // Empty: the fastest memory plan for the device, over a growing allocator (fastest_gpu_memory()).
   std::vector<GpuMemoryOption> gpu_memory;
   int warmup = 1;  // steps before the one followed
   // Measured earlier (read_calibrations()): the one of a configuration's model and precision
@@ -89,6 +93,16 @@ class AnalysisObserver {
   virtual Status finished(const Outcome& outcome) = 0;
   virtual void predicted(const PredictedMaxBatch& max_batch) = 0;
 };
+
+// The device kind the analysis runs on or predicts for: a GPU unless it measures on the CPU.
+DeviceKind analysis_device_kind(const AnalysisOptions& options);
+
+// The memory modes of an analysis with an empty `gpu_memory`: the plans device::fastest_settings
+// names for the device and its precisions ("planned" on a GPU, "grow" on the CPU).
+std::vector<GpuMemoryOption> fastest_gpu_memory(const AnalysisOptions& options);
+
+// The layout a configuration of precision `p` runs in.
+Layout analysis_layout(const AnalysisOptions& options, engine::Precision p);
 
 // Runs the grid in order: each memory mode, then each precision, then each batch. A configuration
 // that fails is an outcome; an error of the analysis itself (a device that does not open, a
