@@ -84,11 +84,11 @@ TEST(MemoryCli, PicksTheFastestSettingsAndSaysSo) {
   // Nothing named: each precision's fastest layout and the plan for the GPU predicted for.
   const CliRun r = run(kSmall + "--predict-only --batch 4 --precision fp32,fp16");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* part : {"picked layout fp32 nchw, fp16 nhwc; gpu-memory planned (override with "
-                           "--layout/--gpu-memory)",
-                           "bs4 fp32 train NCHW sgd, --gpu-memory planned",
-                           "bs4 fp16 train NHWC sgd, --gpu-memory "
-                           "planned"}) {
+  for (const char* part :
+       {"picked: layout nchw for fp32 and nhwc for fp16, gpu-memory planned (override with "
+        "--layout/--gpu-memory)",
+        "bs4 fp32 train NCHW sgd, --gpu-memory planned",
+        "bs4 fp16 train NHWC sgd, --gpu-memory planned"}) {
     EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
   }
   // Measured on the CPU: NHWC over a growing allocator; what is named is not picked.
