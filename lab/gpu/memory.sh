@@ -22,12 +22,12 @@ rm -f "$tuning"
 if want predicted; then
 echo "== predicted vs measured, resnet50 fp32 NCHW"
 timeout 600 "$bin/dlprobe" memory --model resnet50 --batch 32,64,128,256 --precision fp32 \
-  --tuning-cache "$tuning" --layout nchw --json "$out/memory-fp32.json" >"$out/memory-fp32.txt" 2>"$out/memory-fp32.err" || status=1
+  --tuning-cache "$tuning" --layout nchw --gpu-memory grow --json "$out/memory-fp32.json" >"$out/memory-fp32.txt" 2>"$out/memory-fp32.err" || status=1
 tail -n 6 "$out/memory-fp32.txt"
 
 echo "== predicted vs measured, resnet50 fp16 NHWC"
 timeout 600 "$bin/dlprobe" memory --model resnet50 --batch 32,64,128,256 --precision fp16 \
-  --tuning-cache "$tuning" --layout nhwc --json "$out/memory-fp16.json" >"$out/memory-fp16.txt" 2>"$out/memory-fp16.err" || status=1
+  --tuning-cache "$tuning" --layout nhwc --gpu-memory grow --json "$out/memory-fp16.json" >"$out/memory-fp16.txt" 2>"$out/memory-fp16.err" || status=1
 tail -n 6 "$out/memory-fp16.txt"
 fi
 
