@@ -8,13 +8,12 @@
 #include <cstdlib>
 #include <regex>
 
+#include "common/run_dlprobe.h"
+#include "common/temp_folder.h"
 #include "dlprobe/results/results.h"
-#include "report/spawn.h"
 
 namespace dlprobe::testing {
 namespace {
-
-const std::string kBin = DLPROBE_BINARY;
 
 std::string find_chromium() {
   if (const char* env = std::getenv("DLPROBE_CHROMIUM"); env && *env) return env;
@@ -37,12 +36,13 @@ Rendered render(const std::string& chromium, const std::filesystem::path& page,
   std::filesystem::create_directories(profile);
   // As root Chromium needs --no-sandbox; the rest keeps it off the network and the GPU.
   // --enable-logging=stderr --v=0 puts console messages on stderr.
-  const Ran r = run("timeout 120 " + quote(chromium) +
-                        " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
-                        " --disable-background-networking --disable-component-update"
-                        " --disable-sync --enable-logging=stderr --v=0 --user-data-dir=" +
-                        quote(profile.string()) + " --dump-dom " + quote("file://" + page.string()),
-                    dir);
+  const ProcessResult r = run_process(
+      split_args(quote(chromium) +
+                 " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
+                 " --disable-background-networking --disable-component-update"
+                 " --disable-sync --enable-logging=stderr --v=0 --user-data-dir=" +
+                 quote(profile.string()) + " --dump-dom " + quote("file://" + page.string())),
+      {.timeout = 120s});
   Rendered out;
   out.exit_code = r.exit_code;
   out.dom = r.out;
@@ -65,17 +65,15 @@ std::size_t count(const std::string& text, const std::string& what) {
 }
 
 TEST(BenchEndToEnd, CpuSweepResultsReportAndCompare) {
-  const auto dir = scratch("bench_e2e");
+  const TempFolder dir;
   const auto json = dir / "r.json";
   const auto csv = dir / "r.csv";
   const auto md = dir / "r.md";
-  const Ran bench = run(
-      kBin +
-          " bench --device cpu --model resnet18 --width 16 --image-size 32 --classes 10"
-          " --batch 2,4 --mode train,infer --steps 2 --min-time 0s --warmup 0"
-          " --warmup-time 0s --json " +
-          quote(json.string()) + " --csv " + quote(csv.string()) + " --md " + quote(md.string()),
-      dir);
+  const ProcessResult bench = run_dlprobe(split_args(
+      "bench --device cpu --model resnet18 --width 16 --image-size 32 --classes 10"
+      " --batch 2,4 --mode train,infer --steps 2 --min-time 0s --warmup 0"
+      " --warmup-time 0s --json " +
+      quote(json.string()) + " --csv " + quote(csv.string()) + " --md " + quote(md.string())));
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   // The table on stdout, a row per configuration; progress on stderr.
   const std::regex row("resnet18-w16@32 bs=4 fp32 infer nhwc cpu +ok +[0-9.,]+ ");
@@ -101,19 +99,17 @@ TEST(BenchEndToEnd, CpuSweepResultsReportAndCompare) {
             std::string::npos);
 
   const auto html = dir / "report.html";
-  const Ran report =
-      run(kBin + " report " + quote(json.string()) + " -o " + quote(html.string()), dir);
+  const ProcessResult report = run_dlprobe({"report", json.string(), "-o", html.string()});
   ASSERT_EQ(report.exit_code, 0) << report.err;
 
-  const Ran compare = run(
-      kBin + " compare " + quote(json.string()) + " " + quote(json.string()) + " --fail-above 3%",
-      dir);
+  const ProcessResult compare =
+      run_dlprobe({"compare", json.string(), json.string(), "--fail-above", "3%"});
   EXPECT_EQ(compare.exit_code, 0) << compare.out << compare.err;
   EXPECT_EQ(count(compare.out, "no change"), 4u) << compare.out;
 
   const std::string chromium = find_chromium();
   if (chromium.empty()) GTEST_SKIP() << "no chromium installed (scripts/setup.sh installs it)";
-  const Rendered page = render(chromium, html, dir);
+  const Rendered page = render(chromium, html, dir.path());
   ASSERT_EQ(page.exit_code, 0);
   EXPECT_TRUE(page.console_errors.empty()) << page.console_errors.front();
   for (const char* id : {"chart-throughput", "chart-latency", "chart-step-times", "chart-memory"}) {
@@ -126,7 +122,6 @@ TEST(BenchEndToEnd, CpuSweepResultsReportAndCompare) {
   // Throughput: two series (train and infer), each a line with a point per batch; latency: the
   // infer one.
   EXPECT_EQ(count(page.dom, "<polyline class=\"series\""), 3u);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Evaluate, QuickRunLeavesItsFolderAndFiveLines) {
@@ -135,9 +130,9 @@ TEST(Evaluate, QuickRunLeavesItsFolderAndFiveLines) {
   // normal build runs it.
   GTEST_SKIP() << "evaluate's CPU sweep takes minutes under the sanitizers";
 #endif
-  const auto dir = scratch("evaluate_quick");
+  const TempFolder dir;
   const auto out = dir / "eval";
-  const Ran r = run(kBin + " evaluate --quick --out " + quote(out.string()), dir);
+  const ProcessResult r = run_dlprobe({"evaluate", "--quick", "--out", out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(count(r.out, "\n"), 5u) << r.out;
   std::istringstream lines(r.out);
@@ -160,31 +155,30 @@ TEST(Evaluate, QuickRunLeavesItsFolderAndFiveLines) {
   EXPECT_TRUE(from_doctor);
 
   // A second run never overwrites the first.
-  const Ran again = run(kBin + " evaluate --quick --out " + quote(out.string()), dir);
+  const ProcessResult again = run_dlprobe({"evaluate", "--quick", "--out", out.string()});
   EXPECT_EQ(again.exit_code, 2);
   EXPECT_NE(again.err.find("already holds results.json"), std::string::npos) << again.err;
 
   const std::string chromium = find_chromium();
   if (!chromium.empty()) {
-    const Rendered page = render(chromium, out / "report.html", dir);
+    const Rendered page = render(chromium, out / "report.html", dir.path());
     ASSERT_EQ(page.exit_code, 0);
     EXPECT_TRUE(page.console_errors.empty()) << page.console_errors.front();
     EXPECT_EQ(count(page.dom, "<svg id=\"chart-throughput\""), 1u);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Evaluate, BadInputIsOneLine) {
-  const auto dir = scratch("evaluate_bad");
+  const TempFolder dir;
   for (const std::string& args :
        {std::string("--device tpu"), std::string("--conv-algo fastest"), std::string("--bogus"),
         std::string("--tuning-cache /nonexistent/dir/t.json")}) {
-    const Ran r = run(kBin + " evaluate " + args + " --out " + quote((dir / "x").string()), dir);
+    const ProcessResult r =
+        run_dlprobe(split_args("evaluate " + args + " --out " + quote((dir / "x").string())));
     EXPECT_EQ(r.exit_code, 2) << args;
     EXPECT_EQ(count(r.err, "dlprobe: error:"), 1u) << args << "\n" << r.err;
     EXPECT_FALSE(std::filesystem::exists(dir / "x" / "results.json"));
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -8,27 +8,31 @@
 
 #include <array>
 #include <chrono>
-#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
 
-#include "cli_test_util.h"
+#include "common/run_dlprobe.h"
 #include "dlprobe/results/results.h"
 
 namespace {
 
-using dlprobe::testing::CliRun;
+using CliRun = dlprobe::testing::ProcessResult;
 using dlprobe::testing::error_lines;
 
-CliRun run(const std::string& args) {
-  // Over-large requests must reach the caching allocator's out-of-memory report, not the
-  // sanitizer's allocation-size check; the options the suite runs under (scripts/test.sh) stay.
-  const std::string command =
-      "ASAN_OPTIONS=\"$ASAN_OPTIONS:allocator_may_return_null=1\" " DLPROBE_BINARY " bench " +
-      args + " 2>&1";
-  return dlprobe::testing::run_shell(command);
+// Over-large requests must reach the caching allocator's out-of-memory report, not the
+// sanitizer's allocation-size check; the options the suite runs under (scripts/test.sh) stay.
+const dlprobe::testing::ProcessOptions kOptions{
+    .env = {
+        {"ASAN_OPTIONS",
+         std::string(std::getenv("ASAN_OPTIONS") != nullptr ? std::getenv("ASAN_OPTIONS") : "") +
+             ":allocator_may_return_null=1"}}};
+
+CliRun run(const std::string& args, dlprobe::testing::ProcessOptions options = kOptions) {
+  return dlprobe::testing::run_dlprobe(dlprobe::testing::split_args("bench " + args),
+                                       std::move(options));
 }
 
 void expect_error(const std::string& args, const std::string& needle) {

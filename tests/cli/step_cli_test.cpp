@@ -1,7 +1,6 @@
 // dlprobe step as a user (or lab/peers/compare_pytorch.py) runs it: files in, the binary, files
 // out, checked against a TrainingStep run in this process on the same weights and batch.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_test_util.h"
+#include "common/run_dlprobe.h"
 #include "dlprobe/allocator/caching_allocator.h"
 #include "dlprobe/device/backend_kind.h"
 #include "dlprobe/engine/reference_backend.h"
@@ -24,12 +23,11 @@
 namespace dlprobe {
 namespace {
 
-using testing::CliRun;
+using CliRun = testing::ProcessResult;
 using testing::error_lines;
 
 CliRun run_cli(const std::string& args) {
-  const std::string command = DLPROBE_BINARY " step " + args + " 2>&1";
-  return testing::run_shell(command);
+  return testing::run_dlprobe(testing::split_args("step " + args));
 }
 
 safetensors::Tensor file_tensor(std::string name, const HostTensor& t) {

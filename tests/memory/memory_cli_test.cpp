@@ -8,17 +8,17 @@
 #include <string>
 
 #include "analysis_test_util.h"
-#include "cli/cli_test_util.h"
+#include "common/run_dlprobe.h"
 #include "dlprobe/memory/prediction.h"
 #include "dlprobe/results/results.h"
 
 namespace dlprobe::memory {
 namespace {
 
-using dlprobe::testing::CliRun;
+using CliRun = dlprobe::testing::ProcessResult;
 
 CliRun run(const std::string& command_tail) {
-  return dlprobe::testing::run_shell(std::string(DLPROBE_BINARY) + " " + command_tail + " 2>&1");
+  return dlprobe::testing::run_dlprobe(dlprobe::testing::split_args(command_tail));
 }
 
 bool has(const std::string& text, const std::string& part) {

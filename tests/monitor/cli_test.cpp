@@ -1,14 +1,10 @@
 // The dlprobe binary's monitor command, run as a child process against the fake NVML: bad input,
 // Ctrl-C, output to stdout and the Prometheus endpoint.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -16,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/run_dlprobe.h"
 #include "fake_script.h"
 
 namespace dlprobe {
@@ -24,87 +21,14 @@ namespace {
 using namespace std::chrono_literals;
 using dlprobe::testing::FakeScript;
 using dlprobe::testing::kH200Script;
+using dlprobe::testing::Process;
+using dlprobe::testing::start_dlprobe;
+using dlprobe::testing::Stream;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// dlprobe with `args` and NVML from the fake (or `nvml`).
+Process spawn(std::vector<std::string> args, const char* nvml = DLPROBE_FAKE_NVML) {
+  return start_dlprobe(std::move(args), {.env = {{"DLPROBE_NVML_LIBRARY", nvml}}});
 }
-
-// dlprobe with `args`, NVML from the fake, stdout and stderr to temporary files.
-class Child {
- public:
-  explicit Child(std::vector<std::string> args, const char* nvml = DLPROBE_FAKE_NVML) {
-    stem_ = temp_stem();
-    out_ = stem_ + ".out";
-    err_ = stem_ + ".err";
-    args.insert(args.begin(), DLPROBE_BINARY);
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int out = open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      const int err = open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      dup2(out, 1);
-      dup2(err, 2);
-      setenv("DLPROBE_NVML_LIBRARY", nvml, 1);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  ~Child() {
-    if (pid_ > 0 && !exited_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    std::remove(out_.c_str());
-    std::remove(err_.c_str());
-    std::remove(stem_.c_str());
-  }
-
-  // The exit code, or -1 when the child has not ended within `timeout` (it is then killed).
-  int wait(std::chrono::milliseconds timeout = 10s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    int status = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return -1;
-  }
-  void signal(int sig) { kill(pid_, sig); }
-  // Waits until `pattern` shows up in stdout (or stderr); false after `timeout`.
-  bool wait_for_output(const std::regex& pattern, bool from_stderr,
-                       std::chrono::milliseconds timeout = 10s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (std::regex_search(from_stderr ? err() : out(), pattern)) return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
-  }
-  std::string out() const { return read_file(out_); }
-  std::string err() const { return read_file(err_); }
-
- private:
-  // mkstemp's file reserves the name; the .out and .err files beside it are the child's.
-  static std::string temp_stem() {
-    char name[] = "/tmp/dlprobe_cli_XXXXXX";
-    const int fd = mkstemp(name);
-    close(fd);
-    return name;
-  }
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  std::string stem_;
-  std::string out_;
-  std::string err_;
-};
 
 int count_lines(const std::string& text) {
   int n = 0;
@@ -122,7 +46,7 @@ TEST(MonitorCli, BadInputIsOneLineAndExitTwo) {
       {"monitor", "--serve", "nope"}, {"monitor", "--csv", "/nonexistent/dir/x.csv"},
   };
   for (const auto& args : cases) {
-    Child child(args);
+    Process child = spawn(args);
     EXPECT_EQ(child.wait(), 2) << args[1] << " " << args[2];
     const std::string err = child.err();
     EXPECT_EQ(err.rfind("dlprobe: error: ", 0), 0U) << err;
@@ -132,7 +56,7 @@ TEST(MonitorCli, BadInputIsOneLineAndExitTwo) {
 }
 
 TEST(MonitorCli, MissingNvmlIsAClearError) {
-  Child child({"monitor", "-c", "1"}, "/nonexistent/libnvidia-ml.so.1");
+  Process child = spawn({"monitor", "-c", "1"}, "/nonexistent/libnvidia-ml.so.1");
   EXPECT_EQ(child.wait(), 2);
   EXPECT_NE(child.err().find("NVIDIA driver"), std::string::npos) << child.err();
   EXPECT_EQ(count_lines(child.err()), 1);
@@ -140,7 +64,7 @@ TEST(MonitorCli, MissingNvmlIsAClearError) {
 
 TEST(MonitorCli, CountEndsWithSummary) {
   FakeScript script(kH200Script);
-  Child child({"monitor", "-i", "10ms", "-c", "3", "--processes"});
+  Process child = spawn({"monitor", "-i", "10ms", "-c", "3", "--processes"});
   ASSERT_EQ(child.wait(), 0) << child.err();
   const std::string out = child.out();
   EXPECT_NE(out.find("sw_power_cap,hw_thermal_slowdown"), std::string::npos) << out;
@@ -152,7 +76,7 @@ TEST(MonitorCli, CountEndsWithSummary) {
 
 TEST(MonitorCli, JsonlOnStdoutHidesTheTable) {
   FakeScript script(kH200Script);
-  Child child({"monitor", "-i", "10ms", "-c", "2", "--jsonl", "-"});
+  Process child = spawn({"monitor", "-i", "10ms", "-c", "2", "--jsonl", "-"});
   ASSERT_EQ(child.wait(), 0) << child.err();
   std::istringstream in(child.out());
   int rows = 0;
@@ -166,8 +90,8 @@ TEST(MonitorCli, JsonlOnStdoutHidesTheTable) {
 
 TEST(MonitorCli, CtrlCEndsCleanlyWithSummary) {
   FakeScript script(kH200Script);
-  Child child({"monitor", "-i", "10ms"});
-  ASSERT_TRUE(child.wait_for_output(std::regex("hw_thermal_slowdown"), false)) << child.err();
+  Process child = spawn({"monitor", "-i", "10ms"});
+  ASSERT_TRUE(child.wait_for_output(std::regex("hw_thermal_slowdown"), Stream::out)) << child.err();
   child.signal(SIGINT);
   EXPECT_EQ(child.wait(), 0) << child.err();
   const std::string out = child.out();
@@ -179,7 +103,7 @@ TEST(MonitorCli, CtrlCEndsCleanlyWithSummary) {
 TEST(MonitorCli, DurationEndsTheRun) {
   FakeScript script(kH200Script);
   const auto start = std::chrono::steady_clock::now();
-  Child child({"monitor", "-i", "10ms", "--duration", "200ms", "--csv", "-"});
+  Process child = spawn({"monitor", "-i", "10ms", "--duration", "200ms", "--csv", "-"});
   ASSERT_EQ(child.wait(), 0) << child.err();
   EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
   const std::string out = child.out();
@@ -189,9 +113,10 @@ TEST(MonitorCli, DurationEndsTheRun) {
 
 TEST(MonitorCli, ServesPrometheusMetrics) {
   FakeScript script(kH200Script);
-  Child child({"monitor", "-i", "10ms", "--processes", "--serve", "127.0.0.1:0"});
+  Process child = spawn({"monitor", "-i", "10ms", "--processes", "--serve", "127.0.0.1:0"});
   std::smatch m;
-  ASSERT_TRUE(child.wait_for_output(std::regex(R"(http://127\.0\.0\.1:(\d+)/metrics)"), true))
+  ASSERT_TRUE(
+      child.wait_for_output(std::regex(R"(http://127\.0\.0\.1:(\d+)/metrics)"), Stream::err))
       << child.err();
   const std::string err = child.err();
   ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(127\.0\.0\.1:(\d+)/metrics)")));
@@ -239,7 +164,7 @@ TEST(MonitorCli, ServesPrometheusMetrics) {
 
 TEST(MonitorCli, NonLoopbackServeWarns) {
   FakeScript script(kH200Script);
-  Child child({"monitor", "-i", "10ms", "-c", "2", "--serve", "0.0.0.0:0"});
+  Process child = spawn({"monitor", "-i", "10ms", "-c", "2", "--serve", "0.0.0.0:0"});
   EXPECT_EQ(child.wait(), 0) << child.err();
   EXPECT_NE(child.err().find("not a loopback address"), std::string::npos) << child.err();
 }

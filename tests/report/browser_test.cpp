@@ -7,12 +7,12 @@
 #include <cstdlib>
 #include <regex>
 
-#include "spawn.h"
+#include "common/run_dlprobe.h"
+#include "common/temp_folder.h"
 
 namespace dlprobe::testing {
 namespace {
 
-const std::string kBin = DLPROBE_BINARY;
 const std::string kNative = std::string(DLPROBE_FIXTURES) + "/synthetic_native.json";
 const std::string kExternal = std::string(DLPROBE_FIXTURES) + "/synthetic_external.json";
 
@@ -30,26 +30,24 @@ class Browser : public ::testing::Test {
   void SetUp() override {
     chromium_ = find_chromium();
     if (chromium_.empty()) GTEST_SKIP() << "no chromium installed (scripts/setup.sh installs it)";
-    dir_ = scratch("report_browser");
-    auto r = run(kBin + " report " + kNative + " " + kExternal + " -o " + quote(html()), dir_);
+    auto r = run_dlprobe({"report", kNative, kExternal, "-o", html()});
     ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   std::string html() const { return (dir_ / "report.html").string(); }
 
   // Headless flags: as root Chromium needs --no-sandbox; the rest keep it from reaching the
   // network or a GPU. --enable-logging=stderr --v=0 puts console messages on stderr.
-  Ran chromium(const std::string& page, const std::string& mode) {
+  ProcessResult chromium(const std::string& page, const std::string& mode) {
     const auto profile = dir_ / "profile";
     std::filesystem::create_directories(profile);
-    return run("timeout 120 " + quote(chromium_) +
-                   " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
-                   " --disable-background-networking --disable-component-update --disable-sync"
+    return run_process(
+        split_args(quote(chromium_) +
+                   " --headless --no-sandbox --disable-gpu --disable-quic"
+                   " --no-first-run --disable-background-networking"
+                   " --disable-component-update --disable-sync"
                    " --enable-logging=stderr --v=0 --user-data-dir=" +
-                   quote(profile.string()) + " " + mode + " " + quote("file://" + page),
-               dir_);
+                   quote(profile.string()) + " " + mode + " " + quote("file://" + page)),
+        {.timeout = 120s});
   }
 
   static std::vector<std::string> console_errors(const std::string& log) {
@@ -67,7 +65,7 @@ class Browser : public ::testing::Test {
   }
 
   std::string chromium_;
-  std::filesystem::path dir_;
+  const TempFolder dir_;
 };
 
 std::size_t count(const std::string& text, const std::string& what) {

@@ -4,29 +4,27 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/run_dlprobe.h"
+#include "common/temp_folder.h"
 #include "dlprobe/core/files.h"
 #include "dlprobe/results/results.h"
 #include "fixture.h"
-#include "spawn.h"
 
 namespace dlprobe::testing {
 namespace {
 
-const std::string kBin = DLPROBE_BINARY;
 const std::string kNative = std::string(DLPROBE_FIXTURES) + "/synthetic_native.json";
 const std::string kExternal = std::string(DLPROBE_FIXTURES) + "/synthetic_external.json";
 
 class Cli : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = scratch("report_cli"); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  Ran dlprobe(const std::string& args) { return run(kBin + " " + args, dir_); }
+  ProcessResult dlprobe(const std::string& args) { return run_dlprobe(split_args(args)); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write(const std::string& name, const results::Document& d) {
     EXPECT_TRUE(write_file_atomic(path(name), results::serialize(d)).is_ok());
     return path(name);
   }
-  std::filesystem::path dir_;
+  const TempFolder dir_;
 };
 
 TEST_F(Cli, ReportWritesHtmlMarkdownAndCsvByExtension) {

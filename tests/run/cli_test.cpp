@@ -2,19 +2,18 @@
 // middle, a max-batch search, Ctrl-C, --shell with a regex, bad input, and the fake NVML.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "common/run_dlprobe.h"
 #include "dlprobe/results/results.h"
 #include "monitor/fake_script.h"
 
@@ -53,30 +52,9 @@ class RunCli : public ::testing::Test {
   // Runs dlprobe with `args`; `interrupt_after` sends it SIGINT after that long.
   Outcome dlprobe(std::vector<std::string> args,
                   std::optional<std::chrono::milliseconds> interrupt_after = std::nullopt) {
-    const std::string out = path("stdout.txt");
-    const std::string err = path("stderr.txt");
-    args.insert(args.begin(), DLPROBE_BINARY);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      freopen(out.c_str(), "w", stdout);
-      freopen(err.c_str(), "w", stderr);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    if (interrupt_after) {
-      std::this_thread::sleep_for(*interrupt_after);
-      kill(pid, SIGINT);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    Outcome o;
-    o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    o.out = slurp(out);
-    o.err = slurp(err);
-    return o;
+    const dlprobe::testing::ProcessResult r =
+        dlprobe::testing::run_dlprobe(std::move(args), {.interrupt_after = interrupt_after});
+    return {r.exit_code, r.out, r.err};
   }
 
   json results() const { return json::parse(slurp(path("r.json"))); }
