@@ -131,6 +131,8 @@ TEST(AdamW, HandComputed) {
   EXPECT_NEAR(state.exp_avg->get(0), 0.9 * -0.055 + 0.1 * 0.25, 1e-16);
 }
 
+// The reference backend steps fp32 parameters in a loop of its own, so the backend op test does
+// not reach the float instantiations of sgd_step and adamw_step; here they are checked.
 TEST(AdamW, FloatAgreesWithDoubleOverSteps) {
   const AdamWParams prm{1e-2, 0.9, 0.999, 1e-8, 1e-2};
   HostTensor pd = testing::rand({4, 3}, 10);

@@ -139,6 +139,8 @@ TEST_P(ConvTest, BackwardIsLayoutInvariant) {
   EXPECT_TRUE(all_close(dwn, dw, 0, 0));
 }
 
+// The reference backend runs ungrouped, undilated convolutions in a loop of its own, so the backend
+// op test reaches this float instantiation only for the other cases.
 TEST_P(ConvTest, FloatAgreesWithDouble) {
   const ConvCase& c = GetParam();
   HostTensor x = rand(c.x, 12);

@@ -1,6 +1,7 @@
 // Batch norm, ReLU, max pool, residual add, global average pool, linear and cross-entropy of the
-// reference backend: each against formulas written out here, finite differences in fp64, layout
-// invariance and float-vs-double agreement.
+// reference functions: each against formulas written out here, finite differences in fp64 and
+// layout invariance. Their float instantiations against double are the backend op test's
+// reference row (backend_ops_test), which runs them through the reference backend.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,9 +22,6 @@ using testing::numeric_gradient;
 using testing::rand;
 using testing::scalar;
 
-HostTensor to64(const HostTensor& t) {
-  return t.to_dtype(DType::fp64).value();
-}
 HostTensor to32(const HostTensor& t) {
   return t.to_dtype(DType::fp32).value();
 }
@@ -138,27 +136,6 @@ TEST(BatchNorm, GradientsMatchFiniteDifferencesInBothLayouts) {
     EXPECT_TRUE(all_close(g.dgamma, numeric_gradient(in.gamma, loss), kGradRtol, kGradAtol));
     EXPECT_TRUE(all_close(g.dbeta, numeric_gradient(in.beta, loss), kGradRtol, kGradAtol));
   }
-}
-
-TEST(BatchNorm, FloatAgreesWithDouble) {
-  BnInputs in = bn_inputs({4, 3, 3, 3}, Layout::nhwc, 40);
-  BnInputs f{to32(in.x), to32(in.gamma), to32(in.beta), to32(in.rm), to32(in.rv)};
-  BnInputs d{to64(f.x), to64(f.gamma), to64(f.beta), to64(f.rm), to64(f.rv)};
-  auto of =
-      reference::batch_norm_train_forward<float>(f.x, f.gamma, f.beta, f.rm, f.rv, {}).value();
-  auto od =
-      reference::batch_norm_train_forward<double>(d.x, d.gamma, d.beta, d.rm, d.rv, {}).value();
-  EXPECT_TRUE(all_close(of.y, od.y, 1e-5, 1e-5));
-  EXPECT_TRUE(all_close(of.running_var, od.running_var, 1e-5, 1e-6));
-  const HostTensor dyf = to32(rand(in.x.shape(), 41));
-  auto gf = reference::batch_norm_backward<float>(dyf, f.x, f.gamma, of.save_mean, of.save_invstd)
-                .value();
-  auto gd =
-      reference::batch_norm_backward<double>(to64(dyf), d.x, d.gamma, od.save_mean, od.save_invstd)
-          .value();
-  EXPECT_TRUE(all_close(gf.dx, gd.dx, 1e-4, 1e-5));
-  EXPECT_TRUE(all_close(gf.dgamma, gd.dgamma, 1e-5, 1e-5));
-  EXPECT_TRUE(all_close(gf.dbeta, gd.dbeta, 1e-5, 1e-5));
 }
 
 // ---- ReLU, add ----
@@ -331,11 +308,6 @@ TEST(Linear, GradientsMatchFiniteDifferences) {
   EXPECT_TRUE(all_close(g.dx, numeric_gradient(x, loss), kGradRtol, kGradAtol));
   EXPECT_TRUE(all_close(g.dw, numeric_gradient(w, loss), kGradRtol, kGradAtol));
   EXPECT_TRUE(all_close(g.db, numeric_gradient(b, loss), kGradRtol, kGradAtol));
-  auto gf = reference::linear_backward<float>(to32(dy), to32(x), to32(w)).value();
-  auto gd =
-      reference::linear_backward<double>(to64(to32(dy)), to64(to32(x)), to64(to32(w))).value();
-  EXPECT_TRUE(all_close(gf.dw, gd.dw, 1e-5, 1e-6));
-  EXPECT_TRUE(all_close(gf.dx, gd.dx, 1e-5, 1e-6));
 }
 
 // ---- cross-entropy ----
@@ -407,39 +379,6 @@ TEST(CrossEntropy, RefusesBadLabels) {
   auto f = reference::cross_entropy_forward<double>(z, rand({2}, 1));
   ASSERT_FALSE(f.has_value());
   EXPECT_EQ(f.status().message(), "cross_entropy_forward: labels must be int32 or int64, got fp64");
-}
-
-}  // namespace
-}  // namespace dlprobe
-
-namespace dlprobe {
-namespace {
-
-// The remaining ops in float against double on the same float-rounded inputs. ReLU and max pool
-// only select values, so they agree exactly.
-TEST(FloatVsDouble, PoolsReluAndLoss) {
-  const HostTensor xf = testing::rand({2, 3, 5, 5}, 140, DType::fp32, Layout::nhwc);
-  const HostTensor xd = xf.to_dtype(DType::fp64).value();
-  EXPECT_TRUE(testing::all_close(reference::relu_forward<float>(xf).value(),
-                                 reference::relu_forward<double>(xd).value(), 0, 0));
-  EXPECT_TRUE(testing::all_close(reference::max_pool2d_forward<float>(xf, {}).value(),
-                                 reference::max_pool2d_forward<double>(xd, {}).value(), 0, 0));
-  EXPECT_TRUE(testing::all_close(reference::global_avg_pool_forward<float>(xf).value(),
-                                 reference::global_avg_pool_forward<double>(xd).value(), 1e-6,
-                                 1e-7));
-  const HostTensor zf = testing::rand({4, 10}, 141, DType::fp32, Layout::nchw, -5.0, 5.0);
-  const HostTensor zd = zf.to_dtype(DType::fp64).value();
-  const HostTensor labels = testing::rand({4}, 142, DType::int64, Layout::nchw, 0, 10);
-  EXPECT_TRUE(testing::all_close(reference::cross_entropy_forward<float>(zf, labels).value(),
-                                 reference::cross_entropy_forward<double>(zd, labels).value(), 1e-6,
-                                 1e-7));
-  HostTensor onef(testing::desc({1}, DType::fp32));
-  onef.set(0, 1.0);
-  EXPECT_TRUE(testing::all_close(
-      reference::cross_entropy_backward<float>(zf, labels, onef).value(),
-      reference::cross_entropy_backward<double>(zd, labels, onef.to_dtype(DType::fp64).value())
-          .value(),
-      1e-5, 1e-7));
 }
 
 }  // namespace

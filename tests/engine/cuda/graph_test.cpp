@@ -8,11 +8,14 @@
 #include <limits>
 #include <string>
 
-#include "cuda_test_util.h"
+#include "cuda_rows.h"
 #include "dlprobe/engine/conv_tuning.h"
+#include "test_util.h"
 
 namespace dlprobe::testing {
 namespace {
+
+using CudaGraph = CudaTest;
 
 struct GraphMode {
   DType dtype;
@@ -24,8 +27,8 @@ struct GraphMode {
 // replayed after the graph's shared workspace was overwritten with NaN as the step's later calls
 // overwrite it: a call whose engine set its workspace up at capture only (a host-side upload that
 // the capture does not record) reads the NaN on replay. Run twice in a row, as a step replays.
-TEST(CudaGraph, ReplayedStemWeightGradientMatchesEager) {
-  auto& backend = CudaEnv::backend();
+TEST_F(CudaGraph, ReplayedStemWeightGradientMatchesEager) {
+  cuda::CudaBackend& backend = shared();
   const Conv2dParams p{{2, 2}, {3, 3}, {1, 1}, 1};
   const Shape xs{8, 3, 64, 64};
   const Shape ws{64, 3, 7, 7};
@@ -36,17 +39,17 @@ TEST(CudaGraph, ReplayedStemWeightGradientMatchesEager) {
                              {DType::fp16, MathMode::strict_fp32, Layout::nhwc}};
   std::uint64_t seed = 500;
   for (const GraphMode& m : modes) {
-    SCOPED_TRACE(
-        fmt::format("{}{}", case_name(m.dtype, m.layout), m.math == MathMode::tf32 ? " tf32" : ""));
+    SCOPED_TRACE(fmt::format("{}/{}{}", dtype_name(m.dtype), layout_name(m.layout),
+                             m.math == MathMode::tf32 ? " tf32" : ""));
     backend.set_math_mode(m.math);
-    const DeviceTensor x = to_device(rand(xs, ++seed, m.dtype, m.layout));
-    const DeviceTensor dy = to_device(rand(ys, ++seed, m.dtype, m.layout));
-    DeviceTensor eager = device_output(desc(ws, m.dtype, m.layout));
+    const BackendTensor x = to_backend(env(), rand(xs, ++seed, m.dtype, m.layout));
+    const BackendTensor dy = to_backend(env(), rand(ys, ++seed, m.dtype, m.layout));
+    BackendTensor eager = backend_output(env(), desc(ws, m.dtype, m.layout));
     ASSERT_TRUE(backend.conv2d_backward_weight(x.view(), dy.view(), eager.view(), p).is_ok());
     const std::string engine = backend.last_conv_engine();
-    const HostTensor want = to_host(eager);
+    const HostTensor want = to_host(env(), eager.view());
 
-    DeviceTensor replayed = device_output(desc(ws, m.dtype, m.layout));
+    BackendTensor replayed = backend_output(env(), desc(ws, m.dtype, m.layout));
     std::size_t trashed = 0;
     const Result<std::size_t> graph = backend.capture([&]() -> Status {
       DLPROBE_RETURN_IF_ERROR(
@@ -62,7 +65,7 @@ TEST(CudaGraph, ReplayedStemWeightGradientMatchesEager) {
     for (int replay = 0; replay < 2; ++replay) {
       ASSERT_TRUE(backend.replay(*graph).is_ok());
       ASSERT_TRUE(backend.synchronize().is_ok());
-      EXPECT_TRUE(identical(to_host(replayed), want))
+      EXPECT_TRUE(identical(to_host(env(), replayed.view()), want))
           << "replay " << replay << " on " << engine << " (" << trashed
           << " workspace floats overwritten)";
     }
@@ -74,10 +77,10 @@ TEST(CudaGraph, ReplayedStemWeightGradientMatchesEager) {
 // A graph's shared workspace is what the eager calls since the last capture took, not the most of
 // every plan the backend holds: a sweep's configurations share one backend, and an earlier step's
 // large workspace (strict fp32's FFT engines) must not size a later step's graph.
-TEST(CudaGraph, WorkspaceIsSizedByTheCallsSinceTheCountWasReset) {
+TEST_F(CudaGraph, WorkspaceIsSizedByTheCallsSinceTheCountWasReset) {
   // A backend of its own, autotuning among every engine as the bench does: strict fp32's
   // FFT engines take large workspaces.
-  auto made = cuda::CudaBackend::create(0, CudaEnv::allocator(),
+  auto made = cuda::CudaBackend::create(0, allocator(),
                                         {.conv_engine = ConvEngineChoice::autotune,
                                          .deterministic = false,
                                          .transform_engines = true});
@@ -85,17 +88,19 @@ TEST(CudaGraph, WorkspaceIsSizedByTheCallsSinceTheCountWasReset) {
   cuda::CudaBackend& backend = **made;
   const Conv2dParams stem{{2, 2}, {3, 3}, {1, 1}, 1};
   const Conv2dParams same{{1, 1}, {1, 1}, {1, 1}, 1};
-  const DeviceTensor x = to_device(rand({8, 3, 64, 64}, 601, DType::fp32, Layout::nhwc));
-  const DeviceTensor dy = to_device(rand({8, 64, 32, 32}, 602, DType::fp32, Layout::nhwc));
-  DeviceTensor dw = device_output(desc({64, 3, 7, 7}, DType::fp32, Layout::nhwc));
+  const BackendTensor x = to_backend(env(), rand({8, 3, 64, 64}, 601, DType::fp32, Layout::nhwc));
+  const BackendTensor dy = to_backend(env(), rand({8, 64, 32, 32}, 602, DType::fp32, Layout::nhwc));
+  BackendTensor dw = backend_output(env(), desc({64, 3, 7, 7}, DType::fp32, Layout::nhwc));
   // layer1's 3x3 weight gradient at batch 64: evaluate's sweep on an H200 chose engines with
   // 110 MiB of workspace for it at batch 32 and 1.2 GiB (FFT) at batch 256.
-  const DeviceTensor bx = to_device(rand({64, 64, 56, 56}, 603, DType::fp32, Layout::nchw));
-  const DeviceTensor bdy = to_device(rand({64, 64, 56, 56}, 604, DType::fp32, Layout::nchw));
-  DeviceTensor bdw = device_output(desc({64, 64, 3, 3}, DType::fp32, Layout::nchw));
+  const BackendTensor bx =
+      to_backend(env(), rand({64, 64, 56, 56}, 603, DType::fp32, Layout::nchw));
+  const BackendTensor bdy =
+      to_backend(env(), rand({64, 64, 56, 56}, 604, DType::fp32, Layout::nchw));
+  BackendTensor bdw = backend_output(env(), desc({64, 64, 3, 3}, DType::fp32, Layout::nchw));
   std::string big_engine;
   // The uploads ran on the shared backend's stream.
-  ASSERT_TRUE(CudaEnv::backend().synchronize().is_ok());
+  ASSERT_TRUE(shared().synchronize().is_ok());
   auto stem_wgrad = [&] {
     return backend.conv2d_backward_weight(x.view(), dy.view(), dw.view(), stem);
   };
