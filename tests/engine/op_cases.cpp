@@ -20,7 +20,6 @@ namespace {
 
 constexpr Layout kLayouts[] = {Layout::nchw, Layout::nhwc};
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 HostTensor uniform(const Shape& s, std::uint64_t seed, Layout l = Layout::nchw, double lo = -1.0,
                    double hi = 1.0) {

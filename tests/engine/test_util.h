@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "dlprobe/engine/tensor.h"
@@ -140,6 +141,7 @@ inline HostTensor numeric_gradient(HostTensor& x, const std::function<double()>&
 
 // Tolerances for a finite-difference check in fp64: central differences with h = 1e-6 are good to
 // about 1e-9 on these O(1) values, so 1e-6 still catches any wrong term of a gradient.
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 inline constexpr double kGradRtol = 1e-6;
 inline constexpr double kGradAtol = 1e-7;
 

@@ -17,8 +17,6 @@
 namespace dlprobe::testing {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 class CpuBackend : public ::testing::Test {
  protected:
   void SetUp() override {
