@@ -22,7 +22,7 @@ load=$!
 sleep 4
 TZ=UTC nvidia-smi dmon -s pm -o DT -d 1 -c 30 >"$out/dmon.txt" 2>&1 &
 dmon=$!
-"$bin/dlprobe" monitor -i 100ms --duration 30s --csv "$out/monitor.csv" >/dev/null 2>"$out/monitor.err"
+"$bin/dlprobe" monitor --overwrite -i 100ms --duration 30s --csv "$out/monitor.csv" >/dev/null 2>"$out/monitor.err"
 wait "$dmon" "$load"
 python3 lab/gpu/monitor_vs_dmon.py "$out/monitor.csv" "$out/dmon.txt" >"$out/monitor-vs-dmon.txt" 2>&1
 summary+=("monitor vs dmon: exit $?")

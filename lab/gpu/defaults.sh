@@ -12,7 +12,7 @@ summary=()
 bench() {
   local name=$1
   shift
-  timeout 240 "$bin/dlprobe" bench --model resnet50 --batch 256 --precision fp16 "$@" \
+  timeout 240 "$bin/dlprobe" bench --overwrite --model resnet50 --batch 256 --precision fp16 "$@" \
     --json "$out/$name.json" >"$out/$name.txt" 2>"$out/$name.err"
   local rc=$?
   cat "$out/$name.txt"
@@ -38,7 +38,7 @@ done
 
 echo "== dlprobe evaluate"
 start=$(date +%s)
-timeout 420 "$bin/dlprobe" evaluate --out "$out/evaluate" >"$out/evaluate.txt" 2>"$out/evaluate.err"
+timeout 420 "$bin/dlprobe" evaluate --overwrite --out "$out/evaluate" >"$out/evaluate.txt" 2>"$out/evaluate.err"
 rc=$?
 cat "$out/evaluate.txt"
 summary+=("evaluate: exit $rc in $(($(date +%s) - start)) s")

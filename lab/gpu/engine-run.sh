@@ -18,7 +18,7 @@ native() {
   local tag=$1
   shift
   # shellcheck disable=SC2086 # $verbose is empty or one flag
-  timeout "${limit:-90}" "$bin/dlprobe" ${verbose:-} bench --model resnet50 --batch "$batch" --mode grads --steps 30 \
+  timeout "${limit:-90}" "$bin/dlprobe" ${verbose:-} bench --overwrite --model resnet50 --batch "$batch" --mode grads --steps 30 \
     --warmup 5 --tuning-cache "$out/tuning.json" --json "$out/native-$tag.json" "$@" \
     >"$out/native-$tag.log" 2>&1
   echo "native $tag: exit $?"
@@ -39,7 +39,7 @@ peer() {
   local tag=$1
   shift
   echo "== pytorch eager $tag bs$batch (through dlprobe run)"
-  timeout 120 "$bin/dlprobe" run --json "$out/pytorch-$tag.json" -- python3 \
+  timeout 120 "$bin/dlprobe" run --overwrite --json "$out/pytorch-$tag.json" -- python3 \
     examples/workloads/pytorch_resnet50.py --batch "$batch" --mode grads --steps 30 --warmup 5 \
     "$@" >"$out/pytorch-$tag.log" 2>&1
   echo "pytorch $tag: exit $?"

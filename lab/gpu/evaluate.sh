@@ -54,21 +54,21 @@ if [ "${EXTRAS:-1}" = 0 ]; then
 fi
 
 echo "== inference: throughput and latency per batch"
-timeout 300 "$bin/dlprobe" bench --model resnet50 --mode infer --precision bf16,fp16 \
+timeout 300 "$bin/dlprobe" bench --overwrite --model resnet50 --mode infer --precision bf16,fp16 \
   --layout nhwc --batch 1,8,32,128 --json "$out/infer.json" --md "$out/infer.md" \
   >"$out/infer.txt" 2>"$out/infer.err"
 summary+=("bench infer: exit $?")
 cat "$out/infer.txt"
 
 echo "== --batch auto: bf16 training up to the first out-of-memory"
-timeout 600 "$bin/dlprobe" bench --model resnet50 --precision bf16 --layout nhwc --batch auto \
+timeout 600 "$bin/dlprobe" bench --overwrite --model resnet50 --precision bf16 --layout nhwc --batch auto \
   --batch-start 256 --batch-limit 16384 --steps 5 --min-time 0s --warmup 2 --warmup-time 0s \
   --json "$out/auto.json" >"$out/auto.txt" 2>"$out/auto.err"
 summary+=("bench --batch auto: exit $? (0: the walk ended at its out-of-memory)")
 cat "$out/auto.txt"
 
 echo "== --repeat 3: three windows of one configuration"
-timeout 300 "$bin/dlprobe" bench --model resnet50 --precision bf16 --layout nhwc --batch 256 \
+timeout 300 "$bin/dlprobe" bench --overwrite --model resnet50 --precision bf16 --layout nhwc --batch 256 \
   --repeat 3 --json "$out/repeat.json" >"$out/repeat.txt" 2>"$out/repeat.err"
 summary+=("bench --repeat 3: exit $?")
 cat "$out/repeat.txt"

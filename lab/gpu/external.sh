@@ -50,7 +50,7 @@ run_one() {
   local smi_gpu=$!
   sleep 1  # a sample of the GPU before the workload starts
   echo "== $name: $*"
-  timeout $((limit + 60)) "$bin/dlprobe" run --timeout "${limit}s" --json "$ext/$name.json" \
+  timeout $((limit + 60)) "$bin/dlprobe" run --overwrite --timeout "${limit}s" --json "$ext/$name.json" \
     --details-json "$ext/$name-details.json" --log-dir "$ext/$name-logs" "${opts[@]}" -- \
     "$@" >"$ext/$name.log" 2>&1
   local rc=$?
@@ -78,7 +78,7 @@ run_one jax 420 --sweep batch=256 --sweep precision=bf16 -- \
 fraction=${SWEEP_FRACTION:-0.2}
 batches=64,128,256,512,1024
 echo "== sweep: batch $batches, PyTorch capped at $fraction of the GPU"
-timeout 900 "$bin/dlprobe" run --timeout 180s --sweep "batch=$batches" --json "$ext/sweep.json" \
+timeout 900 "$bin/dlprobe" run --overwrite --timeout 180s --sweep "batch=$batches" --json "$ext/sweep.json" \
   --details-json "$ext/sweep-details.json" --log-dir "$ext/sweep-logs" -- \
   python3 examples/workloads/pytorch_resnet50.py --batch '{batch}' \
   --amp fp16 --channels-last --steps 10 --warmup 3 --memory-fraction "$fraction" \
@@ -97,7 +97,7 @@ native() {
   local mode=$1
   shift
   echo "== native: resnet50 bs256 $mode, fp16 and bf16 NHWC, planned arena $*"
-  timeout 240 "$bin/dlprobe" bench --model resnet50 --batch 256 --mode "$mode" \
+  timeout 240 "$bin/dlprobe" bench --overwrite --model resnet50 --batch 256 --mode "$mode" \
     --precision fp16,bf16 --layout nhwc --gpu-memory planned "$@" --steps 30 --warmup 5 \
     --no-ceiling --json "$ext/native-$mode.json" >"$ext/native-$mode.log" 2>&1
   summary+=("native bench $mode: exit $?")
@@ -112,7 +112,7 @@ natives=(${NATIVE_JSON:-$(ls "$out"/native*.json 2>/dev/null)})
 inputs=("${natives[@]}" "$ext/pytorch.json" "$ext/jax.json" "$ext/sweep.json")
 echo "== report over ${inputs[*]}"
 for f in report.html report.md; do
-  timeout 120 "$bin/dlprobe" report "${inputs[@]}" -o "$ext/$f" >>"$ext/report.log" 2>&1
+  timeout 120 "$bin/dlprobe" report --overwrite "${inputs[@]}" -o "$ext/$f" >>"$ext/report.log" 2>&1
   summary+=("$f: exit $? (${#natives[@]} native results file(s))")
 done
 

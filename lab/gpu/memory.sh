@@ -21,12 +21,12 @@ rm -f "$tuning"
 
 if want predicted; then
 echo "== predicted vs measured, resnet50 fp32 NCHW"
-timeout 600 "$bin/dlprobe" memory --model resnet50 --batch 32,64,128,256 --precision fp32 \
+timeout 600 "$bin/dlprobe" memory --overwrite --model resnet50 --batch 32,64,128,256 --precision fp32 \
   --tuning-cache "$tuning" --layout nchw --gpu-memory grow --json "$out/memory-fp32.json" >"$out/memory-fp32.txt" 2>"$out/memory-fp32.err" || status=1
 tail -n 6 "$out/memory-fp32.txt"
 
 echo "== predicted vs measured, resnet50 fp16 NHWC"
-timeout 600 "$bin/dlprobe" memory --model resnet50 --batch 32,64,128,256 --precision fp16 \
+timeout 600 "$bin/dlprobe" memory --overwrite --model resnet50 --batch 32,64,128,256 --precision fp16 \
   --tuning-cache "$tuning" --layout nhwc --gpu-memory grow --json "$out/memory-fp16.json" >"$out/memory-fp16.txt" 2>"$out/memory-fp16.err" || status=1
 tail -n 6 "$out/memory-fp16.txt"
 fi
@@ -34,13 +34,13 @@ fi
 if want planned; then
 # Gradients only, as the PyTorch run below (its --mode grads): the same step on both sides.
 echo "== planned vs grow, resnet50 bs256 fp16 NHWC, gradients only"
-timeout 600 "$bin/dlprobe" memory --model resnet50 --batch 256 --precision fp16 --layout nhwc --mode grads \
+timeout 600 "$bin/dlprobe" memory --overwrite --model resnet50 --batch 256 --precision fp16 --layout nhwc --mode grads \
   --tuning-cache "$tuning" --gpu-memory grow,planned --json "$out/memory-planned.json" >"$out/memory-planned.txt" \
   2>"$out/memory-planned.err" || status=1
 grep -E "^(==|peak|reserved|arena|NVML)" "$out/memory-planned.txt"
 
 echo "== PyTorch eager, bs256 AMP fp16 channels_last (torch.cuda.max_memory_allocated)"
-timeout 300 "$bin/dlprobe" run --json "$out/memory-pytorch.json" -- python3 \
+timeout 300 "$bin/dlprobe" run --overwrite --json "$out/memory-pytorch.json" -- python3 \
   examples/workloads/pytorch_resnet50.py --batch 256 --amp fp16 --channels-last --mode grads --steps 5 \
   --warmup 2 >"$out/memory-pytorch.txt" 2>&1 || status=1
 python3 - "$out/memory-pytorch.json" <<'PY' || status=1
@@ -60,7 +60,7 @@ if want maxbatch; then
 for spec in fp32:nchw fp16:nhwc; do
   precision=${spec%%:*}
   echo "== max batch under 16 GiB, $precision"
-  timeout 300 "$bin/dlprobe" memory --model resnet50 --max-batch --limit 16GiB \
+  timeout 300 "$bin/dlprobe" memory --overwrite --model resnet50 --max-batch --limit 16GiB \
     --precision "$precision" --layout "${spec##*:}" --gpu-memory grow,planned --conv-algo heuristic \
     --json "$out/memory-maxbatch-$precision.json" >"$out/memory-maxbatch-$precision.txt" \
     2>"$out/memory-maxbatch-$precision.err" || status=1
@@ -69,7 +69,7 @@ done
 fi
 
 echo "== report"
-"$bin/dlprobe" report $(ls "$out"/memory-fp32.json "$out"/memory-fp16.json "$out"/memory-planned.json \
+"$bin/dlprobe" report --overwrite $(ls "$out"/memory-fp32.json "$out"/memory-fp16.json "$out"/memory-planned.json \
   "$out"/memory-maxbatch-fp32.json "$out"/memory-maxbatch-fp16.json 2>/dev/null) \
   -o "$out/memory-report.html" || status=1
 exit $status

@@ -11,7 +11,7 @@ run() {
   local tag=$1
   shift
   echo "== native $tag"
-  timeout 150 "$bin/dlprobe" bench --model resnet50 --batch "$batch" --mode grads --steps 20 \
+  timeout 150 "$bin/dlprobe" bench --overwrite --model resnet50 --batch "$batch" --mode grads --steps 20 \
     --warmup 5 --profile 3 "$@" >"$out/native-$tag.log" 2>&1
   echo "exit $?"
   grep -E "throughput|peak memory|profile" "$out/native-$tag.log"
@@ -24,7 +24,7 @@ run tf32-nhwc --precision tf32 --layout nhwc
 run fp32-nchw --precision fp32 --layout nchw
 run fp32-nhwc --precision fp32 --layout nhwc
 echo "== pytorch eager AMP fp16 channels_last bs$batch (through dlprobe run)"
-timeout 180 "$bin/dlprobe" run --json "$out/pytorch-fp16.json" -- python3 \
+timeout 180 "$bin/dlprobe" run --overwrite --json "$out/pytorch-fp16.json" -- python3 \
   examples/workloads/pytorch_resnet50.py --batch "$batch" --amp fp16 --channels-last --steps 30 \
   --warmup 5 >"$out/pytorch-fp16.log" 2>&1
 grep -iE "img/s|throughput|peak" "$out/pytorch-fp16.log" | head -n 8

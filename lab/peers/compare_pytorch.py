@@ -253,7 +253,7 @@ def dlprobe_step(args, precision, layout, files, tag, scale=None):
     cmd = [args.dlprobe, "step", "--model", args.model, "--precision", precision, "--layout",
            layout, "--mode", "grads", "--device", "cpu" if precision == "fp64" else device,
            "--weights", files["weights"], "--input", files["input"], "--output", out,
-           "--state-output", state]
+           "--state-output", state, "--overwrite"]
     if scale is not None:
         cmd += ["--loss-scale", f"{scale:g}"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.step_timeout)

@@ -28,14 +28,21 @@ Status Outputs::add_findings(const std::vector<results::Finding>& findings) {
   return flush();
 }
 
-Status Outputs::flush() const {
-  if (!json_.empty())
-    DLPROBE_RETURN_IF_ERROR(write_file_atomic(json_, results::serialize(document_)));
-  if (csv_.empty() && md_.empty()) return Status::ok();
+Status Outputs::finish() const {
+  return flush(true);
+}
+
+Status Outputs::flush(bool last) const {
+  // A file is rewritten every time; standard output, which cannot be, only the last time.
+  const auto due = [last](const std::string& path) {
+    return !path.empty() && (last ? is_stdout_path(path) : !is_stdout_path(path));
+  };
+  if (due(json_)) DLPROBE_RETURN_IF_ERROR(write_file_atomic(json_, results::serialize(document_)));
+  if (!due(csv_) && !due(md_)) return Status::ok();
   const results::NamedDocument named{"results", document_};
   const results::Table table = results::configuration_table(std::span(&named, 1));
-  if (!csv_.empty()) DLPROBE_RETURN_IF_ERROR(write_file_atomic(csv_, results::to_csv(table)));
-  if (!md_.empty()) DLPROBE_RETURN_IF_ERROR(write_file_atomic(md_, results::to_markdown(table)));
+  if (due(csv_)) DLPROBE_RETURN_IF_ERROR(write_file_atomic(csv_, results::to_csv(table)));
+  if (due(md_)) DLPROBE_RETURN_IF_ERROR(write_file_atomic(md_, results::to_markdown(table)));
   return Status::ok();
 }
 

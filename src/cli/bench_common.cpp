@@ -28,6 +28,10 @@ void add_tuning_flags(CLI::App& sub, TuningFlags& flags) {
 Result<Tuning> tuning_options(const TuningFlags& flags) {
   Tuning t;
   DLPROBE_ASSIGN_OR_RETURN(t.algo, for_flag("--conv-algo", device::parse_conv_algo(flags.algo)));
+  if (is_stdout_path(flags.cache)) {
+    return invalid_argument(
+        "--tuning-cache -: the cache is a file read and rewritten, which standard output is not");
+  }
   if (flags.cache.empty()) {
     t.cache = std::make_shared<ConvTuningCache>();
   } else {

@@ -54,6 +54,7 @@ struct BenchFlags {
   std::string json;
   std::string csv;
   std::string md;
+  bool overwrite = false;
   bool no_ceiling = false;
   bool quiet = false;
 };
@@ -160,6 +161,11 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
 }
 
 int run_bench_command(const BenchFlags& flags) {
+  if (Status s = prepare_outputs({{"--json", flags.json}, {"--csv", flags.csv}, {"--md", flags.md}},
+                                 flags.overwrite);
+      !s) {
+    return report_error(s);
+  }
   Result<BenchPlan> plan = plan_from(flags);
   if (!plan) return report_error(plan.status());
   const bench::Sweep& sweep = plan->sweep;
@@ -278,9 +284,10 @@ Command add_bench_command(CLI::App& app) {
   option(*sub, "--batch-limit", flags->batch_limit, "Largest batch --batch auto tries");
   sub->add_option("--json", flags->json,
                   "Write the results file (schema dlprobe.results/1), rewritten after every "
-                  "configuration");
+                  "configuration ('-': standard output, at the end)");
   sub->add_option("--csv", flags->csv, "Write the configuration table as CSV");
   sub->add_option("--md", flags->md, "Write the configuration table as Markdown");
+  add_overwrite_flag(*sub, flags->overwrite);
   sub->add_flag("--no-ceiling", flags->no_ceiling,
                 "Skip measuring the GEMM ceilings that TFLOP/s is compared with");
   sub->add_flag("-q,--quiet", flags->quiet, "No progress on stderr");

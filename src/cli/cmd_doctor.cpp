@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "commands.h"
 #include "dlprobe/core/units.h"
@@ -14,6 +13,7 @@ Command add_doctor_command(CLI::App& app) {
   struct Flags {
     bool json = false;
     std::string output;
+    bool overwrite = false;
     bool no_ceilings = false;
     int device = 0;
     std::string gemm_size = "8192";
@@ -25,6 +25,7 @@ Command add_doctor_command(CLI::App& app) {
       "doctor", "Report the machine, software stack, compatibility, GPU state and ceilings");
   sub->add_flag("--json", flags->json, "Print the report as JSON (schema dlprobe.doctor/1)");
   sub->add_option("-o,--output", flags->output, "Write the report to FILE instead of stdout");
+  add_overwrite_flag(*sub, flags->overwrite);
   sub->add_flag("--no-ceilings", flags->no_ceilings,
                 "Skip the GEMM and bandwidth measurements (they take tens of seconds)");
   sub->add_option("--device", flags->device, "CUDA device the ceilings are measured on")
@@ -39,6 +40,9 @@ Command add_doctor_command(CLI::App& app) {
   Command command;
   command.app = sub;
   command.run = [flags]() -> int {
+    if (Status s = prepare_outputs({{"--output", flags->output}}, flags->overwrite); !s) {
+      return report_error(s);
+    }
     doctor::DoctorOptions options;
     options.ceilings = !flags->no_ceilings;
     options.ceilings_device = flags->device;
@@ -69,9 +73,7 @@ Command add_doctor_command(CLI::App& app) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       return kExitOk;
     }
-    std::ofstream out(flags->output);
-    if (!(out << text))
-      return report_error(error(Errc::io_error, fmt::format("cannot write {}", flags->output)));
+    if (Status s = write_file_atomic(flags->output, text); !s) return report_error(s);
     return kExitOk;
   };
   return command;

@@ -18,6 +18,7 @@ struct EvaluateFlags {
   bool quick = false;
   std::string device = "auto";
   TuningFlags tuning;
+  bool overwrite = false;
   bool quiet = false;
 };
 
@@ -36,7 +37,10 @@ int run_evaluate(const EvaluateFlags& flags) {
   // Without --tuning-cache the folder keeps its own.
   if (!flags.tuning.cache.empty()) options.conv.tuning = tuning->cache;
   options.folder = flags.out.empty() ? evaluate::default_folder() : flags.out;
-  if (Status s = evaluate::prepare_folder(options.folder); !s) {
+  if (is_stdout_path(options.folder)) {
+    return report_error(invalid_argument("--out -: names a folder, which standard output is not"));
+  }
+  if (Status s = evaluate::prepare_folder(options.folder, flags.overwrite); !s) {
     return report_error(s.with_context("--out"));
   }
   ProgressLine line(flags.quiet);
@@ -75,7 +79,9 @@ Command add_evaluate_command(CLI::App& app) {
       "report.html + results.json in a folder, with a five-line summary");
   sub->add_option("-o,--out", flags->out,
                   "Folder for results.json, report.html and doctor.json (default: "
-                  "dlprobe-evaluate-<UTC date>-<time>; never overwrites results)");
+                  "dlprobe-evaluate-<UTC date>-<time>; refused when it holds results, unless "
+                  "--overwrite)");
+  add_overwrite_flag(*sub, flags->overwrite);
   sub->add_flag("--quick", flags->quick, "A shorter sweep (about a minute on a GPU)");
   sub->add_option("--device", flags->device,
                   "auto (the first GPU when there is one, else the CPU), cpu or cuda:N")

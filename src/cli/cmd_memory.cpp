@@ -48,6 +48,7 @@ struct MemoryFlags {
   bool max_batch = false;
   std::string limit;
   std::string json;
+  bool overwrite = false;
   TuningFlags tuning;
   std::string conv_engines = "deterministic";
 };
@@ -87,23 +88,22 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   a.base.model.image_size = f.image_size;
   a.base.model.classes = f.classes;
   a.base.model.width = f.width;
-  DLPROBE_ASSIGN_OR_RETURN(a.batches, parse_int_list(f.batch, "--batch"));
-  for (std::int64_t b : a.batches) {
-    if (b < 1) return invalid_argument(fmt::format("--batch: must be >= 1, got {}", b));
-  }
-  DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> precisions,
-                           parse_list(f.precision, "--precision"));
-  for (const std::string& p : precisions) {
-    DLPROBE_ASSIGN_OR_RETURN(a.precisions.emplace_back(),
-                             for_flag("--precision", engine::parse_precision(p)));
-  }
+  // The lists as bench reads them: an item given twice is refused, not measured twice.
+  DLPROBE_ASSIGN_OR_RETURN(a.batches,
+                           parse_each<std::int64_t>(f.batch, "--batch", [](const std::string& s) {
+                             return parse_int(s, "--batch", 1, 1LL << 40);
+                           }));
+  DLPROBE_ASSIGN_OR_RETURN(
+      a.precisions,
+      parse_each<engine::Precision>(f.precision, "--precision", [](const std::string& s) {
+        return for_flag("--precision", engine::parse_precision(s));
+      }));
   if (f.gpu_memory != "auto") {
-    DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> modes,
-                             parse_list(f.gpu_memory, "--gpu-memory"));
-    for (const std::string& m : modes) {
-      DLPROBE_ASSIGN_OR_RETURN(a.gpu_memory.emplace_back(),
-                               memory::parse_gpu_memory(m, "--gpu-memory"));
-    }
+    DLPROBE_ASSIGN_OR_RETURN(
+        a.gpu_memory,
+        parse_each<memory::GpuMemoryOption>(f.gpu_memory, "--gpu-memory", [](const std::string& s) {
+          return memory::parse_gpu_memory(s, "--gpu-memory");
+        }));
   }
   if (f.warmup < 0 || f.warmup > 100) {
     return invalid_argument(fmt::format("--warmup: must be in [0, 100], got {}", f.warmup));
@@ -187,9 +187,13 @@ class Printer final : public memory::AnalysisObserver {
 
   void predicted(const memory::PredictedMaxBatch& r) override { print_predicted_max_batch(r); }
 
-  // Prints the summary; returns the exit code.
+  // Prints the summary and gives standard output the results file if it is to go there;
+  // returns the exit code.
   int end() const {
     summary_.print();
+    if (writer_) {
+      if (Status s = writer_->finish(); !s) return report_error(s.with_context("--json"));
+    }
     return failures_ > 0 ? kExitFailure : kExitOk;
   }
 
@@ -284,12 +288,17 @@ Command add_memory_command(CLI::App& app) {
                 "predicted, then verified by measured runs");
   sub->add_option("--limit", f->limit,
                   "With --max-batch: the memory the whole process must fit, e.g. 16GiB");
-  sub->add_option("--json", f->json, "Write the results file (dlprobe.results/1) here");
+  sub->add_option("--json", f->json,
+                  "Write the results file (dlprobe.results/1) here ('-': standard output)");
+  add_overwrite_flag(*sub, f->overwrite);
   add_tuning_flags(*sub, f->tuning);
   option(*sub, "--conv-engines", f->conv_engines,
          "CUDA: which convolution engines compete: deterministic (the same workspaces every run), "
          "exact, or any (also non-deterministic, FFT and Winograd ones, as bench)");
   return {sub, [f] {
+            if (Status s = prepare_outputs({{"--json", f->json}}, f->overwrite); !s) {
+              return report_error(s);
+            }
             Result<memory::AnalysisOptions> options = to_options(*f);
             return options ? run(*options, f->json) : report_error(options.status());
           }};

@@ -31,6 +31,7 @@ struct MonitorFlags {
   std::string csv;
   std::string jsonl;
   std::string serve;
+  bool overwrite = false;
 };
 
 struct MonitorPlan {
@@ -62,9 +63,10 @@ Result<MonitorPlan> plan_from(const MonitorFlags& f) {
       plan.sampler.gpus.push_back(static_cast<unsigned>(gpu));
     }
   }
-  if (f.csv == "-" && f.jsonl == "-") {
-    return invalid_argument("--csv and --jsonl cannot both write to stdout ('-')");
-  }
+  // The rows are a stream (each round appended as it comes, for tail -f), so they are not written
+  // through write_file_atomic; the files are checked as every command's outputs are.
+  const NamedOutput outputs[] = {{"--csv", f.csv}, {"--jsonl", f.jsonl}};
+  DLPROBE_RETURN_IF_ERROR(check_outputs(outputs, f.overwrite));
   if (!f.serve.empty()) {
     DLPROBE_ASSIGN_OR_RETURN(plan.serve, monitor::parse_endpoint(f.serve));
   }
@@ -188,6 +190,7 @@ Command add_monitor_command(CLI::App& app) {
        {"--serve", &MonitorFlags::serve,
         "Serve the latest sample as Prometheus text on http://HOST:PORT/metrics "
         "(e.g. 127.0.0.1:9400; port 0 picks a free one)"}});
+  add_overwrite_flag(*sub, flags->overwrite);
   return {sub, [flags] { return run_monitor(*flags); }};
 }
 

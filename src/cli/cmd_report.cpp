@@ -6,7 +6,6 @@
 #include <set>
 
 #include "commands.h"
-#include "dlprobe/core/files.h"
 #include "dlprobe/report/html.h"
 #include "dlprobe/results/table.h"
 
@@ -16,6 +15,7 @@ Command add_report_command(CLI::App& app) {
   struct Flags {
     std::vector<std::string> inputs;
     std::string output;
+    bool overwrite = false;
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* sub = app.add_subcommand(
@@ -25,15 +25,24 @@ Command add_report_command(CLI::App& app) {
   sub->add_option("-o,--output", flags->output,
                   "Output file: .html (report), .md (Markdown table) or .csv (CSV table)")
       ->required();
+  add_overwrite_flag(*sub, flags->overwrite);
 
   Command command;
   command.app = sub;
   command.run = [flags]() -> int {
     const std::filesystem::path out(flags->output);
     const std::string ext = out.extension().string();
+    if (is_stdout_path(out)) {
+      return report_error(invalid_argument(
+          "-o -: the format comes from the file's extension (.html, .md or .csv), which standard "
+          "output has not"));
+    }
     if (ext != ".html" && ext != ".htm" && ext != ".md" && ext != ".csv") {
       return report_error(invalid_argument(fmt::format(
           "-o {}: unknown extension '{}' (use .html, .md or .csv)", flags->output, ext)));
+    }
+    if (Status s = prepare_outputs({{"-o", flags->output}}, flags->overwrite); !s) {
+      return report_error(s);
     }
     // Files are named by their base name in charts and tables; the full paths only when two
     // base names are the same.

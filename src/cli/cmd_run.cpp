@@ -31,13 +31,15 @@ struct RunFlags {
   std::string throughput_regex;
   std::vector<std::string> sweeps;
   bool max_batch = false;
-  std::string max_batch_start = "16";
-  std::string max_batch_limit = "65536";
-  std::string max_batch_step = "1";
-  std::string max_batch_runs = "12";
+  // Empty: not given (run::MaxBatchPlan holds the defaults).
+  std::string max_batch_start;
+  std::string max_batch_limit;
+  std::string max_batch_step;
+  std::string max_batch_runs;
   std::string log_dir;
   std::string json;
   std::string details_json;
+  bool overwrite = false;
   std::string gpus;
   std::string interval = "100ms";
   bool quiet = false;
@@ -78,17 +80,26 @@ Result<run::SessionPlan> plan_from(const RunFlags& f) {
     DLPROBE_ASSIGN_OR_RETURN(auto axis, run::parse_sweep(text));
     p.axes.push_back(std::move(axis));
   }
-  if (f.max_batch) {
-    run::MaxBatchPlan& mb = p.max_batch.emplace();
-    DLPROBE_ASSIGN_OR_RETURN(mb.start,
-                             parse_int(f.max_batch_start, "--max-batch-start", 1, 1LL << 40));
-    DLPROBE_ASSIGN_OR_RETURN(mb.limit,
-                             parse_int(f.max_batch_limit, "--max-batch-limit", 1, 1LL << 40));
-    DLPROBE_ASSIGN_OR_RETURN(mb.step,
-                             parse_int(f.max_batch_step, "--max-batch-step", 1, 1LL << 30));
-    DLPROBE_ASSIGN_OR_RETURN(auto runs, parse_int(f.max_batch_runs, "--max-batch-runs", 1, 100));
-    mb.runs = static_cast<int>(runs);
+  struct SearchFlag {
+    const char* name;
+    const std::string& text;
+    std::int64_t max;
+    std::int64_t* into;
+  };
+  run::MaxBatchPlan mb;
+  std::int64_t runs = mb.runs;
+  const SearchFlag search[] = {{"--max-batch-start", f.max_batch_start, 1LL << 40, &mb.start},
+                               {"--max-batch-limit", f.max_batch_limit, 1LL << 40, &mb.limit},
+                               {"--max-batch-step", f.max_batch_step, 1LL << 30, &mb.step},
+                               {"--max-batch-runs", f.max_batch_runs, 100, &runs}};
+  for (const SearchFlag& flag : search) {
+    if (flag.text.empty()) continue;
+    // Ignored, the bound would let the user believe a search bounded so had run.
+    if (!f.max_batch) return invalid_argument(fmt::format("{}: only with --max-batch", flag.name));
+    DLPROBE_ASSIGN_OR_RETURN(*flag.into, parse_int(flag.text, flag.name, 1, flag.max));
   }
+  mb.runs = static_cast<int>(runs);
+  if (f.max_batch) p.max_batch = mb;
   p.log_dir = f.log_dir;
   p.results_json = f.json;
   p.details_json = f.details_json;
@@ -147,6 +158,11 @@ int run_run(const RunFlags& flags) {
   // write fails with EPIPE instead: the echo stops and the run is measured to its end. The
   // workload starts with SIGPIPE at its default again (ChildProcess::spawn).
   signal(SIGPIPE, SIG_IGN);
+  if (Status s = prepare_outputs({{"--json", flags.json}, {"--details-json", flags.details_json}},
+                                 flags.overwrite);
+      !s) {
+    return report_error(s);
+  }
   auto plan = plan_from(flags);
   if (!plan) return report_error(plan.status());
   auto session = run::Session::start(std::move(plan).value(), progress_lines());
@@ -208,9 +224,10 @@ Command add_run_command(CLI::App& app) {
         "rewritten after every run"},
        {"--details-json", &RunFlags::details_json,
         "Write everything run measured (schema dlprobe.run/1: output tails, time line, "
-        "max-batch searches)"},
+        "max-batch searches); '-' for either: standard output, at the end"},
        {"--gpu", &RunFlags::gpus, "GPU indices to watch, e.g. 0,1 (default: all)"},
        {"-i,--interval", &RunFlags::interval, "Sampling interval (default 100ms)"}});
+  add_overwrite_flag(*sub, flags->overwrite);
   sub->add_flag("-q,--quiet", flags->quiet, "Do not pass the workload's output through");
   sub->add_option("command", flags->command, "The workload, after '--'")->expected(-1);
   return {sub, [flags] { return run_run(*flags); }};

@@ -18,7 +18,6 @@
 #include "bench_common.h"
 #include "commands.h"
 #include "dlprobe/core/build_info.h"
-#include "dlprobe/core/files.h"
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/device/engine.h"
 #include "dlprobe/engine/safetensors.h"
@@ -40,6 +39,7 @@ struct StepFlags {
   std::string input;
   std::string output;
   std::string state_output;
+  bool overwrite = false;
   // cuDNN's first choice among exact engines: an agreement check wants the most accurate sums, and
   // the same engines on every run.
   TuningFlags tuning{"heuristic", ""};
@@ -156,10 +156,8 @@ Status run_step_command(const StepFlags& f) {
                            for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.device, f.backend));
   // The outputs are written after the step: a path that cannot take them is refused first.
-  DLPROBE_RETURN_IF_ERROR(check_writable(f.output).with_context("--output"));
-  if (!f.state_output.empty()) {
-    DLPROBE_RETURN_IF_ERROR(check_writable(f.state_output).with_context("--state-output"));
-  }
+  DLPROBE_RETURN_IF_ERROR(
+      prepare_outputs({{"--output", f.output}, {"--state-output", f.state_output}}, f.overwrite));
   if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
     return s.with_context("--precision");
   }
@@ -257,11 +255,13 @@ Command add_step_command(CLI::App& app) {
                   "Batch: 'images' [N, 3, H, H] floating and 'labels' [N] integer")
       ->required();
   sub->add_option("--output", flags->output,
-                  "Where to write 'logits', 'loss', 'loss_scale' and the gradients")
+                  "Where to write 'logits', 'loss', 'loss_scale' and the gradients ('-': "
+                  "standard output)")
       ->required();
   sub->add_option("--state-output", flags->state_output,
                   "Also write the state dict after the step (BN running statistics; updated "
                   "weights in train mode)");
+  add_overwrite_flag(*sub, flags->overwrite);
   sub->add_option("--precision", flags->precision,
                   "fp32, tf32, fp16 (mixed, loss scaled), bf16 (mixed), fp64 (cpu only)")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "dlprobe/core/files.h"
 #include "dlprobe/core/status.h"
 
 namespace dlprobe::cli {
@@ -52,6 +53,14 @@ void add_text_options(CLI::App& sub, Flags& flags,
 
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
+
+// --overwrite: an output may replace a file that holds something (an earlier run's results).
+void add_overwrite_flag(CLI::App& sub, bool& overwrite);
+// The outputs a command names, before any work: each writable, none replacing a file that holds
+// something unless `overwrite`, no two the same file (core's check_outputs); and standard output
+// set aside when one of them is "-" (reserve_stdout), so that the rest of what the command prints
+// goes to stderr.
+Status prepare_outputs(std::initializer_list<NamedOutput> outputs, bool overwrite);
 
 // Adds a flag whose default --help shows.
 template <class T>

@@ -201,18 +201,6 @@ Result<std::int64_t> parse_int(std::string_view text, std::string_view flag, std
   return value;
 }
 
-Result<std::vector<std::int64_t>> parse_int_list(std::string_view text, std::string_view flag) {
-  DLPROBE_ASSIGN_OR_RETURN(auto items, parse_list(text, flag));
-  std::vector<std::int64_t> values;
-  values.reserve(items.size());
-  for (const auto& item : items) {
-    DLPROBE_ASSIGN_OR_RETURN(auto v, parse_int(item, flag, std::numeric_limits<std::int64_t>::min(),
-                                               std::numeric_limits<std::int64_t>::max()));
-    values.push_back(v);
-  }
-  return values;
-}
-
 Result<double> parse_fraction(std::string_view text, std::string_view flag) {
   const std::string_view t = trim(text);
   double number = 0;

@@ -14,6 +14,8 @@
 #include <limits>
 #include <set>
 
+#include "dlprobe/core/files.h"
+
 namespace dlprobe::safetensors {
 namespace {
 
@@ -246,15 +248,8 @@ Result<File> read_file(const std::string& path) {
 
 Status write_file(const std::string& path, const File& file) {
   DLPROBE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, serialize(file));
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    return error(Errc::io_error, fmt::format("cannot create '{}': {}", path, std::strerror(errno)));
-  }
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) return error(Errc::io_error, fmt::format("cannot write '{}'", path));
-  return Status::ok();
+  return write_file_atomic(
+      path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace dlprobe::safetensors

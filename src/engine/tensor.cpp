@@ -45,6 +45,17 @@ std::string Shape::str() const {
   return s;
 }
 
+Status check_element_count(const Shape& shape) {
+  std::int64_t bytes = 8;
+  for (int i = 0; i < shape.rank; ++i) {
+    if (__builtin_mul_overflow(bytes, shape[i], &bytes)) {
+      return invalid_argument(
+          fmt::format("shape {} has too many elements: its size overflows 64 bits", shape.str()));
+    }
+  }
+  return Status::ok();
+}
+
 TensorDesc::TensorDesc(const Shape& shape, DType dtype, Layout layout)
     : shape_(shape), dtype_(dtype), layout_(layout) {
   // Row-major over the dimensions in storage order; NHWC stores N, H, W, C.
@@ -67,6 +78,7 @@ Result<TensorDesc> TensorDesc::make(const Shape& shape, DType dtype, Layout layo
       return invalid_argument(fmt::format("tensor shape {} has a dimension < 1", shape.str()));
     }
   }
+  DLPROBE_RETURN_IF_ERROR(check_element_count(shape));
   if (layout == Layout::nhwc && shape.rank != 4) {
     return invalid_argument(
         fmt::format("layout NHWC needs a rank-4 tensor, got shape {}", shape.str()));

@@ -30,15 +30,15 @@ std::string default_folder() {
   return utc_now("dlprobe-evaluate-%Y%m%d-%H%M%S");
 }
 
-Status prepare_folder(const std::filesystem::path& dir) {
+Status prepare_folder(const std::filesystem::path& dir, bool overwrite) {
   std::error_code ec;
-  if (std::filesystem::exists(dir / "results.json", ec)) {
-    return invalid_argument(
-        fmt::format("{} already holds results.json; choose another folder", dir.string()));
-  }
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     return error(Errc::io_error, fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  }
+  // tuning.json is not among them: a cache, it is meant to be found again.
+  for (const char* name : {"results.json", "report.html", "doctor.json"}) {
+    DLPROBE_RETURN_IF_ERROR(check_writable(dir / name, overwrite));
   }
   return Status::ok();
 }

@@ -37,6 +37,7 @@ RecordedSweep record_sweep(const bench::Sweep& sweep, const bench::SweepEnvironm
   if (!r.findings.empty()) {
     if (Status s = outputs.add_findings(r.findings); !s && r.status) r.status = s;
   }
+  if (Status s = outputs.finish(); !s && r.status) r.status = s;
   return r;
 }
 

@@ -292,6 +292,12 @@ Result<std::vector<Shape>> Model::value_shapes(std::int64_t batch, bool training
   if (batch < 1) return invalid_argument(fmt::format("batch must be >= 1, got {}", batch));
   std::vector<Shape> shapes(static_cast<std::size_t>(value_count_));
   shapes[kImages] = Shape{batch, 3, config_.image_size, config_.image_size};
+  // Each value's size is checked as it is computed: one that overflows would wrap around to a
+  // count the layers' own checks misread ("0 values per channel").
+  if (Status s = check_element_count(shapes[kImages]); !s) {
+    return s.with_context(
+        fmt::format("{}x{} images with batch {}", config_.image_size, config_.image_size, batch));
+  }
   for (const Layer& l : layers_) {
     const Shape& x = shapes[static_cast<std::size_t>(l.inputs[0])];
     Result<Shape> y = x;
@@ -321,6 +327,9 @@ Result<std::vector<Shape>> Model::value_shapes(std::int64_t batch, bool training
       case LayerKind::linear:
         y = linear_output_shape(x, Shape{l.out_channels, l.in_channels}, Shape{l.out_channels});
         break;
+    }
+    if (y.has_value()) {
+      if (Status s = check_element_count(*y); !s) y = s;
     }
     if (!y.has_value()) {
       return y.status().with_context(fmt::format("{} cannot take {}x{} images with batch {} ({})",

@@ -22,7 +22,12 @@ Status ResultsWriter::add_finding(Finding finding) {
   return flush();
 }
 
+Status ResultsWriter::finish() const {
+  return is_stdout_path(path_) ? write_file_atomic(path_, serialize(document_)) : Status::ok();
+}
+
 Status ResultsWriter::flush() const {
+  if (is_stdout_path(path_)) return Status::ok();
   return write_file_atomic(path_, serialize(document_));
 }
 

@@ -81,9 +81,6 @@ Result<Session> Session::start(SessionPlan plan, SessionEvents events) {
   } else {
     log_warn("no GPU telemetry: {}", lib.status().message());
   }
-  if (!plan.details_json.empty()) {
-    DLPROBE_RETURN_IF_ERROR(check_writable(plan.details_json).with_context("--details-json"));
-  }
   Session session(std::move(plan), std::move(events));
   if (!session.plan_.results_json.empty()) {
     auto writer = results::ResultsWriter::create(
@@ -103,8 +100,11 @@ std::string Session::command_text() const {
   return (plan_.shell ? "sh -c " : "") + shell_join(plan_.command);
 }
 
-Status Session::write_details() const {
-  if (plan_.details_json.empty()) return Status::ok();
+Status Session::write_details(bool last) const {
+  // Standard output cannot be rewritten: it gets the details once, at the end.
+  if (plan_.details_json.empty() || (is_stdout_path(plan_.details_json) && !last)) {
+    return Status::ok();
+  }
   return write_file_atomic(plan_.details_json, report_json(report_)).with_context("--details-json");
 }
 
@@ -228,8 +228,9 @@ Status Session::run(const std::atomic<int>* interrupt) {
     for (const auto& f : report_.sweep_findings) {
       if (Status s = writer_->add_finding(to_results_finding(f)); !s && status) status = s;
     }
+    if (Status s = writer_->finish().with_context("--json"); !s && status) status = s;
   }
-  if (Status s = write_details(); !s && status) status = s;
+  if (Status s = write_details(true); !s && status) status = s;
   return status;
 }
 

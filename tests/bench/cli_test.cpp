@@ -154,10 +154,12 @@ TEST(Evaluate, QuickRunLeavesItsFolderAndFiveLines) {
   for (const auto& f : doc->findings) from_doctor = from_doctor || f.id.starts_with("doctor.");
   EXPECT_TRUE(from_doctor);
 
-  // A second run never overwrites the first.
+  // A second run does not replace the first unasked.
   const ProcessResult again = run_dlprobe({"evaluate", "--quick", "--out", out.string()});
   EXPECT_EQ(again.exit_code, 2);
-  EXPECT_NE(again.err.find("already holds results.json"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("results.json: exists and is not empty (--overwrite replaces it)"),
+            std::string::npos)
+      << again.err;
 
   const std::string chromium = find_chromium();
   if (!chromium.empty()) {

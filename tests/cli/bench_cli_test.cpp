@@ -64,6 +64,7 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
       "--conv-algo: unknown choice 'fastest' (expected heuristic, autotune or exhaustive)");
   expect_error(kSmall + "--tuning-cache /nonexistent/dir/tuning.json",
                "--tuning-cache: /nonexistent/dir/tuning.json");
+  expect_error(kSmall + "--tuning-cache -", "--tuning-cache -: ");
 }
 
 // A tuning cache that is not one is refused before anything runs; a new one is created at once
@@ -120,6 +121,8 @@ TEST(BenchCliTest, OutOfMemoryIsTheAllocatorsReport) {
 
 TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error(kBase + "--batch 2,2", "'2' is given twice");
+  expect_error("--device cpu --model resnet18 --image-size 65536 --batch 1099511627776",
+               "overflows 64 bits");
   expect_error(kBase + "--batch 2,,4", "empty item");
   expect_error(kBase + "--batch auto --batch-start 64 --batch-limit 32", "--batch-limit");
   expect_error(kSmall + "--precision fp32,fp8", "unknown precision 'fp8'");

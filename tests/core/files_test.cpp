@@ -1,7 +1,10 @@
 // Whole-file reads and atomic rewrites.
 #include "dlprobe/core/files.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -52,6 +55,96 @@ TEST_F(FilesTest, UnwritableFolderIsAnIoErrorNamingThePath) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(s.code(), Errc::io_error);
   EXPECT_NE(s.message().find("x.json"), std::string::npos);
+}
+
+unsigned mode_of(const std::filesystem::path& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+TEST_F(FilesTest, RewriteKeepsThePermissionsOfTheFileItReplaces) {
+  const auto path = dir_ / "private.json";
+  ASSERT_TRUE(write_file_atomic(path, "first").is_ok());
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  ASSERT_TRUE(write_file_atomic(path, "second").is_ok());
+  EXPECT_EQ(mode_of(path), 0600u);
+  ASSERT_EQ(::chmod(path.c_str(), 0664), 0);
+  ASSERT_TRUE(write_file_atomic(path, "third").is_ok());
+  EXPECT_EQ(mode_of(path), 0664u);
+  EXPECT_EQ(read_whole_file(path).value(), "third");
+}
+
+TEST_F(FilesTest, NewFileGetsWhatTheUmaskLeaves) {
+  const mode_t before = ::umask(002);
+  const Status s = write_file_atomic(dir_ / "new.json", "x");
+  ::umask(before);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(mode_of(dir_ / "new.json"), 0664u);
+}
+
+TEST_F(FilesTest, ALinkIsFollowedAndStaysALink) {
+  std::filesystem::create_directories(dir_ / "kept");
+  std::filesystem::create_symlink("kept/target.json", dir_ / "link.json");
+  // A link to nothing yet: the file it names is created, as the shell's `>` does.
+  ASSERT_TRUE(write_file_atomic(dir_ / "link.json", "first").is_ok());
+  ASSERT_TRUE(write_file_atomic(dir_ / "link.json", "second").is_ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "link.json"));
+  EXPECT_EQ(read_whole_file(dir_ / "kept" / "target.json").value(), "second");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir_ / "kept")) {
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1);
+}
+
+TEST_F(FilesTest, DashIsStandardOutput) {
+  const auto captured = dir_ / "stdout.txt";
+  std::fflush(stdout);
+  const int saved = ::dup(STDOUT_FILENO);
+  const int file = ::open(captured.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(file, 0);
+  ::dup2(file, STDOUT_FILENO);
+  ::close(file);
+  const Status s = write_file_atomic("-", "on stdout\n");
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(read_whole_file(captured).value(), "on stdout\n");
+  EXPECT_FALSE(std::filesystem::exists("-"));
+}
+
+TEST_F(FilesTest, AFileThatHoldsSomethingIsReplacedOnlyWhenAllowed) {
+  const auto path = dir_ / "results.json";
+  EXPECT_TRUE(check_writable(path, false).is_ok());
+  ASSERT_TRUE(write_file_atomic(path, "").is_ok());
+  EXPECT_TRUE(check_writable(path, false).is_ok());  // empty: nothing to lose
+  ASSERT_TRUE(write_file_atomic(path, "{}").is_ok());
+  const Status refused = check_writable(path, false);
+  EXPECT_EQ(refused.code(), Errc::invalid_argument);
+  EXPECT_EQ(refused.message(),
+            path.string() + ": exists and is not empty (--overwrite replaces it)");
+  EXPECT_TRUE(check_writable(path, true).is_ok());
+  EXPECT_TRUE(check_writable("-", false).is_ok());
+  EXPECT_NE(check_writable(dir_.path(), true).message().find("is a folder"), std::string::npos);
+}
+
+TEST_F(FilesTest, TwoOutputsOnOneFileAreRefused) {
+  const auto a = dir_ / "a.json";
+  std::filesystem::create_symlink("a.json", dir_ / "link.json");
+  const NamedOutput distinct[] = {{"--json", a}, {"--csv", dir_ / "a.csv"}, {"--md", ""}};
+  EXPECT_TRUE(check_outputs(distinct, false).is_ok());
+  const NamedOutput linked[] = {{"--json", a}, {"--csv", dir_ / "link.json"}};
+  EXPECT_EQ(check_outputs(linked, false).message(), "--json and --csv both name " +
+                                                        (dir_ / "link.json").string() +
+                                                        ": give each a file of its own");
+  const NamedOutput dotted[] = {{"--json", a}, {"--csv", dir_ / "." / "a.json"}};
+  EXPECT_FALSE(check_outputs(dotted, false).is_ok());
+  const NamedOutput dashes[] = {{"--json", "-"}, {"--csv", "-"}};
+  EXPECT_EQ(check_outputs(dashes, false).message(),
+            "--json and --csv cannot both write to standard output ('-')");
+  const NamedOutput missing[] = {{"--json", dir_ / "no" / "a.json"}};
+  EXPECT_EQ(check_outputs(missing, false).message().rfind("--json: ", 0), 0u);
 }
 
 TEST_F(FilesTest, ReadingAFolderIsAnIoError) {

@@ -41,6 +41,12 @@ TEST(TensorDesc, RefusesBadShapes) {
   auto nhwc = TensorDesc::make({4, 5}, DType::fp32, Layout::nhwc);
   ASSERT_FALSE(nhwc.has_value());
   EXPECT_EQ(nhwc.status().message(), "layout NHWC needs a rank-4 tensor, got shape 4x5");
+  // 2^40 images of 3x2^16x2^16 are 3 * 2^72 values: the count wraps around, to 0 at 2^64.
+  auto huge = TensorDesc::make({1LL << 40, 3, 1 << 16, 1 << 16}, DType::fp32);
+  ASSERT_FALSE(huge.has_value());
+  EXPECT_EQ(huge.status().message(),
+            "shape 1099511627776x3x65536x65536 has too many elements: its size overflows 64 bits");
+  EXPECT_TRUE(TensorDesc::make({1LL << 20, 3, 1 << 15, 1 << 15}, DType::fp64).has_value());
   EXPECT_EQ(*parse_layout("nhwc"), Layout::nhwc);
   EXPECT_FALSE(parse_layout("chwn").has_value());
 }

@@ -39,8 +39,14 @@ TEST(MemoryCli, RefusesBadInputWithOneLine) {
   const std::pair<std::string, std::string> cases[] = {
       {"--gpu-memory lots", "--gpu-memory: 'lots' has an unknown mode"},
       {"--gpu-memory grow,limit:0", "--gpu-memory"},
-      {"--batch 0", "--batch: must be >= 1"},
+      {"--batch 0", "--batch: 0 is out of range"},
       {"--batch 2,x", "--batch"},
+      {"--batch 8,8", "--batch: '8' is given twice"},
+      {"--precision fp32,fp32", "--precision: 'fp32' is given twice"},
+      {"--gpu-memory grow,grow", "--gpu-memory: 'grow' is given twice"},
+      {"memory --predict-only --model resnet18 --layout nchw --gpu-memory grow --image-size 65536 "
+       "--batch 1099511627776",
+       "overflows 64 bits"},
       {"--precision fp8", "unknown precision 'fp8'"},
       {"--warmup -1", "--warmup"},
       {"--max-batch", "--max-batch: give --limit"},

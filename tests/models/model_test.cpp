@@ -230,6 +230,12 @@ TEST(ModelTest, RefusesImagesAndBatchesItCannotTake) {
   EXPECT_TRUE(m.value_shapes(1, false).has_value());
   EXPECT_TRUE(m.value_shapes(2, true).has_value());
   EXPECT_FALSE(m.value_shapes(0, false).has_value());
+  // Sizes past 64 bits would wrap around to "0 values per channel"; the overflow is named.
+  const Model wide = make(Arch::resnet18, 1 << 16, 10);
+  const Result<std::vector<Shape>> huge = wide.value_shapes(1LL << 40, true);
+  ASSERT_FALSE(huge.has_value());
+  EXPECT_NE(huge.status().message().find("overflows 64 bits"), std::string::npos)
+      << huge.status().message();
 }
 
 TEST(ModelTest, ParseArch) {

@@ -385,6 +385,18 @@ TEST_F(RunCli, UnwritableDetailsAreRefusedBeforeTheWorkloadRuns) {
   EXPECT_NE(folder.err.find("is a folder"), std::string::npos) << folder.err;
 }
 
+// The search's bounds without the search would be ignored, and the user would believe it ran.
+TEST_F(RunCli, MaxBatchBoundsWithoutMaxBatchAreRefused) {
+  const std::string ran = path("ran");
+  for (const char* flag :
+       {"--max-batch-start", "--max-batch-limit", "--max-batch-step", "--max-batch-runs"}) {
+    const auto o = dlprobe({"run", flag, "8", "--", "touch", ran});
+    EXPECT_EQ(o.code, 2) << flag;
+    EXPECT_EQ(o.err, std::string("dlprobe: error: ") + flag + ": only with --max-batch\n");
+  }
+  EXPECT_FALSE(std::filesystem::exists(ran));
+}
+
 TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
   const std::vector<std::vector<std::string>> cases = {
       {"run"},

@@ -1,6 +1,7 @@
 // Where a bench sweep's results go: the results file (dlprobe.results/1) and the configuration
 // table as CSV and Markdown, each rewritten atomically after every configuration, so that a crash
-// or Ctrl-C keeps everything measured so far.
+// or Ctrl-C keeps everything measured so far. An output named "-" is standard output, which
+// cannot be rewritten: it is written once, by finish().
 #pragma once
 
 #include <string>
@@ -19,10 +20,13 @@ class Outputs {
                                 results::Context context);
   Status write(const std::vector<results::Configuration>& configurations);
   Status add_findings(const std::vector<results::Finding>& findings);
+  // The sweep is over: the outputs on standard output are written (the files are current).
+  Status finish() const;
   const results::Document& document() const { return document_; }
 
  private:
-  Status flush() const;
+  // Rewrites the files; with `last`, standard output too.
+  Status flush(bool last = false) const;
   std::string json_, csv_, md_;
   results::Document document_;
 };

@@ -42,8 +42,6 @@ std::optional<int> parse_cuda_index(std::string_view text);
 
 // "16,32,64" -> {"16","32","64"}; items are trimmed; an empty item is an error.
 Result<std::vector<std::string>> parse_list(std::string_view text, std::string_view flag = "list");
-Result<std::vector<std::int64_t>> parse_int_list(std::string_view text,
-                                                 std::string_view flag = "list");
 
 // A whole integer in [min, max]; "1e3" and "12abc" are refused.
 Result<std::int64_t> parse_int(std::string_view text, std::string_view flag, std::int64_t min,

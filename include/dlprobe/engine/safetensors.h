@@ -51,6 +51,7 @@ Result<File> parse(std::span<const std::byte> bytes);
 Result<std::vector<std::byte>> serialize(const File& file);
 
 Result<File> read_file(const std::string& path);
+// serialize(), then core's write_file_atomic (a file replaced whole; "-" is standard output).
 Status write_file(const std::string& path, const File& file);
 
 }  // namespace dlprobe::safetensors

@@ -43,10 +43,16 @@ struct Shape {
   std::string str() const;
 };
 
+// Whether the shape's size is countable: its element count, at 8 bytes an element, fits in 63
+// bits. Past that numel() and bytes() would wrap around to a small or negative count, which later
+// checks would misread; the error names the shape and the overflow.
+Status check_element_count(const Shape& shape);
+
 class TensorDesc {
  public:
   TensorDesc() = default;
-  // Refuses rank outside 1..4, a dimension < 1, and NHWC below rank 4.
+  // Refuses rank outside 1..4, a dimension < 1, a size that overflows (check_element_count) and
+  // NHWC below rank 4.
   static Result<TensorDesc> make(const Shape& shape, DType dtype, Layout layout = Layout::nchw);
 
   const Shape& shape() const { return shape_; }

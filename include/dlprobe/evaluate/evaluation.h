@@ -31,8 +31,9 @@ struct EvaluateOptions {
 // "dlprobe-evaluate-<UTC date>-<time>".
 std::string default_folder();
 
-// Refuses a folder that holds results.json (a measurement is never overwritten); creates it.
-Status prepare_folder(const std::filesystem::path& folder);
+// Creates the folder; refuses it, unless `overwrite`, when results.json, report.html or doctor.json
+// there holds something (an earlier measurement is not replaced unasked: core's check_writable).
+Status prepare_folder(const std::filesystem::path& folder, bool overwrite);
 
 struct Plan {
   EvaluateOptions options;  // with the tuning cache set

@@ -1,6 +1,6 @@
 // A bench sweep run into its results files: the context they record, the files rewritten after
-// every configuration, then the findings. What `dlprobe bench` and `dlprobe evaluate` run once
-// their sweep is chosen.
+// every configuration, then the findings, and an output on standard output once at the end. What
+// `dlprobe bench` and `dlprobe evaluate` run once their sweep is chosen.
 #pragma once
 
 #include <memory>

@@ -35,7 +35,9 @@ struct SessionPlan {
   RunOptions base;
   std::vector<SweepAxis> axes;  // without batch under max_batch
   std::optional<MaxBatchPlan> max_batch;
-  std::string log_dir;       // each run's full stdout and stderr; empty: not kept
+  std::string log_dir;  // each run's full stdout and stderr; empty: not kept
+  // The outputs, checked by the caller before start (core's check_outputs); "-" is standard
+  // output, written once when the session ends.
   std::string results_json;  // the results file; empty: none
   std::string details_json;  // the details; empty: none
 };
@@ -69,7 +71,8 @@ class Session {
   Result<RunResult> run_point(const std::map<std::string, std::string>& point);
   Status search_max_batch(const std::map<std::string, std::string>& point);
   void add_sweep_findings();
-  Status write_details() const;
+  // Rewrites the details file; with `last`, standard output too ("-", written once).
+  Status write_details(bool last = false) const;
   std::string command_text() const;
 
   SessionPlan plan_;
