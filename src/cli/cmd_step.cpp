@@ -155,9 +155,6 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(c.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.device, f.backend));
-  // The outputs are written after the step: a path that cannot take them is refused first.
-  DLPROBE_RETURN_IF_ERROR(
-      prepare_outputs({{"--output", f.output}, {"--state-output", f.state_output}}, f.overwrite));
   if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
     return s.with_context("--precision");
   }
@@ -173,6 +170,9 @@ Status run_step_command(const StepFlags& f) {
     }
     c.scaler.init_scale = f.loss_scale;
   }
+  // The outputs are written after the step: a path that cannot take them is refused first.
+  DLPROBE_RETURN_IF_ERROR(
+      prepare_outputs({{"--output", f.output}, {"--state-output", f.state_output}}, f.overwrite));
   // Every file is read, and every problem with one reported, before any memory is taken; the
   // small batch file first.
   DLPROBE_ASSIGN_OR_RETURN(Input in, read_input(f.input));
