@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -41,6 +43,19 @@ Status need_like(std::string_view op, std::string_view name, const TensorView& t
   DLPROBE_RETURN_IF_ERROR(need(t.data != nullptr, op, fmt::format("{} has no data", name)));
   return need(t.desc == like.desc, op,
               fmt::format("{} is {}, expected {}", name, t.desc.str(), like.desc.str()));
+}
+
+// Tensors with the names that errors give them.
+using NamedTensors = std::initializer_list<std::pair<std::string_view, const TensorView*>>;
+
+// An elementwise op's operands: the first an activation, each other one like it.
+Status need_elementwise(std::string_view op, NamedTensors operands) {
+  const auto& [first_name, first] = *operands.begin();
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, first_name, *first));
+  for (const auto& [name, t] : std::span(operands).subspan(1)) {
+    DLPROBE_RETURN_IF_ERROR(need_like(op, name, *t, *first));
+  }
+  return Status::ok();
 }
 
 Status need_same_layout(std::string_view op, std::string_view name, const TensorView& t,
@@ -480,10 +495,8 @@ Status CudaBackend::conv2d_backward_weight(const TensorView& x, const TensorView
 
 namespace {
 
-Status check_batch_norm(std::string_view op, const TensorView& x,
-                        std::initializer_list<std::pair<std::string_view, const TensorView*>> ch) {
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
-  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4, op, "x must be rank 4"));
+// Each per-channel tensor in `ch`: fp32, one element per channel of x.
+Status need_channels(std::string_view op, const TensorView& x, NamedTensors ch) {
   for (const auto& [name, t] : ch) {
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, name, *t));
     DLPROBE_RETURN_IF_ERROR(need(
@@ -493,51 +506,49 @@ Status check_batch_norm(std::string_view op, const TensorView& x,
   return Status::ok();
 }
 
+Status check_batch_norm(std::string_view op, const TensorView& x, NamedTensors ch) {
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4, op, "x must be rank 4"));
+  return need_channels(op, x, ch);
+}
+
 // The fused forward's epilogue: the ReLU, after the residual when the step passes one (a residual
 // without data is none).
 BatchNormEpilogue relu_epilogue(const TensorView& residual) {
   return {residual.data != nullptr ? &residual : nullptr, true};
 }
 
-// A forward's checks: the per-channel tensors `ch`, then y and any residual shaped as x.
-Status check_forward(std::string_view op, const TensorView& x, const TensorView& y,
-                     const BatchNormEpilogue& epi,
-                     std::initializer_list<std::pair<std::string_view, const TensorView*>> ch) {
-  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x, ch));
+// The batch statistics a training forward saves for the backward.
+struct SavedStatistics {
+  const TensorView& mean;
+  const TensorView& invstd;
+};
+
+// The four forwards: their checks, then the training launch when `saved` is given, else the
+// inference one (which normalises by the running statistics).
+Status forward(const KernelContext& ctx, std::string_view op, const TensorView& x,
+               const TensorView& gamma, const TensorView& beta, const TensorView& running_mean,
+               const TensorView& running_var, const TensorView& y, const SavedStatistics* saved,
+               const BatchNormParams& p, const BatchNormEpilogue& epi) {
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"beta", &beta},
+                                            {"running_mean", &running_mean},
+                                            {"running_var", &running_var}}));
+  if (saved != nullptr) {
+    DLPROBE_RETURN_IF_ERROR(
+        need_channels(op, x, {{"save_mean", &saved->mean}, {"save_invstd", &saved->invstd}}));
+  }
   DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
-  if (epi.residual == nullptr) return Status::ok();
-  return need_like(op, "residual", *epi.residual, x);
-}
-
-Status train_forward(const KernelContext& ctx, std::string_view op, const TensorView& x,
-                     const TensorView& gamma, const TensorView& beta,
-                     const TensorView& running_mean, const TensorView& running_var,
-                     const TensorView& y, const TensorView& save_mean,
-                     const TensorView& save_invstd, const BatchNormParams& p,
-                     const BatchNormEpilogue& epi) {
-  DLPROBE_RETURN_IF_ERROR(check_forward(op, x, y, epi,
-                                        {{"gamma", &gamma},
-                                         {"beta", &beta},
-                                         {"running_mean", &running_mean},
-                                         {"running_var", &running_var},
-                                         {"save_mean", &save_mean},
-                                         {"save_invstd", &save_invstd}}));
+  if (epi.residual != nullptr) {
+    DLPROBE_RETURN_IF_ERROR(need_like(op, "residual", *epi.residual, x));
+  }
+  if (saved == nullptr) {
+    return launch_batch_norm_inference_forward(ctx, x, gamma, beta, running_mean, running_var, y, p,
+                                               epi);
+  }
   return launch_batch_norm_train_forward(ctx, x, gamma, beta, running_mean, running_var, y,
-                                         save_mean, save_invstd, p, epi);
-}
-
-Status inference_forward(const KernelContext& ctx, std::string_view op, const TensorView& x,
-                         const TensorView& gamma, const TensorView& beta,
-                         const TensorView& running_mean, const TensorView& running_var,
-                         const TensorView& y, const BatchNormParams& p,
-                         const BatchNormEpilogue& epi) {
-  DLPROBE_RETURN_IF_ERROR(check_forward(op, x, y, epi,
-                                        {{"gamma", &gamma},
-                                         {"beta", &beta},
-                                         {"running_mean", &running_mean},
-                                         {"running_var", &running_var}}));
-  return launch_batch_norm_inference_forward(ctx, x, gamma, beta, running_mean, running_var, y, p,
-                                             epi);
+                                         saved->mean, saved->invstd, p, epi);
 }
 
 // `relu_output`: the fused forward's y, whose gradient dy is; null for the plain backward.
@@ -566,8 +577,9 @@ Status CudaBackend::batch_norm_train_forward(const TensorView& x, const TensorVi
                                              const TensorView& save_mean,
                                              const TensorView& save_invstd,
                                              const BatchNormParams& p) {
-  return train_forward(ctx(), "batch_norm_train_forward", x, gamma, beta, running_mean, running_var,
-                       y, save_mean, save_invstd, p, {});
+  const SavedStatistics saved{save_mean, save_invstd};
+  return forward(ctx(), "batch_norm_train_forward", x, gamma, beta, running_mean, running_var, y,
+                 &saved, p, {});
 }
 
 Status CudaBackend::batch_norm_relu_train_forward(
@@ -575,8 +587,9 @@ Status CudaBackend::batch_norm_relu_train_forward(
     const TensorView& running_mean, const TensorView& running_var, const TensorView& residual,
     const TensorView& y, const TensorView& save_mean, const TensorView& save_invstd,
     const BatchNormParams& p) {
-  return train_forward(ctx(), "batch_norm_relu_train_forward", x, gamma, beta, running_mean,
-                       running_var, y, save_mean, save_invstd, p, relu_epilogue(residual));
+  const SavedStatistics saved{save_mean, save_invstd};
+  return forward(ctx(), "batch_norm_relu_train_forward", x, gamma, beta, running_mean, running_var,
+                 y, &saved, p, relu_epilogue(residual));
 }
 
 Status CudaBackend::batch_norm_inference_forward(const TensorView& x, const TensorView& gamma,
@@ -584,16 +597,16 @@ Status CudaBackend::batch_norm_inference_forward(const TensorView& x, const Tens
                                                  const TensorView& running_mean,
                                                  const TensorView& running_var, const TensorView& y,
                                                  const BatchNormParams& p) {
-  return inference_forward(ctx(), "batch_norm_inference_forward", x, gamma, beta, running_mean,
-                           running_var, y, p, {});
+  return forward(ctx(), "batch_norm_inference_forward", x, gamma, beta, running_mean, running_var,
+                 y, nullptr, p, {});
 }
 
 Status CudaBackend::batch_norm_relu_inference_forward(
     const TensorView& x, const TensorView& gamma, const TensorView& beta,
     const TensorView& running_mean, const TensorView& running_var, const TensorView& residual,
     const TensorView& y, const BatchNormParams& p) {
-  return inference_forward(ctx(), "batch_norm_relu_inference_forward", x, gamma, beta, running_mean,
-                           running_var, y, p, relu_epilogue(residual));
+  return forward(ctx(), "batch_norm_relu_inference_forward", x, gamma, beta, running_mean,
+                 running_var, y, nullptr, p, relu_epilogue(residual));
 }
 
 Status CudaBackend::batch_norm_backward(const TensorView& dy, const TensorView& x,
@@ -616,35 +629,55 @@ Status CudaBackend::batch_norm_relu_backward(const TensorView& dy, const TensorV
 // ---- elementwise, pooling ----
 
 Status CudaBackend::relu_forward(const TensorView& x, const TensorView& y) {
-  DLPROBE_RETURN_IF_ERROR(need_activation("relu_forward", "x", x));
-  DLPROBE_RETURN_IF_ERROR(need_like("relu_forward", "y", y, x));
+  DLPROBE_RETURN_IF_ERROR(need_elementwise("relu_forward", {{"x", &x}, {"y", &y}}));
   return launch_relu_forward(ctx(), x, y);
 }
 
 Status CudaBackend::relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) {
-  DLPROBE_RETURN_IF_ERROR(need_activation("relu_backward", "dy", dy));
-  DLPROBE_RETURN_IF_ERROR(need_like("relu_backward", "y", y, dy));
-  DLPROBE_RETURN_IF_ERROR(need_like("relu_backward", "dx", dx, dy));
+  DLPROBE_RETURN_IF_ERROR(need_elementwise("relu_backward", {{"dy", &dy}, {"y", &y}, {"dx", &dx}}));
   return launch_relu_backward(ctx(), dy, y, dx);
 }
 
 Status CudaBackend::relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
                                       const TensorView& dx) {
-  constexpr std::string_view op = "relu_backward_add";
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "a", a));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "b", b, a));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, a));
-  DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, a));
+  DLPROBE_RETURN_IF_ERROR(
+      need_elementwise("relu_backward_add", {{"a", &a}, {"b", &b}, {"y", &y}, {"dx", &dx}}));
   return launch_relu_backward_add(ctx(), a, b, y, dx);
 }
 
+namespace {
+
+// A max pooling's image and pooled tensor, or their gradients: rank 4 activations of one dtype.
+Status need_max_pool(std::string_view op, std::string_view image_name, const TensorView& image,
+                     std::string_view pooled_name, const TensorView& pooled) {
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, image_name, image));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, pooled_name, pooled));
+  DLPROBE_RETURN_IF_ERROR(
+      need(image.desc.rank() == 4 && pooled.desc.rank() == 4, op, "rank 4 expected"));
+  return need(image.desc.dtype() == pooled.desc.dtype(), op,
+              fmt::format("{} and {} differ in dtype", image_name, pooled_name));
+}
+
+// A global average pooling's image [N, C, H, W] and pooled [N, C] tensor, or their gradients, of
+// one dtype.
+Status need_global_avg_pool(std::string_view op, std::string_view image_name,
+                            const TensorView& image, std::string_view pooled_name,
+                            const TensorView& pooled) {
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, image_name, image));
+  DLPROBE_RETURN_IF_ERROR(
+      need(image.desc.rank() == 4, op, fmt::format("{} must be rank 4", image_name)));
+  return need(pooled.data != nullptr && pooled.desc.dtype() == image.desc.dtype() &&
+                  pooled.desc.numel() == image.desc.dim(0) * image.desc.dim(1),
+              op,
+              fmt::format("{} is {} for {} {}", pooled_name, pooled.desc.str(), image_name,
+                          image.desc.str()));
+}
+
+}  // namespace
+
 Status CudaBackend::max_pool2d_forward(const TensorView& x, const TensorView& y,
                                        const MaxPool2dParams& p) {
-  constexpr std::string_view op = "max_pool2d_forward";
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "y", y));
-  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4 && y.desc.rank() == 4, op, "rank 4 expected"));
-  DLPROBE_RETURN_IF_ERROR(need(x.desc.dtype() == y.desc.dtype(), op, "x and y differ in dtype"));
+  DLPROBE_RETURN_IF_ERROR(need_max_pool("max_pool2d_forward", "x", x, "y", y));
   return launch_max_pool2d_forward(ctx(), x, y, p);
 }
 
@@ -654,39 +687,23 @@ Status CudaBackend::max_pool2d_backward(const TensorView& dy, const TensorView& 
   // y is not needed: the backward finds each window's maximum again in x (see kernels_pool.cu).
   (void)y;
   constexpr std::string_view op = "max_pool2d_backward";
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "dy", dy));
-  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4 && dy.desc.rank() == 4, op, "rank 4 expected"));
-  DLPROBE_RETURN_IF_ERROR(need(x.desc.dtype() == dy.desc.dtype(), op, "x and dy differ in dtype"));
+  DLPROBE_RETURN_IF_ERROR(need_max_pool(op, "x", x, "dy", dy));
   DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
   return launch_max_pool2d_backward(ctx(), dy, x, dx, p);
 }
 
 Status CudaBackend::add(const TensorView& a, const TensorView& b, const TensorView& y) {
-  DLPROBE_RETURN_IF_ERROR(need_activation("add", "a", a));
-  DLPROBE_RETURN_IF_ERROR(need_like("add", "b", b, a));
-  DLPROBE_RETURN_IF_ERROR(need_like("add", "y", y, a));
+  DLPROBE_RETURN_IF_ERROR(need_elementwise("add", {{"a", &a}, {"b", &b}, {"y", &y}}));
   return launch_add(ctx(), a, b, y);
 }
 
 Status CudaBackend::global_avg_pool_forward(const TensorView& x, const TensorView& y) {
-  constexpr std::string_view op = "global_avg_pool_forward";
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
-  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4, op, "x must be rank 4"));
-  DLPROBE_RETURN_IF_ERROR(need(y.data != nullptr && y.desc.dtype() == x.desc.dtype() &&
-                                   y.desc.numel() == x.desc.dim(0) * x.desc.dim(1),
-                               op, fmt::format("y is {} for x {}", y.desc.str(), x.desc.str())));
+  DLPROBE_RETURN_IF_ERROR(need_global_avg_pool("global_avg_pool_forward", "x", x, "y", y));
   return launch_global_avg_pool_forward(ctx(), x, y);
 }
 
 Status CudaBackend::global_avg_pool_backward(const TensorView& dy, const TensorView& dx) {
-  constexpr std::string_view op = "global_avg_pool_backward";
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "dx", dx));
-  DLPROBE_RETURN_IF_ERROR(need(dx.desc.rank() == 4, op, "dx must be rank 4"));
-  DLPROBE_RETURN_IF_ERROR(need(dy.data != nullptr && dy.desc.dtype() == dx.desc.dtype() &&
-                                   dy.desc.numel() == dx.desc.dim(0) * dx.desc.dim(1),
-                               op,
-                               fmt::format("dy is {} for dx {}", dy.desc.str(), dx.desc.str())));
+  DLPROBE_RETURN_IF_ERROR(need_global_avg_pool("global_avg_pool_backward", "dx", dx, "dy", dy));
   return launch_global_avg_pool_backward(ctx(), dy, dx);
 }
 

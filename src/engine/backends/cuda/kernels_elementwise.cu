@@ -75,6 +75,19 @@ Status launch_map(const KernelContext& ctx, Ty* y, const Ta* a, const Tb* b, std
   return Status::ok();
 }
 
+// An elementwise op whose operands all have the dtype of `a`, the first input: y = op(a, b, c),
+// with b and c (untyped data pointers) as far as kArity goes.
+template <int kArity, class Op>
+Status launch_map_one_dtype(const KernelContext& ctx, Op op, const TensorView& y,
+                            const TensorView& a, const void* b = nullptr, const void* c = nullptr) {
+  return dispatch_floating(a.desc.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return launch_map<kArity>(ctx, static_cast<T*>(y.data), static_cast<const T*>(a.data),
+                              static_cast<const T*>(b), a.desc.numel(), op,
+                              static_cast<const T*>(c));
+  });
+}
+
 template <class T>
 __global__ void fill_kernel(T* y, std::int64_t n, T value) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -219,39 +232,22 @@ Status launch_cast(const KernelContext& ctx, const TensorView& src, const Tensor
 }
 
 Status launch_relu_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y) {
-  return dispatch_floating(x.desc.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return launch_map<1>(ctx, static_cast<T*>(y.data), static_cast<const T*>(x.data),
-                         static_cast<const T*>(nullptr), x.desc.numel(), Relu{});
-  });
+  return launch_map_one_dtype<1>(ctx, Relu{}, y, x);
 }
 
 Status launch_relu_backward(const KernelContext& ctx, const TensorView& dy, const TensorView& y,
                             const TensorView& dx) {
-  return dispatch_floating(dy.desc.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return launch_map<2>(ctx, static_cast<T*>(dx.data), static_cast<const T*>(dy.data),
-                         static_cast<const T*>(y.data), dy.desc.numel(), ReluBackward{});
-  });
+  return launch_map_one_dtype<2>(ctx, ReluBackward{}, dx, dy, y.data);
 }
 
 Status launch_relu_backward_add(const KernelContext& ctx, const TensorView& a, const TensorView& b,
                                 const TensorView& y, const TensorView& dx) {
-  return dispatch_floating(a.desc.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return launch_map<3>(ctx, static_cast<T*>(dx.data), static_cast<const T*>(a.data),
-                         static_cast<const T*>(y.data), a.desc.numel(), ReluBackwardAdd{},
-                         static_cast<const T*>(b.data));
-  });
+  return launch_map_one_dtype<3>(ctx, ReluBackwardAdd{}, dx, a, y.data, b.data);
 }
 
 Status launch_add(const KernelContext& ctx, const TensorView& a, const TensorView& b,
                   const TensorView& y) {
-  return dispatch_floating(a.desc.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return launch_map<2>(ctx, static_cast<T*>(y.data), static_cast<const T*>(a.data),
-                         static_cast<const T*>(b.data), a.desc.numel(), Add{});
-  });
+  return launch_map_one_dtype<2>(ctx, Add{}, y, a, b.data);
 }
 
 Status launch_copy_channels(const KernelContext& ctx, const TensorView& src,
