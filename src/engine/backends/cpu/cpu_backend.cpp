@@ -250,28 +250,14 @@ class CpuBackend final : public HostBackend {
                                   const BatchNormParams& p) override {
     constexpr std::string_view op = "batch_norm_train_forward";
     return guarded(op, [&]() -> Status {
-      DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&x.desc, &y.desc}));
-      DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "y", y.desc, x.desc));
-      DLPROBE_RETURN_IF_ERROR(
-          need_fp32(op, {&gamma.desc, &beta.desc, &running_mean.desc, &running_var.desc,
-                         &save_mean.desc, &save_invstd.desc}));
-      Prim& prim = cached(fmt::format("bn_train {} eps{}", x.desc.str(), p.eps), [&] {
-        auto pd = bn_forward_pd(x.desc, dnnl::prop_kind::forward_training,
-                                static_cast<float>(p.eps), kScaleShift);
-        return Prim{dnnl::batch_normalization_forward(pd), pd.scratchpad_desc()};
-      });
-      const std::int64_t channels = x.desc.dim(1);
+      DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&running_mean.desc, &running_var.desc}));
       // oneDNN writes the batch mean and the biased variance; the variance goes into save_invstd
       // and is turned into invstd below, so no temporary is needed.
-      DLPROBE_RETURN_IF_ERROR(run(op, prim.prim, prim.scratchpad,
-                                  {{DNNL_ARG_SRC, user(x.desc, x.data)},
-                                   {DNNL_ARG_DST, user(y.desc, y.data)},
-                                   {DNNL_ARG_SCALE, channel(channels, gamma.data)},
-                                   {DNNL_ARG_SHIFT, channel(channels, beta.data)},
-                                   {DNNL_ARG_MEAN, channel(channels, save_mean.data)},
-                                   {DNNL_ARG_VARIANCE, channel(channels, save_invstd.data)}}));
+      DLPROBE_RETURN_IF_ERROR(bn_forward(op, dnnl::prop_kind::forward_training, x, gamma, beta,
+                                         save_mean, save_invstd, y, p.eps));
       // PyTorch's running statistics, in double as its CPU kernel accumulates them: momentum
       // blend, and the unbiased variance (times m / (m - 1)) for running_var.
+      const std::int64_t channels = x.desc.dim(1);
       const auto count = static_cast<double>(x.desc.dim(0) * x.desc.dim(2) * x.desc.dim(3));
       auto* mean = static_cast<const float*>(save_mean.data);
       auto* invstd = static_cast<float*>(save_invstd.data);
@@ -294,24 +280,8 @@ class CpuBackend final : public HostBackend {
                                       const BatchNormParams& p) override {
     constexpr std::string_view op = "batch_norm_inference_forward";
     return guarded(op, [&]() -> Status {
-      DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&x.desc, &y.desc}));
-      DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "y", y.desc, x.desc));
-      DLPROBE_RETURN_IF_ERROR(
-          need_fp32(op, {&gamma.desc, &beta.desc, &running_mean.desc, &running_var.desc}));
-      Prim& prim = cached(fmt::format("bn_inference {} eps{}", x.desc.str(), p.eps), [&] {
-        auto pd =
-            bn_forward_pd(x.desc, dnnl::prop_kind::forward_inference, static_cast<float>(p.eps),
-                          kScaleShift | dnnl::normalization_flags::use_global_stats);
-        return Prim{dnnl::batch_normalization_forward(pd), pd.scratchpad_desc()};
-      });
-      const std::int64_t channels = x.desc.dim(1);
-      return run(op, prim.prim, prim.scratchpad,
-                 {{DNNL_ARG_SRC, user(x.desc, x.data)},
-                  {DNNL_ARG_DST, user(y.desc, y.data)},
-                  {DNNL_ARG_SCALE, channel(channels, gamma.data)},
-                  {DNNL_ARG_SHIFT, channel(channels, beta.data)},
-                  {DNNL_ARG_MEAN, channel(channels, running_mean.data)},
-                  {DNNL_ARG_VARIANCE, channel(channels, running_var.data)}});
+      return bn_forward(op, dnnl::prop_kind::forward_inference, x, gamma, beta, running_mean,
+                        running_var, y, p.eps);
     });
   }
 
@@ -536,22 +506,17 @@ class CpuBackend final : public HostBackend {
 
   Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step,
                   const TensorView& found_inf) override {
-    constexpr std::string_view op = "sgd_step";
     DLPROBE_RETURN_IF_ERROR(sgd_check(p));
-    DLPROBE_RETURN_IF_ERROR(need_step(op, step, found_inf));
-    for (const OptimizerSlot& s : slots) {
-      DLPROBE_RETURN_IF_ERROR(need_slot(op, s, p.momentum != 0.0, false));
-    }
+    DLPROBE_RETURN_IF_ERROR(
+        need_optimizer_step("sgd_step", slots, step, found_inf, p.momentum != 0.0, false));
     if (!cpu::step_skipped(found_inf)) cpu::sgd_step(slots, p, step);
     return Status::ok();
   }
 
   Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step,
                     const TensorView& found_inf) override {
-    constexpr std::string_view op = "adamw_step";
     DLPROBE_RETURN_IF_ERROR(adamw_check(p));
-    DLPROBE_RETURN_IF_ERROR(need_step(op, step, found_inf));
-    for (const OptimizerSlot& s : slots) DLPROBE_RETURN_IF_ERROR(need_slot(op, s, true, true));
+    DLPROBE_RETURN_IF_ERROR(need_optimizer_step("adamw_step", slots, step, found_inf, true, true));
     if (!cpu::step_skipped(found_inf)) cpu::adamw_step(slots, p, step);
     return Status::ok();
   }
@@ -620,24 +585,27 @@ class CpuBackend final : public HostBackend {
     return same_shape_check(fmt::format("cpu backend: {}", op), a.shape(), b.shape());
   }
 
-  static Status need_step(std::string_view op, std::int64_t step, const TensorView& found_inf) {
+  // An optimizer step's arguments: the step count, the flag, and each slot's parameter, gradient
+  // and the states the optimizer keeps (`state0`, `state1`).
+  static Status need_optimizer_step(std::string_view op, std::span<const OptimizerSlot> slots,
+                                    std::int64_t step, const TensorView& found_inf, bool state0,
+                                    bool state1) {
     if (step < 1) {
       return invalid_argument(fmt::format("cpu backend: {}: step must be >= 1, got {}", op, step));
     }
-    if (found_inf.data == nullptr) return Status::ok();
-    return need_fp32(op, {&found_inf.desc});
-  }
-
-  static Status need_slot(std::string_view op, const OptimizerSlot& s, bool state0, bool state1) {
-    DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&s.param.desc}));
-    DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "grad", s.grad.desc, s.param.desc));
-    for (auto [needed, state] : {std::pair{state0, &s.state0}, std::pair{state1, &s.state1}}) {
-      if (!needed) continue;
-      if (state->data == nullptr) {
-        return invalid_argument(fmt::format(
-            "cpu backend: {}: parameter {} has no optimizer state buffer", op, s.param.desc.str()));
+    if (found_inf.data != nullptr) DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&found_inf.desc}));
+    for (const OptimizerSlot& s : slots) {
+      DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&s.param.desc}));
+      DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "grad", s.grad.desc, s.param.desc));
+      for (auto [needed, state] : {std::pair{state0, &s.state0}, std::pair{state1, &s.state1}}) {
+        if (!needed) continue;
+        if (state->data == nullptr) {
+          return invalid_argument(
+              fmt::format("cpu backend: {}: parameter {} has no optimizer state buffer", op,
+                          s.param.desc.str()));
+        }
+        DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "optimizer state", state->desc, s.param.desc));
       }
-      DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "optimizer state", state->desc, s.param.desc));
     }
     return Status::ok();
   }
@@ -764,6 +732,33 @@ class CpuBackend final : public HostBackend {
     DLPROBE_RETURN_IF_ERROR(run(op, prim.weights_reorder, prim.reorder_scratchpad,
                                 {{DNNL_ARG_FROM, caller}, {DNNL_ARG_TO, reordered}}));
     return reordered;
+  }
+
+  // Both forwards' oneDNN pass: y = gamma (x - mean) / sqrt(var + eps) + beta per channel, where
+  // training writes the batch's mean and biased variance into `mean` and `var` and inference
+  // reads the running statistics from them.
+  Status bn_forward(std::string_view op, dnnl::prop_kind kind, const TensorView& x,
+                    const TensorView& gamma, const TensorView& beta, const TensorView& mean,
+                    const TensorView& var, const TensorView& y, double eps) {
+    DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&x.desc, &y.desc}));
+    DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "y", y.desc, x.desc));
+    DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&gamma.desc, &beta.desc, &mean.desc, &var.desc}));
+    const bool training = kind == dnnl::prop_kind::forward_training;
+    Prim& prim = cached(
+        fmt::format("bn_{} {} eps{}", training ? "train" : "inference", x.desc.str(), eps), [&] {
+          auto pd = bn_forward_pd(
+              x.desc, kind, static_cast<float>(eps),
+              training ? kScaleShift : kScaleShift | dnnl::normalization_flags::use_global_stats);
+          return Prim{dnnl::batch_normalization_forward(pd), pd.scratchpad_desc()};
+        });
+    const std::int64_t channels = x.desc.dim(1);
+    return run(op, prim.prim, prim.scratchpad,
+               {{DNNL_ARG_SRC, user(x.desc, x.data)},
+                {DNNL_ARG_DST, user(y.desc, y.data)},
+                {DNNL_ARG_SCALE, channel(channels, gamma.data)},
+                {DNNL_ARG_SHIFT, channel(channels, beta.data)},
+                {DNNL_ARG_MEAN, channel(channels, mean.data)},
+                {DNNL_ARG_VARIANCE, channel(channels, var.data)}});
   }
 
   dnnl::batch_normalization_forward::primitive_desc bn_forward_pd(
