@@ -14,8 +14,10 @@
 // whole-model copies the pure-function form costs. The tests compare both against the reference.
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "dlprobe/engine/reference_backend.h"
@@ -51,6 +53,18 @@ Status store(HostTensor result, const TensorView& dst) {
   if (result.layout() != dst.desc.layout()) result = result.to_layout(dst.desc.layout());
   std::memcpy(dst.data, result.data(), dst.desc.bytes());
   return Status::ok();
+}
+
+// Most ops: `op`, one of reference.h's, on the operands read in T, its result stored into `out`.
+template <class T, class Op, class... Operands>
+Status run_reference(const TensorView& out, const Op& op, const Operands&... operands) {
+  std::array<Result<HostTensor>, sizeof...(operands)> in{load_as<T>(operands)...};
+  for (const Result<HostTensor>& r : in) {
+    if (!r.has_value()) return r.status();
+  }
+  DLPROBE_ASSIGN_OR_RETURN(HostTensor result,
+                           std::apply([&](auto&... loaded) { return op(*loaded...); }, in));
+  return store(std::move(result), out);
 }
 
 double read_elem(const TensorView& v, std::int64_t i);
@@ -248,6 +262,27 @@ struct ConvGeometry {
   }
 };
 
+// The fast passes that apply the weights, channels-last: the forward (x's C channels in, y's K
+// out) and the backward data (dy's K in, dx's C out). At each tap, the output's channels gain the
+// input's channels times that tap's block of `ws`, [input channel][output channel].
+template <class T>
+std::vector<T> apply_weights(const ConvGeometry& g, const std::vector<T>& in,
+                             const std::vector<T>& ws, std::int64_t out_numel, bool forward) {
+  std::vector<T> out(static_cast<std::size_t>(out_numel), T{0});
+  const std::int64_t ins = forward ? g.c : g.k;
+  const std::int64_t outs = forward ? g.k : g.c;
+  g.for_each_tap([&](std::int64_t xo, std::int64_t yo, std::int64_t tap) {
+    const T* src = in.data() + (forward ? xo : yo);
+    T* dst = out.data() + (forward ? yo : xo);
+    for (std::int64_t i = 0; i < ins; ++i) {
+      const T v = src[i];
+      const T* wr = ws.data() + (tap * ins + i) * outs;
+      for (std::int64_t j = 0; j < outs; ++j) dst[j] += v * wr[j];
+    }
+  });
+  return out;
+}
+
 // Parameters, gradients and optimizer state of one dtype (fp32 or fp64) and one description, so
 // element i of each is the same logical element: the case the optimizers run in place.
 bool same_master_desc(const OptimizerSlot& s, bool with_state0, bool with_state1) {
@@ -300,58 +335,44 @@ class ReferenceBackend final : public HostBackend {
   Status conv2d_forward(const TensorView& x, const TensorView& w, const TensorView& y,
                         const Conv2dParams& p) override {
     if (!fast_conv(p)) {
-      DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-      DLPROBE_ASSIGN_OR_RETURN(HostTensor wt, load_as<T>(w));
-      DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::conv2d_forward<T>(xt, wt, p));
-      return store(std::move(out), y);
+      return run_reference<T>(
+          y,
+          [&](const HostTensor& xt, const HostTensor& wt) {
+            return reference::conv2d_forward<T>(xt, wt, p);
+          },
+          x, w);
     }
-    const std::vector<T> xs = channels_last<T>(x);
-    const std::vector<T> ws = weight_rs<T>(w, false);  // R, S, C, K
     const ConvGeometry g(x.desc.shape(), w.desc.shape(), y.desc.shape(), p);
-    std::vector<T> ys(static_cast<std::size_t>(y.desc.numel()), T{0});
-    g.for_each_tap([&](std::int64_t xo, std::int64_t yo, std::int64_t tap) {
-      T* out = ys.data() + yo;
-      for (std::int64_t c = 0; c < g.c; ++c) {
-        const T xv = xs[static_cast<std::size_t>(xo + c)];
-        const T* wr = ws.data() + (tap * g.c + c) * g.k;
-        for (std::int64_t k = 0; k < g.k; ++k) out[k] += xv * wr[k];
-      }
-    });
-    store_channels_last(ys, y, false);
+    const std::vector<T> ws = weight_rs<T>(w, false);  // R, S, C, K
+    store_channels_last(apply_weights(g, channels_last<T>(x), ws, y.desc.numel(), true), y, false);
     return Status::ok();
   }
   Status conv2d_backward_data(const TensorView& dy, const TensorView& w, const TensorView& dx,
                               const Conv2dParams& p) override {
     if (!fast_conv(p)) {
-      DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
-      DLPROBE_ASSIGN_OR_RETURN(HostTensor wt, load_as<T>(w));
-      DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::conv2d_backward_data<T>(
-                                                   dyt, wt, dx.desc.with_dtype(dtype_of<T>), p));
-      return store(std::move(out), dx);
+      return run_reference<T>(
+          dx,
+          [&](const HostTensor& dyt, const HostTensor& wt) {
+            return reference::conv2d_backward_data<T>(dyt, wt, dx.desc.with_dtype(dtype_of<T>), p);
+          },
+          dy, w);
     }
-    const std::vector<T> dys = channels_last<T>(dy);
-    const std::vector<T> ws = weight_rs<T>(w, true);  // R, S, K, C
     const ConvGeometry g(dx.desc.shape(), w.desc.shape(), dy.desc.shape(), p);
-    std::vector<T> dxs(static_cast<std::size_t>(dx.desc.numel()), T{0});
-    g.for_each_tap([&](std::int64_t xo, std::int64_t yo, std::int64_t tap) {
-      T* out = dxs.data() + xo;
-      for (std::int64_t k = 0; k < g.k; ++k) {
-        const T gv = dys[static_cast<std::size_t>(yo + k)];
-        const T* wr = ws.data() + (tap * g.k + k) * g.c;
-        for (std::int64_t c = 0; c < g.c; ++c) out[c] += gv * wr[c];
-      }
-    });
-    store_channels_last(dxs, dx, false);
+    const std::vector<T> ws = weight_rs<T>(w, true);  // R, S, K, C
+    store_channels_last(apply_weights(g, channels_last<T>(dy), ws, dx.desc.numel(), false), dx,
+                        false);
     return Status::ok();
   }
   Status conv2d_backward_weight(const TensorView& x, const TensorView& dy, const TensorView& dw,
                                 const Conv2dParams& p) override {
     if (!fast_conv(p)) {
-      DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-      DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
-      DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::conv2d_backward_weight<T>(
-                                                   xt, dyt, dw.desc.with_dtype(dtype_of<T>), p));
-      return store(std::move(out), dw);
+      return run_reference<T>(
+          dw,
+          [&](const HostTensor& xt, const HostTensor& dyt) {
+            return reference::conv2d_backward_weight<T>(xt, dyt, dw.desc.with_dtype(dtype_of<T>),
+                                                        p);
+          },
+          x, dy);
     }
     const std::vector<T> xs = channels_last<T>(x);
     const std::vector<T> dys = channels_last<T>(dy);
@@ -432,57 +453,46 @@ class ReferenceBackend final : public HostBackend {
   }
 
   Status relu_forward(const TensorView& x, const TensorView& y) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::relu_forward<T>(xt));
-    return store(std::move(out), y);
+    return run_reference<T>(y, reference::relu_forward<T>, x);
   }
   Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor yt, load_as<T>(y));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::relu_backward<T>(dyt, yt));
-    return store(std::move(out), dx);
+    return run_reference<T>(dx, reference::relu_backward<T>, dy, y);
   }
 
   Status max_pool2d_forward(const TensorView& x, const TensorView& y,
                             const MaxPool2dParams& p) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::max_pool2d_forward<T>(xt, p));
-    return store(std::move(out), y);
+    return run_reference<T>(
+        y, [&](const HostTensor& xt) { return reference::max_pool2d_forward<T>(xt, p); }, x);
   }
   Status max_pool2d_backward(const TensorView& dy, const TensorView& x, const TensorView& /*y*/,
                              const TensorView& dx, const MaxPool2dParams& p) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::max_pool2d_backward<T>(dyt, xt, p));
-    return store(std::move(out), dx);
+    return run_reference<T>(
+        dx,
+        [&](const HostTensor& dyt, const HostTensor& xt) {
+          return reference::max_pool2d_backward<T>(dyt, xt, p);
+        },
+        dy, x);
   }
 
   Status add(const TensorView& a, const TensorView& b, const TensorView& y) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor at, load_as<T>(a));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor bt, load_as<T>(b));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::add<T>(at, bt));
-    return store(std::move(out), y);
+    return run_reference<T>(y, reference::add<T>, a, b);
   }
 
   Status global_avg_pool_forward(const TensorView& x, const TensorView& y) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::global_avg_pool_forward<T>(xt));
-    return store(std::move(out), y);
+    return run_reference<T>(y, reference::global_avg_pool_forward<T>, x);
   }
   Status global_avg_pool_backward(const TensorView& dy, const TensorView& dx) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::global_avg_pool_backward<T>(
-                                                 dyt, dx.desc.with_dtype(dtype_of<T>)));
-    return store(std::move(out), dx);
+    return run_reference<T>(
+        dx,
+        [&](const HostTensor& dyt) {
+          return reference::global_avg_pool_backward<T>(dyt, dx.desc.with_dtype(dtype_of<T>));
+        },
+        dy);
   }
 
   Status linear_forward(const TensorView& x, const TensorView& w, const TensorView& b,
                         const TensorView& y) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor wt, load_as<T>(w));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor bt, load_as<T>(b));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::linear_forward<T>(xt, wt, bt));
-    return store(std::move(out), y);
+    return run_reference<T>(y, reference::linear_forward<T>, x, w, b);
   }
   Status linear_backward(const TensorView& dy, const TensorView& x, const TensorView& w,
                          const TensorView& dx, const TensorView& dw,
@@ -499,9 +509,8 @@ class ReferenceBackend final : public HostBackend {
 
   Status cross_entropy_forward(const TensorView& logits, const TensorView& labels,
                                const TensorView& loss) override {
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor lt, load_as<T>(logits));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::cross_entropy_forward<T>(lt, load(labels)));
-    return store(std::move(out), loss);
+    // load_as leaves the integer labels as they are.
+    return run_reference<T>(loss, reference::cross_entropy_forward<T>, logits, labels);
   }
   Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
                                 double loss_scale, const TensorView& dlogits) override {
