@@ -20,6 +20,7 @@
 #include "dlprobe/core/command_line.h"
 #include "dlprobe/core/files.h"
 #include "dlprobe/core/interrupt.h"
+#include "dlprobe/core/json_optional.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/severity.h"
 #include "dlprobe/core/status.h"

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dlprobe/core/json_optional.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/doctor/doctor.h"
 
@@ -12,11 +13,6 @@ namespace dlprobe::doctor {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-template <class T>
-json opt(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
 
 json library_json(const LibraryProbe& p) {
   return {{"loaded", p.loaded},
@@ -49,7 +45,7 @@ json gpu_json(const GpuReport& g) {
     theoretical_tflops[std::string(gemm_dtype_name(dtype))] = tflops;
   json processes = json::array();
   for (const auto& p : g.other_processes)
-    processes.push_back({{"pid", p.pid}, {"used_bytes", opt(p.used_bytes)}});
+    processes.push_back({{"pid", p.pid}, {"used_bytes", p.used_bytes}});
   return {
       {"index", g.index},
       {"name", g.name},
@@ -58,28 +54,28 @@ json gpu_json(const GpuReport& g) {
       {"compute_capability", g.cc_major && g.cc_minor
                                  ? json(fmt::format("{}.{}", *g.cc_major, *g.cc_minor))
                                  : json(nullptr)},
-      {"sm_count", opt(g.sm_count)},
-      {"memory_total_bytes", opt(g.memory_total_bytes)},
-      {"l2_bytes", opt(g.l2_bytes)},
-      {"memory_bus_width_bits", opt(g.memory_bus_width_bits)},
-      {"max_sm_clock_mhz", opt(g.max_sm_clock_mhz)},
-      {"max_mem_clock_mhz", opt(g.max_mem_clock_mhz)},
+      {"sm_count", g.sm_count},
+      {"memory_total_bytes", g.memory_total_bytes},
+      {"l2_bytes", g.l2_bytes},
+      {"memory_bus_width_bits", g.memory_bus_width_bits},
+      {"max_sm_clock_mhz", g.max_sm_clock_mhz},
+      {"max_mem_clock_mhz", g.max_mem_clock_mhz},
       {"clock_source", g.clock_source.empty() ? json(nullptr) : json(g.clock_source)},
       {"tensor_core_dtypes", g.tensor_core_dtypes},
       {"theoretical",
-       {{"memory_bandwidth_gbs", opt(g.theoretical_memory_gbs)},
+       {{"memory_bandwidth_gbs", g.theoretical_memory_gbs},
         {"gemm_tflops", theoretical_tflops},
-        {"pcie_gbs", opt(g.theoretical_pcie_gbs)}}},
+        {"pcie_gbs", g.theoretical_pcie_gbs}}},
       {"nvml", g.nvml},
-      {"persistence_mode", opt(g.persistence_enabled)},
-      {"ecc", opt(g.ecc_enabled)},
-      {"mig", opt(g.mig_enabled)},
-      {"power_limit_w", opt(g.power_limit_w)},
-      {"power_default_limit_w", opt(g.power_default_limit_w)},
-      {"pcie_link_gen", opt(g.pcie_link_gen)},
-      {"pcie_link_width", opt(g.pcie_link_width)},
-      {"temperature_c", opt(g.temperature_c)},
-      {"memory_used_bytes", opt(g.memory_used_bytes)},
+      {"persistence_mode", g.persistence_enabled},
+      {"ecc", g.ecc_enabled},
+      {"mig", g.mig_enabled},
+      {"power_limit_w", g.power_limit_w},
+      {"power_default_limit_w", g.power_default_limit_w},
+      {"pcie_link_gen", g.pcie_link_gen},
+      {"pcie_link_width", g.pcie_link_width},
+      {"temperature_c", g.temperature_c},
+      {"memory_used_bytes", g.memory_used_bytes},
       {"clock_event_reasons", g.clock_event_reasons ? json(g.clock_event_names) : json(nullptr)},
       {"throttled", g.clock_event_reasons ? json(g.throttled) : json(nullptr)},
       {"other_processes", g.nvml && g.processes_why_not.empty() ? processes : json(nullptr)},
@@ -102,11 +98,11 @@ json ceilings_json(const Ceilings& c) {
         {"tflops", g.measured ? json(g.tflops) : json(nullptr)},
         {"tflops_min", g.measured ? json(g.tflops_min) : json(nullptr)},
         {"tflops_max", g.measured ? json(g.tflops_max) : json(nullptr)},
-        {"theoretical_tflops", opt(g.theoretical_tflops)},
+        {"theoretical_tflops", g.theoretical_tflops},
         {"fraction_of_theoretical", g.measured && g.theoretical_tflops
                                         ? json(g.tflops / *g.theoretical_tflops)
                                         : json(nullptr)},
-        {"check_error", opt(g.check_error)},
+        {"check_error", g.check_error},
         {"check_tolerance", gemm_check_tolerance(g.dtype)},
         {"why_not", g.why_not.empty() ? json(nullptr) : json(g.why_not)},
     });
@@ -118,7 +114,7 @@ json ceilings_json(const Ceilings& c) {
         {"measured", b.measured},
         {"bytes", b.measured ? json(b.bytes) : json(nullptr)},
         {"gbs", b.measured ? json(b.gbs) : json(nullptr)},
-        {"theoretical_gbs", opt(b.theoretical_gbs)},
+        {"theoretical_gbs", b.theoretical_gbs},
         {"fraction_of_theoretical",
          b.measured && b.theoretical_gbs ? json(b.gbs / *b.theoretical_gbs) : json(nullptr)},
         {"why_not", b.why_not.empty() ? json(nullptr) : json(b.why_not)},
@@ -164,9 +160,9 @@ std::string render_json(const Report& r) {
           {"cores", r.host.cpu.cores},
           {"threads", r.host.cpu.threads},
           {"isa", isa}}},
-        {"memory_total_bytes", opt(r.host.memory_total_bytes)}}},
+        {"memory_total_bytes", r.host.memory_total_bytes}}},
       {"versions",
-       {{"driver", opt(v.driver)},
+       {{"driver", v.driver},
         {"driver_source", v.driver ? json(v.driver_source) : json(nullptr)},
         {"cuda_driver_api", v.cuda_driver_api && *v.cuda_driver_api > 0
                                 ? json(cuda_text(*v.cuda_driver_api))

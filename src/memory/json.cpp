@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "dlprobe/core/json_optional.h"
 #include "dlprobe/memory/analysis_json.h"
 #include "dlprobe/results/results.h"
 
@@ -9,10 +10,6 @@ namespace dlprobe::memory {
 namespace {
 
 using nlohmann::json;
-
-json optional_json(const std::optional<std::int64_t>& v) {
-  return v ? json(*v) : json(nullptr);
-}
 
 json by_category_json(const CategoryBytes& bytes) {
   json j = json::object();
@@ -115,7 +112,7 @@ json to_json(const Calibration& c) {
   plain_fields(c, [&j](const char* key, const auto& value) { j[key] = value; });
   j["fused"] = c.fused;
   j["workspace_by_call"] = std::move(by_call);
-  j["outside_allocator_bytes"] = optional_json(c.outside_allocator_bytes);
+  j["outside_allocator_bytes"] = c.outside_allocator_bytes;
   return j;
 }
 
@@ -133,8 +130,8 @@ json to_json(const Prediction& p) {
   json j = to_json(p.step);
   j["workspace_bytes"] = p.workspace_bytes;
   j["workspace_model"] = p.workspace_model;
-  j["outside_allocator_bytes"] = optional_json(p.outside_allocator_bytes);
-  j["process_bytes"] = optional_json(p.process_bytes());
+  j["outside_allocator_bytes"] = p.outside_allocator_bytes;
+  j["process_bytes"] = p.process_bytes();
   return j;
 }
 
@@ -144,9 +141,9 @@ json to_json(const MaxBatchResult& r) {
     trials.push_back({{"batch", t.batch},
                       {"fits", t.fits},
                       {"why", t.why},
-                      {"peak_allocated_bytes", optional_json(t.peak_allocated_bytes)},
-                      {"reserved_peak_bytes", optional_json(t.reserved_peak_bytes)},
-                      {"nvml_process_bytes", optional_json(t.nvml_process_bytes)}});
+                      {"peak_allocated_bytes", t.peak_allocated_bytes},
+                      {"reserved_peak_bytes", t.reserved_peak_bytes},
+                      {"nvml_process_bytes", t.nvml_process_bytes}});
   }
   return {{"limit_bytes", r.limit_bytes},
           {"predicted", r.predicted},

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "dlprobe/core/json_optional.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/monitor/output.h"
 
@@ -21,12 +22,6 @@ template <class T>
 std::string or_empty(const std::optional<T>& v, std::string_view spec = "{}") {
   if (!v) return {};
   return fmt::format(fmt::runtime(spec), *v);
-}
-
-template <class T>
-nlohmann::json or_null(const std::optional<T>& v) {
-  if (!v) return nullptr;
-  return *v;
 }
 
 std::optional<double> mib(const std::optional<std::uint64_t>& bytes) {
@@ -150,16 +145,16 @@ std::string jsonl_rows(const Tick& tick, const OutputOptions& options) {
         {"time_s", seconds_since(tick.timestamp_ns, options.start_ns)},
         {"unix_s", unix_seconds(tick.timestamp_ns, options)},
         {"gpu", r.gpu},
-        {"gpu_util_pct", or_null(s.gpu_util_pct)},
-        {"mem_util_pct", or_null(s.mem_util_pct)},
-        {"mem_used_bytes", or_null(s.mem_used_bytes)},
-        {"mem_free_bytes", or_null(s.mem_free_bytes)},
-        {"mem_reserved_bytes", or_null(s.mem_reserved_bytes)},
-        {"power_w", or_null(s.power_w)},
-        {"energy_j", or_null(r.energy_since_start_j)},
-        {"temperature_c", or_null(s.temperature_c)},
-        {"sm_clock_mhz", or_null(s.sm_clock_mhz)},
-        {"mem_clock_mhz", or_null(s.mem_clock_mhz)},
+        {"gpu_util_pct", s.gpu_util_pct},
+        {"mem_util_pct", s.mem_util_pct},
+        {"mem_used_bytes", s.mem_used_bytes},
+        {"mem_free_bytes", s.mem_free_bytes},
+        {"mem_reserved_bytes", s.mem_reserved_bytes},
+        {"power_w", s.power_w},
+        {"energy_j", r.energy_since_start_j},
+        {"temperature_c", s.temperature_c},
+        {"sm_clock_mhz", s.sm_clock_mhz},
+        {"mem_clock_mhz", s.mem_clock_mhz},
     };
     if (s.clock_event_reasons) {
       row["clock_event_reasons"] = nvml::clock_event_reason_names(*s.clock_event_reasons);
@@ -167,16 +162,16 @@ std::string jsonl_rows(const Tick& tick, const OutputOptions& options) {
       row["clock_event_reasons"] = nullptr;
     }
     if (options.pcie) {
-      row["pcie_rx_kbps"] = or_null(s.pcie_rx_kbps);
-      row["pcie_tx_kbps"] = or_null(s.pcie_tx_kbps);
+      row["pcie_rx_kbps"] = s.pcie_rx_kbps;
+      row["pcie_tx_kbps"] = s.pcie_tx_kbps;
     }
     if (options.processes) {
       nlohmann::json processes = nlohmann::json::array();
       for (const ProcessRow& p : r.processes) {
         processes.push_back({{"pid", p.pid},
-                             {"used_bytes", or_null(p.used_bytes)},
-                             {"sm_util_pct", or_null(p.sm_util_pct)},
-                             {"mem_util_pct", or_null(p.mem_util_pct)}});
+                             {"used_bytes", p.used_bytes},
+                             {"sm_util_pct", p.sm_util_pct},
+                             {"mem_util_pct", p.mem_util_pct}});
       }
       row["processes"] = std::move(processes);
     }
