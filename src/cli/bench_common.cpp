@@ -126,6 +126,17 @@ void ProgressLine::finished(std::size_t index, std::size_t planned,
   std::fflush(stderr);
 }
 
+bench::SweepCallbacks ProgressLine::sweep_callbacks() {
+  bench::SweepCallbacks callbacks;
+  callbacks.progress = [this](const bench::SweepProgress& p) { update(p); };
+  callbacks.done = [this](const std::vector<results::Configuration>& configurations,
+                          std::size_t planned) {
+    finished(configurations.size(), planned, configurations.back());
+    return Status::ok();
+  };
+  return callbacks;
+}
+
 void ProgressLine::note(const std::string& text) {
   if (quiet_) return;
   clear();

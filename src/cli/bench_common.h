@@ -72,6 +72,9 @@ class ProgressLine {
   void update(const bench::SweepProgress& p);
   void finished(std::size_t index, std::size_t planned, const results::Configuration& c);
   void note(const std::string& text);  // a line of its own ("measuring GEMM ceilings...")
+  // A sweep's callbacks that draw on this line: the live progress, and a line for each finished
+  // configuration.
+  bench::SweepCallbacks sweep_callbacks();
 
  private:
   void clear();

@@ -193,13 +193,7 @@ int run_bench_command(const BenchFlags& flags) {
   InterruptGuard guard;
   env.interrupt = guard.flag();
   const std::size_t planned = bench::planned_configurations(sweep);
-  bench::SweepCallbacks callbacks;
-  callbacks.progress = [&](const bench::SweepProgress& p) { line.update(p); };
-  callbacks.done = [&](const std::vector<results::Configuration>& configurations,
-                       std::size_t now_planned) {
-    line.finished(configurations.size(), now_planned, configurations.back());
-    return Status::ok();
-  };
+  const bench::SweepCallbacks callbacks = line.sweep_callbacks();
   line.note(fmt::format("dlprobe bench: {}{} configuration{} on {}", planned,
                         sweep.groups.front().auto_batch ? " or fewer" : "", planned == 1 ? "" : "s",
                         device::device_name(sweep.device)));

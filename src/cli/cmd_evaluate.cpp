@@ -49,14 +49,8 @@ int run_evaluate(const EvaluateFlags& flags) {
   line.note(plan->chosen.why);
 
   InterruptGuard guard;
-  bench::SweepCallbacks callbacks;
-  callbacks.progress = [&](const bench::SweepProgress& p) { line.update(p); };
-  callbacks.done = [&](const std::vector<results::Configuration>& configurations,
-                       std::size_t now_planned) {
-    line.finished(configurations.size(), now_planned, configurations.back());
-    return Status::ok();
-  };
-  auto evaluation = evaluate::run_evaluation(*plan, own_command_line(), callbacks, guard.flag());
+  auto evaluation =
+      evaluate::run_evaluation(*plan, own_command_line(), line.sweep_callbacks(), guard.flag());
   if (!evaluation) return report_error(evaluation.status());
   std::fputs(evaluation->summary.c_str(), stdout);
   std::fflush(stdout);
