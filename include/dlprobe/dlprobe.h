@@ -22,6 +22,7 @@
 #include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/json_optional.h"
 #include "dlprobe/core/log.h"
+#include "dlprobe/core/named.h"
 #include "dlprobe/core/severity.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/core/units.h"

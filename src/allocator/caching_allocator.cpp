@@ -47,25 +47,7 @@
 namespace dlprobe::memory {
 
 std::string_view category_name(Category category) {
-  switch (category) {
-    case Category::weights:
-      return "weights";
-    case Category::gradients:
-      return "gradients";
-    case Category::optimizer_state:
-      return "optimizer_state";
-    case Category::activations:
-      return "activations";
-    case Category::workspace:
-      return "workspace";
-    case Category::temporaries:
-      return "temporaries";
-    case Category::input:
-      return "input";
-    case Category::arena:
-      return "arena";
-  }
-  return "unknown";
+  return name_of(kCategoryNames, category, "unknown");
 }
 
 std::string_view mode_name(Mode mode) {

@@ -2,20 +2,23 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "dlprobe/core/build_info.h"
+#include "dlprobe/core/named.h"
 
 namespace dlprobe::device {
 
+namespace {
+
+constexpr Named<BackendKind> kBackendKinds[] = {{BackendKind::cuda, "cuda"},
+                                                {BackendKind::onednn, "onednn"},
+                                                {BackendKind::reference, "reference"}};
+
+}  // namespace
+
 std::string_view backend_kind_name(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::cuda:
-      return "cuda";
-    case BackendKind::onednn:
-      return "onednn";
-    case BackendKind::reference:
-      return "reference";
-  }
-  return "reference";
+  return name_of(kBackendKinds, kind, "reference");
 }
 
 bool backend_built(BackendKind kind) {
@@ -44,17 +47,12 @@ Status backend_runs_on(BackendKind kind, const Device& device) {
 }
 
 Result<BackendKind> parse_backend(std::string_view text, const Device& device) {
-  BackendKind kind = default_backend(device);
-  if (text == "cuda") {
-    kind = BackendKind::cuda;
-  } else if (text == "onednn") {
-    kind = BackendKind::onednn;
-  } else if (text == "reference") {
-    kind = BackendKind::reference;
-  } else if (text != "auto") {
+  const std::optional<BackendKind> named = value_named(kBackendKinds, text);
+  if (!named && text != "auto") {
     return invalid_argument(
         fmt::format("unknown backend '{}' (expected auto, cuda, onednn or reference)", text));
   }
+  const BackendKind kind = named.value_or(default_backend(device));
   DLPROBE_RETURN_IF_ERROR(backend_runs_on(kind, device));
   if (!backend_built(kind)) {
     return error(

@@ -6,26 +6,11 @@
 namespace dlprobe {
 
 std::string_view gemm_dtype_name(GemmDtype dtype) {
-  switch (dtype) {
-    case GemmDtype::fp32:
-      return "fp32";
-    case GemmDtype::tf32:
-      return "tf32";
-    case GemmDtype::fp16:
-      return "fp16";
-    case GemmDtype::bf16:
-      return "bf16";
-    case GemmDtype::fp8_e4m3:
-      return "fp8_e4m3";
-  }
-  return "unknown";
+  return name_of(kGemmDtypeNames, dtype, "unknown");
 }
 
 std::optional<GemmDtype> parse_gemm_dtype(std::string_view name) {
-  for (GemmDtype d : kAllGemmDtypes) {
-    if (gemm_dtype_name(d) == name) return d;
-  }
-  return std::nullopt;
+  return value_named(kGemmDtypeNames, name);
 }
 
 std::vector<std::string> tensor_core_dtypes(int cc_major, int cc_minor) {

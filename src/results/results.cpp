@@ -2,6 +2,7 @@
 
 #include "dlprobe/core/clock.h"
 #include "dlprobe/core/files.h"
+#include "dlprobe/core/named.h"
 
 #include <fmt/format.h>
 
@@ -21,30 +22,23 @@ std::string iso8601_utc_now() {
   return utc_now("%Y-%m-%dT%H:%M:%SZ");
 }
 
+namespace {
+
+constexpr Named<Kind> kKinds[] = {{Kind::native, "native"}, {Kind::external, "external"}};
+constexpr Named<RunStatus> kRunStatuses[] = {{RunStatus::ok, "ok"},
+                                             {RunStatus::oom, "oom"},
+                                             {RunStatus::failed, "failed"},
+                                             {RunStatus::interrupted, "interrupted"},
+                                             {RunStatus::timeout, "timeout"}};
+
+}  // namespace
+
 std::string_view kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::native:
-      return "native";
-    case Kind::external:
-      return "external";
-  }
-  return "native";
+  return name_of(kKinds, kind, "native");
 }
 
 std::string_view run_status_name(RunStatus status) {
-  switch (status) {
-    case RunStatus::ok:
-      return "ok";
-    case RunStatus::oom:
-      return "oom";
-    case RunStatus::failed:
-      return "failed";
-    case RunStatus::interrupted:
-      return "interrupted";
-    case RunStatus::timeout:
-      return "timeout";
-  }
-  return "failed";
+  return name_of(kRunStatuses, status, "failed");
 }
 
 std::optional<std::int64_t> batch_of(Kind kind, const Settings& settings) {
@@ -202,33 +196,20 @@ concept Described = requires {
   Schema<S>::fields;
 };
 
-constexpr Kind kKinds[] = {Kind::native, Kind::external};
-constexpr RunStatus kRunStatuses[] = {RunStatus::ok, RunStatus::oom, RunStatus::failed,
-                                      RunStatus::interrupted, RunStatus::timeout};
-constexpr Severity kSeverities[] = {Severity::info, Severity::warning, Severity::error};
-
-std::span<const Kind> all_values(Kind) {
+// The enumerations the file stores by name, and their tables.
+constexpr const auto& names(Kind) {
   return kKinds;
 }
-std::span<const RunStatus> all_values(RunStatus) {
+constexpr const auto& names(RunStatus) {
   return kRunStatuses;
 }
-std::span<const Severity> all_values(Severity) {
+constexpr const auto& names(Severity) {
   return kSeverities;
-}
-std::string_view name_of(Kind kind) {
-  return kind_name(kind);
-}
-std::string_view name_of(RunStatus status) {
-  return run_status_name(status);
-}
-std::string_view name_of(Severity severity) {
-  return severity_name(severity);
 }
 
 template <class E>
-concept Named = requires(E e) {
-  name_of(e);
+concept NamedEnum = requires(E e) {
+  names(e);
 };
 
 // ---- values ----
@@ -239,7 +220,7 @@ concept Named = requires(E e) {
 json encode(const std::string& value);
 template <class T>
 requires std::is_arithmetic_v<T> json encode(T value);
-template <Named E>
+template <NamedEnum E>
 json encode(E value);
 // A free-form object (allocator statistics, the memory analysis), or null.
 json encode(const json& value);
@@ -255,7 +236,7 @@ Status decode(const json& v, const std::string& path, std::string& out);
 Status decode(const json& v, const std::string& path, double& out);
 template <std::integral T>
 Status decode(const json& v, const std::string& path, T& out);
-template <Named E>
+template <NamedEnum E>
 Status decode(const json& v, const std::string& path, E& out);
 Status decode(const json& v, const std::string& path, json& out);
 Status decode(const json& v, const std::string& path, std::map<std::string, std::string>& out);
@@ -475,9 +456,9 @@ requires std::is_arithmetic_v<T> json encode(T value) {
   return value;
 }
 
-template <Named E>
+template <NamedEnum E>
 json encode(E value) {
-  return name_of(value);
+  return name_of(names(value), value);
 }
 
 json encode(const json& value) {
@@ -553,19 +534,16 @@ Status decode(const json& v, const std::string& path, T& out) {
   return type_error(path, "an integer", v);
 }
 
-template <Named E>
+template <NamedEnum E>
 Status decode(const json& v, const std::string& path, E& out) {
   std::string text;
   DLPROBE_RETURN_IF_ERROR(decode(v, path, text));
-  std::string accepted;
-  for (const E e : all_values(out)) {
-    if (name_of(e) == text) {
-      out = e;
-      return {};
-    }
-    accepted += fmt::format("{}{}", accepted.empty() ? "" : ", ", name_of(e));
+  if (const std::optional<E> value = value_named(names(out), text)) {
+    out = *value;
+    return {};
   }
-  return invalid_argument(fmt::format("{}: \"{}\" is not one of {}", path, text, accepted));
+  return invalid_argument(
+      fmt::format("{}: \"{}\" is not one of {}", path, text, names_text(names(out))));
 }
 
 Status decode(const json& v, const std::string& path, json& out) {

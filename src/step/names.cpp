@@ -4,17 +4,12 @@
 
 #include <string>
 
+#include "dlprobe/core/named.h"
 #include "dlprobe/step/step_config.h"
 #include "dlprobe/step/step_plan.h"
 
 namespace dlprobe::engine {
 namespace {
-
-template <class E>
-struct Named {
-  E value;
-  std::string_view name;
-};
 
 constexpr Named<Precision> kPrecisions[] = {{Precision::fp32, "fp32"},
                                             {Precision::tf32, "tf32"},
@@ -27,27 +22,6 @@ constexpr Named<OptimizerKind> kOptimizers[] = {{OptimizerKind::sgd, "sgd"},
                                                 {OptimizerKind::adamw, "adamw"}};
 constexpr Named<MemoryPlan> kMemoryPlans[] = {{MemoryPlan::dynamic, "dynamic"},
                                               {MemoryPlan::planned, "planned"}};
-
-// `what` names the kind of value ("precision"); which flag or field the text came from is the
-// caller's to add.
-template <class E, std::size_t N>
-Result<E> parse_named(const Named<E> (&table)[N], std::string_view text, std::string_view what) {
-  std::string expected;
-  for (const auto& e : table) {
-    if (e.name == text) return e.value;
-    expected += fmt::format("{}{}", expected.empty() ? "" : ", ", e.name);
-  }
-  return invalid_argument(
-      fmt::format("unknown {} '{}' (expected one of {})", what, text, expected));
-}
-
-template <class E, std::size_t N>
-std::string_view name_of(const Named<E> (&table)[N], E value) {
-  for (const auto& e : table) {
-    if (e.value == value) return e.name;
-  }
-  return "?";
-}
 
 }  // namespace
 

@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "dlprobe/allocator/memory_source.h"
+#include "dlprobe/core/named.h"
 #include "dlprobe/core/status.h"
 
 namespace dlprobe::memory {
@@ -61,11 +63,17 @@ enum class Category : std::uint8_t {
   // plan, not from the allocator: memory analysis splits it (include/dlprobe/memory/step_memory.h).
   arena,
 };
-inline constexpr std::size_t kCategoryCount = 8;
-inline constexpr std::array<Category, kCategoryCount> kAllCategories = {
-    Category::weights,   Category::gradients,   Category::optimizer_state, Category::activations,
-    Category::workspace, Category::temporaries, Category::input,           Category::arena};
 // "weights", "optimizer_state", ...: the names used in stats keys and reports.
+inline constexpr Named<Category> kCategoryNames[] = {{Category::weights, "weights"},
+                                                     {Category::gradients, "gradients"},
+                                                     {Category::optimizer_state, "optimizer_state"},
+                                                     {Category::activations, "activations"},
+                                                     {Category::workspace, "workspace"},
+                                                     {Category::temporaries, "temporaries"},
+                                                     {Category::input, "input"},
+                                                     {Category::arena, "arena"}};
+inline constexpr std::size_t kCategoryCount = std::size(kCategoryNames);
+inline constexpr std::array<Category, kCategoryCount> kAllCategories = values_of(kCategoryNames);
 std::string_view category_name(Category category);
 
 // Size classes; see the policy list in caching_allocator.cpp for why these values.

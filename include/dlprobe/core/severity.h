@@ -4,21 +4,18 @@
 
 #include <string_view>
 
+#include "dlprobe/core/named.h"
+
 namespace dlprobe {
 
 enum class Severity { info, warning, error };
 
-// "info", "warning", "error": the word reports print and the results file stores.
+// "info", "warning", "error": the words reports print and the results file stores.
+inline constexpr Named<Severity> kSeverities[] = {
+    {Severity::info, "info"}, {Severity::warning, "warning"}, {Severity::error, "error"}};
+
 constexpr std::string_view severity_name(Severity severity) {
-  switch (severity) {
-    case Severity::info:
-      return "info";
-    case Severity::warning:
-      return "warning";
-    case Severity::error:
-      return "error";
-  }
-  return "info";
+  return name_of(kSeverities, severity, "info");
 }
 
 }  // namespace dlprobe

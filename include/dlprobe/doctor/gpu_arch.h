@@ -8,15 +8,21 @@
 #include <string_view>
 #include <vector>
 
+#include "dlprobe/core/named.h"
+
 namespace dlprobe {
 
 // The dense GEMM flavours doctor measures. Inputs/compute: fp32 = fp32 on the CUDA cores (TF32
 // off); tf32 = fp32 data on tensor cores; fp16, bf16 = 16-bit inputs, fp32 accumulate; fp8_e4m3 =
 // e4m3 inputs, fp32 accumulate, bf16 output.
 enum class GemmDtype { fp32, tf32, fp16, bf16, fp8_e4m3 };
-inline constexpr GemmDtype kAllGemmDtypes[] = {GemmDtype::fp32, GemmDtype::tf32, GemmDtype::fp16,
-                                               GemmDtype::bf16, GemmDtype::fp8_e4m3};
-std::string_view gemm_dtype_name(GemmDtype dtype);  // "fp32", "tf32", "fp16", "bf16", "fp8_e4m3"
+inline constexpr Named<GemmDtype> kGemmDtypeNames[] = {{GemmDtype::fp32, "fp32"},
+                                                       {GemmDtype::tf32, "tf32"},
+                                                       {GemmDtype::fp16, "fp16"},
+                                                       {GemmDtype::bf16, "bf16"},
+                                                       {GemmDtype::fp8_e4m3, "fp8_e4m3"}};
+inline constexpr auto kAllGemmDtypes = values_of(kGemmDtypeNames);
+std::string_view gemm_dtype_name(GemmDtype dtype);
 std::optional<GemmDtype> parse_gemm_dtype(std::string_view name);
 
 // The data types the tensor cores of compute capability major.minor take, e.g. {"fp16", "bf16",
