@@ -53,27 +53,7 @@ double trapezoid_j(std::int64_t t0_ns, double p0_w, std::int64_t t1_ns, double p
 }  // namespace
 
 std::string_view column_name(Column column) {
-  switch (column) {
-    case Column::gpu_util_pct:
-      return "gpu_util_pct";
-    case Column::mem_util_pct:
-      return "mem_util_pct";
-    case Column::mem_used_mib:
-      return "mem_used_mib";
-    case Column::power_w:
-      return "power_w";
-    case Column::temperature_c:
-      return "temperature_c";
-    case Column::sm_clock_mhz:
-      return "sm_clock_mhz";
-    case Column::mem_clock_mhz:
-      return "mem_clock_mhz";
-    case Column::pcie_rx_kbps:
-      return "pcie_rx_kbps";
-    case Column::pcie_tx_kbps:
-      return "pcie_tx_kbps";
-  }
-  return "unknown";
+  return name_of(kColumnNames, column, "unknown");
 }
 
 std::optional<double> column_value(const nvml::DeviceSample& s, Column column) {

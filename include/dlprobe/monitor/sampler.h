@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dlprobe/core/named.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/monitor/nvml.h"
 
@@ -73,10 +74,13 @@ enum class Column {
   pcie_rx_kbps,
   pcie_tx_kbps,
 };
-inline constexpr std::array<Column, 9> kColumns{
-    Column::gpu_util_pct,  Column::mem_util_pct,  Column::mem_used_mib,
-    Column::power_w,       Column::temperature_c, Column::sm_clock_mhz,
-    Column::mem_clock_mhz, Column::pcie_rx_kbps,  Column::pcie_tx_kbps};
+inline constexpr Named<Column> kColumnNames[] = {
+    {Column::gpu_util_pct, "gpu_util_pct"},   {Column::mem_util_pct, "mem_util_pct"},
+    {Column::mem_used_mib, "mem_used_mib"},   {Column::power_w, "power_w"},
+    {Column::temperature_c, "temperature_c"}, {Column::sm_clock_mhz, "sm_clock_mhz"},
+    {Column::mem_clock_mhz, "mem_clock_mhz"}, {Column::pcie_rx_kbps, "pcie_rx_kbps"},
+    {Column::pcie_tx_kbps, "pcie_tx_kbps"}};
+inline constexpr auto kColumns = values_of(kColumnNames);
 std::string_view column_name(Column column);
 std::optional<double> column_value(const nvml::DeviceSample& sample, Column column);
 
