@@ -128,17 +128,43 @@ std::size_t uniform_index(std::mt19937_64& rng, std::size_t n) {
   }
 }
 
-// The throughput of one resample of the steps.
-double resampled_throughput(std::mt19937_64& rng, std::span<const double> seconds,
-                            std::span<const double> items) {
-  double t = 0;
-  double n = 0;
-  for (std::size_t k = 0; k < seconds.size(); ++k) {
-    const std::size_t i = uniform_index(rng, seconds.size());
-    t += seconds[i];
-    n += items[i];
+// Consecutive steps summed into at most kMaxBootstrapBlocks blocks of near-equal length (sizes
+// differ by at most one step); up to that many steps, every block is one step.
+struct Blocks {
+  std::vector<double> seconds;
+  std::vector<double> items;
+};
+
+Blocks blocks_of(std::span<const double> seconds, std::span<const double> items) {
+  const std::size_t n = seconds.size();
+  const std::size_t count = std::min(n, kMaxBootstrapBlocks);
+  Blocks b;
+  b.seconds.reserve(count);
+  b.items.reserve(count);
+  for (std::size_t j = 0; j < count; ++j) {
+    double t = 0;
+    double k = 0;
+    for (std::size_t i = j * n / count; i < (j + 1) * n / count; ++i) {
+      t += seconds[i];
+      k += items[i];
+    }
+    b.seconds.push_back(t);
+    b.items.push_back(k);
   }
-  return n / t;
+  return b;
+}
+
+// The throughput of one resample of the blocks.
+double resampled_throughput(std::mt19937_64& rng, const Blocks& blocks) {
+  const std::size_t n = blocks.seconds.size();
+  double t = 0;
+  double k = 0;
+  for (std::size_t draw = 0; draw < n; ++draw) {
+    const std::size_t i = uniform_index(rng, n);
+    t += blocks.seconds[i];
+    k += blocks.items[i];
+  }
+  return k / t;
 }
 
 Interval percentile_interval(std::vector<double> values, double level) {
@@ -153,9 +179,10 @@ Result<Interval> throughput_ci(std::span<const double> seconds, std::span<const 
                                const BootstrapOptions& options) {
   DLPROBE_RETURN_IF_ERROR(check_steps(seconds, items, "throughput"));
   DLPROBE_RETURN_IF_ERROR(check_options(options));
+  const Blocks blocks = blocks_of(seconds, items);
   std::mt19937_64 rng(options.seed);
   std::vector<double> throughputs(static_cast<std::size_t>(options.resamples));
-  for (auto& t : throughputs) t = resampled_throughput(rng, seconds, items);
+  for (auto& t : throughputs) t = resampled_throughput(rng, blocks);
   return percentile_interval(std::move(throughputs), options.level);
 }
 
@@ -195,11 +222,13 @@ Result<Ratio> throughput_ratio(std::span<const double> base_seconds,
   Ratio r;
   r.ratio = (total(new_items) / total(new_seconds)) / (total(base_items) / total(base_seconds));
   r.level = options.level;
+  const Blocks base_blocks = blocks_of(base_seconds, base_items);
+  const Blocks new_blocks = blocks_of(new_seconds, new_items);
   std::mt19937_64 rng(options.seed);
   std::vector<double> ratios(static_cast<std::size_t>(options.resamples));
   for (auto& x : ratios) {
-    const double base = resampled_throughput(rng, base_seconds, base_items);
-    x = resampled_throughput(rng, new_seconds, new_items) / base;
+    const double base = resampled_throughput(rng, base_blocks);
+    x = resampled_throughput(rng, new_blocks) / base;
   }
   r.ci = percentile_interval(std::move(ratios), options.level);
   return r;

@@ -116,6 +116,47 @@ TEST(Bootstrap, DeterministicForASeedAndExactForConstantSteps) {
   EXPECT_DOUBLE_EQ(exact->high, 16);
 }
 
+// Past kMaxBootstrapBlocks steps, the bootstrap resamples blocks of consecutive steps: a run of
+// 5,000 steps gives the interval that its 1,000 blocks of 5 steps give as steps of their own.
+TEST(Bootstrap, ResamplesBlocksOfConsecutiveStepsPastTheLimit) {
+  constexpr std::size_t kSteps = 5 * kMaxBootstrapBlocks;
+  std::vector<double> t;
+  std::vector<double> n;
+  std::vector<double> slower;
+  for (std::size_t i = 0; i < kSteps; ++i) {
+    // A clock that drifts: consecutive steps are alike, distant ones are not.
+    t.push_back(0.1 + 0.01 * static_cast<double>(i / 250 % 4) + 0.001 * static_cast<double>(i % 7));
+    n.push_back(64);
+    slower.push_back(t.back() * 1.01);
+  }
+  std::vector<double> block_t;
+  std::vector<double> block_n;
+  std::vector<double> block_slower;
+  for (std::size_t b = 0; b < kMaxBootstrapBlocks; ++b) {
+    double sum_t = 0;
+    double sum_slower = 0;
+    for (std::size_t i = 5 * b; i < 5 * b + 5; ++i) {
+      sum_t += t[i];
+      sum_slower += slower[i];
+    }
+    block_t.push_back(sum_t);
+    block_n.push_back(5 * 64);
+    block_slower.push_back(sum_slower);
+  }
+  auto by_step = throughput_ci(t, n);
+  auto by_block = throughput_ci(block_t, block_n);
+  ASSERT_TRUE(by_step && by_block);
+  EXPECT_EQ(by_step->low, by_block->low);
+  EXPECT_EQ(by_step->high, by_block->high);
+
+  auto ratio = throughput_ratio(t, n, slower, n);
+  auto block_ratio = throughput_ratio(block_t, block_n, block_slower, block_n);
+  ASSERT_TRUE(ratio && block_ratio);
+  EXPECT_EQ(ratio->ci.low, block_ratio->ci.low);
+  EXPECT_EQ(ratio->ci.high, block_ratio->ci.high);
+  EXPECT_TRUE(ratio->ci.contains(ratio->ratio));
+}
+
 TEST(Ratio, OfThroughputs) {
   const std::vector<double> base(20, 0.1);
   const std::vector<double> fast(20, 0.05);

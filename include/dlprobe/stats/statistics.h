@@ -14,9 +14,15 @@
 //                than half the steps identical) the mean absolute deviation × 1.2533 stands in for
 //                1.4826 MAD, as Iglewicz & Hoaglin recommend, so a tie-heavy clock does not mark
 //                every other step an outlier.
-//   bootstrap    steps are resampled with replacement (time and items together), the throughput
-//                of each resample computed, and the interval is the percentile interval of those.
-//                The generator is seeded, so the same input always gives the same interval.
+//   bootstrap    a block bootstrap: the steps, in the order they ran, are cut into at most
+//                kMaxBootstrapBlocks blocks of consecutive steps of near-equal length (up to that
+//                many steps, each step is a block of its own), the blocks are resampled with
+//                replacement (time and items together), the throughput of each resample computed,
+//                and the interval is the percentile interval of those. Consecutive step times are
+//                correlated (clocks, temperature, caches), which resampling single steps ignores;
+//                a block keeps that correlation inside it. The cost is resamples x blocks,
+//                whatever the number of steps. The generator is seeded, so the same input always
+//                gives the same interval.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +49,11 @@ inline constexpr double kDefaultOutlierThreshold = 3.5;
 // Indices of the outliers of `values` (see the definition above), ascending.
 std::vector<std::size_t> outliers(std::span<const double> values,
                                   double threshold = kDefaultOutlierThreshold);
+
+// Blocks of the bootstrap at most (see the definition above): enough for the interval's 2.5% and
+// 97.5% points to rest on many distinct resample sums, and few enough that 2,000 resamples of a
+// run of millions of steps take milliseconds.
+inline constexpr std::size_t kMaxBootstrapBlocks = 1000;
 
 struct BootstrapOptions {
   int resamples = 2000;
@@ -91,7 +102,7 @@ Result<Interval> throughput_ci(std::span<const double> step_seconds,
                                const BootstrapOptions& options = {});
 
 // new throughput / base throughput, with the percentile interval of the ratio over resamples that
-// draw each run's steps independently.
+// draw each run's blocks independently.
 struct Ratio {
   double ratio = 0;
   Interval ci;
