@@ -8,8 +8,21 @@
 
 #ifdef DLPROBE_WITH_HTTP
 #include <httplib.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <list>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 #endif
@@ -20,14 +33,248 @@ namespace dlprobe::monitor {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+// Set on the accepting thread while it turns away a connection past the bound (ConnectionThreads).
+thread_local bool t_over_bound = false;
+
+// A thread per connection, at most `bound` at once: httplib's pool of 8 workers queues every
+// further connection behind the busy ones, so a few slow clients kept /metrics from any answer.
+// The task httplib enqueues only says "process this socket", and it must run for the socket to be
+// closed: past the bound it runs at once on the accepting thread, marked, and refuses.
+class ConnectionThreads final : public httplib::TaskQueue {
+ public:
+  explicit ConnectionThreads(std::size_t bound) : bound_(bound) {}
+  ~ConnectionThreads() override { shutdown(); }
+  ConnectionThreads(const ConnectionThreads&) = delete;
+  ConnectionThreads& operator=(const ConnectionThreads&) = delete;
+
+  void enqueue(std::function<void()> fn) override {
+    std::unique_lock lock(mutex_);
+    reap();
+    if (workers_.size() < bound_) {
+      Worker& w = workers_.emplace_back();
+      try {
+        w.thread = std::thread([this, &w, fn] {
+          fn();
+          std::lock_guard done(mutex_);
+          w.done = true;
+        });
+        return;
+      } catch (const std::system_error&) {
+        workers_.pop_back();  // no thread to be had: refused like one past the bound
+      }
+    }
+    lock.unlock();
+    t_over_bound = true;
+    fn();
+    t_over_bound = false;
+  }
+
+  // httplib calls it once the accepting loop has ended; the server woke every connection first.
+  void shutdown() override {
+    std::list<Worker> all;
+    {
+      std::lock_guard lock(mutex_);
+      all.swap(workers_);  // list nodes keep their addresses, which the threads hold
+    }
+    for (Worker& w : all) {
+      if (w.thread.joinable()) w.thread.join();
+    }
+  }
+
+ private:
+  struct Worker {
+    std::thread thread;
+    bool done = false;  // under mutex_
+  };
+
+  // Joins the threads whose connection has ended (mutex_ held).
+  void reap() {
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      if (it->done) {
+        it->thread.join();
+        it = workers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  std::size_t bound_;
+  std::mutex mutex_;
+  std::list<Worker> workers_;
+};
+
+// One connection's socket as httplib reads and writes requests through it. cpp-httplib 0.11.4
+// bounds each read but not a request: a client sending a header line every 2 s held its worker
+// for good. Here every wait also ends at the request's deadline and at the server's wake-up.
+class DeadlineStream final : public httplib::Stream {
+ public:
+  DeadlineStream(int sock, int wake, const ServeLimits& limits)
+      : sock_(sock), wake_(wake), limits_(limits) {}
+
+  // Waits for the first byte of the next request (up to the idle bound) and starts its clock;
+  // false when the client closed or went quiet, a read failed, or the server is stopping.
+  bool next_request() {
+    if (failed_) return false;
+    if (offset_ == size_ && !wait(POLLIN, limits_.idle)) return false;
+    deadline_ = Clock::now() + limits_.request_read;
+    return true;
+  }
+
+  bool is_readable() const override { return offset_ < size_ || wait(POLLIN, read_wait()); }
+  bool is_writable() const override { return wait(POLLOUT, limits_.write_timeout); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (offset_ == size_) {
+      const ssize_t n = wait(POLLIN, read_wait())
+                            ? ::recv(sock_, buffer_.data(), buffer_.size(), MSG_DONTWAIT)
+                            : -1;
+      if (n <= 0) {
+        failed_ = true;
+        return n;
+      }
+      offset_ = 0;
+      size_ = static_cast<std::size_t>(n);
+    }
+    const std::size_t n = std::min(size, size_ - offset_);
+    std::memcpy(ptr, buffer_.data() + offset_, n);
+    offset_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    for (;;) {
+      if (!wait(POLLOUT, limits_.write_timeout)) return -1;
+      const ssize_t n = ::send(sock_, ptr, size, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return n;
+    }
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    address(true, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    address(false, ip, port);
+  }
+  socket_t socket() const override { return sock_; }
+
+ private:
+  // One read's wait: what is left of the request's bound, at most the bound on a read.
+  milliseconds read_wait() const {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline_ - Clock::now());
+    return std::clamp(left, milliseconds(0), limits_.read_timeout);
+  }
+
+  // True when the socket is ready for `events` within `timeout`; false on the timeout, or as soon
+  // as the server's wake-up is readable.
+  bool wait(short events, milliseconds timeout) const {
+    const auto end = Clock::now() + timeout;
+    for (;;) {
+      std::array<pollfd, 2> fds{{{sock_, events, 0}, {wake_, POLLIN, 0}}};
+      const auto left = std::chrono::duration_cast<milliseconds>(end - Clock::now());
+      const int n = ::poll(fds.data(), fds.size(),
+                           static_cast<int>(std::max<milliseconds::rep>(left.count(), 0)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || fds[1].revents != 0) return false;
+      return (fds[0].revents & (events | POLLHUP | POLLERR)) != 0;
+    }
+  }
+
+  void address(bool peer, std::string& ip, int& port) const {
+    sockaddr_storage storage{};
+    socklen_t length = sizeof storage;
+    auto* addr = reinterpret_cast<sockaddr*>(&storage);
+    if ((peer ? ::getpeername(sock_, addr, &length) : ::getsockname(sock_, addr, &length)) != 0) {
+      return;
+    }
+    std::array<char, NI_MAXHOST> host{};
+    std::array<char, NI_MAXSERV> service{};
+    if (::getnameinfo(addr, length, host.data(), host.size(), service.data(), service.size(),
+                      NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+      ip = host.data();
+      port = std::atoi(service.data());
+    }
+  }
+
+  int sock_;
+  int wake_;
+  const ServeLimits& limits_;
+  Clock::time_point deadline_{};
+  std::array<char, 4096> buffer_{};
+  std::size_t offset_ = 0;
+  std::size_t size_ = 0;
+  bool failed_ = false;  // a read timed out or failed: the connection is done
+};
+
+// httplib's parsing and routing (process_request) with the connection handling replaced: a
+// thread per connection up to a bound, DeadlineStream's bounds on reading, and shut(), which ends
+// every connection at once (Server::stop() only closes the listening socket, then waits for the
+// workers, which wait for their clients).
+class BoundedServer final : public httplib::Server {
+ public:
+  explicit BoundedServer(const ServeLimits& limits)
+      : limits_(limits), wake_(::eventfd(0, EFD_CLOEXEC)) {
+    new_task_queue = [this] { return new ConnectionThreads(limits_.max_connections); };
+    // /metrics takes no body; a large one is refused unread.
+    set_payload_max_length(64 * 1024);
+  }
+  ~BoundedServer() override {
+    if (wake_ >= 0) ::close(wake_);
+  }
+  BoundedServer(const BoundedServer&) = delete;
+  BoundedServer& operator=(const BoundedServer&) = delete;
+
+  bool valid() const { return wake_ >= 0; }
+
+  // Wakes every connection's wait, now and later, and ends the accepting loop, also when it has
+  // not begun yet (Server::stop() does nothing then, and listen would go on for good).
+  void shut() {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t written = ::write(wake_, &one, sizeof one);
+    const socket_t listening = svr_sock_.exchange(INVALID_SOCKET);
+    if (listening != INVALID_SOCKET) {
+      ::shutdown(listening, SHUT_RDWR);
+      ::close(listening);
+    }
+  }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    bool ok = false;
+    if (t_over_bound) {
+      static constexpr std::string_view kBusy =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      ok = ::send(sock, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(kBusy.size());
+    } else {
+      DeadlineStream stream(sock, wake_, limits_);
+      for (std::size_t left = keep_alive_max_count_; left > 0 && stream.next_request(); --left) {
+        bool closed = false;
+        ok = process_request(stream, left == 1, closed, nullptr);
+        if (!ok || closed) break;
+      }
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ok;
+  }
+
+  ServeLimits limits_;
+  int wake_;  // an eventfd, readable once shut() has run
+};
+
 }  // namespace
 
 struct MetricsServer::State {
-  httplib::Server server;
+  explicit State(const ServeLimits& limits) : server(limits) {}
+  BoundedServer server;
   std::thread thread;
   int port = 0;
   std::vector<nvml::DeviceInfo> devices;
@@ -52,11 +299,16 @@ Result<Endpoint> parse_endpoint(std::string_view text) {
 }
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
-                                                            const nvml::Library& nvml) {
+                                                            const nvml::Library& nvml,
+                                                            const ServeLimits& limits) {
   if (!is_loopback(at.host)) {
     log_warn("--serve {}: not a loopback address, so other machines can read the metrics", at.host);
   }
-  auto state = std::make_unique<State>();
+  auto state = std::make_unique<State>(limits);
+  if (!state->server.valid()) {
+    return error(Errc::io_error,
+                 fmt::format("--serve: cannot create an eventfd: {}", std::strerror(errno)));
+  }
   if (auto count = nvml.device_count()) {
     for (unsigned i = 0; i < *count; ++i) {
       if (auto info = nvml.device_info(i)) state->devices.push_back(std::move(info).value());
@@ -89,7 +341,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
 }
 
 MetricsServer::~MetricsServer() {
-  state_->server.stop();
+  state_->server.shut();
   if (state_->thread.joinable()) state_->thread.join();
 }
 
@@ -117,7 +369,8 @@ Result<Endpoint> parse_endpoint(std::string_view) {
   return no_http();
 }
 
-Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint&, const nvml::Library&) {
+Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint&, const nvml::Library&,
+                                                            const ServeLimits&) {
   return no_http();
 }
 

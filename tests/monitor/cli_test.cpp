@@ -1,10 +1,19 @@
 // The dlprobe binary's monitor command, run as a child process against the fake NVML: bad input,
 // Ctrl-C, output to stdout and the Prometheus endpoint.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -160,6 +169,178 @@ TEST(MonitorCli, ServesPrometheusMetrics) {
   child.signal(SIGINT);
   EXPECT_EQ(child.wait(), 0) << child.err();
   EXPECT_NE(child.out().find("summary: "), std::string::npos);
+}
+
+// The port a `monitor --serve 127.0.0.1:0` child announces on stderr; 0 when it does not.
+int served_port(Process& child) {
+  const std::regex announced(R"(http://127\.0\.0\.1:(\d+)/metrics)");
+  if (!child.wait_for_output(announced, Stream::err)) return 0;
+  const std::string err = child.err();
+  std::smatch m;
+  return std::regex_search(err, m, announced) ? std::stoi(m[1]) : 0;
+}
+
+// A connection to 127.0.0.1:`port`; -1 when it cannot be made.
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the server closes `fd` (end of file or reset) within `timeout`; what it sends first (a
+// 400 or 503) is read and dropped (0: only what has already happened).
+bool closed_within(int fd, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0))) <= 0) {
+      if (left.count() <= 0) return false;
+      continue;
+    }
+    char buffer[512];
+    if (::recv(fd, buffer, sizeof buffer, 0) <= 0) return true;
+  }
+}
+
+// A client that begins a request and never ends it: a header line every `every` (slowloris).
+class SlowClient {
+ public:
+  SlowClient(int port, std::chrono::milliseconds every) : fd_(connect_to(port)) {
+    if (fd_ < 0) return;
+    thread_ = std::thread([this, every] {
+      send_text("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+      auto next = std::chrono::steady_clock::now() + every;
+      while (!stop_) {
+        if (std::chrono::steady_clock::now() < next) {
+          std::this_thread::sleep_for(10ms);
+          continue;
+        }
+        send_text("X-Slow: 1\r\n");
+        next += every;
+      }
+    });
+  }
+  ~SlowClient() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SlowClient(const SlowClient&) = delete;
+  SlowClient& operator=(const SlowClient&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  void send_text(const std::string& text) const {
+    // A send to a connection the server closed fails; that is what the tests look for.
+    [[maybe_unused]] const ssize_t n = ::send(fd_, text.data(), text.size(), MSG_NOSIGNAL);
+  }
+  int fd_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(MonitorCli, SlowClientsNeitherStarveMetricsNorHoldCtrlC) {
+  FakeScript script(kH200Script);
+  Process child = spawn({"monitor", "-i", "10ms", "--serve", "127.0.0.1:0"});
+  const int port = served_port(child);
+  ASSERT_GT(port, 0) << child.err();
+  std::vector<std::unique_ptr<SlowClient>> slow;
+  for (int i = 0; i < 16; ++i) {
+    slow.push_back(std::make_unique<SlowClient>(port, 2s));
+    ASSERT_GE(slow.back()->fd(), 0);
+  }
+  std::this_thread::sleep_for(300ms);  // every slow request under way
+
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+  const auto asked = std::chrono::steady_clock::now();
+  auto res = client.Get("/metrics");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 2s);
+
+  const auto interrupted = std::chrono::steady_clock::now();
+  child.signal(SIGINT);
+  EXPECT_EQ(child.wait(5s), 0) << child.err();
+  EXPECT_LT(std::chrono::steady_clock::now() - interrupted, 2s);
+}
+
+TEST(MonitorCli, SlowRequestIsCutAtItsBound) {
+  FakeScript script(kH200Script);
+  Process child = spawn({"monitor", "-i", "10ms", "--serve", "127.0.0.1:0"});
+  const int port = served_port(child);
+  ASSERT_GT(port, 0) << child.err();
+  SlowClient slow(port, 500ms);
+  ASSERT_GE(slow.fd(), 0);
+  // A request's head and body are read within 5 s of its first byte, however steadily it trickles.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(closed_within(slow.fd(), 9s));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 4s);
+  child.signal(SIGINT);
+  EXPECT_EQ(child.wait(5s), 0) << child.err();
+}
+
+TEST(MonitorCli, DurationEndsTheRunWhateverClientsDo) {
+  FakeScript script(kH200Script);
+  const auto start = std::chrono::steady_clock::now();
+  Process child = spawn({"monitor", "-i", "10ms", "--duration", "1s", "--serve", "127.0.0.1:0"});
+  const int port = served_port(child);
+  ASSERT_GT(port, 0) << child.err();
+  SlowClient slow(port, 200ms);
+  ASSERT_GE(slow.fd(), 0);
+  EXPECT_EQ(child.wait(10s), 0) << child.err();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+}
+
+// The first line the server sends on `fd` within `timeout`; empty when none comes.
+std::string first_line(int fd, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string seen;
+  while (seen.find("\r\n") == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return "";
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buffer[256];
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) return "";
+    seen.append(buffer, static_cast<std::size_t>(n));
+  }
+  return seen.substr(0, seen.find("\r\n"));
+}
+
+TEST(MonitorCli, ConnectionsPastTheBoundAreRefused) {
+  FakeScript script(kH200Script);
+  Process child = spawn({"monitor", "-i", "10ms", "--serve", "127.0.0.1:0"});
+  const int port = served_port(child);
+  ASSERT_GT(port, 0) << child.err();
+  // 32 requests under way fill the bound (a header line a second keeps each within its bounds
+  // for 5 s); a connection past it is answered 503 at once.
+  std::vector<std::unique_ptr<SlowClient>> busy;
+  for (int i = 0; i < 32; ++i) {
+    busy.push_back(std::make_unique<SlowClient>(port, 1s));
+    ASSERT_GE(busy.back()->fd(), 0);
+    std::this_thread::sleep_for(20ms);  // one at a time into the listen backlog
+  }
+  for (int i = 0; i < 3; ++i) {
+    const int fd = connect_to(port);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(first_line(fd, 2s), "HTTP/1.1 503 Service Unavailable");
+    ::close(fd);
+  }
+  child.signal(SIGINT);
+  EXPECT_EQ(child.wait(5s), 0) << child.err();
 }
 
 TEST(MonitorCli, NonLoopbackServeWarns) {

@@ -1,8 +1,15 @@
 // `dlprobe monitor --serve`: the latest round as Prometheus text on http://HOST:PORT/metrics,
 // served from a thread of its own while the sampler runs. Built on cpp-httplib; a build without it
 // (DLPROBE_WITH_HTTP=OFF) refuses --serve with Errc::unsupported.
+//
+// Clients cannot hold the endpoint or the process: every connection has its own thread, up to a
+// bound (those past it get 503 and are closed); a request is read within a bound on each read and
+// on the whole, and an idle keep-alive connection is closed; destroying the server ends every
+// connection at once, whatever its client is doing.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,14 +28,22 @@ struct Endpoint {
 // "HOST:PORT" as --serve takes it; Errc::unsupported in a build that cannot serve.
 Result<Endpoint> parse_endpoint(std::string_view text);
 
+struct ServeLimits {
+  std::chrono::milliseconds read_timeout{2000};   // one read of a request
+  std::chrono::milliseconds request_read{5000};   // a request's head and body, from its first byte
+  std::chrono::milliseconds idle{5000};           // a keep-alive connection between requests
+  std::chrono::milliseconds write_timeout{5000};  // one write of a response
+  std::size_t max_connections = 32;               // open at once
+};
+
 class MetricsServer {
  public:
   // Binds (Errc::io_error when it cannot), warns when the host is not a loopback address (other
   // machines can read the metrics) and serves. The GPUs' names and UUIDs from `nvml` label the
   // series.
-  static Result<std::unique_ptr<MetricsServer>> start(const Endpoint& at,
-                                                      const nvml::Library& nvml);
-  ~MetricsServer();  // stops serving and joins the thread
+  static Result<std::unique_ptr<MetricsServer>> start(const Endpoint& at, const nvml::Library& nvml,
+                                                      const ServeLimits& limits = {});
+  ~MetricsServer();  // ends every connection, stops serving and joins the threads
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
