@@ -11,8 +11,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "common/run_dlprobe.h"
 #include "dlprobe/results/results.h"
@@ -245,6 +248,80 @@ TEST(BenchCliTest, CtrlCKeepsWhatWasMeasured) {
   EXPECT_TRUE(c.statistics.has_value());
   EXPECT_NE(seen.find("interrupted; what was measured is kept"), std::string::npos) << seen;
   std::filesystem::remove(json);
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Ctrl-C at random moments of a CPU sweep, many times over: dlprobe ends by itself, 1 when it was
+// interrupted and 0 when it had finished, with a valid results file that keeps what was measured;
+// or, when the signal came before the bench began, by the signal. Never by a crash.
+TEST(BenchCliTest, CtrlCAtRandomMomentsEndsCleanly) {
+  const std::string dir = ::testing::TempDir() + "bench_cli_ctrl_c_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string json = dir + "/r.json";
+  const std::string log = dir + "/log";
+  std::mt19937 random(20261203);
+  std::uniform_int_distribution<int> delay_ms(200, 3000);
+  int tries = 0;
+  int interrupted = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (std::chrono::steady_clock::now() < end) {
+    std::filesystem::remove(json);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // Ctrl-C as a terminal delivers it, whatever disposition the test runner was given.
+      signal(SIGINT, SIG_DFL);
+      const std::string command = "exec " DLPROBE_BINARY " bench " + kBase +
+                                  "--batch 2,4,8 --steps 1 --warmup 0 --warmup-time 0s "
+                                  "--min-time 300ms --json " +
+                                  json + " >" + log + " 2>&1";
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(random)));
+    kill(pid, SIGINT);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ++tries;
+    const std::string output = file_text(log);
+    if (WIFSIGNALED(status)) {
+      // Before the bench began, Ctrl-C ends the process as it ends any other.
+      ASSERT_EQ(WTERMSIG(status), SIGINT) << "try " << tries << "\n" << output;
+      ASSERT_EQ(output.find("dlprobe bench: 1 "), std::string::npos) << output;
+      continue;
+    }
+    ASSERT_TRUE(WIFEXITED(status));
+    const int code = WEXITSTATUS(status);
+    ASSERT_TRUE(code == 0 || code == 1) << "try " << tries << ": exit " << code << "\n" << output;
+    auto doc = dlprobe::results::read_file(json);
+    ASSERT_TRUE(doc.has_value()) << doc.status().message() << "\n" << output;
+    if (code == 0) {
+      ASSERT_EQ(doc->configurations.size(), 3u) << output;
+      continue;
+    }
+    ++interrupted;
+    ASSERT_NE(output.find("interrupted; what was measured is kept"), std::string::npos) << output;
+    // Every configuration begun is in the file (the one cut short as interrupted) and on stderr.
+    const auto& configurations = doc->configurations;
+    for (std::size_t i = 0; i < configurations.size(); ++i) {
+      const bool last = i + 1 == configurations.size();
+      EXPECT_TRUE(configurations[i].status == dlprobe::results::RunStatus::ok ||
+                  (last && configurations[i].status == dlprobe::results::RunStatus::interrupted))
+          << output;
+      EXPECT_NE(output.find("[" + std::to_string(i + 1) + "/3] "), std::string::npos) << output;
+    }
+    EXPECT_EQ(output.find("[" + std::to_string(configurations.size() + 1) + "/3] "),
+              std::string::npos)
+        << output;
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_GT(interrupted, 0) << tries << " tries";
 }
 
 TEST(BenchCliTest, SingleConfigurationInDetail) {
