@@ -214,7 +214,7 @@ void outcome_rules(const RunFacts& f, std::vector<Finding>& out) {
         "hang",
         Severity::error,
         "The workload stopped making progress",
-        fmt::format("no output and no GPU activity for {:.0f} s", f.hang_after_s.value_or(0)),
+        fmt::format("no output and no GPU activity for {:.3g} s", f.hang_after_s.value_or(0)),
         "Look for a deadlock in data loading or collective communication (NCCL_DEBUG=INFO), or "
         "a process waiting on a GPU another job holds",
         {},

@@ -505,7 +505,10 @@ void Run::finish() {
   compute_gpu_figures();
   compute_host_figures();
   decide_outcome();
-  r_.findings = diagnosis::diagnose_run(facts_of(r_));
+  diagnosis::RunFacts facts = facts_of(r_);
+  // The hang threshold is the run's option, not part of its result.
+  if (o_.hang_after) facts.hang_after_s = std::chrono::duration<double>(*o_.hang_after).count();
+  r_.findings = diagnosis::diagnose_run(facts);
 }
 
 void Run::compute_gpu_figures() {

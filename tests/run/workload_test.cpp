@@ -166,7 +166,12 @@ TEST(RunWorkload, HangWithoutOutput) {
   o.timeout = 8s;
   const RunResult r = run_ok(o);
   EXPECT_EQ(r.outcome, Outcome::hang);
-  EXPECT_TRUE(has_finding(r, "hang"));
+  ASSERT_TRUE(has_finding(r, "hang"));
+  for (const auto& f : r.findings) {
+    if (f.id == "hang") {
+      EXPECT_EQ(f.evidence, "no output and no GPU activity for 0.7 s");
+    }
+  }
   EXPECT_LT(r.wall_s, 5.0);
 }
 
