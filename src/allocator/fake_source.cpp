@@ -8,7 +8,7 @@
 
 namespace dlprobe::memory {
 
-FakeMemorySource::FakeMemorySource(FakeSourceOptions options) : options_(options) {
+FakeMemorySource::FakeMemorySource(FakeMemoryConfig options) : options_(options) {
   if (options_.capacity_bytes > 0) holes_.emplace(options_.base_address, options_.capacity_bytes);
 }
 

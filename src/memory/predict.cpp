@@ -22,7 +22,7 @@ std::optional<std::int64_t> Prediction::process_bytes() const {
 
 Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* calibration,
                                  std::string* workspace_model) {
-  FakeSourceOptions source;
+  FakeMemoryConfig source;
   // An unbounded device has no free-memory figure worth printing in an out-of-memory report.
   source.report_memory_info = o.device_bytes > 0;
   if (o.device_bytes > 0) source.capacity_bytes = o.device_bytes;

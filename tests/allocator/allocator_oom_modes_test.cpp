@@ -186,11 +186,11 @@ TEST(AllocatorPreallocate, FractionOfTheDeviceTotal) {
   EXPECT_EQ(a->stats().reserved_bytes, static_cast<std::int64_t>(GiB / 2));
 
   auto no_info = CachingAllocator::create(
-      std::make_unique<FakeMemorySource>(FakeSourceOptions{.report_memory_info = false}),
+      std::make_unique<FakeMemorySource>(FakeMemoryConfig{.report_memory_info = false}),
       {.mode = Mode::preallocate, .preallocate_fraction = 0.5});
   EXPECT_EQ(no_info.status().code(), Errc::unavailable);
   auto too_big = CachingAllocator::create(
-      std::make_unique<FakeMemorySource>(FakeSourceOptions{.capacity_bytes = GiB}),
+      std::make_unique<FakeMemorySource>(FakeMemoryConfig{.capacity_bytes = GiB}),
       {.mode = Mode::preallocate, .preallocate_bytes = 2 * GiB});
   EXPECT_EQ(too_big.status().code(), Errc::out_of_memory);
   auto both = CachingAllocator::create(

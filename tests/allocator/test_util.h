@@ -23,7 +23,7 @@ struct FakeAllocator {
   CachingAllocator* operator->() const { return allocator.get(); }
 };
 
-inline FakeAllocator make_fake_allocator(FakeSourceOptions source_options = {},
+inline FakeAllocator make_fake_allocator(FakeMemoryConfig source_options = {},
                                          AllocatorOptions options = {}) {
   auto source = std::make_unique<FakeMemorySource>(source_options);
   FakeAllocator out;

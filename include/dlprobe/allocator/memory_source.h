@@ -40,7 +40,7 @@ class MemorySource {
 // Fake addresses from an address range of `capacity_bytes`, never dereferenced. Placement is
 // first-fit by address, so a capacity makes out-of-memory and a fragmented device (enough free
 // bytes in total, no hole large enough) happen as they would on a GPU.
-struct FakeSourceOptions {
+struct FakeMemoryConfig {
   std::uint64_t capacity_bytes = std::uint64_t{1} << 46;  // 64 TiB: in effect unlimited
   std::uint64_t base_address = std::uint64_t{1} << 44;
   // Whether memory_info() answers (a CUDA source does; the host source does not).
@@ -52,7 +52,7 @@ class FakeMemorySource final : public MemorySource {
   // Every address handed out is a multiple of this, as cudaMalloc's are of 256.
   static constexpr std::uint64_t kAlignment = 512;
 
-  explicit FakeMemorySource(FakeSourceOptions options = {});
+  explicit FakeMemorySource(FakeMemoryConfig options = {});
 
   std::string_view name() const override { return "fake"; }
   Result<void*> allocate(std::size_t bytes) override;
@@ -67,7 +67,7 @@ class FakeMemorySource final : public MemorySource {
   std::size_t live_segments() const { return live_.size(); }
 
  private:
-  FakeSourceOptions options_;
+  FakeMemoryConfig options_;
   std::map<std::uint64_t, std::uint64_t> holes_;  // address -> size, adjacent holes merged
   std::map<std::uint64_t, std::uint64_t> live_;   // address -> size
   std::uint64_t live_bytes_ = 0;
