@@ -47,14 +47,40 @@ Result<double> parse_seconds(const std::string& text, std::string_view flag) {
   return std::chrono::duration<double>(d).count();
 }
 
-Result<DeviceChoice> device_choice(std::string_view device, std::string_view backend) {
+void add_device_flags(CLI::App& sub, DeviceFlags& flags, std::string_view reference_note) {
+  option(sub, "--device", flags.device, "cpu or cuda:N");
+  sub.add_option(
+         "--backend", flags.backend,
+         fmt::format("auto (cuda on a GPU, oneDNN on the CPU where built), cuda, onednn, or "
+                     "reference (plain loops: {})",
+                     reference_note))
+      ->capture_default_str();
+}
+
+Result<DeviceChoice> device_choice(const DeviceFlags& flags) {
   DeviceChoice c;
-  DLPROBE_ASSIGN_OR_RETURN(c.device, for_flag("--device", device::parse_device(device)));
+  DLPROBE_ASSIGN_OR_RETURN(c.device, for_flag("--device", device::parse_device(flags.device)));
   // With --backend auto the device alone chose the backend, so a backend this build lacks is the
   // device's fault.
-  DLPROBE_ASSIGN_OR_RETURN(c.backend, for_flag(backend == "auto" ? "--device" : "--backend",
-                                               device::parse_backend(backend, c.device)));
+  DLPROBE_ASSIGN_OR_RETURN(c.backend, for_flag(flags.backend == "auto" ? "--device" : "--backend",
+                                               device::parse_backend(flags.backend, c.device)));
   return c;
+}
+
+void add_shape_flags(CLI::App& sub, ShapeFlags& flags) {
+  option(sub, "--image-size", flags.image_size, "Square image side");
+  option(sub, "--classes", flags.classes, "Output classes");
+  option(sub, "--width", flags.width,
+         "Channels of the stem, doubled by each later stage (torchvision: 64); a narrower model "
+         "does a fraction of the work");
+}
+
+Status parse_shape(const ShapeFlags& flags, model::ModelConfig& model) {
+  DLPROBE_ASSIGN_OR_RETURN(model.image_size,
+                           parse_int(flags.image_size, "--image-size", 1, 1 << 16));
+  DLPROBE_ASSIGN_OR_RETURN(model.classes, parse_int(flags.classes, "--classes", 1, 1 << 24));
+  DLPROBE_ASSIGN_OR_RETURN(model.width, parse_int(flags.width, "--width", 1, 4096));
+  return Status::ok();
 }
 
 namespace {
@@ -142,6 +168,21 @@ void ProgressLine::note(const std::string& text) {
   clear();
   std::fprintf(stderr, "%s\n", text.c_str());
   std::fflush(stderr);
+}
+
+int sweep_exit_code(const Status& status, const bench::SweepOutcome& outcome, ProgressLine& line,
+                    std::string_view interrupted_note, bool single) {
+  if (!status) return report_error(status);
+  if (outcome.interrupted) {
+    line.note(std::string(interrupted_note));
+    return kExitFailure;
+  }
+  if (single) {
+    const results::Configuration& c = outcome.configurations.front();
+    if (c.status != results::RunStatus::ok) return report_error(error(Errc::internal, c.error));
+    return kExitOk;
+  }
+  return outcome.incomplete > 0 ? kExitFailure : kExitOk;
 }
 
 }  // namespace dlprobe::cli

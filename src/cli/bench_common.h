@@ -16,6 +16,7 @@
 #include "dlprobe/device/backend_kind.h"
 #include "dlprobe/device/device.h"
 #include "dlprobe/engine/conv_tuning.h"
+#include "dlprobe/models/resnet.h"
 #include "dlprobe/results/results.h"
 
 namespace CLI {
@@ -56,13 +57,30 @@ Result<std::vector<T>> parse_each(const std::string& text, std::string_view flag
 // A duration flag ("2s", "500ms") in seconds, not negative.
 Result<double> parse_seconds(const std::string& text, std::string_view flag);
 
-// --device and --backend: the device, and the backend that runs there ("auto": oneDNN on the CPU
-// where built, the reference loops only when named). Each refusal names its flag.
+// --device and --backend, as bench, memory and step take them. `reference_note` says what the
+// reference loops are to the command ("a correctness tool, not a benchmark").
+struct DeviceFlags {
+  std::string device = "cuda:0";
+  std::string backend = "auto";
+};
+void add_device_flags(CLI::App& sub, DeviceFlags& flags, std::string_view reference_note);
+// The device, and the backend that runs there ("auto": oneDNN on the CPU where built, the
+// reference loops only when named). Each refusal names its flag.
 struct DeviceChoice {
   device::Device device;
   device::BackendKind backend = device::BackendKind::reference;
 };
-Result<DeviceChoice> device_choice(std::string_view device, std::string_view backend);
+Result<DeviceChoice> device_choice(const DeviceFlags& flags);
+
+// --image-size, --classes and --width: the model's shape, as bench and memory take them.
+struct ShapeFlags {
+  std::string image_size = "224";
+  std::string classes = "1000";
+  std::string width = "64";
+};
+void add_shape_flags(CLI::App& sub, ShapeFlags& flags);
+// Sets the shape's fields of `model`; a value out of range is refused, naming its flag.
+Status parse_shape(const ShapeFlags& flags, model::ModelConfig& model);
 
 // The live line: configuration i of n, what it is doing, the running estimate and the ETA, redrawn
 // in place on a terminal; one line per finished configuration everywhere.
@@ -83,5 +101,11 @@ class ProgressLine {
   bool drawn_ = false;
   std::chrono::steady_clock::time_point last_{};
 };
+
+// The exit code of a sweep whose text is printed: its error, if it stopped on one; 1 when it was
+// interrupted (after `interrupted_note` on the progress line) or a configuration did not complete;
+// with `single` (one configuration, detailed), that configuration's error as the command's.
+int sweep_exit_code(const Status& status, const bench::SweepOutcome& outcome, ProgressLine& line,
+                    std::string_view interrupted_note, bool single);
 
 }  // namespace dlprobe::cli

@@ -37,11 +37,8 @@ struct BenchFlags {
   std::string warmup = "5";
   std::string warmup_time = "1s";
   std::string repeat = "1";
-  std::string device = "cuda:0";
-  std::string backend = "auto";
-  std::string image_size = "224";
-  std::string classes = "1000";
-  std::string width = "64";
+  DeviceFlags where;
+  ShapeFlags shape;
   std::string optimizer = "sgd";
   std::string weights;
   TuningFlags tuning;
@@ -103,10 +100,7 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
           return parse_int(s, "--batch (a batch size, a comma list, or auto)", 1, 1LL << 40);
         }));
   }
-  DLPROBE_ASSIGN_OR_RETURN(axes.base.model.image_size,
-                           parse_int(f.image_size, "--image-size", 1, 1 << 16));
-  DLPROBE_ASSIGN_OR_RETURN(axes.base.model.classes, parse_int(f.classes, "--classes", 1, 1 << 24));
-  DLPROBE_ASSIGN_OR_RETURN(axes.base.model.width, parse_int(f.width, "--width", 1, 4096));
+  DLPROBE_RETURN_IF_ERROR(parse_shape(f.shape, axes.base.model));
   DLPROBE_ASSIGN_OR_RETURN(axes.base.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
   if (f.gpu_memory != "auto") {
@@ -115,7 +109,7 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(axes.graph, parse_graph(f.graph));
 
   bench::Sweep& s = p.sweep;
-  DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.device, f.backend));
+  DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.where));
   s.device = where.device;
   s.backend = where.backend;
   for (const engine::Precision precision : axes.precisions) {
@@ -201,17 +195,8 @@ int run_bench_command(const BenchFlags& flags) {
   const bench::SweepOutcome& outcome = run.outcome;
   std::fputs(bench::outcome_text(sweep, outcome, run.findings, plan->single).c_str(), stdout);
   std::fflush(stdout);
-  if (!run.status) return report_error(run.status);
-  if (outcome.interrupted) {
-    line.note("dlprobe bench: interrupted; what was measured is kept");
-    return kExitFailure;
-  }
-  if (plan->single) {
-    const results::Configuration& c = outcome.configurations.front();
-    if (c.status != results::RunStatus::ok) return report_error(error(Errc::internal, c.error));
-    return kExitOk;
-  }
-  return outcome.incomplete > 0 ? kExitFailure : kExitOk;
+  return sweep_exit_code(run.status, outcome, line,
+                         "dlprobe bench: interrupted; what was measured is kept", plan->single);
 }
 
 }  // namespace
@@ -242,15 +227,8 @@ Command add_bench_command(CLI::App& app) {
   option(*sub, "--warmup", flags->warmup, "Untimed steps first, at least");
   option(*sub, "--warmup-time", flags->warmup_time, "Warm-up length, at least (e.g. 1s)");
   option(*sub, "--repeat", flags->repeat, "Independent timed windows per configuration");
-  option(*sub, "--device", flags->device, "cpu or cuda:N");
-  option(*sub, "--backend", flags->backend,
-         "auto (cuda on a GPU, oneDNN on the CPU where built), cuda, onednn, or "
-         "reference (plain loops: a correctness tool, not a benchmark)");
-  option(*sub, "--image-size", flags->image_size, "Square image side");
-  option(*sub, "--classes", flags->classes, "Output classes");
-  option(*sub, "--width", flags->width,
-         "Channels of the stem, doubled by each later stage (torchvision: 64); a narrower "
-         "model does a fraction of the work");
+  add_device_flags(*sub, flags->where, "a correctness tool, not a benchmark");
+  add_shape_flags(*sub, flags->shape);
   option(*sub, "--optimizer", flags->optimizer, "sgd (momentum 0.9, wd 1e-4, lr 0.1) or adamw");
   sub->add_option("--weights", flags->weights,
                   "Start from a safetensors state dict (torchvision names)");

@@ -28,11 +28,9 @@ Command add_compare_command(CLI::App& app) {
   sub->add_option("--fail-above", flags->fail_above,
                   "Exit 1 when a configuration is significantly slower by more than this "
                   "(e.g. 3% or 0.03)");
-  sub->add_option("--alpha", flags->alpha, "Significance level of the Mann-Whitney U test")
-      ->capture_default_str();
-  sub->add_option("--noise", flags->noise,
-                  "A difference smaller than this is no change, however significant (e.g. 2%)")
-      ->capture_default_str();
+  option(*sub, "--alpha", flags->alpha, "Significance level of the Mann-Whitney U test");
+  option(*sub, "--noise", flags->noise,
+         "A difference smaller than this is no change, however significant (e.g. 2%)");
   sub->add_flag("--json", flags->json, "Print the comparison as JSON (schema dlprobe.compare/1)");
 
   Command command;

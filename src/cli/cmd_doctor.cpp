@@ -28,12 +28,9 @@ Command add_doctor_command(CLI::App& app) {
   add_overwrite_flag(*sub, flags->overwrite);
   sub->add_flag("--no-ceilings", flags->no_ceilings,
                 "Skip the GEMM and bandwidth measurements (they take tens of seconds)");
-  sub->add_option("--device", flags->device, "CUDA device the ceilings are measured on")
-      ->capture_default_str();
-  sub->add_option("--gemm-size", flags->gemm_size, "m = n = k of the GEMM ceilings")
-      ->capture_default_str();
-  sub->add_option("--repetitions", flags->repetitions, "Timed repetitions per ceiling (median)")
-      ->capture_default_str();
+  option(*sub, "--device", flags->device, "CUDA device the ceilings are measured on");
+  option(*sub, "--gemm-size", flags->gemm_size, "m = n = k of the GEMM ceilings");
+  option(*sub, "--repetitions", flags->repetitions, "Timed repetitions per ceiling (median)");
   sub->add_option("--dtypes", flags->dtypes,
                   "GEMM data types to measure, e.g. bf16,fp8_e4m3 (default: all)");
 

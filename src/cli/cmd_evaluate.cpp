@@ -54,13 +54,9 @@ int run_evaluate(const EvaluateFlags& flags) {
   if (!evaluation) return report_error(evaluation.status());
   std::fputs(evaluation->summary.c_str(), stdout);
   std::fflush(stdout);
-  if (!evaluation->status) return report_error(evaluation->status);
-  const bench::SweepOutcome& outcome = evaluation->run.outcome;
-  if (outcome.interrupted) {
-    line.note("dlprobe evaluate: interrupted; what was measured is in the results and report");
-    return kExitFailure;
-  }
-  return outcome.incomplete > 0 ? kExitFailure : kExitOk;
+  return sweep_exit_code(
+      evaluation->status, evaluation->run.outcome, line,
+      "dlprobe evaluate: interrupted; what was measured is in the results and report", false);
 }
 
 }  // namespace
@@ -77,9 +73,8 @@ Command add_evaluate_command(CLI::App& app) {
                   "--overwrite)");
   add_overwrite_flag(*sub, flags->overwrite);
   sub->add_flag("--quick", flags->quick, "A shorter sweep (about a minute on a GPU)");
-  sub->add_option("--device", flags->device,
-                  "auto (the first GPU when there is one, else the CPU), cpu or cuda:N")
-      ->capture_default_str();
+  option(*sub, "--device", flags->device,
+         "auto (the first GPU when there is one, else the CPU), cpu or cuda:N");
   add_tuning_flags(*sub, flags->tuning);
   sub->add_flag("-q,--quiet", flags->quiet, "No progress on stderr");
   return {sub, [flags] { return run_evaluate(*flags); }};

@@ -33,11 +33,8 @@ struct MemoryFlags {
   std::string mode = "train";
   std::string layout = "auto";
   std::string optimizer = "sgd";
-  std::int64_t image_size = 224;
-  std::int64_t classes = 1000;
-  std::int64_t width = 64;
-  std::string device = "cuda:0";
-  std::string backend = "auto";
+  ShapeFlags shape;
+  DeviceFlags where;
   std::string gpu_memory = "auto";
   std::int64_t warmup = 1;
   bool predict_only = false;
@@ -80,13 +77,7 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   }
   DLPROBE_ASSIGN_OR_RETURN(a.base.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
-  for (const auto& [flag, v] :
-       {std::pair{"--image-size", f.image_size}, {"--classes", f.classes}, {"--width", f.width}}) {
-    if (v < 1) return invalid_argument(fmt::format("{}: must be >= 1, got {}", flag, v));
-  }
-  a.base.model.image_size = f.image_size;
-  a.base.model.classes = f.classes;
-  a.base.model.width = f.width;
+  DLPROBE_RETURN_IF_ERROR(parse_shape(f.shape, a.base.model));
   // The lists as bench reads them: an item given twice is refused, not measured twice.
   DLPROBE_ASSIGN_OR_RETURN(a.batches,
                            parse_each<std::int64_t>(f.batch, "--batch", [](const std::string& s) {
@@ -146,7 +137,7 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
   if (!f.predict_only) {
     memory::SessionOptions& so = a.session.emplace();
-    DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.device, f.backend));
+    DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.where));
     so.device = where.device;
     so.backend = where.backend;
     so.conv.algo = tuning.algo;
@@ -239,14 +230,8 @@ Command add_memory_command(CLI::App& app) {
          "nchw, nhwc, or auto: each precision's fastest for the device (nhwc but for fp32 on a "
          "GPU)");
   option(*sub, "--optimizer", f->optimizer, "sgd or adamw");
-  option(*sub, "--image-size", f->image_size, "Square image side");
-  option(*sub, "--classes", f->classes, "Output classes");
-  option(*sub, "--width", f->width,
-         "Channels of the stem, doubled by each later stage (torchvision: 64)");
-  option(*sub, "--device", f->device, "cpu or cuda:N");
-  option(*sub, "--backend", f->backend,
-         "auto (cuda on a GPU, oneDNN on the CPU where built), cuda, onednn, or reference (plain "
-         "loops, no workspace: predictions are exact)");
+  add_shape_flags(*sub, f->shape);
+  add_device_flags(*sub, f->where, "no workspace: predictions are exact");
   option(*sub, "--gpu-memory", f->gpu_memory,
          "grow, prealloc[:FRACTION|SIZE], limit:SIZE, planned, planned+MODE; a list compares "
          "them, e.g. grow,planned; auto: the fastest for the device (planned on a GPU, grow on "

@@ -32,8 +32,7 @@ struct StepFlags {
   std::string precision = "fp32";
   std::string mode = "grads";
   std::string layout = "nchw";
-  std::string device = "cuda:0";
-  std::string backend = "auto";
+  DeviceFlags where;
   std::string optimizer = "sgd";
   std::string weights;
   std::string input;
@@ -154,7 +153,7 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(c.layout, parse_layout(f.layout, "--layout"));
   DLPROBE_ASSIGN_OR_RETURN(c.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
-  DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.device, f.backend));
+  DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.where));
   if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
     return s.with_context("--precision");
   }
@@ -246,8 +245,7 @@ Command add_step_command(CLI::App& app) {
       "step",
       "Run one native training step from a safetensors state dict and batch; write logits, loss "
       "and every parameter gradient to safetensors (for comparing with another framework)");
-  sub->add_option("--model", flags->model, "resnet18, resnet34, resnet50, resnet101, resnet152")
-      ->capture_default_str();
+  option(*sub, "--model", flags->model, "resnet18, resnet34, resnet50, resnet101, resnet152");
   sub->add_option("--weights", flags->weights,
                   "State dict with torchvision names (safetensors.torch.save_file)")
       ->required();
@@ -262,26 +260,18 @@ Command add_step_command(CLI::App& app) {
                   "Also write the state dict after the step (BN running statistics; updated "
                   "weights in train mode)");
   add_overwrite_flag(*sub, flags->overwrite);
-  sub->add_option("--precision", flags->precision,
-                  "fp32, tf32, fp16 (mixed, loss scaled), bf16 (mixed), fp64 (cpu only)")
-      ->capture_default_str();
-  sub->add_option("--mode", flags->mode,
-                  "grads (forward, backward; fp16 gradients stay scaled), train (and the "
-                  "optimizer), infer (forward with running statistics)")
-      ->capture_default_str();
-  sub->add_option("--layout", flags->layout, "nchw or nhwc")->capture_default_str();
-  sub->add_option("--device", flags->device, "cpu or cuda:N")->capture_default_str();
-  sub->add_option("--backend", flags->backend,
-                  "auto (cuda on a GPU, oneDNN on the CPU where built), cuda, onednn, or "
-                  "reference (plain loops; the CPU's only fp16 and fp64)")
-      ->capture_default_str();
-  sub->add_option("--optimizer", flags->optimizer, "train mode: sgd or adamw")
-      ->capture_default_str();
+  option(*sub, "--precision", flags->precision,
+         "fp32, tf32, fp16 (mixed, loss scaled), bf16 (mixed), fp64 (cpu only)");
+  option(*sub, "--mode", flags->mode,
+         "grads (forward, backward; fp16 gradients stay scaled), train (and the optimizer), infer "
+         "(forward with running statistics)");
+  option(*sub, "--layout", flags->layout, "nchw or nhwc");
+  add_device_flags(*sub, flags->where, "the CPU's only fp16 and fp64");
+  option(*sub, "--optimizer", flags->optimizer, "train mode: sgd or adamw");
   add_tuning_flags(*sub, flags->tuning);
-  sub->add_option("--conv-engines", flags->conv_engines,
-                  "Convolution engines allowed: exact (deterministic direct sums, the default: "
-                  "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd)")
-      ->capture_default_str();
+  option(*sub, "--conv-engines", flags->conv_engines,
+         "Convolution engines allowed: exact (deterministic direct sums, the default: "
+         "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd)");
   sub->add_option("--loss-scale", flags->loss_scale,
                   "fp16: the loss scale of this step (default GradScaler's initial 65536)");
   return {sub, [flags] {
