@@ -57,6 +57,17 @@ Result<std::vector<T>> parse_each(const std::string& text, std::string_view flag
 // A duration flag ("2s", "500ms") in seconds, not negative.
 Result<double> parse_seconds(const std::string& text, std::string_view flag);
 
+// --model, --precision, --mode, --layout and --optimizer: the step that runs, as bench, memory and
+// step take it. Each command registers them with its own help (bench sweeps comma lists) and
+// parses them as it takes them.
+struct WorkloadFlags {
+  std::string model = "resnet50";
+  std::string precision = "fp32";
+  std::string mode = "train";
+  std::string layout = "auto";
+  std::string optimizer = "sgd";
+};
+
 // --device and --backend, as bench, memory and step take them. `reference_note` says what the
 // reference loops are to the command ("a correctness tool, not a benchmark").
 struct DeviceFlags {

@@ -26,20 +26,40 @@
 namespace dlprobe::cli {
 namespace {
 
-struct BenchFlags {
-  std::string model = "resnet50";
-  std::string batch = "256";
-  std::string precision = "fp32";
-  std::string mode = "train";
-  std::string layout = "auto";
+// How each configuration is timed (bench::Protocol).
+struct ProtocolFlags {
   std::string steps = "30";
   std::string min_time = "2s";
   std::string warmup = "5";
   std::string warmup_time = "1s";
   std::string repeat = "1";
+};
+
+void add_protocol_flags(CLI::App& sub, ProtocolFlags& f) {
+  option(sub, "--steps", f.steps, "Timed steps per window, at least");
+  option(sub, "--min-time", f.min_time, "Timed window length, at least (e.g. 2s)");
+  option(sub, "--warmup", f.warmup, "Untimed steps first, at least");
+  option(sub, "--warmup-time", f.warmup_time, "Warm-up length, at least (e.g. 1s)");
+  option(sub, "--repeat", f.repeat, "Independent timed windows per configuration");
+}
+
+Status parse_protocol(const ProtocolFlags& f, bench::Protocol& p) {
+  DLPROBE_ASSIGN_OR_RETURN(p.min_steps, parse_int(f.steps, "--steps", 1, 1'000'000));
+  DLPROBE_ASSIGN_OR_RETURN(p.min_seconds, parse_seconds(f.min_time, "--min-time"));
+  DLPROBE_ASSIGN_OR_RETURN(p.warmup_steps, parse_int(f.warmup, "--warmup", 0, 1'000'000));
+  DLPROBE_ASSIGN_OR_RETURN(p.warmup_seconds, parse_seconds(f.warmup_time, "--warmup-time"));
+  DLPROBE_ASSIGN_OR_RETURN(const std::int64_t repeat, parse_int(f.repeat, "--repeat", 1, 1000));
+  p.repeat = static_cast<int>(repeat);
+  p.max_steps = std::max(p.max_steps, p.min_steps);
+  return Status::ok();
+}
+
+struct BenchFlags {
+  WorkloadFlags workload;
+  std::string batch = "256";
+  ProtocolFlags protocol;
   DeviceFlags where;
   ShapeFlags shape;
-  std::string optimizer = "sgd";
   std::string weights;
   TuningFlags tuning;
   std::string conv_engines = "any";
@@ -73,24 +93,24 @@ Result<std::optional<bool>> parse_graph(const std::string& text) {
 Result<BenchPlan> plan_from(const BenchFlags& f) {
   BenchPlan p;
   bench::SweepAxes axes;
-  DLPROBE_ASSIGN_OR_RETURN(axes.models,
-                           parse_each<model::Arch>(f.model, "--model", [](const std::string& s) {
-                             return model::parse_arch(s, "--model");
-                           }));
+  DLPROBE_ASSIGN_OR_RETURN(
+      axes.models, parse_each<model::Arch>(f.workload.model, "--model", [](const std::string& s) {
+        return model::parse_arch(s, "--model");
+      }));
   DLPROBE_ASSIGN_OR_RETURN(
       axes.precisions,
-      parse_each<engine::Precision>(f.precision, "--precision", [](const std::string& s) {
+      parse_each<engine::Precision>(f.workload.precision, "--precision", [](const std::string& s) {
         return for_flag("--precision", engine::parse_precision(s));
       }));
-  DLPROBE_ASSIGN_OR_RETURN(axes.modes,
-                           parse_each<engine::StepMode>(f.mode, "--mode", [](const std::string& s) {
-                             return for_flag("--mode", engine::parse_step_mode(s));
-                           }));
-  if (f.layout != "auto") {
-    DLPROBE_ASSIGN_OR_RETURN(axes.layouts,
-                             parse_each<Layout>(f.layout, "--layout", [](const std::string& s) {
-                               return parse_layout(s, "--layout");
-                             }));
+  DLPROBE_ASSIGN_OR_RETURN(
+      axes.modes, parse_each<engine::StepMode>(f.workload.mode, "--mode", [](const std::string& s) {
+        return for_flag("--mode", engine::parse_step_mode(s));
+      }));
+  if (f.workload.layout != "auto") {
+    DLPROBE_ASSIGN_OR_RETURN(
+        axes.layouts, parse_each<Layout>(f.workload.layout, "--layout", [](const std::string& s) {
+          return parse_layout(s, "--layout");
+        }));
   }
   if (f.batch == "auto") {
     axes.auto_batch = true;
@@ -102,7 +122,7 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
   }
   DLPROBE_RETURN_IF_ERROR(parse_shape(f.shape, axes.base.model));
   DLPROBE_ASSIGN_OR_RETURN(axes.base.optimizer,
-                           for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
+                           for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
   if (f.gpu_memory != "auto") {
     DLPROBE_ASSIGN_OR_RETURN(axes.memory, memory::parse_gpu_memory(f.gpu_memory, "--gpu-memory"));
   }
@@ -122,14 +142,7 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
   s.allocation = expanded.allocation;
   s.gpu_memory = expanded.gpu_memory;
   p.picked = expanded.picked;
-  DLPROBE_ASSIGN_OR_RETURN(s.protocol.min_steps, parse_int(f.steps, "--steps", 1, 1'000'000));
-  DLPROBE_ASSIGN_OR_RETURN(s.protocol.min_seconds, parse_seconds(f.min_time, "--min-time"));
-  DLPROBE_ASSIGN_OR_RETURN(s.protocol.warmup_steps, parse_int(f.warmup, "--warmup", 0, 1'000'000));
-  DLPROBE_ASSIGN_OR_RETURN(s.protocol.warmup_seconds,
-                           parse_seconds(f.warmup_time, "--warmup-time"));
-  DLPROBE_ASSIGN_OR_RETURN(const std::int64_t repeat, parse_int(f.repeat, "--repeat", 1, 1000));
-  s.protocol.repeat = static_cast<int>(repeat);
-  s.protocol.max_steps = std::max(s.protocol.max_steps, s.protocol.min_steps);
+  DLPROBE_RETURN_IF_ERROR(parse_protocol(f.protocol, s.protocol));
   DLPROBE_ASSIGN_OR_RETURN(s.auto_batch.start,
                            parse_int(f.batch_start, "--batch-start", 1, 1LL << 30));
   DLPROBE_ASSIGN_OR_RETURN(s.auto_batch.limit,
@@ -208,28 +221,25 @@ Command add_bench_command(CLI::App& app) {
       "Time the native ResNet training step: img/s with a confidence interval, step-time "
       "percentiles, memory by category, GPU telemetry, TFLOP/s. Comma lists sweep every "
       "combination (docs/bench.md)");
-  option(*sub, "--model", flags->model,
+  option(*sub, "--model", flags->workload.model,
          "resnet18, resnet34, resnet50, resnet101, resnet152 (a comma list sweeps)");
   option(*sub, "--batch", flags->batch,
          "Images per step: a number, a comma list, or auto (double from --batch-start "
          "until the first out-of-memory)");
-  option(*sub, "--precision", flags->precision,
+  option(*sub, "--precision", flags->workload.precision,
          "fp32, tf32, fp16 (mixed, loss scaling), bf16 (mixed), fp64 (reference backend "
          "only); a comma list sweeps");
-  option(*sub, "--mode", flags->mode,
+  option(*sub, "--mode", flags->workload.mode,
          "train (forward, backward, optimizer), grads (forward, backward), infer "
          "(forward: per-step times are the latencies); a comma list sweeps");
-  option(*sub, "--layout", flags->layout,
+  option(*sub, "--layout", flags->workload.layout,
          "nchw or nhwc (a comma list sweeps), or auto: the fastest for the device and "
          "precision (on a GPU NHWC for tf32, fp16 and bf16, NCHW for fp32)");
-  option(*sub, "--steps", flags->steps, "Timed steps per window, at least");
-  option(*sub, "--min-time", flags->min_time, "Timed window length, at least (e.g. 2s)");
-  option(*sub, "--warmup", flags->warmup, "Untimed steps first, at least");
-  option(*sub, "--warmup-time", flags->warmup_time, "Warm-up length, at least (e.g. 1s)");
-  option(*sub, "--repeat", flags->repeat, "Independent timed windows per configuration");
+  add_protocol_flags(*sub, flags->protocol);
   add_device_flags(*sub, flags->where, "a correctness tool, not a benchmark");
   add_shape_flags(*sub, flags->shape);
-  option(*sub, "--optimizer", flags->optimizer, "sgd (momentum 0.9, wd 1e-4, lr 0.1) or adamw");
+  option(*sub, "--optimizer", flags->workload.optimizer,
+         "sgd (momentum 0.9, wd 1e-4, lr 0.1) or adamw");
   sub->add_option("--weights", flags->weights,
                   "Start from a safetensors state dict (torchvision names)");
   add_tuning_flags(*sub, flags->tuning);

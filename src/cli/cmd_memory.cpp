@@ -27,12 +27,8 @@ namespace dlprobe::cli {
 namespace {
 
 struct MemoryFlags {
-  std::string model = "resnet50";
+  WorkloadFlags workload;
   std::string batch = "32";
-  std::string precision = "fp32";
-  std::string mode = "train";
-  std::string layout = "auto";
-  std::string optimizer = "sgd";
   ShapeFlags shape;
   DeviceFlags where;
   std::string gpu_memory = "auto";
@@ -70,13 +66,14 @@ Status check_calibrations(const memory::AnalysisOptions& a, const std::string& f
 
 Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   memory::AnalysisOptions a;
-  DLPROBE_ASSIGN_OR_RETURN(a.base.model.arch, model::parse_arch(f.model, "--model"));
-  DLPROBE_ASSIGN_OR_RETURN(a.base.mode, for_flag("--mode", engine::parse_step_mode(f.mode)));
-  if (f.layout != "auto") {
-    DLPROBE_ASSIGN_OR_RETURN(a.layout, parse_layout(f.layout, "--layout"));
+  DLPROBE_ASSIGN_OR_RETURN(a.base.model.arch, model::parse_arch(f.workload.model, "--model"));
+  DLPROBE_ASSIGN_OR_RETURN(a.base.mode,
+                           for_flag("--mode", engine::parse_step_mode(f.workload.mode)));
+  if (f.workload.layout != "auto") {
+    DLPROBE_ASSIGN_OR_RETURN(a.layout, parse_layout(f.workload.layout, "--layout"));
   }
   DLPROBE_ASSIGN_OR_RETURN(a.base.optimizer,
-                           for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
+                           for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
   DLPROBE_RETURN_IF_ERROR(parse_shape(f.shape, a.base.model));
   // The lists as bench reads them: an item given twice is refused, not measured twice.
   DLPROBE_ASSIGN_OR_RETURN(a.batches,
@@ -85,7 +82,7 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
                            }));
   DLPROBE_ASSIGN_OR_RETURN(
       a.precisions,
-      parse_each<engine::Precision>(f.precision, "--precision", [](const std::string& s) {
+      parse_each<engine::Precision>(f.workload.precision, "--precision", [](const std::string& s) {
         return for_flag("--precision", engine::parse_precision(s));
       }));
   if (f.gpu_memory != "auto") {
@@ -221,15 +218,15 @@ Command add_memory_command(CLI::App& app) {
       "Where a native training step's device memory goes: breakdown at the peak by category, the "
       "layer and phase of the peak, timeline, fragmentation, NVML reconciliation; predicted "
       "beside measured; the largest batch under a limit (--max-batch)");
-  option(*sub, "--model", f->model, "resnet18, resnet34, resnet50, resnet101, resnet152");
+  option(*sub, "--model", f->workload.model, "resnet18, resnet34, resnet50, resnet101, resnet152");
   option(*sub, "--batch", f->batch, "Batch sizes, e.g. 32,64,128");
-  option(*sub, "--precision", f->precision,
+  option(*sub, "--precision", f->workload.precision,
          "fp32, tf32, fp16, bf16, fp64 (cpu only); a list, e.g. fp32,fp16");
-  option(*sub, "--mode", f->mode, "train, grads or infer");
-  option(*sub, "--layout", f->layout,
+  option(*sub, "--mode", f->workload.mode, "train, grads or infer");
+  option(*sub, "--layout", f->workload.layout,
          "nchw, nhwc, or auto: each precision's fastest for the device (nhwc but for fp32 on a "
          "GPU)");
-  option(*sub, "--optimizer", f->optimizer, "sgd or adamw");
+  option(*sub, "--optimizer", f->workload.optimizer, "sgd or adamw");
   add_shape_flags(*sub, f->shape);
   add_device_flags(*sub, f->where, "no workspace: predictions are exact");
   option(*sub, "--gpu-memory", f->gpu_memory,

@@ -28,12 +28,8 @@ namespace dlprobe::cli {
 namespace {
 
 struct StepFlags {
-  std::string model = "resnet50";
-  std::string precision = "fp32";
-  std::string mode = "grads";
-  std::string layout = "nchw";
+  WorkloadFlags workload{.mode = "grads", .layout = "nchw"};
   DeviceFlags where;
-  std::string optimizer = "sgd";
   std::string weights;
   std::string input;
   std::string output;
@@ -146,13 +142,13 @@ safetensors::Tensor to_file_tensor(std::string name, const HostTensor& value) {
 
 Status run_step_command(const StepFlags& f) {
   engine::StepConfig c;
-  DLPROBE_ASSIGN_OR_RETURN(c.model.arch, model::parse_arch(f.model, "--model"));
+  DLPROBE_ASSIGN_OR_RETURN(c.model.arch, model::parse_arch(f.workload.model, "--model"));
   DLPROBE_ASSIGN_OR_RETURN(c.precision,
-                           for_flag("--precision", engine::parse_precision(f.precision)));
-  DLPROBE_ASSIGN_OR_RETURN(c.mode, for_flag("--mode", engine::parse_step_mode(f.mode)));
-  DLPROBE_ASSIGN_OR_RETURN(c.layout, parse_layout(f.layout, "--layout"));
+                           for_flag("--precision", engine::parse_precision(f.workload.precision)));
+  DLPROBE_ASSIGN_OR_RETURN(c.mode, for_flag("--mode", engine::parse_step_mode(f.workload.mode)));
+  DLPROBE_ASSIGN_OR_RETURN(c.layout, parse_layout(f.workload.layout, "--layout"));
   DLPROBE_ASSIGN_OR_RETURN(c.optimizer,
-                           for_flag("--optimizer", engine::parse_optimizer(f.optimizer)));
+                           for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
   DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.where));
   if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
     return s.with_context("--precision");
@@ -245,7 +241,8 @@ Command add_step_command(CLI::App& app) {
       "step",
       "Run one native training step from a safetensors state dict and batch; write logits, loss "
       "and every parameter gradient to safetensors (for comparing with another framework)");
-  option(*sub, "--model", flags->model, "resnet18, resnet34, resnet50, resnet101, resnet152");
+  option(*sub, "--model", flags->workload.model,
+         "resnet18, resnet34, resnet50, resnet101, resnet152");
   sub->add_option("--weights", flags->weights,
                   "State dict with torchvision names (safetensors.torch.save_file)")
       ->required();
@@ -260,14 +257,14 @@ Command add_step_command(CLI::App& app) {
                   "Also write the state dict after the step (BN running statistics; updated "
                   "weights in train mode)");
   add_overwrite_flag(*sub, flags->overwrite);
-  option(*sub, "--precision", flags->precision,
+  option(*sub, "--precision", flags->workload.precision,
          "fp32, tf32, fp16 (mixed, loss scaled), bf16 (mixed), fp64 (cpu only)");
-  option(*sub, "--mode", flags->mode,
+  option(*sub, "--mode", flags->workload.mode,
          "grads (forward, backward; fp16 gradients stay scaled), train (and the optimizer), infer "
          "(forward with running statistics)");
-  option(*sub, "--layout", flags->layout, "nchw or nhwc");
+  option(*sub, "--layout", flags->workload.layout, "nchw or nhwc");
   add_device_flags(*sub, flags->where, "the CPU's only fp16 and fp64");
-  option(*sub, "--optimizer", flags->optimizer, "train mode: sgd or adamw");
+  option(*sub, "--optimizer", flags->workload.optimizer, "train mode: sgd or adamw");
   add_tuning_flags(*sub, flags->tuning);
   option(*sub, "--conv-engines", flags->conv_engines,
          "Convolution engines allowed: exact (deterministic direct sums, the default: "
