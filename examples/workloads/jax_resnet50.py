@@ -2,7 +2,10 @@
 """ResNet-50 training steps in JAX/Flax (linen), bf16 (or fp32) compute on synthetic on-device
 input, printing the dlprobe line protocol (docs/external.md).
 
-    dlprobe run -- python3 jax_resnet50.py --batch 256 [--precision fp32]
+    dlprobe run -- python3 jax_resnet50.py --batch 256 [--precision fp32] [--mode grads]
+
+--mode grads stops after the gradients (the protocol's "gradients only"); --mode train (the
+default) adds the SGD update with momentum.
 
 JAX preallocates 75% of the GPU at start unless XLA_PYTHON_CLIENT_PREALLOCATE=false; dlprobe run
 reports that (memory_preallocated) and reads the real peak from the figures printed here.
@@ -68,6 +71,8 @@ def main():
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
                    help="bf16 activations and convolutions (fp32 parameters), or fp32 throughout "
                         "with full-precision matrix products (no TF32)")
+    p.add_argument("--mode", choices=["train", "grads"], default="train",
+                   help="train: forward, backward and SGD update; grads: no update")
     args = p.parse_args()
 
     dtype = jnp.bfloat16 if args.precision == "bf16" else jnp.float32
@@ -83,32 +88,47 @@ def main():
     params, stats = variables["params"], variables["batch_stats"]
     momentum = jax.tree_util.tree_map(jnp.zeros_like, params)
 
+    def loss_fn(p, stats, x, y):
+        logits, updates = model.apply({"params": p, "batch_stats": stats}, x, train=True,
+                                      mutable=["batch_stats"])
+        onehot = jax.nn.one_hot(y, 1000)
+        loss = -jnp.mean(jnp.sum(onehot * jax.nn.log_softmax(logits), axis=-1))
+        return loss, updates["batch_stats"]
+
     @functools.partial(jax.jit, donate_argnums=(0, 1, 2))
     def train_step(params, stats, momentum, x, y):
-        def loss_fn(p):
-            logits, updates = model.apply({"params": p, "batch_stats": stats}, x, train=True,
-                                          mutable=["batch_stats"])
-            onehot = jax.nn.one_hot(y, 1000)
-            loss = -jnp.mean(jnp.sum(onehot * jax.nn.log_softmax(logits), axis=-1))
-            return loss, updates["batch_stats"]
-
-        (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, x, y)
         # SGD with momentum by hand, so the script needs nothing beyond jax and flax.
         momentum = jax.tree_util.tree_map(lambda m, g: 0.9 * m + g, momentum, grads)
         params = jax.tree_util.tree_map(lambda w, m: w - 0.1 * m, params, momentum)
         return params, new_stats, momentum, loss
 
+    # Gradients only: the gradients are outputs, so XLA cannot leave them uncomputed; the batch
+    # statistics are carried as in training.
+    @functools.partial(jax.jit, donate_argnums=(1,))
+    def grads_step(params, stats, x, y):
+        (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, x, y)
+        return grads, new_stats, loss
+
     dev = jax.devices()[0]
     prealloc = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower()
     prealloc = prealloc not in ("false", "0")
-    emit(framework="jax", model="resnet50", precision=args.precision, channels_last=True,
-         warmup_steps=args.warmup, batch=args.batch)
+    emit(framework="jax", model="resnet50", precision=args.precision, mode=args.mode,
+         channels_last=True, warmup_steps=args.warmup, batch=args.batch)
     measured = 0.0
     try:
         for i in range(args.warmup + args.steps):
             t0 = time.perf_counter()
-            params, stats, momentum, loss = train_step(params, stats, momentum, x, y)
-            loss.block_until_ready()
+            if args.mode == "train":
+                params, stats, momentum, loss = train_step(params, stats, momentum, x, y)
+                jax.block_until_ready(loss)
+            else:
+                # Nothing of the step before stays alive into the next (its gradients would
+                # count in the next step's peak).
+                out = grads_step(params, stats, x, y)
+                jax.block_until_ready(out)
+                stats = out[1]
+                del out
             dt = time.perf_counter() - t0
             if i >= args.warmup:
                 measured += dt

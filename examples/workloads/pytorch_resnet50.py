@@ -78,7 +78,11 @@ def main():
     p.add_argument("--no-cudnn-benchmark", action="store_true",
                    help="take cuDNN's heuristic choice instead of timing its algorithms")
     p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--compile", action="store_true")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"],
+                   default="default",
+                   help="with --compile: torch.compile's mode (reduce-overhead replays CUDA "
+                        "graphs, the fastest at small batches)")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--memory-fraction", type=float,
                    help="cap PyTorch's allocator at this share of the GPU "
@@ -101,7 +105,10 @@ def main():
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = ResNet50().to(dev, memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    step_fn_model = torch.compile(model) if args.compile else model
+    step_fn_model = torch.compile(model, mode=args.compile_mode) if args.compile else model
+    # CUDA graph trees need to be told where a step begins, or a replay may overwrite the outputs
+    # of the step before while they are still in use.
+    graphs = args.compile and args.compile_mode != "default"
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.amp)
     # fp16 needs loss scaling; bf16 has fp32's range and does not.
     scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16")
@@ -114,6 +121,8 @@ def main():
          warmup_steps=args.warmup, batch=args.batch)
 
     def step():
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = F.cross_entropy(step_fn_model(x), y)
@@ -139,6 +148,9 @@ def main():
             step()
             torch.cuda.synchronize()
             emit_step(i, time.perf_counter() - t0)
+        # The peak of the timed steps alone, as the protocol takes every peak: warm-up holds
+        # cudnn.benchmark's trial workspaces and compilation's buffers, which training does not.
+        torch.cuda.reset_peak_memory_stats()
         # Timed steps queued back to back, an event between each two: no host sync in between,
         # as the protocol times them.
         events = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps + 1)]
