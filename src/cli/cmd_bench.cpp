@@ -26,6 +26,12 @@
 namespace dlprobe::cli {
 namespace {
 
+// What `dlprobe --help` and `dlprobe bench --help` say the command does.
+constexpr const char* kBenchAbout =
+    "Time the native ResNet training step: img/s with a confidence interval, step-time "
+    "percentiles, memory by category, GPU telemetry, TFLOP/s. Comma lists sweep every "
+    "combination (docs/bench.md)";
+
 // How each configuration is timed (bench::Protocol).
 struct ProtocolFlags {
   std::string steps = "30";
@@ -216,11 +222,7 @@ int run_bench_command(const BenchFlags& flags) {
 
 Command add_bench_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "bench",
-      "Time the native ResNet training step: img/s with a confidence interval, step-time "
-      "percentiles, memory by category, GPU telemetry, TFLOP/s. Comma lists sweep every "
-      "combination (docs/bench.md)");
+  CLI::App* sub = app.add_subcommand("bench", kBenchAbout);
   option(*sub, "--model", flags->workload.model,
          "resnet18, resnet34, resnet50, resnet101, resnet152 (a comma list sweeps)");
   option(*sub, "--batch", flags->batch,

@@ -13,6 +13,11 @@
 namespace dlprobe::cli {
 namespace {
 
+// What `dlprobe --help` and `dlprobe evaluate --help` say the command does.
+constexpr const char* kEvaluateAbout =
+    "Evaluate this machine end to end: doctor, a bench sweep chosen for it, findings, and "
+    "report.html + results.json in a folder, with a five-line summary";
+
 struct EvaluateFlags {
   std::string out;
   bool quick = false;
@@ -63,10 +68,7 @@ int run_evaluate(const EvaluateFlags& flags) {
 
 Command add_evaluate_command(CLI::App& app) {
   auto flags = std::make_shared<EvaluateFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "evaluate",
-      "Evaluate this machine end to end: doctor, a bench sweep chosen for it, findings, and "
-      "report.html + results.json in a folder, with a five-line summary");
+  CLI::App* sub = app.add_subcommand("evaluate", kEvaluateAbout);
   sub->add_option("-o,--out", flags->out,
                   "Folder for results.json, report.html and doctor.json (default: "
                   "dlprobe-evaluate-<UTC date>-<time>; refused when it holds results, unless "

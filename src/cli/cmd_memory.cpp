@@ -26,6 +26,12 @@
 namespace dlprobe::cli {
 namespace {
 
+// What `dlprobe --help` and `dlprobe memory --help` say the command does.
+constexpr const char* kMemoryAbout =
+    "Where a native training step's device memory goes: breakdown at the peak by category, the "
+    "layer and phase of the peak, timeline, fragmentation, NVML reconciliation; predicted "
+    "beside measured; the largest batch under a limit (--max-batch)";
+
 struct MemoryFlags {
   WorkloadFlags workload;
   std::string batch = "32";
@@ -213,11 +219,7 @@ int run(const memory::AnalysisOptions& a, const std::string& json) {
 
 Command add_memory_command(CLI::App& app) {
   auto f = std::make_shared<MemoryFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "memory",
-      "Where a native training step's device memory goes: breakdown at the peak by category, the "
-      "layer and phase of the peak, timeline, fragmentation, NVML reconciliation; predicted "
-      "beside measured; the largest batch under a limit (--max-batch)");
+  CLI::App* sub = app.add_subcommand("memory", kMemoryAbout);
   option(*sub, "--model", f->workload.model, "resnet18, resnet34, resnet50, resnet101, resnet152");
   option(*sub, "--batch", f->batch, "Batch sizes, e.g. 32,64,128");
   option(*sub, "--precision", f->workload.precision,

@@ -20,6 +20,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// What `dlprobe --help` and `dlprobe run --help` say the command does.
+constexpr const char* kRunAbout =
+    "Run any workload (-- CMD ARGS...) and measure it: throughput from its output "
+    "(docs/external.md), GPU memory of its processes, utilisation, OOM, crashes; sweeps";
+
 struct RunFlags {
   std::vector<std::string> command;
   bool shell = false;
@@ -185,10 +190,7 @@ int run_run(const RunFlags& flags) {
 
 Command add_run_command(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "run",
-      "Run any workload (-- CMD ARGS...) and measure it: throughput from its output "
-      "(docs/external.md), GPU memory of its processes, utilisation, OOM, crashes; sweeps");
+  CLI::App* sub = app.add_subcommand("run", kRunAbout);
   sub->add_flag("--shell", flags->shell, "Run the command through /bin/sh -c");
   add_text_options<RunFlags>(
       *sub, *flags,

@@ -27,6 +27,11 @@
 namespace dlprobe::cli {
 namespace {
 
+// What `dlprobe --help` and `dlprobe step --help` say the command does.
+constexpr const char* kStepAbout =
+    "Run one native training step from a safetensors state dict and batch; write logits, loss "
+    "and every parameter gradient to safetensors (for comparing with another framework)";
+
 struct StepFlags {
   WorkloadFlags workload{.mode = "grads", .layout = "nchw"};
   DeviceFlags where;
@@ -237,10 +242,7 @@ Status run_step_command(const StepFlags& f) {
 
 Command add_step_command(CLI::App& app) {
   auto flags = std::make_shared<StepFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "step",
-      "Run one native training step from a safetensors state dict and batch; write logits, loss "
-      "and every parameter gradient to safetensors (for comparing with another framework)");
+  CLI::App* sub = app.add_subcommand("step", kStepAbout);
   option(*sub, "--model", flags->workload.model,
          "resnet18, resnet34, resnet50, resnet101, resnet152");
   sub->add_option("--weights", flags->weights,
