@@ -26,18 +26,28 @@ std::string percent_error(std::int64_t predicted, std::int64_t measured) {
 }
 
 // What the arena holds at one moment (`a`; `which` names that moment in a StepMemory, so the
-// predicted step's is printed beside): its live buffers by category, then its free rest, each
-// label after `indent`.
+// predicted step's is printed beside): its live buffers by category, the temporaries told as the
+// gradients the backward pass carries and the rest, then its free rest, each label after `indent`.
 template <class Line>
 void print_arena_contents(const memory::ArenaMoment& a, const memory::Prediction* predicted,
                           std::optional<memory::ArenaMoment> memory::StepMemory::*which,
                           std::string_view indent, const Line& line) {
   const memory::ArenaMoment* p = nullptr;
   if (predicted != nullptr && (predicted->step.*which)) p = &*(predicted->step.*which);
+  auto part = [&](std::string_view name, auto bytes) {
+    const std::optional<std::int64_t> beside =
+        p != nullptr ? std::optional(bytes(*p)) : std::nullopt;
+    if (bytes(a) == 0 && beside.value_or(0) == 0) return;
+    line(fmt::format("{}{}", indent, name), bytes(a), beside);
+  };
   for (Category c : memory::kAllCategories) {
-    if (a[c] == 0 && (p == nullptr || (*p)[c] == 0)) continue;
-    line(fmt::format("{}{}", indent, memory::category_name(c)), a[c],
-         p != nullptr ? std::optional((*p)[c]) : std::nullopt);
+    if (c != Category::temporaries) {
+      part(memory::category_name(c), [c](const memory::ArenaMoment& m) { return m[c]; });
+      continue;
+    }
+    part("backward gradients", [](const memory::ArenaMoment& m) { return m.gradient_bytes; });
+    part("other temporaries",
+         [](const memory::ArenaMoment& m) { return m[Category::temporaries] - m.gradient_bytes; });
   }
   line(fmt::format("{}free", indent), a.free_bytes,
        p != nullptr ? std::optional(p->free_bytes) : std::nullopt);

@@ -37,6 +37,7 @@ json arena_moment_json(const ArenaMoment& a) {
           {"block_bytes", a.block_bytes()},
           {"live_bytes", a.live_bytes()},
           {"live_by_category", by_category_json(a.live)},
+          {"live_gradient_bytes", a.gradient_bytes},
           {"free_bytes", a.free_bytes},
           {"largest_free_bytes", a.largest_free_bytes},
           {"allocated_bytes", a.allocated_bytes}};

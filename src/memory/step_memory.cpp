@@ -59,6 +59,7 @@ ArenaMoment arena_during(std::span<const engine::TransientBuffer> transients, st
     const auto bytes = static_cast<std::int64_t>(round_up(b.bytes, kBlockRound));
     const auto offset = static_cast<std::int64_t>(b.arena_offset);
     a.live[index_of(b.category)] += bytes;
+    if (b.gradient) a.gradient_bytes += bytes;
     spans.emplace_back(offset, offset + bytes);
   }
   std::sort(spans.begin(), spans.end());

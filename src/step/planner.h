@@ -44,6 +44,7 @@ class Planner {
   void plan_fusion();
   Status forward_pass();
   Status backward_pass();
+  Status backward_layers();
   void update();
 
   // One layer's forward (plan_forward.cpp).

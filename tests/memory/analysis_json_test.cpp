@@ -58,6 +58,7 @@ TEST(AnalysisJson, HoldsWhatThePlannedArenaHoldsAtThePeakAndAtItsFullest) {
     EXPECT_EQ(j["phase"], std::string(phase_name(a.phase))) << key;
     EXPECT_EQ(j["live_by_category"]["activations"], a[Category::activations]) << key;
     EXPECT_EQ(j["live_by_category"]["temporaries"], a[Category::temporaries]) << key;
+    EXPECT_EQ(j["live_gradient_bytes"], a.gradient_bytes) << key;
     EXPECT_EQ(j["free_bytes"], a.free_bytes) << key;
     EXPECT_EQ(j["largest_free_bytes"], a.largest_free_bytes) << key;
     EXPECT_EQ(j["allocated_bytes"], a.allocated_bytes) << key;

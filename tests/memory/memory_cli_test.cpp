@@ -154,12 +154,12 @@ TEST(MemoryCli, TellsWhatThePlannedArenaHolds) {
   // The arena's block, then its parts beneath it, before the total.
   const std::size_t arena = r.output.find("\n  arena ");
   const std::size_t activations = r.output.find("\n    activations ", arena);
-  const std::size_t temporaries = r.output.find("\n    temporaries ", arena);
+  const std::size_t gradients = r.output.find("\n    backward gradients ", arena);
   const std::size_t free = r.output.find("\n    free ", arena);
   const std::size_t total = r.output.find("\n  = allocated ", arena);
   ASSERT_NE(arena, std::string::npos) << r.output;
   EXPECT_LT(activations, free) << r.output;
-  EXPECT_LT(temporaries, free) << r.output;
+  EXPECT_LT(gradients, free) << r.output;
   EXPECT_LT(free, total) << r.output;
   EXPECT_NE(total, std::string::npos) << r.output;
   for (const char* part : {"of it free, the largest free piece",

@@ -98,6 +98,7 @@ TEST(FollowStep, SplitsThePlannedArenaByThePlan) {
 // offsets over a map of the arena's 512-byte units (the planner's alignment).
 struct PlannedContents {
   CategoryBytes live{};
+  std::int64_t gradient_bytes = 0;
   std::int64_t free_bytes = 0;
   std::int64_t largest_free_bytes = 0;
 };
@@ -111,6 +112,7 @@ PlannedContents planned_contents(const std::vector<engine::TransientBuffer>& tra
     if (i < b.first_call || i > b.last_call) continue;
     const auto units = (static_cast<std::int64_t>(b.bytes) + unit - 1) / unit;
     p.live[static_cast<std::size_t>(b.category)] += units * unit;
+    if (b.gradient) p.gradient_bytes += units * unit;
     const auto first = static_cast<std::size_t>(static_cast<std::int64_t>(b.arena_offset) / unit);
     for (std::size_t u = first; u < first + static_cast<std::size_t>(units); ++u) used.at(u) = true;
   }
@@ -160,11 +162,13 @@ TEST(FollowStep, TellsWhatThePlannedArenaHoldsAtThePeakAndAtItsFullest) {
   const std::vector<engine::TransientBuffer>& transients = r.step->transients();
   const PlannedContents want = planned_contents(transients, m->peak_call, block);
   for (Category c : kAllCategories) EXPECT_EQ(at[c], want.live[static_cast<std::size_t>(c)]);
+  EXPECT_EQ(at.gradient_bytes, want.gradient_bytes);
   EXPECT_EQ(at.free_bytes, want.free_bytes);
   EXPECT_EQ(at.largest_free_bytes, want.largest_free_bytes);
   // A ResNet peaks as backward starts: activations kept for it, and the first gradients.
   EXPECT_GT(at[Category::activations], 0);
-  EXPECT_GT(at[Category::temporaries], 0);
+  EXPECT_GT(at.gradient_bytes, 0);
+  EXPECT_LE(at.gradient_bytes, at[Category::temporaries]);
   EXPECT_EQ(at[Category::weights] + at[Category::gradients] + at[Category::workspace], 0);
 
   // Its fullest is the plan's bound, at the first call that reaches it; with no workspace on the

@@ -58,16 +58,18 @@ struct LayerVisit {
 };
 
 // Planned only: what the arena's block holds during one call. The plan's buffers live then, by the
-// category the planner gives them (activations: kept for the backward pass; temporaries: gradients
-// flowing back, outputs no backward reads, casts), at their sizes rounded as the planner rounds
-// them; the rest of the block is free, between and above them (the block is the plan's arena
-// rounded up as the allocator rounds it). live_bytes() + free_bytes is the block.
+// category the planner gives them (activations: kept for the backward pass; temporaries: the
+// gradients the backward pass carries, outputs no backward reads, casts), at their sizes rounded
+// as the planner rounds them; the rest of the block is free, between and above them (the block is
+// the plan's arena rounded up as the allocator rounds it). live_bytes() + free_bytes is the block.
 struct ArenaMoment {
   std::size_t call = 0;  // the entry of calls()
   std::string call_name;
   std::string layer;
   Phase phase = Phase::forward;
   CategoryBytes live{};
+  // Of live[temporaries], the gradients the backward pass carries (TransientBuffer::gradient).
+  std::int64_t gradient_bytes = 0;
   std::int64_t free_bytes = 0;
   std::int64_t largest_free_bytes = 0;  // the longest run of free bytes
   std::int64_t allocated_bytes = 0;     // the allocator's total at the call's highest moment
