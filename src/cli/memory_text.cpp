@@ -25,6 +25,34 @@ std::string percent_error(std::int64_t predicted, std::int64_t measured) {
                                       static_cast<double>(measured));
 }
 
+// What the arena holds at one moment (`a`; `which` names that moment in a StepMemory, so the
+// predicted step's is printed beside): its live buffers by category, the temporaries told as the
+// gradients the backward pass carries and the rest, then its free rest, each label after `indent`.
+template <class Line>
+void print_arena_contents(const memory::ArenaMoment& a, const memory::Prediction* predicted,
+                          std::optional<memory::ArenaMoment> memory::StepMemory::*which,
+                          std::string_view indent, const Line& line) {
+  const memory::ArenaMoment* p = nullptr;
+  if (predicted != nullptr && (predicted->step.*which)) p = &*(predicted->step.*which);
+  auto part = [&](std::string_view name, auto bytes) {
+    const std::optional<std::int64_t> beside =
+        p != nullptr ? std::optional(bytes(*p)) : std::nullopt;
+    if (bytes(a) == 0 && beside.value_or(0) == 0) return;
+    line(fmt::format("{}{}", indent, name), bytes(a), beside);
+  };
+  for (Category c : memory::kAllCategories) {
+    if (c != Category::temporaries) {
+      part(memory::category_name(c), [c](const memory::ArenaMoment& m) { return m[c]; });
+      continue;
+    }
+    part("backward gradients", [](const memory::ArenaMoment& m) { return m.gradient_bytes; });
+    part("other temporaries",
+         [](const memory::ArenaMoment& m) { return m[Category::temporaries] - m.gradient_bytes; });
+  }
+  line(fmt::format("{}free", indent), a.free_bytes,
+       p != nullptr ? std::optional(p->free_bytes) : std::nullopt);
+}
+
 // The breakdown at the peak, measured beside predicted where both exist.
 void print_breakdown(const memory::Outcome& o) {
   const memory::StepMemory* measured = o.measured ? &o.measured->memory : nullptr;
@@ -41,14 +69,29 @@ void print_breakdown(const memory::Outcome& o) {
               size(main.peak.allocated_bytes).c_str(), measured != nullptr ? "" : " (predicted)",
               main.peak_layer.c_str(), std::string(memory::phase_name(main.peak_phase)).c_str(),
               main.peak_call, main.peak_call_name.c_str());
+  // Under planned the categories count what lies outside the arena, and the arena's block is told
+  // apart below its line: its live buffers by category, and its free rest.
+  auto outside = [](const memory::StepMemory& s, Category c) {
+    if (!s.arena_at_peak) return s.peak[c];
+    if (c == Category::arena) return s.arena_at_peak->block_bytes();
+    return s.peak[c] - (*s.arena_at_peak)[c];
+  };
+  auto beside = [&](auto figure) -> std::optional<std::int64_t> {
+    if (predicted == nullptr) return std::nullopt;
+    return figure(predicted->step);
+  };
   for (Category c : memory::kAllCategories) {
-    if (main.peak[c] == 0 && (predicted == nullptr || predicted->step.peak[c] == 0)) continue;
-    std::optional<std::int64_t> p;
-    if (predicted != nullptr) p = predicted->step.peak[c];
-    line(c == Category::arena ? "arena (unused here)" : memory::category_name(c), main.peak[c], p);
+    const std::optional<std::int64_t> p =
+        beside([&](const memory::StepMemory& s) { return outside(s, c); });
+    if (outside(main, c) == 0 && p.value_or(0) == 0) continue;
+    line(memory::category_name(c), outside(main, c), p);
+    if (c == Category::arena && main.arena_at_peak) {
+      print_arena_contents(*main.arena_at_peak, predicted, &memory::StepMemory::arena_at_peak, "  ",
+                           line);
+    }
   }
   line("= allocated", main.peak.allocated_bytes,
-       predicted != nullptr ? std::optional(predicted->step.peak.allocated_bytes) : std::nullopt);
+       beside([](const memory::StepMemory& s) { return s.peak.allocated_bytes; }));
   if (reconciliation != nullptr) {
     line("CUDA context + libraries",
          reconciliation->nvml_process_bytes - reconciliation->reserved_bytes, std::nullopt);
@@ -71,6 +114,26 @@ void print_breakdown(const memory::Outcome& o) {
     std::printf("arena       %s planned; no layout can be under %s (most bytes live at one call)\n",
                 format_size(main.arena->bytes).c_str(),
                 format_size(main.arena->peak_live_bytes).c_str());
+  }
+  if (main.arena_at_peak) {
+    std::printf("            at the peak %s of it free, the largest free piece %s\n",
+                size(main.arena_at_peak->free_bytes).c_str(),
+                size(main.arena_at_peak->largest_free_bytes).c_str());
+  }
+  if (main.arena_fullest && main.arena_fullest->call == main.peak_call) {
+    std::printf("fullest     the arena holds the most live bytes at the peak's call\n");
+  } else if (main.arena_fullest) {
+    const memory::ArenaMoment& f = *main.arena_fullest;
+    std::printf(
+        "fullest     the arena holds the most live bytes at %s, %s (call %zu: %s), %s "
+        "allocated then\n",
+        f.layer.c_str(), std::string(memory::phase_name(f.phase)).c_str(), f.call,
+        f.call_name.c_str(), size(f.allocated_bytes).c_str());
+    print_arena_contents(f, predicted, &memory::StepMemory::arena_fullest, "", line);
+    line("= arena", f.block_bytes(),
+         predicted != nullptr && predicted->step.arena_fullest
+             ? std::optional(predicted->step.arena_fullest->block_bytes())
+             : std::nullopt);
   }
   if (predicted != nullptr && predicted->workspace_bytes > 0) {
     std::printf("workspace   predicted from the calibration's %s (%s)\n",

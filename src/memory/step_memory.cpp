@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <tuple>
+#include <utility>
 
 #include "dlprobe/core/units.h"
 #include "dlprobe/memory/step_memory.h"
@@ -46,6 +47,32 @@ std::vector<std::string_view> call_layers(std::span<const engine::Call> calls) {
   return layers;
 }
 
+// The arena during call `i`: the plan's buffers live then, by category, and the free runs between
+// and above them in the allocator's block of `block` bytes.
+ArenaMoment arena_during(std::span<const engine::TransientBuffer> transients, std::size_t i,
+                         std::int64_t block) {
+  ArenaMoment a;
+  a.call = i;
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;  // [offset, end)
+  for (const engine::TransientBuffer& b : transients) {
+    if (b.first_call > i || i > b.last_call) continue;
+    const auto bytes = static_cast<std::int64_t>(round_up(b.bytes, kBlockRound));
+    const auto offset = static_cast<std::int64_t>(b.arena_offset);
+    a.live[index_of(b.category)] += bytes;
+    if (b.gradient) a.gradient_bytes += bytes;
+    spans.emplace_back(offset, offset + bytes);
+  }
+  std::sort(spans.begin(), spans.end());
+  std::int64_t end = 0;
+  for (const auto& [offset, stop] : spans) {
+    a.largest_free_bytes = std::max(a.largest_free_bytes, offset - end);
+    end = std::max(end, stop);
+  }
+  a.largest_free_bytes = std::max(a.largest_free_bytes, block - end);
+  a.free_bytes = block - a.live_bytes();
+  return a;
+}
+
 }  // namespace
 
 std::string_view phase_name(Phase phase) {
@@ -71,6 +98,12 @@ std::vector<Phase> call_phases(std::span<const engine::Call> calls) {
   for (std::size_t i = 0; i < n; ++i) phases[i] = by_position(i);
   attach_alloc_and_free(calls, phases);
   return phases;
+}
+
+std::int64_t ArenaMoment::live_bytes() const {
+  std::int64_t total = 0;
+  for (const std::int64_t bytes : live) total += bytes;
+  return total;
 }
 
 double MemoryMoment::fragmentation() const {
@@ -128,27 +161,28 @@ StepMemory StepFollower::result() const {
   out.arena = step_.arena();
   out.events = static_cast<std::int64_t>(events_.size());
 
-  // Planned: the bytes of activations and temporaries live at each call, as the arena lays them
-  // out (sizes rounded as the planner rounds them).
-  std::vector<std::int64_t> live_act(n + 1, 0);
-  std::vector<std::int64_t> live_tmp(n + 1, 0);
+  // Planned: the bytes live in the arena at each call, by category, as the arena lays them out
+  // (sizes rounded as the planner rounds them).
+  std::vector<CategoryBytes> live(n + 1, CategoryBytes{});
   if (out.arena) {
     for (const engine::TransientBuffer& b : step_.transients()) {
       const auto bytes = static_cast<std::int64_t>(round_up(b.bytes, kBlockRound));
-      auto& live = b.category == Category::activations ? live_act : live_tmp;
-      live[b.first_call] += bytes;
-      live[std::min(b.last_call + 1, n)] -= bytes;
+      live[b.first_call][index_of(b.category)] += bytes;
+      live[std::min(b.last_call + 1, n)][index_of(b.category)] -= bytes;
     }
     for (std::size_t i = 1; i <= n; ++i) {
-      live_act[i] += live_act[i - 1];
-      live_tmp[i] += live_tmp[i - 1];
+      for (std::size_t c = 0; c < kCategoryCount; ++c) live[i][c] += live[i - 1][c];
     }
   }
+  auto live_total = [&](std::size_t i) {
+    std::int64_t total = 0;
+    for (const std::int64_t bytes : live[i]) total += bytes;
+    return total;
+  };
   auto split_arena = [&](MemoryMoment m, std::size_t i) {
     if (!out.arena || i >= n) return m;
-    m.by_category[index_of(Category::activations)] += live_act[i];
-    m.by_category[index_of(Category::temporaries)] += live_tmp[i];
-    m.by_category[index_of(Category::arena)] -= live_act[i] + live_tmp[i];
+    for (std::size_t c = 0; c < kCategoryCount; ++c) m.by_category[c] += live[i][c];
+    m.by_category[index_of(Category::arena)] -= live_total(i);
     return m;
   };
   // The higher of two moments: more allocated, or as much with more of it in live buffers (under
@@ -197,6 +231,23 @@ StepMemory StepFollower::result() const {
   out.peak_call_name = calls[peak].name;
   out.peak_layer = std::string(layers[peak]);
   out.peak_phase = phases[peak];
+  if (out.arena) {
+    std::size_t fullest = 0;
+    for (std::size_t i = 1; i < n; ++i) {
+      if (live_total(i) > live_total(fullest)) fullest = i;
+    }
+    auto arena_at = [&](std::size_t i) {
+      // The allocator's block: what split_arena left unused plus what it moved out.
+      ArenaMoment a = arena_during(step_.transients(), i, high[i][Category::arena] + live_total(i));
+      a.call_name = calls[i].name;
+      a.layer = std::string(layers[i]);
+      a.phase = phases[i];
+      a.allocated_bytes = high[i].allocated_bytes;
+      return a;
+    };
+    out.arena_at_peak = arena_at(peak);
+    out.arena_fullest = arena_at(fullest);
+  }
 
   for (std::size_t i = 0; i < n;) {
     LayerVisit v;

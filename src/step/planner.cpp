@@ -88,8 +88,16 @@ Status Planner::forward_pass() {
 }
 
 // The loss's gradient (scaled by the loss scale), then the layers in reverse; each value's
-// gradient is released once the layer that wrote the value has passed it on.
+// gradient is released once the layer that wrote the value has passed it on. Every buffer this
+// pass makes holds a gradient, and is marked so.
 Status Planner::backward_pass() {
+  const std::size_t first_new = s_.buffers.size();
+  DLPROBE_RETURN_IF_ERROR(backward_layers());
+  for (std::size_t k = first_new; k < s_.buffers.size(); ++k) s_.buffers[k]->gradient = true;
+  return Status::ok();
+}
+
+Status Planner::backward_layers() {
   const std::string loss = "loss";
   Buffer* logits = s_.logits;
   Buffer* labels = s_.labels;

@@ -44,6 +44,7 @@ class Planner {
   void plan_fusion();
   Status forward_pass();
   Status backward_pass();
+  Status backward_layers();  // backward_pass's calls; backward_pass marks what they make
   void update();
 
   // One layer's forward (plan_forward.cpp).

@@ -55,7 +55,7 @@ Result<std::vector<Call>> schedule_planned(StepState& s, std::vector<Draft> draf
     Buffer* b = t.order[k];
     b->view.data = base + plan.offsets[k];
     s.transients.push_back({b->owner, b->category, b->view.desc.bytes(), t.first.at(b),
-                            t.last.at(b), plan.offsets[k]});
+                            t.last.at(b), plan.offsets[k], b->gradient});
   }
   std::vector<Call> calls;
   calls.reserve(drafts.size());
@@ -88,7 +88,8 @@ std::vector<Call> schedule_dynamic(StepState& s, std::vector<Draft> drafts, cons
   for (std::size_t i = 0; i < drafts.size(); ++i) {
     for (Buffer* b : allocs[i]) {
       transient_index[b] = s.transients.size();
-      s.transients.push_back({b->owner, b->category, b->view.desc.bytes(), calls.size(), 0, 0});
+      s.transients.push_back(
+          {b->owner, b->category, b->view.desc.bytes(), calls.size(), 0, 0, b->gradient});
       calls.push_back(
           {entry_name("alloc", *b), CallKind::alloc, b->owner, [&allocator, b]() -> Status {
              DLPROBE_ASSIGN_OR_RETURN(

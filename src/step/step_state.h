@@ -26,6 +26,7 @@ struct Buffer {
   memory::Category category = memory::Category::temporaries;
   std::string owner;
   bool transient = false;
+  bool gradient = false;         // TransientBuffer::gradient
   memory::DeviceBuffer storage;  // long-lived buffers only
 };
 

@@ -46,6 +46,32 @@ TEST(AnalysisJson, HoldsThePeakTheTimelineAndTheirParts) {
   EXPECT_TRUE(to_json(small_prediction(engine::MemoryPlan::planned).step)["arena"].is_object());
 }
 
+TEST(AnalysisJson, HoldsWhatThePlannedArenaHoldsAtThePeakAndAtItsFullest) {
+  const Prediction p = small_prediction(engine::MemoryPlan::planned);
+  ASSERT_TRUE(p.step.arena_at_peak && p.step.arena_fullest);
+  const json arena = to_json(p.step)["arena"];
+  for (const auto& [key, a] :
+       {std::pair{"at_peak", *p.step.arena_at_peak}, std::pair{"fullest", *p.step.arena_fullest}}) {
+    const json& j = arena[key];
+    EXPECT_EQ(j["call"], a.call) << key;
+    EXPECT_EQ(j["call_name"], a.call_name) << key;
+    EXPECT_EQ(j["phase"], std::string(phase_name(a.phase))) << key;
+    EXPECT_EQ(j["live_by_category"]["activations"], a[Category::activations]) << key;
+    EXPECT_EQ(j["live_by_category"]["temporaries"], a[Category::temporaries]) << key;
+    EXPECT_EQ(j["live_gradient_bytes"], a.gradient_bytes) << key;
+    EXPECT_EQ(j["free_bytes"], a.free_bytes) << key;
+    EXPECT_EQ(j["largest_free_bytes"], a.largest_free_bytes) << key;
+    EXPECT_EQ(j["allocated_bytes"], a.allocated_bytes) << key;
+    std::int64_t live = 0;
+    for (const auto& [category, bytes] : j["live_by_category"].items())
+      live += bytes.get<std::int64_t>();
+    EXPECT_EQ(j["live_bytes"], live) << key;
+    EXPECT_EQ(j["block_bytes"], live + a.free_bytes) << key;
+  }
+  EXPECT_EQ(arena["at_peak"]["call"], p.step.peak_call);
+  EXPECT_EQ(arena["fullest"]["live_bytes"], p.step.arena->peak_live_bytes);
+}
+
 TEST(AnalysisJson, CalibrationsReadBack) {
   Calibration c;
   c.device = "cuda:0 (NVIDIA H200)";

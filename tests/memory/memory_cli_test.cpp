@@ -148,6 +148,27 @@ TEST(MemoryCli, MeasuresBesideThePredictionAndWritesResults) {
   std::filesystem::remove(html);
 }
 
+TEST(MemoryCli, TellsWhatThePlannedArenaHolds) {
+  const CliRun r = run(kSmall + "--batch 2 --layout nchw --gpu-memory planned");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The arena's block, then its parts beneath it, before the total.
+  const std::size_t arena = r.output.find("\n  arena ");
+  const std::size_t activations = r.output.find("\n    activations ", arena);
+  const std::size_t gradients = r.output.find("\n    backward gradients ", arena);
+  const std::size_t free = r.output.find("\n    free ", arena);
+  const std::size_t total = r.output.find("\n  = allocated ", arena);
+  ASSERT_NE(arena, std::string::npos) << r.output;
+  EXPECT_LT(activations, free) << r.output;
+  EXPECT_LT(gradients, free) << r.output;
+  EXPECT_LT(free, total) << r.output;
+  EXPECT_NE(total, std::string::npos) << r.output;
+  for (const char* part : {"of it free, the largest free piece",
+                           "fullest     the arena holds the most live bytes at the peak's call"}) {
+    EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
+  }
+  EXPECT_FALSE(has(r.output, "unused here")) << r.output;
+}
+
 TEST(MemoryCli, FindsTheLargestBatchUnderALimitAndVerifiesIt) {
   SimulationOptions at5;
   at5.step = testing::small_config(5);

@@ -1,10 +1,12 @@
 // The planned memory mode of the training step: one arena, fixed addresses, no allocator calls,
-// the same numbers as the dynamic step; and the lifetimes both modes expose.
+// the same numbers as the dynamic step; and the lifetimes (and which buffers hold gradients) both
+// modes expose.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "analysis_test_util.h"
+#include "dlprobe/memory/step_memory.h"
 
 namespace dlprobe::memory {
 namespace {
@@ -73,6 +75,30 @@ TEST(PlannedStep, UsesLessReservedMemoryThanTheDynamicStep) {
   ASSERT_TRUE(planned.step->run_step().has_value());
   EXPECT_LE(planned.allocator->stats().reserved_bytes_peak,
             dynamic.allocator->stats().reserved_bytes_peak);
+}
+
+TEST(PlannedStep, MarksTheGradientsTheBackwardPassCarries) {
+  for (const auto& [plan, precision] : {std::pair{MemoryPlan::planned, engine::Precision::fp16},
+                                        std::pair{MemoryPlan::dynamic, engine::Precision::fp32}}) {
+    testing::Rig r = make_rig(small_config(2, plan, precision));
+    ASSERT_TRUE(r.step);
+    const std::vector<Phase> phases = call_phases(r.step->calls());
+    int gradients = 0;
+    for (const engine::TransientBuffer& b : r.step->transients()) {
+      // Made by the backward pass exactly when first used there (an alloc entry serves the call
+      // after it).
+      EXPECT_EQ(b.gradient, phases[b.first_call] == Phase::backward) << b.owner;
+      if (!b.gradient) continue;
+      ++gradients;
+      EXPECT_EQ(b.category, Category::temporaries) << b.owner;
+    }
+    EXPECT_GT(gradients, 0);
+  }
+  engine::StepConfig infer = small_config(2, MemoryPlan::planned);
+  infer.mode = engine::StepMode::infer;
+  testing::Rig r = make_rig(infer);
+  ASSERT_TRUE(r.step);
+  for (const engine::TransientBuffer& b : r.step->transients()) EXPECT_FALSE(b.gradient) << b.owner;
 }
 
 TEST(DynamicStep, TransientsNameTheirAllocAndFreeEntries) {

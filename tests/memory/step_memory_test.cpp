@@ -1,10 +1,12 @@
 // Following a step: the peak agrees with the allocator's own, the timeline covers the step, the
-// planned arena is split by the plan, and phases are where they belong.
+// planned arena is split by the plan (at the peak and at its fullest), and phases are where they
+// belong.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "analysis_test_util.h"
+#include "dlprobe/memory/prediction.h"
 #include "dlprobe/memory/step_memory.h"
 
 namespace dlprobe::memory {
@@ -90,6 +92,133 @@ TEST(FollowStep, SplitsThePlannedArenaByThePlan) {
   }
   EXPECT_EQ(m->peak.allocated_bytes, r.allocator->stats().all.allocated_bytes);
   expect_timeline_covers(*m, r.step->calls().size());
+}
+
+// What the plan says the arena holds during call `i`, worked out from its buffers' intervals and
+// offsets over a map of the arena's 512-byte units (the planner's alignment).
+struct PlannedContents {
+  CategoryBytes live{};
+  std::int64_t gradient_bytes = 0;
+  std::int64_t free_bytes = 0;
+  std::int64_t largest_free_bytes = 0;
+};
+
+PlannedContents planned_contents(const std::vector<engine::TransientBuffer>& transients,
+                                 std::size_t i, std::int64_t block) {
+  const auto unit = static_cast<std::int64_t>(kBlockRound);
+  std::vector<bool> used(static_cast<std::size_t>(block / unit), false);
+  PlannedContents p;
+  for (const engine::TransientBuffer& b : transients) {
+    if (i < b.first_call || i > b.last_call) continue;
+    const auto units = (static_cast<std::int64_t>(b.bytes) + unit - 1) / unit;
+    p.live[static_cast<std::size_t>(b.category)] += units * unit;
+    if (b.gradient) p.gradient_bytes += units * unit;
+    const auto first = static_cast<std::size_t>(static_cast<std::int64_t>(b.arena_offset) / unit);
+    for (std::size_t u = first; u < first + static_cast<std::size_t>(units); ++u) used.at(u) = true;
+  }
+  std::int64_t run = 0;
+  for (const bool u : used) {
+    run = u ? 0 : run + unit;
+    if (!u) p.free_bytes += unit;
+    p.largest_free_bytes = std::max(p.largest_free_bytes, run);
+  }
+  return p;
+}
+
+std::int64_t sum(const CategoryBytes& bytes) {
+  std::int64_t total = 0;
+  for (const std::int64_t b : bytes) total += b;
+  return total;
+}
+
+// The arena's parts add up to its block, and the block with what lies outside it to the peak.
+void expect_arena_adds_up(const StepMemory& m, const ArenaMoment& a, std::int64_t block) {
+  EXPECT_EQ(sum(a.live) + a.free_bytes, block) << a.call_name;
+  EXPECT_EQ(a.block_bytes(), block) << a.call_name;
+  EXPECT_GE(a.free_bytes, a.largest_free_bytes) << a.call_name;
+  const ArenaMoment& at = *m.arena_at_peak;
+  std::int64_t outside = 0;
+  for (Category c : kAllCategories) {
+    if (c != Category::arena) outside += m.peak[c] - at[c];
+  }
+  EXPECT_EQ(outside + sum(at.live) + at.free_bytes, m.peak.allocated_bytes);
+}
+
+TEST(FollowStep, TellsWhatThePlannedArenaHoldsAtThePeakAndAtItsFullest) {
+  testing::Rig r = make_rig(small_config(4, MemoryPlan::planned));
+  ASSERT_TRUE(r.step);
+  Result<StepMemory> m = follow_step(*r.step, *r.allocator);
+  ASSERT_TRUE(m.has_value()) << m.status().message();
+  ASSERT_TRUE(m->arena_at_peak.has_value());
+  ASSERT_TRUE(m->arena_fullest.has_value());
+  const ArenaMoment& at = *m->arena_at_peak;
+  const std::int64_t block = r.allocator->stats()[Category::arena].allocated_bytes;
+  EXPECT_EQ(at.call, m->peak_call);
+  EXPECT_EQ(at.call_name, m->peak_call_name);
+  EXPECT_EQ(at.allocated_bytes, m->peak.allocated_bytes);
+  expect_arena_adds_up(*m, at, block);
+
+  // The plan's own intervals at the peak's call.
+  const std::vector<engine::TransientBuffer>& transients = r.step->transients();
+  const PlannedContents want = planned_contents(transients, m->peak_call, block);
+  for (Category c : kAllCategories) EXPECT_EQ(at[c], want.live[static_cast<std::size_t>(c)]);
+  EXPECT_EQ(at.gradient_bytes, want.gradient_bytes);
+  EXPECT_EQ(at.free_bytes, want.free_bytes);
+  EXPECT_EQ(at.largest_free_bytes, want.largest_free_bytes);
+  // A ResNet peaks as backward starts: activations kept for it, and the first gradients.
+  EXPECT_GT(at[Category::activations], 0);
+  EXPECT_GT(at.gradient_bytes, 0);
+  EXPECT_LE(at.gradient_bytes, at[Category::temporaries]);
+  EXPECT_EQ(at[Category::weights] + at[Category::gradients] + at[Category::workspace], 0);
+
+  // Its fullest is the plan's bound, at the first call that reaches it; with no workspace on the
+  // reference backend nothing outside the arena moves, so that is the peak's call.
+  const ArenaMoment& full = *m->arena_fullest;
+  EXPECT_EQ(full.live_bytes(), static_cast<std::int64_t>(m->arena->peak_live_bytes));
+  std::size_t first_fullest = 0;
+  std::int64_t most = -1;
+  for (std::size_t i = 0; i < r.step->calls().size(); ++i) {
+    const std::int64_t live = sum(planned_contents(transients, i, block).live);
+    if (live > most) {
+      most = live;
+      first_fullest = i;
+    }
+  }
+  EXPECT_EQ(full.call, first_fullest);
+  EXPECT_EQ(full.call, m->peak_call);
+  expect_arena_adds_up(*m, full, block);
+}
+
+TEST(FollowStep, TellsTheArenaAtItsFullestWhereTheWorkspaceMovesThePeak) {
+  SimulationOptions o;
+  o.step = small_config(4, MemoryPlan::planned);
+  Result<StepMemory> plain = simulate_step(o);
+  ASSERT_TRUE(plain.has_value()) << plain.status().message();
+  ASSERT_TRUE(plain->arena_fullest.has_value());
+  // A calibration with one large workspace at the first call, as cuDNN's conv1 takes on a GPU:
+  // the peak moves there, where the arena holds little.
+  Calibration c;
+  c.workspace_bytes = 64 << 20;
+  c.calls = plain->timeline.back().last_call + 1;
+  c.workspace_by_call = {{0, c.workspace_bytes}};
+  Result<StepMemory> m = simulate_step(o, &c);
+  ASSERT_TRUE(m.has_value()) << m.status().message();
+  ASSERT_TRUE(m->arena_at_peak.has_value() && m->arena_fullest.has_value());
+  EXPECT_EQ(m->peak_call, 0u);
+  EXPECT_EQ(m->peak[Category::workspace], c.workspace_bytes);
+  const ArenaMoment& at = *m->arena_at_peak;
+  const ArenaMoment& full = *m->arena_fullest;
+  EXPECT_EQ(at.call, 0u);
+  EXPECT_EQ(full.call, plain->arena_fullest->call);
+  EXPECT_NE(full.call, at.call);
+  EXPECT_LT(at.live_bytes(), full.live_bytes());
+  EXPECT_EQ(full.live_bytes(), static_cast<std::int64_t>(m->arena->peak_live_bytes));
+  EXPECT_EQ(full.allocated_bytes, m->peak.allocated_bytes - c.workspace_bytes);
+  const std::int64_t block = at.block_bytes();
+  EXPECT_GE(block, static_cast<std::int64_t>(m->arena->bytes));
+  expect_arena_adds_up(*m, at, block);
+  expect_arena_adds_up(*m, full, block);
+  for (Category c2 : kAllCategories) EXPECT_EQ(full[c2], (*plain->arena_fullest)[c2]);
 }
 
 TEST(CallPhases, FollowTheStepMode) {

@@ -7,7 +7,7 @@
 // calls, later its backward calls) at the highest moment of the visit. Under MemoryPlan::planned
 // the allocator sees one arena; the plan says which of its buffers are live at each call, so the
 // arena is split into activations, temporaries and its unused rest (category arena) at every
-// point.
+// point, and what it holds is told at the peak and at its fullest (ArenaMoment).
 #pragma once
 
 #include <array>
@@ -57,6 +57,27 @@ struct LayerVisit {
   MemoryMoment high;
 };
 
+// Planned only: what the arena's block holds during one call. The plan's buffers live then, by the
+// category the planner gives them (activations: kept for the backward pass; temporaries: the
+// gradients the backward pass carries, outputs no backward reads, casts), at their sizes rounded
+// as the planner rounds them; the rest of the block is free, between and above them (the block is
+// the plan's arena rounded up as the allocator rounds it). live_bytes() + free_bytes is the block.
+struct ArenaMoment {
+  std::size_t call = 0;  // the entry of calls()
+  std::string call_name;
+  std::string layer;
+  Phase phase = Phase::forward;
+  CategoryBytes live{};
+  // Of live[temporaries], the gradients the backward pass carries (TransientBuffer::gradient).
+  std::int64_t gradient_bytes = 0;
+  std::int64_t free_bytes = 0;
+  std::int64_t largest_free_bytes = 0;  // the longest run of free bytes
+  std::int64_t allocated_bytes = 0;     // the allocator's total at the call's highest moment
+  std::int64_t live_bytes() const;
+  std::int64_t block_bytes() const { return live_bytes() + free_bytes; }
+  std::int64_t operator[](Category c) const { return live[static_cast<std::size_t>(c)]; }
+};
+
 struct StepMemory {
   MemoryMoment peak;
   std::size_t peak_call = 0;  // the entry of calls() during which the peak happened
@@ -70,6 +91,11 @@ struct StepMemory {
   std::int64_t reserved_peak_bytes = 0;  // the most reserved at one moment
   std::int64_t events = 0;               // allocations and frees during the step
   std::optional<engine::ArenaLayout> arena;
+  // Planned only: the arena during the peak's call, and during the first call where the most of
+  // it is live (its fullest; the same call as the peak unless something outside the arena, such
+  // as a call's workspace, makes the peak elsewhere).
+  std::optional<ArenaMoment> arena_at_peak;
+  std::optional<ArenaMoment> arena_fullest;
 };
 
 // Runs one step (input set, warmed up) with a hook on `allocator`, which must be the step's. The

@@ -63,6 +63,9 @@ struct TransientBuffer {
   std::size_t first_call = 0;
   std::size_t last_call = 0;
   std::uint64_t arena_offset = 0;  // planned only
+  // Made by the backward pass: a gradient it carries (of a value, or under mixed precision a
+  // parameter's before its cast to the master dtype), of category temporaries.
+  bool gradient = false;
 };
 
 // The arena of a planned step: its size, and the most bytes its buffers have live at one call
