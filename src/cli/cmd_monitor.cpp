@@ -113,8 +113,11 @@ int run_monitor(const MonitorFlags& flags) {
     auto started = monitor::MetricsServer::start(*plan.serve, **nvml);
     if (!started) return report_error(started.status());
     server = std::move(started).value();
+    // An IPv6 address goes in brackets in a URL (and in the Host header the server checks).
+    const std::string& host = plan.serve->host;
+    const std::string shown = host.find(':') == std::string::npos ? host : "[" + host + "]";
     std::fprintf(stderr, "dlprobe monitor: serving metrics on http://%s:%d/metrics\n",
-                 plan.serve->host.c_str(), server->port());
+                 shown.c_str(), server->port());
   }
 
   // Headers come with the first round, so a run that fails to start prints none.

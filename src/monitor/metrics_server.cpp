@@ -6,9 +6,16 @@
 #include "dlprobe/core/units.h"
 #include "dlprobe/monitor/output.h"
 
-#ifdef DLPROBE_WITH_HTTP
-#include <httplib.h>
 #include <netdb.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cstring>
+
+#ifdef DLPROBE_WITH_HTTP
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -16,18 +23,47 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <vector>
 #endif
 
 namespace dlprobe::monitor {
+
+Result<std::vector<std::string>> resolve_host(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0) {
+    return invalid_argument(
+        fmt::format("--serve: cannot resolve '{}': {}", host,
+                    rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc)));
+  }
+  std::vector<std::string> addresses;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    std::array<char, NI_MAXHOST> text{};
+    if (::getnameinfo(a->ai_addr, a->ai_addrlen, text.data(), text.size(), nullptr, 0,
+                      NI_NUMERICHOST) == 0) {
+      addresses.emplace_back(text.data());
+    }
+  }
+  ::freeaddrinfo(found);
+  if (addresses.empty()) {
+    return invalid_argument(fmt::format("--serve: '{}' resolves to no address", host));
+  }
+  return addresses;
+}
 
 #ifdef DLPROBE_WITH_HTTP
 
@@ -36,9 +72,91 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+// `text` as inet_ntop writes the address it spells ("0::1" -> "::1"); nullopt when it is no IPv4
+// dotted quad or IPv6 literal (a name).
+std::optional<std::string> canonical_address(const std::string& text) {
+  std::array<unsigned char, sizeof(in6_addr)> bytes{};
+  std::array<char, INET6_ADDRSTRLEN> out{};
+  for (const int family : {AF_INET, AF_INET6}) {
+    if (::inet_pton(family, text.c_str(), bytes.data()) == 1 &&
+        ::inet_ntop(family, bytes.data(), out.data(), out.size()) != nullptr) {
+      return std::string(out.data());
+    }
+  }
+  return std::nullopt;
 }
+
+// 127.0.0.0/8, ::1 and IPv4-mapped 127.0.0.0/8 (an address in canonical form).
+bool is_loopback_address(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address == "::1" || address.rfind("::ffff:127.", 0) == 0;
+}
+
+bool is_wildcard_address(const std::string& address) {
+  return address == "0.0.0.0" || address == "::";
+}
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (out.size() > 1 && out.back() == '.') out.pop_back();  // "localhost." names localhost too
+  return out;
+}
+
+// Whom a Host header names: "name", "name:port", "[v6]" or "[v6]:port" (port -1 when absent);
+// nullopt when it is none of them.
+struct HostHeader {
+  std::string host;
+  int port = -1;
+};
+
+std::optional<HostHeader> parse_host_header(std::string_view value) {
+  HostHeader h;
+  std::string_view rest;
+  if (!value.empty() && value.front() == '[') {
+    const auto close = value.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    h.host = std::string(value.substr(1, close - 1));
+    rest = value.substr(close + 1);
+  } else {
+    const auto colon = value.find(':');
+    h.host = std::string(value.substr(0, colon));
+    if (colon != std::string_view::npos) rest = value.substr(colon);
+  }
+  if (h.host.empty()) return std::nullopt;
+  if (rest.empty() || rest == ":") return h;
+  if (rest.front() != ':' || rest.size() > 6) return std::nullopt;
+  int port = 0;
+  for (const char c : rest.substr(1)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    port = port * 10 + (c - '0');
+  }
+  if (port > 65535) return std::nullopt;
+  h.port = port;
+  return h;
+}
+
+// Which Host headers name this server.
+struct HostRule {
+  std::string name;                    // as --serve gave it, lowercased
+  std::vector<std::string> addresses;  // what it resolved to, canonical
+  bool loopback_only = false;          // every address a loopback one
+  bool wildcard = false;               // 0.0.0.0 or ::, every address of the machine
+  int port = 0;                        // the one bound
+
+  bool accepts(const HostHeader& h) const {
+    if (h.port >= 0 && h.port != port) return false;
+    const std::string host = lowercase(h.host);
+    if (host == name) return true;
+    const auto address = canonical_address(host);
+    if (!address) return loopback_only && host == "localhost";
+    if (std::find(addresses.begin(), addresses.end(), *address) != addresses.end()) return true;
+    if (loopback_only) return is_loopback_address(*address);
+    // An address literal cannot be rebound: a page whose origin is one was served from that
+    // address, so when every address of the machine is bound, any literal names this server.
+    return wildcard;
+  }
+};
 
 // Set on the accepting thread while it turns away a connection past the bound (ConnectionThreads).
 thread_local bool t_over_bound = false;
@@ -300,8 +418,19 @@ Result<Endpoint> parse_endpoint(std::string_view text) {
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
                                                             const nvml::Library& nvml,
-                                                            const ServeLimits& limits) {
-  if (!is_loopback(at.host)) {
+                                                            const ServeLimits& limits,
+                                                            const HostResolver& resolve) {
+  DLPROBE_ASSIGN_OR_RETURN(auto resolved, resolve(at.host));
+  HostRule rule;
+  rule.name = lowercase(at.host);
+  rule.loopback_only = true;
+  for (const std::string& text : resolved) {
+    const std::string address = canonical_address(text).value_or(text);
+    rule.loopback_only = rule.loopback_only && is_loopback_address(address);
+    rule.wildcard = rule.wildcard || is_wildcard_address(address);
+    rule.addresses.push_back(address);
+  }
+  if (!rule.loopback_only) {
     log_warn("--serve {}: not a loopback address, so other machines can read the metrics", at.host);
   }
   auto state = std::make_unique<State>(limits);
@@ -314,14 +443,32 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
       if (auto info = nvml.device_info(i)) state->devices.push_back(std::move(info).value());
     }
   }
-  int port = at.port;
-  const bool bound = port == 0 ? (port = state->server.bind_to_any_port(at.host)) > 0
-                               : state->server.bind_to_port(at.host, port);
-  if (!bound) {
-    return error(Errc::io_error, fmt::format("--serve: cannot listen on {}:{}", at.host, port));
+  // The addresses in the order getaddrinfo gave them, the first that binds served, as httplib
+  // would bind the name; the warning above and the bind thus come from one resolution.
+  int port = 0;
+  for (const std::string& address : rule.addresses) {
+    port = at.port;
+    const bool bound = port == 0 ? (port = state->server.bind_to_any_port(address)) > 0
+                                 : state->server.bind_to_port(address, port);
+    if (bound) break;
+    port = 0;
   }
+  if (port == 0) {
+    return error(Errc::io_error, fmt::format("--serve: cannot listen on {}:{}", at.host, at.port));
+  }
+  rule.port = port;
   state->port = port;
   State& s = *state;
+  s.server.set_pre_routing_handler([rule = std::move(rule)](const httplib::Request& req,
+                                                            httplib::Response& res) {
+    const auto host = req.get_header_value_count("Host") == 1
+                          ? parse_host_header(req.get_header_value("Host"))
+                          : std::nullopt;
+    if (host && rule.accepts(*host)) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 421;
+    res.set_content("dlprobe monitor: the Host header does not name this server\n", "text/plain");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   s.server.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lock(s.mutex);
     std::optional<Tick> latest;
@@ -370,7 +517,8 @@ Result<Endpoint> parse_endpoint(std::string_view) {
 }
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint&, const nvml::Library&,
-                                                            const ServeLimits&) {
+                                                            const ServeLimits&,
+                                                            const HostResolver&) {
   return no_http();
 }
 

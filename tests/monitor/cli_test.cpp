@@ -64,6 +64,17 @@ TEST(MonitorCli, BadInputIsOneLineAndExitTwo) {
   }
 }
 
+TEST(MonitorCli, ServeHostThatDoesNotResolveIsOneLine) {
+  FakeScript script(kH200Script);
+  // .invalid never resolves (RFC 6761).
+  Process child = spawn({"monitor", "--serve", "no-such-host.invalid:0"});
+  EXPECT_EQ(child.wait(), 2);
+  const std::string err = child.err();
+  EXPECT_EQ(err.rfind("dlprobe: error: --serve: cannot resolve 'no-such-host.invalid': ", 0), 0U)
+      << err;
+  EXPECT_EQ(count_lines(err), 1) << err;
+}
+
 TEST(MonitorCli, MissingNvmlIsAClearError) {
   Process child = spawn({"monitor", "-c", "1"}, "/nonexistent/libnvidia-ml.so.1");
   EXPECT_EQ(child.wait(), 2);

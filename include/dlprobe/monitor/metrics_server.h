@@ -6,13 +6,19 @@
 // bound (those past it get 503 and are closed); a request is read within a bound on each read and
 // on the whole, and an idle keep-alive connection is closed; destroying the server ends every
 // connection at once, whatever its client is doing.
+//
+// A request must name this server in its Host header (421 otherwise): a web page whose DNS name
+// an attacker points at this machine (DNS rebinding) sends its own name there, so it cannot read
+// the metrics through the user's browser.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dlprobe/core/status.h"
 #include "dlprobe/monitor/nvml.h"
@@ -28,6 +34,11 @@ struct Endpoint {
 // "HOST:PORT" as --serve takes it; Errc::unsupported in a build that cannot serve.
 Result<Endpoint> parse_endpoint(std::string_view text);
 
+// The numeric addresses ("127.0.0.1", "::1") `host` resolves to for a listening TCP socket, in
+// getaddrinfo's order; Errc::invalid_argument naming the host when it resolves to none.
+Result<std::vector<std::string>> resolve_host(const std::string& host);
+using HostResolver = std::function<Result<std::vector<std::string>>(const std::string& host)>;
+
 struct ServeLimits {
   std::chrono::milliseconds read_timeout{2000};   // one read of a request
   std::chrono::milliseconds request_read{5000};   // a request's head and body, from its first byte
@@ -38,11 +49,13 @@ struct ServeLimits {
 
 class MetricsServer {
  public:
-  // Binds (Errc::io_error when it cannot), warns when the host is not a loopback address (other
-  // machines can read the metrics) and serves. The GPUs' names and UUIDs from `nvml` label the
-  // series.
+  // Resolves the host with `resolve` (an error when it names no address), warns when any of its
+  // addresses is not a loopback one (other machines can read the metrics), binds the first of
+  // them that can be bound (Errc::io_error when none can) and serves. The GPUs' names and UUIDs
+  // from `nvml` label the series.
   static Result<std::unique_ptr<MetricsServer>> start(const Endpoint& at, const nvml::Library& nvml,
-                                                      const ServeLimits& limits = {});
+                                                      const ServeLimits& limits = {},
+                                                      const HostResolver& resolve = resolve_host);
   ~MetricsServer();  // ends every connection, stops serving and joins the threads
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
