@@ -105,11 +105,12 @@ TOLERANCES = {
     "fp16": {"rel": 0.15, "cos": 0.99, "logits": 3e-2, "loss": 1e-2,
              "why": "every activation and gradient rounded to 10 mantissa bits (u = 4.9e-4)"},
     # bf16 keeps 7 mantissa bits (u = 3.9e-3). PyTorch's bf16 gradients are up to 0.22 from fp64
-    # (cosine 0.975) on the CPU, PyTorch reordered up to 0.2 from itself: two independent bf16
-    # steps differ by up to ~0.35. 0.6 and 0.8 still fail a zeroed and a negated gradient.
-    "bf16": {"rel": 0.6, "cos": 0.8, "logits": 0.1, "loss": 5e-2,
+    # (cosine 0.975) on the CPU, PyTorch reordered (NCHW) up to 0.2 from itself at torchvision's
+    # init: two bf16 steps that round independently differ by up to sqrt(2) * 0.22 = 0.31; a
+    # relative error of 0.4 goes with a cosine of about 1 - 0.4^2 / 2 = 0.92.
+    "bf16": {"rel": 0.4, "cos": 0.9, "logits": 0.1, "loss": 5e-2,
              "why": "7 mantissa bits (u = 3.9e-3): PyTorch is up to 0.22 from fp64 per tensor, so "
-                    "two bf16 steps differ by up to ~0.35"},
+                    "two bf16 steps differ by up to ~0.31"},
 }
 
 # ---- safetensors ------------------------------------------------------------------------------

@@ -12,7 +12,6 @@
 // `conv1.weight`), so nothing a user types can disagree with them.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -49,8 +48,9 @@ struct StepFlags {
   TuningFlags tuning{"heuristic", ""};
   std::string conv_engines = "exact";
   double loss_scale = 0.0;  // 0: GradScaler's initial scale
-  std::int64_t steps = 0;   // 0: one step, and no `losses` tensor
-  std::int64_t batch = 0;   // 0: every image of the input in one batch
+  std::int64_t steps = 1;
+  bool write_losses = false;  // --steps given: the `losses` tensor too
+  std::int64_t batch = 0;     // 0: every image of the input in one batch
 };
 
 // A tensor of the input file as a HostTensor (row-major, so NCHW for rank 4).
@@ -187,7 +187,7 @@ Status run_step_command(const StepFlags& f) {
   c.model.classes = shape.classes;
   c.model.width = shape.width;
   const std::int64_t images = in.images.shape()[0];
-  if (f.steps < 0) return invalid_argument("--steps: must be >= 1");
+  if (f.steps < 1) return invalid_argument(fmt::format("--steps: {} is not >= 1", f.steps));
   if (f.steps > 1 && c.mode != engine::StepMode::train) {
     return invalid_argument("--steps: more than one step needs --mode train");
   }
@@ -209,8 +209,7 @@ Status run_step_command(const StepFlags& f) {
     return s.with_context(f.weights);
   }
   DLPROBE_RETURN_IF_ERROR(step->keep_logits());
-  Result<std::vector<engine::StepResult>> run =
-      step->run_steps(in.images, in.labels, std::max<std::int64_t>(f.steps, 1));
+  Result<std::vector<engine::StepResult>> run = step->run_steps(in.images, in.labels, f.steps);
   if (!run.has_value()) return run.status().with_context(f.input);
   const engine::StepResult& r = run->back();
 
@@ -228,7 +227,7 @@ Status run_step_command(const StepFlags& f) {
   out.tensors.push_back(scalar("loss", r.loss));
   out.tensors.push_back(scalar("loss_scale", r.loss_scale));
   std::size_t skipped = 0;
-  if (f.steps > 0) {
+  if (f.write_losses) {
     HostTensor losses(
         TensorDesc::make(Shape{static_cast<std::int64_t>(run->size())}, DType::fp64).value());
     for (std::size_t i = 0; i < run->size(); ++i) {
@@ -258,7 +257,7 @@ Status run_step_command(const StepFlags& f) {
       std::string(layout_name(c.layout)).c_str(), static_cast<long long>(c.batch),
       static_cast<long long>(c.model.image_size), static_cast<long long>(c.model.image_size),
       e->backend().name().data(), device::device_name(where.device).c_str());
-  if (f.steps > 0) {
+  if (f.write_losses) {
     std::printf("%zu steps over %lld batches: loss %.9g first, %.9g last%s\n", run->size(),
                 static_cast<long long>(images / c.batch), run->front().loss, r.loss,
                 skipped > 0
@@ -267,7 +266,7 @@ Status run_step_command(const StepFlags& f) {
   }
   std::printf("loss %.9g, loss scale %g%s\n", r.loss, r.loss_scale,
               r.skipped ? " (inf/NaN in the gradients: optimizer step skipped)" : "");
-  std::printf("wrote logits, loss%s and %zu gradients to %s\n", f.steps > 0 ? ", losses" : "",
+  std::printf("wrote logits, loss%s and %zu gradients to %s\n", f.write_losses ? ", losses" : "",
               gradients, f.output.c_str());
   return Status::ok();
 }
@@ -307,12 +306,14 @@ Command add_step_command(CLI::App& app) {
          "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd)");
   sub->add_option("--loss-scale", flags->loss_scale,
                   "fp16: the loss scale of this step (default GradScaler's initial 65536)");
-  sub->add_option("--steps", flags->steps,
-                  "Run this many steps (--mode train; step i on batch i mod the input's batches) "
-                  "and also write their losses as 'losses' [N] (default: one step, no 'losses')");
+  CLI::Option* steps = sub->add_option(
+      "--steps", flags->steps,
+      "Run this many steps (--mode train; step i on batch i mod the input's batches) "
+      "and also write their losses as 'losses' [N] (default: one step, no 'losses')");
   sub->add_option("--batch", flags->batch,
                   "Images per step; must divide the input's images (default: all of them)");
-  return {sub, [flags] {
+  return {sub, [flags, steps] {
+            flags->write_losses = steps->count() > 0;
             const Status s = run_step_command(*flags);
             return s.is_ok() ? kExitOk : report_error(s);
           }};
