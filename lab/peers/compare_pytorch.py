@@ -468,7 +468,7 @@ def torch_train(torch, model, images, labels, args, precision, device, sign=1.0,
         else:
             opt.step()
         losses.append(float(loss))
-    return np.array(losses)
+    return [float(v) for v in losses]
 
 
 def dlprobe_train(args, precision, files):
@@ -483,7 +483,7 @@ def dlprobe_train(args, precision, files):
         cmd += ["--backend", args.cpu_backend]
     run_dlprobe(args, cmd)
     tensors, _ = load_safetensors(out)
-    return np.asarray(tensors["losses"], np.float64), " ".join(cmd)
+    return [float(v) for v in tensors["losses"]], " ".join(cmd)
 
 # ---- the checks and their controls ------------------------------------------------------------
 
@@ -759,8 +759,6 @@ def run_training(torch, torchvision, args, p, device, work):
         t["checks"] = {key: check_curve(t[key], t["pytorch"], CURVE_BAND, batches)
                        for key, _, _ in CURVE_ROWS}
         t["verdict"] = verdict_of(t["checks"], CURVE_ROWS)
-        for key in ("pytorch", "pytorch_reordered", "pytorch_negated", "dlprobe"):
-            t[key] = [float(v) for v in t[key]]
     except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
         t["verdict"], t["error"] = "error", str(e)
     return t
