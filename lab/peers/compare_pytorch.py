@@ -284,8 +284,8 @@ def curve_band(precision):
 
 
 def check_curve(a, b, band, batches):
-    """Loss curve a against curve b (PyTorch's): `band`, one of CURVE_BANDS. `batches` = steps in one
-    pass over the images (the first pass's mean is the starting loss)."""
+    """Loss curve a against curve b (PyTorch's) within `band`, one of CURVE_BANDS. `batches`:
+    steps in one pass over the images (the first pass's mean is the starting loss)."""
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)
     if a.shape != b.shape:
@@ -644,7 +644,11 @@ def summarize_files(paths):
             ok = False
             continue
         c = doc["config"]
-        print(f"{path}: {c['model']} batch {c['batch']} at {c['image_size']}, {c['device']}"
+        runs = ([f"{c['model']} batch {c['batch']} at {c['image_size']}"]
+                if doc.get("results") else [])
+        runs += [f"training {t['config']['model']} at {t['config']['image_size']}, {t['precision']}"
+                 for t in doc.get("training", [])]
+        print(f"{path}: {'; '.join(runs) or 'nothing run'}, {c['device']}"
               f"{', ' + c['gpu'] if 'gpu' in c else ''}; PyTorch {c['torch']}; "
               f"{c.get('dlprobe_build') or c['dlprobe']}")
         results += doc.get("results", [])
