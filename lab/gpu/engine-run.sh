@@ -54,7 +54,8 @@ limit=150 verbose=-v native fp32-graph --precision fp32 --layout nchw --gpu-memo
 peer fp32
 gpu_test step_cuda_test
 timeout 150 python3 lab/peers/compare_pytorch.py --dlprobe "$bin/dlprobe" --device cuda \
-  --model resnet50 --batch 32 --precisions fp32,tf32,fp16,bf16 --json "$out/peers.json" \
+  --model resnet50 --batch 32 --precisions fp32,tf32,fp16,bf16 --train-steps 0 \
+  --json "$out/peers.json" \
   --workdir /tmp/dlprobe-peers >"$out/peers.log" 2>&1
 echo "peers: exit $?"
 tail -n 40 "$out/peers.log"

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # On a GPU machine over the bundle (scripts/gpu-bundle.sh, then as scripts/gpu-check.sh runs):
-# dlprobe's native training step against PyTorch's on the same weights and batch, tensor by tensor
-# with lab/peers/compare_pytorch.py, first on the CPU for a small ResNet-18 (the reference
-# backend, its fp64 step included), then on the GPU for ResNet-50 at batch 32, 224x224, one run per
-# precision, each bounded in time. JSON and logs go to $OUT (or ./gpu-check-out); the safetensors
-# files (about 0.5 GB) stay in $PEERS_WORK. The table is printed last.
-#   MODEL=resnet50 BATCH=32 IMAGE=224 lab/gpu/peers.sh
+# dlprobe's native training step against PyTorch's with lab/peers/compare_pytorch.py (docs/peers.md):
+# per-tensor agreement in the same precision, and a 200-step training run's loss curve, each
+# beside its controls (zeroed and negated gradients must fail, PyTorch reordered must pass).
+# First on the CPU for a small ResNet-18 (the reference backend, its fp64 step included; no
+# training run), then on the GPU: ResNet-50 at batch 32, 224x224, in fp32, tf32, fp16 and bf16,
+# and the training run (ResNet-18 at 32x32) in the same precisions, in one process. About 8
+# minutes in all. JSON and logs go to $OUT (or ./gpu-check-out); the safetensors files stay in
+# $PEERS_WORK. The table is printed last.
+#   MODEL=resnet50 BATCH=32 IMAGE=224 TRAIN_PRECISIONS=fp32,tf32,fp16,bf16 lab/gpu/peers.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
@@ -15,25 +18,26 @@ py=${PYTHON:-python3}
 compare="$py lab/peers/compare_pytorch.py --dlprobe $bin/dlprobe"
 summary=()
 
-echo "== CPU: resnet18 batch 8 at 64x64, reference backend (fp32, bf16, and its fp64 step)"
-timeout 600 $compare --device cpu --model resnet18 --batch 8 --image-size 64 --classes 10 \
-  --json "$out/peers-cpu.json" --workdir "$work/cpu" >"$out/peers-cpu.log" 2>&1
-summary+=("cpu: exit $?")
+echo "== CPU: resnet18 batch 8 at 32x32, reference backend (fp32, bf16, and its fp64 step)"
+timeout 120 $compare --device cpu --model resnet18 --batch 8 --image-size 32 --classes 10 \
+  --train-steps 0 --json "$out/peers-cpu.json" --workdir "$work/cpu" >"$out/peers-cpu.log" 2>&1
+rc=$?
+summary+=("cpu: exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')")
+tail -n 8 "$out/peers-cpu.log"
 
-jsons=()
-for p in fp32 tf32 fp16 bf16; do
-  echo "== GPU: ${MODEL:-resnet50} batch ${BATCH:-32} at ${IMAGE:-224}, $p"
-  timeout 600 $compare --device cuda --model "${MODEL:-resnet50}" --batch "${BATCH:-32}" \
-    --image-size "${IMAGE:-224}" --precisions "$p" --json "$out/peers-$p.json" \
-    --workdir "$work/gpu" >"$out/peers-$p.log" 2>&1
-  rc=$?
-  summary+=("gpu $p: exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')")
-  [ -s "$out/peers-$p.json" ] && jsons+=("$out/peers-$p.json")
-  tail -n 25 "$out/peers-$p.log"
-done
+echo "== GPU: ${MODEL:-resnet50} batch ${BATCH:-32} at ${IMAGE:-224}, fp32 tf32 fp16 bf16;" \
+  "training runs in ${TRAIN_PRECISIONS:-fp32,tf32,fp16,bf16}"
+timeout 360 $compare --device cuda --model "${MODEL:-resnet50}" --batch "${BATCH:-32}" \
+  --image-size "${IMAGE:-224}" --precisions fp32,tf32,fp16,bf16 \
+  --train-precisions "${TRAIN_PRECISIONS:-fp32,tf32,fp16,bf16}" --json "$out/peers-gpu.json" \
+  --workdir "$work/gpu" >"$out/peers-gpu.log" 2>&1
+rc=$?
+summary+=("gpu: exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')")
+cat "$out/peers-gpu.log"
 
 echo
 printf '%s\n' "${summary[@]}"
-$py lab/peers/compare_pytorch.py --summarize "$out/peers-cpu.json" 2>&1 | tee "$out/peers-cpu-summary.txt"
+jsons=()
+for f in "$out/peers-cpu.json" "$out/peers-gpu.json"; do [ -s "$f" ] && jsons+=("$f"); done
 [ ${#jsons[@]} -gt 0 ] && $py lab/peers/compare_pytorch.py --summarize "${jsons[@]}" 2>&1 |
   tee "$out/peers-summary.txt"

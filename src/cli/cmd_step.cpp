@@ -1,11 +1,13 @@
-// dlprobe step: exactly one training step of the native engine from files, into a file, so that
-// another framework's step on the same weights and batch can be compared with it tensor by tensor
-// (lab/peers/compare_pytorch.py does that against PyTorch).
+// dlprobe step: one training step of the native engine from files, into a file, so that another
+// framework's step on the same weights and batch can be compared with it tensor by tensor
+// (lab/peers/compare_pytorch.py does that against PyTorch); or, with --steps, a training run over
+// the batches of the input file, cycled, whose loss curve can be compared the same way.
 //
 //   --weights W.safetensors  a torchvision state dict (safetensors.torch.save_file(m.state_dict()))
 //   --input I.safetensors    `images` [N, 3, H, W] floating, contiguous NCHW; `labels` [N] integer
 //   --output O.safetensors   `logits` [N, classes] and `loss` [] and `loss_scale` [] (fp64), then
-//                            every parameter's gradient under the parameter's name, NCHW
+//                            every parameter's gradient under the parameter's name, NCHW;
+//                            with --steps N also `losses` [N] (fp64), one per step
 // Batch, image size, classes and width come from the files (`images`, `fc.weight`,
 // `conv1.weight`), so nothing a user types can disagree with them.
 #include <fmt/format.h>
@@ -14,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bench_common.h"
 #include "commands.h"
@@ -45,6 +48,9 @@ struct StepFlags {
   TuningFlags tuning{"heuristic", ""};
   std::string conv_engines = "exact";
   double loss_scale = 0.0;  // 0: GradScaler's initial scale
+  std::int64_t steps = 1;
+  bool write_losses = false;  // --steps given: the `losses` tensor too
+  std::int64_t batch = 0;     // 0: every image of the input in one batch
 };
 
 // A tensor of the input file as a HostTensor (row-major, so NCHW for rank 4).
@@ -180,7 +186,17 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(const model::ModelConfig shape, model_of(weights, f.weights));
   c.model.classes = shape.classes;
   c.model.width = shape.width;
-  c.batch = in.images.shape()[0];
+  const std::int64_t images = in.images.shape()[0];
+  if (f.steps < 1) return invalid_argument(fmt::format("--steps: {} is not >= 1", f.steps));
+  if (f.steps > 1 && c.mode != engine::StepMode::train) {
+    return invalid_argument("--steps: more than one step needs --mode train");
+  }
+  if (f.batch < 0 || (f.batch > 0 && images % f.batch != 0)) {
+    return invalid_argument(
+        fmt::format("--batch: {} does not divide the {} images of {} into whole batches", f.batch,
+                    images, f.input));
+  }
+  c.batch = f.batch > 0 ? f.batch : images;
   c.model.image_size = in.images.shape()[2];
 
   DLPROBE_ASSIGN_OR_RETURN(
@@ -192,11 +208,10 @@ Status run_step_command(const StepFlags& f) {
   if (const Status s = step->load_state_dict(weights); !s.is_ok()) {
     return s.with_context(f.weights);
   }
-  if (const Status s = step->set_input(in.images, in.labels); !s.is_ok()) {
-    return s.with_context(f.input);
-  }
   DLPROBE_RETURN_IF_ERROR(step->keep_logits());
-  DLPROBE_ASSIGN_OR_RETURN(const engine::StepResult r, step->run_step());
+  Result<std::vector<engine::StepResult>> run = step->run_steps(in.images, in.labels, f.steps);
+  if (!run.has_value()) return run.status().with_context(f.input);
+  const engine::StepResult& r = run->back();
 
   safetensors::File out;
   const BuildInfo& build = build_info();
@@ -211,6 +226,16 @@ Status run_step_command(const StepFlags& f) {
   out.tensors.push_back(to_file_tensor("logits", logits));
   out.tensors.push_back(scalar("loss", r.loss));
   out.tensors.push_back(scalar("loss_scale", r.loss_scale));
+  std::size_t skipped = 0;
+  if (f.write_losses) {
+    HostTensor losses(
+        TensorDesc::make(Shape{static_cast<std::int64_t>(run->size())}, DType::fp64).value());
+    for (std::size_t i = 0; i < run->size(); ++i) {
+      losses.set(static_cast<std::int64_t>(i), (*run)[i].loss);
+      skipped += (*run)[i].skipped ? 1 : 0;
+    }
+    out.tensors.push_back(to_file_tensor("losses", losses));
+  }
   std::size_t gradients = 0;
   if (c.mode != engine::StepMode::infer) {
     for (const model::StateEntry& entry : step->model().state()) {
@@ -232,9 +257,17 @@ Status run_step_command(const StepFlags& f) {
       std::string(layout_name(c.layout)).c_str(), static_cast<long long>(c.batch),
       static_cast<long long>(c.model.image_size), static_cast<long long>(c.model.image_size),
       e->backend().name().data(), device::device_name(where.device).c_str());
+  if (f.write_losses) {
+    std::printf("%zu steps over %lld batches: loss %.9g first, %.9g last%s\n", run->size(),
+                static_cast<long long>(images / c.batch), run->front().loss, r.loss,
+                skipped > 0
+                    ? fmt::format(" ({} steps skipped: inf/NaN in the gradients)", skipped).c_str()
+                    : "");
+  }
   std::printf("loss %.9g, loss scale %g%s\n", r.loss, r.loss_scale,
               r.skipped ? " (inf/NaN in the gradients: optimizer step skipped)" : "");
-  std::printf("wrote logits, loss and %zu gradients to %s\n", gradients, f.output.c_str());
+  std::printf("wrote logits, loss%s and %zu gradients to %s\n", f.write_losses ? ", losses" : "",
+              gradients, f.output.c_str());
   return Status::ok();
 }
 
@@ -273,7 +306,14 @@ Command add_step_command(CLI::App& app) {
          "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd)");
   sub->add_option("--loss-scale", flags->loss_scale,
                   "fp16: the loss scale of this step (default GradScaler's initial 65536)");
-  return {sub, [flags] {
+  CLI::Option* steps = sub->add_option(
+      "--steps", flags->steps,
+      "Run this many steps (--mode train; step i on batch i mod the input's batches) "
+      "and also write their losses as 'losses' [N] (default: one step, no 'losses')");
+  sub->add_option("--batch", flags->batch,
+                  "Images per step; must divide the input's images (default: all of them)");
+  return {sub, [flags, steps] {
+            flags->write_losses = steps->count() > 0;
             const Status s = run_step_command(*flags);
             return s.is_ok() ? kExitOk : report_error(s);
           }};

@@ -333,6 +333,37 @@ TEST_F(StepCliTest, InferModeWritesNoGradients) {
   EXPECT_EQ(out.find("conv1.weight"), nullptr);
 }
 
+TEST_F(StepCliTest, StepsTrainsOverTheBatchesAndWritesEachLoss) {
+  // Three SGD steps over the file's 4 images in batches of 2: batch 0, 1, 0.
+  const CliRun cli = run_cli(files("--mode train --steps 3 --batch 2"));
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  EXPECT_NE(cli.output.find("3 steps over 2 batches"), std::string::npos) << cli.output;
+  const safetensors::File out = safetensors::read_file(output_).value();
+  const safetensors::Tensor* losses = out.find("losses");
+  ASSERT_NE(losses, nullptr);
+  EXPECT_EQ(losses->dtype, DType::fp64);
+  ASSERT_EQ(losses->shape, (std::vector<std::int64_t>{3}));
+  const HostTensor got = host_tensor(*losses);
+
+  engine::StepConfig c = tiny();
+  c.mode = engine::StepMode::train;
+  c.batch = 2;
+  Rig r = make_rig(c);
+  ASSERT_TRUE(r.step->load_state_dict(safetensors::read_file(*weights_).value()).is_ok());
+  const std::vector<engine::StepResult> want = r.step->run_steps(*images_, *labels_, 3).value();
+  for (std::int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got.get(i), want[static_cast<std::size_t>(i)].loss) << "step " << i;
+  }
+  EXPECT_EQ(scalar(out, "loss"), want.back().loss);
+  // One step, the flag not given: no losses, as before.
+  ASSERT_EQ(run_cli(files("--mode train --overwrite")).exit_code, 0);
+  EXPECT_EQ(safetensors::read_file(output_).value().find("losses"), nullptr);
+
+  expect_error(files("--mode train --steps 0 --overwrite"), "--steps: 0 is not >= 1");
+  expect_error(files("--steps 2 --overwrite"), "more than one step needs --mode train");
+  expect_error(files("--mode train --batch 3 --overwrite"), "does not divide the 4 images");
+}
+
 TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   const std::string& bad = bad_;
   const std::string with_bad_input = "--device cpu --model resnet18 --weights " + *weights_ +

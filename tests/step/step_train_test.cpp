@@ -209,5 +209,63 @@ TEST(StepTrainTest, NhwcAndNchwGiveTheSameLossAndGradients) {
   }
 }
 
+// run_steps over three batches for four steps is set_input of batch 0, 1, 2, 0 with run_step
+// after each, bit for bit: losses, the updated weights and the running statistics.
+TEST(StepTrainTest, RunStepsCyclesThroughTheBatchesAsSingleSteps) {
+  const StepConfig c = tiny_config();
+  constexpr std::int64_t kBatches = 3;
+  constexpr std::int64_t kSteps = 4;
+  const HostTensor images = HostTensor::random(
+      TensorDesc::make(Shape{kBatches * c.batch, 3, c.model.image_size, c.model.image_size},
+                       DType::fp32)
+          .value(),
+      5);
+  HostTensor labels(TensorDesc::make(Shape{kBatches * c.batch}, DType::int64).value());
+  for (std::int64_t i = 0; i < labels.numel(); ++i)
+    labels.set(i, static_cast<double>((i * 3 + 1) % c.model.classes));
+
+  testing::Rig many = make_rig(c);
+  testing::Rig single = make_rig(c);
+  ASSERT_TRUE(many.step && single.step);
+  const Result<std::vector<StepResult>> losses = many.step->run_steps(images, labels, kSteps);
+  ASSERT_TRUE(losses.has_value()) << losses.status().message();
+  ASSERT_EQ(losses->size(), static_cast<std::size_t>(kSteps));
+
+  const std::int64_t per_image = 3 * c.model.image_size * c.model.image_size;
+  for (std::int64_t i = 0; i < kSteps; ++i) {
+    const std::int64_t first = (i % kBatches) * c.batch;
+    HostTensor im(
+        TensorDesc::make(Shape{c.batch, 3, c.model.image_size, c.model.image_size}, DType::fp32)
+            .value());
+    HostTensor lb(TensorDesc::make(Shape{c.batch}, DType::int64).value());
+    for (std::int64_t j = 0; j < im.numel(); ++j) im.set(j, images.get(first * per_image + j));
+    for (std::int64_t j = 0; j < c.batch; ++j) lb.set(j, labels.get(first + j));
+    ASSERT_TRUE(single.step->set_input(im, lb).is_ok());
+    EXPECT_EQ((*losses)[static_cast<std::size_t>(i)].loss, run(single)) << "step " << i;
+  }
+  for (const char* name :
+       {"conv1.weight", "layer4.1.bn2.weight", "fc.bias", "layer2.0.bn1.running_var"}) {
+    const HostTensor a = many.step->tensor(name).value();
+    const HostTensor b = single.step->tensor(name).value();
+    for (std::int64_t j = 0; j < a.numel(); ++j) ASSERT_EQ(a.get(j), b.get(j)) << name << " " << j;
+  }
+  EXPECT_EQ(many.step->optimizer_steps(), kSteps);
+}
+
+TEST(StepTrainTest, RunStepsRefusesAPartialBatch) {
+  const StepConfig c = tiny_config();
+  testing::Rig r = make_rig(c);
+  ASSERT_TRUE(r.step);
+  const HostTensor images = HostTensor::random(
+      TensorDesc::make(Shape{c.batch + 1, 3, c.model.image_size, c.model.image_size}, DType::fp32)
+          .value(),
+      5);
+  HostTensor labels = HostTensor::zeros(TensorDesc::make(Shape{c.batch + 1}, DType::int64).value());
+  const Result<std::vector<StepResult>> out = r.step->run_steps(images, labels, 2);
+  ASSERT_FALSE(out.has_value());
+  EXPECT_NE(out.status().message().find("not a whole number of batches"), std::string::npos)
+      << out.status().message();
+}
+
 }  // namespace
 }  // namespace dlprobe::engine

@@ -84,6 +84,13 @@ class TrainingStep {
   Result<StepResult> collect();
   // enqueue() then collect().
   Result<StepResult> run_step();
+  // `steps` steps over a data set of whole batches: `images` [k * batch, 3, size, size] and
+  // `labels` [k * batch] as set_input() takes them, step i on batch i mod k (images i mod k *
+  // batch onwards, in order), each step's result in order. The same as set_input() of each batch
+  // then run_step(), step by step, so a loss curve over a fixed image set is one call (`dlprobe
+  // step --steps`). The last batch stays set.
+  Result<std::vector<StepResult>> run_steps(const HostTensor& images, const HostTensor& labels,
+                                            std::int64_t steps);
   // One step as run_step(), with a backend timing mark before every call and after the last
   // (marks first_mark .. first_mark + calls().size()), and the time of each call in ms, parallel
   // to calls(): what the device spent from the end of the call before to the end of this one.
