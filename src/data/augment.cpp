@@ -1,0 +1,252 @@
+#include "dlprobe/data/augment.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace dlprobe::data {
+
+std::string_view sample_type_name(SampleType type) {
+  switch (type) {
+    case SampleType::fp32:
+      return "fp32";
+    case SampleType::fp16:
+      return "fp16";
+    case SampleType::bf16:
+      return "bf16";
+  }
+  return "fp32";
+}
+
+std::string_view sample_layout_name(SampleLayout layout) {
+  return layout == SampleLayout::nchw ? "nchw" : "nhwc";
+}
+
+Result<SampleType> parse_sample_type(std::string_view name) {
+  if (name == "fp32" || name == "float32") return SampleType::fp32;
+  if (name == "fp16" || name == "float16") return SampleType::fp16;
+  if (name == "bf16" || name == "bfloat16") return SampleType::bf16;
+  return invalid_argument(fmt::format("unknown sample type '{}' (fp32, fp16, bf16)", name));
+}
+
+Result<SampleLayout> parse_sample_layout(std::string_view name) {
+  if (name == "nchw") return SampleLayout::nchw;
+  if (name == "nhwc") return SampleLayout::nhwc;
+  return invalid_argument(fmt::format("unknown layout '{}' (nchw, nhwc)", name));
+}
+
+std::size_t sample_type_size(SampleType type) {
+  return type == SampleType::fp32 ? 4 : 2;
+}
+
+std::size_t sample_bytes(const AugmentOptions& options) {
+  return 3 * static_cast<std::size_t>(options.size) * static_cast<std::size_t>(options.size) *
+         sample_type_size(options.type);
+}
+
+std::uint64_t SplitMix64::next() {
+  std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double SplitMix64::uniform() {
+  return static_cast<double>(next() >> 11) * 0x1.0p-53;
+}
+
+double SplitMix64::uniform(double low, double high) {
+  return low + (high - low) * uniform();
+}
+
+std::int64_t SplitMix64::below(std::int64_t n) {
+  return static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(n));
+}
+
+namespace {
+
+// Python's round(): halves to even (nearbyint in the default rounding mode).
+int round_half_even(double v) {
+  return static_cast<int>(std::nearbyint(v));
+}
+
+}  // namespace
+
+CropBox random_resized_crop(int width, int height, const AugmentOptions& options, SplitMix64& rng) {
+  const double area = static_cast<double>(width) * height;
+  const double log_low = std::log(options.ratio_min);
+  const double log_high = std::log(options.ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * rng.uniform(options.scale_min, options.scale_max);
+    const double ratio = std::exp(rng.uniform(log_low, log_high));
+    const int w = round_half_even(std::sqrt(target_area * ratio));
+    const int h = round_half_even(std::sqrt(target_area / ratio));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      const int y = static_cast<int>(rng.below(height - h + 1));
+      const int x = static_cast<int>(rng.below(width - w + 1));
+      return {x, y, w, h};
+    }
+  }
+  const double in_ratio = static_cast<double>(width) / height;
+  int w = width;
+  int h = height;
+  if (in_ratio < options.ratio_min) {
+    h = round_half_even(w / options.ratio_min);
+  } else if (in_ratio > options.ratio_max) {
+    w = round_half_even(h * options.ratio_max);
+  }
+  return {(width - w) / 2, (height - h) / 2, w, h};
+}
+
+SampleDraw draw_sample(int width, int height, const AugmentOptions& options, std::uint64_t seed,
+                       std::uint64_t epoch, std::uint64_t index) {
+  // Three SplitMix64 outputs chained: nearby (seed, epoch, index) triples give unrelated streams.
+  SplitMix64 mix(seed);
+  SplitMix64 mix_epoch(mix.next() ^ epoch);
+  SplitMix64 rng(mix_epoch.next() ^ index);
+  SampleDraw draw;
+  draw.crop = random_resized_crop(width, height, options, rng);
+  draw.flip = options.flip && rng.uniform() < 0.5;
+  return draw;
+}
+
+Region scaled_region(const CropBox& crop, int full_width, int full_height, const Image& image) {
+  const double sx = static_cast<double>(image.width) / full_width;
+  const double sy = static_cast<double>(image.height) / full_height;
+  return {crop.x * sx, crop.y * sy, crop.width * sx, crop.height * sy};
+}
+
+namespace {
+
+// One output coordinate's two source pixels and the weight of the second.
+struct Tap {
+  int i0 = 0;
+  int i1 = 0;
+  float w = 0;
+};
+
+// The taps of `count` outputs over [start, start + length) of an axis of `limit` pixels.
+void make_taps(double start, double length, int count, int limit, std::vector<Tap>& taps) {
+  taps.resize(static_cast<std::size_t>(count));
+  const double step = length / count;
+  const double last = std::max(start, start + length - 1.0);
+  for (int o = 0; o < count; ++o) {
+    const double src = std::clamp(start + (o + 0.5) * step - 0.5, start, last);
+    const int i0 = std::min(static_cast<int>(std::floor(src)), limit - 1);
+    Tap& t = taps[static_cast<std::size_t>(o)];
+    t.i0 = std::max(i0, 0);
+    t.i1 = std::min(t.i0 + 1, limit - 1);
+    t.w = static_cast<float>(std::clamp(src - t.i0, 0.0, 1.0));
+  }
+}
+
+template <SampleType T>
+struct Element;
+template <>
+struct Element<SampleType::fp32> {
+  using type = float;
+  static float from(float v) { return v; }
+};
+template <>
+struct Element<SampleType::fp16> {
+  using type = std::uint16_t;
+  // The compiler's _Float16 conversion rounds to nearest even (F16C where the target has it).
+  static std::uint16_t from(float v) {
+    return std::bit_cast<std::uint16_t>(static_cast<_Float16>(v));
+  }
+};
+template <>
+struct Element<SampleType::bf16> {
+  using type = std::uint16_t;
+  // The top half of the float, rounded to nearest even (normalised pixels are never NaN).
+  static std::uint16_t from(float v) {
+    const auto x = std::bit_cast<std::uint32_t>(v);
+    return static_cast<std::uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+  }
+};
+
+// Hand-written rather than a library's resize: the crop, flip, resize, normalisation, element type
+// and layout are one pass over the output, with no intermediate image (OpenCV's or Pillow's resize
+// would write an 8-bit image to normalise and transpose in a second pass).
+template <SampleType T, SampleLayout L>
+void resize_into(const Image& image, const std::vector<Tap>& xs, const std::vector<Tap>& ys,
+                 const std::array<float, 3>& scale, const std::array<float, 3>& shift, int size,
+                 std::byte* out_bytes) {
+  using E = Element<T>;
+  auto* out = reinterpret_cast<typename E::type*>(out_bytes);
+  const std::size_t plane = static_cast<std::size_t>(size) * static_cast<std::size_t>(size);
+  const std::size_t stride = static_cast<std::size_t>(image.width) * 3;
+  for (int oy = 0; oy < size; ++oy) {
+    const Tap& ty = ys[static_cast<std::size_t>(oy)];
+    const std::uint8_t* r0 = image.rgb.data() + static_cast<std::size_t>(ty.i0) * stride;
+    const std::uint8_t* r1 = image.rgb.data() + static_cast<std::size_t>(ty.i1) * stride;
+    for (int ox = 0; ox < size; ++ox) {
+      const Tap& tx = xs[static_cast<std::size_t>(ox)];
+      const std::size_t a = static_cast<std::size_t>(tx.i0) * 3;
+      const std::size_t b = static_cast<std::size_t>(tx.i1) * 3;
+      const std::size_t pixel = static_cast<std::size_t>(oy) * static_cast<std::size_t>(size) +
+                                static_cast<std::size_t>(ox);
+      for (int c = 0; c < 3; ++c) {
+        const float top = r0[a + c] + tx.w * static_cast<float>(r0[b + c] - r0[a + c]);
+        const float bottom = r1[a + c] + tx.w * static_cast<float>(r1[b + c] - r1[a + c]);
+        const float v = (top + ty.w * (bottom - top)) * scale[c] + shift[c];
+        if constexpr (L == SampleLayout::nchw) {
+          out[static_cast<std::size_t>(c) * plane + pixel] = E::from(v);
+        } else {
+          out[pixel * 3 + static_cast<std::size_t>(c)] = E::from(v);
+        }
+      }
+    }
+  }
+}
+
+template <SampleType T>
+void resize_typed(SampleLayout layout, const Image& image, const std::vector<Tap>& xs,
+                  const std::vector<Tap>& ys, const std::array<float, 3>& scale,
+                  const std::array<float, 3>& shift, int size, std::byte* out) {
+  if (layout == SampleLayout::nchw) {
+    resize_into<T, SampleLayout::nchw>(image, xs, ys, scale, shift, size, out);
+  } else {
+    resize_into<T, SampleLayout::nhwc>(image, xs, ys, scale, shift, size, out);
+  }
+}
+
+}  // namespace
+
+void resize_normalize(const Image& image, Region region, bool flip, const AugmentOptions& options,
+                      std::span<std::byte> out) {
+  // The taps are rebuilt per sample (2 * size entries, negligible beside the pixels); thread_local
+  // keeps their memory across samples of one worker.
+  thread_local std::vector<Tap> xs;
+  thread_local std::vector<Tap> ys;
+  make_taps(region.x, region.width, options.size, image.width, xs);
+  make_taps(region.y, region.height, options.size, image.height, ys);
+  if (flip) std::reverse(xs.begin(), xs.end());
+  // (v / 255 - mean) / std as one multiply-add.
+  std::array<float, 3> scale{};
+  std::array<float, 3> shift{};
+  for (std::size_t c = 0; c < 3; ++c) {
+    scale[c] = 1.0f / (255.0f * options.std[c]);
+    shift[c] = -options.mean[c] / options.std[c];
+  }
+  switch (options.type) {
+    case SampleType::fp32:
+      resize_typed<SampleType::fp32>(options.layout, image, xs, ys, scale, shift, options.size,
+                                     out.data());
+      break;
+    case SampleType::fp16:
+      resize_typed<SampleType::fp16>(options.layout, image, xs, ys, scale, shift, options.size,
+                                     out.data());
+      break;
+    case SampleType::bf16:
+      resize_typed<SampleType::bf16>(options.layout, image, xs, ys, scale, shift, options.size,
+                                     out.data());
+      break;
+  }
+}
+
+}  // namespace dlprobe::data
