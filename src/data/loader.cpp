@@ -28,6 +28,13 @@ std::string_view stage_name(Stage stage) {
   return "decode+augment";
 }
 
+Result<Stage> parse_stage(std::string_view name) {
+  if (name == "read") return Stage::read;
+  if (name == "decode") return Stage::decode;
+  if (name == "augment" || name == "decode+augment") return Stage::augment;
+  return invalid_argument(fmt::format("unknown stage '{}' (read, decode, augment)", name));
+}
+
 BatchAllocator host_batch_allocator() {
   return [](std::size_t bytes) -> Result<std::shared_ptr<std::byte>> {
     constexpr std::align_val_t kAlign{64};

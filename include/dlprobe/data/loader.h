@@ -30,6 +30,8 @@ namespace dlprobe::data {
 // pipeline (read, decode at the DCT scale the crop needs, crop, flip, resize, normalise).
 enum class Stage { read, decode, augment };
 std::string_view stage_name(Stage stage);
+// "read", "decode", "augment" (the whole host pipeline).
+Result<Stage> parse_stage(std::string_view name);
 
 // Memory for one batch of `bytes`, released when the last shared_ptr goes.
 using BatchAllocator = std::function<Result<std::shared_ptr<std::byte>>(std::size_t bytes)>;
