@@ -169,35 +169,71 @@ struct Element<SampleType::bf16> {
   }
 };
 
+// One source row resized horizontally into `dst`, in the output's layout: planar (all R, all G,
+// all B) for NCHW, interleaved for NHWC.
+template <SampleLayout L>
+void resize_row(const std::uint8_t* row, const std::vector<Tap>& xs, float* dst) {
+  const std::size_t n = xs.size();
+  for (std::size_t ox = 0; ox < n; ++ox) {
+    const Tap& t = xs[ox];
+    const std::uint8_t* a = row + static_cast<std::size_t>(t.i0) * 3;
+    const std::uint8_t* b = row + static_cast<std::size_t>(t.i1) * 3;
+    for (std::size_t c = 0; c < 3; ++c) {
+      const float v = a[c] + t.w * static_cast<float>(b[c] - a[c]);
+      dst[L == SampleLayout::nchw ? c * n + ox : ox * 3 + c] = v;
+    }
+  }
+}
+
 // Hand-written rather than a library's resize: the crop, flip, resize, normalisation, element type
 // and layout are one pass over the output, with no intermediate image (OpenCV's or Pillow's resize
-// would write an 8-bit image to normalise and transpose in a second pass).
+// would write an 8-bit image to normalise and transpose in a second pass). Separable: each source
+// row is resized horizontally once into a float row kept while the output rows that blend it are
+// written, and the vertical blend, the normalisation and the store are one contiguous loop.
 template <SampleType T, SampleLayout L>
 void resize_into(const Image& image, const std::vector<Tap>& xs, const std::vector<Tap>& ys,
-                 const std::array<float, 3>& scale, const std::array<float, 3>& shift, int size,
+                 const std::array<float, 3>& scale, const std::array<float, 3>& shift,
                  std::byte* out_bytes) {
   using E = Element<T>;
   auto* out = reinterpret_cast<typename E::type*>(out_bytes);
-  const std::size_t plane = static_cast<std::size_t>(size) * static_cast<std::size_t>(size);
+  const std::size_t n = xs.size();
+  const std::size_t plane = n * n;
   const std::size_t stride = static_cast<std::size_t>(image.width) * 3;
-  for (int oy = 0; oy < size; ++oy) {
-    const Tap& ty = ys[static_cast<std::size_t>(oy)];
-    const std::uint8_t* r0 = image.rgb.data() + static_cast<std::size_t>(ty.i0) * stride;
-    const std::uint8_t* r1 = image.rgb.data() + static_cast<std::size_t>(ty.i1) * stride;
-    for (int ox = 0; ox < size; ++ox) {
-      const Tap& tx = xs[static_cast<std::size_t>(ox)];
-      const std::size_t a = static_cast<std::size_t>(tx.i0) * 3;
-      const std::size_t b = static_cast<std::size_t>(tx.i1) * 3;
-      const std::size_t pixel = static_cast<std::size_t>(oy) * static_cast<std::size_t>(size) +
-                                static_cast<std::size_t>(ox);
-      for (int c = 0; c < 3; ++c) {
-        const float top = r0[a + c] + tx.w * static_cast<float>(r0[b + c] - r0[a + c]);
-        const float bottom = r1[a + c] + tx.w * static_cast<float>(r1[b + c] - r1[a + c]);
-        const float v = (top + ty.w * (bottom - top)) * scale[c] + shift[c];
-        if constexpr (L == SampleLayout::nchw) {
-          out[static_cast<std::size_t>(c) * plane + pixel] = E::from(v);
-        } else {
-          out[pixel * 3 + static_cast<std::size_t>(c)] = E::from(v);
+  thread_local std::vector<float> buffer;
+  buffer.resize(6 * n);
+  float* rows[2] = {buffer.data(), buffer.data() + 3 * n};
+  int held[2] = {-1, -1};  // the source row each of `rows` holds
+  const auto row = [&](int index, int keep) {
+    for (int s = 0; s < 2; ++s) {
+      if (held[s] == index) return s;
+    }
+    const int s = keep == 0 ? 1 : 0;
+    resize_row<L>(image.rgb.data() + static_cast<std::size_t>(index) * stride, xs, rows[s]);
+    held[s] = index;
+    return s;
+  };
+  for (std::size_t oy = 0; oy < n; ++oy) {
+    const Tap& ty = ys[oy];
+    const int s0 = row(ty.i0, held[0] == ty.i1 ? 0 : (held[1] == ty.i1 ? 1 : -1));
+    const int s1 = row(ty.i1, s0);
+    const float* top = rows[s0];
+    const float* bottom = rows[s1];
+    const float w = ty.w;
+    if constexpr (L == SampleLayout::nchw) {
+      for (std::size_t c = 0; c < 3; ++c) {
+        const float* a = top + c * n;
+        const float* b = bottom + c * n;
+        typename E::type* dst = out + c * plane + oy * n;
+        const float k = scale[c];
+        const float d = shift[c];
+        for (std::size_t x = 0; x < n; ++x) dst[x] = E::from((a[x] + w * (b[x] - a[x])) * k + d);
+      }
+    } else {
+      typename E::type* dst = out + oy * n * 3;
+      for (std::size_t x = 0; x < n; ++x) {
+        for (std::size_t c = 0; c < 3; ++c) {
+          const std::size_t i = x * 3 + c;
+          dst[i] = E::from((top[i] + w * (bottom[i] - top[i])) * scale[c] + shift[c]);
         }
       }
     }
@@ -207,11 +243,11 @@ void resize_into(const Image& image, const std::vector<Tap>& xs, const std::vect
 template <SampleType T>
 void resize_typed(SampleLayout layout, const Image& image, const std::vector<Tap>& xs,
                   const std::vector<Tap>& ys, const std::array<float, 3>& scale,
-                  const std::array<float, 3>& shift, int size, std::byte* out) {
+                  const std::array<float, 3>& shift, std::byte* out) {
   if (layout == SampleLayout::nchw) {
-    resize_into<T, SampleLayout::nchw>(image, xs, ys, scale, shift, size, out);
+    resize_into<T, SampleLayout::nchw>(image, xs, ys, scale, shift, out);
   } else {
-    resize_into<T, SampleLayout::nhwc>(image, xs, ys, scale, shift, size, out);
+    resize_into<T, SampleLayout::nhwc>(image, xs, ys, scale, shift, out);
   }
 }
 
@@ -235,16 +271,13 @@ void resize_normalize(const Image& image, Region region, bool flip, const Augmen
   }
   switch (options.type) {
     case SampleType::fp32:
-      resize_typed<SampleType::fp32>(options.layout, image, xs, ys, scale, shift, options.size,
-                                     out.data());
+      resize_typed<SampleType::fp32>(options.layout, image, xs, ys, scale, shift, out.data());
       break;
     case SampleType::fp16:
-      resize_typed<SampleType::fp16>(options.layout, image, xs, ys, scale, shift, options.size,
-                                     out.data());
+      resize_typed<SampleType::fp16>(options.layout, image, xs, ys, scale, shift, out.data());
       break;
     case SampleType::bf16:
-      resize_typed<SampleType::bf16>(options.layout, image, xs, ys, scale, shift, options.size,
-                                     out.data());
+      resize_typed<SampleType::bf16>(options.layout, image, xs, ys, scale, shift, out.data());
       break;
   }
 }

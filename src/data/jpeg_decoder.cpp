@@ -47,8 +47,15 @@ class TurboJpegDecoder final : public Decoder {
   TurboJpegDecoder(tjhandle handle, DecodeLimits limits) : handle_(handle), limits_(limits) {
     int count = 0;
     const tjscalingfactor* factors = tjGetScalingFactors(&count);
+    // Only 1/1, 1/2, 1/4 and 1/8: libjpeg-turbo has SIMD inverse DCTs for these alone, and its
+    // plain-C 7/8, 3/4, 5/8 and 3/8 ones decode slower than the full size does (a 449x349 image
+    // at quality 90: 1.6 ms at 1/1, 2.8 ms at 7/8, 2.3 ms at 3/4, 1.4 ms at 1/2, 1.3 ms at 1/4).
     for (int i = 0; i < count; ++i) {
-      if (factors[i].num <= factors[i].denom) scales_.push_back({factors[i].num, factors[i].denom});
+      const int num = factors[i].num;
+      const int denom = factors[i].denom;
+      if (num == 1 && (denom == 1 || denom == 2 || denom == 4 || denom == 8)) {
+        scales_.push_back({num, denom});
+      }
     }
     std::sort(scales_.begin(), scales_.end(), [](const ScaleFactor& a, const ScaleFactor& b) {
       return a.num * b.denom > b.num * a.denom;

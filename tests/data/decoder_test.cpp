@@ -76,15 +76,12 @@ TEST(HostDecoder, DecodesAtADctScale) {
   }
 }
 
-TEST(HostDecoder, ScalesAreAtMostOneLargestFirst) {
+TEST(HostDecoder, ScalesAreTheFastOnesLargestFirst) {
   auto decoder = host();
   const auto scales = decoder->scales();
-  ASSERT_GE(scales.size(), 4u);
-  EXPECT_EQ(scales.front(), (ScaleFactor{1, 1}));
-  EXPECT_EQ(scales.back(), (ScaleFactor{1, 8}));
-  for (std::size_t i = 1; i < scales.size(); ++i) {
-    EXPECT_LT(scales[i].num * scales[i - 1].denom, scales[i - 1].num * scales[i].denom);
-  }
+  // The scales with SIMD inverse DCTs; the others decode slower than the full size.
+  EXPECT_EQ(std::vector<ScaleFactor>(scales.begin(), scales.end()),
+            (std::vector<ScaleFactor>{{1, 1}, {1, 2}, {1, 4}, {1, 8}}));
 }
 
 TEST(HostDecoder, SmallestCoveringScale) {

@@ -63,7 +63,8 @@ class Decoder {
 
   // The header's facts; a DecodeError when the file is no JPEG or its header is refused.
   virtual std::variant<JpegInfo, DecodeError> inspect(std::span<const std::uint8_t> file) = 0;
-  // The DCT-domain scales this decoder decodes at directly, at most 1/1, largest first.
+  // The DCT-domain scales this decoder decodes at directly and faster than at full size, at most
+  // 1/1, largest first.
   virtual std::span<const ScaleFactor> scales() const = 0;
   // Decodes `file` at `scale` (one of scales()) into `out` as RGB, reusing out's memory. Grayscale
   // and CMYK files come out as RGB too. Any warning of the library (a truncated or corrupt file)
