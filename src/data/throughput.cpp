@@ -94,7 +94,7 @@ Result<ThroughputReport> measure_throughput(const Dataset& dataset,
   if (options.warm_page_cache) {
     LoaderOptions warm = options.loader;
     warm.stage = Stage::read;
-    warm.threads = report.cores;
+    warm.threads = std::min(report.cores, 64);
     warm.epochs = 1;
     warm.shuffle = false;
     warm.strict = false;
