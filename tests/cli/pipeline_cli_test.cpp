@@ -51,11 +51,14 @@ TEST_F(PipelineCli, MeasuresTheCurveAndWritesJson) {
                      quote(json));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.out.find("decode+augment"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8 images, 2 classes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("read once before timing"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("feeding 5,000 img/s takes"), std::string::npos) << r.out;
   const auto doc = nlohmann::json::parse(slurp(json));
   EXPECT_EQ(doc["schema"], "dlprobe.pipeline/1");
   EXPECT_EQ(doc["dataset"]["images"], 8);
   EXPECT_EQ(doc["dataset"]["classes"], 2);
+  EXPECT_EQ(doc["dataset"]["page_cache_warmed"], true);
   ASSERT_EQ(doc["points"].size(), 4u);
   EXPECT_EQ(doc["points"][0]["stage"], "decode");
   EXPECT_EQ(doc["points"][3]["stage"], "decode+augment");

@@ -30,7 +30,9 @@ struct ThroughputOptions {
   std::chrono::nanoseconds min_time = std::chrono::seconds(3);  // timed per point
   std::optional<double> step_rate;  // images per second the training step takes
   // Read every file once before the first point, so that each point reads from the page cache
-  // rather than the first point paying for the disk.
+  // rather than the first point paying for the disk; done only when the files take at most half
+  // of the memory available (a larger dataset is read from disk in training too, and reading it
+  // all first would take as long as an epoch).
   bool warm_page_cache = true;
   // Called after each point, for progress lines.
   std::function<void(const ThroughputPoint&)> on_point;
@@ -70,7 +72,8 @@ struct ThroughputReport {
   std::int64_t images = 0;  // in the dataset
   int classes = 0;
   std::uint64_t dataset_bytes = 0;
-  int cores = 0;  // online CPUs
+  bool page_cache_warmed = false;  // every file read once before the points
+  int cores = 0;                   // CPUs this process may use
   std::string decoder;
   LoaderOptions loader;
   std::vector<ThroughputPoint> points;
