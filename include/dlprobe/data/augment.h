@@ -80,17 +80,18 @@ CropBox random_resized_crop(int width, int height, const AugmentOptions& options
 SampleDraw draw_sample(int width, int height, const AugmentOptions& options, std::uint64_t seed,
                        std::uint64_t epoch, std::uint64_t index);
 
-// Bilinear resize (half-pixel centres, edges clamped to the region, as torch's interpolate with
-// align_corners=False on the cropped image) of `region` of `image` to size x size, flipped when
-// `flip`, scaled to [0, 1], normalised by mean and std, written to `out` (sample_bytes(options)).
-// `region` is in `image`'s pixels and may be fractional (a crop of the full-size image mapped onto
-// a DCT-scaled decode).
+// A region of an image in its pixels, fractional where a crop of the full-size image is mapped onto
+// a DCT-scaled decode.
 struct Region {
   double x = 0;
   double y = 0;
   double width = 0;
   double height = 0;
 };
+
+// Bilinear resize (half-pixel centres, edges clamped to the region, as torch's interpolate with
+// align_corners=False on the cropped image) of `region` of `image` to size x size, flipped when
+// `flip`, scaled to [0, 1], normalised by mean and std, written to `out` (sample_bytes(options)).
 void resize_normalize(const Image& image, Region region, bool flip, const AugmentOptions& options,
                       std::span<std::byte> out);
 
