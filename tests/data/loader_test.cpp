@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "common/temp_folder.h"
 #include "jpeg_files.h"
@@ -301,6 +303,51 @@ TEST(Loader, EndlessRunStopsWhenDestroyed) {
   const auto start = std::chrono::steady_clock::now();
   loader->reset();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// The host decoder, counting the decodes of every instance made by one factory.
+class CountingDecoder final : public Decoder {
+ public:
+  CountingDecoder(std::unique_ptr<Decoder> inner, std::atomic<int>& count)
+      : inner_(std::move(inner)), count_(count) {}
+  std::string_view name() const override { return inner_->name(); }
+  std::variant<JpegInfo, DecodeError> inspect(std::span<const std::uint8_t> file) override {
+    return inner_->inspect(file);
+  }
+  std::span<const ScaleFactor> scales() const override { return inner_->scales(); }
+  std::optional<DecodeError> decode(std::span<const std::uint8_t> file, ScaleFactor scale,
+                                    Image& out) override {
+    ++count_;
+    return inner_->decode(file, scale, out);
+  }
+
+ private:
+  std::unique_ptr<Decoder> inner_;
+  std::atomic<int>& count_;
+};
+
+TEST(Loader, WorkersRunAheadOnlyAsFarAsThePrefetch) {
+  testing::TempFolder dir;
+  const Dataset dataset = make_folder(dir, 3, 5);
+  std::atomic<int> decodes{0};
+  LoaderOptions o = small_options();
+  o.stage = Stage::decode;
+  o.epochs = 0;
+  o.threads = 2;
+  o.prefetch = 1;
+  o.batch_size = 2;
+  auto loader = Loader::start(dataset, o, [&]() -> Result<std::unique_ptr<Decoder>> {
+    DLPROBE_ASSIGN_OR_RETURN(auto inner, make_host_decoder());
+    return std::unique_ptr<Decoder>(std::make_unique<CountingDecoder>(std::move(inner), decodes));
+  });
+  ASSERT_TRUE(loader);
+  for (int held = 1; held <= 3; ++held) {
+    ASSERT_TRUE((*loader)->next());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // The batch held and the two slots (threads x prefetch) behind it, the held one among them:
+    // batches up to held + 1, of 2 images each.
+    EXPECT_EQ(decodes.load(), 2 * (held + 1)) << "holding batch " << held - 1;
+  }
 }
 
 TEST(Loader, DecoderThatCannotStartIsTheError) {
