@@ -240,11 +240,69 @@ void resize_into(const Image& image, const std::vector<Tap>& xs, const std::vect
   }
 }
 
+// The same result for a region taller than the output, where each output row blends two source
+// rows of its own: the two rows are blended first, over the columns the taps reach (a contiguous
+// loop), and one horizontal pass reads the blend, instead of two horizontal passes per output row.
+template <SampleType T, SampleLayout L>
+void resize_rows_first(const Image& image, const std::vector<Tap>& xs, const std::vector<Tap>& ys,
+                       const std::array<float, 3>& scale, const std::array<float, 3>& shift,
+                       std::byte* out_bytes) {
+  using E = Element<T>;
+  auto* out = reinterpret_cast<typename E::type*>(out_bytes);
+  const std::size_t n = xs.size();
+  const std::size_t plane = n * n;
+  const std::size_t stride = static_cast<std::size_t>(image.width) * 3;
+  int lo = image.width;
+  int hi = 0;
+  for (const Tap& t : xs) {
+    lo = std::min(lo, t.i0);
+    hi = std::max(hi, t.i1);
+  }
+  const std::size_t first = static_cast<std::size_t>(lo) * 3;
+  const std::size_t span = static_cast<std::size_t>(hi - lo + 1) * 3;
+  thread_local std::vector<float> line;
+  line.resize(span);
+  thread_local std::vector<std::array<std::size_t, 2>> at;
+  at.resize(n);
+  for (std::size_t ox = 0; ox < n; ++ox) {
+    at[ox] = {static_cast<std::size_t>(xs[ox].i0) * 3 - first,
+              static_cast<std::size_t>(xs[ox].i1) * 3 - first};
+  }
+  for (std::size_t oy = 0; oy < n; ++oy) {
+    const Tap& ty = ys[oy];
+    const std::uint8_t* r0 = image.rgb.data() + static_cast<std::size_t>(ty.i0) * stride + first;
+    const std::uint8_t* r1 = image.rgb.data() + static_cast<std::size_t>(ty.i1) * stride + first;
+    const float w = ty.w;
+    for (std::size_t k = 0; k < span; ++k) {
+      line[k] = r0[k] + w * static_cast<float>(r1[k] - r0[k]);
+    }
+    for (std::size_t ox = 0; ox < n; ++ox) {
+      const float tw = xs[ox].w;
+      const float* a = line.data() + at[ox][0];
+      const float* b = line.data() + at[ox][1];
+      for (std::size_t c = 0; c < 3; ++c) {
+        const auto v = E::from((a[c] + tw * (b[c] - a[c])) * scale[c] + shift[c]);
+        if constexpr (L == SampleLayout::nchw) {
+          out[c * plane + oy * n + ox] = v;
+        } else {
+          out[(oy * n + ox) * 3 + c] = v;
+        }
+      }
+    }
+  }
+}
+
 template <SampleType T>
 void resize_typed(SampleLayout layout, const Image& image, const std::vector<Tap>& xs,
                   const std::vector<Tap>& ys, const std::array<float, 3>& scale,
-                  const std::array<float, 3>& shift, std::byte* out) {
-  if (layout == SampleLayout::nchw) {
+                  const std::array<float, 3>& shift, bool rows_first, std::byte* out) {
+  if (rows_first) {
+    if (layout == SampleLayout::nchw) {
+      resize_rows_first<T, SampleLayout::nchw>(image, xs, ys, scale, shift, out);
+    } else {
+      resize_rows_first<T, SampleLayout::nhwc>(image, xs, ys, scale, shift, out);
+    }
+  } else if (layout == SampleLayout::nchw) {
     resize_into<T, SampleLayout::nchw>(image, xs, ys, scale, shift, out);
   } else {
     resize_into<T, SampleLayout::nhwc>(image, xs, ys, scale, shift, out);
@@ -269,15 +327,19 @@ void resize_normalize(const Image& image, Region region, bool flip, const Augmen
     scale[c] = 1.0f / (255.0f * options.std[c]);
     shift[c] = -options.mean[c] / options.std[c];
   }
+  const bool rows_first = region.height > options.size;
   switch (options.type) {
     case SampleType::fp32:
-      resize_typed<SampleType::fp32>(options.layout, image, xs, ys, scale, shift, out.data());
+      resize_typed<SampleType::fp32>(options.layout, image, xs, ys, scale, shift, rows_first,
+                                     out.data());
       break;
     case SampleType::fp16:
-      resize_typed<SampleType::fp16>(options.layout, image, xs, ys, scale, shift, out.data());
+      resize_typed<SampleType::fp16>(options.layout, image, xs, ys, scale, shift, rows_first,
+                                     out.data());
       break;
     case SampleType::bf16:
-      resize_typed<SampleType::bf16>(options.layout, image, xs, ys, scale, shift, out.data());
+      resize_typed<SampleType::bf16>(options.layout, image, xs, ys, scale, shift, rows_first,
+                                     out.data());
       break;
   }
 }
