@@ -11,6 +11,9 @@ find_package(PkgConfig REQUIRED)
 # recursion (std::regex recurses per character and overflows the stack on a long line). Debian
 # ships only its pkg-config file.
 pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET re2)
+# libjpeg-turbo's TurboJPEG API decodes the data pipeline's JPEGs on the host (Debian's
+# libturbojpeg0-dev ships only its pkg-config file).
+pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
 if(DLPROBE_WITH_HTTP)
   # Debian splits cpp-httplib: httplib.h only declares, libcpp-httplib.so implements, so this one
   # is a shared library the binary needs at run time. Its pkg-config file carries the feature

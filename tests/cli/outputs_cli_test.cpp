@@ -85,6 +85,7 @@ TEST_F(OutputsCli, EveryCommandRefusesToReplaceAnEarlierFile) {
       {"monitor --count 1 --jsonl " + f, "--jsonl: " + f},
       {"report " + path("input.json") + " -o " + html, "-o: " + html},
       {"evaluate --quick --device cpu --out " + path("evaluate"), "--out: " + evaluated},
+      {"pipeline " + path("no_dataset") + " --json " + f, "--json: " + f},
   };
   for (const auto& [args, named] : cases) {
     const Ran r = run(args);

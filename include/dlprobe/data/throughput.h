@@ -1,0 +1,93 @@
+// How fast the host input pipeline runs on this machine: images per second for the decode alone
+// and for the whole host pipeline (decode and augmentation into the batch buffer), over a curve of
+// worker thread counts, with the bytes read per second, the images per CPU-second (a core's worth,
+// whatever else the machine runs) and the cores it takes to feed a training step of R images per
+// second. `dlprobe pipeline` prints it; the JSON form is schema dlprobe.pipeline/1.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlprobe/core/status.h"
+#include "dlprobe/data/dataset.h"
+#include "dlprobe/data/loader.h"
+
+namespace dlprobe::data {
+
+inline constexpr const char* kPipelineSchema = "dlprobe.pipeline/1";
+
+struct ThroughputPoint;
+
+struct ThroughputOptions {
+  LoaderOptions loader;      // its threads and stage are set point by point
+  std::vector<int> threads;  // empty: default_thread_counts(cores)
+  std::vector<Stage> stages = {Stage::decode, Stage::augment};
+  std::chrono::nanoseconds min_time = std::chrono::seconds(3);  // timed per point
+  std::optional<double> step_rate;  // images per second the training step takes
+  // Read every file once before the first point, so that each point reads from the page cache
+  // rather than the first point paying for the disk; done only when the files take at most half
+  // of the memory available (a larger dataset is read from disk in training too, and reading it
+  // all first would take as long as an epoch).
+  bool warm_page_cache = true;
+  // Called after each point, for progress lines.
+  std::function<void(const ThroughputPoint&)> on_point;
+};
+
+// 1, 2, 4 ... up to `cores`, and `cores` itself.
+std::vector<int> default_thread_counts(int cores);
+
+struct ThroughputPoint {
+  Stage stage = Stage::augment;
+  int threads = 0;
+  std::int64_t images = 0;
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+  double cpu_seconds = 0;  // the process's CPU time over the timed window
+  double images_per_second() const {
+    return seconds > 0 ? static_cast<double>(images) / seconds : 0;
+  }
+  double bytes_per_second() const { return seconds > 0 ? static_cast<double>(bytes) / seconds : 0; }
+  double images_per_cpu_second() const {
+    return cpu_seconds > 0 ? static_cast<double>(images) / cpu_seconds : 0;
+  }
+};
+
+struct CoresNeeded {
+  double step_rate = 0;
+  // From the whole pipeline's images per CPU-second at its largest thread count measured.
+  double cores = 0;
+  double images_per_cpu_second = 0;
+  int at_threads = 0;
+  // The fewest threads measured whose rate reached step_rate (nullopt: none did).
+  std::optional<int> reached_with_threads;
+};
+
+struct ThroughputReport {
+  std::string root;
+  std::int64_t images = 0;  // in the dataset
+  int classes = 0;
+  std::uint64_t dataset_bytes = 0;
+  bool page_cache_warmed = false;  // every file read once before the points
+  int cores = 0;                   // CPUs this process may use
+  std::string decoder;
+  LoaderOptions loader;
+  std::vector<ThroughputPoint> points;
+  std::vector<SkippedFile> skipped;  // each file once
+  std::optional<CoresNeeded> cores_needed;
+};
+
+// Measures `dataset` point by point (each stage at each thread count, for at least min_time after
+// one batch per thread of warm-up).
+Result<ThroughputReport> measure_throughput(const Dataset& dataset,
+                                            const ThroughputOptions& options,
+                                            DecoderFactory decoders = host_decoder_factory());
+
+std::string render_text(const ThroughputReport& report);
+nlohmann::json to_json(const ThroughputReport& report);
+
+}  // namespace dlprobe::data

@@ -1,0 +1,250 @@
+#include "dlprobe/data/throughput.h"
+
+#include <fmt/format.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "dlprobe/core/json_optional.h"
+#include "dlprobe/core/units.h"
+
+namespace dlprobe::data {
+
+std::vector<int> default_thread_counts(int cores) {
+  std::vector<int> counts;
+  for (int t = 1; t < cores; t *= 2) counts.push_back(t);
+  counts.push_back(std::max(cores, 1));
+  return counts;
+}
+
+namespace {
+
+// The CPUs this process may run on (a container's or taskset's share, not the machine's).
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(CPU_COUNT(&set), 1);
+  return std::max(static_cast<int>(std::thread::hardware_concurrency()), 1);
+}
+
+// /proc/meminfo's MemAvailable in bytes; nullopt where it cannot be read.
+std::optional<std::uint64_t> memory_available() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+Result<ThroughputPoint> measure_point(const Dataset& dataset, LoaderOptions loader, Stage stage,
+                                      int threads, std::chrono::nanoseconds min_time,
+                                      const DecoderFactory& decoders,
+                                      std::map<std::string, SkippedFile>& skipped) {
+  loader.stage = stage;
+  loader.threads = threads;
+  loader.epochs = 0;
+  DLPROBE_ASSIGN_OR_RETURN(auto running, Loader::start(dataset, loader, decoders));
+  ThroughputPoint point;
+  point.stage = stage;
+  point.threads = threads;
+  // Warm-up: every worker past its start (a decoder made, buffers touched) before timing.
+  for (int i = 0; i < threads; ++i) DLPROBE_RETURN_IF_ERROR(running->next().status());
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_seconds();
+  for (;;) {
+    DLPROBE_ASSIGN_OR_RETURN(auto batch, running->next());
+    point.images += batch->count;
+    point.bytes += batch->bytes_read;
+    if (std::chrono::steady_clock::now() - start >= min_time) break;
+  }
+  point.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  point.cpu_seconds = process_cpu_seconds() - cpu_start;
+  for (SkippedFile& f : running->skipped()) skipped.emplace(f.path.string(), std::move(f));
+  return point;
+}
+
+}  // namespace
+
+Result<ThroughputReport> measure_throughput(const Dataset& dataset,
+                                            const ThroughputOptions& options,
+                                            DecoderFactory decoders) {
+  DLPROBE_RETURN_IF_ERROR(validate(options.loader));
+  ThroughputReport report;
+  report.root = dataset.root.string();
+  report.images = static_cast<std::int64_t>(dataset.samples.size());
+  report.classes = static_cast<int>(dataset.classes.size());
+  report.cores = usable_cores();
+  for (const Sample& s : dataset.samples) {
+    std::error_code ec;
+    const std::uintmax_t size = std::filesystem::file_size(s.path, ec);
+    if (!ec) report.dataset_bytes += size;
+  }
+  report.loader = options.loader;
+  std::vector<int> threads = options.threads;
+  if (threads.empty()) threads = default_thread_counts(report.cores);
+  for (int t : threads) {
+    if (t < 1 || t > 1024) return invalid_argument(fmt::format("threads: {} (1 to 1024)", t));
+  }
+  {
+    DLPROBE_ASSIGN_OR_RETURN(auto probe, decoders());
+    report.decoder = std::string(probe->name());
+  }
+  std::map<std::string, SkippedFile> skipped;
+  const std::optional<std::uint64_t> available = memory_available();
+  if (options.warm_page_cache && available && report.dataset_bytes <= *available / 2) {
+    report.page_cache_warmed = true;
+    LoaderOptions warm = options.loader;
+    warm.stage = Stage::read;
+    warm.threads = std::min(report.cores, 64);
+    warm.epochs = 1;
+    warm.shuffle = false;
+    warm.strict = false;
+    DLPROBE_ASSIGN_OR_RETURN(auto reader, Loader::start(dataset, warm, decoders));
+    for (;;) {
+      DLPROBE_ASSIGN_OR_RETURN(auto batch, reader->next());
+      if (!batch) break;
+    }
+  }
+  for (Stage stage : options.stages) {
+    for (int t : threads) {
+      DLPROBE_ASSIGN_OR_RETURN(auto point, measure_point(dataset, options.loader, stage, t,
+                                                         options.min_time, decoders, skipped));
+      if (options.on_point) options.on_point(point);
+      report.points.push_back(point);
+    }
+  }
+  for (auto& [path, file] : skipped) report.skipped.push_back(std::move(file));
+
+  if (options.step_rate) {
+    // The whole host pipeline, or the furthest stage measured.
+    const Stage furthest = *std::max_element(options.stages.begin(), options.stages.end());
+    const ThroughputPoint* widest = nullptr;
+    CoresNeeded need;
+    need.step_rate = *options.step_rate;
+    for (const ThroughputPoint& p : report.points) {
+      if (p.stage != furthest) continue;
+      if (widest == nullptr || p.threads > widest->threads) widest = &p;
+      if (p.images_per_second() >= need.step_rate &&
+          (!need.reached_with_threads || p.threads < *need.reached_with_threads)) {
+        need.reached_with_threads = p.threads;
+      }
+    }
+    if (widest != nullptr && widest->images_per_cpu_second() > 0) {
+      need.images_per_cpu_second = widest->images_per_cpu_second();
+      need.at_threads = widest->threads;
+      need.cores = need.step_rate / need.images_per_cpu_second;
+      report.cores_needed = need;
+    }
+  }
+  return report;
+}
+
+std::string render_text(const ThroughputReport& r) {
+  const AugmentOptions& a = r.loader.augment;
+  std::string out = fmt::format(
+      "dataset   {}: {} images, {} classes, {}, {}\n"
+      "host      {} cores, decoder {}\n"
+      "output    {}x{} {} {}, batch {}, DCT scaling {}, cache {}, seed {}\n\n",
+      r.root, r.images, r.classes, format_size(r.dataset_bytes),
+      r.page_cache_warmed ? "read once before timing" : "not read before timing", r.cores,
+      r.decoder, a.size, a.size, sample_type_name(a.type), sample_layout_name(a.layout),
+      r.loader.batch_size, r.loader.dct_scaling ? "on" : "off",
+      r.loader.cache_bytes ? format_size(r.loader.cache_bytes) : std::string("off"), r.loader.seed);
+  out += fmt::format("{:<16}{:>8}{:>12}{:>14}{:>14}{:>12}\n", "stage", "threads", "img/s",
+                     "img/s/thread", "img/CPU-s", "MB/s read");
+  for (const ThroughputPoint& p : r.points) {
+    out += fmt::format("{:<16}{:>8}{:>12}{:>14}{:>14}{:>12}\n", stage_name(p.stage), p.threads,
+                       format_grouped(p.images_per_second(), 1),
+                       format_grouped(p.images_per_second() / p.threads, 1),
+                       format_grouped(p.images_per_cpu_second(), 1),
+                       format_grouped(p.bytes_per_second() / 1e6, 1));
+  }
+  if (r.cores_needed) {
+    const CoresNeeded& n = *r.cores_needed;
+    out += fmt::format(
+        "\nfeeding {} img/s takes {:.1f} cores ({} img per CPU-second at {} threads){}\n",
+        format_grouped(n.step_rate, 0), n.cores, format_grouped(n.images_per_cpu_second, 1),
+        n.at_threads,
+        n.reached_with_threads
+            ? fmt::format("; reached here with {} threads", *n.reached_with_threads)
+            : std::string("; not reached on this machine"));
+  }
+  if (!r.skipped.empty()) {
+    out += fmt::format("\nskipped {} file(s) that gave no image:\n", r.skipped.size());
+    for (const SkippedFile& f : r.skipped) {
+      out += fmt::format("  {}: {} ({})\n", f.path.string(), f.message,
+                         decode_failure_name(f.failure));
+    }
+  }
+  return out;
+}
+
+nlohmann::json to_json(const ThroughputReport& r) {
+  const AugmentOptions& a = r.loader.augment;
+  nlohmann::json points = nlohmann::json::array();
+  for (const ThroughputPoint& p : r.points) {
+    points.push_back({{"stage", stage_name(p.stage)},
+                      {"threads", p.threads},
+                      {"images", p.images},
+                      {"bytes_read", p.bytes},
+                      {"seconds", p.seconds},
+                      {"cpu_seconds", p.cpu_seconds},
+                      {"images_per_second", p.images_per_second()},
+                      {"images_per_second_per_thread", p.images_per_second() / p.threads},
+                      {"images_per_cpu_second", p.images_per_cpu_second()},
+                      {"bytes_read_per_second", p.bytes_per_second()}});
+  }
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const SkippedFile& f : r.skipped) {
+    skipped.push_back({{"path", f.path.string()},
+                       {"reason", decode_failure_name(f.failure)},
+                       {"message", f.message}});
+  }
+  nlohmann::json cores_needed = nullptr;
+  if (r.cores_needed) {
+    const CoresNeeded& n = *r.cores_needed;
+    cores_needed = {{"step_rate", n.step_rate},
+                    {"cores", n.cores},
+                    {"images_per_cpu_second", n.images_per_cpu_second},
+                    {"at_threads", n.at_threads},
+                    {"reached_with_threads", n.reached_with_threads}};
+  }
+  return {{"schema", kPipelineSchema},
+          {"dataset",
+           {{"root", r.root},
+            {"images", r.images},
+            {"classes", r.classes},
+            {"bytes", r.dataset_bytes},
+            {"page_cache_warmed", r.page_cache_warmed}}},
+          {"host", {{"cores", r.cores}, {"decoder", r.decoder}}},
+          {"options",
+           {{"size", a.size},
+            {"dtype", sample_type_name(a.type)},
+            {"layout", sample_layout_name(a.layout)},
+            {"batch", r.loader.batch_size},
+            {"prefetch", r.loader.prefetch},
+            {"dct_scaling", r.loader.dct_scaling},
+            {"cache_bytes", r.loader.cache_bytes},
+            {"seed", r.loader.seed},
+            {"flip", a.flip}}},
+          {"points", points},
+          {"cores_needed", cores_needed},
+          {"skipped", skipped}};
+}
+
+}  // namespace dlprobe::data

@@ -1,0 +1,99 @@
+// dlprobe pipeline and pipeline make-dataset as a user runs them: the binary, its exit code, stdout
+// and stderr, and the JSON file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/run_dlprobe.h"
+#include "common/temp_folder.h"
+
+namespace dlprobe {
+namespace {
+
+using testing::error_lines;
+using testing::quote;
+using testing::slurp;
+
+testing::ProcessResult run(const std::string& args) {
+  return testing::run_dlprobe(testing::split_args("pipeline " + args));
+}
+
+void expect_error(const std::string& args, const std::string& needle) {
+  const testing::ProcessResult r = run(args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  EXPECT_EQ(error_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+}
+
+class PipelineCli : public ::testing::Test {
+ protected:
+  // A dataset of 8 images in 2 classes, made once per test.
+  void SetUp() override {
+    data_ = (dir_ / "data").string();
+    const auto r = testing::run_dlprobe(
+        testing::split_args("pipeline make-dataset " + quote(data_) + " --images 8 --classes 2"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.out.find("8 images in 2 classes"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("bytes/pixel"), std::string::npos) << r.out;
+  }
+
+  testing::TempFolder dir_;
+  std::string data_;
+};
+
+TEST_F(PipelineCli, MeasuresTheCurveAndWritesJson) {
+  const std::string json = (dir_ / "out.json").string();
+  const auto r = run(quote(data_) +
+                     " --threads 1,2 --min-time 20ms --batch 4 --size 32 --step-rate 5000 --json " +
+                     quote(json));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.out.find("decode+augment"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8 images, 2 classes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("read once before timing"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("feeding 5,000 img/s takes"), std::string::npos) << r.out;
+  const auto doc = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(doc["schema"], "dlprobe.pipeline/1");
+  EXPECT_EQ(doc["dataset"]["images"], 8);
+  EXPECT_EQ(doc["dataset"]["classes"], 2);
+  EXPECT_EQ(doc["dataset"]["page_cache_warmed"], true);
+  ASSERT_EQ(doc["points"].size(), 4u);
+  EXPECT_EQ(doc["points"][0]["stage"], "decode");
+  EXPECT_EQ(doc["points"][3]["stage"], "decode+augment");
+  EXPECT_EQ(doc["points"][3]["threads"], 2);
+  for (const auto& p : doc["points"]) {
+    EXPECT_GT(p["images_per_second"].get<double>(), 0) << p;
+    EXPECT_GT(p["bytes_read_per_second"].get<double>(), 0) << p;
+  }
+  EXPECT_GT(doc["cores_needed"]["cores"].get<double>(), 0);
+  EXPECT_EQ(doc["skipped"].size(), 0u);
+  // An earlier file is not replaced unasked, before any work.
+  expect_error(quote(data_) + " --json " + quote(json), "--json: " + json);
+}
+
+TEST_F(PipelineCli, BadFilesAreListedOrStrictlyAnError) {
+  const std::string bad = (std::filesystem::path(data_) / "class_0001/zz_bad.jpg").string();
+  std::ofstream(bad) << "not a jpeg";
+  const auto r = run(quote(data_) + " --threads 1 --stages augment --min-time 10ms --size 32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.out.find("skipped 1 file(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(bad + ": not a JPEG file"), std::string::npos) << r.out;
+  expect_error(quote(data_) + " --threads 1 --min-time 10ms --size 32 --strict", bad);
+}
+
+TEST_F(PipelineCli, RefusesBadInputWithOneLine) {
+  expect_error(quote((dir_ / "missing").string()), (dir_ / "missing").string());
+  expect_error("", "name the dataset folder");
+  expect_error(quote(data_) + " --dtype fp8", "--dtype: unknown sample type 'fp8'");
+  expect_error(quote(data_) + " --layout chwn", "--layout: unknown layout 'chwn'");
+  expect_error(quote(data_) + " --stages resize", "--stages: unknown stage 'resize'");
+  expect_error(quote(data_) + " --threads 0", "--threads");
+  expect_error(quote(data_) + " --min-time 5", "--min-time");
+  expect_error("make-dataset " + quote(data_), data_ + ": not empty");
+  expect_error("make-dataset " + quote((dir_ / "x").string()) + " --images 0", "--images");
+}
+
+}  // namespace
+}  // namespace dlprobe
