@@ -109,20 +109,25 @@ def run_case(case):
 # Output checks
 
 
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
 def json_file_problem(path, *, want_configs=0):
     """None when `path` is one complete JSON document (with at least `want_configs`
     configurations when it is a results file); else what is wrong."""
     try:
         with open(path, "rb") as f:
-            doc = json.loads(f.read())
+            doc = json.loads(f.read(), parse_constant=_reject_constant)
     except FileNotFoundError:
         return f"{path} missing"
     except (ValueError, OSError) as e:
         return f"{path} is not valid JSON: {e}"
     if want_configs:
-        n = len(doc.get("configurations", [])) if isinstance(doc, dict) else 0
+        configs = doc.get("configurations", []) if isinstance(doc, dict) else []
+        n = sum(1 for c in configs if c.get("status") == "ok")
         if n < want_configs:
-            return f"{path} keeps {n} configurations, {want_configs} finished"
+            return f"{path} keeps {n} finished configurations, at least {want_configs} finished"
     return None
 
 
@@ -589,11 +594,17 @@ def family_run(ctx):
         cases.append(Case("4 run workloads", name,
                           [ctx.dlprobe, "run", "-q", "--kill-grace", "1s", *extra, "--json", j,
                            "--shell", "--", script], timeout=40, check=absent_or_valid(j)))
-    # SIGPIPE: dlprobe's own stdout goes into head -1.
+    # SIGPIPE: dlprobe's own stdout goes into head -1 (a death by SIGPIPE, 141, is what a Unix
+    # tool does there; the results file must survive it).
     for name, args in [("stdout to head -1", "--shell -- seq 1 100000"),
-                       ("details to head -1", "--details-json - --shell -- seq 1 1000")]:
-        cases.append(Case("4 run workloads", name, f"{dl} run {args} | head -1", shell=True,
-                          timeout=40))
+                       ("details to head -1", "--details-json - --shell -- seq 1 1000"),
+                       ("bench table to head -1", "")]:
+        j = os.path.join(d, f"{len(cases)}.json")
+        cmd = (f"{dl} bench --device cpu {' '.join(TINY_BENCH[:-1])} --batch 2,3 --json {j}"
+               if not args else f"{dl} run --json {j} {args}")
+        cases.append(Case("4 run workloads", name,
+                          ["bash", "-c", f"{cmd} | head -1; exit ${{PIPESTATUS[0]}}"],
+                          timeout=60, codes=(0, 1, 2, 141), check=absent_or_valid(j)))
     # Signals to dlprobe mid-sweep: the --json file keeps the finished points.
     for k, (sig, after) in enumerate([(signal.SIGINT, 2.5), (signal.SIGTERM, 2.5),
                                       (signal.SIGKILL, 2.5), (signal.SIGINT, 0.05),
@@ -854,6 +865,24 @@ def family_outputs(ctx):
                            (ctx.memory_copy, open(ctx.memory_json, "rb").read())]:
         cases[-1 if path == ctx.memory_copy else -2 if path == ctx.bench_copy else -3].check = \
             keep_check(path, original)
+    # Standard output on a full device: what a command prints there is its result (compare's
+    # verdicts and JSON, doctor's report, the tables), so exit 0 would say it was delivered.
+    dl = shlex.quote(ctx.dlprobe)
+    for name, cmd in [
+            ("compare > /dev/full", f"{dl} compare {ctx.bench_json} {ctx.bench_json}"),
+            ("compare --json > /dev/full", f"{dl} compare --json {ctx.bench_json} {ctx.bench_json}"),
+            ("doctor --json > /dev/full", f"{dl} doctor --json"),
+            ("memory --predict-only > /dev/full",
+             f"{dl} memory --predict-only --calibration {ctx.memory_json} {' '.join(TINY)} "
+             "--batch 2"),
+            ("bench table > /dev/full", f"{dl} bench --device cpu {' '.join(TINY_BENCH)}"),
+            ("memory --json - > /dev/full",
+             f"{dl} memory --predict-only --calibration {ctx.memory_json} {' '.join(TINY)} "
+             "--batch 2 --json -"),
+            ("run --json - > /dev/full", f"{dl} run -q --json - -- echo '5 img/s'")]:
+        cases.append(Case("6 output paths", name, ["bash", "-c", f"{cmd} > /dev/full"],
+                          timeout=60, check=lambda rc, o, e: "exit 0 although standard output "
+                          "took nothing" if rc == 0 else None))
     return cases
 
 
