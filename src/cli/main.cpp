@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "commands.h"
@@ -37,7 +39,17 @@ int main(int argc, char** argv) {
   }
   if (verbose) dlprobe::log_set_level(dlprobe::LogLevel::debug);
   for (const auto& command : commands) {
-    if (command.app->parsed()) return command.run();
+    if (!command.app->parsed()) continue;
+    const int code = command.run();
+    // What a command prints on standard output is its result too (compare's verdicts, doctor's
+    // report, the tables): a write there that failed, as on a full disk, must not end in success.
+    // A command that failed has said why in its one line already.
+    if (code != kExitError && (std::fflush(stdout) != 0 || std::ferror(stdout) != 0)) {
+      std::fprintf(stderr, "dlprobe: error: standard output: cannot write: %s\n",
+                   std::strerror(errno));
+      return kExitError;
+    }
+    return code;
   }
   return kExitError;
 }
