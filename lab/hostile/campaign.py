@@ -366,8 +366,12 @@ def family_cli(ctx, count):
             argv += [ctx.bench_json] * (1 if sub == "report" else 2)
             if sub == "report" and "-o" not in argv and "--output" not in argv:
                 argv += ["-o", os.path.join(cd, "r.html")]
-        elif sub == "evaluate" and work:
-            continue  # a whole evaluation is not tiny
+        elif sub == "evaluate":
+            if work:
+                continue  # a whole evaluation is not tiny
+            argv += ["--device", "cuda:0"]  # no GPU here: refused once every value is checked
+        elif sub == "doctor":
+            argv += ["--no-ceilings"]
         elif sub == "monitor":
             argv += ["-c", "2", "-i", "50ms"]
         env = {"DLPROBE_NVML_LIBRARY": ctx.fake_nvml,
