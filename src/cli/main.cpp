@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() != 0) {
-      std::fprintf(stderr, "dlprobe: error: %s (see --help)\n", e.what());
+      std::fprintf(stderr, "dlprobe: error: %s (see --help)\n", one_line(e.what()).c_str());
       return kExitError;
     }
     return app.exit(e);
