@@ -684,9 +684,16 @@ def family_serve(ctx):
             s.close()
 
     def healthy(name):
+        # Past its bound of open connections the server answers 503 at once, and it closes a
+        # connection that sends no request within its read timeout (2 s): a good request must be
+        # served within a few seconds, whatever the other clients do.
         t = time.monotonic()
-        r = request(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-                    timeout=10)
+        while True:
+            r = request(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                        timeout=10)
+            if not r.startswith(b"HTTP/1.1 503") or time.monotonic() - t > 5:
+                break
+            time.sleep(0.2)
         if proc.poll() is not None:
             record(name, "crash", f"server exited {proc.returncode}")
             return False
@@ -717,8 +724,8 @@ def family_serve(ctx):
     for h in hosts:
         r = request(b"GET /metrics HTTP/1.1\r\nHost: " + h + b"\r\nConnection: close\r\n\r\n")
         status = r[:12]
-        if status.startswith(b"HTTP/1.1 200") and h not in (b"127.0.0.1:1",):
-            record(f"Host {h[:30]!r}", "other", f"served 200 to a bad Host")
+        if status.startswith(b"HTTP/1.1 200"):
+            record(f"Host {h[:30]!r}", "other", "served 200 to a Host that does not name it")
         healthy(f"Host {h[:30]!r} ({status!r})")
     # Slowloris: many clients dribbling bytes, then a good request must still be served.
     slow = []
@@ -900,15 +907,16 @@ def family_bench_interrupt(ctx, count):
     for k in range(count):
         j = os.path.join(d, f"{k}.json")
         after = round(rng.uniform(0.2, 7.0), 2)
-        argv = [ctx.dlprobe, "bench", "--device", "cpu", *TINY_BENCH[:8], "--batch", "1,2,3,4",
+        argv = [ctx.dlprobe, "bench", "--device", "cpu", *TINY_BENCH[:8], "--batch", "2,3,4,5",
                 "--steps", "1", "--warmup", "0", "--min-time", "0s", "--warmup-time", "0s",
                 "--no-ceiling", "--json", j]
 
         def check(rc, out, err, j=j):
-            done = len(re.findall(rb"^resnet18\S* bs=\d+ .* ok ", err, re.M))
+            # Progress prints each configuration's line ("[k/4] ...: N img/s") as it finishes.
+            finished = len(re.findall(rb"^\[\d+/4\] .* img/s", err, re.M))
             if not os.path.exists(j):
-                return None if b"bs=" not in err else f"{j} missing"
-            return json_file_problem(j)
+                return None if finished == 0 else f"{j} missing, {finished} finished"
+            return json_file_problem(j, want_configs=finished)
 
         cases.append(Case("7 bench Ctrl-C", f"SIGINT after {after}s", argv, timeout=60,
                           interrupt=(signal.SIGINT, after), check=check, codes=(0, 1, 2, 130)))
