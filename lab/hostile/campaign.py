@@ -321,6 +321,9 @@ def help_flags(ctx, sub):
 def family_cli(ctx, count):
     rng, d = ctx.rng, ctx.tmp("f2")
     subs = ["bench", "memory", "step", "run", "report", "compare", "doctor", "monitor", "evaluate"]
+    listed = subprocess.run([ctx.dlprobe, "--help"], capture_output=True, text=True,
+                            env=dict(os.environ, **SAN_ENV)).stdout
+    subs += ["pipeline"] if re.search(r"^\s+pipeline\s", listed, re.M) else []
     flags = {s: help_flags(ctx, s) for s in subs}
     cases = []
     for i in range(count):
@@ -372,6 +375,10 @@ def family_cli(ctx, count):
             argv += ["--device", "cuda:0"]  # no GPU here: refused once every value is checked
         elif sub == "doctor":
             argv += ["--no-ceilings"]
+        elif sub == "pipeline":
+            if work:
+                continue  # measuring a dataset is not tiny
+            argv += [cd]  # an empty folder: no images to measure
         elif sub == "monitor":
             argv += ["-c", "2", "-i", "50ms"]
         env = {"DLPROBE_NVML_LIBRARY": ctx.fake_nvml,
