@@ -546,6 +546,19 @@ def family_safetensors(ctx):
     for model in ["resnet34", "resnet50"]:
         add(f"weights: resnet18 weights for {model}", "model:" + model, encode_st(wh, wd))
     cases = []
+    # Endless and special files where a file is read.
+    for special in ["/dev/zero", "/dev/full", "/dev/null", d]:
+        for flag in ["--weights", "--input", "--tuning-cache"]:
+            argv = [ctx.dlprobe, "step", "--device", "cpu", "--model", "resnet18", "--weights",
+                    ctx.weights, "--input", ctx.batch, "--output", os.path.join(d, "o.st")]
+            if flag == "--tuning-cache":
+                argv += [flag, special]
+            else:
+                argv[argv.index(flag) + 1] = special
+            cases.append(Case("3 safetensors", f"step {flag} {special}", argv, timeout=60))
+        cases.append(Case("3 safetensors", f"bench --tuning-cache {special}",
+                          [ctx.dlprobe, "bench", "--device", "cpu", *TINY_BENCH, "--tuning-cache",
+                           special], timeout=60))
     for i, (name, which, path) in enumerate(files):
         out = os.path.join(d, f"out{i}.safetensors")
         weights = path if which != "input" else ctx.weights
