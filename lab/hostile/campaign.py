@@ -924,12 +924,21 @@ def family_outputs(ctx):
 def family_bench_interrupt(ctx, count):
     rng, d = ctx.rng, ctx.tmp("f7")
     cases = []
-    for k in range(count):
-        j = os.path.join(d, f"{k}.json")
-        after = round(rng.uniform(0.2, 3.0), 2)  # the sweep takes 3-5 s here
-        argv = [ctx.dlprobe, "bench", "--device", "cpu", *TINY_BENCH[:8], "--batch", "2,3,4,5",
+
+    def sweep(j):
+        return [ctx.dlprobe, "bench", "--device", "cpu", *TINY_BENCH[:8], "--batch", "2,3,4,5",
                 "--steps", "1", "--warmup", "0", "--min-time", "0s", "--warmup-time", "0s",
                 "--no-ceiling", "--json", j]
+
+    # The signal lands within the sweep's length on this machine, timed once uninterrupted.
+    t0 = time.monotonic()
+    subprocess.run(sweep(os.path.join(d, "timing.json")), env=dict(os.environ, **SAN_ENV),
+                   capture_output=True)
+    length = time.monotonic() - t0
+    for k in range(count):
+        j = os.path.join(d, f"{k}.json")
+        after = round(rng.uniform(0.05, 1.0) * length, 2)
+        argv = sweep(j)
 
         def check(rc, out, err, j=j):
             # Progress prints each configuration's line ("[k/4] ...: N img/s") as it finishes.
