@@ -1,13 +1,35 @@
 #include "commands.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <span>
 
 namespace dlprobe::cli {
 
+std::string one_line(std::string_view text) {
+  std::string line;
+  line.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      line += "\\n";
+    } else if (c == '\t') {
+      line += "\\t";
+    } else if (c == '\r') {
+      line += "\\r";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      line += fmt::format("\\x{:02x}", byte);
+    } else {
+      line += c;
+    }
+  }
+  return line;
+}
+
 int report_error(const Status& status) {
-  std::fprintf(stderr, "dlprobe: error: %s\n", status.message().c_str());
+  std::fprintf(stderr, "dlprobe: error: %s\n", one_line(status.message()).c_str());
   return kExitError;
 }
 

@@ -52,6 +52,10 @@ void add_text_options(CLI::App& sub, Flags& flags,
   for (const TextOption<Flags>& o : options) sub.add_option(o.names, flags.*o.field, o.help);
 }
 
+// `text` with its control characters escaped (\n, \t, \r, \xNN): an error quotes the values it
+// refuses, and one that holds a line break must not break the error's one line.
+std::string one_line(std::string_view text);
+
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
 

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "commands.h"
@@ -30,14 +32,24 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() != 0) {
-      std::fprintf(stderr, "dlprobe: error: %s (see --help)\n", e.what());
+      std::fprintf(stderr, "dlprobe: error: %s (see --help)\n", one_line(e.what()).c_str());
       return kExitError;
     }
     return app.exit(e);
   }
   if (verbose) dlprobe::log_set_level(dlprobe::LogLevel::debug);
   for (const auto& command : commands) {
-    if (command.app->parsed()) return command.run();
+    if (!command.app->parsed()) continue;
+    const int code = command.run();
+    // What a command prints on standard output is its result too (compare's verdicts, doctor's
+    // report, the tables): a write there that failed, as on a full disk, must not end in success.
+    // A command that failed has said why in its one line already.
+    if (code != kExitError && (std::fflush(stdout) != 0 || std::ferror(stdout) != 0)) {
+      std::fprintf(stderr, "dlprobe: error: standard output: cannot write: %s\n",
+                   std::strerror(errno));
+      return kExitError;
+    }
+    return code;
   }
   return kExitError;
 }

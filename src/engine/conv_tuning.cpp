@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "dlprobe/core/files.h"
@@ -14,12 +15,15 @@ constexpr std::string_view kSchema = "dlprobe.conv-tuning";
 // Version 2: version 1 files were written without the configurations' knob choices (read_knobs
 // read none), and replaying them ran engines at their defaults, so they are refused.
 constexpr int kVersion = 2;
+// A cache holds an entry of a few hundred bytes per convolution shape, far below this; the bound
+// keeps a path that never ends (/dev/zero) or a wrong, huge file from taking all the memory.
+constexpr std::uint64_t kMaxFileBytes = std::uint64_t{64} << 20;
 
 }  // namespace
 
 Result<std::shared_ptr<ConvTuningCache>> ConvTuningCache::open(std::filesystem::path path) {
   auto cache = std::make_shared<ConvTuningCache>();
-  auto text = read_whole_file(path);
+  auto text = read_whole_file(path, kMaxFileBytes);
   if (text) {
     DLPROBE_ASSIGN_OR_RETURN(cache->entries_, parse(*text, path.string()));
   } else if (text.status().code() == Errc::not_found) {

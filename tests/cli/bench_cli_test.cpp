@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/run_dlprobe.h"
 #include "dlprobe/results/results.h"
@@ -68,6 +69,23 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
   expect_error(kSmall + "--tuning-cache /nonexistent/dir/tuning.json",
                "--tuning-cache: /nonexistent/dir/tuning.json");
   expect_error(kSmall + "--tuning-cache -", "--tuning-cache -: ");
+}
+
+// A value with a line break or another control character in it (a pasted value, a script's
+// variable) is quoted in the error escaped, so that the error stays one line.
+TEST(BenchCliTest, AControlCharacterInAValueKeepsTheErrorOneLine) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"bench", "--device", "cpu", "--layout", "nc\nhw"},
+        std::vector<std::string>{"bench", "--device", "cpu", "--steps", "\t\r\x01"},
+        std::vector<std::string>{"bench", "--no-such\nflag"}}) {
+    const CliRun r = dlprobe::testing::run_dlprobe(args, kOptions);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(error_lines(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+  }
+  const CliRun r =
+      dlprobe::testing::run_dlprobe({"bench", "--device", "cpu", "--layout", "nc\nhw"}, kOptions);
+  EXPECT_NE(r.err.find("'nc\\nhw'"), std::string::npos) << r.err;
 }
 
 // A tuning cache that is not one is refused before anything runs; a new one is created at once

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/run_dlprobe.h"
 #include "common/temp_folder.h"
@@ -170,6 +171,23 @@ TEST_F(OutputsCli, DashIsStandardOutputAndTheRestGoesToStderr) {
   EXPECT_NE(evaluate.err.find("--out -: "), std::string::npos) << evaluate.err;
 
   EXPECT_FALSE(fs::exists("-"));  // where dlprobe ran
+}
+
+// What a command prints on standard output is its result too (the memory table, doctor's JSON):
+// when that write fails, as on a full disk, the exit status must not say it was delivered.
+TEST_F(OutputsCli, AFailedWriteToStandardOutputIsAnError) {
+  for (const std::string& args : {kMemory, std::string("doctor --no-ceilings --json")}) {
+    std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" > /dev/full",
+                                     DLPROBE_BINARY};
+    for (std::string& word : testing::split_args(args)) argv.push_back(std::move(word));
+    testing::ProcessOptions options;
+    options.env = {{"CUDA_VISIBLE_DEVICES", "-1"},
+                   {"DLPROBE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1"}};
+    const testing::ProcessResult r = testing::run_process(argv, options);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(testing::error_lines(r.err), 1) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("standard output: cannot write: "), std::string::npos) << r.err;
+  }
 }
 
 TEST_F(OutputsCli, OverwriteReplacesTheFileALinkNamesAndKeepsItsPermissions) {

@@ -97,6 +97,15 @@ TEST_F(ConvTuningTest, FilesThatAreNotACacheAreOneLineErrorsNamingTheFile) {
   }
 }
 
+// A device that never ends (a mistyped path) is refused once past any cache's size, not read
+// until memory runs out.
+TEST_F(ConvTuningTest, EndlessFileIsRefusedAtOpen) {
+  const auto cache = ConvTuningCache::open("/dev/zero");
+  ASSERT_FALSE(cache.has_value());
+  EXPECT_NE(cache.status().message().find("/dev/zero"), std::string::npos)
+      << cache.status().message();
+}
+
 TEST_F(ConvTuningTest, PathThatCannotBeWrittenFailsAtOpen) {
   auto cache = ConvTuningCache::open(dir_ / "missing-folder" / "tuning.json");
   ASSERT_FALSE(cache.has_value());
