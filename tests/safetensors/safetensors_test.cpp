@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,29 @@ TEST(SafetensorsTest, SerialiseRefusesInconsistentTensors) {
   dup.tensors.push_back({"a", DType::fp32, {1}, f32({2.0f})});
   EXPECT_FALSE(serialize(dup).has_value());
   EXPECT_FALSE(read_file("/nonexistent/x.safetensors").has_value());
+}
+
+// A file is read as far as its header says it reaches (and a byte more): an endless input is
+// refused by its header at once instead of read until memory runs out, and bytes after the last
+// tensor are still seen.
+TEST(SafetensorsTest, ReadsNoFurtherThanTheHeaderSays) {
+  const Result<File> zero = read_file("/dev/zero");
+  ASSERT_FALSE(zero.has_value());
+  EXPECT_NE(zero.status().message().find("/dev/zero"), std::string::npos);
+
+  File f;
+  f.tensors.push_back({"w", DType::fp32, {2}, f32({1.0f, 2.0f})});
+  const std::string path = ::testing::TempDir() + "trailing.safetensors";
+  ASSERT_TRUE(write_file(path, f).is_ok());
+  ASSERT_TRUE(read_file(path).has_value());
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::app);
+    out << "trailing bytes";
+  }
+  const Result<File> trailing = read_file(path);
+  ASSERT_FALSE(trailing.has_value());
+  EXPECT_NE(trailing.status().message().find("follow the last tensor"), std::string::npos)
+      << trailing.status().message();
 }
 
 }  // namespace
