@@ -47,6 +47,13 @@ Result<double> parse_seconds(const std::string& text, std::string_view flag) {
   return std::chrono::duration<double>(d).count();
 }
 
+void add_model_flag(CLI::App& sub, std::string& model, std::string_view more) {
+  sub.add_option(
+         "--model", model,
+         more.empty() ? model::arch_names() : fmt::format("{} ({})", model::arch_names(), more))
+      ->capture_default_str();
+}
+
 void add_device_flags(CLI::App& sub, DeviceFlags& flags, std::string_view reference_note) {
   option(sub, "--device", flags.device, "cpu or cuda:N");
   sub.add_option(

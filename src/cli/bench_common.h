@@ -68,6 +68,9 @@ struct WorkloadFlags {
   std::string optimizer = "sgd";
 };
 
+// --model, its help the models there are and then `more` ("a comma list sweeps").
+void add_model_flag(CLI::App& sub, std::string& model, std::string_view more = "");
+
 // --device and --backend, as bench, memory and step take them. `reference_note` says what the
 // reference loops are to the command ("a correctness tool, not a benchmark").
 struct DeviceFlags {

@@ -223,8 +223,7 @@ int run_bench_command(const BenchFlags& flags) {
 Command add_bench_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* sub = app.add_subcommand("bench", kBenchAbout);
-  option(*sub, "--model", flags->workload.model,
-         "resnet18, resnet34, resnet50, resnet101, resnet152 (a comma list sweeps)");
+  add_model_flag(*sub, flags->workload.model, "a comma list sweeps");
   option(*sub, "--batch", flags->batch,
          "Images per step: a number, a comma list, or auto (double from --batch-start "
          "until the first out-of-memory)");

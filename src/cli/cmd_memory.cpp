@@ -220,7 +220,7 @@ int run(const memory::AnalysisOptions& a, const std::string& json) {
 Command add_memory_command(CLI::App& app) {
   auto f = std::make_shared<MemoryFlags>();
   CLI::App* sub = app.add_subcommand("memory", kMemoryAbout);
-  option(*sub, "--model", f->workload.model, "resnet18, resnet34, resnet50, resnet101, resnet152");
+  add_model_flag(*sub, f->workload.model);
   option(*sub, "--batch", f->batch, "Batch sizes, e.g. 32,64,128");
   option(*sub, "--precision", f->workload.precision,
          "fp32, tf32, fp16, bf16, fp64 (cpu only); a list, e.g. fp32,fp16");

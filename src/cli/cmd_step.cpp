@@ -276,8 +276,7 @@ Status run_step_command(const StepFlags& f) {
 Command add_step_command(CLI::App& app) {
   auto flags = std::make_shared<StepFlags>();
   CLI::App* sub = app.add_subcommand("step", kStepAbout);
-  option(*sub, "--model", flags->workload.model,
-         "resnet18, resnet34, resnet50, resnet101, resnet152");
+  add_model_flag(*sub, flags->workload.model);
   sub->add_option("--weights", flags->weights,
                   "State dict with torchvision names (safetensors.torch.save_file)")
       ->required();

@@ -8,18 +8,15 @@
 #include <cstring>
 #include <vector>
 
+#include "dlprobe/core/named.h"
+
 namespace dlprobe::data {
 
+constexpr Named<SampleType> kSampleTypeNames[] = {
+    {SampleType::fp32, "fp32"}, {SampleType::fp16, "fp16"}, {SampleType::bf16, "bf16"}};
+
 std::string_view sample_type_name(SampleType type) {
-  switch (type) {
-    case SampleType::fp32:
-      return "fp32";
-    case SampleType::fp16:
-      return "fp16";
-    case SampleType::bf16:
-      return "bf16";
-  }
-  return "fp32";
+  return name_of(kSampleTypeNames, type, "fp32");
 }
 
 std::string_view sample_layout_name(SampleLayout layout) {

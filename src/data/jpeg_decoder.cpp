@@ -6,24 +6,19 @@
 #include <algorithm>
 #include <limits>
 
+#include "dlprobe/core/named.h"
 #include "dlprobe/data/decoder.h"
 
 namespace dlprobe::data {
 
+constexpr Named<DecodeFailure> kDecodeFailureNames[] = {{DecodeFailure::unreadable, "unreadable"},
+                                                        {DecodeFailure::empty, "empty"},
+                                                        {DecodeFailure::not_jpeg, "not_jpeg"},
+                                                        {DecodeFailure::too_large, "too_large"},
+                                                        {DecodeFailure::corrupt, "corrupt"}};
+
 std::string_view decode_failure_name(DecodeFailure failure) {
-  switch (failure) {
-    case DecodeFailure::unreadable:
-      return "unreadable";
-    case DecodeFailure::empty:
-      return "empty";
-    case DecodeFailure::not_jpeg:
-      return "not_jpeg";
-    case DecodeFailure::too_large:
-      return "too_large";
-    case DecodeFailure::corrupt:
-      return "corrupt";
-  }
-  return "corrupt";
+  return name_of(kDecodeFailureNames, failure, "corrupt");
 }
 
 ScaleFactor smallest_covering_scale(std::span<const ScaleFactor> scales, double region_width,

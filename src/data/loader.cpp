@@ -14,18 +14,15 @@
 #include <new>
 #include <thread>
 
+#include "dlprobe/core/named.h"
+
 namespace dlprobe::data {
 
+constexpr Named<Stage> kStageNames[] = {
+    {Stage::read, "read"}, {Stage::decode, "decode"}, {Stage::augment, "decode+augment"}};
+
 std::string_view stage_name(Stage stage) {
-  switch (stage) {
-    case Stage::read:
-      return "read";
-    case Stage::decode:
-      return "decode";
-    case Stage::augment:
-      return "decode+augment";
-  }
-  return "decode+augment";
+  return name_of(kStageNames, stage, "decode+augment");
 }
 
 Result<Stage> parse_stage(std::string_view name) {

@@ -167,9 +167,17 @@ Result<Arch> parse_arch(std::string_view text, std::string_view flag) {
   for (const auto& s : kArchs) {
     if (s.name == text) return s.arch;
   }
-  return invalid_argument(fmt::format(
-      "{}: unknown model '{}' (expected resnet18, resnet34, resnet50, resnet101 or resnet152)",
-      flag, text));
+  return invalid_argument(
+      fmt::format("{}: unknown model '{}' (expected one of {})", flag, text, arch_names()));
+}
+
+std::string arch_names() {
+  std::string out;
+  for (const auto& s : kArchs) {
+    if (!out.empty()) out += ", ";
+    out += s.name;
+  }
+  return out;
 }
 
 std::string_view arch_name(Arch arch) {

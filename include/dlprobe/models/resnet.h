@@ -28,6 +28,8 @@ namespace dlprobe::model {
 enum class Arch : std::uint8_t { resnet18, resnet34, resnet50, resnet101, resnet152 };
 // "resnet18", ..., "resnet152"; anything else is a one-line error naming `flag`.
 Result<Arch> parse_arch(std::string_view text, std::string_view flag = "model");
+// "resnet18, resnet34, ...": the models parse_arch takes, for help texts and errors.
+std::string arch_names();
 std::string_view arch_name(Arch arch);
 
 struct ModelConfig {
