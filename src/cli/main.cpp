@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +14,16 @@
 #include "commands.h"
 #include "dlprobe/core/build_info.h"
 #include "dlprobe/core/log.h"
+
+namespace {
+
+// Whether standard output is a pipe whose reading end is closed (poll says POLLERR then).
+bool reader_gone() {
+  pollfd out{STDOUT_FILENO, POLLOUT, 0};
+  return poll(&out, 1, 0) == 1 && (out.revents & POLLERR) != 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace dlprobe::cli;
@@ -44,7 +57,10 @@ int main(int argc, char** argv) {
     // What a command prints on standard output is its result too (compare's verdicts, doctor's
     // report, the tables): a write there that failed, as on a full disk, must not end in success.
     // A command that failed has said why in its one line already.
-    if (code != kExitError && (std::fflush(stdout) != 0 || std::ferror(stdout) != 0)) {
+    // A reader that went away (`| head -1`) took what it wanted: that is the user's choice, and
+    // the results files hold the rest.
+    if (code != kExitError && (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) &&
+        !reader_gone()) {
       std::fprintf(stderr, "dlprobe: error: standard output: cannot write: %s\n",
                    std::strerror(errno));
       return kExitError;
