@@ -16,6 +16,7 @@
 #include "dlprobe/core/command_line.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/device/conv_options.h"
+#include "dlprobe/device/fastest_settings.h"
 #include "dlprobe/memory/analysis_json.h"
 #include "dlprobe/memory/analysis_runs.h"
 #include "dlprobe/monitor/nvml.h"
@@ -196,6 +197,27 @@ class Printer final : public memory::AnalysisObserver {
   MemorySummary summary_;
   int failures_ = 0;
 };
+
+// One line on stderr of what the open choices (--layout, --gpu-memory auto) became, as bench says
+// it; nothing when every choice was named.
+void print_picked(const memory::AnalysisOptions& a) {
+  std::vector<std::string> picked;
+  if (!a.layout) {
+    device::Picks layouts;
+    for (engine::Precision p : a.precisions) {
+      layouts.add(device::layout_flag(memory::analysis_layout(a, p)), engine::precision_name(p));
+    }
+    picked.push_back("layout " + layouts.text());
+  }
+  if (a.gpu_memory.empty()) {
+    std::vector<std::string> modes;
+    for (const memory::GpuMemoryOption& g : memory::fastest_gpu_memory(a)) modes.push_back(g.text);
+    picked.push_back(fmt::format("gpu-memory {}", fmt::join(modes, ",")));
+  }
+  if (picked.empty()) return;
+  std::fprintf(stderr, "picked: %s (override with --layout/--gpu-memory)\n",
+               fmt::format("{}", fmt::join(picked, ", ")).c_str());
+}
 
 int run(const memory::AnalysisOptions& a, const std::string& json) {
   std::unique_ptr<results::ResultsWriter> writer;

@@ -26,6 +26,7 @@
 #include "dlprobe/engine/safetensors.h"
 #include "dlprobe/step/step_config.h"
 #include "dlprobe/step/training_step.h"
+#include "step_files.h"
 
 namespace dlprobe::cli {
 namespace {
@@ -52,104 +53,6 @@ struct StepFlags {
   bool write_losses = false;  // --steps given: the `losses` tensor too
   std::int64_t batch = 0;     // 0: every image of the input in one batch
 };
-
-// A tensor of the input file as a HostTensor (row-major, so NCHW for rank 4).
-Result<HostTensor> host_tensor(const safetensors::Tensor& t) {
-  if (t.shape.empty() || t.shape.size() > 4) {
-    return invalid_argument(fmt::format("rank {} is not supported", t.shape.size()));
-  }
-  Shape shape;
-  shape.rank = static_cast<int>(t.shape.size());
-  for (std::size_t i = 0; i < t.shape.size(); ++i) shape.dims[i] = t.shape[i];
-  DLPROBE_ASSIGN_OR_RETURN(TensorDesc desc, TensorDesc::make(shape, t.dtype));
-  HostTensor h(desc);
-  if (t.data.size() != desc.bytes()) {
-    return invalid_argument(
-        fmt::format("holds {} bytes, its shape needs {}", t.data.size(), desc.bytes()));
-  }
-  std::memcpy(h.data(), t.data.data(), desc.bytes());
-  return h;
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
-struct Input {
-  HostTensor images;
-  HostTensor labels;
-};
-
-Result<Input> read_input(const std::string& path) {
-  DLPROBE_ASSIGN_OR_RETURN(safetensors::File file, safetensors::read_file(path));
-  const safetensors::Tensor* images = file.find("images");
-  const safetensors::Tensor* labels = file.find("labels");
-  if (images == nullptr || labels == nullptr) {
-    return invalid_argument(
-        fmt::format("{}: no tensor named '{}' (expected 'images' [N, 3, H, W] "
-                    "and 'labels' [N])",
-                    path, images == nullptr ? "images" : "labels"));
-  }
-  const std::vector<std::int64_t>& s = images->shape;
-  if (s.size() != 4 || s[1] != 3 || s[2] != s[3] || !dtype_is_floating(images->dtype)) {
-    return invalid_argument(fmt::format(
-        "{}: 'images' is {} {}, expected a floating [N, 3, H, H] tensor (square RGB images)", path,
-        safetensors::dtype_code(images->dtype), shape_text(s)));
-  }
-  if (labels->shape.size() != 1 || labels->shape[0] != s[0] || dtype_is_floating(labels->dtype)) {
-    return invalid_argument(fmt::format("{}: 'labels' is {} {}, expected an integer [{}] tensor",
-                                        path, safetensors::dtype_code(labels->dtype),
-                                        shape_text(labels->shape), s[0]));
-  }
-  Input in;
-  Result<HostTensor> im = host_tensor(*images);
-  if (!im.has_value()) return im.status().with_context(fmt::format("{}: images", path));
-  Result<HostTensor> lb = host_tensor(*labels);
-  if (!lb.has_value()) return lb.status().with_context(fmt::format("{}: labels", path));
-  in.images = std::move(im).value();
-  in.labels = std::move(lb).value();
-  return in;
-}
-
-// `fc.weight` [classes, features] says how many classes the model has, `conv1.weight` [width, 3,
-// 7, 7] how wide it is.
-Result<model::ModelConfig> model_of(const safetensors::File& weights, const std::string& path) {
-  const safetensors::Tensor* fc = weights.find("fc.weight");
-  const safetensors::Tensor* stem = weights.find("conv1.weight");
-  if (fc == nullptr || fc->shape.size() != 2 || fc->shape[0] < 1 || stem == nullptr ||
-      stem->shape.size() != 4 || stem->shape[0] < 1) {
-    return invalid_argument(
-        fmt::format("{}: no 'fc.weight' [classes, features] and 'conv1.weight' [width, 3, 7, 7] "
-                    "tensors, so not a torchvision ResNet state dict",
-                    path));
-  }
-  model::ModelConfig m;
-  m.classes = fc->shape[0];
-  m.width = stem->shape[0];
-  return m;
-}
-
-safetensors::Tensor scalar(std::string name, double value) {
-  safetensors::Tensor t;
-  t.name = std::move(name);
-  t.dtype = DType::fp64;
-  t.data.resize(sizeof value);
-  std::memcpy(t.data.data(), &value, sizeof value);
-  return t;
-}
-
-// Contiguous in logical order (NCHW for rank 4), as PyTorch's tensors of the same name are.
-safetensors::Tensor to_file_tensor(std::string name, const HostTensor& value) {
-  const HostTensor contiguous =
-      value.layout() == Layout::nchw ? value : value.to_layout(Layout::nchw);
-  safetensors::Tensor t;
-  t.name = std::move(name);
-  t.dtype = contiguous.dtype();
-  for (int d = 0; d < contiguous.shape().rank; ++d) t.shape.push_back(contiguous.shape()[d]);
-  const auto* bytes = static_cast<const std::byte*>(contiguous.data());
-  t.data.assign(bytes, bytes + contiguous.desc().bytes());
-  return t;
-}
 
 Status run_step_command(const StepFlags& f) {
   engine::StepConfig c;
@@ -181,9 +84,9 @@ Status run_step_command(const StepFlags& f) {
       prepare_outputs({{"--output", f.output}, {"--state-output", f.state_output}}, f.overwrite));
   // Every file is read, and every problem with one reported, before any memory is taken; the
   // small batch file first.
-  DLPROBE_ASSIGN_OR_RETURN(Input in, read_input(f.input));
+  DLPROBE_ASSIGN_OR_RETURN(StepInput in, read_step_input(f.input));
   DLPROBE_ASSIGN_OR_RETURN(safetensors::File weights, safetensors::read_file(f.weights));
-  DLPROBE_ASSIGN_OR_RETURN(const model::ModelConfig shape, model_of(weights, f.weights));
+  DLPROBE_ASSIGN_OR_RETURN(const model::ModelConfig shape, model_of_weights(weights, f.weights));
   c.model.classes = shape.classes;
   c.model.width = shape.width;
   const std::int64_t images = in.images.shape()[0];
@@ -224,8 +127,8 @@ Status run_step_command(const StepFlags& f) {
                   {"backend", std::string(e->backend().name())}};
   DLPROBE_ASSIGN_OR_RETURN(HostTensor logits, step->logits());
   out.tensors.push_back(to_file_tensor("logits", logits));
-  out.tensors.push_back(scalar("loss", r.loss));
-  out.tensors.push_back(scalar("loss_scale", r.loss_scale));
+  out.tensors.push_back(scalar_tensor("loss", r.loss));
+  out.tensors.push_back(scalar_tensor("loss_scale", r.loss_scale));
   std::size_t skipped = 0;
   if (f.write_losses) {
     HostTensor losses(

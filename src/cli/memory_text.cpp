@@ -7,7 +7,6 @@
 #include <cstdio>
 
 #include "dlprobe/core/units.h"
-#include "dlprobe/device/fastest_settings.h"
 
 namespace dlprobe::cli {
 namespace {
@@ -291,25 +290,6 @@ void MemorySummary::print() const {
         100.0 * static_cast<double>(f.batch - first.batch) / static_cast<double>(first.batch),
         std::string(engine::precision_name(first.precision)).c_str(), first.gpu_memory.c_str());
   }
-}
-
-void print_picked(const memory::AnalysisOptions& a) {
-  std::vector<std::string> picked;
-  if (!a.layout) {
-    device::Picks layouts;
-    for (engine::Precision p : a.precisions) {
-      layouts.add(device::layout_flag(memory::analysis_layout(a, p)), engine::precision_name(p));
-    }
-    picked.push_back("layout " + layouts.text());
-  }
-  if (a.gpu_memory.empty()) {
-    std::vector<std::string> modes;
-    for (const memory::GpuMemoryOption& g : memory::fastest_gpu_memory(a)) modes.push_back(g.text);
-    picked.push_back(fmt::format("gpu-memory {}", fmt::join(modes, ",")));
-  }
-  if (picked.empty()) return;
-  std::fprintf(stderr, "picked: %s (override with --layout/--gpu-memory)\n",
-               fmt::format("{}", fmt::join(picked, ", ")).c_str());
 }
 
 }  // namespace dlprobe::cli

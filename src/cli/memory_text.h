@@ -15,10 +15,6 @@ namespace dlprobe::cli {
 // "resnet50 bs32 fp32 train NCHW sgd, --gpu-memory grow"
 std::string describe(const engine::StepConfig& step, const memory::GpuMemoryOption& gpu_memory);
 
-// One line on stderr of what the open choices (--layout, --gpu-memory auto) became, as bench says
-// it; nothing when every choice was named.
-void print_picked(const memory::AnalysisOptions& options);
-
 // A failure in one line; else a heading and the breakdown at the peak, measured beside predicted
 // (with `device_bytes`, predicting for a GPU of that memory: whether the step fits it), or the
 // max-batch search with its trials.
