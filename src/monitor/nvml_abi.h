@@ -27,7 +27,7 @@ inline constexpr Return kErrorUnknown = 999;
 // NVML_VALUE_NOT_AVAILABLE: what usedGpuMemory holds when the driver cannot attribute memory.
 inline constexpr unsigned long long kValueNotAvailable = ~0ULL;
 
-using Device = struct DeviceOpaque*;  // nvmlDevice_t
+using Device = struct NvmlDeviceHandle*;  // nvmlDevice_t
 
 // nvmlClockType_t
 inline constexpr int kClockGraphics = 0;
