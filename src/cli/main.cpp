@@ -59,10 +59,12 @@ int main(int argc, char** argv) {
     // A command that failed has said why in its one line already.
     // A reader that went away (`| head -1`) took what it wanted: that is the user's choice, and
     // the results files hold the rest.
-    if (code != kExitError && (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) &&
-        !reader_gone()) {
+    const bool flushed = std::fflush(stdout) == 0;
+    const int flush_errno = errno;
+    if (code != kExitError && (!flushed || std::ferror(stdout) != 0) && !reader_gone()) {
+      // errno belongs to the flush only when the flush failed; an earlier write's is gone.
       std::fprintf(stderr, "dlprobe: error: standard output: cannot write: %s\n",
-                   std::strerror(errno));
+                   flushed ? "an earlier write failed" : std::strerror(flush_errno));
       return kExitError;
     }
     return code;

@@ -182,6 +182,21 @@ void resize_row(const std::uint8_t* row, const std::vector<Tap>& xs, float* dst)
   }
 }
 
+// Where both resizes write: the output as its element type, n x n values per channel, and the
+// byte stride of the source image's RGB rows.
+template <SampleType T>
+struct Target {
+  typename Element<T>::type* out;
+  std::size_t n;
+  std::size_t plane;
+  std::size_t stride;
+};
+template <SampleType T>
+Target<T> target_of(const Image& image, std::size_t n, std::byte* out_bytes) {
+  return {reinterpret_cast<typename Element<T>::type*>(out_bytes), n, n * n,
+          static_cast<std::size_t>(image.width) * 3};
+}
+
 // Hand-written rather than a library's resize: the crop, flip, resize, normalisation, element type
 // and layout are one pass over the output, with no intermediate image (OpenCV's or Pillow's resize
 // would write an 8-bit image to normalise and transpose in a second pass). Separable: each source
@@ -192,10 +207,7 @@ void resize_into(const Image& image, const std::vector<Tap>& xs, const std::vect
                  const std::array<float, 3>& scale, const std::array<float, 3>& shift,
                  std::byte* out_bytes) {
   using E = Element<T>;
-  auto* out = reinterpret_cast<typename E::type*>(out_bytes);
-  const std::size_t n = xs.size();
-  const std::size_t plane = n * n;
-  const std::size_t stride = static_cast<std::size_t>(image.width) * 3;
+  const auto [out, n, plane, stride] = target_of<T>(image, xs.size(), out_bytes);
   thread_local std::vector<float> buffer;
   buffer.resize(6 * n);
   float* rows[2] = {buffer.data(), buffer.data() + 3 * n};
@@ -245,10 +257,7 @@ void resize_rows_first(const Image& image, const std::vector<Tap>& xs, const std
                        const std::array<float, 3>& scale, const std::array<float, 3>& shift,
                        std::byte* out_bytes) {
   using E = Element<T>;
-  auto* out = reinterpret_cast<typename E::type*>(out_bytes);
-  const std::size_t n = xs.size();
-  const std::size_t plane = n * n;
-  const std::size_t stride = static_cast<std::size_t>(image.width) * 3;
+  const auto [out, n, plane, stride] = target_of<T>(image, xs.size(), out_bytes);
   int lo = image.width;
   int hi = 0;
   for (const Tap& t : xs) {
