@@ -124,6 +124,10 @@ std::optional<HostHeader> parse_host_header(std::string_view value) {
     if (colon != std::string_view::npos) rest = value.substr(colon);
   }
   if (h.host.empty()) return std::nullopt;
+  // No control character (NUL, CR, LF, DEL ...) belongs in a host name.
+  for (const char c : h.host) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) return std::nullopt;
+  }
   if (rest.empty() || rest == ":") return h;
   if (rest.front() != ':' || rest.size() > 6) return std::nullopt;
   int port = 0;
@@ -461,8 +465,11 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
   State& s = *state;
   s.server.set_pre_routing_handler([rule = std::move(rule)](const httplib::Request& req,
                                                             httplib::Response& res) {
-    const auto host = req.get_header_value_count("Host") == 1
-                          ? parse_host_header(req.get_header_value("Host"))
+    // The header's whole value from the map: get_header_value() hands it over as a C string,
+    // which would end a value like "127.0.0.1\0evil" at its NUL.
+    const auto found = req.headers.find("Host");
+    const auto host = req.get_header_value_count("Host") == 1 && found != req.headers.end()
+                          ? parse_host_header(found->second)
                           : std::nullopt;
     if (host && rule.accepts(*host)) return httplib::Server::HandlerResponse::Unhandled;
     res.status = 421;

@@ -135,6 +135,10 @@ TEST_F(MetricsServerTest, LoopbackServesOnlyHostsNamingIt) {
   EXPECT_EQ(status_of("127.0.0.1", port, host("[::1:" + p)), kMisdirected);
   EXPECT_EQ(status_of("127.0.0.1", port, host("127.0.0.1:9x")), kMisdirected);
   EXPECT_EQ(status_of("127.0.0.1", port, host("127.0.0.1:" + p + "0")), kMisdirected);
+  // A NUL (or another control character) inside the name: what follows it must not be cut off.
+  EXPECT_EQ(status_of("127.0.0.1", port, host(std::string("127.0.0.1\0evil", 14))), kMisdirected);
+  EXPECT_EQ(status_of("127.0.0.1", port, host(std::string("localhost\0:", 11) + p)), kMisdirected);
+  EXPECT_EQ(status_of("127.0.0.1", port, host("local\x01host:" + p)), kMisdirected);
 }
 
 // Whether ::1 can be bound here (some containers have no IPv6).
