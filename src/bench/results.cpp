@@ -175,6 +175,7 @@ results::Configuration to_configuration(const Measured& m) {
   c.kind = results::Kind::native;
   c.settings = settings_of(m.step, m.device, m.backend);
   c.settings.gpu_memory = m.gpu_memory;
+  c.settings.input = m.input;
   c.status = m.status;
   c.error = m.error;
   if (m.result != nullptr) {
@@ -320,6 +321,45 @@ std::vector<results::Finding> findings_of(const results::Configuration& c,
                : "its memory is not available to the benchmark; stop it for the largest batches");
   }
   return out;
+}
+
+results::Finding input_finding(const results::Configuration& synthetic,
+                               const results::Configuration& fed, const InputFacts& facts) {
+  results::Finding f;
+  const double base = synthetic.statistics ? synthetic.statistics->throughput : 0;
+  const double got = fed.statistics ? fed.statistics->throughput : 0;
+  const double share = base > 0 ? got / base : 0;
+  const double batch = static_cast<double>(fed.settings.batch);
+  const double fetch_ms =
+      facts.batches > 0 ? 1e3 * facts.fetch_seconds / static_cast<double>(facts.batches) : 0;
+  const double step_ms = base > 0 ? 1e3 * batch / base : 0;
+  f.evidence = fmt::format(
+      "{:.0f} img/s from JPEGs ({}, {} loader threads) against {:.0f} img/s on the synthetic "
+      "batch: {:.1f} %; making a batch took {:.1f} ms on the host's clock against a {:.1f} ms "
+      "step{}",
+      got, facts.decoder, facts.threads, base, 100 * share, fetch_ms, step_ms,
+      facts.skipped.empty() ? std::string()
+                            : fmt::format("; {} file(s) gave no image", facts.skipped.size()));
+  if (share >= 0.95) {
+    f.severity = Severity::info;
+    f.id = "input_keeps_up";
+    f.message = fmt::format("the input pipeline keeps up: {:.1f} % of the synthetic throughput",
+                            100 * share);
+    return f;
+  }
+  f.severity = Severity::warning;
+  f.id = "input_bound";
+  f.message = fmt::format(
+      "input-bound: training from JPEGs runs at {:.1f} % of the synthetic throughput", 100 * share);
+  f.fix = facts.input == "jpeg-gpu"
+              ? "more loader threads (--data-threads) if the readers cannot keep up; nvJPEG's "
+                "hardware engine where the GPU has one (drop --cuda-decoder); smaller stored "
+                "images (e.g. 256 pixels on the short side); a faster disk if the files are not "
+                "in the page cache"
+              : "decode on the GPU (--data-decode gpu); more loader threads (--data-threads) or "
+                "cores; keep decoded images in memory (a cache, as tf.data's cache()); smaller "
+                "stored images (e.g. 256 pixels on the short side)";
+  return f;
 }
 
 }  // namespace dlprobe::bench

@@ -101,6 +101,24 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
   const HostTensor labels =
       HostTensor::random(label_desc, o.data_seed + 1, 0.0, static_cast<double>(c.model.classes));
   DLPROBE_RETURN_IF_ERROR(step->set_input(images, labels));
+  std::unique_ptr<InputFeed> feed;
+  if (o.data != nullptr) {
+    DLPROBE_ASSIGN_OR_RETURN(feed, open_jpeg_feed(*o.data, *step, e.device()));
+    r.input.emplace();
+    r.input->input = feed->input();
+    r.input->decoder = feed->decoder();
+    r.input->threads = feed->threads();
+  }
+  // The next batch from the feed, if any; its fetch time counted while `timed`.
+  const auto next_input = [&](bool timed) -> Status {
+    if (!feed) return Status::ok();
+    DLPROBE_ASSIGN_OR_RETURN(const double fetch, feed->feed(*step));
+    if (timed) {
+      r.input->fetch_seconds += fetch;
+      ++r.input->batches;
+    }
+    return Status::ok();
+  };
   DLPROBE_RETURN_IF_ERROR(e.backend().synchronize());
   r.setup_seconds = seconds_since(setup_start);
 
@@ -113,6 +131,7 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
         r.interrupted = true;
         break;
       }
+      DLPROBE_RETURN_IF_ERROR(next_input(false));
       DLPROBE_RETURN_IF_ERROR(step->enqueue());
       // Warm-up is not timed, so each step may wait for its end: otherwise the host's clock
       // passes warmup_seconds while the device is still hundreds of queued steps behind.
@@ -137,6 +156,9 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
         r.interrupted = true;
         break;
       }
+      // A feed's batch is made while the step before runs; its set_input waits for that step, so
+      // a step's time (mark to mark) includes any wait for its successor's input.
+      DLPROBE_RETURN_IF_ERROR(next_input(true));
       DLPROBE_RETURN_IF_ERROR(e.backend().mark(static_cast<std::size_t>(k)));
       DLPROBE_RETURN_IF_ERROR(step->enqueue());
       ++k;
@@ -168,6 +190,7 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
   }
   r.memory = e.allocator().stats();
   r.graph_replayed = step->graph_recorded();
+  if (feed) r.input->skipped = feed->skipped();
 
   if (o.profile_steps > 0 && !r.interrupted) {
     std::vector<std::vector<double>> runs;

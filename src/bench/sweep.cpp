@@ -104,7 +104,8 @@ std::size_t planned_configurations(const Sweep& sweep) {
   for (const SweepGroup& g : sweep.groups) {
     n += g.auto_batch ? auto_batches(sweep.auto_batch).size() : g.batches.size();
   }
-  return n;
+  // Training from JPEGs doubles each configuration.
+  return sweep.data ? 2 * n : n;
 }
 
 SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
@@ -245,8 +246,11 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
       out.runs.push_back(run ? std::move(run).value() : BenchResult{});
       // The walk ends at its first out-of-memory; finding it is what the walk is for.
       const bool walk_ends = group.auto_batch && status == results::RunStatus::oom;
+      const std::size_t per_batch = sweep.data ? 2 : 1;
+      // A configuration that did not finish is not run from JPEGs.
+      if (sweep.data && status != results::RunStatus::ok) --planned;
       if (walk_ends) {
-        planned -= batches.size() - b - 1;
+        planned -= (batches.size() - b - 1) * per_batch;
       } else if (status != results::RunStatus::ok) {
         ++out.incomplete;
       }
@@ -263,6 +267,52 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
         break;
       }
       if (walk_ends) break;
+      if (sweep.data && status == results::RunStatus::ok) {
+        // The same configuration from JPEGs, in the same engine, right after the synthetic run.
+        windows.clear();
+        options.data = &*sweep.data;
+        Result<BenchResult> fed = run_bench(**engine, options, hooks);
+        Measured d = m;
+        d.result = nullptr;
+        d.memory.reset();
+        d.input = sweep.data->gpu_decode && sweep.device.kind == DeviceKind::cuda ? "jpeg-gpu"
+                                                                                  : "jpeg-cpu";
+        if (fed) {
+          d.result = &fed.value();
+          d.memory = fed->memory;
+          if (fed->input) d.input = fed->input->input;
+          if (fed->interrupted) {
+            d.status = results::RunStatus::interrupted;
+            d.error = fmt::format("interrupted (Ctrl-C) after {} timed steps", fed->timed_steps());
+          }
+        } else {
+          d.status = fed.status().code() == Errc::out_of_memory ? results::RunStatus::oom
+                                                                : results::RunStatus::failed;
+          d.error = fed.status().message();
+        }
+        if (sampler) {
+          d.telemetry = telemetry_over(windows, tel->gpu);
+          d.others = other_processes(windows, tel->gpu, static_cast<unsigned>(::getpid()));
+        }
+        results::Configuration dc = to_configuration(d);
+        if (fed && fed->input && dc.statistics) {
+          dc.findings.push_back(input_finding(out.configurations.back(), dc, *fed->input));
+        }
+        if (dc.status != results::RunStatus::ok) ++out.incomplete;
+        const bool stopped = fed && fed->interrupted;
+        out.configurations.push_back(std::move(dc));
+        out.runs.push_back(fed ? std::move(fed).value() : BenchResult{});
+        if (callbacks.done) {
+          if (Status s = callbacks.done(out.configurations, planned); !s) {
+            out.status = s;
+            return out;
+          }
+        }
+        if (stopped || stop_requested()) {
+          out.interrupted = true;
+          break;
+        }
+      }
     }
     if (points.size() >= 2) {
       const std::string name =

@@ -192,4 +192,44 @@ int sweep_exit_code(const Status& status, const bench::SweepOutcome& outcome, Pr
   return outcome.incomplete > 0 ? kExitFailure : kExitOk;
 }
 
+void add_data_flags(CLI::App& sub, DataFlags& flags) {
+  option(sub, "--data", flags.dir,
+         "Also train each configuration from this JPEG dataset (class folders, or a folder of "
+         "JPEGs), beside the synthetic batch: img/s from JPEGs and whether the input binds");
+  option(sub, "--data-threads", flags.threads,
+         "Loader threads for --data (0: every CPU this process may use)");
+  option(sub, "--data-decode", flags.decode,
+         "Where --data decodes: gpu (nvJPEG and a kernel; the threads read), cpu (libjpeg-turbo "
+         "on the threads), or auto: gpu on a CUDA device");
+}
+
+Result<std::optional<bench::JpegInput>> data_input(const DataFlags& flags,
+                                                   const device::Device& device) {
+  if (flags.dir.empty()) {
+    if (flags.threads != "0" || flags.decode != "auto") {
+      return invalid_argument("--data-threads and --data-decode: only with --data DIR");
+    }
+    return std::optional<bench::JpegInput>();
+  }
+  bench::JpegInput in;
+  DLPROBE_ASSIGN_OR_RETURN(const std::int64_t threads,
+                           parse_int(flags.threads, "--data-threads", 0, 1024));
+  in.threads = static_cast<int>(threads);
+  if (flags.decode == "gpu") {
+    if (device.kind != DeviceKind::cuda) {
+      return invalid_argument("--data-decode gpu: needs a CUDA --device");
+    }
+    in.gpu_decode = true;
+  } else if (flags.decode == "cpu") {
+    in.gpu_decode = false;
+  } else if (flags.decode == "auto") {
+    in.gpu_decode = device.kind == DeviceKind::cuda;
+  } else {
+    return invalid_argument(
+        fmt::format("--data-decode: unknown choice '{}' (gpu, cpu or auto)", flags.decode));
+  }
+  DLPROBE_ASSIGN_OR_RETURN(in.dataset, for_flag("--data", data::list_dataset(flags.dir)));
+  return std::optional<bench::JpegInput>(std::move(in));
+}
+
 }  // namespace dlprobe::cli

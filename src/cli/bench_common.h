@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -70,6 +71,18 @@ struct WorkloadFlags {
 
 // --model, its help the models there are and then `more` ("a comma list sweeps").
 void add_model_flag(CLI::App& sub, std::string& model, std::string_view more = "");
+
+// --data, --data-threads and --data-decode: train from a JPEG dataset beside the synthetic batch.
+struct DataFlags {
+  std::string dir;
+  std::string threads = "0";
+  std::string decode = "auto";
+};
+void add_data_flags(CLI::App& sub, DataFlags& flags);
+// Nothing without --data; else the dataset listed (a missing or empty folder is a one-line error)
+// and where it decodes on `device`.
+Result<std::optional<bench::JpegInput>> data_input(const DataFlags& flags,
+                                                   const device::Device& device);
 
 // --device and --backend, as bench, memory and step take them. `reference_note` says what the
 // reference loops are to the command ("a correctness tool, not a benchmark").

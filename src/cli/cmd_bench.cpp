@@ -80,6 +80,7 @@ struct BenchFlags {
   bool overwrite = false;
   bool no_ceiling = false;
   bool quiet = false;
+  DataFlags data;
 };
 
 struct BenchPlan {
@@ -163,6 +164,7 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
                            for_flag("--conv-engines", device::parse_conv_engines(f.conv_engines)));
   DLPROBE_ASSIGN_OR_RETURN(s.profile_steps, parse_int(f.profile, "--profile", 0, 10'000));
   s.weights = f.weights;
+  DLPROBE_ASSIGN_OR_RETURN(s.data, data_input(f.data, s.device));
   p.single = !axes.auto_batch && bench::planned_configurations(s) == 1;
   if (!s.weights.empty() && axes.models.size() > 1) {
     return invalid_argument("--weights: fits one model; give a single --model");
@@ -244,6 +246,7 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--weights", flags->weights,
                   "Start from a safetensors state dict (torchvision names)");
   add_tuning_flags(*sub, flags->tuning);
+  add_data_flags(*sub, flags->data);
   option(*sub, "--conv-engines", flags->conv_engines,
          "Which cuDNN engines may compete: any (as cudnn.benchmark: also "
          "non-deterministic, FFT and Winograd), deterministic, exact (deterministic "

@@ -12,6 +12,7 @@
 #include "dlprobe/core/units.h"
 #include "dlprobe/data/make_dataset.h"
 #include "dlprobe/data/throughput.h"
+#include "dlprobe/device/device.h"
 
 namespace dlprobe::cli {
 
@@ -34,6 +35,8 @@ struct PipelineFlags {
   bool no_dct_scaling = false;
   bool no_flip = false;
   bool strict = false;
+  std::string device = "cpu";
+  bool cuda_decoder = false;
   std::string json;
   bool overwrite = false;
 };
@@ -87,6 +90,15 @@ Result<data::ThroughputOptions> options_from(const PipelineFlags& f) {
   l.dct_scaling = !f.no_dct_scaling;
   l.augment.flip = !f.no_flip;
   l.strict = f.strict;
+  DLPROBE_ASSIGN_OR_RETURN(auto where, for_flag("--device", device::parse_device(f.device)));
+  if (where.kind == DeviceKind::cuda) {
+    data::GpuDecoderOptions g;
+    g.device = where.index;
+    g.hardware = !f.cuda_decoder;
+    o.gpu = g;
+  } else if (f.cuda_decoder) {
+    return invalid_argument("--cuda-decoder: only with --device cuda:N");
+  }
   return o;
 }
 
@@ -148,7 +160,8 @@ Command add_pipeline_command(CLI::App& app) {
   auto make = std::make_shared<MakeFlags>();
   CLI::App* sub = app.add_subcommand(
       "pipeline",
-      "Measure the host input pipeline (read, JPEG decode, augmentation) on a JPEG dataset");
+      "Measure the input pipeline (read, JPEG decode, augmentation) on a JPEG dataset, on the "
+      "host's cores or on a GPU");
   sub->add_option("dir", flags->dir,
                   "Dataset folder: class subfolders of JPEGs (ImageFolder) or a folder of JPEGs");
   add_text_options<PipelineFlags>(
@@ -177,6 +190,12 @@ Command add_pipeline_command(CLI::App& app) {
   sub->add_flag("--no-flip", flags->no_flip, "No random horizontal flip");
   sub->add_flag("--strict", flags->strict,
                 "Stop at the first file that gives no image (by default it is skipped and listed)");
+  option(*sub, "--device", flags->device,
+         "Where to decode and augment: cpu (libjpeg-turbo on the worker threads) or cuda:N "
+         "(nvJPEG and a kernel on that GPU; the threads read the files)");
+  sub->add_flag("--cuda-decoder", flags->cuda_decoder,
+                "On the GPU, decode with nvJPEG's CUDA decoder even where the GPU has a hardware "
+                "JPEG engine");
   sub->add_option("--json", flags->json, "Write the results as JSON (schema dlprobe.pipeline/1)");
   add_overwrite_flag(*sub, flags->overwrite);
 

@@ -56,6 +56,9 @@ Status validate(const LoaderOptions& o) {
   if (o.augment.size < 1 || o.augment.size > 8192) {
     return invalid_argument(fmt::format("image size: {} (1 to 8192)", o.augment.size));
   }
+  if (o.keep_files && o.stage != Stage::read) {
+    return invalid_argument("keep_files: only with the read stage");
+  }
   const AugmentOptions& a = o.augment;
   if (!(a.scale_min > 0 && a.scale_min <= a.scale_max && a.scale_max <= 1)) {
     return invalid_argument(
@@ -142,6 +145,7 @@ Status read_into(const std::filesystem::path& path, std::uint64_t max_bytes,
 
 struct Slot {
   std::shared_ptr<std::byte> memory;
+  std::vector<EncodedFile> files;  // keep_files: the first labels.size() are this batch's
   std::vector<int> labels;
   std::vector<std::size_t> samples;
   std::uint64_t index = 0;
@@ -254,8 +258,20 @@ struct Loader::State {
       if (options.stage == Stage::augment) {
         out = {slot.memory.get() + slot.labels.size() * sample_bytes, sample_bytes};
       }
+      // With keep_files the file is read straight into the slot's own buffer, kept for the
+      // consumer.
+      std::vector<std::uint8_t>& into =
+          options.keep_files ? slot.files[slot.labels.size()].bytes : file;
       std::optional<DecodeError> failed =
-          one_sample(sample, epoch, decoder, scratch, file, out, slot.bytes_read);
+          one_sample(sample, epoch, decoder, scratch, into, out, slot.bytes_read);
+      if (!failed && options.keep_files) {
+        auto inspected = decoder.inspect(into);
+        if (auto* e = std::get_if<DecodeError>(&inspected)) {
+          failed = std::move(*e);
+        } else {
+          slot.files[slot.labels.size()].info = std::get<JpegInfo>(inspected);
+        }
+      }
       if (failed) {
         const Sample& bad = dataset.samples[sample];
         if (options.strict) {
@@ -337,6 +353,9 @@ Result<std::unique_ptr<Loader>> Loader::start(Dataset dataset, LoaderOptions opt
       DLPROBE_ASSIGN_OR_RETURN(slot.memory, memory(state->sample_bytes * batch));
     }
   }
+  if (options.keep_files) {
+    for (Slot& slot : state->slots) slot.files.resize(static_cast<std::size_t>(batch));
+  }
   if (options.cache_bytes > 0) state->cache.resize(dataset.samples.size());
   state->dataset = std::move(dataset);
   state->options = options;
@@ -386,6 +405,7 @@ Result<std::optional<BatchView>> Loader::next() {
   view.samples = slot.samples;
   if (slot.memory) view.data = {slot.memory.get(), slot.labels.size() * s.sample_bytes};
   view.bytes_read = slot.bytes_read;
+  if (s.options.keep_files) view.files = {slot.files.data(), slot.labels.size()};
   return std::optional<BatchView>(view);
 }
 

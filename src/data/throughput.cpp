@@ -23,15 +23,14 @@ std::vector<int> default_thread_counts(int cores) {
   return counts;
 }
 
-namespace {
-
-// The CPUs this process may run on (a container's or taskset's share, not the machine's).
 int usable_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(CPU_COUNT(&set), 1);
   return std::max(static_cast<int>(std::thread::hardware_concurrency()), 1);
 }
+
+namespace {
 
 // /proc/meminfo's MemAvailable in bytes; nullopt where it cannot be read.
 std::optional<std::uint64_t> memory_available() {
@@ -78,6 +77,53 @@ Result<ThroughputPoint> measure_point(const Dataset& dataset, LoaderOptions load
   return point;
 }
 
+// A point on the GPU: the workers read the files and check their headers; each batch is decoded
+// (and augmented) on the device before the next is taken.
+Result<ThroughputPoint> measure_gpu_point(const Dataset& dataset, LoaderOptions loader,
+                                          GpuDecoder& gpu, Stage stage, int threads,
+                                          std::chrono::nanoseconds min_time,
+                                          const DecoderFactory& decoders,
+                                          std::map<std::string, SkippedFile>& skipped) {
+  const LoaderOptions augment = loader;
+  loader.stage = Stage::read;
+  loader.keep_files = true;
+  loader.threads = threads;
+  loader.epochs = 0;
+  DLPROBE_ASSIGN_OR_RETURN(auto running, Loader::start(dataset, loader, decoders));
+  ThroughputPoint point;
+  point.stage = stage;
+  point.threads = threads;
+  point.gpu = true;
+  const auto one = [&]() -> Result<GpuBatchResult> {
+    DLPROBE_ASSIGN_OR_RETURN(auto batch, running->next());
+    if (!batch) return error(Errc::internal, "an endless loader ended");
+    DLPROBE_ASSIGN_OR_RETURN(auto done, gpu.process(*batch, dataset.samples, augment, stage));
+    if (augment.strict && !done.skipped.empty()) {
+      const SkippedFile& bad = done.skipped.front();
+      return invalid_argument(fmt::format("{}: {} ({})", bad.path.string(), bad.message,
+                                          decode_failure_name(bad.failure)));
+    }
+    for (SkippedFile& f : done.skipped) skipped.emplace(f.path.string(), std::move(f));
+    point.bytes += batch->bytes_read;
+    return done;
+  };
+  // Warm-up: the workers started, nvJPEG's buffers sized, the kernel loaded.
+  for (int i = 0; i < std::max(threads, 2); ++i) DLPROBE_RETURN_IF_ERROR(one().status());
+  point.bytes = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_seconds();
+  for (;;) {
+    DLPROBE_ASSIGN_OR_RETURN(auto done, one());
+    point.images += done.delivered;
+    point.host_decoded += done.host_decoded;
+    if (std::chrono::steady_clock::now() - start >= min_time) break;
+  }
+  point.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  point.cpu_seconds = process_cpu_seconds() - cpu_start;
+  for (SkippedFile& f : running->skipped()) skipped.emplace(f.path.string(), std::move(f));
+  return point;
+}
+
 }  // namespace
 
 Result<ThroughputReport> measure_throughput(const Dataset& dataset,
@@ -100,7 +146,20 @@ Result<ThroughputReport> measure_throughput(const Dataset& dataset,
   for (int t : threads) {
     if (t < 1 || t > 1024) return invalid_argument(fmt::format("threads: {} (1 to 1024)", t));
   }
-  {
+  std::unique_ptr<GpuDecoder> gpu;
+  if (options.gpu) {
+    for (Stage stage : options.stages) {
+      if (stage == Stage::read) return invalid_argument("the read stage has no GPU form");
+    }
+    if (options.loader.cache_bytes > 0) {
+      return invalid_argument("the cache of decoded images is for the host path only");
+    }
+    GpuDecoderOptions g = *options.gpu;
+    g.max_batch = options.loader.batch_size;
+    DLPROBE_ASSIGN_OR_RETURN(gpu, GpuDecoder::open(g));
+    report.decoder = gpu->name();
+    report.gpu = g.device;
+  } else {
     DLPROBE_ASSIGN_OR_RETURN(auto probe, decoders());
     report.decoder = std::string(probe->name());
   }
@@ -122,8 +181,11 @@ Result<ThroughputReport> measure_throughput(const Dataset& dataset,
   }
   for (Stage stage : options.stages) {
     for (int t : threads) {
-      DLPROBE_ASSIGN_OR_RETURN(auto point, measure_point(dataset, options.loader, stage, t,
-                                                         options.min_time, decoders, skipped));
+      auto measured = gpu ? measure_gpu_point(dataset, options.loader, *gpu, stage, t,
+                                              options.min_time, decoders, skipped)
+                          : measure_point(dataset, options.loader, stage, t, options.min_time,
+                                          decoders, skipped);
+      DLPROBE_ASSIGN_OR_RETURN(auto point, std::move(measured));
       if (options.on_point) options.on_point(point);
       report.points.push_back(point);
     }
@@ -158,17 +220,19 @@ std::string render_text(const ThroughputReport& r) {
   const AugmentOptions& a = r.loader.augment;
   std::string out = fmt::format(
       "dataset   {}: {} images, {} classes, {}, {}\n"
-      "host      {} cores, decoder {}\n"
+      "host      {} cores, decoder {}{}\n"
       "output    {}x{} {} {}, batch {}, DCT scaling {}, cache {}, seed {}\n\n",
       r.root, r.images, r.classes, format_size(r.dataset_bytes),
       r.page_cache_warmed ? "read once before timing" : "not read before timing", r.cores,
-      r.decoder, a.size, a.size, sample_type_name(a.type), sample_layout_name(a.layout),
-      r.loader.batch_size, r.loader.dct_scaling ? "on" : "off",
+      r.decoder, r.gpu ? fmt::format(" (cuda:{}; the threads read the files)", *r.gpu) : "", a.size,
+      a.size, sample_type_name(a.type), sample_layout_name(a.layout), r.loader.batch_size,
+      r.loader.dct_scaling ? "on" : "off",
       r.loader.cache_bytes ? format_size(r.loader.cache_bytes) : std::string("off"), r.loader.seed);
-  out += fmt::format("{:<16}{:>8}{:>12}{:>14}{:>14}{:>12}\n", "stage", "threads", "img/s",
+  out += fmt::format("{:<20}{:>8}{:>12}{:>14}{:>14}{:>12}\n", "stage", "threads", "img/s",
                      "img/s/thread", "img/CPU-s", "MB/s read");
   for (const ThroughputPoint& p : r.points) {
-    out += fmt::format("{:<16}{:>8}{:>12}{:>14}{:>14}{:>12}\n", stage_name(p.stage), p.threads,
+    const std::string stage = fmt::format("{}{}", p.gpu ? "gpu " : "", stage_name(p.stage));
+    out += fmt::format("{:<20}{:>8}{:>12}{:>14}{:>14}{:>12}\n", stage, p.threads,
                        format_grouped(p.images_per_second(), 1),
                        format_grouped(p.images_per_second() / p.threads, 1),
                        format_grouped(p.images_per_cpu_second(), 1),
@@ -200,6 +264,8 @@ nlohmann::json to_json(const ThroughputReport& r) {
   for (const ThroughputPoint& p : r.points) {
     points.push_back({{"stage", stage_name(p.stage)},
                       {"threads", p.threads},
+                      {"gpu", p.gpu},
+                      {"host_decoded", p.host_decoded},
                       {"images", p.images},
                       {"bytes_read", p.bytes},
                       {"seconds", p.seconds},
@@ -231,7 +297,7 @@ nlohmann::json to_json(const ThroughputReport& r) {
             {"classes", r.classes},
             {"bytes", r.dataset_bytes},
             {"page_cache_warmed", r.page_cache_warmed}}},
-          {"host", {{"cores", r.cores}, {"decoder", r.decoder}}},
+          {"host", {{"cores", r.cores}, {"decoder", r.decoder}, {"gpu", r.gpu}}},
           {"options",
            {{"size", a.size},
             {"dtype", sample_type_name(a.type)},

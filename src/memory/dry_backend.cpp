@@ -16,6 +16,7 @@ class DryBackend final : public Backend {
 
   Status upload(void*, const void*, std::size_t) override { return {}; }
   Status download(void*, const void*, std::size_t) override { return {}; }
+  Status copy(void*, const void*, std::size_t) override { return {}; }
   Status synchronize() override { return {}; }
 
   Status fill(View, double) override { return {}; }

@@ -72,6 +72,7 @@ std::string describe(Kind kind, const Settings& s) {
       if (!part->empty() && *part != "none") out += " " + *part;
     }
     if (!s.gpu_memory.empty() && s.gpu_memory != "grow") out += " " + s.gpu_memory;
+    if (!s.input.empty() && s.input != "synthetic") out += " input=" + s.input;
     return out;
   }
   if (s.sweep.empty()) return s.command;
@@ -362,9 +363,9 @@ struct Schema<Memory> {
 // which); the other block's members are not written.
 struct NativeSettings {
   using Self = Settings;
-  static constexpr auto fields =
-      std::tuple_cat(DLPROBE_RESULTS_KEYS(model, batch, precision, mode, layout, device, optimizer),
-                     DLPROBE_RESULTS_KEYS_SINCE_1(gpu_memory, image_size, classes, backend, width));
+  static constexpr auto fields = std::tuple_cat(
+      DLPROBE_RESULTS_KEYS(model, batch, precision, mode, layout, device, optimizer),
+      DLPROBE_RESULTS_KEYS_SINCE_1(gpu_memory, image_size, classes, backend, width, input));
 };
 struct ExternalSettings {
   using Self = Settings;

@@ -117,6 +117,16 @@ Status TrainingStep::set_input(const HostTensor& images, const HostTensor& label
                                         want.str(), dtype_name(images.dtype()),
                                         images.shape().str()));
   }
+  DLPROBE_RETURN_IF_ERROR(check_labels(labels));
+  DLPROBE_RETURN_IF_ERROR(impl_->backend.synchronize());
+  DLPROBE_RETURN_IF_ERROR(impl_->upload_to(*impl_->images, images, "images"));
+  DLPROBE_RETURN_IF_ERROR(impl_->upload_to(*impl_->labels, labels, "labels"));
+  impl_->input_set = true;
+  return Status::ok();
+}
+
+Status TrainingStep::check_labels(const HostTensor& labels) const {
+  const StepConfig& c = impl_->config;
   if (!(labels.shape() == Shape{c.batch}) ||
       (labels.dtype() != DType::int32 && labels.dtype() != DType::int64)) {
     return invalid_argument(fmt::format("labels must be int32 or int64 [{}], got {} [{}]", c.batch,
@@ -129,8 +139,21 @@ Status TrainingStep::set_input(const HostTensor& images, const HostTensor& label
           fmt::format("label {} of sample {} is outside [0, {})", label, i, c.model.classes));
     }
   }
+  return Status::ok();
+}
+
+TensorDesc TrainingStep::input_desc() const {
+  return impl_->images->view.desc;
+}
+
+Status TrainingStep::set_device_input(const void* images, const HostTensor& labels) {
+  if (images == nullptr) return invalid_argument("set_device_input: no images");
+  DLPROBE_RETURN_IF_ERROR(check_labels(labels));
+  // As set_input: the steps queued before are finished first, so that the memory the images come
+  // from may be reused once this returns the second time after.
   DLPROBE_RETURN_IF_ERROR(impl_->backend.synchronize());
-  DLPROBE_RETURN_IF_ERROR(impl_->upload_to(*impl_->images, images, "images"));
+  Buffer& to = *impl_->images;
+  DLPROBE_RETURN_IF_ERROR(impl_->backend.copy(to.view.data, images, to.view.desc.bytes()));
   DLPROBE_RETURN_IF_ERROR(impl_->upload_to(*impl_->labels, labels, "labels"));
   impl_->input_set = true;
   return Status::ok();

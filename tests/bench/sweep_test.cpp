@@ -7,8 +7,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 
+#include "common/temp_folder.h"
+#include "dlprobe/data/make_dataset.h"
 #include "monitor/fake_script.h"
 
 namespace dlprobe::bench {
@@ -386,6 +389,67 @@ TEST(RunSweep, TelemetryFromTheFakeNvml) {
   EXPECT_TRUE(clock_events);
   EXPECT_TRUE(clock_changed);
   EXPECT_TRUE(other);
+}
+
+// A small JPEG dataset of `classes` classes.
+data::Dataset jpegs(const testing::TempFolder& dir, int classes) {
+  data::MakeDatasetOptions m;
+  m.images = 12;
+  m.classes = classes;
+  EXPECT_TRUE(data::make_dataset(dir / "set", m));
+  auto listed = data::list_dataset(dir / "set");
+  EXPECT_TRUE(listed) << listed.status().message();
+  return *listed;
+}
+
+TEST(RunSweep, DataTrainsEachConfigurationFromJpegsBesideTheSyntheticBatch) {
+  testing::TempFolder dir;
+  Sweep s = tiny_sweep({2, 4});
+  s.data = JpegInput{jpegs(dir, 3), 2};
+  std::vector<std::size_t> written;
+  SweepCallbacks callbacks;
+  callbacks.done = [&](const std::vector<results::Configuration>& so_far, std::size_t planned) {
+    written.push_back(so_far.size());
+    EXPECT_EQ(planned, 4u);
+    return Status::ok();
+  };
+  const SweepOutcome out = run_sweep(s, {}, callbacks);
+  ASSERT_TRUE(out.status.is_ok()) << out.status.message();
+  ASSERT_EQ(out.configurations.size(), 4u);
+  EXPECT_EQ(written, (std::vector<std::size_t>{1, 2, 3, 4}));
+  for (std::size_t i = 0; i < 4; ++i) {
+    const results::Configuration& c = out.configurations[i];
+    EXPECT_EQ(c.status, results::RunStatus::ok) << c.error;
+    EXPECT_EQ(c.settings.batch, i < 2 ? 2 : 4);
+    EXPECT_EQ(c.settings.input, i % 2 == 0 ? "" : "jpeg-cpu");
+    const bool has_finding =
+        std::any_of(c.findings.begin(), c.findings.end(), [](const results::Finding& f) {
+          return f.id == "input_bound" || f.id == "input_keeps_up";
+        });
+    EXPECT_EQ(has_finding, i % 2 == 1) << i;
+  }
+  const BenchResult& fed = out.runs[1];
+  ASSERT_TRUE(fed.input);
+  EXPECT_EQ(fed.input->decoder, "libjpeg-turbo");
+  EXPECT_EQ(fed.input->threads, 2);
+  EXPECT_EQ(fed.input->batches, fed.timed_steps());
+  EXPECT_GT(fed.input->fetch_seconds, 0);
+  EXPECT_NE(results::describe(results::Kind::native, out.configurations[1].settings)
+                .find("input=jpeg-cpu"),
+            std::string::npos);
+}
+
+TEST(RunSweep, DataWithMoreClassesThanTheModelFailsThatConfiguration) {
+  testing::TempFolder dir;
+  Sweep s = tiny_sweep({2});
+  s.data = JpegInput{jpegs(dir, 11), 1};  // the tiny model has 10 classes
+  const SweepOutcome out = run_sweep(s, {});
+  ASSERT_EQ(out.configurations.size(), 2u);
+  EXPECT_EQ(out.configurations[0].status, results::RunStatus::ok);
+  EXPECT_EQ(out.configurations[1].status, results::RunStatus::failed);
+  EXPECT_NE(out.configurations[1].error.find("11 classes, more than the model's 10"),
+            std::string::npos)
+      << out.configurations[1].error;
 }
 
 }  // namespace

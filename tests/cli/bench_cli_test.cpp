@@ -57,6 +57,11 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
   expect_error(kSmall + "--optimizer lamb", "unknown optimizer 'lamb'");
   expect_error("--model resnet18 --device tpu:0", "--device: unknown device 'tpu:0'");
   expect_error(kSmall + "--batch 0", "--batch");
+  expect_error(kSmall + "--data /nonexistent/jpegs", "/nonexistent/jpegs");
+  expect_error(kSmall + "--data-threads 4", "only with --data DIR");
+  expect_error(kSmall + "--data /tmp --data-decode gpu",
+               "--data-decode gpu: needs a CUDA --device");
+  expect_error(kSmall + "--data /tmp --data-decode disk", "--data-decode: unknown choice 'disk'");
   expect_error(kSmall + "--image-size 0", "--image-size");
   expect_error(kSmall + "--steps 0", "--steps");
   expect_error(kSmall + "--batch two", "--batch");

@@ -93,6 +93,21 @@ TEST_F(PipelineCli, RefusesBadInputWithOneLine) {
   expect_error(quote(data_) + " --min-time 5", "--min-time");
   expect_error("make-dataset " + quote(data_), data_ + ": not empty");
   expect_error("make-dataset " + quote((dir_ / "x").string()) + " --images 0", "--images");
+  expect_error(quote(data_) + " --device tpu:0", "--device: unknown device 'tpu:0'");
+  expect_error(quote(data_) + " --cuda-decoder", "--cuda-decoder: only with --device cuda:N");
+  expect_error(quote(data_) + " --device cuda:0 --stages read", "the read stage has no GPU form");
+  expect_error(quote(data_) + " --device cuda:0 --cache 1GiB", "for the host path only");
+}
+
+// Here (no GPU, no nvJPEG; or no CUDA in the build) the GPU path is refused with what is missing.
+TEST_F(PipelineCli, GpuPathWithoutAGpuIsOneLine) {
+  const testing::ProcessResult r = run(quote(data_) + " --device cuda:0 --min-time 10ms");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(error_lines(r.output), 1) << r.output;
+  EXPECT_TRUE(r.output.find("nvJPEG is not available") != std::string::npos ||
+              r.output.find("built without CUDA") != std::string::npos ||
+              r.output.find("CUDA device") != std::string::npos)
+      << r.output;
 }
 
 }  // namespace

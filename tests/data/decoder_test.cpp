@@ -1,4 +1,5 @@
 #include "dlprobe/data/decoder.h"
+#include "dlprobe/data/gpu_decoder.h"
 
 #include <gtest/gtest.h>
 
@@ -181,6 +182,15 @@ TEST(HostDecoder, PixelLimitRefusesFromTheHeader) {
   EXPECT_TRUE(image.rgb.empty());
   auto enough = make_host_decoder(DecodeLimits{64 * 48});
   EXPECT_FALSE((*enough)->decode(jpeg, {}, image));
+}
+
+TEST(GpuDecoder, WithoutNvjpegOpenIsAOneLineError) {
+  GpuDecoderOptions o;
+  o.library = "/nonexistent/libnvjpeg.so.13";
+  auto decoder = GpuDecoder::open(o);
+  ASSERT_FALSE(decoder);
+  EXPECT_EQ(decoder.status().code(), Errc::unavailable) << decoder.status().message();
+  EXPECT_EQ(decoder.status().message().find('\n'), std::string::npos);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/temp_folder.h"
+#include "dlprobe/core/files.h"
 #include "jpeg_files.h"
 
 namespace dlprobe::data {
@@ -253,6 +254,48 @@ TEST(Loader, BadFilesAreCountedAndSkippedWithTheirPaths) {
                            {"bad_png.jpg", DecodeFailure::not_jpeg},
                            {"bad_truncated.jpg", DecodeFailure::corrupt}}));
   }
+}
+
+TEST(Loader, KeptFilesAreTheFilesBytesWithTheirHeadersAndBadHeadersAreSkipped) {
+  testing::TempFolder dir;
+  const Dataset dataset = make_mixed_folder(dir);
+  LoaderOptions o = small_options();
+  o.stage = Stage::read;
+  o.keep_files = true;
+  o.threads = 2;
+  auto loader = Loader::start(dataset, o);
+  ASSERT_TRUE(loader) << loader.status().message();
+  std::set<std::string> kept;
+  for (;;) {
+    auto batch = (*loader)->next();
+    ASSERT_TRUE(batch) << batch.status().message();
+    if (!*batch) break;
+    ASSERT_EQ((*batch)->files.size(), static_cast<std::size_t>((*batch)->count));
+    for (int i = 0; i < (*batch)->count; ++i) {
+      const auto& path = dataset.samples[(*batch)->samples[static_cast<std::size_t>(i)]].path;
+      const EncodedFile& f = (*batch)->files[static_cast<std::size_t>(i)];
+      auto bytes = read_whole_file(path);
+      ASSERT_TRUE(bytes);
+      EXPECT_EQ(std::string(f.bytes.begin(), f.bytes.end()), *bytes) << path;
+      const bool good = path.filename().string().starts_with("good_");
+      EXPECT_EQ(f.info.width, good ? 48 : 96) << path;
+      EXPECT_EQ(f.info.height, good ? 40 : 64) << path;
+      kept.insert(path.filename());
+    }
+  }
+  std::set<std::string> skipped;
+  for (const SkippedFile& f : (*loader)->skipped()) skipped.insert(f.path.filename());
+  EXPECT_EQ(kept.size() + skipped.size(), 9u);
+  // Only the header is read: a truncated file passes here and its decoder finds it out.
+  for (const char* name : {"good_cmyk.jpg", "good_gray.jpg", "good_progressive.jpg", "good_rgb.jpg",
+                           "bad_truncated.jpg"}) {
+    EXPECT_TRUE(kept.contains(name)) << name;
+  }
+  for (const char* name : {"bad_empty.jpg", "bad_huge.jpg", "bad_png.jpg"}) {
+    EXPECT_TRUE(skipped.contains(name)) << name;
+  }
+  o.stage = Stage::decode;
+  EXPECT_FALSE(Loader::start(dataset, o));
 }
 
 TEST(Loader, StrictStopsAtTheFirstBadFileNamingIt) {

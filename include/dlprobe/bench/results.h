@@ -78,6 +78,7 @@ struct Measured {
   std::optional<Ceiling> ceiling;
   std::vector<OtherProcess> others;
   std::string gpu_memory;  // --gpu-memory as given
+  std::string input;       // the step's input setting ("" synthetic, "jpeg-gpu", "jpeg-cpu")
 };
 
 // The settings of a step as the results file records them.
@@ -87,6 +88,12 @@ results::Settings settings_of(const engine::StepConfig& step, const device::Devi
 // The configuration with its statistics (stats::summarize over every timed step), samples, memory,
 // telemetry, compute figures and findings.
 results::Configuration to_configuration(const Measured& measured);
+
+// Training from JPEGs (`fed`, with the feed's facts) beside the same configuration on the synthetic
+// batch: input_bound (a warning, with what binds and what to try) when it runs below 95 % of the
+// synthetic throughput, else input_keeps_up (information), each with the numbers.
+results::Finding input_finding(const results::Configuration& synthetic,
+                               const results::Configuration& fed, const InputFacts& facts);
 
 // The warnings a configuration's own numbers call for (ids: slow_first_step, noisy_steps,
 // few_steps, windows_disagree, clock_events, clock_changed, other_process, low_gpu_util); each says

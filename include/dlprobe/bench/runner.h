@@ -19,10 +19,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/bench/input_feed.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/device/engine.h"
 #include "dlprobe/step/step_config.h"
@@ -79,6 +81,22 @@ struct BenchOptions {
   // Set (by a signal handler) to stop: the window in progress ends after the step being queued and
   // what was timed so far is returned with `interrupted`.
   const std::atomic<int>* interrupt = nullptr;
+  // Train on these JPEGs (a feed opened on the step once it is planned) instead of the synthetic
+  // batch; null: the synthetic batch.
+  const JpegInput* data = nullptr;
+};
+
+// What feeding the step from JPEGs cost, over the timed windows.
+struct InputFacts {
+  std::string input;    // "jpeg-gpu", "jpeg-cpu"
+  std::string decoder;  // the feed's decoder
+  int threads = 0;
+  // Seconds the host spent getting batches ready (waiting for the loader, decoding on the GPU),
+  // over the timed steps: a step waits for its input only where this is longer than the step
+  // before it.
+  double fetch_seconds = 0;
+  std::int64_t batches = 0;
+  std::vector<data::SkippedFile> skipped;
 };
 
 struct Window {
@@ -99,6 +117,7 @@ struct BenchResult {
   // StepConfig::graph: the timed steps ran as graph replays (false: the capture failed, and the
   // step ran eagerly after a warning saying why).
   bool graph_replayed = false;
+  std::optional<InputFacts> input;  // with BenchOptions::data
 
   std::int64_t timed_steps() const;
   std::vector<double> step_seconds() const;  // every window's, in order

@@ -89,6 +89,9 @@ struct Sweep {
   std::int64_t profile_steps = 0;
   memory::AllocatorOptions allocation;  // the engine's allocator mode (growth unless limited)
   std::string gpu_memory;               // --gpu-memory as given, for the results ("" is grow)
+  // Each configuration also trains from these JPEGs, recorded as a configuration of its own
+  // (input jpeg-gpu or jpeg-cpu) right after the synthetic one, with an input finding.
+  std::optional<JpegInput> data;
 };
 
 // Configurations the sweep runs: exact without auto groups; with them, their longest walks.

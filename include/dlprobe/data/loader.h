@@ -52,12 +52,21 @@ struct LoaderOptions {
   // images are decoded at full size: the next epoch's crop may need every pixel.
   std::uint64_t cache_bytes = 0;
   bool strict = false;  // the first file that gives no image ends the run with its error
+  // With Stage::read: keep each file's bytes and its header's facts in the batch (files()), for a
+  // decoder downstream (the GPU's); a file whose header is refused is skipped as any other.
+  bool keep_files = false;
   std::uint64_t max_file_bytes = 256ull << 20;
   DecodeLimits limits;
   AugmentOptions augment;
 };
 // Errc::invalid_argument naming the option that is out of range.
 Status validate(const LoaderOptions& options);
+
+// A file as read, with its header's facts, for a decoder after the loader.
+struct EncodedFile {
+  std::vector<std::uint8_t> bytes;
+  JpegInfo info;
+};
 
 struct SkippedFile {
   std::filesystem::path path;
@@ -75,6 +84,8 @@ struct BatchView {
   // count samples of sample_bytes() each (Stage::augment only; empty otherwise).
   std::span<const std::byte> data;
   std::uint64_t bytes_read = 0;  // file bytes read for it (0 for samples from the cache)
+  // count files (LoaderOptions::keep_files only; empty otherwise).
+  std::span<const EncodedFile> files;
 };
 
 class Loader {

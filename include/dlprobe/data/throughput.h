@@ -15,6 +15,7 @@
 
 #include "dlprobe/core/status.h"
 #include "dlprobe/data/dataset.h"
+#include "dlprobe/data/gpu_decoder.h"
 #include "dlprobe/data/loader.h"
 
 namespace dlprobe::data {
@@ -34,9 +35,15 @@ struct ThroughputOptions {
   // of the memory available (a larger dataset is read from disk in training too, and reading it
   // all first would take as long as an epoch).
   bool warm_page_cache = true;
+  // Decode (and augment) on this GPU: the worker threads then read the files and check their
+  // headers, and each point's batches are decoded by nvJPEG and augmented on the device.
+  std::optional<GpuDecoderOptions> gpu;
   // Called after each point, for progress lines.
   std::function<void(const ThroughputPoint&)> on_point;
 };
+
+// The CPUs this process may run on (a container's or taskset's share, not the machine's).
+int usable_cores();
 
 // 1, 2, 4 ... up to `cores`, and `cores` itself.
 std::vector<int> default_thread_counts(int cores);
@@ -48,6 +55,9 @@ struct ThroughputPoint {
   std::uint64_t bytes = 0;
   double seconds = 0;
   double cpu_seconds = 0;  // the process's CPU time over the timed window
+  bool gpu = false;        // decoded (and augmented) on the GPU
+  // On the GPU path: images nvJPEG's batched decoder did not take, decoded on the host instead.
+  std::int64_t host_decoded = 0;
   double images_per_second() const {
     return seconds > 0 ? static_cast<double>(images) / seconds : 0;
   }
@@ -75,6 +85,7 @@ struct ThroughputReport {
   bool page_cache_warmed = false;  // every file read once before the points
   int cores = 0;                   // CPUs this process may use
   std::string decoder;
+  std::optional<int> gpu;  // the CUDA device that decoded, if any
   LoaderOptions loader;
   std::vector<ThroughputPoint> points;
   std::vector<SkippedFile> skipped;  // each file once

@@ -56,6 +56,9 @@ class Backend {
   // Host <-> backend memory, and waiting for queued work (a no-op on synchronous backends).
   virtual Status upload(void* dst, const void* src, std::size_t bytes) = 0;
   virtual Status download(void* dst, const void* src, std::size_t bytes) = 0;
+  // Backend memory to backend memory, in queue order (an input pipeline's batch already on the
+  // device into the step's input).
+  virtual Status copy(void* dst, const void* src, std::size_t bytes) = 0;
   virtual Status synchronize() = 0;
 
   // Timing marks, so that step and call times need no host synchronisation each: mark(i) records

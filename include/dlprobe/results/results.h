@@ -121,6 +121,9 @@ struct Settings {
   std::int64_t classes = 0;
   std::string backend;
   std::int64_t width = 0;
+  // Where the step's images came from: "" (read as "synthetic": one batch kept on the device),
+  // "jpeg-gpu" (JPEGs decoded and augmented on the GPU) or "jpeg-cpu" (on the host's threads).
+  std::string input;
 
   std::string command;                       // as the user gave it
   std::map<std::string, std::string> sweep;  // the sweep's keys and this run's values

@@ -75,6 +75,13 @@ class TrainingStep {
   // images: [batch, 3, size, size] of any floating dtype and either layout; labels: [batch]
   // int32 or int64 in [0, classes). Converted to fp32 (fp64 under Precision::fp64) and int64.
   Status set_input(const HostTensor& images, const HostTensor& labels);
+  // The images buffer's element type and layout: what set_device_input() copies as is.
+  TensorDesc input_desc() const;
+  // The images already in the backend's memory (a GPU input pipeline's batch) in input_desc()'s
+  // type and layout, copied in queue order; labels as set_input() takes them. As set_input(), it
+  // first waits for the steps queued before, so `images` may be written again once the next call
+  // has returned.
+  Status set_device_input(const void* images, const HostTensor& labels);
 
   // Queues one step. Under fp16 the scale of this step depends on whether the last one found
   // inf/NaN, so a step still pending is collected first (a synchronisation); otherwise steps
@@ -127,6 +134,7 @@ class TrainingStep {
   Result<HostTensor> logits() const;
 
  private:
+  Status check_labels(const HostTensor& labels) const;
   struct Impl;
   explicit TrainingStep(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -22,6 +22,10 @@ class HostBackend : public Backend {
     std::memcpy(dst, src, bytes);
     return Status::ok();
   }
+  Status copy(void* dst, const void* src, std::size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
 };
 
 }  // namespace dlprobe

@@ -202,6 +202,11 @@ Status CudaBackend::download(void* dst, const void* src, std::size_t bytes) {
   return Status::ok();
 }
 
+Status CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
+  DLPROBE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+  return Status::ok();
+}
+
 Status CudaBackend::synchronize() {
   DLPROBE_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   return Status::ok();

@@ -64,6 +64,7 @@ class CudaBackend final : public Backend {
 
   Status upload(void* dst, const void* src, std::size_t bytes) override;
   Status download(void* dst, const void* src, std::size_t bytes) override;
+  Status copy(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override;
   Status mark(std::size_t index) override;
   Result<double> elapsed_ms(std::size_t from, std::size_t to) override;

@@ -1,0 +1,54 @@
+// Real input for `dlprobe bench --data DIR`: batches of JPEGs through the data module's pipeline
+// into the training step, instead of the synthetic batch that sits on the device. On a CUDA device
+// the files are read and their headers checked on worker threads and decoded and augmented on the
+// GPU (nvJPEG and a kernel), and the batch copied into the step on the device; on the CPU, or with
+// GPU decode off, the worker threads decode and augment (libjpeg-turbo) and the batch is uploaded.
+// Each batch is made while the step before runs, as a framework's prefetching loader does.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dlprobe/core/status.h"
+#include "dlprobe/data/dataset.h"
+#include "dlprobe/data/loader.h"
+#include "dlprobe/device/device.h"
+#include "dlprobe/step/training_step.h"
+
+namespace dlprobe::bench {
+
+struct JpegInput {
+  data::Dataset dataset;
+  int threads = 0;         // loader worker threads; 0: every CPU this process may use
+  bool gpu_decode = true;  // on a CUDA device: decode and augment there
+  bool hardware = true;    // nvJPEG's hardware engine where the GPU has one
+  std::uint64_t seed = 0;  // of the shuffles, crops and flips
+};
+
+class InputFeed {
+ public:
+  virtual ~InputFeed() = default;
+  // The next batch into `step`; returns the seconds spent getting it ready (waiting for the
+  // loader's workers, decoding on the GPU) before the step's input was set: the time a step
+  // waits for input when the step before it has already finished.
+  virtual Result<double> feed(engine::TrainingStep& step) = 0;
+  // "jpeg-gpu" or "jpeg-cpu": the configuration's input setting.
+  virtual const std::string& input() const = 0;
+  // "nvJPEG 13.0.1 hardware engine, NVIDIA H200" or "libjpeg-turbo".
+  virtual const std::string& decoder() const = 0;
+  virtual int threads() const = 0;
+  // Files that gave no image so far (their batches were filled with the others).
+  virtual std::vector<data::SkippedFile> skipped() const = 0;
+};
+
+// A feed for `step` (its batch, image size, classes, and the element type and layout of its
+// input) on `device`. A dataset with more classes than the model's is an error; so is one that
+// gives no image at all.
+Result<std::unique_ptr<InputFeed>> open_jpeg_feed(const JpegInput& input,
+                                                  const engine::TrainingStep& step,
+                                                  const device::Device& device);
+
+}  // namespace dlprobe::bench

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# On a GPU machine over the bundle (scripts/gpu-bundle.sh): the GPU input pipeline. Its tests
+# (data_gpu_test: the kernel against the host's resize, nvJPEG's samples against libjpeg-turbo's,
+# bad files skipped for the same reasons); `dlprobe pipeline --device cuda:0` over reader thread
+# counts; and `dlprobe bench --data` training ResNet-50 fp16 bs256 from the JPEGs, decoded on the
+# GPU and on the host's cores, each beside the synthetic batch in the same call. Logs and JSON go
+# to $OUT (or ./gpu-check-out).
+#   IMAGES=4000 lab/gpu/gpu-data.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. lab/gpu/common.sh
+data=${PIPELINE_DATA:-/tmp/dlprobe-jpegs}
+if [ ! -d "$data" ]; then
+  "$bin/dlprobe" pipeline make-dataset "$data" --images "${IMAGES:-4000}" --classes 10 | tail -n 1
+fi
+echo "== data_gpu_test"
+timeout 120 "$bin/data_gpu_test" 2>&1 | tail -n 25 | tee "$out/data_gpu_test.txt"
+echo "== dlprobe pipeline --device cuda:0"
+timeout 120 "$bin/dlprobe" pipeline "$data" --device cuda:0 --batch 256 --dtype fp16 --layout nhwc \
+  --threads "${GPU_THREADS:-1,4,16}" --min-time 5s --step-rate 7000 --json "$out/pipeline-gpu.json" \
+  2>"$out/pipeline-gpu.err" | tee "$out/pipeline-gpu.txt"
+tail -n 3 "$out/pipeline-gpu.err"
+for decode in gpu cpu; do
+  echo "== dlprobe bench --data (decode on $decode)"
+  timeout 200 "$bin/dlprobe" bench --model resnet50 --batch 256 --precision fp16 --mode grads \
+    --steps 30 --min-time 5s --data "$data" --data-decode "$decode" --no-ceiling \
+    --json "$out/bench-data-$decode.json" --overwrite >"$out/bench-data-$decode.txt" \
+    2>"$out/bench-data-$decode.err"
+  echo "exit $?"
+  cat "$out/bench-data-$decode.txt"
+  tail -n 3 "$out/bench-data-$decode.err"
+done

@@ -1,0 +1,276 @@
+// The GPU decoder: nvJPEG's batched decode into one device buffer of interleaved RGB images, the
+// host's libjpeg-turbo for what nvJPEG does not take, and the augmentation kernel.
+#include "dlprobe/data/gpu_decoder.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/cuda_check.h"
+#include "data/gpu/augment_kernel.h"
+#include "data/gpu/nvjpeg_api.h"
+
+namespace dlprobe::data {
+
+namespace {
+
+// Device memory that grows to the largest size asked for and is kept.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  Status reserve(std::size_t bytes) {
+    if (bytes <= capacity_) return Status::ok();
+    if (data_ != nullptr) {
+      DLPROBE_CUDA_CHECK(cudaFree(data_));
+      data_ = nullptr;
+      capacity_ = 0;
+    }
+    // Half again as much, so that a batch of slightly larger images does not reallocate each time.
+    const std::size_t grown = bytes + bytes / 2;
+    DLPROBE_CUDA_CHECK(cudaMalloc(&data_, grown));
+    capacity_ = grown;
+    return Status::ok();
+  }
+  std::byte* data() const { return static_cast<std::byte*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+class NvjpegDecoder final : public GpuDecoder {
+ public:
+  ~NvjpegDecoder() override {
+    // Each destroy runs only for what was made; errors at teardown have no one to go to.
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    if (parse_ != nullptr) api_->stream_destroy(parse_);
+    if (state_ != nullptr) api_->state_destroy(state_);
+    if (handle_ != nullptr) api_->destroy(handle_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Status open(const GpuDecoderOptions& o) {
+    DLPROBE_ASSIGN_OR_RETURN(api_, nvjpeg::load(o.library));
+    int count = 0;
+    DLPROBE_CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (o.device < 0 || o.device >= count) {
+      return invalid_argument(
+          fmt::format("cuda:{}: this machine has {} CUDA device(s)", o.device, count));
+    }
+    DLPROBE_CUDA_CHECK(cudaSetDevice(o.device));
+    cudaDeviceProp prop{};
+    DLPROBE_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
+    DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // The hardware engine where asked for and present; nvJPEG refuses to make a hardware handle on
+    // a GPU without one, and then its CUDA decoder (the default backend) does the work.
+    hardware_ = o.hardware && api_->create_ex(nvjpeg::kBackendHardware, nullptr, nullptr, 0,
+                                              &handle_) == nvjpeg::kSuccess;
+    if (!hardware_) {
+      handle_ = nullptr;
+      DLPROBE_NVJPEG_CHECK(api_->create_ex(nvjpeg::kBackendDefault, nullptr, nullptr, 0, &handle_));
+    }
+    DLPROBE_NVJPEG_CHECK(api_->state_create(handle_, &state_));
+    DLPROBE_NVJPEG_CHECK(api_->stream_create(handle_, &parse_));
+    DLPROBE_ASSIGN_OR_RETURN(host_, make_host_decoder());
+    name_ = fmt::format("nvJPEG {} {}, {}", api_->version,
+                        hardware_ ? "hardware engine" : "CUDA decoder", prop.name);
+    max_batch_ = o.max_batch;
+    return Status::ok();
+  }
+
+  const std::string& name() const override { return name_; }
+  const void* device_batch() const override { return batches_[turn_].data(); }
+
+  Result<GpuBatchResult> process(const BatchView& batch, const std::vector<Sample>& samples,
+                                 const LoaderOptions& options, Stage stage, int fill_to) override {
+    const auto n = static_cast<std::size_t>(batch.count);
+    if (batch.files.size() != n) {
+      return invalid_argument("GPU decode: the batch holds no files (a loader with keep_files)");
+    }
+    if (batch.count > max_batch_) {
+      return invalid_argument(
+          fmt::format("GPU decode: a batch of {} (at most {})", batch.count, max_batch_));
+    }
+    // Where each image goes in the pixel buffer, tightly pitched.
+    offsets_.resize(n);
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      offsets_[i] = total;
+      const JpegInfo& info = batch.files[i].info;
+      total += static_cast<std::size_t>(info.width) * 3 * static_cast<std::size_t>(info.height);
+    }
+    DLPROBE_RETURN_IF_ERROR(pixels_.reserve(std::max<std::size_t>(total, 1)));
+
+    // nvJPEG's batched decode for the files it takes, the host for the others.
+    on_gpu_.clear();
+    on_host_.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      (takes(batch.files[i]) ? on_gpu_ : on_host_).push_back(i);
+    }
+    GpuBatchResult result;
+    std::vector<bool> ok(n, false);
+    if (!on_gpu_.empty() && !decode_batched(batch, ok)) {
+      // A batch nvJPEG fails on: the host finds which file did it.
+      on_host_.insert(on_host_.end(), on_gpu_.begin(), on_gpu_.end());
+      initialized_ = -1;  // nvJPEG's documented reset after a failed batch
+    }
+    for (std::size_t i : on_host_) {
+      const EncodedFile& f = batch.files[i];
+      if (auto failed = host_->decode(f.bytes, ScaleFactor{}, image_)) {
+        const std::size_t sample = batch.samples[i];
+        result.skipped.push_back({samples[sample].path, failed->failure, failed->message});
+        continue;
+      }
+      if (image_.width != f.info.width || image_.height != f.info.height) {
+        return error(Errc::internal,
+                     "GPU decode: the host decode's size differs from the header's");
+      }
+      const std::size_t pitch = static_cast<std::size_t>(image_.width) * 3;
+      DLPROBE_CUDA_CHECK(cudaMemcpy2DAsync(pixels_.data() + offsets_[i], pitch, image_.rgb.data(),
+                                           pitch, pitch, static_cast<std::size_t>(image_.height),
+                                           cudaMemcpyHostToDevice, stream_));
+      ok[i] = true;
+      ++result.host_decoded;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (ok[i]) result.positions.push_back(static_cast<int>(i));
+    }
+    const std::size_t decoded = result.positions.size();
+    if (decoded > 0 && fill_to > max_batch_) {
+      return invalid_argument(
+          fmt::format("GPU decode: fill to {} (at most {})", fill_to, max_batch_));
+    }
+    for (std::size_t k = 0;
+         decoded > 0 && result.positions.size() < static_cast<std::size_t>(fill_to); ++k) {
+      result.positions.push_back(result.positions[k % decoded]);
+    }
+    result.delivered = static_cast<int>(result.positions.size());
+    if (stage == Stage::augment) DLPROBE_RETURN_IF_ERROR(augment(batch, options, result));
+    DLPROBE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return result;
+  }
+
+ private:
+  // Whether nvJPEG's batched decoder takes this file: the hardware engine says per file (baseline
+  // only, no 4:1:0 or 4:1:1); the CUDA decoder takes baseline and progressive YCbCr.
+  bool takes(const EncodedFile& f) {
+    if (f.info.components != 3) return false;
+    if (!hardware_) return true;
+    if (api_->stream_parse_header(handle_, f.bytes.data(), f.bytes.size(), parse_) !=
+        nvjpeg::kSuccess) {
+      return false;
+    }
+    int supported = -1;
+    return api_->decode_batched_supported(handle_, parse_, &supported) == nvjpeg::kSuccess &&
+           supported == 0;
+  }
+
+  // nvJPEG's batched decode of on_gpu_ into the pixel buffer; false when nvJPEG failed it.
+  bool decode_batched(const BatchView& batch, std::vector<bool>& ok) {
+    const auto k = static_cast<int>(on_gpu_.size());
+    data_.clear();
+    lengths_.clear();
+    images_.clear();
+    for (std::size_t i : on_gpu_) {
+      const EncodedFile& f = batch.files[i];
+      data_.push_back(f.bytes.data());
+      lengths_.push_back(f.bytes.size());
+      nvjpeg::Image image{};
+      image.channel[0] = reinterpret_cast<unsigned char*>(pixels_.data() + offsets_[i]);
+      image.pitch[0] = static_cast<std::size_t>(f.info.width) * 3;
+      images_.push_back(image);
+    }
+    if (initialized_ != k) {
+      if (api_->decode_batched_initialize(handle_, state_, k, 1, nvjpeg::kOutputRgbInterleaved) !=
+          nvjpeg::kSuccess) {
+        return false;
+      }
+      initialized_ = k;
+    }
+    if (api_->decode_batched(handle_, state_, data_.data(), lengths_.data(), images_.data(),
+                             stream_) != nvjpeg::kSuccess) {
+      return false;
+    }
+    for (std::size_t i : on_gpu_) ok[i] = true;
+    return true;
+  }
+
+  Status augment(const BatchView& batch, const LoaderOptions& options,
+                 const GpuBatchResult& result) {
+    const std::size_t sample_size = sample_bytes(options.augment);
+    turn_ = 1 - turn_;
+    DeviceBuffer& into = batches_[turn_];
+    DLPROBE_RETURN_IF_ERROR(into.reserve(sample_size * static_cast<std::size_t>(max_batch_)));
+    jobs_host_.clear();
+    for (int pos : result.positions) {
+      const auto i = static_cast<std::size_t>(pos);
+      const JpegInfo& info = batch.files[i].info;
+      const SampleDraw draw = draw_sample(info.width, info.height, options.augment, options.seed,
+                                          batch.epoch, batch.samples[i]);
+      gpu::AugmentJob job;
+      job.pixels = reinterpret_cast<const std::uint8_t*>(pixels_.data() + offsets_[i]);
+      job.pitch = static_cast<std::int64_t>(info.width) * 3;
+      job.width = info.width;
+      job.height = info.height;
+      job.x = draw.crop.x;
+      job.y = draw.crop.y;
+      job.region_width = draw.crop.width;
+      job.region_height = draw.crop.height;
+      job.flip = draw.flip ? 1 : 0;
+      jobs_host_.push_back(job);
+    }
+    if (jobs_host_.empty()) return Status::ok();
+    DLPROBE_RETURN_IF_ERROR(jobs_.reserve(jobs_host_.size() * sizeof(gpu::AugmentJob)));
+    DLPROBE_CUDA_CHECK(cudaMemcpyAsync(jobs_.data(), jobs_host_.data(),
+                                       jobs_host_.size() * sizeof(gpu::AugmentJob),
+                                       cudaMemcpyHostToDevice, stream_));
+    DLPROBE_CUDA_CHECK(gpu::launch_augment(
+        reinterpret_cast<const gpu::AugmentJob*>(jobs_.data()), static_cast<int>(jobs_host_.size()),
+        gpu::augment_params(options.augment), into.data(), stream_));
+    return Status::ok();
+  }
+
+  std::shared_ptr<const nvjpeg::Api> api_;
+  nvjpeg::HandleRef handle_ = nullptr;
+  nvjpeg::StateRef state_ = nullptr;
+  nvjpeg::StreamRef parse_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool hardware_ = false;
+  int initialized_ = -1;  // the batch size nvJPEG's batched decoder was last initialised for
+  int max_batch_ = 0;
+  std::unique_ptr<Decoder> host_;
+  std::string name_;
+  DeviceBuffer pixels_;
+  DeviceBuffer batches_[2];
+  int turn_ = 0;
+  DeviceBuffer jobs_;
+  // Per batch, kept to reuse their memory.
+  std::vector<std::size_t> offsets_;
+  std::vector<std::size_t> on_gpu_;
+  std::vector<std::size_t> on_host_;
+  std::vector<const unsigned char*> data_;
+  std::vector<std::size_t> lengths_;
+  std::vector<nvjpeg::Image> images_;
+  std::vector<gpu::AugmentJob> jobs_host_;
+  Image image_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<GpuDecoder>> GpuDecoder::open(const GpuDecoderOptions& options) {
+  if (options.max_batch < 1 || options.max_batch > 65536) {
+    return invalid_argument(
+        fmt::format("GPU decode: max batch {} (1 to 65536)", options.max_batch));
+  }
+  auto decoder = std::make_unique<NvjpegDecoder>();
+  DLPROBE_RETURN_IF_ERROR(decoder->open(options));
+  return std::unique_ptr<GpuDecoder>(std::move(decoder));
+}
+
+}  // namespace dlprobe::data
