@@ -36,6 +36,20 @@ void input_rules(const RunFacts& f, std::vector<Finding>& out) {
   // A run that failed or ran out of memory never reached its steady steps: its utilisation says
   // nothing about where its steps would spend their time.
   if (f.oom || f.crashed) return;
+  if (f.no_steady_phase) {
+    out.push_back({
+        "no_steady_phase",
+        Severity::info,
+        "Not enough evidence: no steady phase seen",
+        fmt::format("no measured steps and no steady stretch in the telemetry ({}); GPU "
+                    "utilisation and host CPU are not judged",
+                    *f.no_steady_phase),
+        "Print one line per step (the dlprobe line protocol, or --throughput-regex with a step "
+        "group) or run the timed loop for at least a few seconds",
+        {},
+    });
+    return;
+  }
   if (!f.gpu_util_median_pct || *f.gpu_util_median_pct >= kLowGpuUtilPct) return;
   const double all_cores = 100.0 * f.host_cores;
   const bool all_busy = f.host_cpu_median_pct && f.host_cores > 0 &&

@@ -71,6 +71,17 @@ Json run_json(const RunResult& r) {
           {"min", s.step_min_s},
           {"max", s.step_max_s}}},
         {"data_wait_share", s.data_wait_share}}},
+      {"window",
+       {{"source", r.window_source},
+        {"start_s", g.figures_window ? Json(g.figures_window->start_s) : Json(nullptr)},
+        {"end_s", g.figures_window ? Json(g.figures_window->end_s) : Json(nullptr)},
+        {"phases",
+         {{"series", r.phases.series.empty() ? Json(nullptr) : Json(r.phases.series)},
+          {"level_pct", r.phases.level_pct},
+          {"startup_end_s", r.phases.startup_end_s},
+          {"steady_start_s", r.phases.steady ? Json(r.phases.steady->start_s) : Json(nullptr)},
+          {"steady_end_s", r.phases.steady ? Json(r.phases.steady->end_s) : Json(nullptr)},
+          {"why_none", r.phases.why_none.empty() ? Json(nullptr) : Json(r.phases.why_none)}}}}},
       {"framework",
        {{"name", r.framework.framework},
         {"model", r.framework.model},
@@ -109,6 +120,7 @@ Json run_json(const RunResult& r) {
         {"max_processes", r.host.max_processes}}},
       {"findings", findings},
       {"protocol_errors", r.protocol_errors},
+      {"warnings", r.warnings},
       {"stdout_tail", r.stdout_tail},
       {"stderr_tail", r.stderr_tail},
       {"logs",
@@ -200,6 +212,16 @@ std::string report_table(const RunReport& report) {
   };
   const bool several = report.runs.size() > 1;
   for (const auto& r : report.runs) {
+    // Which seconds the utilisation and the findings describe, where a phase was found for them.
+    if (r.window_source == "steady phase" && r.gpu.figures_window) {
+      out += fmt::format("{}steady window {:.1f}-{:.1f} s (found in the {} telemetry{})\n",
+                         several ? params_text(r.params) + ": " : "", r.gpu.figures_window->start_s,
+                         r.gpu.figures_window->end_s,
+                         r.phases.series == "cpu" ? "workload CPU" : "GPU utilisation",
+                         r.gpu.util_median_pct ? fmt::format("; median GPU utilisation {:.0f}%",
+                                                             *r.gpu.util_median_pct)
+                                               : "");
+    }
     write_findings(several ? params_text(r.params) + ": " : "", r.findings);
   }
   write_findings("sweep: ", report.sweep_findings);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -161,6 +162,20 @@ class Run {
   std::vector<StepRecord> steps_;
   std::vector<double> rates_;
   bool rates_from_regex_ = false;
+  std::optional<double> last_rate_s_;  // when the last reported rate arrived, from launch
+  // Figures printed in a known form (match_printed_figure), with their arrival; used when the
+  // workload reports neither steps nor rates through the protocol or a regex.
+  struct Printed {
+    PrintedFigure figure;
+    double t_s = 0;
+  };
+  std::vector<Printed> printed_;
+  std::optional<std::int64_t> printed_batch_;
+  void on_printed(const PrintedFigure& f, double t, std::string_view line);
+  void warn(std::string text);
+  // The headline rate from printed_, into rates_ (and its line's arrival into last_rate_s_).
+  void use_printed();
+  std::string printed_format_;
   std::optional<std::int64_t> protocol_warmup_;
   Clock::time_point last_activity_;
   enum class Stop { none, interrupted, timeout, hang };
@@ -245,6 +260,7 @@ void Run::on_line(Stream, std::string_view line) {
       steps_.push_back({p.step, p.step_time_s, p.data_time_s, p.batch, p.warmup, t});
     } else if (p.items_per_s && !p.warmup.value_or(false)) {
       rates_.push_back(*p.items_per_s);
+      last_rate_s_ = t;
     }
     if (p.batch) r_.steps.batch = p.batch;
     if (p.warmup_steps) protocol_warmup_ = p.warmup_steps;
@@ -268,13 +284,16 @@ void Run::on_line(Stream, std::string_view line) {
     if (p.end) r_.end_marker = true;
     return;
   }
-  if (o_.throughput_regex) {
+  if (!o_.throughput_regex) {
+    if (auto f = match_printed_figure(line)) on_printed(*f, t, line);
+  } else {
     if (auto m = o_.throughput_regex->match(line)) {
       if (m->step_time_s) {
         steps_.push_back({m->step, m->step_time_s, std::nullopt, std::nullopt, std::nullopt, t});
       } else if (m->items_per_s) {
         rates_.push_back(*m->items_per_s);
         rates_from_regex_ = true;
+        last_rate_s_ = t;
       }
     }
   }
@@ -282,6 +301,74 @@ void Run::on_line(Stream, std::string_view line) {
     if (auto oom = detect_oom(line)) r_.oom = std::move(oom);
   }
   if (looks_like_error(line)) r_.error_line = std::string(line.substr(0, kMaxErrorLine));
+}
+
+void Run::warn(std::string text) {
+  if (r_.warnings.size() >= kMaxProtocolErrors) return;
+  log_warn("{}", text);
+  r_.warnings.push_back(std::move(text));
+}
+
+void Run::on_printed(const PrintedFigure& f, double t, std::string_view line) {
+  const bool bad = !std::isfinite(f.value) || f.value < 0 ||
+                   (f.kind == PrintedFigure::Kind::batch && f.value < 1) ||
+                   (f.kind == PrintedFigure::Kind::step_time_s && f.value == 0);
+  if (bad) {
+    warn(fmt::format("the workload printed an invalid figure ({}), not used: {}", f.format,
+                     line.substr(0, 200)));
+    return;
+  }
+  if (f.kind == PrintedFigure::Kind::batch) {
+    printed_batch_ = std::llround(f.value);
+    return;
+  }
+  printed_.push_back({f, t});
+}
+
+void Run::use_printed() {
+  if (printed_.empty()) return;
+  const auto batch = o_.batch ? o_.batch : printed_batch_;
+  auto items = [&](const PrintedFigure& f) -> std::optional<double> {
+    switch (f.kind) {
+      case PrintedFigure::Kind::items_per_s:
+        return f.value;
+      case PrintedFigure::Kind::steps_per_s:
+        if (batch) return f.value * static_cast<double>(*batch);
+        return std::nullopt;
+      case PrintedFigure::Kind::step_time_s:
+        if (batch) return static_cast<double>(*batch) / f.value;
+        return std::nullopt;
+      case PrintedFigure::Kind::batch:
+        break;
+    }
+    return std::nullopt;
+  };
+  // A closing figure over the timed steps wins; else the progress updates, less the first when
+  // there are several (it holds compilation and warm-up, as Keras' first epoch does).
+  for (auto it = printed_.rbegin(); it != printed_.rend(); ++it) {
+    if (!it->figure.summary) continue;
+    if (auto v = items(it->figure)) {
+      rates_ = {*v};
+      last_rate_s_ = it->t_s;
+      printed_format_ = std::string(it->figure.format);
+      return;
+    }
+  }
+  std::vector<const Printed*> progress;
+  for (const auto& p : printed_) {
+    if (!p.figure.summary && items(p.figure)) progress.push_back(&p);
+  }
+  if (progress.size() >= 2) progress.erase(progress.begin());
+  for (const Printed* p : progress) rates_.push_back(*items(p->figure));
+  if (!progress.empty()) {
+    last_rate_s_ = progress.back()->t_s;
+    printed_format_ = std::string(progress.back()->figure.format);
+    return;
+  }
+  warn(fmt::format(
+      "the workload prints its speed per step ({}) but not its batch: give --batch for items per "
+      "second",
+      printed_.back().figure.format));
 }
 
 void Run::poll_tree() {
@@ -496,11 +583,14 @@ void Run::finish() {
     r_.stderr_tail = child_->tail(Stream::err);
   }
   const std::int64_t warmup = protocol_warmup_.value_or(o_.warmup_steps);
-  const auto batch = r_.steps.batch ? r_.steps.batch : o_.batch;
+  const auto batch = r_.steps.batch ? r_.steps.batch : o_.batch ? o_.batch : printed_batch_;
+  if (steps_.empty() && rates_.empty()) use_printed();
   r_.steps = summarize_steps(steps_, rates_, warmup, o_.batch);
   if (!r_.steps.batch) r_.steps.batch = batch;
   if (r_.steps.throughput_source == "reported rate" && rates_from_regex_) {
     r_.steps.throughput_source = "regex";
+  } else if (r_.steps.throughput_source == "reported rate" && !printed_format_.empty()) {
+    r_.steps.throughput_source = "printed: " + printed_format_;
   }
   compute_gpu_figures();
   compute_host_figures();
@@ -608,6 +698,31 @@ void Run::compute_gpu_figures() {
   times.reserve(raw_.size());
   for (const auto& raw : raw_) times.push_back(raw.point.t_s);
   g.figures_window = steps_window(r_.steps, times);
+  if (g.figures_window) {
+    r_.window_source = "steps";
+  } else {
+    // No steps: the steady phase in the utilisation of the GPUs it used, before the line that
+    // reported its throughput.
+    std::vector<PhaseSample> series;
+    for (const auto& raw : raw_) {
+      PhaseSample s{raw.point.t_s, std::nullopt, raw.point.host_cpu_pct};
+      double sum = 0;
+      std::size_t n = 0;
+      for (const auto& [gpu, u] : raw.util) {
+        if (used.empty() || used.count(gpu) != 0) {
+          sum += u;
+          ++n;
+        }
+      }
+      if (n > 0) s.gpu_util_pct = sum / static_cast<double>(n);
+      series.push_back(s);
+    }
+    r_.phases = find_phases(series, last_rate_s_);
+    if (r_.phases.steady) {
+      g.figures_window = r_.phases.steady;
+      r_.window_source = "steady phase";
+    }
+  }
   for (const auto& raw : raw_) {
     const bool active = g.figures_window
                             ? g.figures_window->holds(raw.point.t_s)
@@ -658,7 +773,25 @@ void Run::compute_host_figures() {
   for (const auto& reading : host_readings_) {
     if (reading.cpu_pct) times.push_back(host_point(reading.timestamp_ns, reading).t_s);
   }
-  const std::optional<TimeWindow> window = steps_window(r_.steps, times);
+  std::optional<TimeWindow> window = steps_window(r_.steps, times);
+  if (!window && r_.gpu.telemetry) {
+    window = r_.gpu.figures_window;  // the steady phase, where the GPU showed one
+  } else if (!window) {
+    // Without GPU telemetry the steady phase is looked for in the workload's CPU.
+    std::vector<PhaseSample> series;
+    for (const auto& reading : host_readings_) {
+      series.push_back(
+          {host_point(reading.timestamp_ns, reading).t_s, std::nullopt, reading.cpu_pct});
+    }
+    r_.phases = find_phases(series, last_rate_s_);
+    window = r_.phases.steady;
+    if (window) {
+      r_.window_source = "steady phase";
+      r_.gpu.figures_window = window;
+    }
+  } else {
+    r_.window_source = "steps";
+  }
   std::vector<double> cpu;
   std::vector<double> busiest;
   for (const auto& reading : host_readings_) {
@@ -728,9 +861,15 @@ diagnosis::RunFacts facts_of(const RunResult& r) {
   f.hang = r.outcome == Outcome::hang;
   f.timeout = r.outcome == Outcome::timeout;
   f.data_wait_share = r.steps.data_wait_share;
-  f.gpu_util_median_pct = r.gpu.util_median_pct;
-  f.host_cpu_median_pct = r.host.cpu_median_pct;
-  f.busiest_process_cpu_pct = r.host.busiest_process_median_pct;
+  // Medians over the whole run describe start-up as much as the work: no finding is drawn from
+  // them, and the run says why.
+  if (r.window_source != "none") {
+    f.gpu_util_median_pct = r.gpu.util_median_pct;
+    f.host_cpu_median_pct = r.host.cpu_median_pct;
+    f.busiest_process_cpu_pct = r.host.busiest_process_median_pct;
+  } else if (r.gpu.telemetry) {
+    f.no_steady_phase = r.phases.why_none.empty() ? "no samples" : r.phases.why_none;
+  }
   f.host_cores = r.host.cores;
   f.peak_gpu_bytes = r.gpu.busiest_gpu_peak_bytes;
   f.early_gpu_bytes = r.gpu.early_peak_bytes;

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 #include "re2/re2.h"
@@ -196,6 +198,145 @@ std::optional<RegexMatch> ThroughputRegex::match(std::string_view line) const {
   if (auto s = number(step_group_)) r.step = static_cast<std::int64_t>(*s);
   if (!r.items_per_s && !r.step_time_s) return std::nullopt;
   return r;
+}
+
+namespace {
+
+// A number that starts at `pos` after blanks, as strtod reads it ("nan", "-3", "1e3" included);
+// the index after it. Bounded: a number is never longer than 64 characters.
+std::optional<std::pair<double, std::size_t>> number_after(std::string_view line, std::size_t pos) {
+  while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
+  std::size_t end = pos;
+  const auto numeric = [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' ||
+           c == '-' || c == '+';
+  };
+  while (end < line.size() && end - pos < 64 && numeric(line[end])) ++end;
+  const std::string text(line.substr(pos, end - pos));
+  char* stop = nullptr;
+  const double v = std::strtod(text.c_str(), &stop);
+  if (stop == text.c_str()) return std::nullopt;
+  return std::pair(v, pos + static_cast<std::size_t>(stop - text.c_str()));
+}
+
+// The unsigned decimal that ends just before `end` ("9.87" in "9.87it/s").
+std::optional<double> number_before(std::string_view line, std::size_t end) {
+  std::size_t start = end;
+  while (start > 0 && end - start < 64 &&
+         ((line[start - 1] >= '0' && line[start - 1] <= '9') || line[start - 1] == '.')) {
+    --start;
+  }
+  if (start == end) return std::nullopt;
+  const std::string text(line.substr(start, end - start));
+  char* stop = nullptr;
+  const double v = std::strtod(text.c_str(), &stop);
+  if (stop != text.c_str() + text.size()) return std::nullopt;
+  return v;
+}
+
+bool starts_with_ci(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+  }
+  return true;
+}
+
+// `needle` (lower case) anywhere in the line, ignoring case.
+std::size_t find_ci(std::string_view line, std::string_view needle) {
+  for (std::size_t i = 0; i + needle.size() <= line.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(line[i])) == needle[0] &&
+        starts_with_ci(line.substr(i), needle)) {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+std::optional<PrintedFigure> match_printed_figure(std::string_view line) {
+  using Kind = PrintedFigure::Kind;
+  // Each form is a fixed word looked for once, so the whole match is a few passes over the line.
+  // "Throughput: 812.3 samples/sec" (any unit per second).
+  if (auto at = line.find("Throughput:"); at != std::string_view::npos) {
+    if (auto n = number_after(line, at + 11)) {
+      std::size_t u = n->second;
+      while (u < line.size() && line[u] == ' ') ++u;
+      std::size_t slash = u;
+      while (slash < line.size() && std::isalpha(static_cast<unsigned char>(line[slash])) != 0) {
+        ++slash;
+      }
+      if (slash > u && line.substr(slash, 2) == "/s") {
+        return PrintedFigure{Kind::items_per_s, n->first, true, "throughput"};
+      }
+    }
+  }
+  // "Average Step Time: 0.1523s" (or ms).
+  if (auto at = line.find("Average Step Time:"); at != std::string_view::npos) {
+    if (auto n = number_after(line, at + 18)) {
+      const std::string_view unit = line.substr(n->second);
+      const double scale = unit.starts_with("ms") ? 1e-3 : 1.0;
+      return PrintedFigure{Kind::step_time_s, n->first * scale, true, "average_step_time"};
+    }
+  }
+  // tf_cnn_benchmarks: "total images/sec: 2420.35" at the end, "10\timages/sec: 2417.6 +/- 0.0
+  // (jitter = 0.0)\t7.390" every --display_every steps.
+  if (auto at = line.find("images/sec:"); at != std::string_view::npos) {
+    if (auto n = number_after(line, at + 11)) {
+      const bool total = at >= 6 && line.substr(at - 6, 6) == "total ";
+      return PrintedFigure{Kind::items_per_s, n->first, total, "tf_cnn_benchmarks"};
+    }
+  }
+  // Hugging Face Trainer: "{'train_runtime': 61.2, 'train_samples_per_second': 104.5, …}" and
+  // its metrics table "  train_samples_per_second =    104.5".
+  if (auto at = line.find("train_samples_per_second"); at != std::string_view::npos) {
+    std::size_t pos = at + 24;
+    while (pos < line.size() && (line[pos] == '\'' || line[pos] == '"' || line[pos] == ' ')) ++pos;
+    if (pos < line.size() && (line[pos] == ':' || line[pos] == '=')) {
+      if (auto n = number_after(line, pos + 1)) {
+        return PrintedFigure{Kind::items_per_s, n->first, true, "hf_trainer"};
+      }
+    }
+  }
+  // "Batch Size: 64" (tf_cnn_benchmarks: "Batch size:  64 global").
+  if (auto at = find_ci(line, "batch size:"); at != std::string_view::npos) {
+    if (auto n = number_after(line, at + 11)) {
+      return PrintedFigure{Kind::batch, n->first, false, "batch_size"};
+    }
+  }
+  // Keras fit: "50/50 [======] - 12s 240ms/step - loss: 6.91"; "50/50 - 12s - 240ms/step" with
+  // verbose=2. The last figure of the line is the epoch's.
+  if (auto at = line.rfind("s/step"); at != std::string_view::npos) {
+    double scale = 1.0;
+    std::size_t end = at;
+    if (at >= 1 && line[at - 1] == 'm') {
+      scale = 1e-3;
+      end = at - 1;
+    } else if (at >= 1 && line[at - 1] == 'u') {
+      scale = 1e-6;
+      end = at - 1;
+    } else if (at >= 2 && line.substr(at - 2, 2) == "\xc2\xb5") {  // µs
+      scale = 1e-6;
+      end = at - 2;
+    }
+    if (auto v = number_before(line, end)) {
+      return PrintedFigure{Kind::step_time_s, *v * scale, false, "keras"};
+    }
+  }
+  // tqdm and PyTorch Lightning: "100%|██████████| 50/50 [00:21<00:00,  2.35it/s, loss=6.9]", or
+  // "1.52s/it" when a step takes over a second.
+  if (auto at = line.rfind("it/s"); at != std::string_view::npos) {
+    if (auto v = number_before(line, at)) {
+      return PrintedFigure{Kind::steps_per_s, *v, false, "tqdm"};
+    }
+  }
+  if (auto at = line.rfind("s/it"); at != std::string_view::npos) {
+    if (auto v = number_before(line, at)) {
+      return PrintedFigure{Kind::step_time_s, *v, false, "tqdm"};
+    }
+  }
+  return std::nullopt;
 }
 
 std::string_view framework_name(Framework f) {

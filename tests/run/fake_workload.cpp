@@ -18,6 +18,8 @@
 //   --signal SIG         raise SIG after the steps
 //   --exit N             exit status after the steps
 //   --regex              print "step N: X img/s" instead of protocol lines
+//   --seed               print no step lines, only "Throughput: X samples/sec", "Average Step
+//                        Time: Xs" and "Batch Size: N" at the end, as the seed's scripts do
 //   --precision P --channels-last 0|1   reported in the first protocol line
 //   --spin-ms MS         keep one core busy for MS before the first step (as a framework
 //                        compiling or autotuning does)
@@ -54,6 +56,7 @@ struct Args {
   int signal = 0;
   int exit_code = 0;
   bool regex = false;
+  bool seed = false;
   std::string precision;
   int channels_last = -1;
   int spin_ms = 0;
@@ -148,6 +151,7 @@ int work(const Args& a) {
       sleep_ms(a.step_ms);
     }
     const double step_s = (a.data_ms + a.step_ms) / 1000.0;
+    if (a.seed) continue;  // the seed's scripts print only at the end
     if (a.regex) {
       std::printf("step %d: %.1f img/s\n", step, static_cast<double>(a.batch) / step_s);
     } else {
@@ -165,7 +169,13 @@ int work(const Args& a) {
     }
     std::fflush(stdout);
   }
-  if (!a.regex) std::printf("{\"dlprobe\": {\"end\": true}}\n");
+  if (a.seed) {
+    const double step_s = (a.data_ms + a.step_ms) / 1000.0;
+    std::printf("Throughput: %.2f samples/sec\nAverage Step Time: %.4fs\nBatch Size: %ld\n",
+                static_cast<double>(a.batch) / step_s, step_s, a.batch);
+  } else if (!a.regex) {
+    std::printf("{\"dlprobe\": {\"end\": true}}\n");
+  }
   std::fflush(stdout);
   if (a.hang) {
     for (;;) pause();
@@ -223,6 +233,8 @@ int main(int argc, char** argv) {
       a.exit_code = std::atoi(value());
     else if (k == "--regex")
       a.regex = true;
+    else if (k == "--seed")
+      a.seed = true;
     else if (k == "--precision")
       a.precision = value();
     else if (k == "--channels-last")

@@ -328,6 +328,84 @@ TEST(RunWorkload, HostCpuOverTheMeasuredSteps) {
             std::max(10.0, 2.0 * *idle.host.busiest_process_median_pct));
 }
 
+// The seed's form: no step lines, only "Throughput: ..." at its end. Start-up keeps a core busy
+// for 3 s with the GPU at 2 % (150 samples: the fake NVML takes the next value at each read), then
+// 2 s of steps at 96 %. The steady window is the busy stretch: no host_bound from the start-up,
+// and the printed throughput is the headline.
+TEST(RunWorkload, SeedScriptSteadyWindowFromTelemetry) {
+  std::string util = "gpu_util";
+  for (int i = 0; i < 150; ++i) util += " 2";
+  testing::FakeScript script(h200_script(util + " 96\nmem_used 1073741824 2147483648\n"));
+  auto o =
+      options({"--seed", "--spin-ms", "3000", "--steps", "80", "--step-ms", "25", "--batch", "64"});
+  o.nvml = open_fake();
+  ASSERT_TRUE(o.nvml);
+  const RunResult r = run_ok(o);
+  ASSERT_TRUE(r.steps.items_per_s);
+  EXPECT_NEAR(*r.steps.items_per_s, 2560.0, 0.01);
+  EXPECT_EQ(r.steps.throughput_source, "printed: throughput");
+  EXPECT_EQ(r.steps.batch, 64);
+  EXPECT_EQ(r.window_source, "steady phase");
+  ASSERT_TRUE(r.gpu.figures_window && r.phases.steady) << r.phases.why_none;
+  EXPECT_GT(r.gpu.figures_window->start_s, 1.0);  // after the start-up
+  ASSERT_TRUE(r.gpu.util_median_pct);
+  EXPECT_GE(*r.gpu.util_median_pct, 90.0);
+  ASSERT_TRUE(r.host.cpu_max_pct);
+  EXPECT_GT(*r.host.cpu_max_pct, 40.0);  // the busy start-up was seen, and left out
+  EXPECT_FALSE(has_finding(r, "host_bound"));
+  EXPECT_FALSE(has_finding(r, "gpu_underused"));
+  EXPECT_FALSE(has_finding(r, "no_steady_phase"));
+}
+
+// Nothing busy to see (the GPU at 2 % throughout): no utilisation finding, but the reason.
+TEST(RunWorkload, NoSteadyPhaseIsNotEnoughEvidence) {
+  testing::FakeScript script(h200_script("gpu_util 2\nmem_used 1073741824 2147483648\n"));
+  auto o = options({"--seed", "--spin-ms", "600", "--steps", "10", "--step-ms", "10"});
+  o.nvml = open_fake();
+  ASSERT_TRUE(o.nvml);
+  const RunResult r = run_ok(o);
+  EXPECT_EQ(r.window_source, "none");
+  EXPECT_FALSE(r.phases.steady);
+  EXPECT_TRUE(has_finding(r, "no_steady_phase"));
+  EXPECT_FALSE(has_finding(r, "host_bound"));
+  EXPECT_FALSE(has_finding(r, "gpu_underused"));
+}
+
+RunOptions shell(const std::string& text) {
+  RunOptions o;
+  o.argv = {"/bin/sh", "-c", text};
+  o.echo = false;
+  o.interval = 20ms;
+  return o;
+}
+
+TEST(RunWorkload, InvalidPrintedThroughputIsAWarningNotAResult) {
+  const RunResult r = run_ok(
+      shell("echo 'Throughput: nan samples/sec'; echo 'Throughput: -3 samples/sec'; exit 0"));
+  EXPECT_EQ(r.outcome, Outcome::ok);
+  EXPECT_FALSE(r.steps.items_per_s);
+  ASSERT_EQ(r.warnings.size(), 2u);
+  EXPECT_NE(r.warnings[0].find("Throughput: nan"), std::string::npos) << r.warnings[0];
+}
+
+TEST(RunWorkload, ProgressRatesNeedTheBatch) {
+  const std::string lines =
+      "printf 'Epoch 0:  10%%| 10/100 [00:05<00:45,  1.98it/s]\\rEpoch 0:  50%%| 50/100 "
+      "[00:17<00:17,  2.89it/s]\\rEpoch 0: 100%%| 100/100 [00:31<00:00,  3.21it/s]\\n'";
+  const RunResult without = run_ok(shell(lines));
+  EXPECT_FALSE(without.steps.items_per_s);
+  ASSERT_EQ(without.warnings.size(), 1u);
+  EXPECT_NE(without.warnings[0].find("--batch"), std::string::npos);
+
+  auto o = shell(lines);
+  o.batch = 32;
+  const RunResult with = run_ok(o);
+  ASSERT_TRUE(with.steps.items_per_s);
+  // The first update (start-up) is left out: the median of 2.89 and 3.21 steps/s, times 32.
+  EXPECT_NEAR(*with.steps.items_per_s, 97.6, 1e-6);
+  EXPECT_EQ(with.steps.throughput_source, "printed: tqdm");
+}
+
 TEST(RunWorkload, NewGpuProcessOutsideTheTree) {
   // As with `docker run`: the GPU process is not a descendant, but it is new since the start.
   const std::string procs = temp_path("procs_new");

@@ -52,10 +52,14 @@ struct RunFacts {
   std::optional<double> hang_after_s;
   // Input pipeline.
   std::optional<double> data_wait_share;  // of step time, from the workload's data_time_s
+  // Over the measured steps or the steady phase; unknown where neither was seen.
   std::optional<double> gpu_util_median_pct;
   std::optional<double> host_cpu_median_pct;  // percent of one core, over the process tree
   std::optional<double> busiest_process_cpu_pct;
   unsigned host_cores = 0;
+  // Why no window of steady work was seen, when none was (the utilisation rules then say so
+  // instead of reading medians over start-up).
+  std::optional<std::string> no_steady_phase;
   // Memory.
   std::optional<std::uint64_t> peak_gpu_bytes;   // the workload's, as NVML attributes it
   std::optional<std::uint64_t> early_gpu_bytes;  // within the first seconds of its GPU memory

@@ -68,6 +68,39 @@ struct TimeWindow {
 TimeWindow widen_to_samples(TimeWindow window, const std::vector<double>& sample_times,
                             std::size_t k);
 
+// ---- phases, when the workload prints no steps ----
+
+// One telemetry sample as the phase detector reads it.
+struct PhaseSample {
+  double t_s = 0;                      // since launch
+  std::optional<double> gpu_util_pct;  // the device's utilisation (on the GPUs it uses)
+  std::optional<double> cpu_pct;       // the workload's CPU, percent of one core
+};
+
+// The detector's thresholds, named so the docs and tests refer to the same values.
+inline constexpr double kSteadyActiveShare = 0.5;    // of the activity level
+inline constexpr double kSteadyMinLevelPct = 5.0;    // below this the GPU (or CPU) is idle
+inline constexpr std::size_t kSteadyMinSamples = 3;  // the fewest a steady window holds
+inline constexpr std::size_t kSteadyMaxDip = 2;      // low samples tolerated inside a stretch
+
+// Start-up, warm-up and the steady window, found from telemetry when the workload reports no
+// steps. The series is the GPU's utilisation, or the workload's CPU where no sample has a GPU
+// figure. Rule: the activity level is the highest median of three consecutive samples (so one
+// spike does not set it); a sample is active at or above kSteadyActiveShare of that level; the
+// steady window is the longest stretch of active samples (up to kSteadyMaxDip low samples in a
+// row inside it do not end it) that ends at or before `end_bound_s` (the arrival of the line
+// that reported the throughput, whose timed steps came before it), with at least
+// kSteadyMinSamples samples. Start-up ends at the first sample above kSteadyMinLevelPct; warm-up
+// is from there to the steady window.
+struct Phases {
+  std::string series;                   // "gpu_util", "cpu", or empty: no samples
+  std::optional<double> level_pct;      // the activity level
+  std::optional<double> startup_end_s;  // first activity
+  std::optional<TimeWindow> steady;     // none: no steady phase seen
+  std::string why_none;                 // when steady is none, why (one line)
+};
+Phases find_phases(const std::vector<PhaseSample>& samples, std::optional<double> end_bound_s);
+
 // Throughput and step times after warm-up.
 struct StepStats {
   std::int64_t steps_seen = 0;
@@ -76,7 +109,7 @@ struct StepStats {
   std::optional<double> items;        // summed batch over measured steps
   std::optional<double> elapsed_s;    // measured steps' time
   std::optional<double> items_per_s;  // headline: items / elapsed (or the reported rate)
-  std::string throughput_source;      // "steps", "reported rate", "regex"
+  std::string throughput_source;      // "steps", "reported rate", "regex", "printed: FORMAT"
   std::optional<double> step_median_s;
   std::optional<double> step_p90_s;
   std::optional<double> step_mean_s;
@@ -150,8 +183,8 @@ struct GpuFigures {
   std::vector<unsigned> gpus_used;  // where the workload's memory was
   std::optional<std::string> gpu_name;
   std::optional<int> cc_major;
-  // The measured steps' window (widen_to_samples) that the medians and shares below are taken
-  // over; none when the workload reported no steps (then: while it held memory).
+  // The window the medians and shares below are taken over: the measured steps' (widen_to_samples),
+  // else the steady phase found in the telemetry; none when neither (then: while it held memory).
   std::optional<TimeWindow> figures_window;
   std::optional<double> util_median_pct;  // device utilisation over figures_window
   std::optional<double> tree_sm_util_median_pct;
@@ -200,10 +233,18 @@ struct RunResult {
   GpuFigures gpu;
   HostFigures host;
   std::vector<TelemetryPoint> timeline;
+  // The window the GPU and host medians and the findings describe: "steps" (the measured steps),
+  // "steady phase" (found in the telemetry, `phases.steady`), or "none" (neither: the medians are
+  // then over the run and no finding is drawn from them).
+  std::string window_source = "none";
+  Phases phases;  // found from telemetry when the workload reported no steps
   std::vector<diagnosis::Finding> findings;
   std::deque<std::string> stdout_tail;
   std::deque<std::string> stderr_tail;
   std::vector<std::string> protocol_errors;  // first few malformed dlprobe lines
+  // First few problems with what it printed: a throughput of NaN or below zero, a per-step speed
+  // without the batch.
+  std::vector<std::string> warnings;
   std::string stdout_log;
   std::string stderr_log;
 };

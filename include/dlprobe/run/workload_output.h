@@ -66,6 +66,26 @@ class ThroughputRegex {
   int step_group_ = 0;
 };
 
+// A throughput (or what gives one) in a form that training scripts and tools print on their own,
+// read without a --throughput-regex. docs/external.md lists the forms with examples.
+struct PrintedFigure {
+  enum class Kind {
+    items_per_s,  // samples, images or examples per second
+    steps_per_s,  // iterations per second: items with the batch
+    step_time_s,  // seconds per step: items with the batch
+    batch,        // items per step, as the script says it
+  };
+  Kind kind = Kind::items_per_s;
+  double value = 0;  // as printed: may be NaN or negative, which the caller refuses
+  // A closing figure over the script's timed steps ("Throughput: …", tf_cnn_benchmarks' total,
+  // the Trainer's summary), rather than one progress update of many.
+  bool summary = false;
+  std::string_view format;  // which form: "throughput", "average_step_time", "keras", …
+};
+// The figure the line prints in one of the known forms, or nullopt. Read by hand in one pass over
+// the line (no regex): every line of the workload is tried, and lines may be megabytes long.
+std::optional<PrintedFigure> match_printed_figure(std::string_view line);
+
 enum class Framework { unknown, tensorflow, pytorch, jax };
 std::string_view framework_name(Framework f);
 
