@@ -1,17 +1,26 @@
 #!/usr/bin/env python3
-"""ResNet-50 training steps in TensorFlow 2.x (Keras ResNet50, weights=None) on synthetic
-on-device input, printing the dlprobe line protocol (docs/external.md). Written for TF 2.9's APIs
-(the tensorflow/tensorflow:2.9.0-gpu container) and newer.
+"""ResNet-50 training steps in TensorFlow 2.x (Keras ResNet50, weights=None) in the seed's form:
+a constant input tensor on the GPU (tf.constant), 5 warm-up and 50 timed steps that compute the
+gradients without applying them, memory growth on, and three lines at the end that `dlprobe run`
+reads without a regex (docs/external.md, "Throughput from what scripts already print"):
+
+    Throughput: 1234.56 samples/sec
+    Average Step Time: 0.1037s
+    Batch Size: 128
+
+Written for TF 2.9's APIs (the tensorflow/tensorflow:2.9.0-gpu container) and newer:
 
     dlprobe run -- docker run --rm --gpus all -v $PWD/examples/workloads:/w \
-        tensorflow/tensorflow:2.9.0-gpu python /w/tf_resnet50.py --batch 128 --mixed-precision
+        tensorflow/tensorflow:2.9.0-gpu python /w/tf_resnet50.py --batch 128
 
-TensorFlow takes nearly all GPU memory at start unless --memory-growth (or
-TF_FORCE_GPU_ALLOW_GROWTH=true); the peak printed here (tf.config.experimental.get_memory_info)
-is what the model used.
+--mode train applies the gradients (SGD with momentum); --protocol also prints the dlprobe line
+protocol (a line per step, the framework's peak memory); --no-memory-growth leaves TensorFlow's
+default of taking nearly all GPU memory at start; --memory-limit MIB (or DLPROBE_MEMORY_LIMIT_MIB)
+caps what TensorFlow may use, as a smaller card would (a logical device with memory_limit).
 """
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -23,22 +32,33 @@ def emit(**fields):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--memory-growth", action="store_true",
-                   help="allocate GPU memory as needed instead of (almost) all at start")
+    p.add_argument("--mode", choices=("grads", "train"), default="grads",
+                   help="grads: compute the gradients only (the seed's form); train: apply them")
+    p.add_argument("--no-memory-growth", action="store_true",
+                   help="let TensorFlow take (almost) all GPU memory at start, its default")
+    p.add_argument("--memory-limit", type=int,
+                   default=int(os.environ.get("DLPROBE_MEMORY_LIMIT_MIB", "0")),
+                   help="MiB TensorFlow may use on the GPU (0: no limit)")
     p.add_argument("--mixed-precision", action="store_true", help="mixed_float16 policy")
     p.add_argument("--xla", action="store_true", help="compile the step with XLA")
+    p.add_argument("--protocol", action="store_true", help="also print the dlprobe line protocol")
     args = p.parse_args()
 
+    import numpy as np
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         print("tf_resnet50.py: TensorFlow sees no GPU", file=sys.stderr)
         return 2
-    if args.memory_growth:
+    if args.memory_limit > 0:
+        # A logical device with a memory limit excludes memory growth on the same device.
+        tf.config.set_logical_device_configuration(
+            gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=args.memory_limit)])
+    elif not args.no_memory_growth:
         for g in gpus:
             tf.config.experimental.set_memory_growth(g, True)
     if args.mixed_precision:
@@ -50,9 +70,12 @@ def main():
         opt = tf.keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
         if args.mixed_precision:
             opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
-        x = tf.random.uniform((args.batch, args.image_size, args.image_size, 3))
-        y = tf.random.uniform((args.batch,), maxval=1000, dtype=tf.int32)
+        rng = np.random.default_rng(0)
+        x = tf.constant(rng.random((args.batch, args.image_size, args.image_size, 3),
+                                   dtype=np.float32))
+        y = tf.constant(rng.integers(0, 1000, size=(args.batch,), dtype=np.int32))
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=False)
+    apply = args.mode == "train"
 
     @tf.function(jit_compile=args.xla)
     def train_step(x, y):
@@ -63,37 +86,41 @@ def main():
         grads = tape.gradient(scaled, model.trainable_variables)
         if args.mixed_precision:
             grads = opt.get_unscaled_gradients(grads)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+        if apply:
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+        # Returned, so that the gradients are computed even when not applied.
+        return loss, grads
 
-    # Keras builds NHWC models; cuDNN runs NHWC natively with fp16.
-    # Without mixed precision, TF (2.4+) runs float32 matmuls and convolutions in TF32 on GPUs
-    # that have it, unless turned off.
-    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
-    emit(framework="tensorflow", model="resnet50",
-         precision="fp16" if args.mixed_precision else ("tf32" if tf32 else "fp32"),
-         channels_last=True,
-         warmup_steps=args.warmup, batch=args.batch)
+    if args.protocol:
+        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+        emit(framework="tensorflow", model="resnet50",
+             precision="fp16" if args.mixed_precision else ("tf32" if tf32 else "fp32"),
+             channels_last=True, warmup_steps=args.warmup, batch=args.batch)
     measured = 0.0
     try:
         for i in range(args.warmup + args.steps):
             t0 = time.perf_counter()
-            loss = train_step(x, y)
+            loss, _ = train_step(x, y)
             loss.numpy()  # waits for the step to finish on the GPU
             dt = time.perf_counter() - t0
             if i >= args.warmup:
                 measured += dt
-            mem = tf.config.experimental.get_memory_info("GPU:0")
-            emit(step=i, step_time_s=dt, data_time_s=0.0, batch=args.batch,
-                 warmup=i < args.warmup, framework_peak_bytes=int(mem["peak"]),
-                 framework_allocated_bytes=int(mem["current"]))
+            if args.protocol:
+                mem = tf.config.experimental.get_memory_info("GPU:0")
+                emit(step=i, step_time_s=dt, data_time_s=0.0, batch=args.batch,
+                     warmup=i < args.warmup, framework_peak_bytes=int(mem["peak"]),
+                     framework_allocated_bytes=int(mem["current"]))
     except tf.errors.ResourceExhaustedError as e:
-        emit(oom=True, framework="tensorflow", message=str(e).splitlines()[0])
+        if args.protocol:
+            emit(oom=True, framework="tensorflow", message=str(e).splitlines()[0])
         raise
-    # The script's own figure, for checking the one dlprobe computes from the steps.
     if args.steps > 0 and measured > 0:
-        emit(images_per_s=args.batch * args.steps / measured)
-    emit(end=True)
+        step_s = measured / args.steps
+        print(f"Throughput: {args.batch / step_s:.2f} samples/sec")
+        print(f"Average Step Time: {step_s:.4f}s")
+        print(f"Batch Size: {args.batch}")
+    if args.protocol:
+        emit(end=True)
     return 0
 
 

@@ -343,15 +343,19 @@ void Run::use_printed() {
     }
     return std::nullopt;
   };
-  // A closing figure over the timed steps wins; else the progress updates, less the first when
-  // there are several (it holds compilation and warm-up, as Keras' first epoch does).
-  for (auto it = printed_.rbegin(); it != printed_.rend(); ++it) {
-    if (!it->figure.summary) continue;
-    if (auto v = items(it->figure)) {
-      rates_ = {*v};
-      last_rate_s_ = it->t_s;
-      printed_format_ = std::string(it->figure.format);
-      return;
+  // A closing figure over the timed steps wins, the script's own items per second first (the
+  // seed's scripts print it beside the step time it came from); else the progress updates, less
+  // the first when there are several (it holds compilation and warm-up, as Keras' first epoch).
+  for (const bool rate_only : {true, false}) {
+    for (auto it = printed_.rbegin(); it != printed_.rend(); ++it) {
+      if (!it->figure.summary) continue;
+      if (rate_only && it->figure.kind != PrintedFigure::Kind::items_per_s) continue;
+      if (auto v = items(it->figure)) {
+        rates_ = {*v};
+        last_rate_s_ = it->t_s;
+        printed_format_ = std::string(it->figure.format);
+        return;
+      }
     }
   }
   std::vector<const Printed*> progress;
