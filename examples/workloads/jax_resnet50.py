@@ -22,8 +22,22 @@ import jax.numpy as jnp
 import flax.linen as nn
 
 
+# --plain: no protocol lines, only the seed's closing lines (seed_lines), as a script written
+# without dlprobe in mind prints.
+PLAIN = False
+
+
 def emit(**fields):
-    print(json.dumps({"dlprobe": fields}), flush=True)
+    if not PLAIN:
+        print(json.dumps({"dlprobe": fields}), flush=True)
+
+
+def seed_lines(batch, steps, seconds):
+    """The closing lines of the seed's scripts, which `dlprobe run` reads without a regex."""
+    if steps > 0 and seconds > 0:
+        print(f"Throughput: {batch * steps / seconds:.2f} samples/sec")
+        print(f"Average Step Time: {seconds / steps:.4f}s")
+        print(f"Batch Size: {batch}", flush=True)
 
 
 class Bottleneck(nn.Module):
@@ -68,12 +82,17 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--plain", action="store_true",
+                   help="print no dlprobe lines, only 'Throughput: X samples/sec', 'Average Step "
+                        "Time: Xs' and 'Batch Size: N' at the end")
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
                    help="bf16 activations and convolutions (fp32 parameters), or fp32 throughout "
                         "with full-precision matrix products (no TF32)")
     p.add_argument("--mode", choices=["train", "grads"], default="train",
                    help="train: forward, backward and SGD update; grads: no update")
     args = p.parse_args()
+    global PLAIN
+    PLAIN = args.plain
 
     dtype = jnp.bfloat16 if args.precision == "bf16" else jnp.float32
     if args.precision == "fp32":
@@ -150,6 +169,8 @@ def main():
     # The script's own figure, for checking the one dlprobe computes from the steps.
     if args.steps > 0 and measured > 0:
         emit(images_per_s=args.batch * args.steps / measured)
+    if PLAIN:
+        seed_lines(args.batch, args.steps, measured)
     emit(end=True)
     return 0
 

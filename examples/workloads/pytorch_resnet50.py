@@ -20,8 +20,22 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+# --plain: no protocol lines, only the seed's closing lines (seed_lines), as a script written
+# without dlprobe in mind prints.
+PLAIN = False
+
+
 def emit(**fields):
-    print(json.dumps({"dlprobe": fields}), flush=True)
+    if not PLAIN:
+        print(json.dumps({"dlprobe": fields}), flush=True)
+
+
+def seed_lines(batch, steps, seconds):
+    """The closing lines of the seed's scripts, which `dlprobe run` reads without a regex."""
+    if steps > 0 and seconds > 0:
+        print(f"Throughput: {batch * steps / seconds:.2f} samples/sec")
+        print(f"Average Step Time: {seconds / steps:.4f}s")
+        print(f"Batch Size: {batch}", flush=True)
 
 
 class Bottleneck(nn.Module):
@@ -84,11 +98,16 @@ def main():
                    help="with --compile: torch.compile's mode (reduce-overhead replays CUDA "
                         "graphs, the fastest at small batches)")
     p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--plain", action="store_true",
+                   help="print no dlprobe lines, only 'Throughput: X samples/sec', 'Average Step "
+                        "Time: Xs' and 'Batch Size: N' at the end")
     p.add_argument("--memory-fraction", type=float,
                    help="cap PyTorch's allocator at this share of the GPU "
                         "(torch.cuda.set_per_process_memory_fraction): a smaller card, to find "
                         "where it runs out of memory")
     args = p.parse_args()
+    global PLAIN
+    PLAIN = args.plain
     if args.memory_fraction is not None and not 0 < args.memory_fraction <= 1:
         p.error("--memory-fraction must be in (0, 1]")
 
@@ -168,6 +187,8 @@ def main():
     if args.steps > 0:
         measured = events[0].elapsed_time(events[-1]) / 1000.0
         emit(images_per_s=args.batch * args.steps / measured)
+    if PLAIN and args.steps > 0:
+        seed_lines(args.batch, args.steps, measured)
     emit(end=True)
     return 0
 

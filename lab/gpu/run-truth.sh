@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# On a GPU machine over the bundle (scripts/gpu-bundle.sh): `dlprobe run` with no regex over
+# scripts that print no step lines, each beside `nvidia-smi dmon -s u -o DT` over the same
+# seconds: examples/workloads/pytorch_resnet50.py --plain, jax_resnet50.py --plain and
+# lab/gpu/seed_pytorch.py (the seed's form: one "Throughput: X samples/sec" line at the end).
+# lab/gpu/run_truth_check.py prints for each the script's throughput and dlprobe's, the steady
+# window and its phases, the findings, and the utilisation from dlprobe and from dmon over that
+# window, with the checks (equal throughput, utilisation within 5 points, no finding the window
+# contradicts). Output under $OUT/run-truth (or ./gpu-check-out/run-truth).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+. lab/gpu/common.sh
+dir=$out/run-truth
+mkdir -p "$dir"
+py=${PYTHON:-python3}
+summary=()
+
+# truth NAME LIMIT_S -- CMD...
+truth() {
+  local name=$1 limit=$2
+  shift 3
+  nvidia-smi dmon -s u -o DT >"$dir/$name.dmon.txt" 2>"$dir/$name.dmon.err" &
+  local dmon=$!
+  sleep 2  # dmon's first lines, before the workload
+  local launch
+  launch=$(date +%s.%N)
+  echo "== $name: $*"
+  timeout $((limit + 60)) "$bin/dlprobe" run --overwrite --timeout "${limit}s" \
+    --json "$dir/$name.json" --details-json "$dir/$name-details.json" \
+    --log-dir "$dir/$name-logs" -- "$@" >"$dir/$name.log" 2>&1
+  local rc=$?
+  sleep 2
+  kill "$dmon" 2>/dev/null
+  wait "$dmon" 2>/dev/null
+  tail -n 8 "$dir/$name.log"
+  $py lab/gpu/run_truth_check.py --name "$name" --details "$dir/$name-details.json" \
+    --dmon "$dir/$name.dmon.txt" --launch-epoch "$launch" \
+    --stdout-log "$(ls "$dir/$name-logs"/run001*.stdout.log 2>/dev/null | head -n1)" \
+    >"$dir/$name.check.txt" 2>&1
+  local check=$?
+  cat "$dir/$name.check.txt"
+  summary+=("$name: dlprobe run exit $rc, check exit $check")
+}
+
+truth pytorch 300 -- python3 examples/workloads/pytorch_resnet50.py --plain --batch 256 \
+  --amp fp16 --channels-last --steps 50 --warmup 5
+truth jax 420 -- python3 examples/workloads/jax_resnet50.py --plain --batch 256 \
+  --precision bf16 --steps 50 --warmup 5
+truth seed 300 -- python3 lab/gpu/seed_pytorch.py --batch 128
+
+echo
+printf '%s\n' "${summary[@]}"
