@@ -12,6 +12,7 @@ the SGD update.
 """
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -118,6 +119,11 @@ def main():
     torch.backends.cudnn.benchmark = not args.no_cudnn_benchmark
     torch.backends.cudnn.allow_tf32 = args.tf32
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    limit_mib = int(os.environ.get("DLPROBE_MEMORY_LIMIT_MIB", "0"))
+    if args.memory_fraction is None and limit_mib > 0:
+        # `dlprobe run --memory-limit`: the same cap as a share of this GPU.
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        args.memory_fraction = min(1.0, limit_mib * 2**20 / total)
     if args.memory_fraction is not None:
         # The call takes a device index; a bare torch.device("cuda") has none.
         torch.cuda.set_per_process_memory_fraction(args.memory_fraction, torch.cuda.current_device())

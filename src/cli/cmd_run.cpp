@@ -41,6 +41,8 @@ struct RunFlags {
   std::string max_batch_limit;
   std::string max_batch_step;
   std::string max_batch_runs;
+  std::string copies;
+  std::string memory_limit;
   std::string log_dir;
   std::string json;
   std::string details_json;
@@ -105,6 +107,13 @@ Result<run::SessionPlan> plan_from(const RunFlags& f) {
   }
   mb.runs = static_cast<int>(runs);
   if (f.max_batch) p.max_batch = mb;
+  if (!f.copies.empty()) {
+    DLPROBE_ASSIGN_OR_RETURN(auto copies, parse_int(f.copies, "--copies", 1, 64));
+    p.copies = static_cast<int>(copies);
+  }
+  if (!f.memory_limit.empty()) {
+    DLPROBE_ASSIGN_OR_RETURN(p.memory_limit_bytes, parse_size(f.memory_limit, "--memory-limit"));
+  }
   p.log_dir = f.log_dir;
   p.results_json = f.json;
   p.details_json = f.details_json;
@@ -220,6 +229,12 @@ Command add_run_command(CLI::App& app) {
        {"--max-batch-step", &RunFlags::max_batch_step, "Answer to a multiple of this (default 1)"},
        {"--max-batch-runs", &RunFlags::max_batch_runs,
         "At most this many runs per search (default 12)"},
+       {"--copies", &RunFlags::copies,
+        "Start N copies of the command together on the GPU ({copy} and DLPROBE_COPY: 1..N) and "
+        "report their combined throughput, each one's memory and preallocation"},
+       {"--memory-limit", &RunFlags::memory_limit,
+        "GPU memory each run may use (e.g. 24GiB), through the frameworks' own switches: "
+        "DLPROBE_MEMORY_LIMIT_MIB for the example scripts, XLA_PYTHON_CLIENT_MEM_FRACTION"},
        {"--log-dir", &RunFlags::log_dir, "Keep each run's full stdout and stderr here"},
        {"--json", &RunFlags::json,
         "Write the results file (schema dlprobe.results/1, for report and compare), "

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace dlprobe::diagnosis {
 
@@ -257,6 +258,78 @@ void outcome_rules(const RunFacts& f, std::vector<Finding>& out) {
 }
 
 }  // namespace
+
+std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& copies,
+                                         std::optional<std::uint64_t> device_total_bytes) {
+  std::vector<Finding> out;
+  if (copies.empty()) return out;
+  double combined = 0;
+  int ran = 0;
+  std::string each;
+  for (const auto& c : copies) {
+    if (c.ran) {
+      ++ran;
+      combined += c.items_per_s.value_or(0);
+    }
+    each += fmt::format(
+        "{}copy {}: {}, {} items/s, peak {} GiB", each.empty() ? "" : "; ", c.copy, c.outcome,
+        c.items_per_s ? fmt::format("{:.1f}", *c.items_per_s) : std::string("-"),
+        c.peak_gpu_bytes ? fmt::format("{:.1f}", gib(*c.peak_gpu_bytes)) : std::string("-"));
+  }
+  const auto n = static_cast<int>(copies.size());
+  out.push_back({
+      "shared_gpu",
+      ran == n ? Severity::info : Severity::error,
+      fmt::format("{} of {} copies ran together on one GPU: combined {:.1f} items/s", ran, n,
+                  combined),
+      each,
+      ran == n ? "The sum is what the GPU gives when shared this way; compare it with one copy "
+                 "alone"
+               : "A copy that could not run needs memory another held: see "
+                 "shared_gpu_preallocation, or give each copy a smaller batch",
+      {{"copies", n}, {"copies_ran", ran}, {"combined_items_per_s", combined}},
+  });
+  if (!device_total_bytes || *device_total_bytes == 0) return out;
+  const double share = static_cast<double>(*device_total_bytes) / n;
+  // The fraction each copy may take, with a margin for the CUDA contexts outside the pools.
+  const double fraction = std::floor(0.95 / n * 100) / 100;
+  for (const auto& c : copies) {
+    if (!c.early_gpu_bytes || static_cast<double>(*c.early_gpu_bytes) <= share) continue;
+    const std::string fw = c.framework.value_or("");
+    std::string fix;
+    if (fw == "tensorflow") {
+      fix =
+          "TF_FORCE_GPU_ALLOW_GROWTH=true in each copy's environment (or a logical device "
+          "with memory_limit)";
+    } else if (fw == "jax") {
+      fix = fmt::format(
+          "XLA_PYTHON_CLIENT_PREALLOCATE=false, or XLA_PYTHON_CLIENT_MEM_FRACTION={:.2f} for {} "
+          "copies, in each copy's environment",
+          fraction, n);
+    } else {
+      fix = fmt::format(
+          "Turn the framework's preallocation off in each copy's environment: "
+          "TF_FORCE_GPU_ALLOW_GROWTH=true (TensorFlow); XLA_PYTHON_CLIENT_PREALLOCATE=false or "
+          "XLA_PYTHON_CLIENT_MEM_FRACTION={:.2f} for {} copies (JAX)",
+          fraction, n);
+    }
+    const bool blocked = ran < n;
+    out.push_back({
+        "shared_gpu_preallocation",
+        blocked ? Severity::error : Severity::warning,
+        fmt::format("Copy {} took more than its share of the GPU at start{}", c.copy,
+                    blocked ? ", and not every copy could run" : ""),
+        fmt::format("{:.1f} GiB within its first seconds, over the {:.1f} GiB share of {} copies "
+                    "on a {:.1f} GiB GPU",
+                    gib(*c.early_gpu_bytes), share / kGiB, n, gib(*device_total_bytes)),
+        fix,
+        {{"copy", c.copy},
+         {"early_gpu_bytes", static_cast<double>(*c.early_gpu_bytes)},
+         {"device_total_bytes", static_cast<double>(*device_total_bytes)}},
+    });
+  }
+  return out;
+}
 
 std::vector<Finding> diagnose_run(const RunFacts& facts) {
   std::vector<Finding> out;

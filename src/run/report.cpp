@@ -162,6 +162,7 @@ std::string report_json(const RunReport& report) {
               {"command", report.command},
               {"shell", report.shell},
               {"interrupted", report.interrupted},
+              {"copies", report.copies},
               {"runs", runs},
               {"max_batch", searches},
               {"sweep_findings", sweep}};

@@ -623,21 +623,28 @@ void Run::compute_gpu_figures() {
     any_new = any_new || !raw.new_bytes.empty();
     rows_without_bytes = rows_without_bytes || raw.tree_rows_without_bytes;
   }
-  g.attribution = any_tree  ? Attribution::process_tree
-                  : any_new ? Attribution::new_processes
-                            : Attribution::device_wide;
-  if (!any_tree && rows_without_bytes) {
+  g.attribution = any_tree        ? Attribution::process_tree
+                  : o_.shared_gpu ? Attribution::none
+                  : any_new       ? Attribution::new_processes
+                                  : Attribution::device_wide;
+  if (!any_tree && o_.shared_gpu) {
+    g.telemetry_note = "NVML listed none of this workload's processes on the shared GPU";
+  } else if (!any_tree && rows_without_bytes) {
     g.telemetry_note = "NVML lists the workload's processes without their memory";
   }
+  const std::map<unsigned, std::uint64_t> nothing;
   auto bytes_of = [&](const RawPoint& raw) -> const std::map<unsigned, std::uint64_t>& {
     switch (g.attribution) {
       case Attribution::process_tree:
         return raw.tree_bytes;
       case Attribution::new_processes:
         return raw.new_bytes;
-      default:
+      case Attribution::device_wide:
         return raw.device_bytes;
+      case Attribution::none:
+        break;
     }
+    return nothing;
   };
   // A device-wide rise below this is other noise (another process, the driver), not the workload.
   constexpr std::uint64_t kDeviceNoise = 256ull << 20;

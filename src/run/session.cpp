@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <thread>
 
 #include "dlprobe/core/batch_search.h"
 #include "dlprobe/core/command_line.h"
@@ -20,6 +21,13 @@ namespace {
 Status check_plan(const SessionPlan& p) {
   if (p.command.empty()) {
     return invalid_argument("no command: give it after '--', e.g. dlprobe run -- python3 train.py");
+  }
+  if (p.copies < 1) return invalid_argument("--copies: must be at least 1");
+  if (p.copies > 1 && (!p.axes.empty() || p.max_batch)) {
+    return invalid_argument("--copies: not with --sweep or --max-batch");
+  }
+  if (p.memory_limit_bytes && *p.memory_limit_bytes < (1ull << 20)) {
+    return invalid_argument("--memory-limit: below 1 MiB");
   }
   std::vector<std::string> keys;
   for (const SweepAxis& axis : p.axes) {
@@ -49,6 +57,25 @@ Status check_plan(const SessionPlan& p) {
         "is given; it is passed on as written");
   }
   return Status::ok();
+}
+
+// The frameworks' own switches for a memory limit, in every run's environment.
+void set_memory_limit(SessionPlan& p) {
+  const std::uint64_t limit = *p.memory_limit_bytes;
+  p.base.env_set["DLPROBE_MEMORY_LIMIT_MIB"] = std::to_string(limit >> 20);
+  std::optional<std::uint64_t> total;
+  if (p.base.nvml) {
+    const unsigned gpu = p.base.gpus.empty() ? 0 : p.base.gpus.front();
+    if (auto info = p.base.nvml->device_info(gpu)) total = info->memory_total_bytes;
+  }
+  if (!total || *total == 0) {
+    log_warn(
+        "--memory-limit: the GPU's memory is unknown (no NVML), so XLA_PYTHON_CLIENT_MEM_FRACTION "
+        "is not set; DLPROBE_MEMORY_LIMIT_MIB is");
+    return;
+  }
+  const double fraction = std::min(1.0, static_cast<double>(limit) / static_cast<double>(*total));
+  p.base.env_set["XLA_PYTHON_CLIENT_MEM_FRACTION"] = fmt::format("{:.4f}", fraction);
 }
 
 std::string shell_join(const std::vector<std::string>& args) {
@@ -81,6 +108,7 @@ Result<Session> Session::start(SessionPlan plan, SessionEvents events) {
   } else {
     log_warn("no GPU telemetry: {}", lib.status().message());
   }
+  if (plan.memory_limit_bytes) set_memory_limit(plan);
   Session session(std::move(plan), std::move(events));
   if (!session.plan_.results_json.empty()) {
     auto writer = results::ResultsWriter::create(
@@ -108,7 +136,7 @@ Status Session::write_details(bool last) const {
   return write_file_atomic(plan_.details_json, report_json(report_)).with_context("--details-json");
 }
 
-Result<RunResult> Session::run_point(const std::map<std::string, std::string>& point) {
+RunOptions Session::options_for(const std::map<std::string, std::string>& point) {
   RunOptions o = plan_.base;
   const auto argv = substitute(plan_.command, point);
   o.argv = plan_.shell ? std::vector<std::string>{"/bin/sh", "-c", shell_join(argv)} : argv;
@@ -128,6 +156,11 @@ Result<RunResult> Session::run_point(const std::map<std::string, std::string>& p
     o.stderr_log = plan_.log_dir + "/" + stem + ".stderr.log";
   }
   o.interrupt = interrupt_;
+  return o;
+}
+
+Result<RunResult> Session::run_point(const std::map<std::string, std::string>& point) {
+  const RunOptions o = options_for(point);
   if (events_.started) events_.started(index_, point, o.argv);
   DLPROBE_ASSIGN_OR_RETURN(auto result, run_workload(o));
   result.params = point;
@@ -213,14 +246,72 @@ void Session::add_sweep_findings() {
   }
 }
 
+Status Session::run_copies() {
+  const int n = plan_.copies;
+  report_.copies = n;
+  std::vector<std::map<std::string, std::string>> points;
+  std::vector<RunOptions> options;
+  for (int i = 1; i <= n; ++i) {
+    points.push_back({{"copy", std::to_string(i)}});
+    RunOptions o = options_for(points.back());
+    // Our own descendants are every copy's: with each run following them (the subreaper's
+    // tree), one copy's end would kill the others. Each follows its own process tree and group.
+    o.subreaper = false;
+    o.shared_gpu = true;
+    options.push_back(std::move(o));
+    if (events_.started) events_.started(index_, points.back(), options.back().argv);
+  }
+  // One thread per copy: each run is a loop that pumps its own workload's output and telemetry.
+  std::vector<std::optional<Result<RunResult>>> results(static_cast<std::size_t>(n));
+  {
+    std::vector<std::jthread> threads;
+    for (std::size_t i = 0; i < options.size(); ++i) {
+      threads.emplace_back([&, i] { results[i] = run_workload(options[i]); });
+    }
+  }
+  std::vector<diagnosis::SharedCopyFacts> facts;
+  std::optional<std::uint64_t> device_total;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (!*results[i]) return results[i]->status();
+    RunResult result = std::move(*results[i]).value();
+    result.params = points[i];
+    if (events_.finished) events_.finished(index_ - n + static_cast<int>(i) + 1, result);
+    diagnosis::SharedCopyFacts f;
+    f.copy = static_cast<int>(i) + 1;
+    f.ran = result.outcome == Outcome::ok;
+    f.oom = result.outcome == Outcome::oom;
+    f.outcome = std::string(outcome_name(result.outcome));
+    f.items_per_s = result.steps.items_per_s;
+    f.peak_gpu_bytes = result.gpu.peak_bytes;
+    f.early_gpu_bytes = result.gpu.early_peak_bytes;
+    f.framework = result.framework.framework;
+    if (!f.framework && result.oom && result.oom->framework != Framework::unknown) {
+      f.framework = std::string(framework_name(result.oom->framework));
+    }
+    facts.push_back(std::move(f));
+    if (!device_total) device_total = result.gpu.device_total_bytes;
+    if (result.outcome == Outcome::interrupted) report_.interrupted = true;
+    if (writer_) DLPROBE_RETURN_IF_ERROR(writer_->add(to_configuration(result, command_text())));
+    report_.runs.push_back(std::move(result));
+  }
+  for (auto& f : diagnosis::diagnose_shared_gpu(facts, device_total)) {
+    report_.sweep_findings.push_back(std::move(f));
+  }
+  return write_details();
+}
+
 Status Session::run(const std::atomic<int>* interrupt) {
   interrupt_ = interrupt;
   const auto interrupted = [&] { return interrupt != nullptr && interrupt->load() > 0; };
   Status status;
-  for (const auto& point : sweep_points(plan_.axes)) {
-    if (interrupted()) break;
-    status = plan_.max_batch ? search_max_batch(point) : run_point(point).status();
-    if (!status) break;
+  if (plan_.copies > 1) {
+    status = run_copies();
+  } else {
+    for (const auto& point : sweep_points(plan_.axes)) {
+      if (interrupted()) break;
+      status = plan_.max_batch ? search_max_batch(point) : run_point(point).status();
+      if (!status) break;
+    }
   }
   if (interrupted()) report_.interrupted = true;
   add_sweep_findings();

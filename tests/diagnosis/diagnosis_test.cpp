@@ -180,6 +180,69 @@ std::vector<SweepPointFacts> sweep(std::vector<std::pair<std::int64_t, double>> 
   return out;
 }
 
+TEST(Diagnosis, NoSteadyPhaseReplacesTheUtilisationRules) {
+  // What the run reported: medians over a start-up at 2 % with the CPU busy.
+  RunFacts f;
+  f.gpu_util_median_pct = 2;
+  f.host_cores = 16;
+  f.host_cpu_median_pct = 1550;
+  ASSERT_NE(find(diagnose_run(f), "host_bound"), nullptr);
+  // Without a window the runner leaves the medians out and says why.
+  f.gpu_util_median_pct.reset();
+  f.host_cpu_median_pct.reset();
+  f.no_steady_phase = "GPU utilisation never above 5%";
+  const auto v = diagnose_run(f);
+  ASSERT_NE(find(v, "no_steady_phase"), nullptr);
+  EXPECT_EQ(find(v, "no_steady_phase")->title, "Not enough evidence: no steady phase seen");
+  EXPECT_NE(find(v, "no_steady_phase")->evidence.find("never above 5%"), std::string::npos);
+  EXPECT_EQ(find(v, "host_bound"), nullptr);
+  EXPECT_EQ(find(v, "gpu_underused"), nullptr);
+  // A run that failed says nothing about its steady phase either.
+  f.crashed = true;
+  EXPECT_EQ(find(diagnose_run(f), "no_steady_phase"), nullptr);
+}
+
+TEST(SharedGpuDiagnosis, CombinedThroughputAndEachCopy) {
+  std::vector<SharedCopyFacts> copies = {
+      {1, true, false, "ok", 800.0, 20 * kGiB, 20 * kGiB, "pytorch"},
+      {2, true, false, "ok", 700.0, 21 * kGiB, 21 * kGiB, "pytorch"},
+  };
+  const auto v = diagnose_shared_gpu(copies, 140 * kGiB);
+  ASSERT_NE(find(v, "shared_gpu"), nullptr);
+  EXPECT_EQ(find(v, "shared_gpu")->severity, Severity::info);
+  EXPECT_DOUBLE_EQ(find(v, "shared_gpu")->numbers.at("combined_items_per_s"), 1500.0);
+  EXPECT_NE(find(v, "shared_gpu")->evidence.find("copy 2: ok, 700.0 items/s, peak 21.0 GiB"),
+            std::string::npos);
+  EXPECT_EQ(find(v, "shared_gpu_preallocation"), nullptr);  // each within its half
+}
+
+TEST(SharedGpuDiagnosis, PreallocationWithTheFrameworksSwitch) {
+  // JAX's default pool (75 %) in copy 1; copy 2 could not start.
+  std::vector<SharedCopyFacts> copies = {
+      {1, true, false, "ok", 900.0, 105 * kGiB, 105 * kGiB, "jax"},
+      {2, false, true, "oom", std::nullopt, 0, std::nullopt, "jax"},
+  };
+  auto v = diagnose_shared_gpu(copies, 140 * kGiB);
+  ASSERT_NE(find(v, "shared_gpu_preallocation"), nullptr);
+  EXPECT_EQ(find(v, "shared_gpu")->severity, Severity::error);
+  EXPECT_DOUBLE_EQ(find(v, "shared_gpu")->numbers.at("combined_items_per_s"), 900.0);
+  const Finding* p = find(v, "shared_gpu_preallocation");
+  EXPECT_EQ(p->severity, Severity::error);
+  EXPECT_NE(p->fix.find("XLA_PYTHON_CLIENT_PREALLOCATE=false"), std::string::npos);
+  EXPECT_NE(p->fix.find("XLA_PYTHON_CLIENT_MEM_FRACTION=0.47 for 2 copies"), std::string::npos);
+  EXPECT_EQ(p->fix.find("TF_FORCE"), std::string::npos);
+  // TensorFlow's, with both copies running (the second fitted in what was left): a warning.
+  copies[0].framework = "tensorflow";
+  copies[1] = {2, true, false, "ok", 100.0, 2 * kGiB, 2 * kGiB, "tensorflow"};
+  v = diagnose_shared_gpu(copies, 140 * kGiB);
+  p = find(v, "shared_gpu_preallocation");
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->severity, Severity::warning);
+  EXPECT_NE(p->fix.find("TF_FORCE_GPU_ALLOW_GROWTH=true"), std::string::npos);
+  // Unknown device size: the summary only.
+  EXPECT_EQ(find(diagnose_shared_gpu(copies, std::nullopt), "shared_gpu_preallocation"), nullptr);
+}
+
 TEST(SweepDiagnosis, StillRisingAtLargestBatch) {
   auto v = diagnose_batch_sweep(sweep({{16, 1000}, {32, 1800}, {64, 2100}}));
   ASSERT_NE(find(v, "batch_too_small"), nullptr);  // +16.7%

@@ -1,6 +1,7 @@
 // run_workload against the fake workload: output and protocol, the process tree, OOM in three
 // frameworks' words, exits and signals, timeout, hang, Ctrl-C, and GPU memory attribution through
 // the fake NVML (whose process list a test rewrites with pids it learns while the run goes).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,11 +11,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "dlprobe/run/runner.h"
+#include "dlprobe/run/session.h"
 #include "monitor/fake_script.h"
 
 namespace dlprobe::run {
@@ -447,6 +450,90 @@ TEST(RunWorkload, DeviceWideFallbackPreallocationAndThrottling) {
   }
   EXPECT_TRUE(has_finding(r, "power_throttling"));
   EXPECT_DOUBLE_EQ(r.gpu.power_throttle_share, 1.0);
+}
+
+}  // namespace
+}  // namespace dlprobe::run
+
+namespace dlprobe::run {
+namespace {
+
+// Two copies on one GPU: copy 1 takes 120 GB of the 140 GiB at once, as JAX's or TensorFlow's
+// default pool does; copy 2 then runs out of memory in JAX's words. Each copy's memory is its
+// own processes' only; the summary says which ran and their combined throughput, and the
+// preallocation finding names the copy and the switches. (Last in this file: the session makes
+// the test process a subreaper.)
+TEST(RunSession, CopiesShareTheGpu) {
+  const std::string procs = temp_path("procs_copies");
+  { std::ofstream(procs) << ""; }
+  testing::FakeScript script(h200_script("mem_used 1073741824\nprocess_file " + procs));
+  setenv("DLPROBE_NVML_LIBRARY", DLPROBE_FAKE_NVML, 1);
+  SessionPlan plan;
+  plan.command = {"/bin/sh", "-c",
+                  fmt::format("if [ \"$DLPROBE_COPY\" = {{copy}} ] && [ {{copy}} = 1 ]; then exec "
+                              "{0} --gpu-file {1} --gpu-bytes 120000000000 --steps 20 "
+                              "--step-ms 20; else sleep 0.3; exec {0} --oom-at-batch 1 "
+                              "--oom-style jax; fi",
+                              DLPROBE_FAKE_WORKLOAD, procs)};
+  plan.copies = 2;
+  plan.base.echo = false;
+  plan.base.interval = 20ms;
+  plan.base.kill_grace = 300ms;
+  auto session = Session::start(std::move(plan), {});
+  unsetenv("DLPROBE_NVML_LIBRARY");
+  ASSERT_TRUE(session) << session.status().message();
+  ASSERT_TRUE(session->run(nullptr));
+  const RunReport& report = session->report();
+  EXPECT_EQ(report.copies, 2);
+  ASSERT_EQ(report.runs.size(), 2u);
+  const RunResult& first = report.runs[0];
+  const RunResult& second = report.runs[1];
+  EXPECT_EQ(first.params.at("copy"), "1");
+  EXPECT_EQ(second.params.at("copy"), "2");
+  EXPECT_EQ(first.outcome, Outcome::ok);
+  EXPECT_EQ(second.outcome, Outcome::oom);
+  EXPECT_EQ(first.gpu.peak_bytes, 120000000000u);
+  EXPECT_EQ(second.gpu.peak_bytes.value_or(0), 0u);  // copy 1's memory is not copy 2's
+  ASSERT_TRUE(first.steps.items_per_s);
+  const diagnosis::Finding* summary = nullptr;
+  const diagnosis::Finding* prealloc = nullptr;
+  for (const auto& f : report.sweep_findings) {
+    if (f.id == "shared_gpu") summary = &f;
+    if (f.id == "shared_gpu_preallocation") prealloc = &f;
+  }
+  ASSERT_TRUE(summary);
+  EXPECT_DOUBLE_EQ(summary->numbers.at("copies_ran"), 1.0);
+  EXPECT_DOUBLE_EQ(summary->numbers.at("combined_items_per_s"), *first.steps.items_per_s);
+  EXPECT_NE(summary->evidence.find("copy 2: oom"), std::string::npos) << summary->evidence;
+  ASSERT_TRUE(prealloc);
+  EXPECT_EQ(prealloc->severity, Severity::error);
+  EXPECT_DOUBLE_EQ(prealloc->numbers.at("copy"), 1.0);
+  EXPECT_NE(prealloc->fix.find("XLA_PYTHON_CLIENT_MEM_FRACTION=0.47"), std::string::npos)
+      << prealloc->fix;
+  EXPECT_NE(prealloc->fix.find("TF_FORCE_GPU_ALLOW_GROWTH=true"), std::string::npos);
+  std::remove(procs.c_str());
+}
+
+TEST(RunSession, MemoryLimitThroughTheFrameworksSwitches) {
+  testing::FakeScript script(h200_script("mem_used 1073741824\n"));
+  setenv("DLPROBE_NVML_LIBRARY", DLPROBE_FAKE_NVML, 1);
+  const std::string out = temp_path("memory_limit_env");
+  SessionPlan plan;
+  plan.command = {"/bin/sh", "-c",
+                  "echo $DLPROBE_MEMORY_LIMIT_MIB $XLA_PYTHON_CLIENT_MEM_FRACTION > " + out};
+  plan.memory_limit_bytes = 24ull << 30;
+  plan.base.echo = false;
+  auto session = Session::start(std::move(plan), {});
+  unsetenv("DLPROBE_NVML_LIBRARY");
+  ASSERT_TRUE(session) << session.status().message();
+  ASSERT_TRUE(session->run(nullptr));
+  std::ifstream in(out);
+  std::string mib, fraction;
+  in >> mib >> fraction;
+  EXPECT_EQ(mib, "24576");
+  // 24 GiB of the fake H200's 150754820096 bytes.
+  EXPECT_EQ(fraction, "0.1709");
+  std::remove(out.c_str());
 }
 
 }  // namespace

@@ -90,4 +90,24 @@ struct SweepPointFacts {
 // Over the points of one batch sweep (any order; points that did not run are OOM or failures).
 std::vector<Finding> diagnose_batch_sweep(const std::vector<SweepPointFacts>& points);
 
+// One of several copies of a workload run together on one GPU.
+struct SharedCopyFacts {
+  int copy = 0;      // from 1
+  bool ran = false;  // ended well
+  bool oom = false;
+  std::string outcome;  // "ok", "oom", "failed", …
+  std::optional<double> items_per_s;
+  std::optional<std::uint64_t> peak_gpu_bytes;   // its own processes' (NVML)
+  std::optional<std::uint64_t> early_gpu_bytes;  // within the first seconds of its GPU memory
+  std::optional<std::string> framework;          // as it said, or as its OOM message said
+};
+
+// Over the copies that ran together on one GPU (device_total_bytes: that GPU's memory): one
+// summary (combined throughput of the copies that ran; each one's outcome, throughput and peak),
+// and `shared_gpu_preallocation` when a copy took more than its share of the device (total / N)
+// within its first seconds, with the switch that turns that off for its framework; an error when
+// another copy could not run, else a warning.
+std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& copies,
+                                         std::optional<std::uint64_t> device_total_bytes);
+
 }  // namespace dlprobe::diagnosis

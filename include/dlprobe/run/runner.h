@@ -48,6 +48,10 @@ struct RunOptions {
   std::chrono::nanoseconds prealloc_window = std::chrono::seconds(5);
 
   bool subreaper = false;  // the caller made itself a child subreaper (become_subreaper)
+  // Other workloads started together share the GPU (--copies): GPU memory is attributed to the
+  // workload's own processes only, never to new processes or the device's used memory, which
+  // are the others' too.
+  bool shared_gpu = false;
   // Set (e.g. by a SIGINT handler) to stop the workload: SIGINT to its group, then SIGTERM and
   // SIGKILL after kill_grace each. The results so far are kept.
   const std::atomic<int>* interrupt = nullptr;
@@ -295,7 +299,8 @@ struct RunReport {
   std::string started_at;  // ISO 8601 UTC
   std::vector<RunResult> runs;
   std::vector<MaxBatchOutcome> max_batch;
-  std::vector<diagnosis::Finding> sweep_findings;
+  std::vector<diagnosis::Finding> sweep_findings;  // and the shared-GPU findings of --copies
+  int copies = 1;  // run together on one GPU (the runs are the copies, params copy=N)
   bool interrupted = false;
 };
 

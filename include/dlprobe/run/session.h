@@ -35,6 +35,15 @@ struct SessionPlan {
   RunOptions base;
   std::vector<SweepAxis> axes;  // without batch under max_batch
   std::optional<MaxBatchPlan> max_batch;
+  // --copies: this many copies of the command started together (sharing the GPU), "{copy}" in
+  // the command and DLPROBE_COPY in the environment set to each one's number from 1; not with
+  // axes or max_batch.
+  int copies = 1;
+  // --memory-limit: each run is told to use at most this much GPU memory through the frameworks'
+  // own switches: DLPROBE_MEMORY_LIMIT_MIB (read by the example scripts, which pass it to
+  // PyTorch's per-process memory fraction or TensorFlow's logical device memory_limit) and
+  // XLA_PYTHON_CLIENT_MEM_FRACTION (any JAX program; needs the GPU's total from NVML).
+  std::optional<std::uint64_t> memory_limit_bytes;
   std::string log_dir;  // each run's full stdout and stderr; empty: not kept
   // The outputs, checked by the caller before start (core's check_outputs); "-" is standard
   // output, written once when the session ends.
@@ -70,6 +79,9 @@ class Session {
   Session(SessionPlan plan, SessionEvents events);
   Result<RunResult> run_point(const std::map<std::string, std::string>& point);
   Status search_max_batch(const std::map<std::string, std::string>& point);
+  // The copies together, then the shared-GPU findings.
+  Status run_copies();
+  RunOptions options_for(const std::map<std::string, std::string>& point);
   void add_sweep_findings();
   // Rewrites the details file; with `last`, standard output too ("-", written once).
   Status write_details(bool last = false) const;
