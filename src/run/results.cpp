@@ -180,8 +180,8 @@ results::Configuration to_configuration(const RunResult& r, const std::string& c
     results::Telemetry t;
     t.gpu = r.gpu.gpus_used.empty() ? 0 : static_cast<int>(r.gpu.gpus_used.front());
     // The summaries over the window the run's figures and findings describe (the measured
-    // steps), as a native run's cover its timed window; the time line keeps the whole run, start-up
-    // included, for the report's charts.
+    // steps, or the steady phase found in the telemetry), as a native run's cover its timed
+    // window; the time line keeps the whole run, start-up included, for the report's charts.
     const std::optional<TimeWindow>& window = r.gpu.figures_window;
     t.window_s =
         window ? window->end_s - window->start_s : r.timeline.back().t_s - r.timeline.front().t_s;

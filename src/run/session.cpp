@@ -64,14 +64,22 @@ void set_memory_limit(SessionPlan& p) {
   const std::uint64_t limit = *p.memory_limit_bytes;
   p.base.env_set["DLPROBE_MEMORY_LIMIT_MIB"] = std::to_string(limit >> 20);
   std::optional<std::uint64_t> total;
+  std::string why = "no NVML";
   if (p.base.nvml) {
     const unsigned gpu = p.base.gpus.empty() ? 0 : p.base.gpus.front();
-    if (auto info = p.base.nvml->device_info(gpu)) total = info->memory_total_bytes;
+    auto info = p.base.nvml->device_info(gpu);
+    if (info) {
+      total = info->memory_total_bytes;
+      why = "NVML gives no total";
+    } else {
+      why = info.status().message();
+    }
   }
   if (!total || *total == 0) {
     log_warn(
-        "--memory-limit: the GPU's memory is unknown (no NVML), so XLA_PYTHON_CLIENT_MEM_FRACTION "
-        "is not set; DLPROBE_MEMORY_LIMIT_MIB is");
+        "--memory-limit: the GPU's memory is unknown ({}), so XLA_PYTHON_CLIENT_MEM_FRACTION is "
+        "not set; DLPROBE_MEMORY_LIMIT_MIB is",
+        why);
     return;
   }
   const double fraction = std::min(1.0, static_cast<double>(limit) / static_cast<double>(*total));
