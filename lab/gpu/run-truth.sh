@@ -6,7 +6,9 @@
 # lab/gpu/run_truth_check.py prints for each the script's throughput and dlprobe's, the steady
 # window and its phases, the findings, and the utilisation from dlprobe and from dmon over that
 # window, with the checks (equal throughput, utilisation within 5 points, no finding the window
-# contradicts). Output under $OUT/run-truth (or ./gpu-check-out/run-truth).
+# contradicts). Then two JAX copies together (--copies 2), with JAX's default preallocation and
+# with XLA_PYTHON_CLIENT_MEM_FRACTION=0.47: the table and the shared-GPU findings of each. Output
+# under $OUT/run-truth (or ./gpu-check-out/run-truth).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . lab/gpu/common.sh
@@ -47,6 +49,24 @@ truth pytorch 300 -- python3 examples/workloads/pytorch_resnet50.py --plain --ba
 truth jax 420 -- python3 examples/workloads/jax_resnet50.py --plain --batch 256 \
   --precision bf16 --steps 50 --warmup 5
 truth seed 300 -- python3 lab/gpu/seed_pytorch.py --batch 128
+
+# Two JAX copies on the GPU: with JAX's default preallocation (75 % each), then with the fix the
+# finding gives; the shared-GPU findings of each.
+# shared NAME [ENV=VALUE...]
+shared() {
+  local name=$1
+  shift
+  echo "== $name: --copies 2 jax_resnet50.py --batch 128 $*"
+  env "$@" timeout 480 "$bin/dlprobe" run --overwrite --timeout 420s --copies 2 \
+    --details-json "$dir/$name-details.json" --log-dir "$dir/$name-logs" -q -- \
+    python3 examples/workloads/jax_resnet50.py --batch 128 --precision bf16 --steps 30 \
+    --warmup 5 >"$dir/$name.log" 2>&1
+  local rc=$?
+  tail -n 20 "$dir/$name.log"
+  summary+=("$name: dlprobe run exit $rc")
+}
+shared jax-shared-default
+shared jax-shared-fixed XLA_PYTHON_CLIENT_MEM_FRACTION=0.47
 
 echo
 printf '%s\n' "${summary[@]}"

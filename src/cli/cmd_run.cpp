@@ -35,6 +35,7 @@ struct RunFlags {
   std::string batch;
   std::string throughput_regex;
   std::vector<std::string> sweeps;
+  std::vector<std::string> with;
   bool max_batch = false;
   // Empty: not given (run::MaxBatchPlan holds the defaults).
   std::string max_batch_start;
@@ -111,6 +112,7 @@ Result<run::SessionPlan> plan_from(const RunFlags& f) {
     DLPROBE_ASSIGN_OR_RETURN(auto copies, parse_int(f.copies, "--copies", 1, 64));
     p.copies = static_cast<int>(copies);
   }
+  p.with = f.with;
   if (!f.memory_limit.empty()) {
     DLPROBE_ASSIGN_OR_RETURN(p.memory_limit_bytes, parse_size(f.memory_limit, "--memory-limit"));
   }
@@ -219,6 +221,10 @@ Command add_run_command(CLI::App& app) {
                   "KEY=V1,V2,...: one run per value, replacing {KEY} in the command; repeat for "
                   "all combinations")
       // One value per --sweep, so "--sweep batch=8,16 -- cmd" leaves '--' to end the options.
+      ->allow_extra_args(false);
+  sub->add_option("--with", flags->with,
+                  "'CMD ...': another command (run by /bin/sh -c) started together with the "
+                  "command on the GPU, as with --copies; repeat for more")
       ->allow_extra_args(false);
   sub->add_flag("--max-batch", flags->max_batch,
                 "Find the largest {batch} that runs: double until failure, then bisect");

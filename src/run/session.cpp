@@ -23,8 +23,9 @@ Status check_plan(const SessionPlan& p) {
     return invalid_argument("no command: give it after '--', e.g. dlprobe run -- python3 train.py");
   }
   if (p.copies < 1) return invalid_argument("--copies: must be at least 1");
-  if (p.copies > 1 && (!p.axes.empty() || p.max_batch)) {
-    return invalid_argument("--copies: not with --sweep or --max-batch");
+  if ((p.copies > 1 || !p.with.empty()) && (!p.axes.empty() || p.max_batch)) {
+    return invalid_argument(
+        fmt::format("{}: not with --sweep or --max-batch", p.with.empty() ? "--copies" : "--with"));
   }
   if (p.memory_limit_bytes && *p.memory_limit_bytes < (1ull << 20)) {
     return invalid_argument("--memory-limit: below 1 MiB");
@@ -255,13 +256,16 @@ void Session::add_sweep_findings() {
 }
 
 Status Session::run_copies() {
-  const int n = plan_.copies;
+  const int n = plan_.copies + static_cast<int>(plan_.with.size());
   report_.copies = n;
   std::vector<std::map<std::string, std::string>> points;
   std::vector<RunOptions> options;
   for (int i = 1; i <= n; ++i) {
     points.push_back({{"copy", std::to_string(i)}});
     RunOptions o = options_for(points.back());
+    if (i > plan_.copies) {
+      o.argv = {"/bin/sh", "-c", plan_.with[static_cast<std::size_t>(i - plan_.copies - 1)]};
+    }
     // Our own descendants are every copy's: with each run following them (the subreaper's
     // tree), one copy's end would kill the others. Each follows its own process tree and group.
     o.subreaper = false;
@@ -312,7 +316,7 @@ Status Session::run(const std::atomic<int>* interrupt) {
   interrupt_ = interrupt;
   const auto interrupted = [&] { return interrupt != nullptr && interrupt->load() > 0; };
   Status status;
-  if (plan_.copies > 1) {
+  if (plan_.copies > 1 || !plan_.with.empty()) {
     status = run_copies();
   } else {
     for (const auto& point : sweep_points(plan_.axes)) {

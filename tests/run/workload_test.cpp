@@ -514,6 +514,37 @@ TEST(RunSession, CopiesShareTheGpu) {
   std::remove(procs.c_str());
 }
 
+// --with: another command alongside the command, numbered after it, in the same summary.
+TEST(RunSession, WithRunsAnotherCommandAlongside) {
+  SessionPlan plan;
+  plan.command = {DLPROBE_FAKE_WORKLOAD, "--steps", "10", "--step-ms", "10", "--batch", "8"};
+  plan.with = {fmt::format("exec {} --steps 10 --step-ms 10 --batch 4", DLPROBE_FAKE_WORKLOAD)};
+  plan.base.echo = false;
+  plan.base.interval = 20ms;
+  auto session = Session::start(std::move(plan), {});
+  ASSERT_TRUE(session) << session.status().message();
+  ASSERT_TRUE(session->run(nullptr));
+  const RunReport& report = session->report();
+  EXPECT_EQ(report.copies, 2);
+  ASSERT_EQ(report.runs.size(), 2u);
+  EXPECT_EQ(report.runs[0].argv[0], DLPROBE_FAKE_WORKLOAD);
+  EXPECT_EQ(report.runs[1].argv[0], "/bin/sh");
+  EXPECT_EQ(report.runs[1].params.at("copy"), "2");
+  ASSERT_TRUE(report.runs[0].steps.items_per_s && report.runs[1].steps.items_per_s);
+  ASSERT_FALSE(report.sweep_findings.empty());
+  EXPECT_EQ(report.sweep_findings[0].id, "shared_gpu");
+  EXPECT_DOUBLE_EQ(report.sweep_findings[0].numbers.at("combined_items_per_s"),
+                   *report.runs[0].steps.items_per_s + *report.runs[1].steps.items_per_s);
+
+  SessionPlan refused;
+  refused.command = {"train", "--batch", "{batch}"};
+  refused.with = {"other"};
+  refused.axes = {{"batch", {"8"}}};
+  auto s = Session::start(std::move(refused), {});
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.status().message(), "--with: not with --sweep or --max-batch");
+}
+
 TEST(RunSession, MemoryLimitThroughTheFrameworksSwitches) {
   testing::FakeScript script(h200_script("mem_used 1073741824\n"));
   setenv("DLPROBE_NVML_LIBRARY", DLPROBE_FAKE_NVML, 1);

@@ -39,6 +39,9 @@ struct SessionPlan {
   // the command and DLPROBE_COPY in the environment set to each one's number from 1; not with
   // axes or max_batch.
   int copies = 1;
+  // --with: other commands (shell text, run by /bin/sh -c) started together with the copies on
+  // the same GPU; they are the copies numbered after the command's, in order.
+  std::vector<std::string> with;
   // --memory-limit: each run is told to use at most this much GPU memory through the frameworks'
   // own switches: DLPROBE_MEMORY_LIMIT_MIB (read by the example scripts, which pass it to
   // PyTorch's per-process memory fraction or TensorFlow's logical device memory_limit) and
