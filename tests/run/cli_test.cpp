@@ -405,6 +405,10 @@ TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
       {"run", "--sweep", "batch", "--", "true", "{batch}"},
       {"run", "--max-batch", "--", "true"},
       {"run", "--throughput-regex", "no group", "--", "true"},
+      {"run", "--throughput-regex", "([0-9]+ img/s", "--", "true"},
+      {"run", "--copies", "0", "--", "true"},
+      {"run", "--copies", "2", "--sweep", "batch=1,2", "--", "true", "{batch}"},
+      {"run", "--memory-limit", "lots", "--", "true"},
       {"run", "--warmup-steps", "-1", "--", "true"},
       {"run", "--", "/nonexistent/dlprobe-nothing"},
   };
@@ -412,7 +416,39 @@ TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
     const auto o = dlprobe(args);
     EXPECT_EQ(o.code, 2) << args.size() << " " << o.err;
     EXPECT_NE(o.err.find("dlprobe: error:"), std::string::npos) << o.err;
+    // One line says what is wrong: no second error, no usage text.
+    EXPECT_EQ(o.err.find("dlprobe: error:"), o.err.rfind("dlprobe: error:")) << o.err;
+    EXPECT_EQ(o.err.find('\n', o.err.find("dlprobe: error:")) + 1, o.err.size()) << o.err;
   }
+}
+
+// A script in the seed's form: no step lines, its throughput in "Throughput: X samples/sec" at the
+// end, read without a regex; the details say which window the figures cover.
+TEST_F(RunCli, SeedFormThroughputWithoutARegex) {
+  const auto o =
+      dlprobe({"run", "-q", "--details-json", path("r.json"), "--", DLPROBE_FAKE_WORKLOAD, "--seed",
+               "--steps", "10", "--step-ms", "5", "--batch", "16"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  const json r = results();
+  EXPECT_NEAR(r["runs"][0]["throughput"]["items_per_s"].get<double>(), 3200.0, 0.01);
+  EXPECT_EQ(r["runs"][0]["throughput"]["source"], "printed: throughput");
+  EXPECT_EQ(r["runs"][0]["throughput"]["batch"], 16);
+  EXPECT_TRUE(r["runs"][0]["window"].contains("source"));
+}
+
+TEST_F(RunCli, CopiesRunTogether) {
+  const auto o =
+      dlprobe({"run", "-q", "--copies", "2", "--details-json", path("r.json"), "--",
+               DLPROBE_FAKE_WORKLOAD, "--steps", "8", "--step-ms", "5", "--batch", "{copy}"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  const json r = results();
+  EXPECT_EQ(r["copies"], 2);
+  ASSERT_EQ(r["runs"].size(), 2u);
+  EXPECT_EQ(r["runs"][1]["params"]["copy"], "2");
+  EXPECT_EQ(r["runs"][1]["throughput"]["batch"], 2);
+  ASSERT_FALSE(r["sweep_findings"].empty());
+  EXPECT_EQ(r["sweep_findings"][0]["id"], "shared_gpu");
+  EXPECT_NE(o.out.find("copy=2"), std::string::npos) << o.out;
 }
 
 }  // namespace
