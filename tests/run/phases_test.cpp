@@ -107,3 +107,32 @@ TEST(Phases, WorkloadCpuWithoutGpuFigures) {
 
 }  // namespace
 }  // namespace dlprobe::run
+
+namespace dlprobe::run {
+namespace {
+
+// The report says which seconds its figures describe and how they were found.
+TEST(Phases, ReportSaysWhichWindow) {
+  RunReport report;
+  RunResult r;
+  r.outcome = Outcome::ok;
+  r.window_source = "steady phase";
+  r.phases.series = "gpu_util";
+  r.phases.level_pct = 97;
+  r.phases.startup_end_s = 7.0;
+  r.phases.steady = TimeWindow{7.0, 9.9};
+  r.gpu.figures_window = r.phases.steady;
+  r.gpu.util_median_pct = 96;
+  report.runs.push_back(r);
+  EXPECT_NE(report_table(report).find("steady window 7.0-9.9 s (found in the GPU utilisation "
+                                      "telemetry; median GPU utilisation 96%)"),
+            std::string::npos)
+      << report_table(report);
+  const std::string json = report_json(report);
+  EXPECT_NE(json.find("\"source\": \"steady phase\""), std::string::npos);
+  EXPECT_NE(json.find("\"steady_end_s\": 9.9"), std::string::npos);
+  EXPECT_NE(json.find("\"startup_end_s\": 7.0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dlprobe::run
