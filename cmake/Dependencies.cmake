@@ -6,6 +6,8 @@ find_package(fmt REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)
+# The history's database (Debian's libsqlite3-dev).
+find_package(SQLite3 REQUIRED)
 find_package(PkgConfig REQUIRED)
 # RE2 matches `run --throughput-regex` against a workload's output lines in linear time without
 # recursion (std::regex recurses per character and overflows the stack on a long line). Debian

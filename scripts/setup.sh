@@ -8,6 +8,7 @@ packages=(
   # lab/peers/compare_pytorch.py --self-test (its comparison helpers) runs in the tests.
   python3-numpy
   libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libre2-dev libturbojpeg0-dev
+  libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # oneDNN's CMake package looks for OpenCL (Debian builds it with the OCL GPU runtime), which
   # is only a recommendation of libdnnl-dev, so a --no-install-recommends install needs it named.

@@ -1,0 +1,29 @@
+// The history as text for a terminal: the list of results, the trend of each configuration with
+// its flag, and the environment difference of two results.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlprobe/history/history.h"
+#include "dlprobe/history/trend.h"
+
+namespace dlprobe::history {
+
+// One line per result: number, date, machine, GPU, driver, configuration, status, throughput with
+// its CI, median step, peak memory, joules per image; with a price per GPU-hour, $ per million
+// images and $ per ImageNet epoch.
+std::string render_list(const std::vector<Entry>& entries,
+                        std::optional<double> price_per_gpu_hour);
+
+// Per series: a heading, one line per result, and the flag with the ratio to its window, its CI
+// and p; beside a flagged result, what changed since the one before.
+std::string render_trend(const std::vector<Series>& series,
+                         std::optional<double> price_per_gpu_hour);
+
+// "the one change: driver 570.86 -> 580.65" when one thing changed, else one line per change;
+// "no difference in the recorded environment" when none.
+std::string render_changes(const std::vector<Change>& changes);
+
+}  // namespace dlprobe::history

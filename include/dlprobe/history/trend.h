@@ -1,0 +1,92 @@
+// What the history says: a trend per configuration with a regression flag, the environment
+// difference between two results (what changed), and what a result costs at a price per GPU-hour.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlprobe/core/status.h"
+#include "dlprobe/history/history.h"
+#include "dlprobe/results/results.h"
+#include "dlprobe/stats/statistics.h"
+
+namespace dlprobe::history {
+
+// ---- cost ----
+
+// The images of one epoch of ImageNet-1k's training set.
+inline constexpr double kImageNetEpochImages = 1'281'167;
+
+struct Cost {
+  double dollars_per_million_images = 0;
+  double dollars_per_epoch = 0;  // one ImageNet epoch at the measured throughput
+};
+// At `throughput` images per second on one GPU billed `price_per_gpu_hour` dollars; none unless
+// both are positive and finite.
+std::optional<Cost> cost_at(std::optional<double> throughput, double price_per_gpu_hour);
+// Energy over the timed window / images it processed; none without measured energy.
+std::optional<double> joules_per_image(const Entry& entry);
+
+// ---- what changed ----
+
+struct Change {
+  std::string what;  // "driver", "cuDNN", "GPU 0 power limit (W)"
+  std::string before;
+  std::string after;  // "" where the value is unknown or absent
+  friend bool operator==(const Change&, const Change&) = default;
+};
+
+// The environment difference of two runs: machine, GPU models, driver, CUDA, every library's
+// version (cuDNN, cuBLAS, frameworks), dlprobe's version and build, the OS, and each GPU's clocks
+// and power limit when the run started. Empty when nothing recorded differs.
+std::vector<Change> environment_diff(const results::Context& before, const results::Context& after);
+
+// ---- trend ----
+
+struct TrendOptions {
+  double alpha = 0.05;  // significance level of the Mann–Whitney U test
+  // A drop smaller than this is no regression, however significant (compare's --noise).
+  double noise = 0.01;
+  // The latest result is compared with up to this many comparable results before it.
+  int window = 5;
+  stats::BootstrapOptions bootstrap;
+};
+
+enum class Flag {
+  regression,   // slower than every run of its window, and significantly so (see trend())
+  improvement,  // faster than every run of its window, and significantly so
+  no_change,
+  too_few,  // fewer than two finished results with timed steps, nothing to compare
+};
+std::string_view flag_name(Flag flag);
+
+// The results of one configuration on one machine and GPU model over time.
+struct Series {
+  std::string machine;
+  std::string gpu;
+  std::string configuration;
+  std::vector<Entry> points;  // oldest first
+  Flag flag = Flag::too_few;
+  std::optional<stats::Ratio> ratio;  // latest / its window's steps, pooled
+  std::optional<double> p_value;      // Mann–Whitney U, latest vs the window's step times
+  int window = 0;                     // comparable results the latest was compared with
+  // The environment difference between the result before the latest and the latest.
+  std::vector<Change> changes;
+};
+
+// The series of the rows that pass `filter`, in the order of their first result. The latest
+// finished result of a series is compared with the finished ones before it (up to
+// options.window) as `dlprobe compare` compares two files: the ratio of throughputs with its
+// bootstrap CI and the Mann–Whitney U test of the step times, the window's steps pooled. It is a
+// regression when the CI lies below 1, p is below alpha, the drop exceeds the noise threshold, and
+// its throughput is below that of every result in the window: the pooled test sees only the noise
+// within runs, and two runs of the same configuration differ by more than that (clocks,
+// temperature, neighbours), so the spread between runs must be exceeded too.
+Result<std::vector<Series>> trend(const History& history, const Filter& filter,
+                                  const TrendOptions& options = {});
+
+// True when a series of `series` is flagged a regression.
+bool any_regression(const std::vector<Series>& series);
+
+}  // namespace dlprobe::history
