@@ -22,6 +22,7 @@
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/doctor/versions.h"
 #include "dlprobe/evaluate/recorded_sweep.h"
+#include "history_flags.h"
 
 namespace dlprobe::cli {
 namespace {
@@ -81,6 +82,7 @@ struct BenchFlags {
   bool no_ceiling = false;
   bool quiet = false;
   DataFlags data;
+  HistoryFlags history;
 };
 
 struct BenchPlan {
@@ -214,6 +216,7 @@ int run_bench_command(const BenchFlags& flags) {
                         device::device_name(sweep.device)));
   const evaluate::RecordedSweep run = evaluate::record_sweep(sweep, env, *outputs, {}, callbacks);
   const bench::SweepOutcome& outcome = run.outcome;
+  store_in_history(flags.history, outputs->document());
   std::fputs(bench::outcome_text(sweep, outcome, run.findings, plan->single).c_str(), stdout);
   std::fflush(stdout);
   return sweep_exit_code(run.status, outcome, line,
@@ -274,6 +277,7 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--csv", flags->csv, "Write the configuration table as CSV");
   sub->add_option("--md", flags->md, "Write the configuration table as Markdown");
   add_overwrite_flag(*sub, flags->overwrite);
+  add_history_flags(*sub, flags->history);
   sub->add_flag("--no-ceiling", flags->no_ceiling,
                 "Skip measuring the GEMM ceilings that TFLOP/s is compared with");
   sub->add_flag("-q,--quiet", flags->quiet, "No progress on stderr");

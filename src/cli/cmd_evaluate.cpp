@@ -9,6 +9,7 @@
 #include "dlprobe/core/command_line.h"
 #include "dlprobe/core/interrupt.h"
 #include "dlprobe/evaluate/evaluation.h"
+#include "history_flags.h"
 
 namespace dlprobe::cli {
 namespace {
@@ -25,6 +26,7 @@ struct EvaluateFlags {
   TuningFlags tuning;
   bool overwrite = false;
   bool quiet = false;
+  HistoryFlags history;
 };
 
 int run_evaluate(const EvaluateFlags& flags) {
@@ -57,6 +59,7 @@ int run_evaluate(const EvaluateFlags& flags) {
   auto evaluation =
       evaluate::run_evaluation(*plan, own_command_line(), line.sweep_callbacks(), guard.flag());
   if (!evaluation) return report_error(evaluation.status());
+  store_in_history(flags.history, results::read_file(options.folder / "results.json"));
   std::fputs(evaluation->summary.c_str(), stdout);
   std::fflush(stdout);
   return sweep_exit_code(
@@ -74,6 +77,7 @@ Command add_evaluate_command(CLI::App& app) {
                   "dlprobe-evaluate-<UTC date>-<time>; refused when it holds results, unless "
                   "--overwrite)");
   add_overwrite_flag(*sub, flags->overwrite);
+  add_history_flags(*sub, flags->history);
   sub->add_flag("--quick", flags->quick, "A shorter sweep (about a minute on a GPU)");
   option(*sub, "--device", flags->device,
          "auto (the first GPU when there is one, else the CPU), cpu or cuda:N");

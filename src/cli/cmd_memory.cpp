@@ -22,6 +22,7 @@
 #include "dlprobe/monitor/nvml.h"
 #include "dlprobe/results/writer.h"
 #include "dlprobe/run/results.h"
+#include "history_flags.h"
 #include "memory_text.h"
 
 namespace dlprobe::cli {
@@ -50,6 +51,7 @@ struct MemoryFlags {
   bool overwrite = false;
   TuningFlags tuning;
   std::string conv_engines = "deterministic";
+  HistoryFlags history;
 };
 
 Status check_calibrations(const memory::AnalysisOptions& a, const std::string& file) {
@@ -158,11 +160,14 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   return a;
 }
 
-// Prints each configuration as it comes and keeps the results file current.
+// Prints each configuration as it comes, keeps the results file current and the history's copy.
 class Printer final : public memory::AnalysisObserver {
  public:
-  Printer(std::optional<std::uint64_t> device_bytes, std::unique_ptr<results::ResultsWriter> writer)
-      : device_bytes_(device_bytes), writer_(std::move(writer)) {}
+  Printer(std::optional<std::uint64_t> device_bytes, std::unique_ptr<results::ResultsWriter> writer,
+          results::Context context)
+      : device_bytes_(device_bytes),
+        writer_(std::move(writer)),
+        document_{std::move(context), {}, {}} {}
 
   void measuring(const engine::StepConfig& c, const memory::GpuMemoryOption& g,
                  bool calibrating) override {
@@ -175,6 +180,7 @@ class Printer final : public memory::AnalysisObserver {
     summary_.add(o);
     if (!o.failure.is_ok() || (o.max_batch && o.max_batch->found == 0)) ++failures_;
     std::optional<results::Configuration> record = memory::results_record(o);
+    if (record) document_.configurations.push_back(*record);
     if (!writer_ || !record) return Status::ok();
     return writer_->add(std::move(record).value()).with_context("--json");
   }
@@ -183,8 +189,9 @@ class Printer final : public memory::AnalysisObserver {
 
   // Prints the summary and gives standard output the results file if it is to go there;
   // returns the exit code.
-  int end() const {
+  int end(const HistoryFlags& history) const {
     summary_.print();
+    store_in_history(history, document_);
     if (writer_) {
       if (Status s = writer_->finish(); !s) return report_error(s.with_context("--json"));
     }
@@ -194,6 +201,7 @@ class Printer final : public memory::AnalysisObserver {
  private:
   std::optional<std::uint64_t> device_bytes_;
   std::unique_ptr<results::ResultsWriter> writer_;
+  results::Document document_;
   MemorySummary summary_;
   int failures_ = 0;
 };
@@ -219,22 +227,22 @@ void print_picked(const memory::AnalysisOptions& a) {
                fmt::format("{}", fmt::join(picked, ", ")).c_str());
 }
 
-int run(const memory::AnalysisOptions& a, const std::string& json) {
+int run(const memory::AnalysisOptions& a, const MemoryFlags& f) {
+  std::shared_ptr<nvml::Library> nvml;
+  if (a.session && a.session->device.kind == DeviceKind::cuda) {
+    if (auto lib = nvml::Library::open()) nvml = std::move(lib).value();
+  }
+  const results::Context context = run::results_context(own_command_line(), nvml);
   std::unique_ptr<results::ResultsWriter> writer;
-  if (!json.empty()) {
-    std::shared_ptr<nvml::Library> nvml;
-    if (a.session && a.session->device.kind == DeviceKind::cuda) {
-      if (auto lib = nvml::Library::open()) nvml = std::move(lib).value();
-    }
-    auto created =
-        results::ResultsWriter::create(json, run::results_context(own_command_line(), nvml));
+  if (!f.json.empty()) {
+    auto created = results::ResultsWriter::create(f.json, context);
     if (!created) return report_error(created.status().with_context("--json"));
     writer = std::make_unique<results::ResultsWriter>(std::move(created).value());
   }
   print_picked(a);
-  Printer printer(a.device_bytes, std::move(writer));
+  Printer printer(a.device_bytes, std::move(writer), context);
   const Status s = memory::run_analysis(a, printer);
-  return s.is_ok() ? printer.end() : report_error(s);
+  return s.is_ok() ? printer.end(f.history) : report_error(s);
 }
 
 }  // namespace
@@ -276,6 +284,7 @@ Command add_memory_command(CLI::App& app) {
   sub->add_option("--json", f->json,
                   "Write the results file (dlprobe.results/1) here ('-': standard output)");
   add_overwrite_flag(*sub, f->overwrite);
+  add_history_flags(*sub, f->history);
   add_tuning_flags(*sub, f->tuning);
   option(*sub, "--conv-engines", f->conv_engines,
          "CUDA: which convolution engines compete: deterministic (the same workspaces every run), "
@@ -285,7 +294,7 @@ Command add_memory_command(CLI::App& app) {
               return report_error(s);
             }
             Result<memory::AnalysisOptions> options = to_options(*f);
-            return options ? run(*options, f->json) : report_error(options.status());
+            return options ? run(*options, *f) : report_error(options.status());
           }};
 }
 

@@ -13,6 +13,7 @@
 #include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/run/session.h"
+#include "history_flags.h"
 
 namespace dlprobe::cli {
 
@@ -51,6 +52,7 @@ struct RunFlags {
   std::string gpus;
   std::string interval = "100ms";
   bool quiet = false;
+  HistoryFlags history;
 };
 
 Result<run::SessionPlan> plan_from(const RunFlags& f) {
@@ -190,6 +192,7 @@ int run_run(const RunFlags& flags) {
     InterruptGuard guard(InterruptGuard::Second::counted);
     status = session->run(guard.flag());
   }
+  store_in_history(flags.history, session->results());
   std::fflush(stderr);
   std::fputs(run::report_table(session->report()).c_str(), stdout);
   std::fflush(stdout);
@@ -251,6 +254,7 @@ Command add_run_command(CLI::App& app) {
        {"--gpu", &RunFlags::gpus, "GPU indices to watch, e.g. 0,1 (default: all)"},
        {"-i,--interval", &RunFlags::interval, "Sampling interval (default 100ms)"}});
   add_overwrite_flag(*sub, flags->overwrite);
+  add_history_flags(*sub, flags->history);
   sub->add_flag("-q,--quiet", flags->quiet, "Do not pass the workload's output through");
   sub->add_option("command", flags->command, "The workload, after '--'")->expected(-1);
   return {sub, [flags] { return run_run(*flags); }};

@@ -36,6 +36,7 @@ Command add_report_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
 Command add_evaluate_command(CLI::App& app);
 Command add_pipeline_command(CLI::App& app);
+Command add_history_command(CLI::App& app);
 
 // An option that takes one value as text (parsed after CLI11 is done, so that errors name the flag
 // and say what it takes): {"-i,--interval", &Flags::interval, "help"}.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <utility>
 
@@ -47,9 +48,8 @@ CREATE TABLE results (
   energy_j REAL,
   items REAL,
   command TEXT NOT NULL,
-  ordinal INTEGER NOT NULL,
   document TEXT NOT NULL,
-  UNIQUE (machine, date, ordinal)
+  digest INTEGER NOT NULL UNIQUE
 );
 CREATE INDEX results_by_date ON results (date, id);
 CREATE INDEX results_by_configuration ON results (configuration, machine, gpu, date);
@@ -74,6 +74,18 @@ std::string framework_of(const results::Context& c) {
     }
   }
   return "";
+}
+
+// FNV-1a (64 bits) of a row's document: the same configuration of the same results file, added
+// twice (stored by the command, then imported from its file), has the same text and so the same
+// digest, on any build and machine; std::hash promises neither.
+std::int64_t digest(std::string_view text) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;
+  }
+  return static_cast<std::int64_t>(h);
 }
 
 std::string joined(const std::vector<std::string>& words) {
@@ -183,6 +195,12 @@ Result<History> History::open(const std::filesystem::path& path, const OpenOptio
                                                path.string(), ec.message()));
     }
   }
+  if (!options.create && !std::filesystem::exists(path)) {
+    return error(Errc::not_found,
+                 fmt::format("no history at {} yet: evaluate, bench, memory and run add their "
+                             "results to it, dlprobe history import adds results files",
+                             path.string()));
+  }
   sqlite3* raw = nullptr;
   const int flags =
       SQLITE_OPEN_READWRITE | (options.create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_FULLMUTEX;
@@ -263,7 +281,7 @@ Result<Added> History::add(const results::Document& document) {
   std::string marks;
   for (int i = 0; i < 27; ++i) marks += ", ?";
   const std::string insert =
-      fmt::format("INSERT OR IGNORE INTO results ({}, ordinal, document) VALUES (NULL{}, ?, ?)",
+      fmt::format("INSERT OR IGNORE INTO results ({}, document, digest) VALUES (NULL{}, ?, ?)",
                   kColumns, marks);
   for (std::size_t i = 0; i < document.configurations.size(); ++i) {
     const Entry e = entry_of(document, i);
@@ -290,8 +308,8 @@ Result<Added> History::add(const results::Document& document) {
     s.bind(k++, e.energy_j);
     s.bind(k++, e.items);
     s.bind(k++, e.command);
-    s.bind(k++, static_cast<std::int64_t>(i));
     s.bind(k++, text);
+    s.bind(k++, digest(text));
     // A single INSERT outside BEGIN is a transaction of its own: the row is all there or not.
     DLPROBE_RETURN_IF_ERROR(s.run());
     if (sqlite3_changes(db_) > 0) {
@@ -363,6 +381,24 @@ Result<results::Document> History::document(std::int64_t id) const {
                              path_.string(), id));
   }
   return results::parse(s.text(0), fmt::format("history {} #{}", path_.string(), id));
+}
+
+Result<Added> import_file(History& history, const std::filesystem::path& path) {
+  DLPROBE_ASSIGN_OR_RETURN(const results::Document document, results::read_file(path));
+  auto added = history.add(document);
+  if (!added) return added.status().with_context(path.string());
+  return added;
+}
+
+Status store(const results::Document& document, const std::filesystem::path& path) {
+  if (document.configurations.empty()) return Status::ok();
+  std::filesystem::path where = path;
+  if (where.empty()) {
+    DLPROBE_ASSIGN_OR_RETURN(where, default_path());
+  }
+  DLPROBE_ASSIGN_OR_RETURN(History history, History::open(where));
+  auto added = history.add(document);
+  return added ? Status::ok() : added.status();
 }
 
 }  // namespace dlprobe::history

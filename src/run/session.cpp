@@ -119,9 +119,10 @@ Result<Session> Session::start(SessionPlan plan, SessionEvents events) {
   }
   if (plan.memory_limit_bytes) set_memory_limit(plan);
   Session session(std::move(plan), std::move(events));
+  session.results_.context = results_context(own_command_line(), session.plan_.base.nvml);
   if (!session.plan_.results_json.empty()) {
-    auto writer = results::ResultsWriter::create(
-        session.plan_.results_json, results_context(own_command_line(), session.plan_.base.nvml));
+    auto writer =
+        results::ResultsWriter::create(session.plan_.results_json, session.results_.context);
     if (!writer) return writer.status().with_context("--json");
     session.writer_ = std::move(writer).value();
   }
@@ -176,7 +177,9 @@ Result<RunResult> Session::run_point(const std::map<std::string, std::string>& p
   if (events_.finished) events_.finished(index_, result);
   report_.runs.push_back(result);
   if (result.outcome == Outcome::interrupted) report_.interrupted = true;
-  if (writer_) DLPROBE_RETURN_IF_ERROR(writer_->add(to_configuration(result, command_text())));
+  results::Configuration configuration = to_configuration(result, command_text());
+  results_.configurations.push_back(configuration);
+  if (writer_) DLPROBE_RETURN_IF_ERROR(writer_->add(std::move(configuration)));
   DLPROBE_RETURN_IF_ERROR(write_details());
   return result;
 }
@@ -217,7 +220,7 @@ Status Session::search_max_batch(const std::map<std::string, std::string>& point
     outcome.note =
         search.probes() >= mb.runs ? "--max-batch-runs reached" : "--max-batch-limit reached";
   }
-  if (writer_) {
+  {
     results::Finding f;
     f.id = "max_batch";
     f.severity = Severity::info;
@@ -227,10 +230,15 @@ Status Session::search_max_batch(const std::map<std::string, std::string>& point
         "{}{} runs{}{}", point.empty() ? "" : point_label(point) + "; ", outcome.runs,
         outcome.smallest_failed ? fmt::format(", batch {} failed", *outcome.smallest_failed) : "",
         outcome.note.empty() ? "" : "; " + outcome.note);
-    DLPROBE_RETURN_IF_ERROR(writer_->add_finding(std::move(f)));
+    DLPROBE_RETURN_IF_ERROR(add_finding(std::move(f)));
   }
   report_.max_batch.push_back(std::move(outcome));
   return write_details();
+}
+
+Status Session::add_finding(results::Finding finding) {
+  results_.findings.push_back(finding);
+  return writer_ ? writer_->add_finding(std::move(finding)) : Status::ok();
 }
 
 void Session::add_sweep_findings() {
@@ -327,10 +335,10 @@ Status Session::run(const std::atomic<int>* interrupt) {
   }
   if (interrupted()) report_.interrupted = true;
   add_sweep_findings();
+  for (const auto& f : report_.sweep_findings) {
+    if (Status s = add_finding(to_results_finding(f)); !s && status) status = s;
+  }
   if (writer_) {
-    for (const auto& f : report_.sweep_findings) {
-      if (Status s = writer_->add_finding(to_results_finding(f)); !s && status) status = s;
-    }
     if (Status s = writer_->finish().with_context("--json"); !s && status) status = s;
   }
   if (Status s = write_details(true); !s && status) status = s;

@@ -10,8 +10,8 @@
 // The database is versioned (PRAGMA user_version; a database of a newer dlprobe is refused rather
 // than misread), journals in WAL mode, and waits for a busy database (a busy timeout) instead of
 // failing, so that two processes writing at once both keep every row. Each row is written in a
-// transaction of its own: a crash while writing loses at most the row being written. A results
-// file added twice (the same machine, date and configuration index) is kept once.
+// transaction of its own: a crash while writing loses at most the row being written. A
+// configuration added twice (its results document the same to the byte) is kept once.
 #pragma once
 
 #include <chrono>
@@ -128,5 +128,14 @@ class History {
 
 // The row add() would write for configuration `index` of `document` (id 0).
 Entry entry_of(const results::Document& document, std::size_t index);
+
+// Reads a results file (strictly, as compare does) and adds it; an error names the file: not
+// results, another schema, cut off.
+Result<Added> import_file(History& history, const std::filesystem::path& path);
+
+// What a measuring command does with its results when it is done: opens the history at `path`
+// (empty: default_path()) and adds the document. The caller warns on an error and goes on: the
+// results file is written already, and the measurement stands without its history row.
+Status store(const results::Document& document, const std::filesystem::path& path);
 
 }  // namespace dlprobe::history

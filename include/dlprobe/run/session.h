@@ -77,6 +77,9 @@ class Session {
   Status run(const std::atomic<int>* interrupt);
 
   const RunReport& report() const { return report_; }
+  // What the results file holds (or would, without one): the context, a configuration per run
+  // and the findings, for the history.
+  const results::Document& results() const { return results_; }
 
  private:
   Session(SessionPlan plan, SessionEvents events);
@@ -86,6 +89,8 @@ class Session {
   Status run_copies();
   RunOptions options_for(const std::map<std::string, std::string>& point);
   void add_sweep_findings();
+  // Records a finding about the run as a whole, in the results file too when there is one.
+  Status add_finding(results::Finding finding);
   // Rewrites the details file; with `last`, standard output too ("-", written once).
   Status write_details(bool last = false) const;
   std::string command_text() const;
@@ -93,6 +98,7 @@ class Session {
   SessionPlan plan_;
   SessionEvents events_;
   std::optional<results::ResultsWriter> writer_;
+  results::Document results_;
   RunReport report_;
   const std::atomic<int>* interrupt_ = nullptr;
   int index_ = 0;

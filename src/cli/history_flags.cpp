@@ -1,0 +1,34 @@
+#include "history_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include "dlprobe/core/log.h"
+#include "dlprobe/history/history.h"
+
+namespace dlprobe::cli {
+
+void add_history_flags(CLI::App& sub, HistoryFlags& flags) {
+  sub.add_option("--history", flags.file,
+                 "The history database the results are added to (default: "
+                 "$XDG_DATA_HOME/dlprobe/history.sqlite, else "
+                 "~/.local/share/dlprobe/history.sqlite)");
+  sub.add_flag("--no-history", flags.skip, "Do not add the results to the history");
+}
+
+void store_in_history(const HistoryFlags& flags, const results::Document& document) {
+  if (flags.skip) return;
+  if (Status s = history::store(document, flags.file); !s) {
+    log_warn("results not added to the history: {}", s.message());
+  }
+}
+
+void store_in_history(const HistoryFlags& flags, const Result<results::Document>& document) {
+  if (flags.skip) return;
+  if (!document) {
+    log_warn("results not added to the history: {}", document.status().message());
+    return;
+  }
+  store_in_history(flags, *document);
+}
+
+}  // namespace dlprobe::cli

@@ -1,0 +1,26 @@
+// --history FILE and --no-history, as evaluate, bench, memory and run take them: where the
+// results go besides their file, and the store once the command is done.
+#pragma once
+
+#include <string>
+
+#include "dlprobe/results/results.h"
+
+namespace CLI {
+class App;
+}
+
+namespace dlprobe::cli {
+
+struct HistoryFlags {
+  std::string file;  // empty: the default history (history::default_path)
+  bool skip = false;
+};
+void add_history_flags(CLI::App& sub, HistoryFlags& flags);
+
+// Adds `document` to the history unless --no-history. A failure is a warning on stderr: the
+// results file and the exit status stay what they are.
+void store_in_history(const HistoryFlags& flags, const results::Document& document);
+void store_in_history(const HistoryFlags& flags, const Result<results::Document>& document);
+
+}  // namespace dlprobe::cli
