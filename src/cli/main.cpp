@@ -35,9 +35,9 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "Log debug detail to stderr");
 
   const std::vector<Command> commands = {
-      add_evaluate_command(app), add_doctor_command(app), add_monitor_command(app),
-      add_bench_command(app),    add_memory_command(app), add_step_command(app),
-      add_run_command(app),      add_report_command(app), add_compare_command(app),
+      add_evaluate_command(app), add_doctor_command(app),  add_monitor_command(app),
+      add_bench_command(app),    add_memory_command(app),  add_step_command(app),
+      add_run_command(app),      add_report_command(app),  add_compare_command(app),
       add_pipeline_command(app), add_history_command(app),
   };
 
