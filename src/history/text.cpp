@@ -157,10 +157,13 @@ std::string render_trend(const std::vector<Series>& series,
     }
     out += table.render("  ");
     std::string verdict = fmt::format("  {}", flag_name(s.flag));
-    if (s.ratio && s.p_value) {
-      verdict += fmt::format(
-          ": latest / the {} result{} before it {:.3f} [{:.3f}, {:.3f}], p {:.3g}", s.window,
-          s.window == 1 ? "" : "s", s.ratio->ratio, s.ratio->ci.low, s.ratio->ci.high, *s.p_value);
+    if (s.ratio) {
+      verdict += fmt::format(": latest / the {} result{} before it {:.3f}", s.window,
+                             s.window == 1 ? "" : "s", *s.ratio);
+    }
+    if (s.ratio_ci && s.p_value) {
+      verdict +=
+          fmt::format(" [{:.3f}, {:.3f}], p {:.3g}", s.ratio_ci->low, s.ratio_ci->high, *s.p_value);
     }
     out += verdict + "\n";
     if (s.flag == Flag::regression || s.flag == Flag::improvement) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <span>
 #include <tuple>
 
 namespace dlprobe::history {
@@ -144,39 +145,46 @@ Status judge(const History& history, const TrendOptions& options, Series& s) {
   }
   if (done.size() < 2) return Status::ok();
   const Entry& latest = *done.back();
-  const std::size_t first = done.size() - 1 > static_cast<std::size_t>(options.window)
-                                ? done.size() - 1 - static_cast<std::size_t>(options.window)
-                                : 0;
+  const std::size_t window = std::min(done.size() - 1, static_cast<std::size_t>(options.window));
+  const std::span<const Entry* const> base(done.data() + done.size() - 1 - window, window);
+  s.window = static_cast<int>(window);
+  s.flag = Flag::no_change;
+  double items = 0, seconds = 0, lowest = INFINITY, highest = 0;
+  for (const Entry* e : base) {
+    if (e->items) {
+      items += *e->items;
+      seconds += *e->items / *e->throughput;
+    }
+    lowest = std::min(lowest, *e->throughput);
+    highest = std::max(highest, *e->throughput);
+  }
+  if (!(items > 0) || !(seconds > 0)) return Status::ok();
+  s.ratio = *latest.throughput / (items / seconds);
+  const bool slower = *s.ratio < 1 - options.noise && *latest.throughput < lowest;
+  const bool faster = *s.ratio > 1 + options.noise && *latest.throughput > highest;
+  if (!slower && !faster) return Status::ok();
+
   std::vector<double> base_seconds, base_items;
-  double lowest = INFINITY, highest = 0;
-  for (std::size_t i = first; i + 1 < done.size(); ++i) {
-    DLPROBE_ASSIGN_OR_RETURN(results::Document d, history.document(done[i]->id));
+  for (const Entry* e : base) {
+    DLPROBE_ASSIGN_OR_RETURN(results::Document d, history.document(e->id));
     const auto& samples = d.configurations.front().samples;
     base_seconds.insert(base_seconds.end(), samples.step_seconds.begin(),
                         samples.step_seconds.end());
     base_items.insert(base_items.end(), samples.step_items.begin(), samples.step_items.end());
-    lowest = std::min(lowest, *done[i]->throughput);
-    highest = std::max(highest, *done[i]->throughput);
   }
   DLPROBE_ASSIGN_OR_RETURN(results::Document last, history.document(latest.id));
   const auto& samples = last.configurations.front().samples;
-  s.window = static_cast<int>(done.size() - 1 - first);
   if (base_seconds.empty() || samples.step_seconds.empty()) return Status::ok();
   auto ratio = stats::throughput_ratio(base_seconds, base_items, samples.step_seconds,
                                        samples.step_items, options.bootstrap);
   if (!ratio) return ratio.status().with_context(s.configuration);
   auto mw = stats::mann_whitney_u(base_seconds, samples.step_seconds);
   if (!mw) return mw.status().with_context(s.configuration);
-  s.ratio = *ratio;
+  s.ratio_ci = ratio->ci;
   s.p_value = mw->p_value;
-  s.flag = Flag::no_change;
-  const bool significant = !ratio->ci.contains(1.0) && mw->p_value < options.alpha &&
-                           std::abs(ratio->ratio - 1) >= options.noise;
-  if (significant && ratio->ratio < 1 && *latest.throughput < lowest) s.flag = Flag::regression;
-  if (significant && ratio->ratio > 1 && *latest.throughput > highest) {
-    s.flag = Flag::improvement;
-  }
-  // What changed since the result before: beside a regression, the likely cause.
+  if (ratio->ci.contains(1.0) || !(mw->p_value < options.alpha)) return Status::ok();
+  s.flag = slower ? Flag::regression : Flag::improvement;
+  // What changed since the result before: beside a flag, the likely cause.
   DLPROBE_ASSIGN_OR_RETURN(results::Document before, history.document(done[done.size() - 2]->id));
   s.changes = environment_diff(before.context, last.context);
   return Status::ok();

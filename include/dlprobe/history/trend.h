@@ -68,9 +68,13 @@ struct Series {
   std::string configuration;
   std::vector<Entry> points;  // oldest first
   Flag flag = Flag::too_few;
-  std::optional<stats::Ratio> ratio;  // latest / its window's steps, pooled
-  std::optional<double> p_value;      // Mann–Whitney U, latest vs the window's step times
-  int window = 0;                     // comparable results the latest was compared with
+  // The latest throughput / the window's (its images / its seconds, the runs pooled).
+  std::optional<double> ratio;
+  // The bootstrap CI of that ratio and the Mann–Whitney U p-value of the step times: computed only
+  // where the throughputs alone could make a flag (see trend()).
+  std::optional<stats::Interval> ratio_ci;
+  std::optional<double> p_value;
+  int window = 0;  // comparable results the latest was compared with
   // The environment difference between the result before the latest and the latest.
   std::vector<Change> changes;
 };
@@ -82,7 +86,10 @@ struct Series {
 // regression when the CI lies below 1, p is below alpha, the drop exceeds the noise threshold, and
 // its throughput is below that of every result in the window: the pooled test sees only the noise
 // within runs, and two runs of the same configuration differ by more than that (clocks,
-// temperature, neighbours), so the spread between runs must be exceeded too.
+// temperature, neighbours), so the spread between runs must be exceeded too. That last condition
+// and the noise threshold need only the throughputs the rows hold: the step times are read and the
+// tests run only for a series that meets them, so that the trend of a steady history of thousands
+// of results takes a fraction of a second.
 Result<std::vector<Series>> trend(const History& history, const Filter& filter,
                                   const TrendOptions& options = {});
 
