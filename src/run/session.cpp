@@ -220,18 +220,16 @@ Status Session::search_max_batch(const std::map<std::string, std::string>& point
     outcome.note =
         search.probes() >= mb.runs ? "--max-batch-runs reached" : "--max-batch-limit reached";
   }
-  {
-    results::Finding f;
-    f.id = "max_batch";
-    f.severity = Severity::info;
-    f.message = outcome.largest_ok ? fmt::format("Largest batch that ran: {}", *outcome.largest_ok)
-                                   : "No batch ran";
-    f.evidence = fmt::format(
-        "{}{} runs{}{}", point.empty() ? "" : point_label(point) + "; ", outcome.runs,
-        outcome.smallest_failed ? fmt::format(", batch {} failed", *outcome.smallest_failed) : "",
-        outcome.note.empty() ? "" : "; " + outcome.note);
-    DLPROBE_RETURN_IF_ERROR(add_finding(std::move(f)));
-  }
+  results::Finding f;
+  f.id = "max_batch";
+  f.severity = Severity::info;
+  f.message = outcome.largest_ok ? fmt::format("Largest batch that ran: {}", *outcome.largest_ok)
+                                 : "No batch ran";
+  f.evidence = fmt::format(
+      "{}{} runs{}{}", point.empty() ? "" : point_label(point) + "; ", outcome.runs,
+      outcome.smallest_failed ? fmt::format(", batch {} failed", *outcome.smallest_failed) : "",
+      outcome.note.empty() ? "" : "; " + outcome.note);
+  DLPROBE_RETURN_IF_ERROR(add_finding(std::move(f)));
   report_.max_batch.push_back(std::move(outcome));
   return write_details();
 }
