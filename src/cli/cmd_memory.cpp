@@ -187,8 +187,7 @@ class Printer final : public memory::AnalysisObserver {
 
   void predicted(const memory::PredictedMaxBatch& r) override { print_predicted_max_batch(r); }
 
-  // Prints the summary and gives standard output the results file if it is to go there;
-  // returns the exit code.
+  // Prints the summary, adds the results to the history, gives standard output its file if asked.
   int end(const HistoryFlags& history) const {
     summary_.print();
     store_in_history(history, document_);

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <set>
 #include <span>
+#include <thread>
 #include <tuple>
 
 namespace dlprobe::history {
@@ -210,7 +212,23 @@ Result<std::vector<Series>> trend(const History& history, const Filter& filter,
     }
     out[it->second].points.push_back(std::move(e));
   }
-  for (auto& s : out) DLPROBE_RETURN_IF_ERROR(judge(history, options, s));
+  // The series are judged on every core: a flagged one costs a bootstrap of its steps (tens of
+  // milliseconds), and a night that slows every configuration flags them all. The connection
+  // serializes its own use (SQLITE_OPEN_FULLMUTEX); the statistics share nothing.
+  std::vector<Status> failures(out.size());
+  std::atomic<std::size_t> next{0};
+  const auto work = [&] {
+    for (std::size_t i = next++; i < out.size(); i = next++) {
+      failures[i] = judge(history, options, out[i]);
+    }
+  };
+  const std::size_t workers =
+      std::min<std::size_t>(std::max(1u, std::thread::hardware_concurrency()), out.size());
+  std::vector<std::thread> threads;
+  for (std::size_t w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  for (const Status& f : failures) DLPROBE_RETURN_IF_ERROR(f);
   return out;
 }
 

@@ -153,6 +153,23 @@ TEST_F(Trend, ConfigurationsAndMachinesAreSeriesOfTheirOwn) {
   EXPECT_EQ(series().size(), 3u);
 }
 
+TEST_F(Trend, EverySeriesIsJudgedWhenManyAreFlaggedAtOnce) {
+  // Eight machines, each slower on its last night: the series are judged side by side.
+  for (int m = 0; m < 8; ++m) {
+    const std::string machine = "node" + std::to_string(m);
+    for (int day = 1; day <= 5; ++day) {
+      add(RunSpec().on(machine).at("2026-03-0" + std::to_string(day) + "T03:00:00Z"));
+    }
+    add(RunSpec().on(machine).at("2026-03-06T03:00:00Z").stepping(0.11));
+  }
+  const auto s = series();
+  ASSERT_EQ(s.size(), 8u);
+  for (const auto& one : s) {
+    EXPECT_EQ(one.flag, Flag::regression) << one.machine;
+    EXPECT_EQ(one.points.size(), 6u);
+  }
+}
+
 TEST_F(Trend, TheWindowLimitsHowFarBackTheLatestLooks) {
   // A slow first day, then five steady ones: with a window of five the slow day is out of it.
   add(RunSpec().at("2026-02-28T03:00:00Z").stepping(0.2));
