@@ -121,7 +121,7 @@ std::string render_list(const std::vector<Entry>& entries,
   std::string out = table.render("");
   if (price_per_gpu_hour) {
     out += fmt::format("cost at ${:g} per GPU-hour; an epoch is ImageNet's {} training images\n",
-                       *price_per_gpu_hour, static_cast<long>(kImageNetEpochImages));
+                       *price_per_gpu_hour, format_grouped(kImageNetEpochImages, 0));
   }
   return out;
 }
