@@ -177,9 +177,7 @@ Result<RunResult> Session::run_point(const std::map<std::string, std::string>& p
   if (events_.finished) events_.finished(index_, result);
   report_.runs.push_back(result);
   if (result.outcome == Outcome::interrupted) report_.interrupted = true;
-  results::Configuration configuration = to_configuration(result, command_text());
-  results_.configurations.push_back(configuration);
-  if (writer_) DLPROBE_RETURN_IF_ERROR(writer_->add(std::move(configuration)));
+  DLPROBE_RETURN_IF_ERROR(add_configuration(to_configuration(result, command_text())));
   DLPROBE_RETURN_IF_ERROR(write_details());
   return result;
 }
@@ -232,6 +230,11 @@ Status Session::search_max_batch(const std::map<std::string, std::string>& point
   DLPROBE_RETURN_IF_ERROR(add_finding(std::move(f)));
   report_.max_batch.push_back(std::move(outcome));
   return write_details();
+}
+
+Status Session::add_configuration(results::Configuration configuration) {
+  results_.configurations.push_back(configuration);
+  return writer_ ? writer_->add(std::move(configuration)) : Status::ok();
 }
 
 Status Session::add_finding(results::Finding finding) {
@@ -309,7 +312,7 @@ Status Session::run_copies() {
     facts.push_back(std::move(f));
     if (!device_total) device_total = result.gpu.device_total_bytes;
     if (result.outcome == Outcome::interrupted) report_.interrupted = true;
-    if (writer_) DLPROBE_RETURN_IF_ERROR(writer_->add(to_configuration(result, command_text())));
+    DLPROBE_RETURN_IF_ERROR(add_configuration(to_configuration(result, command_text())));
     report_.runs.push_back(std::move(result));
   }
   for (auto& f : diagnosis::diagnose_shared_gpu(facts, device_total)) {

@@ -89,7 +89,9 @@ class Session {
   Status run_copies();
   RunOptions options_for(const std::map<std::string, std::string>& point);
   void add_sweep_findings();
-  // Records a finding about the run as a whole, in the results file too when there is one.
+  // Records a run's configuration, or a finding about the run as a whole, in the results file
+  // too when there is one.
+  Status add_configuration(results::Configuration configuration);
   Status add_finding(results::Finding finding);
   // Rewrites the details file; with `last`, standard output too ("-", written once).
   Status write_details(bool last = false) const;
