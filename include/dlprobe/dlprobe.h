@@ -86,6 +86,7 @@
 #include "dlprobe/run/session.h"
 #include "dlprobe/run/workload_output.h"
 #include "dlprobe/stats/statistics.h"
+#include "dlprobe/stats/steady_state.h"
 #include "dlprobe/step/step_config.h"
 #include "dlprobe/step/step_plan.h"
 #include "dlprobe/step/training_step.h"

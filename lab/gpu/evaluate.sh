@@ -7,7 +7,7 @@
 #   2. `dlprobe compare` of the two runs with a 2% noise threshold: every configuration must say
 #      "no change", and the largest |ratio - 1| is printed;
 #   3. inference throughput and latency per batch, batch 1 included;
-#   4. `--batch auto` walking up to the first out-of-memory, and `--repeat 3` windows
+#   4. `--batch auto` walking up to the first out-of-memory, and `--repeat 3` runs from scratch
 #      (3 and 4 are left out under EXTRAS=0).
 # Render the report screenshot afterwards on a machine with Chromium:
 #   lab/gpu/screenshot.sh gpu-check-out/evaluate-1/report.html docs/evaluate-h200.png
@@ -67,7 +67,7 @@ timeout 600 "$bin/dlprobe" bench --overwrite --model resnet50 --precision bf16 -
 summary+=("bench --batch auto: exit $? (0: the walk ended at its out-of-memory)")
 cat "$out/auto.txt"
 
-echo "== --repeat 3: three windows of one configuration"
+echo "== --repeat 3: three runs of one configuration, each from scratch, and their spread"
 timeout 300 "$bin/dlprobe" bench --overwrite --model resnet50 --precision bf16 --layout nhwc --batch 256 \
   --repeat 3 --json "$out/repeat.json" >"$out/repeat.txt" 2>"$out/repeat.err"
 summary+=("bench --repeat 3: exit $?")

@@ -178,16 +178,26 @@ results::Configuration to_configuration(const Measured& m) {
   c.settings.input = m.input;
   c.status = m.status;
   c.error = m.error;
-  if (m.result != nullptr) {
-    const BenchResult& r = *m.result;
-    c.samples.warmup_steps = static_cast<int>(r.warmup_steps);
-    c.samples.step_seconds = r.step_seconds();
-    c.samples.step_items.assign(c.samples.step_seconds.size(), static_cast<double>(m.step.batch));
-    if (r.windows.size() > 1) {
-      for (const Window& w : r.windows) {
-        c.samples.window_steps.push_back(static_cast<std::int64_t>(w.step_seconds.size()));
+  if (!m.runs.empty()) {
+    const bool windowed = std::any_of(m.runs.begin(), m.runs.end(),
+                                      [](const BenchResult* r) { return r->windows.size() > 1; });
+    for (const BenchResult* r : m.runs) {
+      const std::vector<double> steps = r->step_seconds();
+      c.samples.step_seconds.insert(c.samples.step_seconds.end(), steps.begin(), steps.end());
+      if (windowed) {
+        for (const Window& w : r->windows) {
+          c.samples.window_steps.push_back(static_cast<std::int64_t>(w.step_seconds.size()));
+        }
       }
+      if (m.runs.size() > 1 && !steps.empty()) {
+        c.samples.run_steps.push_back(static_cast<std::int64_t>(steps.size()));
+      }
+      c.samples.warmup_steps += static_cast<int>(r->warmup_steps);
+      c.samples.warmup.push_back({r->until_steady ? "steady" : "fixed", r->warmup_steps,
+                                  r->warmup_seconds, r->warmup_steady, r->restarts,
+                                  r->warmup_step_seconds});
     }
+    c.samples.step_items.assign(c.samples.step_seconds.size(), static_cast<double>(m.step.batch));
     if (!c.samples.step_seconds.empty()) {
       // Event timers can in principle read 0 for a step of a few microseconds; such a window is
       // recorded (raw times) but cannot enter statistics that divide by time.
@@ -196,6 +206,11 @@ results::Configuration to_configuration(const Measured& m) {
       } else if (c.status == results::RunStatus::ok) {
         c.status = results::RunStatus::failed;
         c.error = fmt::format("step statistics: {}", summary.status().message());
+      }
+    }
+    if (c.samples.run_steps.size() >= 2) {
+      if (auto spread = stats::run_spread(results::run_throughputs(c.samples))) {
+        c.run_spread = *spread;
       }
     }
   }
@@ -251,6 +266,24 @@ std::vector<results::Finding> findings_of(const results::Configuration& c,
                         t.front() / s.median_s, ms(s.median_s)),
             "warm up longer (--warmup-time 3s or more --warmup steps)");
       }
+    }
+    const std::vector<results::Warmup>& warmups = c.samples.warmup;
+    const auto unsettled = std::find_if(warmups.begin(), warmups.end(), [](const auto& w) {
+      return w.mode == "steady" && !w.steady;
+    });
+    if (unsettled != warmups.end()) {
+      const results::Warmup& w = *unsettled;
+      add(Severity::warning, "warmup_not_steady",
+          "the step times were still falling when the warm-up reached its bound",
+          fmt::format("{}warm-up of {} steps in {:.1f} s{}",
+                      warmups.size() > 1 ? fmt::format("run {}: ", unsettled - warmups.begin() + 1)
+                                         : std::string(),
+                      w.steps, w.seconds,
+                      w.step_seconds.empty()
+                          ? std::string()
+                          : fmt::format(", its last step {}", ms(w.step_seconds.back()))),
+          "allow a longer warm-up (--warmup-time), or find what keeps slowing down (clocks, "
+          "other processes)");
     }
     if (s.cv > kNoisyCv) {
       add(Severity::warning, "noisy_steps",

@@ -41,7 +41,47 @@ Status check_protocol(const Protocol& p) {
     return invalid_argument(fmt::format("at most {} steps per window, fewer than the {} asked for",
                                         p.max_steps, p.min_steps));
   }
+  if (p.warmup_max_steps < p.warmup_steps) {
+    return invalid_argument(fmt::format("at most {} warm-up steps, fewer than the {} asked for",
+                                        p.warmup_max_steps, p.warmup_steps));
+  }
+  if (p.max_restarts < 0) {
+    return invalid_argument(fmt::format("restarts must be >= 0, got {}", p.max_restarts));
+  }
+  if (p.steady.window < 4 || !(p.steady.slow_step > 1) || !(p.steady.min_fall >= 0) ||
+      !(p.steady.alpha > 0 && p.steady.alpha < 1)) {
+    return invalid_argument(
+        "steady-state rule out of range (window >= 4 steps, slow step > 1, fall >= 0, alpha in "
+        "(0, 1))");
+  }
   return Status::ok();
+}
+
+Result<Warmup> warm_up(const Protocol& p, const std::function<Result<double>()>& step,
+                       const std::atomic<int>* interrupt,
+                       const std::function<void(std::int64_t, double)>& progress) {
+  Warmup w;
+  for (;;) {
+    const auto steps = static_cast<std::int64_t>(w.step_seconds.size());
+    if (p.until_steady) {
+      if (steps >= p.warmup_steps && stats::steady_state(w.step_seconds, p.steady).steady) {
+        w.steady = true;
+        break;
+      }
+      if (steps >= p.warmup_max_steps || w.seconds >= p.warmup_seconds) break;
+    } else if (steps >= p.warmup_steps && w.seconds >= p.warmup_seconds) {
+      break;
+    }
+    if (interrupted(interrupt)) {
+      w.interrupted = true;
+      break;
+    }
+    DLPROBE_ASSIGN_OR_RETURN(const double seconds, step());
+    w.step_seconds.push_back(seconds);
+    w.seconds += seconds;
+    if (progress) progress(steps + 1, w.seconds);
+  }
+  return w;
 }
 
 std::int64_t BenchResult::timed_steps() const {
@@ -125,27 +165,31 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
   const Protocol& p = o.protocol;
   const auto batch = static_cast<double>(c.batch);
   {
-    const auto start = Clock::now();
-    while (r.warmup_steps < p.warmup_steps || seconds_since(start) < p.warmup_seconds) {
-      if (interrupted(o.interrupt)) {
-        r.interrupted = true;
-        break;
-      }
+    // Warm-up is not timed, so each step may wait for its end: otherwise the host's clock passes
+    // warmup_seconds while the device is still hundreds of queued steps behind.
+    const auto one_step = [&]() -> Result<double> {
       DLPROBE_RETURN_IF_ERROR(next_input(false));
+      const auto begin = Clock::now();
       DLPROBE_RETURN_IF_ERROR(step->enqueue());
-      // Warm-up is not timed, so each step may wait for its end: otherwise the host's clock
-      // passes warmup_seconds while the device is still hundreds of queued steps behind.
       DLPROBE_RETURN_IF_ERROR(e.backend().synchronize());
-      ++r.warmup_steps;
-      report({Progress::Phase::warmup, 0, r.warmup_steps, seconds_since(start), 0.0});
-    }
+      return seconds_since(begin);
+    };
+    DLPROBE_ASSIGN_OR_RETURN(
+        Warmup warmup, warm_up(p, one_step, o.interrupt, [&](std::int64_t steps, double seconds) {
+          report({Progress::Phase::warmup, 0, steps, seconds, 0.0});
+        }));
+    r.warmup_steps = static_cast<std::int64_t>(warmup.step_seconds.size());
+    r.warmup_seconds = warmup.seconds;
+    r.warmup_step_seconds = std::move(warmup.step_seconds);
+    r.until_steady = p.until_steady;
+    r.warmup_steady = warmup.steady;
+    r.interrupted = warmup.interrupted;
     if (r.warmup_steps > 0) DLPROBE_RETURN_IF_ERROR(step->collect().status());
     DLPROBE_RETURN_IF_ERROR(e.backend().synchronize());
-    r.warmup_seconds = seconds_since(start);
   }
   e.allocator().reset_peak_stats();
 
-  for (int w = 0; w < p.repeat && !r.interrupted; ++w) {
+  for (int w = 0; w < p.repeat && !r.interrupted;) {
     if (hooks.window_begin) hooks.window_begin(w);
     Window window;
     window.host_begin_ns = steady_now_ns();
@@ -186,7 +230,20 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
           e.backend().elapsed_ms(static_cast<std::size_t>(i), static_cast<std::size_t>(i + 1)));
       window.step_seconds.push_back(ms / 1e3);
     }
+    // A first window that starts unsettled was still warm-up: it joins the curve, and the window
+    // is timed again.
+    if (p.until_steady && w == 0 && !r.interrupted && r.restarts < p.max_restarts &&
+        stats::unsettled_prefix(window.step_seconds, p.steady.slow_step) > 0) {
+      if (hooks.window_discarded) hooks.window_discarded(w);
+      r.warmup_steps += k;
+      for (double t : window.step_seconds) r.warmup_seconds += t;
+      r.warmup_step_seconds.insert(r.warmup_step_seconds.end(), window.step_seconds.begin(),
+                                   window.step_seconds.end());
+      ++r.restarts;
+      continue;
+    }
     if (k > 0) r.windows.push_back(std::move(window));
+    ++w;
   }
   r.memory = e.allocator().stats();
   r.graph_replayed = step->graph_recorded();

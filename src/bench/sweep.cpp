@@ -131,8 +131,16 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
 
   // One engine per compute type (fp64 needs its own reference backend); normally just one.
   std::map<DType, std::unique_ptr<device::Engine>> engines;
+  const auto compute_of = [](engine::Precision p) {
+    return p == engine::Precision::fp64 ? DType::fp64 : DType::fp32;
+  };
+  // An engine of its own, for each of several runs from scratch.
+  const auto fresh_engine = [&](engine::Precision p) {
+    return device::Engine::open(sweep.device, sweep.backend, sweep.conv, compute_of(p),
+                                sweep.allocation);
+  };
   const auto engine_for = [&](engine::Precision p) -> Result<device::Engine*> {
-    const DType compute = p == engine::Precision::fp64 ? DType::fp64 : DType::fp32;
+    const DType compute = compute_of(p);
     auto it = engines.find(compute);
     if (it == engines.end()) {
       DLPROBE_ASSIGN_OR_RETURN(auto e, device::Engine::open(sweep.device, sweep.backend, sweep.conv,
@@ -166,10 +174,15 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
           results::describe(results::Kind::native, settings_of(m.step, m.device, m.backend));
       const auto config_start = Clock::now();
 
-      auto engine = engine_for(m.step.precision);
-      if (!engine) {
-        out.status = engine.status();
-        return out;
+      // One run takes the sweep's engine; more take one each (below).
+      device::Engine* shared = nullptr;
+      if (sweep.runs == 1) {
+        auto engine = engine_for(m.step.precision);
+        if (!engine) {
+          out.status = engine.status();
+          return out;
+        }
+        shared = *engine;
       }
       if (auto flops = flops_per_image(m.step.model, m.step.mode)) m.flops_per_item = *flops;
       if (auto c = env.ceilings.find(m.step.precision); c != env.ceilings.end()) {
@@ -195,6 +208,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
         callbacks.progress(sp);
       };
       if (sampler) {
+        hooks.window_discarded = [&](int) { windows.pop_back(); };
         hooks.window_begin = [&](int) {
           energy_at_begin = energy_counter_j(*tel);
           windows.emplace_back().begin_ns = steady_now_ns();
@@ -216,22 +230,45 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
       options.weights = sweep.weights;
       options.profile_steps = sweep.profile_steps;
       options.interrupt = env.interrupt;
-      Result<BenchResult> run = run_bench(**engine, options, hooks);
+      // Every run to its end, unless one fails or is interrupted: what the others measured stays.
+      std::vector<BenchResult> runs;
+      Status failure = Status::ok();
       bool interrupted = false;
-      if (run) {
-        interrupted = run->interrupted;
-        m.result = &run.value();
-        m.memory = run->memory;
-        if (interrupted) {
-          m.status = results::RunStatus::interrupted;
-          m.error = fmt::format("interrupted (Ctrl-C) after {} timed steps", run->timed_steps());
+      for (int k = 0; k < sweep.runs && failure.is_ok() && !interrupted; ++k) {
+        device::Engine* on = shared;
+        std::unique_ptr<device::Engine> fresh;
+        if (on == nullptr) {
+          auto opened = fresh_engine(m.step.precision);
+          if (!opened) {
+            out.status = opened.status();
+            return out;
+          }
+          fresh = std::move(opened).value();
+          on = fresh.get();
         }
-      } else {
-        const bool oom = run.status().code() == Errc::out_of_memory;
+        Result<BenchResult> run = run_bench(*on, options, hooks);
+        if (!run) {
+          failure = run.status();
+          // After an out-of-memory the allocator still tells what was held where.
+          if (failure.code() == Errc::out_of_memory) m.memory = on->allocator().stats();
+          break;
+        }
+        interrupted = run->interrupted;
+        runs.push_back(std::move(run).value());
+      }
+      for (const BenchResult& r : runs) m.runs.push_back(&r);
+      if (!failure.is_ok()) {
+        const bool oom = failure.code() == Errc::out_of_memory;
         m.status = oom ? results::RunStatus::oom : results::RunStatus::failed;
-        m.error = run.status().message();
-        // After an out-of-memory the allocator still tells what was held where.
-        if (oom) m.memory = (*engine)->allocator().stats();
+        m.error = failure.message();
+      } else if (!runs.empty()) {
+        m.memory = runs.front().memory;
+      }
+      if (interrupted) {
+        std::int64_t timed = 0;
+        for (const BenchResult& r : runs) timed += r.timed_steps();
+        m.status = results::RunStatus::interrupted;
+        m.error = fmt::format("interrupted (Ctrl-C) after {} timed steps", timed);
       }
       if (sampler) {
         m.telemetry = telemetry_over(windows, tel->gpu);
@@ -243,7 +280,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
            c.statistics ? std::optional<double>(c.statistics->throughput) : std::nullopt});
       const results::RunStatus status = c.status;
       out.configurations.push_back(std::move(c));
-      out.runs.push_back(run ? std::move(run).value() : BenchResult{});
+      out.runs.push_back(std::move(runs));
       // The walk ends at its first out-of-memory; finding it is what the walk is for.
       const bool walk_ends = group.auto_batch && status == results::RunStatus::oom;
       const std::size_t per_batch = sweep.data ? 2 : 1;
@@ -268,17 +305,29 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
       }
       if (walk_ends) break;
       if (sweep.data && status == results::RunStatus::ok) {
-        // The same configuration from JPEGs, in the same engine, right after the synthetic run.
+        // The same configuration from JPEGs, once, right after the synthetic run: in the same
+        // engine, or a new one where the runs each had their own.
         windows.clear();
         options.data = &*sweep.data;
-        Result<BenchResult> fed = run_bench(**engine, options, hooks);
+        device::Engine* on = shared;
+        std::unique_ptr<device::Engine> fresh;
+        if (on == nullptr) {
+          auto opened = fresh_engine(m.step.precision);
+          if (!opened) {
+            out.status = opened.status();
+            return out;
+          }
+          fresh = std::move(opened).value();
+          on = fresh.get();
+        }
+        Result<BenchResult> fed = run_bench(*on, options, hooks);
         Measured d = m;
-        d.result = nullptr;
+        d.runs.clear();
         d.memory.reset();
         d.input = sweep.data->gpu_decode && sweep.device.kind == DeviceKind::cuda ? "jpeg-gpu"
                                                                                   : "jpeg-cpu";
         if (fed) {
-          d.result = &fed.value();
+          d.runs = {&fed.value()};
           d.memory = fed->memory;
           if (fed->input) d.input = fed->input->input;
           if (fed->interrupted) {
@@ -301,7 +350,9 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
         if (dc.status != results::RunStatus::ok) ++out.incomplete;
         const bool stopped = fed && fed->interrupted;
         out.configurations.push_back(std::move(dc));
-        out.runs.push_back(fed ? std::move(fed).value() : BenchResult{});
+        std::vector<BenchResult> fed_runs;
+        if (fed) fed_runs.push_back(std::move(fed).value());
+        out.runs.push_back(std::move(fed_runs));
         if (callbacks.done) {
           if (Status s = callbacks.done(out.configurations, planned); !s) {
             out.status = s;

@@ -21,6 +21,20 @@ std::string size_text(std::int64_t bytes) {
   return format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(bytes, 0)));
 }
 
+// "12 steps in 1.84 s, steady" per run (the first run's, and how many more there were).
+std::string warmup_text(const std::vector<results::Warmup>& warmups) {
+  if (warmups.empty()) return "none";
+  const results::Warmup& w = warmups.front();
+  std::string how = "fixed";
+  if (w.mode == "steady") how = w.steady ? "steady" : "still falling at its bound";
+  std::string out = fmt::format("{} steps in {:.2f} s, {}", w.steps, w.seconds, how);
+  if (w.restarts > 0) {
+    out += fmt::format(" (window restarted {} time{})", w.restarts, w.restarts == 1 ? "" : "s");
+  }
+  if (warmups.size() > 1) out += fmt::format(" in the first of {} runs", warmups.size());
+  return out;
+}
+
 }  // namespace
 
 std::string configurations_text(const std::vector<results::Configuration>& configurations) {
@@ -124,7 +138,10 @@ std::string findings_text(const std::vector<results::Configuration>& configurati
   return out;
 }
 
-std::string detail_text(const Sweep& sweep, const results::Configuration& c, const BenchResult& r) {
+std::string detail_text(const Sweep& sweep, const results::Configuration& c,
+                        const std::vector<BenchResult>& runs) {
+  static const BenchResult kNone;  // nothing ran: no memory, no loss
+  const BenchResult& r = runs.empty() ? kNone : runs.front();
   const engine::StepConfig& step = sweep.groups.front().step;
   const Protocol& p = sweep.protocol;
   std::string out;
@@ -140,15 +157,26 @@ std::string detail_text(const Sweep& sweep, const results::Configuration& c, con
                          ? " (plain loops for correctness, not speed)"
                          : "");
   out += fmt::format(
-      "protocol    setup {:.2f} s; warm-up {} steps in {:.2f} s; {} window{} of >= {} steps and "
-      ">= {:.2f} s\n",
-      r.setup_seconds, r.warmup_steps, r.warmup_seconds, p.repeat, p.repeat == 1 ? "" : "s",
-      p.min_steps, p.min_seconds);
+      "protocol    setup {:.2f} s; warm-up {}; {} window{} of >= {} steps and >= {:.2f} s{}\n",
+      r.setup_seconds, warmup_text(c.samples.warmup), p.repeat, p.repeat == 1 ? "" : "s",
+      p.min_steps, p.min_seconds,
+      runs.size() > 1 ? fmt::format(", {} runs from scratch", runs.size()) : "");
   if (c.statistics) {
     const stats::Summary& s = *c.statistics;
     out += fmt::format("timed       {} steps, {:.3f} s\n", s.steps, s.total_seconds);
-    out += fmt::format("throughput  {:.2f} img/s ({:.0f}% CI {:.2f} - {:.2f})\n", s.throughput,
-                       s.ci_level * 100, s.throughput_ci.low, s.throughput_ci.high);
+    out += fmt::format("throughput  {:.2f} img/s ({:.0f}% CI {:.2f} - {:.2f} within the steps)\n",
+                       s.throughput, s.ci_level * 100, s.throughput_ci.low, s.throughput_ci.high);
+    if (c.run_spread) {
+      const stats::RunSpread& spread = *c.run_spread;
+      std::string each;
+      for (double t : results::run_throughputs(c.samples)) {
+        each += fmt::format("{}{:.2f}", each.empty() ? "" : ", ", t);
+      }
+      out += fmt::format(
+          "runs        {} img/s; between runs {:.0f}% t interval {:.2f} - {:.2f}, spread {:.2f} "
+          "- {:.2f}\n",
+          each, spread.level * 100, spread.ci.low, spread.ci.high, spread.min, spread.max);
+    }
     const std::vector<double> windows = results::window_throughputs(c.samples);
     if (windows.size() > 1) {
       std::string each;

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <span>
+#include <string_view>
 
 #include "dlprobe/bench/ceilings.h"
 #include "dlprobe/bench/outputs.h"
@@ -15,16 +18,39 @@
 namespace dlprobe::evaluate {
 namespace {
 
-results::Finding from_doctor(const doctor::Finding& f) {
-  results::Finding out;
-  out.severity = f.severity;
-  out.id = "doctor." + f.id;
-  out.message = f.message;
-  out.fix = f.fix;
-  return out;
-}
+// doctor's errors that stop GPU work alone.
+constexpr std::array<std::string_view, 7> kGpuStackErrors = {"no_driver",
+                                                             "runtime_newer_than_driver",
+                                                             "cuda_unusable",
+                                                             "architecture_not_built",
+                                                             "cudnn_major_mismatch",
+                                                             "cudnn_cuda_major_mismatch",
+                                                             "cublas_cuda_major_mismatch"};
 
 }  // namespace
+
+std::vector<results::Finding> doctor_findings(const doctor::Report& report,
+                                              const bench::Sweep& sweep,
+                                              const std::optional<device::Device>& device_asked) {
+  const bool cpu_by_choice =
+      sweep.device.kind == DeviceKind::cpu &&
+      ((device_asked && device_asked->kind == DeviceKind::cpu) || !report.gpu_found);
+  std::vector<results::Finding> out;
+  for (const doctor::Finding& f : report.findings) {
+    results::Finding r;
+    r.severity = f.severity;
+    r.id = "doctor." + f.id;
+    r.message = f.message;
+    r.fix = f.fix;
+    if (cpu_by_choice && f.severity == Severity::error &&
+        std::find(kGpuStackErrors.begin(), kGpuStackErrors.end(), f.id) != kGpuStackErrors.end()) {
+      r.severity = Severity::info;
+      r.message += " (no matter here: this evaluation runs on the CPU)";
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
 
 std::string default_folder() {
   return utc_now("dlprobe-evaluate-%Y%m%d-%H%M%S");
@@ -87,11 +113,9 @@ Result<Evaluation> run_evaluation(const Plan& plan, const std::vector<std::strin
       bench::Outputs outputs,
       bench::Outputs::create((dir / "results.json").string(), "", "",
                              bench_context(command_line, nvml, plan.report.versions)));
-  std::vector<results::Finding> doctor_findings;
-  for (const doctor::Finding& f : plan.report.findings) doctor_findings.push_back(from_doctor(f));
-
   Evaluation e;
-  e.run = record_sweep(sweep, env, outputs, std::move(doctor_findings), callbacks);
+  e.run = record_sweep(sweep, env, outputs,
+                       doctor_findings(plan.report, sweep, plan.options.device), callbacks);
   e.status = e.run.status;
   const results::NamedDocument named{"results.json", outputs.document()};
   if (Status s = write_file_atomic(dir / "report.html", report::render_html(std::span(&named, 1)));

@@ -49,8 +49,8 @@ Result<MachineSweep> machine_sweep(const doctor::Report& report,
         axes.precisions.push_back(p);
       }
     }
-    s.protocol = quick ? bench::Protocol{3, 0.5, 10, 1.0, 1, 100'000}
-                       : bench::Protocol{5, 1.0, 20, 3.0, 1, 100'000};
+    s.protocol.min_steps = quick ? 10 : 20;
+    s.protocol.min_seconds = quick ? 1.0 : 3.0;
   } else {
     // Small enough for a laptop or a CI runner.
     axes.models = {model::Arch::resnet18};
@@ -58,9 +58,14 @@ Result<MachineSweep> machine_sweep(const doctor::Report& report,
     axes.modes = {engine::StepMode::train};
     axes.precisions = {engine::Precision::fp32};
     axes.batches = quick ? std::vector<std::int64_t>{4, 8} : std::vector<std::int64_t>{8, 16, 32};
-    s.protocol = quick ? bench::Protocol{2, 0.2, 10, 0.5, 1, 100'000}
-                       : bench::Protocol{3, 0.5, 10, 2.0, 1, 100'000};
+    s.protocol.min_steps = 10;
+    s.protocol.min_seconds = quick ? 0.5 : 2.0;
   }
+  // Warm-up until the step times stop falling (oneDNN creates its primitives and cuDNN tries its
+  // algorithms in the first steps; clocks and caches settle later), within a bound.
+  s.protocol.until_steady = true;
+  s.protocol.warmup_steps = 0;
+  s.protocol.warmup_seconds = quick ? 10.0 : 30.0;
   DLPROBE_ASSIGN_OR_RETURN(bench::Expanded expanded, bench::expand(axes, s.device.kind));
   s.groups = std::move(expanded.groups);
   s.allocation = expanded.allocation;

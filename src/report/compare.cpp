@@ -35,6 +35,13 @@ bool measured(const Configuration& c) {
   return c.status == RunStatus::ok && !c.samples.step_seconds.empty();
 }
 
+// The spread between runs as a fraction of their mean: the half-width of its t interval.
+double run_noise(const Configuration& c) {
+  if (!c.run_spread || !(c.run_spread->mean > 0)) return 0;
+  const double half = (c.run_spread->ci.high - c.run_spread->ci.low) / 2 / c.run_spread->mean;
+  return std::isfinite(half) ? half : 0;
+}
+
 Result<ComparisonRow> compare_one(const Configuration& base, const Configuration& next,
                                   const CompareOptions& options) {
   ComparisonRow row;
@@ -61,8 +68,9 @@ Result<ComparisonRow> compare_one(const Configuration& base, const Configuration
   }
   row.ratio = *ratio;
   row.mann_whitney = *mw;
+  row.noise = std::max({options.noise, run_noise(base), run_noise(next)});
   if (ratio->ci.contains(1.0) || mw->p_value >= options.alpha ||
-      std::abs(ratio->ratio - 1) < options.noise) {
+      std::abs(ratio->ratio - 1) < row.noise) {
     row.verdict = Verdict::no_change;
   } else {
     row.verdict = ratio->ratio > 1 ? Verdict::faster : Verdict::slower;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <span>
 
 #include "dlprobe/core/units.h"
 #include "dlprobe/stats/statistics.h"
@@ -368,6 +369,50 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
     s += "</g>\n";
   }
   return s + "</svg>\n";
+}
+
+// Each configuration's warm-up curve (its first run's), step time against step: how long the first
+// steps took and where the warm-up stopped. The y axis is capped at four times the largest median
+// of the curves' second halves, so that a first step of seconds does not flatten the rest (its
+// point sits on the top edge, its tooltip has the time).
+std::string chart_warmup(const std::vector<Entry>& all, bool several) {
+  std::vector<std::pair<std::string, const std::vector<double>*>> curves;
+  double steps = 0;
+  double settled = 0;
+  for (const auto& e : all) {
+    const auto& warmups = e.config->samples.warmup;
+    if (warmups.empty() || warmups.front().step_seconds.size() < 2) continue;
+    const std::vector<double>& t = warmups.front().step_seconds;
+    curves.emplace_back(label(e, several), &t);
+    steps = std::max(steps, static_cast<double>(t.size()));
+    settled = std::max(settled, stats::median(std::span(t).last(t.size() / 2)) * 1e3);
+  }
+  if (curves.empty()) return "";
+  Frame f;
+  f.height = 260;
+  const Axis x = nice_axis(1, steps);
+  const Axis y = nice_axis(0, settled * 4);
+  const auto px = [&](double v) { return map(v, x.lo, x.hi, f.x0(), f.x1()); };
+  const auto py = [&](double v) { return map(std::min(v, y.hi), y.lo, y.hi, f.y0(), f.y1()); };
+  std::string s = svg_open("chart-warmup", f, "Warm-up: step time per step until steady");
+  s += x_axis(f, x, "warm-up step");
+  s += y_axis(f, y, "ms per step");
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < curves.size(); ++i) {
+    const auto& [name, t] = curves[i];
+    std::string path;
+    for (std::size_t k = 0; k < t->size(); ++k) {
+      path +=
+          fmt::format("{}{},{}", path.empty() ? "" : " ",
+                      svg_number(px(static_cast<double>(k + 1))), svg_number(py((*t)[k] * 1e3)));
+    }
+    s += fmt::format(
+        "<polyline class=\"series\" points=\"{}\" stroke=\"{}\"><title>{}: {} steps, first "
+        "{:.4g} s, last {:.4g} s</title></polyline>\n",
+        path, colour(i), esc(name), t->size(), t->front(), t->back());
+    names.push_back(name);
+  }
+  return s + legend(f, names) + "</svg>\n";
 }
 
 std::string chart_memory(const std::vector<Entry>& all, bool several) {
@@ -773,6 +818,9 @@ std::string render_html(std::span<const NamedDocument> documents) {
     body += "<h2>Inference latency</h2>\n" + latency;
   }
   body += "<h2>Step times</h2>\n" + chart_step_times(all, several);
+  if (const std::string warmup = chart_warmup(all, several); !warmup.empty()) {
+    body += "<h2>Warm-up</h2>\n" + warmup;
+  }
   std::vector<MemoryTimelineInput> timelines;
   for (const auto& e : all) timelines.push_back({label(e, several), e.config});
   const std::string memory = chart_memory(all, several) + memory_timeline_section(timelines);

@@ -98,14 +98,19 @@ std::string series_label(Kind kind, const Settings& s) {
   return name;
 }
 
-std::vector<double> window_throughputs(const Samples& samples) {
+namespace {
+
+// Items per second of consecutive groups of steps; empty when the groups do not add up to the
+// samples or one has no time.
+std::vector<double> group_throughputs(const Samples& samples,
+                                      const std::vector<std::int64_t>& groups) {
   std::vector<double> out;
   const std::size_t n = samples.step_seconds.size();
   if (n == 0 || samples.step_items.size() != n) return out;
-  std::vector<std::int64_t> windows = samples.window_steps;
-  if (windows.empty()) windows.push_back(static_cast<std::int64_t>(n));
+  std::vector<std::int64_t> each = groups;
+  if (each.empty()) each.push_back(static_cast<std::int64_t>(n));
   std::size_t at = 0;
-  for (const std::int64_t steps : windows) {
+  for (const std::int64_t steps : each) {
     if (steps < 0 || at + static_cast<std::size_t>(steps) > n) return {};
     double items = 0;
     double seconds = 0;
@@ -119,6 +124,16 @@ std::vector<double> window_throughputs(const Samples& samples) {
   }
   if (at != n) return {};
   return out;
+}
+
+}  // namespace
+
+std::vector<double> window_throughputs(const Samples& samples) {
+  return group_throughputs(samples, samples.window_steps);
+}
+
+std::vector<double> run_throughputs(const Samples& samples) {
+  return group_throughputs(samples, samples.run_steps);
 }
 
 // ---- the schema ----
@@ -235,6 +250,7 @@ json encode(const S& value);
 
 Status decode(const json& v, const std::string& path, std::string& out);
 Status decode(const json& v, const std::string& path, double& out);
+Status decode(const json& v, const std::string& path, bool& out);
 template <std::integral T>
 Status decode(const json& v, const std::string& path, T& out);
 template <NamedEnum E>
@@ -334,6 +350,7 @@ DLPROBE_RESULTS_SCHEMA(Telemetry, gpu, samples, window_s, gpu_util_pct, mem_util
 DLPROBE_RESULTS_SCHEMA(Compute, flops_per_item, achieved_tflops, ceiling_tflops, ceiling_dtype,
                        fraction_of_ceiling);
 DLPROBE_RESULTS_SCHEMA(Finding, severity, id, message, evidence, fix);
+DLPROBE_RESULTS_SCHEMA(Warmup, mode, steps, seconds, steady, restarts, step_seconds);
 // Besides these, the document holds "schema": kSchema, which from_json checks before anything.
 DLPROBE_RESULTS_SCHEMA(Document, context, configurations, findings);
 
@@ -348,6 +365,17 @@ struct Schema<Summary> {
           NestedField{"throughput_ci_high", &Summary::throughput_ci, &stats::Interval::high}},
       DLPROBE_RESULTS_KEYS(ci_level, bootstrap_resamples, bootstrap_seed, mean_s, median_s, p90_s,
                            p99_s, min_s, max_s, mad_s, cv, outliers));
+};
+
+// The interval is written flat, as the summary's is.
+template <>
+struct Schema<stats::RunSpread> {
+  using Self = stats::RunSpread;
+  static constexpr auto fields =
+      std::tuple_cat(DLPROBE_RESULTS_KEYS(runs, mean, min, max),
+                     std::tuple{NestedField{"ci_low", &Self::ci, &stats::Interval::low},
+                                NestedField{"ci_high", &Self::ci, &stats::Interval::high}},
+                     DLPROBE_RESULTS_KEYS(level));
 };
 
 template <>
@@ -399,27 +427,37 @@ Status read_step_items(const json& v, const std::string& path, Samples& s) {
   return {};
 }
 
+// Groups of consecutive steps (windows, runs): none, or each of one step or more, adding up to the
+// steps. Each is at most the steps, so that the sum of a hostile file's counts cannot overflow.
+Status check_groups(const std::string& path, std::string_view key, std::string_view noun,
+                    const std::vector<std::int64_t>& groups, const Samples& s) {
+  const auto n = static_cast<std::int64_t>(s.step_seconds.size());
+  std::int64_t sum = 0;
+  for (const std::int64_t steps : groups) {
+    if (steps < 1 || steps > n) {
+      return invalid_argument(
+          fmt::format("{}: a {} of {} steps", join_path(path, key), noun, steps));
+    }
+    sum += steps;
+  }
+  if (!groups.empty() && sum != n) {
+    return invalid_argument(
+        fmt::format("{}: {}s of {} steps in all for {} steps", join_path(path, key), noun, sum, n));
+  }
+  return {};
+}
+
 template <>
 struct Schema<Samples> {
   using Self = Samples;
   // The step times come before the items: a single item count stands for every step.
   static constexpr auto fields = std::tuple_cat(
-      DLPROBE_RESULTS_KEYS(warmup_steps, step_seconds), DLPROBE_RESULTS_KEYS_SINCE_1(window_steps),
+      DLPROBE_RESULTS_KEYS(warmup_steps, step_seconds),
+      DLPROBE_RESULTS_KEYS_SINCE_1(window_steps, run_steps, warmup),
       std::tuple{CustomField<Samples>{"step_items", write_step_items, read_step_items}});
   static Status check(const std::string& path, const Samples& s) {
-    std::int64_t windowed = 0;
-    for (const std::int64_t steps : s.window_steps) {
-      if (steps < 1) {
-        return invalid_argument(
-            fmt::format("{}: a window of {} steps", join_path(path, "window_steps"), steps));
-      }
-      windowed += steps;
-    }
-    if (!s.window_steps.empty() && windowed != static_cast<std::int64_t>(s.step_seconds.size())) {
-      return invalid_argument(fmt::format("{}: windows of {} steps in all for {} steps",
-                                          join_path(path, "window_steps"), windowed,
-                                          s.step_seconds.size()));
-    }
+    DLPROBE_RETURN_IF_ERROR(check_groups(path, "window_steps", "window", s.window_steps, s));
+    DLPROBE_RETURN_IF_ERROR(check_groups(path, "run_steps", "run", s.run_steps, s));
     if (s.step_items.size() != s.step_seconds.size()) {
       return invalid_argument(fmt::format("{}: {} entries for {} steps",
                                           join_path(path, "step_items"), s.step_items.size(),
@@ -436,8 +474,8 @@ struct Schema<Configuration> {
   static constexpr auto fields = std::tuple_cat(
       DLPROBE_RESULTS_KEYS(kind),
       std::tuple{CustomField<Configuration>{"settings", write_settings, read_settings}},
-      DLPROBE_RESULTS_KEYS(status, error, statistics, samples, memory, telemetry, compute,
-                           findings));
+      DLPROBE_RESULTS_KEYS(status, error, statistics), DLPROBE_RESULTS_KEYS_SINCE_1(run_spread),
+      DLPROBE_RESULTS_KEYS(samples, memory, telemetry, compute, findings));
 };
 
 #undef DLPROBE_RESULTS_SCHEMA
@@ -498,6 +536,12 @@ Status decode(const json& v, const std::string& path, double& out) {
   out = v.get<double>();
   // JSON text cannot hold one (parse refuses 1e400), but a value built in memory can.
   if (!std::isfinite(out)) return invalid_argument(fmt::format("{}: not a finite number", path));
+  return {};
+}
+
+Status decode(const json& v, const std::string& path, bool& out) {
+  if (!v.is_boolean()) return type_error(path, "true or false", v);
+  out = v.get<bool>();
   return {};
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "bench/protocol.h"
 #include "dlprobe/bench/sweep.h"
 
 namespace dlprobe::bench {
@@ -30,7 +31,7 @@ TEST(BenchGpu, EventTimedWindowsCoverTheHostWindow) {
   ASSERT_TRUE(e.has_value()) << e.status().message();
   BenchOptions o;
   o.step = small(engine::Precision::fp32, Layout::nchw, 16);
-  o.protocol = {3, 0.2, 10, 0.3, 2, 100'000};
+  o.protocol = fixed_protocol(3, 0.2, 10, 0.3, 2, 100'000);
   auto r = run_bench(**e, o);
   ASSERT_TRUE(r.has_value()) << r.status().message();
   ASSERT_EQ(r->windows.size(), 2u);
@@ -60,7 +61,7 @@ TEST(BenchGpu, GraphReplayWindowEndsOnTimeAndLeavesNoMemory) {
   o.step.mode = engine::StepMode::grads;
   o.step.memory_plan = engine::MemoryPlan::planned;
   o.step.graph = true;
-  o.protocol = {3, 0.0, 1, 0.5, 1, 100'000};
+  o.protocol = fixed_protocol(3, 0.0, 1, 0.5, 1, 100'000);
   for (int run = 0; run < 2; ++run) {
     auto r = run_bench(**e, o);
     ASSERT_TRUE(r.has_value()) << r.status().message();
@@ -80,7 +81,7 @@ TEST(BenchGpu, EveryPrecisionRuns) {
   Sweep s;
   s.device = Device{DeviceKind::cuda, 0};
   s.backend = BackendKind::cuda;
-  s.protocol = {2, 0.0, 5, 0.0, 1, 1000};
+  s.protocol = fixed_protocol(2, 0.0, 5, 0.0, 1, 1000);
   for (const auto& [p, layout] : {std::pair{engine::Precision::fp32, Layout::nchw},
                                   {engine::Precision::tf32, Layout::nchw},
                                   {engine::Precision::fp16, Layout::nhwc},
@@ -108,7 +109,7 @@ TEST(BenchGpu, TelemetryAndEnergyOverTheWindow) {
   Sweep s;
   s.device = Device{DeviceKind::cuda, 0};
   s.backend = BackendKind::cuda;
-  s.protocol = {3, 0.5, 10, 1.0, 1, 100'000};
+  s.protocol = fixed_protocol(3, 0.5, 10, 1.0, 1, 100'000);
   SweepGroup g;
   g.step = small(engine::Precision::bf16, Layout::nhwc, 64);
   g.batches = {64};
@@ -135,7 +136,7 @@ TEST(BenchGpu, OutOfMemoryOnALimitedDeviceIsPassedOver) {
   Sweep s;
   s.device = Device{DeviceKind::cuda, 0};
   s.backend = BackendKind::cuda;
-  s.protocol = {1, 0.0, 2, 0.0, 1, 100};
+  s.protocol = fixed_protocol(1, 0.0, 2, 0.0, 1, 100);
   s.allocation.mode = memory::Mode::limit;
   s.allocation.limit_bytes = 1ull << 30;  // a 1 GiB "device"
   SweepGroup g;

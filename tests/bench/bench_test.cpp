@@ -1,11 +1,17 @@
 // The bench runner on the reference backend: warm-up and window protocol, timing marks, repeats,
-// interrupts, hooks; and the figures it derives (FLOPs per image) against hand-counted values.
+// interrupts, hooks; the warm-up until steady on synthetic step times and on the CPU backend; and
+// the figures it derives (FLOPs per image) against hand-counted values.
 #include "dlprobe/bench/runner.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <numeric>
+
+#include "bench/protocol.h"
+#include "dlprobe/stats/statistics.h"
 
 namespace dlprobe::bench {
 namespace {
@@ -95,11 +101,123 @@ TEST(Protocol, RefusesFieldsOutOfRange) {
   EXPECT_FALSE(check_protocol(p).is_ok());
 }
 
+// A step function that returns `times` in turn, then the last one for ever.
+std::function<Result<double>()> replay(std::vector<double> times) {
+  return [times = std::move(times), i = std::size_t{0}]() mutable -> Result<double> {
+    const double t = times[std::min(i, times.size() - 1)];
+    ++i;
+    return t;
+  };
+}
+
+Protocol until_steady(double seconds = 60, std::int64_t max_steps = 10'000) {
+  Protocol p;
+  p.until_steady = true;
+  p.warmup_steps = 0;
+  p.warmup_seconds = seconds;
+  p.warmup_max_steps = max_steps;
+  return p;
+}
+
+TEST(Warmup, OneSlowFirstStepSettlesAfterTheWindow) {
+  // resnet18 at 64x64, batch 8 on two cores: 2,080 ms for the step that creates the primitives,
+  // then about 149 ms.
+  std::vector<double> times = {2.080};
+  for (int i = 0; i < 30; ++i) times.push_back(0.149 + 0.002 * (i % 3));
+  auto w = warm_up(until_steady(), replay(times), nullptr);
+  ASSERT_TRUE(w.has_value()) << w.status().message();
+  EXPECT_TRUE(w->steady);
+  EXPECT_EQ(w->step_seconds.size(), 10u);
+  EXPECT_DOUBLE_EQ(w->step_seconds.front(), 2.080);
+  EXPECT_NEAR(w->seconds, std::accumulate(w->step_seconds.begin(), w->step_seconds.end(), 0.0),
+              1e-12);
+}
+
+TEST(Warmup, FallingTimesWarmLonger) {
+  // 100 ms plus a transient that shrinks by a fifth each step: steady from step 27 (the stats
+  // test works it out).
+  std::vector<double> times;
+  for (int i = 0; i < 60; ++i) times.push_back(0.1 * (1 + 2 * std::pow(0.8, i)));
+  auto w = warm_up(until_steady(), replay(times), nullptr);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_TRUE(w->steady);
+  EXPECT_EQ(w->step_seconds.size(), 27u);
+}
+
+TEST(Warmup, BoundedByTimeAndSteps) {
+  // Never steady: 5 % faster every step.
+  std::vector<double> times;
+  for (int i = 0; i < 1000; ++i) times.push_back(std::pow(0.95, i));
+  auto by_time = warm_up(until_steady(3.0), replay(times), nullptr);
+  ASSERT_TRUE(by_time.has_value());
+  EXPECT_FALSE(by_time->steady);
+  EXPECT_GE(by_time->seconds, 3.0);
+  EXPECT_LT(by_time->seconds - by_time->step_seconds.back(), 3.0);  // the step that crossed it
+  auto by_steps = warm_up(until_steady(1e9, 15), replay(times), nullptr);
+  ASSERT_TRUE(by_steps.has_value());
+  EXPECT_FALSE(by_steps->steady);
+  EXPECT_EQ(by_steps->step_seconds.size(), 15u);
+}
+
+TEST(Warmup, FixedStepsOverrideTheTest) {
+  Protocol p;
+  p.warmup_steps = 3;
+  p.warmup_seconds = 0;
+  std::vector<double> times = {2.080, 1.5, 1.0, 0.5, 0.149};
+  auto w = warm_up(p, replay(times), nullptr);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->step_seconds, (std::vector<double>{2.080, 1.5, 1.0}));
+  EXPECT_FALSE(w->steady);
+  // Until steady, warmup_steps is a floor.
+  p = until_steady();
+  p.warmup_steps = 12;
+  auto floor = warm_up(p, replay({0.1}), nullptr);
+  ASSERT_TRUE(floor.has_value());
+  EXPECT_EQ(floor->step_seconds.size(), 12u);
+}
+
+TEST(Warmup, InterruptAndErrorsEndIt) {
+  std::atomic<int> stop{1};
+  auto w = warm_up(until_steady(), replay({0.1}), &stop);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_TRUE(w->interrupted);
+  EXPECT_TRUE(w->step_seconds.empty());
+  auto failing = warm_up(
+      until_steady(), [] { return Result<double>(invalid_argument("boom")); }, nullptr);
+  ASSERT_FALSE(failing.has_value());
+  EXPECT_EQ(failing.status().message(), "boom");
+}
+
+TEST(Runner, CpuWindowStartsSteady) {
+  // The CPU backend (oneDNN where built) creates its primitives in the first step: warmed until
+  // steady, the first timed step is within 1.5x the window's median.
+  const device::BackendKind kind = device::backend_built(device::BackendKind::onednn)
+                                       ? device::BackendKind::onednn
+                                       : device::BackendKind::reference;
+  auto e = device::Engine::open(device::Device{DeviceKind::cpu, 0}, kind);
+  ASSERT_TRUE(e.has_value()) << e.status().message();
+  BenchOptions o;
+  o.step = tiny_step(4);
+  o.protocol = until_steady(30.0);
+  o.protocol.min_steps = 10;
+  o.protocol.min_seconds = 0;
+  auto r = run_bench(**e, o);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  EXPECT_GE(r->warmup_steps, 10);
+  EXPECT_TRUE(r->until_steady);
+  EXPECT_EQ(r->warmup_step_seconds.size(), static_cast<std::size_t>(r->warmup_steps));
+  ASSERT_EQ(r->windows.size(), 1u);
+  const std::vector<double>& t = r->windows.front().step_seconds;
+  EXPECT_LE(t.front(), 1.5 * stats::median(t))
+      << "first " << t.front() << " s, median " << stats::median(t) << " s, after "
+      << r->warmup_steps << " warm-up steps and " << r->restarts << " restarts";
+}
+
 TEST(Runner, WindowsOfAtLeastNStepsWithTimesFromMarks) {
   auto e = reference_engine();
   BenchOptions o;
   o.step = tiny_step(2, engine::StepMode::infer);
-  o.protocol = {1, 0.0, 3, 0.0, 2, 100};
+  o.protocol = fixed_protocol(1, 0.0, 3, 0.0, 2, 100);
   std::vector<std::string> events;
   Hooks hooks;
   hooks.window_begin = [&](int w) { events.push_back("begin " + std::to_string(w)); };
@@ -142,13 +260,13 @@ TEST(Runner, WindowLastsAtLeastTheMinimumTime) {
   auto e = reference_engine();
   BenchOptions o;
   o.step = tiny_step(2, engine::StepMode::infer);
-  o.protocol = {1, 0.0, 1, 0.0, 1, 100};
+  o.protocol = fixed_protocol(1, 0.0, 1, 0.0, 1, 100);
   auto one = run_bench(*e, o);
   ASSERT_TRUE(one.has_value()) << one.status().message();
   // Long enough for about three steps (this machine's, sanitizers and all): time, not the one
   // step asked for, decides.
   const double min_seconds = 2.5 * one->timed_seconds();
-  o.protocol = {0, 0.0, 1, min_seconds, 1, 100'000};
+  o.protocol = fixed_protocol(0, 0.0, 1, min_seconds, 1, 100'000);
   auto r = run_bench(*e, o);
   ASSERT_TRUE(r.has_value()) << r.status().message();
   ASSERT_EQ(r->windows.size(), 1u);
@@ -162,7 +280,7 @@ TEST(Runner, WarmupRunsAtLeastItsTime) {
   auto e = reference_engine();
   BenchOptions o;
   o.step = tiny_step(2, engine::StepMode::infer);
-  o.protocol = {1, 0.2, 1, 0.0, 1, 100};
+  o.protocol = fixed_protocol(1, 0.2, 1, 0.0, 1, 100);
   auto r = run_bench(*e, o);
   ASSERT_TRUE(r.has_value()) << r.status().message();
   EXPECT_GE(r->warmup_seconds, 0.2);
@@ -174,7 +292,7 @@ TEST(Runner, InterruptKeepsTheStepsTimedSoFar) {
   std::atomic<int> stop{0};
   BenchOptions o;
   o.step = tiny_step(2, engine::StepMode::infer);
-  o.protocol = {1, 0.0, 1000, 0.0, 3, 100'000};
+  o.protocol = fixed_protocol(1, 0.0, 1000, 0.0, 3, 100'000);
   o.interrupt = &stop;
   Hooks hooks;
   hooks.progress = [&](const Progress& p) {
@@ -204,7 +322,7 @@ TEST(Runner, EachConfigurationStartsClean) {
   auto e = reference_engine();
   BenchOptions o;
   o.step = tiny_step(2);
-  o.protocol = {0, 0.0, 1, 0.0, 1, 10};
+  o.protocol = fixed_protocol(0, 0.0, 1, 0.0, 1, 10);
   auto big = run_bench(*e, o);
   ASSERT_TRUE(big.has_value());
   o.step = tiny_step(2, engine::StepMode::infer);
@@ -240,7 +358,7 @@ TEST(Runner, ProfileGivesATimePerCall) {
   auto e = reference_engine();
   BenchOptions o;
   o.step = tiny_step(2, engine::StepMode::infer);
-  o.protocol = {0, 0.0, 1, 0.0, 1, 10};
+  o.protocol = fixed_protocol(0, 0.0, 1, 0.0, 1, 10);
   o.profile_steps = 1;
   auto r = run_bench(*e, o);
   ASSERT_TRUE(r.has_value()) << r.status().message();

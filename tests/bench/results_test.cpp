@@ -53,7 +53,7 @@ Measured measured(const BenchResult& r, std::int64_t batch = 64) {
   m.step = step(batch);
   m.device = Device{DeviceKind::cuda, 0};
   m.backend = BackendKind::cuda;
-  m.result = &r;
+  m.runs = {&r};
   return m;
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "bench/protocol.h"
 #include "common/temp_folder.h"
 #include "dlprobe/data/make_dataset.h"
 #include "monitor/fake_script.h"
@@ -38,7 +39,7 @@ Sweep tiny_sweep(std::vector<std::int64_t> batches, std::int64_t image = 16) {
   Sweep s;
   s.device = Device{DeviceKind::cpu, 0};
   s.backend = BackendKind::reference;
-  s.protocol = {0, 0.0, 2, 0.0, 1, 100};
+  s.protocol = fixed_protocol(0, 0.0, 2, 0.0, 1, 100);
   SweepGroup g;
   g.step = tiny(image);
   g.batches = std::move(batches);
@@ -183,6 +184,41 @@ TEST(RunSweep, EveryConfigurationRecordedAndWritten) {
   EXPECT_NE(progress.back().label.find("resnet18-w16@16 bs=4"), std::string::npos);
 }
 
+TEST(RunSweep, RepeatRunsFromScratchAndGivesTheirSpread) {
+  Sweep s = tiny_sweep({2});
+  s.runs = 3;
+  s.protocol.until_steady = true;
+  s.protocol.warmup_seconds = 5.0;
+  const SweepOutcome out = run_sweep(s, {});
+  ASSERT_TRUE(out.status.is_ok()) << out.status.message();
+  ASSERT_EQ(out.configurations.size(), 1u);
+  ASSERT_EQ(out.runs.size(), 1u);
+  EXPECT_EQ(out.runs.front().size(), 3u);
+  const results::Configuration& c = out.configurations.front();
+  EXPECT_EQ(c.status, results::RunStatus::ok);
+  EXPECT_EQ(c.samples.step_seconds.size(), 6u);
+  EXPECT_EQ(c.samples.run_steps, (std::vector<std::int64_t>{2, 2, 2}));
+  EXPECT_TRUE(c.samples.window_steps.empty());  // one window per run
+  ASSERT_EQ(c.samples.warmup.size(), 3u);
+  std::int64_t warmup_steps = 0;
+  for (const results::Warmup& w : c.samples.warmup) {
+    EXPECT_EQ(w.mode, "steady");
+    EXPECT_GE(w.steps, 10);  // the steady test's window at least
+    EXPECT_EQ(w.step_seconds.size(), static_cast<std::size_t>(w.steps));
+    warmup_steps += w.steps;
+  }
+  EXPECT_EQ(c.samples.warmup_steps, warmup_steps);
+  ASSERT_TRUE(c.run_spread.has_value());
+  const stats::RunSpread& spread = *c.run_spread;
+  EXPECT_EQ(spread.runs, 3u);
+  const std::vector<double> each = results::run_throughputs(c.samples);
+  ASSERT_EQ(each.size(), 3u);
+  EXPECT_EQ(spread.min, *std::min_element(each.begin(), each.end()));
+  EXPECT_EQ(spread.max, *std::max_element(each.begin(), each.end()));
+  EXPECT_LE(spread.ci.low, spread.mean);
+  EXPECT_GE(spread.ci.high, spread.mean);
+}
+
 TEST(RunSweep, CeilingsGiveTheFractionReached) {
   const Sweep s = tiny_sweep({2});
   SweepEnvironment env;
@@ -205,7 +241,7 @@ std::int64_t peak(std::int64_t batch) {
   BenchOptions o;
   o.step = tiny(kOomImage);
   o.step.batch = batch;
-  o.protocol = {1, 0.0, 1, 0.0, 1, 10};
+  o.protocol = fixed_protocol(1, 0.0, 1, 0.0, 1, 10);
   auto r = run_bench(**e, o);
   EXPECT_TRUE(r.has_value());
   return r->memory.all.allocated_bytes_peak;
@@ -356,7 +392,7 @@ TEST(RunSweep, TelemetryFromTheFakeNvml) {
   source.interval = std::chrono::milliseconds(10);
   Sweep s = tiny_sweep({2});
   // Long enough for several sampler rounds.
-  s.protocol = {1, 0.0, 1, 0.2, 1, 100'000};
+  s.protocol = fixed_protocol(1, 0.0, 1, 0.2, 1, 100'000);
   SweepEnvironment env;
   env.telemetry = &source;
   const SweepOutcome out = run_sweep(s, env);
@@ -428,7 +464,8 @@ TEST(RunSweep, DataTrainsEachConfigurationFromJpegsBesideTheSyntheticBatch) {
         });
     EXPECT_EQ(has_finding, i % 2 == 1) << i;
   }
-  const BenchResult& fed = out.runs[1];
+  ASSERT_EQ(out.runs[1].size(), 1u);
+  const BenchResult& fed = out.runs[1].front();
   ASSERT_TRUE(fed.input);
   EXPECT_EQ(fed.input->decoder, "libjpeg-turbo");
   EXPECT_EQ(fed.input->threads, 2);

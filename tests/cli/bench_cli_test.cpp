@@ -154,6 +154,8 @@ TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error(kSmall + "--precision fp32,fp8", "unknown precision 'fp8'");
   expect_error(kSmall + "--mode train,eval", "unknown mode 'eval'");
   expect_error(kSmall + "--repeat 0", "--repeat");
+  expect_error(kSmall + "--windows 0", "--windows");
+  expect_error(kSmall + "--warmup soon", "--warmup (auto or a step count)");
   expect_error(kSmall + "--min-time 2", "--min-time");  // a bare number has no unit
   expect_error(kSmall + "--warmup-time -1s", "--warmup-time");
   expect_error(kSmall + "--backend cuda", "--backend: backend cuda does not run on cpu");
@@ -350,10 +352,21 @@ TEST(BenchCliTest, CtrlCAtRandomMomentsEndsCleanly) {
 TEST(BenchCliTest, SingleConfigurationInDetail) {
   const CliRun r = run(kSmall +
                        "--mode infer --steps 3 --min-time 0s --warmup 1 --warmup-time 0s "
-                       "--repeat 2");
+                       "--windows 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* line : {"throughput ", "windows ", "step time   median", "compute ",
-                           "peak memory", "protocol    setup"}) {
+                           "peak memory", "protocol    setup", "warm-up 1 steps in", ", fixed;"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+}
+
+// The default warm-up runs until steady and says so; --repeat runs from scratch and prints the
+// spread between runs beside the interval within the steps, each named.
+TEST(BenchCliTest, SteadyWarmupAndRunsFromScratch) {
+  const CliRun r = run(kSmall + "--mode infer --steps 3 --min-time 0s --repeat 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {", steady", "in the first of 3 runs", "3 runs from scratch",
+                           "within the steps)", "between runs 95% t interval"}) {
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
   }
 }

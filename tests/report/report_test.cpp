@@ -144,6 +144,21 @@ TEST(Html, LeavesOutChartsWithoutData) {
   EXPECT_NE(html.find("id=\"chart-throughput\""), std::string::npos);
 }
 
+TEST(Html, DrawsEachWarmupCurve) {
+  Document d = testing::synthetic_external_document();
+  const std::vector<NamedDocument> without = {{"x.json", d}};
+  EXPECT_EQ(render_html(without).find("id=\"chart-warmup\""), std::string::npos);
+  d.configurations[0].samples.warmup = {{"steady", 4, 2.5, true, 0, {2.08, 0.15, 0.149, 0.15}}};
+  d.configurations[1].samples.warmup = {{"fixed", 1, 0.2, false, 0, {0.2}}};  // one step: no line
+  const std::vector<NamedDocument> docs = {{"x.json", d}};
+  const std::string html = render_html(docs);
+  const auto begin = html.find("id=\"chart-warmup\"");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string chart = html.substr(begin, html.find("</svg>", begin) - begin);
+  EXPECT_EQ(count(chart, "class=\"series\""), 1u);
+  EXPECT_NE(chart.find("4 steps, first 2.08 s, last 0.15 s"), std::string::npos) << chart;
+}
+
 // A hand-edited or hostile file's step times: zero, and spread past a double's range around their
 // median. No coordinate may be written as nan or inf, which SVG parsers refuse.
 TEST(Html, NoNonFiniteNumberReachesTheCharts) {
@@ -153,6 +168,8 @@ TEST(Html, NoNonFiniteNumberReachesTheCharts) {
   auto& spread = d.configurations[1].samples.step_seconds;
   spread.assign(spread.size(), 1e-300);
   spread.back() = 1e300;
+  d.configurations[0].samples.warmup = {{"steady", 3, 0, true, 0, {0.0, 0.0, 0.0}}};
+  d.configurations[1].samples.warmup = {{"steady", 3, 0, true, 0, {1e308, 1e-300, 1e308}}};
   const std::vector<NamedDocument> docs = {{"x.json", d}};
   const std::string html = render_html(docs);
   // fmt writes them as "nan", "-nan", "inf" and "-inf"; "info" or "infer" are words of the page.
@@ -251,6 +268,31 @@ TEST(Compare, SignificantButBelowTheNoiseThresholdIsNoChange) {
   CompareOptions bad;
   bad.noise = 1.5;
   EXPECT_FALSE(compare(base, next, bad).has_value());
+}
+
+TEST(Compare, TheSpreadBetweenRunsIsTheNoiseWhenLarger) {
+  Document base;
+  Document next;
+  // 3% faster with 0.1% wiggle: real within the steps, and above the default 1% threshold...
+  base.configurations = {steps(32, around(0.100, 200, 0.001))};
+  next.configurations = {steps(32, around(0.097, 200, 0.001))};
+  auto within = compare(base, next);
+  ASSERT_TRUE(within.has_value());
+  EXPECT_EQ(within->rows[0].verdict, Verdict::faster);
+  EXPECT_EQ(within->rows[0].noise, 0.01);
+  // ... but the base's three runs from scratch were 320 ± 16 img/s apart (t interval half-width
+  // 5% of the mean): a 3% difference is within what a rerun moves.
+  base.configurations[0].run_spread = stats::RunSpread{3, 320, 310, 330, {304, 336}, 0.95};
+  auto between = compare(base, next);
+  ASSERT_TRUE(between.has_value());
+  EXPECT_NEAR(between->rows[0].noise, 0.05, 1e-12);
+  EXPECT_EQ(between->rows[0].verdict, Verdict::no_change);
+  // A narrower spread than the threshold leaves the threshold.
+  base.configurations[0].run_spread = stats::RunSpread{3, 320, 319, 321, {319, 321}, 0.95};
+  auto narrow = compare(base, next);
+  ASSERT_TRUE(narrow.has_value());
+  EXPECT_EQ(narrow->rows[0].noise, 0.01);
+  EXPECT_EQ(narrow->rows[0].verdict, Verdict::faster);
 }
 
 TEST(Compare, FailedRunsAreNotComparableAndNothingMatchingIsAnError) {

@@ -245,6 +245,45 @@ TEST(Results, FieldsAddedWithinVersionOne) {
             "f.json: configurations[0].samples.window_steps: a window of 0 steps");
 }
 
+TEST(Results, WarmupRunsAndTheirSpreadRoundTrip) {
+  Document d = sample_document();
+  Configuration& c = d.configurations[0];
+  c.samples.run_steps = {2, 2};
+  c.samples.warmup = {{"steady", 12, 1.9, true, 1, std::vector<double>(12, 0.158)},
+                      {"steady", 10, 1.5, false, 0, std::vector<double>(10, 0.15)}};
+  auto spread = stats::run_spread(run_throughputs(c.samples));
+  ASSERT_TRUE(spread.has_value());
+  c.run_spread = *spread;
+  auto back = parse(serialize(d), "f.json");
+  ASSERT_TRUE(back.has_value()) << back.status().message();
+  EXPECT_EQ(*back, d);
+  // Files from before them read as one run, no warm-up record and no spread.
+  json j = to_json(d);
+  j["configurations"][0]["samples"].erase("run_steps");
+  j["configurations"][0]["samples"].erase("warmup");
+  j["configurations"][0].erase("run_spread");
+  auto old = parse(j.dump());
+  ASSERT_TRUE(old.has_value()) << old.status().message();
+  EXPECT_TRUE(old->configurations[0].samples.run_steps.empty());
+  EXPECT_TRUE(old->configurations[0].samples.warmup.empty());
+  EXPECT_FALSE(old->configurations[0].run_spread.has_value());
+  j = to_json(d);
+  j["configurations"][0]["samples"]["run_steps"] = {1, 1};
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].samples.run_steps: runs of 2 steps in all for 4 steps");
+}
+
+TEST(Results, HugeGroupCountsAreRefusedNotSummed) {
+  // Two window counts near the int64 limit: summing them overflowed (UBSan stopped the reader).
+  Document d = sample_document();
+  json j = to_json(d);
+  const auto huge = std::numeric_limits<std::int64_t>::max();
+  j["configurations"][0]["samples"]["window_steps"] = {huge, huge};
+  EXPECT_EQ(
+      error_of(j.dump()),
+      fmt::format("f.json: configurations[0].samples.window_steps: a window of {} steps", huge));
+}
+
 TEST(Results, WindowThroughputsAndSeriesLabels) {
   Samples s;
   s.step_seconds = {0.1, 0.1, 0.2, 0.2};
@@ -319,6 +358,9 @@ Configuration full_native_configuration() {
   c.samples.step_items = {64, 64, 64, 32};
   c.samples.warmup_steps = 5;
   c.samples.window_steps = {2, 2};
+  c.samples.run_steps = {1, 3};
+  c.samples.warmup = {{"steady", 3, 0.5, true, 1, {0.3, 0.1, 0.1}}};
+  c.run_spread = stats::RunSpread{2, 500.5, 490.5, 510.5, {373.5, 627.5}, 0.95};
   Memory m;
   m.source = "allocator";
   m.allocator_stats = {{"peak.allocated_bytes", 123456789}};

@@ -70,8 +70,10 @@ struct Measured {
   device::Device device;
   device::BackendKind backend = device::BackendKind::reference;
   results::RunStatus status = results::RunStatus::ok;
-  std::string error;                          // why it did not finish; empty when ok
-  const BenchResult* result = nullptr;        // null when nothing ran (an error before timing)
+  std::string error;  // why it did not finish; empty when ok
+  // Each run from scratch, in order (bench --repeat); empty when nothing ran (an error before
+  // timing).
+  std::vector<const BenchResult*> runs;
   std::optional<memory::MemoryStats> memory;  // the allocator's, also after an out-of-memory
   std::optional<results::Telemetry> telemetry;
   std::optional<double> flops_per_item;
@@ -85,8 +87,9 @@ struct Measured {
 results::Settings settings_of(const engine::StepConfig& step, const device::Device& device,
                               device::BackendKind backend);
 
-// The configuration with its statistics (stats::summarize over every timed step), samples, memory,
-// telemetry, compute figures and findings.
+// The configuration with its statistics (stats::summarize over every timed step of every run),
+// samples, each run's warm-up, the spread between runs (two or more), memory, telemetry, compute
+// figures and findings.
 results::Configuration to_configuration(const Measured& measured);
 
 // Training from JPEGs (`fed`, with the feed's facts) beside the same configuration on the synthetic
@@ -95,9 +98,9 @@ results::Configuration to_configuration(const Measured& measured);
 results::Finding input_finding(const results::Configuration& synthetic,
                                const results::Configuration& fed, const InputFacts& facts);
 
-// The warnings a configuration's own numbers call for (ids: slow_first_step, noisy_steps,
-// few_steps, windows_disagree, clock_events, clock_changed, other_process, low_gpu_util); each says
-// what it saw and what to do.
+// The warnings a configuration's own numbers call for (ids: slow_first_step, warmup_not_steady,
+// noisy_steps, few_steps, windows_disagree, clock_events, clock_changed, other_process,
+// low_gpu_util); each says what it saw and what to do.
 std::vector<results::Finding> findings_of(const results::Configuration& configuration,
                                           const std::vector<OtherProcess>& others);
 

@@ -2,9 +2,14 @@
 // precision, mode, layout) planned on an engine, warmed up, and timed over one or more windows.
 //
 // Protocol (docs/bench.md):
-//   warm-up   at least `warmup_steps` steps and at least `warmup_seconds` of them, queued back to
-//             back and then waited for; the allocator's peak is reset after it, so memory figures
-//             describe a steady training loop.
+//   warm-up   fixed: at least `warmup_steps` steps and at least `warmup_seconds` of them. Until
+//             steady: at least `warmup_steps`, then on while stats::steady_state says the step
+//             times still fall, for at most `warmup_seconds` and `warmup_max_steps`. Each step is
+//             waited for, and its host time is the warm-up curve. The allocator's peak is reset
+//             after it, so memory figures describe a steady training loop.
+//   restart   until steady, a first window whose leading steps are unsettled (above
+//             steady.slow_step times its median) goes to the warm-up curve and is timed again, at
+//             most `max_restarts` times: the timed window does not start in the warm-up.
 //   window    at least `min_steps` steps and at least `min_seconds` (host clock, which the device
 //             cannot finish ahead of); `repeat` windows, each after a synchronisation.
 //   step time a backend timing mark before each step is queued and one after the last, read once
@@ -27,6 +32,7 @@
 #include "dlprobe/bench/input_feed.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/device/engine.h"
+#include "dlprobe/stats/steady_state.h"
 #include "dlprobe/step/step_config.h"
 #include "dlprobe/step/step_plan.h"
 #include "dlprobe/step/training_step.h"
@@ -41,6 +47,11 @@ struct Protocol {
   int repeat = 1;
   // A window stops here even before min_seconds: tiny steps must not fill memory with marks.
   std::int64_t max_steps = 100'000;
+  // Warm-up until steady (see above); false: the fixed warm-up the user asked for.
+  bool until_steady = false;
+  std::int64_t warmup_max_steps = 10'000;
+  int max_restarts = 2;
+  stats::SteadyRule steady;
 };
 // Every field in range, or a one-line error naming it.
 Status check_protocol(const Protocol& protocol);
@@ -68,7 +79,22 @@ struct Hooks {
   std::function<void(const Progress&)> progress;
   std::function<void(int window)> window_begin;
   std::function<void(int window)> window_end;
+  // After window_end: the window started unsettled and is timed again (Protocol::max_restarts).
+  std::function<void(int window)> window_discarded;
 };
+
+// The warm-up, apart from the engine: `step` runs one step to its end and returns its seconds.
+struct Warmup {
+  std::vector<double> step_seconds;  // the curve, one per step
+  double seconds = 0;                // their sum
+  bool steady = false;               // until steady: the test passed (false: a bound ended it)
+  bool interrupted = false;
+};
+// Runs `protocol`'s warm-up (fixed or until steady); a step's error ends it as the error.
+// `progress` (may be empty) hears the steps and seconds so far after each step.
+Result<Warmup> warm_up(const Protocol& protocol, const std::function<Result<double>()>& step,
+                       const std::atomic<int>* interrupt,
+                       const std::function<void(std::int64_t, double)>& progress = {});
 
 struct BenchOptions {
   engine::StepConfig step;
@@ -109,10 +135,14 @@ struct BenchResult {
   double setup_seconds = 0.0;  // planning the step and uploading its state and input
   std::int64_t warmup_steps = 0;
   double warmup_seconds = 0.0;
-  std::vector<Window> windows;    // empty when interrupted before timing
-  engine::StepResult last;        // the last timed step's loss
-  memory::MemoryStats memory;     // peaks over the timed windows
-  std::vector<CallTime> profile;  // parallel to the step's calls; empty unless profiled
+  std::vector<double> warmup_step_seconds;  // the warm-up curve, restarted windows at its end
+  bool until_steady = false;                // the protocol's warm-up mode
+  bool warmup_steady = false;               // until steady: the test passed
+  int restarts = 0;                         // windows that started unsettled, timed again
+  std::vector<Window> windows;              // empty when interrupted before timing
+  engine::StepResult last;                  // the last timed step's loss
+  memory::MemoryStats memory;               // peaks over the timed windows
+  std::vector<CallTime> profile;            // parallel to the step's calls; empty unless profiled
   bool interrupted = false;
   // StepConfig::graph: the timed steps ran as graph replays (false: the capture failed, and the
   // step ran eagerly after a warning saying why).

@@ -85,6 +85,10 @@ struct Sweep {
   device::BackendKind backend = device::BackendKind::reference;
   device::ConvOptions conv;
   Protocol protocol;
+  // Runs of each configuration (bench --repeat). One runs on the sweep's engine; more each run
+  // from scratch on an engine of their own (its allocator, streams and handles new; the tuning
+  // cache, which names the algorithms, is shared), and the results carry their spread.
+  int runs = 1;
   std::string weights;
   std::int64_t profile_steps = 0;
   memory::AllocatorOptions allocation;  // the engine's allocator mode (growth unless limited)
@@ -116,7 +120,9 @@ struct SweepCallbacks {
 
 struct SweepOutcome {
   std::vector<results::Configuration> configurations;
-  std::vector<BenchResult> runs;  // parallel to configurations; empty entries for errors
+  // Parallel to configurations: each configuration's runs (bench --repeat), those that finished
+  // timing; empty for errors before timing.
+  std::vector<std::vector<BenchResult>> runs;
   // Findings over each group of configurations that differ only in batch (diagnosis's batch sweep
   // rules: throughput still rising, falling, out of memory...).
   std::vector<diagnosis::Finding> findings;

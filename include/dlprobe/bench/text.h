@@ -20,10 +20,11 @@ std::string configurations_text(const std::vector<results::Configuration>& confi
 std::string findings_text(const std::vector<results::Configuration>& configurations,
                           const std::vector<results::Finding>& sweep_findings);
 
-// One configuration of `sweep` in full: model, step, device, protocol, throughput and CI, step
-// times, compute, telemetry, energy, loss, memory by category, and the profile where there is one.
+// One configuration of `sweep` in full: model, step, device, protocol and warm-up, throughput and
+// its interval within the steps, the runs and their spread (--repeat), step times, compute,
+// telemetry, energy, and the first run's loss, memory by category and profile.
 std::string detail_text(const Sweep& sweep, const results::Configuration& configuration,
-                        const BenchResult& result);
+                        const std::vector<BenchResult>& runs);
 
 // What a sweep found: with `detailed`, its one configuration in full (nothing for one that did
 // not finish: its error says it), else the table; then the findings. Empty when nothing ran.

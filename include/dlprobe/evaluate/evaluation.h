@@ -47,6 +47,15 @@ struct Plan {
 Result<Plan> plan_evaluation(EvaluateOptions options,
                              const std::function<void(const std::string&)>& note);
 
+// doctor's findings as the results record them ("doctor." before each id). Where the sweep runs on
+// the CPU by choice (`device_asked` names the CPU) or for want of a GPU (doctor found none), the
+// errors about the GPU stack (no driver, a runtime the driver cannot serve, mismatched cuDNN or
+// cuBLAS) are information: they stop GPU work, which this evaluation does not do. Asked for a GPU,
+// they stay errors.
+std::vector<results::Finding> doctor_findings(const doctor::Report& report,
+                                              const bench::Sweep& sweep,
+                                              const std::optional<device::Device>& device_asked);
+
 struct Evaluation {
   RecordedSweep run;
   std::string summary;  // five lines: machine, ceilings, best, memory, findings and files

@@ -4,6 +4,9 @@
 // below alpha: both tests must agree before dlprobe calls a difference real. A real difference
 // smaller than the noise threshold is "no change" too: with hundreds of steps a 0.3% drift of the
 // GPU clock between two runs is significant, and calling it "slower" would cry wolf.
+// Where a side was run several times from scratch (bench --repeat), the half-width of its
+// interval between runs, relative to their mean, is the noise when it is the larger: the interval
+// within the steps of one run does not see what changes from run to run.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -38,6 +41,7 @@ struct ComparisonRow {
   std::optional<stats::Ratio> ratio;  // new / base
   std::optional<stats::MannWhitney> mann_whitney;
   Verdict verdict = Verdict::not_comparable;
+  double noise = 0;  // the threshold applied: the option's, or the spread between runs
   // Why two finished runs are not comparable; empty otherwise.
   std::string why;
 };

@@ -22,6 +22,7 @@
 #include "dlprobe/core/severity.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/stats/statistics.h"
+#include "dlprobe/stats/steady_state.h"
 
 namespace dlprobe::results {
 
@@ -144,14 +145,31 @@ std::string describe(Kind kind, const Settings& settings);
 // curve. "resnet50 bf16 train nhwc cuda:0 sgd"; "python train.py precision=bf16".
 std::string series_label(Kind kind, const Settings& settings);
 
+// How one run warmed up (bench's protocol, docs/bench.md "Warm-up").
+struct Warmup {
+  std::string mode;  // "steady" (until the step times stop falling) or "fixed"
+  std::int64_t steps = 0;
+  double seconds = 0;
+  bool steady = false;  // mode steady: the test passed; false: a bound (time, steps) ended it
+  // Timed windows that started unsettled and were timed again; their steps are in the curve.
+  std::int64_t restarts = 0;
+  std::vector<double> step_seconds;  // the warm-up curve
+
+  friend bool operator==(const Warmup&, const Warmup&) = default;
+};
+
 // The raw measurement: one entry per timed step (warm-up steps are left out).
 struct Samples {
   std::vector<double> step_seconds;
   std::vector<double> step_items;  // images (samples) each step processed; same length
-  int warmup_steps = 0;
-  // With repeated timed windows (bench --repeat), the steps of each window in order; they add up
+  int warmup_steps = 0;            // every run's together
+  // With repeated timed windows (bench --windows), the steps of each window in order; they add up
   // to the step count. Empty: one window. Added within dlprobe.results/1 (absent in older files).
   std::vector<std::int64_t> window_steps;
+  // With runs from scratch (bench --repeat), the steps of each run in order, adding up to the step
+  // count; empty: one run. Added within dlprobe.results/1, as is the warm-up of each run.
+  std::vector<std::int64_t> run_steps;
+  std::vector<Warmup> warmup;
 
   friend bool operator==(const Samples&, const Samples&) = default;
 };
@@ -159,6 +177,8 @@ struct Samples {
 // Items per second of each timed window (one value without repeated windows); empty when the
 // window steps do not add up to the samples or a window has no time.
 std::vector<double> window_throughputs(const Samples& samples);
+// The same for each run (Samples::run_steps).
+std::vector<double> run_throughputs(const Samples& samples);
 
 struct Memory {
   // "allocator": dlprobe's caching allocator (allocator_stats holds memory::to_flat_json);
@@ -242,6 +262,10 @@ struct Configuration {
   RunStatus status = RunStatus::ok;
   std::string error;                         // why it did not finish; empty when ok
   std::optional<stats::Summary> statistics;  // none when no step was timed
+  // With two runs or more (bench --repeat): the spread of their throughputs, a Student t interval
+  // over the run means, beside the statistics' interval within the steps. Added within
+  // dlprobe.results/1.
+  std::optional<stats::RunSpread> run_spread;
   Samples samples;
   std::optional<Memory> memory;
   std::vector<Telemetry> telemetry;  // one per GPU sampled

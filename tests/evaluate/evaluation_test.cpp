@@ -1,0 +1,74 @@
+// doctor's findings in an evaluation: the missing driver is information when the CPU is evaluated
+// by choice or for want of a GPU, and an error when a GPU was asked for.
+#include "dlprobe/evaluate/evaluation.h"
+
+#include <gtest/gtest.h>
+
+#include "dlprobe/evaluate/summary.h"
+
+namespace dlprobe::evaluate {
+namespace {
+
+doctor::Report driverless(bool gpu_found) {
+  doctor::Report r;
+  r.gpu_found = gpu_found;
+  r.findings.push_back({Severity::error, "no_driver", "no NVIDIA driver is loaded: CUDA cannot run",
+                        "install an NVIDIA driver"});
+  r.findings.push_back({Severity::info, "no_gpu", "no GPU found", ""});
+  return r;
+}
+
+bench::Sweep on(DeviceKind kind) {
+  bench::Sweep s;
+  s.device = device::Device{kind, 0};
+  return s;
+}
+
+Severity driver_severity(const std::vector<results::Finding>& findings) {
+  for (const results::Finding& f : findings) {
+    if (f.id == "doctor.no_driver") return f.severity;
+  }
+  ADD_FAILURE() << "no doctor.no_driver among the findings";
+  return Severity::info;
+}
+
+TEST(DoctorFindings, MissingDriverIsInformationOnTheCpu) {
+  const device::Device cpu{DeviceKind::cpu, 0};
+  // Asked for the CPU, whatever the machine has.
+  EXPECT_EQ(driver_severity(doctor_findings(driverless(true), on(DeviceKind::cpu), cpu)),
+            Severity::info);
+  // No GPU at all: the CPU is all there is.
+  const auto none = doctor_findings(driverless(false), on(DeviceKind::cpu), std::nullopt);
+  EXPECT_EQ(driver_severity(none), Severity::info);
+  EXPECT_EQ(none.front().id, "doctor.no_driver");
+  EXPECT_NE(none.front().message.find("runs on the CPU"), std::string::npos);
+  // The summary counts no error for it.
+  const std::string summary =
+      evaluation_summary(driverless(false), on(DeviceKind::cpu), {}, none, "folder");
+  EXPECT_NE(summary.find("findings  0 errors"), std::string::npos) << summary;
+}
+
+TEST(DoctorFindings, MissingDriverIsAnErrorWhenAGpuIsWanted) {
+  // A GPU asked for.
+  EXPECT_EQ(driver_severity(doctor_findings(driverless(true), on(DeviceKind::cuda),
+                                            device::Device{DeviceKind::cuda, 0})),
+            Severity::error);
+  // A GPU is there, and the evaluation fell back to the CPU because CUDA could not use it.
+  const auto fallen = doctor_findings(driverless(true), on(DeviceKind::cpu), std::nullopt);
+  EXPECT_EQ(driver_severity(fallen), Severity::error);
+  const std::string summary =
+      evaluation_summary(driverless(true), on(DeviceKind::cpu), {}, fallen, "folder");
+  EXPECT_NE(summary.find("findings  1 errors"), std::string::npos) << summary;
+}
+
+TEST(DoctorFindings, OtherErrorsStay) {
+  doctor::Report r = driverless(false);
+  r.findings.push_back({Severity::error, "ceilings_failed", "failed: out of memory", ""});
+  const auto out = doctor_findings(r, on(DeviceKind::cpu), device::Device{DeviceKind::cpu, 0});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[2].id, "doctor.ceilings_failed");
+  EXPECT_EQ(out[2].severity, Severity::error);
+}
+
+}  // namespace
+}  // namespace dlprobe::evaluate
