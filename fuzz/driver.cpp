@@ -5,18 +5,19 @@
 // Without coverage feedback the corpus does not grow: the mutations stay close to the seeds, which
 // is where a parser's bounds checks are (lengths, offsets, counts, nesting, number ranges).
 //
-// A crash is a sanitizer report or a signal: the input is written to crash-<hash> (a hang past
-// --timeout to timeout-<hash>) in --artifacts before the process ends, so that it can be replayed
-// (`fuzz_<target> FILE`) and become a regression test.
+// A crash is a sanitizer report, a signal or an oracle's abort; a hang is an input past --timeout.
+// Either way the input is left in <--artifacts>/crash-input, to be replayed (`fuzz_<target> FILE`)
+// and become a regression test.
 //
 // Written here because no Debian package offers a libFuzzer-compatible driver for GCC builds; it is
 // a fuzzing loop and nothing else (AFL++ would need its own compiler wrappers and fork server).
-#include <sanitizer/common_interface_defs.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -47,38 +48,16 @@ struct Options {
   std::vector<std::string> inputs;  // folders (a corpus) or files (replayed once)
 };
 
-// The input being run, for the death callback and the signal handlers: they may only read it.
-const Bytes* g_current = nullptr;
-std::string g_artifacts;
-const char* g_kind = "crash";
+// Each input is written to this file before it runs, and the file removed at a clean end: however
+// the process dies (a sanitizer's exit, a signal, the test's timeout), the input that killed it is
+// left there. Two system calls per input, against an in-process callback that not every way of
+// dying calls (GCC's UBSan exits without the death callback).
+int g_input_fd = -1;
 
-std::uint64_t fnv1a(const Bytes& b) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::uint8_t c : b) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// Async-signal-safe: open, write, close and a fixed buffer for the name.
-void save_current() {
-  if (g_current == nullptr) return;
-  char name[4096];
-  const int n = std::snprintf(name, sizeof name, "%s/%s-%016llx", g_artifacts.c_str(), g_kind,
-                              static_cast<unsigned long long>(fnv1a(*g_current)));
-  if (n <= 0 || static_cast<std::size_t>(n) >= sizeof name) return;
-  std::FILE* f = std::fopen(name, "wb");
-  if (f == nullptr) return;
-  std::fwrite(g_current->data(), 1, g_current->size(), f);
-  std::fclose(f);
-  std::fprintf(stderr, "fuzz: input of %zu bytes written to %s\n", g_current->size(), name);
-}
-
-void on_signal(int sig) {
-  g_kind = sig == SIGALRM ? "timeout" : "crash";
-  if (sig == SIGALRM) std::fprintf(stderr, "fuzz: an input ran past its timeout\n");
-  save_current();
-  signal(sig, SIG_DFL);
-  if (sig == SIGALRM) _exit(70);
-  raise(sig);
+void on_timeout(int) {
+  static constexpr char kText[] = "fuzz: an input ran past its timeout\n";
+  (void)!write(2, kText, sizeof kText - 1);
+  _exit(70);
 }
 
 bool parse_flag(std::string_view arg, std::string_view name, std::string& value) {
@@ -127,12 +106,38 @@ class Mutator {
   Mutator(std::uint64_t seed, std::size_t max_len, const std::vector<Bytes>& corpus,
           std::vector<Bytes> dict)
       : rng_(seed), max_len_(max_len), corpus_(corpus), dict_(std::move(dict)) {
-    // Numbers at the edges of the types a parser converts to.
-    for (const char* n : {"0", "-1", "1", "-0", "255", "256", "65536", "2147483647", "2147483648",
-                          "-2147483649", "4294967295", "4294967296", "9223372036854775807",
-                          "9223372036854775808", "-9223372036854775808", "18446744073709551615",
-                          "18446744073709551616", "1e308", "1e309", "-1e309", "4.9e-324", "1e-400",
-                          "0.5", "nan", "inf", "99999999999999999999999"}) {
+    // Numbers at the edges of the types a parser converts to, and where rounding carries into the
+    // next digit (or unit).
+    for (const char* n : {"0",
+                          "-1",
+                          "1",
+                          "-0",
+                          "255",
+                          "256",
+                          "65536",
+                          "2147483647",
+                          "2147483648",
+                          "-2147483649",
+                          "4294967295",
+                          "4294967296",
+                          "9223372036854775807",
+                          "9223372036854775808",
+                          "-9223372036854775808",
+                          "18446744073709551615",
+                          "18446744073709551616",
+                          "1e308",
+                          "1e309",
+                          "-1e309",
+                          "4.9e-324",
+                          "1e-400",
+                          "0.5",
+                          "nan",
+                          "inf",
+                          "99999999999999999999999",
+                          "999",
+                          "999.95",
+                          "999999",
+                          "0.9995"}) {
       numbers_.emplace_back(n, n + std::strlen(n));
     }
   }
@@ -167,8 +172,8 @@ class Mutator {
     std::size_t begin = starts[below(starts.size())];
     if (begin > 0 && b[begin - 1] == '-') --begin;
     std::size_t end = begin + 1;
-    while (end < b.size() &&
-           (std::isdigit(b[end]) != 0 || (b[end] != 0 && std::strchr(".eE+-", b[end]) != nullptr))) {
+    while (end < b.size() && (std::isdigit(b[end]) != 0 ||
+                              (b[end] != 0 && std::strchr(".eE+-", b[end]) != nullptr))) {
       ++end;
     }
     b.erase(b.begin() + static_cast<std::ptrdiff_t>(begin),
@@ -183,8 +188,8 @@ class Mutator {
         break;
       case 1:  // an interesting byte
         if (!b.empty()) {
-          static constexpr std::uint8_t kBytes[] = {0, 1, 0x7f, 0x80, 0xff, '"', '\\', '{', '}',
-                                                    '[', ']', ',', ':', '\n', ' '};
+          static constexpr std::uint8_t kBytes[] = {0,   1,   0x7f, 0x80, 0xff, '"',  '\\', '{',
+                                                    '}', '[', ']',  ',',  ':',  '\n', ' '};
           b[below(b.size())] = kBytes[below(std::size(kBytes))];
         }
         break;
@@ -238,11 +243,13 @@ class Mutator {
 };
 
 void run_one(const Bytes& input, unsigned timeout) {
-  g_current = &input;
+  if (g_input_fd >= 0) {
+    (void)!pwrite(g_input_fd, input.data(), input.size(), 0);
+    (void)!ftruncate(g_input_fd, static_cast<off_t>(input.size()));
+  }
   alarm(timeout);
   LLVMFuzzerTestOneInput(input.data(), input.size());
   alarm(0);
-  g_current = nullptr;
 }
 
 }  // namespace
@@ -278,9 +285,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  g_artifacts = o.artifacts;
-  __sanitizer_set_death_callback(save_current);
-  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM}) signal(sig, on_signal);
+  const std::string input_file = o.artifacts + "/crash-input";
+  g_input_fd = open(input_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (g_input_fd < 0) {
+    std::fprintf(stderr, "fuzz: cannot write %s: %s\n", input_file.c_str(), std::strerror(errno));
+    return 2;
+  }
+  signal(SIGALRM, on_timeout);
 
   std::vector<Bytes> corpus;
   std::size_t corpus_bytes = 0;
@@ -312,8 +323,8 @@ int main(int argc, char** argv) {
     ++executions;
   }
   if (!replay_only) {
-    Mutator mutator(o.seed, o.max_len, corpus, o.dict.empty() ? std::vector<Bytes>{}
-                                                              : read_dict(o.dict));
+    Mutator mutator(o.seed, o.max_len, corpus,
+                    o.dict.empty() ? std::vector<Bytes>{} : read_dict(o.dict));
     const auto budget = std::chrono::duration<double>(o.seconds);
     while ((o.runs == 0 || executions < o.runs) &&
            std::chrono::steady_clock::now() - start < budget) {
@@ -322,12 +333,15 @@ int main(int argc, char** argv) {
       ++executions;
     }
   }
+  close(g_input_fd);
+  unlink(input_file.c_str());
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("fuzz: %llu executions in %.1f s (%.0f/s), corpus %zu inputs (%zu bytes), seed %llu, "
-              "0 crashes\n",
-              static_cast<unsigned long long>(executions), elapsed,
-              elapsed > 0 ? static_cast<double>(executions) / elapsed : 0.0, corpus.size(),
-              corpus_bytes, static_cast<unsigned long long>(o.seed));
+  std::printf(
+      "fuzz: %llu executions in %.1f s (%.0f/s), corpus %zu inputs (%zu bytes), seed %llu, "
+      "0 crashes\n",
+      static_cast<unsigned long long>(executions), elapsed,
+      elapsed > 0 ? static_cast<double>(executions) / elapsed : 0.0, corpus.size(), corpus_bytes,
+      static_cast<unsigned long long>(o.seed));
   return 0;
 }

@@ -1,5 +1,5 @@
-// The safetensors reader (safetensors::parse): any bytes give a file or a one-line error, and a
-// file it accepts serializes and parses back to the same tensors.
+// The safetensors reader (safetensors::parse): any bytes give a file or an error that says why, and
+// a file it accepts serializes and parses back to the same tensors.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   namespace st = dlprobe::safetensors;
   auto file = st::parse(std::as_bytes(std::span(data, size)));
   if (!file) {
-    if (file.status().message().find('\n') != std::string::npos) std::abort();
+    if (file.status().message().empty()) std::abort();
     return 0;
   }
   auto bytes = st::serialize(*file);

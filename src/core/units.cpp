@@ -82,7 +82,9 @@ Result<std::uint64_t> parse_size(std::string_view text, std::string_view flag) {
     if (!std::isfinite(bytes) || bytes >= 1.8e19) {
       return invalid_argument(fmt::format("{}: '{}' is too large", flag, text));
     }
-    return static_cast<std::uint64_t>(std::llround(bytes));
+    // Below 1.8e19 the rounded value fits a uint64 (2^64 is 1.845e19); llround's long long would
+    // not hold the top half of that range.
+    return static_cast<std::uint64_t>(std::round(bytes));
   }
   return bad();
 }
@@ -160,9 +162,17 @@ Result<std::chrono::nanoseconds> parse_duration(std::string_view text, std::stri
 std::string format_duration(std::chrono::nanoseconds d) {
   const auto ns = static_cast<double>(d.count());
   if (ns < 1e3) return fmt::format("{}ns", d.count());
-  if (ns < 1e6) return fmt::format("{:.3g}us", ns / 1e3);
-  if (ns < 1e9) return fmt::format("{:.3g}ms", ns / 1e6);
-  if (ns < 60e9) return fmt::format("{:.3g}s", ns / 1e9);
+  if (ns < 60e9) {
+    static constexpr std::array<UnitScale, 3> kUnits{{{"us", 1e3}, {"ms", 1e6}, {"s", 1e9}}};
+    std::size_t u = 0;
+    while (u + 1 < kUnits.size() && ns >= kUnits[u + 1].scale) ++u;
+    // Three digits may round up to 1000 of the unit (999.95 us): that is 1 of the next one, not
+    // "1e+03us".
+    if (u + 1 < kUnits.size() && std::stod(fmt::format("{:.3g}", ns / kUnits[u].scale)) >= 1000) {
+      ++u;
+    }
+    return fmt::format("{:.3g}{}", ns / kUnits[u].scale, kUnits[u].name);
+  }
   const auto total_s = static_cast<long long>(ns / 1e9);
   if (total_s < 3600) return fmt::format("{}m{:02d}s", total_s / 60, total_s % 60);
   return fmt::format("{}h{:02d}m", total_s / 3600, (total_s % 3600) / 60);

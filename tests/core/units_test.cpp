@@ -28,6 +28,13 @@ TEST(ParseSize, RejectsWithFlagName) {
   EXPECT_FALSE(parse_size("99999999TiB").has_value());
 }
 
+// Found by the units fuzz target: a count above 2^63 went through llround, whose long long it
+// overflows, and came back as 2^63.
+TEST(ParseSize, CountsAbove2To63AreExact) {
+  EXPECT_EQ(parse_size("9999999999999999999").value(), 10'000'000'000'000'000'000ULL);
+  EXPECT_EQ(parse_size("15000000TiB").value(), 16'492'674'416'640'000'000ULL);
+}
+
 TEST(FormatSize, PicksUnit) {
   EXPECT_EQ(format_size(512), "512 B");
   EXPECT_EQ(format_size(1536), "1.50 KiB");
@@ -57,6 +64,18 @@ TEST(FormatDuration, Readable) {
   EXPECT_EQ(format_duration(nanoseconds(250'000'000)), "250ms");
   EXPECT_EQ(format_duration(nanoseconds(1'500'000'000)), "1.5s");
   EXPECT_EQ(format_duration(nanoseconds(125'000'000'000)), "2m05s");
+}
+
+// A value that rounds up to 1000 of its unit is written in the next unit: "{:.3g}" printed
+// 999.95 us as "1e+03us", which is neither readable nor a duration parse_duration takes.
+TEST(FormatDuration, RoundingUpMovesToTheNextUnit) {
+  EXPECT_EQ(format_duration(nanoseconds(999'950)), "1ms");
+  EXPECT_EQ(format_duration(nanoseconds(999'999)), "1ms");
+  EXPECT_EQ(format_duration(nanoseconds(999'999'999)), "1s");
+  EXPECT_EQ(format_duration(nanoseconds(999'400)), "999us");
+  for (const std::int64_t ns : {999'950LL, 999'999'999LL, 59'999'999'999LL}) {
+    EXPECT_TRUE(parse_duration(format_duration(nanoseconds(ns))).has_value()) << ns;
+  }
 }
 
 TEST(ParseList, SplitsAndTrims) {
