@@ -264,7 +264,7 @@ std::vector<results::Finding> findings_of(const results::Configuration& c,
             "the first timed step was slow: warm-up did not reach the steady state",
             fmt::format("first step {}, {:.2f}x the median {}", ms(t.front()),
                         t.front() / s.median_s, ms(s.median_s)),
-            "warm up longer (--warmup-time 3s or more --warmup steps)");
+            "warm up until steady (--warmup auto, the default) or for longer (--warmup-time)");
       }
     }
     const std::vector<results::Warmup>& warmups = c.samples.warmup;

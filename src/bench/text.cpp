@@ -21,7 +21,7 @@ std::string size_text(std::int64_t bytes) {
   return format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(bytes, 0)));
 }
 
-// "12 steps in 1.84 s, steady" per run (the first run's, and how many more there were).
+// The first run's warm-up, "12 steps in 1.84 s, steady", and how many runs there were.
 std::string warmup_text(const std::vector<results::Warmup>& warmups) {
   if (warmups.empty()) return "none";
   const results::Warmup& w = warmups.front();

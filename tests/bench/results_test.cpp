@@ -149,6 +149,45 @@ TEST(Findings, FewStepsAndSlowFirstStep) {
   EXPECT_NE(slow->fix.find("--warmup"), std::string::npos);
 }
 
+TEST(Findings, WarmupStoppedByItsBound) {
+  BenchResult r = run_of({steady(20, 0.1)});
+  r.until_steady = true;
+  r.warmup_steps = 3;
+  r.warmup_seconds = 0.9;
+  r.warmup_step_seconds = {0.4, 0.3, 0.2};
+  r.warmup_steady = false;
+  const results::Configuration c = to_configuration(measured(r));
+  ASSERT_EQ(c.samples.warmup.size(), 1u);
+  EXPECT_EQ(c.samples.warmup[0].mode, "steady");
+  EXPECT_EQ(c.samples.warmup[0].step_seconds, r.warmup_step_seconds);
+  const results::Finding* f = find(c, "warmup_not_steady");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->evidence, "warm-up of 3 steps in 0.9 s, its last step 200.000 ms");
+  // Settled, or a fixed warm-up the user asked for: nothing to say.
+  r.warmup_steady = true;
+  EXPECT_EQ(find(to_configuration(measured(r)), "warmup_not_steady"), nullptr);
+  r.warmup_steady = false;
+  r.until_steady = false;
+  EXPECT_EQ(find(to_configuration(measured(r)), "warmup_not_steady"), nullptr);
+}
+
+TEST(ToConfiguration, RunsFromScratchGiveTheirSpread) {
+  const BenchResult a = run_of({steady(10, 0.1)});   // 640 img/s at batch 64
+  const BenchResult b = run_of({steady(10, 0.11)});  // 581.8
+  Measured m = measured(a);
+  m.runs = {&a, &b};
+  const results::Configuration c = to_configuration(m);
+  EXPECT_EQ(c.samples.run_steps, (std::vector<std::int64_t>{10, 10}));
+  EXPECT_TRUE(c.samples.window_steps.empty());
+  EXPECT_EQ(c.samples.warmup.size(), 2u);
+  ASSERT_TRUE(c.run_spread.has_value());
+  EXPECT_EQ(c.run_spread->runs, 2u);
+  EXPECT_NEAR(c.run_spread->min, 64 / 0.11, 0.5);
+  EXPECT_NEAR(c.run_spread->max, 640, 0.5);
+  // One run: no spread to state.
+  EXPECT_FALSE(to_configuration(measured(a)).run_spread.has_value());
+}
+
 TEST(Findings, FirstStepSlightlySlowIsNotAWarning) {
   std::vector<double> t = steady(30, 0.1);
   t.front() = 0.105;  // an outlier against +-0.1%, but only 5% slow
