@@ -101,6 +101,21 @@ TEST(Protocol, RefusesFieldsOutOfRange) {
   p = {};
   p.max_steps = 3;
   EXPECT_FALSE(check_protocol(p).is_ok());
+  p = {};
+  p.warmup_max_steps = 4;  // below the 5 warm-up steps
+  EXPECT_NE(check_protocol(p).message().find("at most 4 warm-up steps"), std::string::npos);
+  p = {};
+  p.max_restarts = -1;
+  EXPECT_NE(check_protocol(p).message().find("restarts"), std::string::npos);
+  p = {};
+  p.steady.window = 3;
+  EXPECT_NE(check_protocol(p).message().find("steady-state rule"), std::string::npos);
+  p = {};
+  p.steady.slow_step = 1.0;
+  EXPECT_FALSE(check_protocol(p).is_ok());
+  p = {};
+  p.steady.alpha = 1.0;
+  EXPECT_FALSE(check_protocol(p).is_ok());
 }
 
 // A step function that returns `times` in turn, then the last one for ever.
