@@ -65,6 +65,12 @@ std::vector<Cell> row(const Configuration& c) {
     r.push_back(number(s.throughput, format_grouped(s.throughput, 1)));
     r.push_back(number(s.throughput_ci.low, format_grouped(s.throughput_ci.low, 1)));
     r.push_back(number(s.throughput_ci.high, format_grouped(s.throughput_ci.high, 1)));
+    if (c.run_spread) {
+      r.push_back(number(c.run_spread->ci.low, format_grouped(c.run_spread->ci.low, 1)));
+      r.push_back(number(c.run_spread->ci.high, format_grouped(c.run_spread->ci.high, 1)));
+    } else {
+      r.insert(r.end(), 2, empty());
+    }
     r.push_back(number(s.median_s * 1e3, fmt::format("{:.3f}", s.median_s * 1e3)));
     r.push_back(number(s.p90_s * 1e3, fmt::format("{:.3f}", s.p90_s * 1e3)));
     r.push_back(number(s.p99_s * 1e3, fmt::format("{:.3f}", s.p99_s * 1e3)));
@@ -72,7 +78,7 @@ std::vector<Cell> row(const Configuration& c) {
     r.push_back(number(static_cast<double>(s.outliers), std::to_string(s.outliers)));
     r.push_back(number(static_cast<double>(s.steps), std::to_string(s.steps)));
   } else {
-    for (int i = 0; i < 9; ++i) r.push_back(empty());
+    for (int i = 0; i < 11; ++i) r.push_back(empty());
   }
   const auto peak = c.memory ? peak_memory_bytes(*c.memory) : std::nullopt;
   r.push_back(peak ? number(static_cast<double>(*peak), format_size(static_cast<std::uint64_t>(
@@ -115,8 +121,10 @@ Table configuration_table(std::span<const NamedDocument> documents) {
                              "mode",
                              "status",
                              "throughput (items/s)",
-                             "CI low",
-                             "CI high",
+                             "CI low (within steps)",
+                             "CI high (within steps)",
+                             "CI low (between runs)",
+                             "CI high (between runs)",
                              "median step (ms)",
                              "p90 step (ms)",
                              "p99 step (ms)",

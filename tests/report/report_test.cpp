@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <sstream>
@@ -60,6 +61,25 @@ TEST(Table, OneRowPerConfigurationWithFileColumnWhenMerged) {
   EXPECT_EQ(oom[6].text, "oom");
   EXPECT_FALSE(oom[7].number.has_value());
   EXPECT_EQ(oom.back().text, "cannot allocate 1.50 GiB for activations <layer2.0.conv1> & more");
+}
+
+TEST(Table, NamesEachIntervalAndShowsTheSpreadBetweenRuns) {
+  auto docs = both();
+  docs[0].document.configurations[0].run_spread =
+      stats::RunSpread{3, 1700, 1690, 1712, {1680.25, 1719.75}, 0.95};
+  const auto t = results::configuration_table(std::span(docs).first(1));
+  const auto column = [&](std::string_view name) {
+    const auto it = std::find(t.columns.begin(), t.columns.end(), name);
+    EXPECT_NE(it, t.columns.end()) << name;
+    return static_cast<std::size_t>(it - t.columns.begin());
+  };
+  const std::size_t within = column("CI low (within steps)");
+  const std::size_t low = column("CI low (between runs)");
+  const std::size_t high = column("CI high (between runs)");
+  EXPECT_TRUE(t.rows[0][within].number.has_value());
+  EXPECT_EQ(t.rows[0][low].number, 1680.25);
+  EXPECT_EQ(t.rows[0][high].text, "1,719.8");
+  EXPECT_FALSE(t.rows[1][low].number.has_value());  // one run: no spread between runs
 }
 
 TEST(Table, CsvQuotesAndKeepsFullPrecision) {
