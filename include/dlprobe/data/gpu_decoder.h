@@ -4,8 +4,9 @@
 // the device, in the training step's element type and layout. nvJPEG is loaded at run time; a
 // build without CUDA, or a machine without nvJPEG or a GPU, gets a one-line error from open().
 //
-// A file nvJPEG's batched decoder does not take (progressive, CMYK, 4:1:0 on the hardware engine)
-// is decoded on the host by libjpeg-turbo and copied up; a batch nvJPEG fails on is decoded file
+// A file nvJPEG's batched decoder does not take (progressive, CMYK, 4:1:0 on the hardware engine),
+// or that does not end with JPEG's end-of-image marker (a truncated file, which the hardware
+// engine would decode without an error), is decoded on the host by libjpeg-turbo and copied up; a batch nvJPEG fails on is decoded file
 // by file on the host, so that a corrupt or truncated file is skipped with its reason, as the
 // host pipeline skips it, and the rest of its batch still delivered.
 #pragma once

@@ -66,7 +66,13 @@ class NvjpegDecoder final : public GpuDecoder {
     DLPROBE_CUDA_CHECK(cudaSetDevice(o.device));
     cudaDeviceProp prop{};
     DLPROBE_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
-    DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // The highest priority: the next batch is made while a training step fills the GPU, and at
+    // the default priority the augmentation's blocks waited behind the step's (on an H200, fp16
+    // ResNet-50 bs256: a batch took 39 ms beside the 36 ms step, against 8 ms alone).
+    int least = 0;
+    int greatest = 0;
+    DLPROBE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    DLPROBE_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
     // The hardware engine where asked for and present; nvJPEG refuses to make a hardware handle on
     // a GPU without one, and then its CUDA decoder (the default backend) does the work.
     hardware_ = o.hardware && api_->create_ex(nvjpeg::kBackendHardware, nullptr, nullptr, 0,
@@ -161,6 +167,11 @@ class NvjpegDecoder final : public GpuDecoder {
   // only, no 4:1:0 or 4:1:1); the CUDA decoder takes baseline and progressive YCbCr.
   bool takes(const EncodedFile& f) {
     if (f.info.components != 3) return false;
+    // A file that does not end with the end-of-image marker goes to libjpeg-turbo, which finds a
+    // truncation: nvJPEG's hardware engine decodes a truncated file without an error, leaving the
+    // missing rows grey (seen on an H200).
+    const std::vector<std::uint8_t>& b = f.bytes;
+    if (b.size() < 2 || b[b.size() - 2] != 0xFF || b[b.size() - 1] != 0xD9) return false;
     if (!hardware_) return true;
     if (api_->stream_parse_header(handle_, f.bytes.data(), f.bytes.size(), parse_) !=
         nvjpeg::kSuccess) {
