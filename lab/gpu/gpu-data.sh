@@ -20,7 +20,7 @@ timeout 120 "$bin/dlprobe" pipeline "$data" --device cuda:0 --batch 256 --dtype 
   --threads "${GPU_THREADS:-1,4,16}" --min-time 5s --step-rate 7000 --json "$out/pipeline-gpu.json" \
   2>"$out/pipeline-gpu.err" | tee "$out/pipeline-gpu.txt"
 tail -n 3 "$out/pipeline-gpu.err"
-for decode in gpu cpu; do
+for decode in ${DECODES:-gpu cpu}; do
   echo "== dlprobe bench --data (decode on $decode)"
   timeout 200 "$bin/dlprobe" bench --model resnet50 --batch 256 --precision fp16 --mode grads \
     --steps 30 --min-time 5s --data "$data" --data-decode "$decode" --no-ceiling \
