@@ -26,9 +26,9 @@ done
 find build-gpu -maxdepth 3 -type f \( -name 'libfake_nvml*.so' -o -name 'dlprobe_*workload*' \) \
   -exec cp {} .devbuild/lib/ \;
 strip --strip-unneeded .devbuild/bin/*
-# Shared libraries from Debian that Ubuntu's image may lack (cpp-httplib, fmt, RE2, TurboJPEG); the
-# CUDA ones are there.
-for lib in $(ldd .devbuild/bin/* 2>/dev/null | awk '/=> \/(usr\/)?lib.*(httplib|libfmt|libre2|libturbojpeg)/ {print $3}' | sort -u); do
+# Shared libraries from Debian that Ubuntu's image may lack (cpp-httplib, fmt, RE2, TurboJPEG,
+# SQLite); the CUDA ones are there.
+for lib in $(ldd .devbuild/bin/* 2>/dev/null | awk '/=> \/(usr\/)?lib.*(httplib|libfmt|libre2|libturbojpeg|libsqlite3)/ {print $3}' | sort -u); do
   cp -L "$lib" .devbuild/lib/
 done
 du -sh .devbuild
