@@ -134,10 +134,15 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
   const auto compute_of = [](engine::Precision p) {
     return p == engine::Precision::fp64 ? DType::fp64 : DType::fp32;
   };
-  // An engine of its own, for each of several runs from scratch.
-  const auto fresh_engine = [&](engine::Precision p) {
-    return device::Engine::open(sweep.device, sweep.backend, sweep.conv, compute_of(p),
-                                sweep.allocation);
+  // The engine a run takes: the sweep's shared one, or, for each of several runs from scratch, one
+  // of its own (kept in `fresh`).
+  const auto engine_of_run =
+      [&](device::Engine* shared, engine::Precision p,
+          std::unique_ptr<device::Engine>& fresh) -> Result<device::Engine*> {
+    if (shared != nullptr) return shared;
+    DLPROBE_ASSIGN_OR_RETURN(fresh, device::Engine::open(sweep.device, sweep.backend, sweep.conv,
+                                                         compute_of(p), sweep.allocation));
+    return fresh.get();
   };
   const auto engine_for = [&](engine::Precision p) -> Result<device::Engine*> {
     const DType compute = compute_of(p);
@@ -235,22 +240,17 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
       Status failure = Status::ok();
       bool interrupted = false;
       for (int k = 0; k < sweep.runs && failure.is_ok() && !interrupted; ++k) {
-        device::Engine* on = shared;
         std::unique_ptr<device::Engine> fresh;
-        if (on == nullptr) {
-          auto opened = fresh_engine(m.step.precision);
-          if (!opened) {
-            out.status = opened.status();
-            return out;
-          }
-          fresh = std::move(opened).value();
-          on = fresh.get();
+        auto on = engine_of_run(shared, m.step.precision, fresh);
+        if (!on) {
+          out.status = on.status();
+          return out;
         }
-        Result<BenchResult> run = run_bench(*on, options, hooks);
+        Result<BenchResult> run = run_bench(**on, options, hooks);
         if (!run) {
           failure = run.status();
           // After an out-of-memory the allocator still tells what was held where.
-          if (failure.code() == Errc::out_of_memory) m.memory = on->allocator().stats();
+          if (failure.code() == Errc::out_of_memory) m.memory = (*on)->allocator().stats();
           break;
         }
         interrupted = run->interrupted;
@@ -309,18 +309,13 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
         // engine, or a new one where the runs each had their own.
         windows.clear();
         options.data = &*sweep.data;
-        device::Engine* on = shared;
         std::unique_ptr<device::Engine> fresh;
-        if (on == nullptr) {
-          auto opened = fresh_engine(m.step.precision);
-          if (!opened) {
-            out.status = opened.status();
-            return out;
-          }
-          fresh = std::move(opened).value();
-          on = fresh.get();
+        auto on = engine_of_run(shared, m.step.precision, fresh);
+        if (!on) {
+          out.status = on.status();
+          return out;
         }
-        Result<BenchResult> fed = run_bench(*on, options, hooks);
+        Result<BenchResult> fed = run_bench(**on, options, hooks);
         Measured d = m;
         d.runs.clear();
         d.memory.reset();

@@ -50,29 +50,60 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// What one batch brought.
+struct BatchCount {
+  std::int64_t images = 0;
+  std::uint64_t bytes = 0;
+  std::int64_t host_decoded = 0;  // decoded on the host instead of the GPU
+};
+
+// `warmup` batches from `next`, then batches for at least `min_time`, counted into `point`.
+template <typename Next>
+Status time_point(ThroughputPoint& point, int warmup, std::chrono::nanoseconds min_time,
+                  Next next) {
+  for (int i = 0; i < warmup; ++i) DLPROBE_RETURN_IF_ERROR(next().status());
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_seconds();
+  for (;;) {
+    DLPROBE_ASSIGN_OR_RETURN(const BatchCount c, next());
+    point.images += c.images;
+    point.bytes += c.bytes;
+    point.host_decoded += c.host_decoded;
+    if (std::chrono::steady_clock::now() - start >= min_time) break;
+  }
+  point.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  point.cpu_seconds = process_cpu_seconds() - cpu_start;
+  return Status::ok();
+}
+
+// An endless loader with `threads` workers.
+Result<std::unique_ptr<Loader>> start_loader(const Dataset& dataset, LoaderOptions loader,
+                                             int threads, const DecoderFactory& decoders) {
+  loader.threads = threads;
+  loader.epochs = 0;
+  return Loader::start(dataset, loader, decoders);
+}
+
+ThroughputPoint point_of(Stage stage, int threads) {
+  ThroughputPoint point;
+  point.stage = stage;
+  point.threads = threads;
+  return point;
+}
+
 Result<ThroughputPoint> measure_point(const Dataset& dataset, LoaderOptions loader, Stage stage,
                                       int threads, std::chrono::nanoseconds min_time,
                                       const DecoderFactory& decoders,
                                       std::map<std::string, SkippedFile>& skipped) {
   loader.stage = stage;
-  loader.threads = threads;
-  loader.epochs = 0;
-  DLPROBE_ASSIGN_OR_RETURN(auto running, Loader::start(dataset, loader, decoders));
-  ThroughputPoint point;
-  point.stage = stage;
-  point.threads = threads;
+  DLPROBE_ASSIGN_OR_RETURN(auto running, start_loader(dataset, loader, threads, decoders));
+  ThroughputPoint point = point_of(stage, threads);
   // Warm-up: every worker past its start (a decoder made, buffers touched) before timing.
-  for (int i = 0; i < threads; ++i) DLPROBE_RETURN_IF_ERROR(running->next().status());
-  const auto start = std::chrono::steady_clock::now();
-  const double cpu_start = process_cpu_seconds();
-  for (;;) {
+  DLPROBE_RETURN_IF_ERROR(time_point(point, threads, min_time, [&]() -> Result<BatchCount> {
     DLPROBE_ASSIGN_OR_RETURN(auto batch, running->next());
-    point.images += batch->count;
-    point.bytes += batch->bytes_read;
-    if (std::chrono::steady_clock::now() - start >= min_time) break;
-  }
-  point.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  point.cpu_seconds = process_cpu_seconds() - cpu_start;
+    if (!batch) return error(Errc::internal, "an endless loader ended");
+    return BatchCount{batch->count, batch->bytes_read, 0};
+  }));
   for (SkippedFile& f : running->skipped()) skipped.emplace(f.path.string(), std::move(f));
   return point;
 }
@@ -87,39 +118,23 @@ Result<ThroughputPoint> measure_gpu_point(const Dataset& dataset, LoaderOptions 
   const LoaderOptions augment = loader;
   loader.stage = Stage::read;
   loader.keep_files = true;
-  loader.threads = threads;
-  loader.epochs = 0;
-  DLPROBE_ASSIGN_OR_RETURN(auto running, Loader::start(dataset, loader, decoders));
-  ThroughputPoint point;
-  point.stage = stage;
-  point.threads = threads;
+  DLPROBE_ASSIGN_OR_RETURN(auto running, start_loader(dataset, loader, threads, decoders));
+  ThroughputPoint point = point_of(stage, threads);
   point.gpu = true;
-  const auto one = [&]() -> Result<GpuBatchResult> {
-    DLPROBE_ASSIGN_OR_RETURN(auto batch, running->next());
-    if (!batch) return error(Errc::internal, "an endless loader ended");
-    DLPROBE_ASSIGN_OR_RETURN(auto done, gpu.process(*batch, dataset.samples, augment, stage));
-    if (augment.strict && !done.skipped.empty()) {
-      const SkippedFile& bad = done.skipped.front();
-      return invalid_argument(fmt::format("{}: {} ({})", bad.path.string(), bad.message,
-                                          decode_failure_name(bad.failure)));
-    }
-    for (SkippedFile& f : done.skipped) skipped.emplace(f.path.string(), std::move(f));
-    point.bytes += batch->bytes_read;
-    return done;
-  };
   // Warm-up: the workers started, nvJPEG's buffers sized, the kernel loaded.
-  for (int i = 0; i < std::max(threads, 2); ++i) DLPROBE_RETURN_IF_ERROR(one().status());
-  point.bytes = 0;
-  const auto start = std::chrono::steady_clock::now();
-  const double cpu_start = process_cpu_seconds();
-  for (;;) {
-    DLPROBE_ASSIGN_OR_RETURN(auto done, one());
-    point.images += done.delivered;
-    point.host_decoded += done.host_decoded;
-    if (std::chrono::steady_clock::now() - start >= min_time) break;
-  }
-  point.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  point.cpu_seconds = process_cpu_seconds() - cpu_start;
+  DLPROBE_RETURN_IF_ERROR(
+      time_point(point, std::max(threads, 2), min_time, [&]() -> Result<BatchCount> {
+        DLPROBE_ASSIGN_OR_RETURN(auto batch, running->next());
+        if (!batch) return error(Errc::internal, "an endless loader ended");
+        DLPROBE_ASSIGN_OR_RETURN(auto done, gpu.process(*batch, dataset.samples, augment, stage));
+        if (augment.strict && !done.skipped.empty()) {
+          const SkippedFile& bad = done.skipped.front();
+          return invalid_argument(fmt::format("{}: {} ({})", bad.path.string(), bad.message,
+                                              decode_failure_name(bad.failure)));
+        }
+        for (SkippedFile& f : done.skipped) skipped.emplace(f.path.string(), std::move(f));
+        return BatchCount{done.delivered, batch->bytes_read, done.host_decoded};
+      }));
   for (SkippedFile& f : running->skipped()) skipped.emplace(f.path.string(), std::move(f));
   return point;
 }
