@@ -34,6 +34,7 @@
 #include "dlprobe/data/loader.h"
 #include "dlprobe/data/make_dataset.h"
 #include "dlprobe/data/throughput.h"
+#include "dlprobe/device/availability.h"
 #include "dlprobe/device/backend_kind.h"
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/device/device.h"

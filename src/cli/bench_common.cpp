@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "dlprobe/core/units.h"
+#include "dlprobe/device/availability.h"
 #include "dlprobe/device/conv_options.h"
 
 namespace dlprobe::cli {
@@ -55,7 +56,8 @@ void add_model_flag(CLI::App& sub, std::string& model, std::string_view more) {
 }
 
 void add_device_flags(CLI::App& sub, DeviceFlags& flags, std::string_view reference_note) {
-  option(sub, "--device", flags.device, "cpu or cuda:N");
+  option(sub, "--device", flags.device,
+         "auto (the first usable GPU, else the CPU; said on stderr), cpu or cuda:N");
   sub.add_option(
          "--backend", flags.backend,
          fmt::format("auto (cuda on a GPU, oneDNN on the CPU where built), cuda, onednn, or "
@@ -66,12 +68,35 @@ void add_device_flags(CLI::App& sub, DeviceFlags& flags, std::string_view refere
 
 Result<DeviceChoice> device_choice(const DeviceFlags& flags) {
   DeviceChoice c;
-  DLPROBE_ASSIGN_OR_RETURN(c.device, for_flag("--device", device::parse_device(flags.device)));
+  const device::GpuAvailability gpus = device::explain_gpus(device::gather_gpu_facts());
+  if (flags.device != "auto") {
+    DLPROBE_ASSIGN_OR_RETURN(c.device, for_flag("--device", device::parse_device(flags.device)));
+  } else if (flags.backend != "auto") {
+    // A named backend runs on one kind of device; its refusals below name --backend.
+    c.device = flags.backend == "cuda" ? device::Device{DeviceKind::cuda, 0} : device::Device{};
+  } else {
+    c.device = device::default_device(gpus);
+  }
+  if (Status usable = device::check_device(c.device, gpus); !usable) {
+    return usable.with_context(flags.device == "auto" ? "--backend cuda" : "--device");
+  }
   // With --backend auto the device alone chose the backend, so a backend this build lacks is the
   // device's fault.
   DLPROBE_ASSIGN_OR_RETURN(c.backend, for_flag(flags.backend == "auto" ? "--device" : "--backend",
                                                device::parse_backend(flags.backend, c.device)));
+  if (flags.device == "auto") {
+    c.picked = fmt::format("device {}, {} backend: {}", device::device_name(c.device),
+                           device::backend_kind_name(c.backend),
+                           gpus.devices > 0 ? std::string("the first usable GPU")
+                                            : fmt::format("no usable GPU ({})", gpus.why_none));
+  }
   return c;
+}
+
+void note_device(const DeviceChoice& choice, std::string_view command) {
+  if (choice.picked.empty()) return;
+  std::fprintf(stderr, "dlprobe %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+               choice.picked.c_str());
 }
 
 void add_shape_flags(CLI::App& sub, ShapeFlags& flags) {

@@ -87,17 +87,24 @@ Result<std::optional<bench::JpegInput>> data_input(const DataFlags& flags,
 // --device and --backend, as bench, memory and step take them. `reference_note` says what the
 // reference loops are to the command ("a correctness tool, not a benchmark").
 struct DeviceFlags {
-  std::string device = "cuda:0";
+  std::string device = "auto";
   std::string backend = "auto";
 };
 void add_device_flags(CLI::App& sub, DeviceFlags& flags, std::string_view reference_note);
 // The device, and the backend that runs there ("auto": oneDNN on the CPU where built, the
-// reference loops only when named). Each refusal names its flag.
+// reference loops only when named). --device auto is the first usable GPU, else the CPU (the
+// device a named backend runs on, if one is named); a GPU named that is not usable is refused with
+// the reason and what to run instead. Each refusal names its flag.
 struct DeviceChoice {
   device::Device device;
   device::BackendKind backend = device::BackendKind::reference;
+  // With --device auto, the line that says what was picked and why ("device cpu, oneDNN backend:
+  // no usable GPU (...)"); empty when the device was named.
+  std::string picked;
 };
 Result<DeviceChoice> device_choice(const DeviceFlags& flags);
+// "dlprobe <command>: <picked>" on stderr when the device was picked; nothing when it was named.
+void note_device(const DeviceChoice& choice, std::string_view command);
 
 // --image-size, --classes and --width: the model's shape, as bench and memory take them.
 struct ShapeFlags {

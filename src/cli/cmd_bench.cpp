@@ -62,6 +62,7 @@ struct BenchPlan {
   bench::Sweep sweep;
   bool single = false;  // one configuration: detailed output, errors as errors
   std::string picked;   // what the open choices became
+  std::string device;   // the device picked and why, when --device was not named
 };
 
 Result<std::optional<bool>> parse_graph(const std::string& text) {
@@ -114,6 +115,7 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.where));
   s.device = where.device;
   s.backend = where.backend;
+  p.device = where.picked;
   for (const engine::Precision precision : axes.precisions) {
     const Status ok = device::backend_supports(s.backend, precision);
     if (!ok) return ok.with_context("--precision");
@@ -160,6 +162,7 @@ int run_bench_command(const BenchFlags& flags) {
   if (!plan) return report_error(plan.status());
   const bench::Sweep& sweep = plan->sweep;
   ProgressLine line(flags.quiet);
+  if (!plan->device.empty()) line.note("dlprobe bench: " + plan->device);
   if (!plan->picked.empty()) {
     line.note(
         fmt::format("picked: {} (override with --layout/--gpu-memory/--graph)", plan->picked));

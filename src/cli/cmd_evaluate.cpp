@@ -1,13 +1,16 @@
 // `dlprobe evaluate`: the main job, an environment end to end (src/evaluate): doctor, the bench
 // sweep chosen for the machine, the findings, and results.json, report.html, doctor.json and
 // tuning.json in an output folder, with a five-line summary on stdout. docs/bench.md.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <system_error>
 
 #include "bench_common.h"
 #include "commands.h"
 #include "dlprobe/core/command_line.h"
 #include "dlprobe/core/interrupt.h"
+#include "dlprobe/device/availability.h"
 #include "dlprobe/evaluate/evaluation.h"
 #include "history_flags.h"
 
@@ -36,6 +39,9 @@ int run_evaluate(const EvaluateFlags& flags) {
   if (flags.device != "auto") {
     auto device = for_flag("--device", device::parse_device(flags.device));
     if (!device) return report_error(device.status());
+    const Status usable =
+        device::check_device(*device, device::explain_gpus(device::gather_gpu_facts()));
+    if (!usable) return report_error(usable.with_context("--device"));
     options.device = *device;
   }
   auto tuning = tuning_options(flags.tuning);
@@ -47,18 +53,32 @@ int run_evaluate(const EvaluateFlags& flags) {
   if (is_stdout_path(options.folder)) {
     return report_error(invalid_argument("--out -: names a folder, which standard output is not"));
   }
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(options.folder, ec);
+  // A folder this run made and then measured nothing into is removed: it would hold no results.
+  const auto discard = [&](const Status& why) {
+    if (!existed) std::filesystem::remove_all(options.folder, ec);
+    return report_error(why);
+  };
   if (Status s = evaluate::prepare_folder(options.folder, flags.overwrite); !s) {
-    return report_error(s.with_context("--out"));
+    return discard(s.with_context("--out"));
   }
   ProgressLine line(flags.quiet);
   auto plan = evaluate::plan_evaluation(options, [&](const std::string& text) { line.note(text); });
-  if (!plan) return report_error(plan.status());
+  if (!plan) return discard(plan.status());
   line.note(plan->chosen.why);
 
   InterruptGuard guard;
   auto evaluation =
       evaluate::run_evaluation(*plan, own_command_line(), line.sweep_callbacks(), guard.flag());
-  if (!evaluation) return report_error(evaluation.status());
+  if (!evaluation) return discard(evaluation.status());
+  const auto& measured = evaluation->run.outcome.configurations;
+  if (std::none_of(measured.begin(), measured.end(),
+                   [](const results::Configuration& c) { return c.statistics.has_value(); })) {
+    return discard(evaluation->status.is_ok()
+                       ? error(Errc::internal, "no configuration was measured")
+                       : evaluation->status);
+  }
   store_in_history(flags.history, results::read_file(options.folder / "results.json"));
   std::fputs(evaluation->summary.c_str(), stdout);
   std::fflush(stdout);

@@ -144,6 +144,7 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   if (!f.predict_only) {
     memory::SessionOptions& so = a.session.emplace();
     DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.where));
+    note_device(where, "memory");
     so.device = where.device;
     so.backend = where.backend;
     so.conv.algo = tuning.algo;

@@ -42,9 +42,9 @@ Status error(Errc code, std::string message) {
 
 Status api_failure(std::string_view family, std::string_view call, std::string_view detail,
                    const char* file, int line, Errc code) {
-  std::string message =
-      fmt::format("{} call {} failed: {} ({}:{})", family, call, detail, file, line);
-  log_debug("{}", message);
+  // The source location is for whoever debugs dlprobe (-v), not for the user's one-line error.
+  std::string message = fmt::format("{} call {} failed: {}", family, call, detail);
+  log_debug("{} ({}:{})", message, file, line);
   return {code, std::move(message)};
 }
 

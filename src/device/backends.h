@@ -10,6 +10,7 @@
 
 #include "dlprobe/allocator/caching_allocator.h"
 #include "dlprobe/core/status.h"
+#include "dlprobe/device/availability.h"
 #include "dlprobe/device/backend_kind.h"
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/engine/backend.h"
@@ -25,6 +26,10 @@ Result<std::unique_ptr<Backend>> open_cuda_backend(int index, memory::CachingAll
                                                    const ConvOptions& conv);
 // Major and minor; nullopt without CUDA or that device.
 std::optional<std::pair<int, int>> cuda_compute_capability(int index);
+
+// What the CUDA runtime says (GpuFacts' cuda_driver, cuda_runtime, cuda_devices, cuda_error);
+// nothing without CUDA.
+void add_cuda_facts(GpuFacts& facts);
 
 Result<std::unique_ptr<Backend>> open_onednn_backend(memory::CachingAllocator& allocator);
 

@@ -25,6 +25,21 @@ Result<std::unique_ptr<Backend>> open_cuda_backend(int index, memory::CachingAll
   return make_cuda_backend(index, allocator, cuda);
 }
 
+void add_cuda_facts(GpuFacts& facts) {
+  facts.cuda_runtime = CUDART_VERSION;
+  int version = 0;
+  if (cudaDriverGetVersion(&version) == cudaSuccess) facts.cuda_driver = version;
+  int count = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc == cudaSuccess) {
+    facts.cuda_devices = count;
+  } else {
+    facts.cuda_error = cudaGetErrorString(rc);
+    // The error stays with the runtime until read; a later call must not report it as its own.
+    (void)cudaGetLastError();
+  }
+}
+
 std::optional<std::pair<int, int>> cuda_compute_capability(int index) {
   int major = 0;
   int minor = 0;

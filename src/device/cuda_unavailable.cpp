@@ -20,6 +20,8 @@ Result<std::unique_ptr<Backend>> open_cuda_backend(int index, memory::CachingAll
                            index));
 }
 
+void add_cuda_facts(GpuFacts& /*facts*/) {}
+
 std::optional<std::pair<int, int>> cuda_compute_capability(int /*index*/) {
   return std::nullopt;
 }

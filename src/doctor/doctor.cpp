@@ -182,6 +182,16 @@ Capability library_capability(std::string name, const LibraryProbe& p) {
   return capability(std::move(name), p.loaded, p.detail);
 }
 
+// A GPU library is a capability only where a GPU can run it: installed beside no usable device,
+// nothing it does will work, and the line says that rather than "yes".
+Capability gpu_library_capability(std::string name, const LibraryProbe& p, bool gpu_usable,
+                                  const std::string& why_no_gpu) {
+  if (!p.loaded || gpu_usable) return library_capability(std::move(name), p);
+  return capability(std::move(name), false,
+                    fmt::format("no usable GPU ({}); the library is installed ({})", why_no_gpu,
+                                p.version.empty() ? p.path : p.version));
+}
+
 void add_nvml_state(GpuReport& g, const nvml::Library& nvml, unsigned nvml_index) {
   auto info = nvml.device_info(nvml_index);
   if (!info) {
@@ -324,10 +334,14 @@ Result<Report> run_doctor(const DoctorOptions& options) {
   r.capabilities.push_back(capability("gpu", r.gpu_found, r.no_gpu_reason));
   r.capabilities.push_back(capability("cuda", cuda_gpus > 0, cuda_why_none));
   r.capabilities.push_back(capability("nvml", nvml.has_value(), nvml.status().message()));
-  r.capabilities.push_back(library_capability("cupti", r.versions.cupti));
-  r.capabilities.push_back(library_capability("cudnn", r.versions.cudnn));
-  r.capabilities.push_back(library_capability("cublaslt", r.versions.cublaslt));
-  r.capabilities.push_back(library_capability("nccl", r.versions.nccl));
+  const bool gpu_usable = cuda_gpus > 0;
+  for (const auto& [name, probe] :
+       {std::pair<const char*, const LibraryProbe*>{"cupti", &r.versions.cupti},
+        {"cudnn", &r.versions.cudnn},
+        {"cublaslt", &r.versions.cublaslt},
+        {"nccl", &r.versions.nccl}}) {
+    r.capabilities.push_back(gpu_library_capability(name, *probe, gpu_usable, cuda_why_none));
+  }
   r.capabilities.push_back(library_capability("onednn", r.versions.onednn));
 
   for (auto& f : compatibility_findings(r.versions)) r.findings.push_back(std::move(f));

@@ -69,16 +69,44 @@ Result<ComparisonRow> compare_one(const Configuration& base, const Configuration
   row.ratio = *ratio;
   row.mann_whitney = *mw;
   row.noise = std::max({options.noise, run_noise(base), run_noise(next)});
-  if (ratio->ci.contains(1.0) || mw->p_value >= options.alpha ||
-      std::abs(ratio->ratio - 1) < row.noise) {
-    row.verdict = Verdict::no_change;
-  } else {
-    row.verdict = ratio->ratio > 1 ? Verdict::faster : Verdict::slower;
-  }
+  judge(row, options);
   return row;
 }
 
 }  // namespace
+
+void judge(ComparisonRow& row, const CompareOptions& options) {
+  row.why.clear();
+  if (!row.ratio || !row.mann_whitney) {
+    row.verdict = Verdict::not_comparable;
+    return;
+  }
+  const stats::Ratio& r = *row.ratio;
+  const double p = row.mann_whitney->p_value;
+  if (std::abs(r.ratio - 1) < std::max(options.noise, row.noise)) {
+    row.verdict = Verdict::no_change;
+    return;
+  }
+  if (r.ci.contains(1.0)) {
+    row.verdict = Verdict::no_change;
+    if (p < options.alpha) {
+      row.why = fmt::format(
+          "the step-time test sees a difference, p = {:.3g}, that the throughput interval "
+          "does not",
+          p);
+    }
+    return;
+  }
+  row.verdict = r.ratio > 1 ? Verdict::faster : Verdict::slower;
+  if (p >= options.alpha) {
+    // The ratio weighs every step's time; the U test ranks them, so a share of much slower (or
+    // faster) steps moves the throughput and hardly the ranks.
+    row.why = fmt::format(
+        "the step-time test does not confirm it, p = {:.3g}: a share of the steps "
+        "differs, not the typical step",
+        p);
+  }
+}
 
 Result<Comparison> compare(const results::Document& base, const results::Document& next,
                            const CompareOptions& options) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "dlprobe/core/check.h"
+#include "dlprobe/core/log.h"
 #include "dlprobe/core/status.h"
 
 namespace dlprobe {
@@ -37,12 +38,18 @@ TEST(Result, PropagatesValueAndError) {
   EXPECT_EQ(half(3).value_or(-1), -1);
 }
 
-TEST(ApiCheck, NamesCallFamilyAndLocation) {
+TEST(ApiCheck, NamesCallFamilyAndLogsTheLocation) {
   EXPECT_TRUE(fake_api(0).is_ok());
+  const LogLevel before = log_level();
+  log_set_level(LogLevel::debug);
+  ::testing::internal::CaptureStderr();
   Status s = fake_api(7);
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  log_set_level(before);
   EXPECT_EQ(s.code(), Errc::api_error);
-  EXPECT_NE(s.message().find("FAKE call rc + 0 failed: seven"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("status_test.cpp:"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message(), "FAKE call rc + 0 failed: seven");
+  // The user's message holds no source path; the debug log (-v) does.
+  EXPECT_NE(logged.find("status_test.cpp:"), std::string::npos) << logged;
 }
 
 }  // namespace

@@ -249,6 +249,10 @@ TEST(RunDoctor, NoGpu) {
   EXPECT_EQ(doc["capabilities"]["nvml"]["available"], false);
   EXPECT_NE(doc["capabilities"]["nvml"]["why_not"].get<std::string>().find("nonexistent"),
             std::string::npos);
+  // The GPU libraries may be installed, but with no GPU to run them they are no capability.
+  for (const char* library : {"cupti", "cudnn", "cublaslt", "nccl"}) {
+    EXPECT_EQ(doc["capabilities"][library]["available"], false) << library;
+  }
 }
 
 // The GPU known from the fake NVML only (CUDA is told to see nothing), so its state and the

@@ -315,6 +315,31 @@ TEST(Compare, TheSpreadBetweenRunsIsTheNoiseWhenLarger) {
   EXPECT_EQ(narrow->rows[0].verdict, Verdict::faster);
 }
 
+// A CPU run under load: a quarter slower by throughput, its interval well clear of 1, while the
+// ranks of the step times overlap. The interval decides, and the verdict says the U test disagrees.
+TEST(Compare, AnIntervalClearOfOneIsADifferenceWhateverTheUTestSays) {
+  ComparisonRow row;
+  row.ratio = stats::Ratio{0.750, {0.585, 0.942}, 0.95};
+  row.mann_whitney = stats::MannWhitney{};
+  row.mann_whitney->p_value = 0.651;
+  judge(row, CompareOptions{});
+  EXPECT_EQ(row.verdict, Verdict::slower);
+  EXPECT_NEAR(regression(row), 0.25, 1e-12);
+  EXPECT_NE(row.why.find("p = 0.651"), std::string::npos) << row.why;
+
+  row.ratio = stats::Ratio{1.30, {1.08, 1.55}, 0.95};
+  judge(row, CompareOptions{});
+  EXPECT_EQ(row.verdict, Verdict::faster);
+  EXPECT_FALSE(row.why.empty());
+
+  // The other disagreement: the ranks moved, the interval holds 1.
+  row.ratio = stats::Ratio{0.97, {0.90, 1.04}, 0.95};
+  row.mann_whitney->p_value = 0.001;
+  judge(row, CompareOptions{});
+  EXPECT_EQ(row.verdict, Verdict::no_change);
+  EXPECT_NE(row.why.find("p = 0.001"), std::string::npos) << row.why;
+}
+
 TEST(Compare, FailedRunsAreNotComparableAndNothingMatchingIsAnError) {
   Document base;
   Document next;

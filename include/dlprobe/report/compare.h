@@ -1,9 +1,12 @@
 // `dlprobe compare`: two results files, configuration by configuration (matched on kind and
 // settings), with the throughput ratio new / base and its bootstrap CI, the Mann–Whitney U p-value
-// of the step times, and a verdict. "no change" unless the CI of the ratio excludes 1 and p is
-// below alpha: both tests must agree before dlprobe calls a difference real. A real difference
-// smaller than the noise threshold is "no change" too: with hundreds of steps a 0.3% drift of the
-// GPU clock between two runs is significant, and calling it "slower" would cry wolf.
+// of the step times, and a verdict. The throughput interval decides: "slower" or "faster" when it
+// excludes 1 and the ratio is beyond the noise threshold, else "no change"; where the U test
+// disagrees, the verdict says so with its p. (The throughput is what a user pays for: a quarter of
+// the steps at four times the time is a real drop, though the typical step, which the U test
+// ranks, did not change.) A real difference smaller than the noise threshold is "no change": with
+// hundreds of steps a 0.3% drift of the GPU clock between two runs is significant, and calling it
+// "slower" would cry wolf.
 // Where a side was run several times from scratch (bench --repeat), the half-width of its
 // interval between runs, relative to their mean, is the noise when it is the larger: the interval
 // within the steps of one run does not see what changes from run to run.
@@ -42,7 +45,7 @@ struct ComparisonRow {
   std::optional<stats::MannWhitney> mann_whitney;
   Verdict verdict = Verdict::not_comparable;
   double noise = 0;  // the threshold applied: the option's, or the spread between runs
-  // Why two finished runs are not comparable; empty otherwise.
+  // Why two finished runs are not comparable, or where the two tests disagree; else empty.
   std::string why;
 };
 
@@ -63,6 +66,10 @@ struct CompareOptions {
 // different things and a comparison would say nothing.
 Result<Comparison> compare(const results::Document& base, const results::Document& next,
                            const CompareOptions& options = {});
+
+// The verdict (and its why) of a row from its ratio and U test, beside the larger of the options'
+// noise and the row's; not comparable without them.
+void judge(ComparisonRow& row, const CompareOptions& options);
 
 // The throughput drop of a slower row, 1 - ratio; 0 for any other verdict.
 double regression(const ComparisonRow& row);
