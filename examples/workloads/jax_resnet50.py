@@ -5,7 +5,8 @@ input, printing the dlprobe line protocol (docs/external.md).
     dlprobe run -- python3 jax_resnet50.py --batch 256 [--precision fp32] [--mode grads]
 
 --mode grads stops after the gradients (the protocol's "gradients only"); --mode train (the
-default) adds the SGD update with momentum.
+default) adds the SGD update with momentum. --device cpu runs on the CPU; the default is the GPU
+when JAX has one, else the CPU.
 
 JAX preallocates 75% of the GPU at start unless XLA_PYTHON_CLIENT_PREALLOCATE=false; dlprobe run
 reports that (memory_preallocated) and reads the real peak from the figures printed here.
@@ -78,6 +79,8 @@ class ResNet50(nn.Module):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                   help="auto: the GPU when JAX has one, else the CPU (said on stderr)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
@@ -93,6 +96,18 @@ def main():
     args = p.parse_args()
     global PLAIN
     PLAIN = args.plain
+
+    if args.device == "cpu":
+        # Before any array exists: JAX picks its platforms once, at the first use.
+        jax.config.update("jax_platforms", "cpu")
+    backend = jax.default_backend()
+    if args.device == "cuda" and backend != "gpu":
+        print(f"jax_resnet50.py: JAX sees no GPU (its backend is {backend}); run on the CPU with "
+              "--device cpu", file=sys.stderr)
+        return 2
+    if args.device == "auto":
+        print(f"jax_resnet50.py: running on {jax.devices()[0].platform} (--device picks another)",
+              file=sys.stderr)
 
     dtype = jnp.bfloat16 if args.precision == "bf16" else jnp.float32
     if args.precision == "fp32":

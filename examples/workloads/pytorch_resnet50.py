@@ -8,7 +8,8 @@ The model is written here (no torchvision needed) with torchvision's ResNet-50 v
 defaults follow the peer protocol of docs/performance.md: cudnn.benchmark on, fp32
 without TF32 unless --tf32, timed steps back to back on CUDA events (no host sync between them).
 --mode grads stops after the backward pass (the protocol's "gradients only"); --mode train adds
-the SGD update.
+the SGD update. --device cpu runs the same step on the CPU (fp32 or bf16), timed on the host
+clock; the default is the GPU when PyTorch has one, else the CPU.
 """
 import argparse
 import json
@@ -82,6 +83,8 @@ class ResNet50(nn.Module):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                   help="auto: the GPU when PyTorch has one, else the CPU (said on stderr)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=30, help="timed steps after warm-up")
     p.add_argument("--warmup", type=int, default=5)
@@ -112,15 +115,27 @@ def main():
     if args.memory_fraction is not None and not 0 < args.memory_fraction <= 1:
         p.error("--memory-fraction must be in (0, 1]")
 
-    if not torch.cuda.is_available():
-        print("pytorch_resnet50.py: no CUDA device", file=sys.stderr)
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        print(f"pytorch_resnet50.py: running on {device} (--device picks another)", file=sys.stderr)
+    if device == "cuda" and not torch.cuda.is_available():
+        print("pytorch_resnet50.py: PyTorch sees no CUDA device; run on the CPU with --device cpu",
+              file=sys.stderr)
         return 2
-    dev = torch.device("cuda")
+    on_gpu = device == "cuda"
+    if not on_gpu:
+        # GPU-only modes, refused rather than run as something else under their name.
+        for flag, given in (("--tf32", args.tf32), ("--amp fp16", args.amp == "fp16"),
+                            ("--memory-fraction", args.memory_fraction is not None)):
+            if given:
+                p.error(f"{flag} needs a GPU; on the CPU use fp32 or --amp bf16")
+    dev = torch.device(device)
     torch.backends.cudnn.benchmark = not args.no_cudnn_benchmark
     torch.backends.cudnn.allow_tf32 = args.tf32
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     limit_mib = int(os.environ.get("DLPROBE_MEMORY_LIMIT_MIB", "0"))
-    if args.memory_fraction is None and limit_mib > 0:
+    if on_gpu and args.memory_fraction is None and limit_mib > 0:
         # `dlprobe run --memory-limit`: the same cap as a share of this GPU.
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         args.memory_fraction = min(1.0, limit_mib * 2**20 / total)
@@ -133,65 +148,84 @@ def main():
     step_fn_model = torch.compile(model, mode=args.compile_mode) if args.compile else model
     # CUDA graph trees need to be told where a step begins, or a replay may overwrite the outputs
     # of the step before while they are still in use.
-    graphs = args.compile and args.compile_mode != "default"
+    graphs = on_gpu and args.compile and args.compile_mode != "default"
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.amp)
     # fp16 needs loss scaling; bf16 has fp32's range and does not.
-    scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16")
+    scaler = torch.amp.GradScaler(device, enabled=args.amp == "fp16")
     x = torch.randn(args.batch, 3, args.image_size, args.image_size, device=dev)
     x = x.contiguous(memory_format=fmt)
     y = torch.randint(0, 1000, (args.batch,), device=dev)
     precision = args.amp if dtype is not None else ("tf32" if args.tf32 else "fp32")
     emit(framework="pytorch", model="resnet50", precision=precision, mode=args.mode,
-         channels_last=args.channels_last, cudnn_benchmark=not args.no_cudnn_benchmark,
+         channels_last=args.channels_last,
+         cudnn_benchmark=on_gpu and not args.no_cudnn_benchmark,
          warmup_steps=args.warmup, batch=args.batch)
 
     def step():
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+        with torch.autocast(device, dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = F.cross_entropy(step_fn_model(x), y)
         scaler.scale(loss).backward()
         if args.mode == "train":
             scaler.step(opt)
             scaler.update()
 
-    # Input is synthetic and already on the GPU: no step waits for data.
+    # Input is synthetic and already on the device: no step waits for data. PyTorch's allocator
+    # peaks are the GPU's; on the CPU there are none to report.
     def emit_step(i, seconds):
+        memory = {}
+        if on_gpu:
+            memory = dict(framework_peak_bytes=torch.cuda.max_memory_allocated(),
+                          framework_reserved_bytes=torch.cuda.max_memory_reserved())
         emit(step=i, step_time_s=seconds, data_time_s=0.0, batch=args.batch,
-             warmup=i < args.warmup,
-             framework_peak_bytes=torch.cuda.max_memory_allocated(),
-             framework_reserved_bytes=torch.cuda.max_memory_reserved())
+             warmup=i < args.warmup, **memory)
 
-    torch.cuda.reset_peak_memory_stats()
+    def synchronize():
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
     try:
         # Warm-up steps one at a time, each reported as it ends (cudnn.benchmark's search and
         # the allocator's growth happen here).
         for i in range(args.warmup):
-            torch.cuda.synchronize()
+            synchronize()
             t0 = time.perf_counter()
             step()
-            torch.cuda.synchronize()
+            synchronize()
             emit_step(i, time.perf_counter() - t0)
-        # The peak of the timed steps alone, as the protocol takes every peak: warm-up holds
-        # cudnn.benchmark's trial workspaces and compilation's buffers, which training does not.
-        torch.cuda.reset_peak_memory_stats()
-        # Timed steps queued back to back, an event between each two: no host sync in between,
-        # as the protocol times them.
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps + 1)]
-        events[0].record()
-        for k in range(args.steps):
-            step()
-            events[k + 1].record()
-        torch.cuda.synchronize()
+        if on_gpu:
+            # The peak of the timed steps alone, as the protocol takes every peak: warm-up holds
+            # cudnn.benchmark's trial workspaces and compilation's buffers, which training does
+            # not.
+            torch.cuda.reset_peak_memory_stats()
+            # Timed steps queued back to back, an event between each two: no host sync in
+            # between, as the protocol times them.
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps + 1)]
+            events[0].record()
+            for k in range(args.steps):
+                step()
+                events[k + 1].record()
+            torch.cuda.synchronize()
+            seconds = [events[k].elapsed_time(events[k + 1]) / 1000.0 for k in range(args.steps)]
+        else:
+            # The CPU runs each step to its end before the call returns: the host clock times it.
+            marks = [time.perf_counter()]
+            for k in range(args.steps):
+                step()
+                marks.append(time.perf_counter())
+            seconds = [b - a for a, b in zip(marks, marks[1:])]
     except torch.OutOfMemoryError as e:
         emit(oom=True, framework="pytorch", message=str(e).splitlines()[0])
         raise
     for k in range(args.steps):
-        emit_step(args.warmup + k, events[k].elapsed_time(events[k + 1]) / 1000.0)
+        emit_step(args.warmup + k, seconds[k])
     # The script's own figure, for checking the one dlprobe computes from the steps.
     if args.steps > 0:
-        measured = events[0].elapsed_time(events[-1]) / 1000.0
+        measured = sum(seconds)
         emit(images_per_s=args.batch * args.steps / measured)
     if PLAIN and args.steps > 0:
         seed_lines(args.batch, args.steps, measured)

@@ -7,6 +7,7 @@
 #include "dlprobe/allocator/gpu_memory_option.h"
 #include "dlprobe/allocator/memory_source.h"
 #include "dlprobe/bench/ceilings.h"
+#include "dlprobe/bench/host_cpu.h"
 #include "dlprobe/bench/input_feed.h"
 #include "dlprobe/bench/outputs.h"
 #include "dlprobe/bench/results.h"

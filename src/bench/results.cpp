@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "dlprobe/bench/host_cpu.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/monitor/nvml.h"
 #include "dlprobe/stats/statistics.h"
@@ -198,6 +199,20 @@ results::Configuration to_configuration(const Measured& m) {
                                   r->warmup_step_seconds});
     }
     c.samples.step_items.assign(c.samples.step_seconds.size(), static_cast<double>(m.step.batch));
+    // Other processes' CPU time, a figure a window, when every window has one.
+    std::vector<double> other;
+    for (const BenchResult* r : m.runs) {
+      for (const Window& w : r->windows) {
+        if (w.other_cpu_seconds) other.push_back(*w.other_cpu_seconds);
+      }
+    }
+    const std::size_t windows = !c.samples.window_steps.empty()
+                                    ? c.samples.window_steps.size()
+                                    : std::max<std::size_t>(1, c.samples.run_steps.size());
+    if (other.size() == windows) {
+      c.samples.window_other_cpu_seconds = std::move(other);
+      c.samples.host_cpus = online_cpus();
+    }
     if (!c.samples.step_seconds.empty()) {
       // Event timers can in principle read 0 for a step of a few microseconds; such a window is
       // recorded (raw times) but cannot enter statistics that divide by time.
@@ -249,6 +264,8 @@ std::vector<results::Finding> findings_of(const results::Configuration& c,
         {severity, std::move(id), std::move(message), std::move(evidence), std::move(fix)});
   };
   const std::vector<double>& t = c.samples.step_seconds;
+  // The fixes differ: a CPU run has no GPU clocks to pin and shares its cores with the machine.
+  const bool on_cpu = c.settings.device == "cpu";
   if (c.statistics) {
     const stats::Summary& s = *c.statistics;
     if (s.steps < kFewSteps) {
@@ -290,9 +307,26 @@ std::vector<results::Finding> findings_of(const results::Configuration& c,
           "step times vary by more than 5%; the throughput is less certain",
           fmt::format("CV {:.1f}%, median {}, p99 {}, {} outliers in {} steps", s.cv * 100,
                       ms(s.median_s), ms(s.p99_s), s.outliers, s.steps),
-          "close other work on the machine, pin the GPU clocks (nvidia-smi -lgc), time longer "
-          "(--min-time) or repeat (--repeat 3)");
+          on_cpu ? "close other work on the machine, keep the threads on their cores "
+                   "(OMP_PROC_BIND=close OMP_PLACES=cores), time longer (--min-time) or repeat "
+                   "(--repeat 3)"
+                 : "close other work on the machine, pin the GPU clocks (nvidia-smi -lgc), time "
+                   "longer (--min-time) or repeat (--repeat 3)");
     }
+  }
+  if (const std::optional<double> share = results::other_cpu_share(c.samples);
+      share && *share >= kCpuContention) {
+    double seconds = 0;
+    for (const double w : c.samples.window_other_cpu_seconds) seconds += w;
+    add(Severity::warning, "cpu_contention",
+        on_cpu ? "other processes used the CPUs during the timed windows: the step shared its "
+                 "cores, and the throughput is lower than on an idle machine"
+               : "other processes used the CPUs during the timed windows: the thread that feeds "
+                 "the GPU shared its cores",
+        fmt::format("{:.0f}% of the machine's CPU time ({:.1f} of {} CPUs, {:.1f} CPU-seconds)",
+                    *share * 100, *share * c.samples.host_cpus, c.samples.host_cpus, seconds),
+        "stop them (top or ps -eo pcpu,pid,comm --sort=-pcpu shows them) or measure when the "
+        "machine is idle; compare only runs made under the same load");
   }
   const std::vector<double> windows = results::window_throughputs(c.samples);
   if (windows.size() >= 2) {
@@ -307,7 +341,9 @@ std::vector<results::Finding> findings_of(const results::Configuration& c,
           "the repeated windows disagree by more than 2%: something changed during the run",
           fmt::format("window throughputs {} items/s, spread {:.1f}% of the median", each,
                       spread * 100),
-          "check the telemetry for clock changes and other processes; warm up longer");
+          on_cpu ? "check for other processes (cpu_contention) and CPU frequency changes "
+                   "(turbo, heat); warm up longer"
+                 : "check the telemetry for clock changes and other processes; warm up longer");
     }
   }
   for (const results::Telemetry& tel : c.telemetry) {

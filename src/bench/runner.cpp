@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "dlprobe/bench/host_cpu.h"
 #include "dlprobe/core/clock.h"
 #include "dlprobe/engine/safetensors.h"
 #include "dlprobe/models/resnet.h"
@@ -193,6 +194,7 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
     if (hooks.window_begin) hooks.window_begin(w);
     Window window;
     window.host_begin_ns = steady_now_ns();
+    const std::optional<CpuTimes> cpu_begin = read_cpu_times();
     const auto start = Clock::now();
     std::int64_t k = 0;
     while (k < p.max_steps && (k < p.min_steps || seconds_since(start) < p.min_seconds)) {
@@ -223,6 +225,9 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
     }
     DLPROBE_RETURN_IF_ERROR(e.backend().synchronize());
     window.host_end_ns = steady_now_ns();
+    if (const std::optional<CpuTimes> cpu_end = read_cpu_times(); cpu_begin && cpu_end) {
+      window.other_cpu_seconds = other_cpu_seconds(*cpu_begin, *cpu_end);
+    }
     if (hooks.window_end) hooks.window_end(w);
     for (std::int64_t i = 0; i < k; ++i) {
       DLPROBE_ASSIGN_OR_RETURN(

@@ -36,7 +36,7 @@ void input_rules(const RunFacts& f, std::vector<Finding>& out) {
   }
   // A run that failed or ran out of memory never reached its steady steps: its utilisation says
   // nothing about where its steps would spend their time.
-  if (f.oom || f.crashed) return;
+  if (f.oom || f.failed) return;
   if (f.no_steady_phase) {
     out.push_back({
         "no_steady_phase",
@@ -234,11 +234,12 @@ void outcome_rules(const RunFacts& f, std::vector<Finding>& out) {
         "a process waiting on a GPU another job holds",
         {},
     });
-  } else if (f.crashed) {
+  } else if (f.failed) {
+    // The names of docs/external.md's outcomes: a non-zero exit failed, a signal crashed.
     out.push_back({
-        "crashed",
+        f.signal ? "crashed" : "failed",
         Severity::error,
-        "The workload failed",
+        f.signal ? "The workload was ended by a signal" : "The workload exited with an error",
         f.signal ? fmt::format("ended by signal {}", *f.signal)
                  : fmt::format("exit status {}", f.exit_code.value_or(-1)),
         "See the output's last lines (kept in the results); a signal 9 without a message is "

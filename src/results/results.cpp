@@ -136,6 +136,16 @@ std::vector<double> run_throughputs(const Samples& samples) {
   return group_throughputs(samples, samples.run_steps);
 }
 
+std::optional<double> other_cpu_share(const Samples& samples) {
+  if (samples.window_other_cpu_seconds.empty() || samples.host_cpus < 1) return std::nullopt;
+  double other = 0;
+  for (const double s : samples.window_other_cpu_seconds) other += s;
+  double wall = 0;
+  for (const double s : samples.step_seconds) wall += s;
+  if (!(wall > 0)) return std::nullopt;
+  return std::min(1.0, other / (wall * samples.host_cpus));
+}
+
 // ---- the schema ----
 //
 // Each struct's keys are listed once, in its Schema: writing and reading both walk that list, so a
@@ -453,11 +463,31 @@ struct Schema<Samples> {
   // The step times come before the items: a single item count stands for every step.
   static constexpr auto fields = std::tuple_cat(
       DLPROBE_RESULTS_KEYS(warmup_steps, step_seconds),
-      DLPROBE_RESULTS_KEYS_SINCE_1(window_steps, run_steps, warmup),
+      DLPROBE_RESULTS_KEYS_SINCE_1(window_steps, run_steps, warmup, window_other_cpu_seconds,
+                                   host_cpus),
       std::tuple{CustomField<Samples>{"step_items", write_step_items, read_step_items}});
   static Status check(const std::string& path, const Samples& s) {
     DLPROBE_RETURN_IF_ERROR(check_groups(path, "window_steps", "window", s.window_steps, s));
     DLPROBE_RETURN_IF_ERROR(check_groups(path, "run_steps", "run", s.run_steps, s));
+    // One figure a window: every window of every run, or one a run when no run had several.
+    const std::size_t windows = !s.window_steps.empty()
+                                    ? s.window_steps.size()
+                                    : std::max<std::size_t>(1, s.run_steps.size());
+    if (!s.window_other_cpu_seconds.empty() && s.window_other_cpu_seconds.size() != windows) {
+      return invalid_argument(fmt::format("{}: {} entries for {} windows",
+                                          join_path(path, "window_other_cpu_seconds"),
+                                          s.window_other_cpu_seconds.size(), windows));
+    }
+    for (const double seconds : s.window_other_cpu_seconds) {
+      if (!(seconds >= 0)) {
+        return invalid_argument(fmt::format("{}: {} is not a CPU time",
+                                            join_path(path, "window_other_cpu_seconds"), seconds));
+      }
+    }
+    if (s.host_cpus < 0) {
+      return invalid_argument(
+          fmt::format("{}: {} CPUs", join_path(path, "host_cpus"), s.host_cpus));
+    }
     if (s.step_items.size() != s.step_seconds.size()) {
       return invalid_argument(fmt::format("{}: {} entries for {} steps",
                                           join_path(path, "step_items"), s.step_items.size(),

@@ -866,7 +866,7 @@ diagnosis::RunFacts facts_of(const RunResult& r) {
     f.oom_framework = std::string(framework_name(r.oom->framework));
     f.oom_line = r.oom->line;
   }
-  f.crashed = r.outcome == Outcome::crashed || r.outcome == Outcome::failed;
+  f.failed = r.outcome == Outcome::crashed || r.outcome == Outcome::failed;
   f.exit_code = r.exit.exit_code;
   f.signal = r.exit.signal;
   f.hang = r.outcome == Outcome::hang;

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include "dlprobe/bench/host_cpu.h"
+
 namespace dlprobe::bench {
 namespace {
 
@@ -206,6 +210,74 @@ TEST(Findings, NoisyStepsAboveFivePercent) {
   std::vector<double> calm;
   for (int i = 0; i < 30; ++i) calm.push_back(i % 2 == 0 ? 0.098 : 0.102);  // CV 2%
   EXPECT_EQ(find(to_configuration(measured(run_of({calm}))), "noisy_steps"), nullptr);
+}
+
+TEST(Findings, NoisyStepsOnTheCpuSayWhatHelpsThere) {
+  std::vector<double> t;
+  for (int i = 0; i < 30; ++i) t.push_back(i % 2 == 0 ? 0.09 : 0.11);
+  const BenchResult r = run_of({t});
+  Measured m = measured(r);
+  m.device = Device{};
+  m.backend = BackendKind::onednn;
+  const results::Finding* f = find(to_configuration(m), "noisy_steps");
+  ASSERT_NE(f, nullptr);
+  // A CPU has no GPU clocks to pin.
+  EXPECT_EQ(f->fix.find("nvidia-smi"), std::string::npos) << f->fix;
+  EXPECT_EQ(f->fix.find("GPU"), std::string::npos) << f->fix;
+  EXPECT_NE(f->fix.find("OMP_PROC_BIND"), std::string::npos) << f->fix;
+}
+
+// Two windows of 1 s each; other processes took the CPU seconds given in each.
+results::Configuration contended(double first, double second) {
+  BenchResult r = run_of({steady(10, 0.1), steady(10, 0.1)});
+  r.windows[0].other_cpu_seconds = first;
+  r.windows[1].other_cpu_seconds = second;
+  Measured m = measured(r);
+  m.device = Device{};
+  m.backend = BackendKind::onednn;
+  return to_configuration(m);
+}
+
+TEST(Findings, CpuContentionWhenOtherProcessesTookTheCpus) {
+  const int cpus = online_cpus();
+  // Other processes on half the cores (on 2 CPUs: one process on a full core).
+  const double half = 0.5 * cpus;
+  const results::Configuration busy = contended(half, half);
+  EXPECT_EQ(busy.samples.window_other_cpu_seconds, (std::vector<double>{half, half}));
+  EXPECT_EQ(busy.samples.host_cpus, cpus);
+  ASSERT_TRUE(results::other_cpu_share(busy.samples).has_value());
+  EXPECT_NEAR(*results::other_cpu_share(busy.samples), 0.5, 1e-9);
+  const results::Finding* f = find(busy, "cpu_contention");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->severity, results::Severity::warning);
+  EXPECT_NE(f->evidence.find(fmt::format("50% of the machine's CPU time ({:.1f} of {} CPUs", half,
+                                         cpus)),
+            std::string::npos)
+      << f->evidence;
+  // A quiet machine: the daemons' few ticks are no contention.
+  EXPECT_EQ(find(contended(0.001, 0.0), "cpu_contention"), nullptr);
+  // Not read: nothing recorded, nothing said.
+  const results::Configuration unread = to_configuration(measured(run_of({steady(10, 0.1)})));
+  EXPECT_TRUE(unread.samples.window_other_cpu_seconds.empty());
+  EXPECT_FALSE(results::other_cpu_share(unread.samples).has_value());
+}
+
+TEST(HostCpu, ParsesProcStatAndProcPidStat) {
+  EXPECT_EQ(parse_proc_stat_busy(
+                "cpu  100 20 30 5000 40 5 5 10 0 0\ncpu0 50 10 15 2500 20 2 2 5 0 0\n", 100.0),
+            1.7);
+  EXPECT_EQ(parse_proc_stat_busy("intr 1 2 3\n", 100.0), std::nullopt);
+  EXPECT_EQ(parse_proc_stat_busy("cpu  1 2\n", 100.0), std::nullopt);
+  // A command name with a space and a parenthesis: fields count from the last ')'.
+  const std::string stat =
+      "4242 (a (b) c) R 1 4242 4242 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 8 0 1000 0 0";
+  EXPECT_EQ(parse_proc_pid_cpu(stat, 100.0), 3.0);
+  EXPECT_EQ(parse_proc_pid_cpu("4242 (x) R 1 2", 100.0), std::nullopt);
+  EXPECT_EQ(other_cpu_seconds({10.0, 1.0}, {12.5, 1.5}), 2.0);
+  EXPECT_EQ(other_cpu_seconds({10.0, 1.0}, {10.0, 1.01}), 0.0);
+  const std::optional<CpuTimes> now = read_cpu_times();
+  ASSERT_TRUE(now.has_value());
+  EXPECT_GE(now->all_busy_seconds, now->own_seconds);
 }
 
 TEST(Findings, WindowsWithinTwoPercentAgree) {

@@ -54,10 +54,10 @@ TEST(Diagnosis, LowUtilisationWithSaturatedHost) {
   f.oom = true;
   EXPECT_EQ(find(diagnose_run(f), "host_bound"), nullptr);
   f.oom = false;
-  f.crashed = true;
+  f.failed = true;
   EXPECT_EQ(find(diagnose_run(f), "host_bound"), nullptr);
   EXPECT_EQ(find(diagnose_run(f), "gpu_underused"), nullptr);
-  f.crashed = false;
+  f.failed = false;
   // Busy GPU: neither.
   f.gpu_util_median_pct = 70;
   f.busiest_process_cpu_pct = 100;
@@ -141,7 +141,7 @@ TEST(Diagnosis, Throttling) {
 TEST(Diagnosis, Outcomes) {
   RunFacts oom;
   oom.oom = true;
-  oom.crashed = true;
+  oom.failed = true;
   oom.oom_framework = "pytorch";
   oom.oom_line = "torch.OutOfMemoryError: CUDA out of memory.";
   const auto v = diagnose_run(oom);
@@ -149,11 +149,20 @@ TEST(Diagnosis, Outcomes) {
   EXPECT_EQ(find(v, "oom")->severity, Severity::error);
   EXPECT_NE(find(v, "oom")->evidence.find("pytorch"), std::string::npos);
   EXPECT_EQ(find(v, "crashed"), nullptr);  // the OOM explains the failure
+  EXPECT_EQ(find(v, "failed"), nullptr);
 
   RunFacts crash;
-  crash.crashed = true;
+  crash.failed = true;
   crash.signal = 11;
+  ASSERT_NE(find(diagnose_run(crash), "crashed"), nullptr);
   EXPECT_NE(find(diagnose_run(crash), "crashed")->evidence.find("signal 11"), std::string::npos);
+  // A non-zero exit is a failure, not a crash (docs/external.md keeps "crashed" for signals).
+  RunFacts exit;
+  exit.failed = true;
+  exit.exit_code = 2;
+  EXPECT_EQ(find(diagnose_run(exit), "crashed"), nullptr);
+  ASSERT_NE(find(diagnose_run(exit), "failed"), nullptr);
+  EXPECT_NE(find(diagnose_run(exit), "failed")->evidence.find("exit status 2"), std::string::npos);
   RunFacts hang;
   hang.hang = true;
   hang.hang_after_s = 60;

@@ -136,12 +136,14 @@ TEST(RunWorkload, ExitStatusAndSignal) {
   const RunResult failed = run_ok(options({"--steps", "2", "--exit", "3"}));
   EXPECT_EQ(failed.outcome, Outcome::failed);
   EXPECT_EQ(failed.exit.exit_code, 3);
-  EXPECT_TRUE(has_finding(failed, "crashed"));
+  EXPECT_TRUE(has_finding(failed, "failed"));
+  EXPECT_FALSE(has_finding(failed, "crashed"));
 
   const RunResult killed = run_ok(options({"--steps", "2", "--signal", "15"}));
   EXPECT_EQ(killed.outcome, Outcome::crashed);
   EXPECT_EQ(killed.exit.signal, SIGTERM);
   EXPECT_EQ(describe_exit(killed.exit), "signal 15 (SIGTERM)");
+  EXPECT_TRUE(has_finding(killed, "crashed"));
 }
 
 TEST(RunWorkload, LaunchError) {

@@ -22,6 +22,7 @@ inline constexpr double kNoisyCv = 0.05;              // step-time CV above this
 inline constexpr std::size_t kFewSteps = 10;          // fewer timed steps than this
 inline constexpr double kSlowFirstStep = 1.10;        // first step this many times the median ...
 inline constexpr double kWindowSpread = 0.02;         // (max - min) / median of window throughputs
+inline constexpr double kCpuContention = 0.10;        // other processes' share of the CPU time
 inline constexpr double kClockSpread = 0.05;          // (max - min) / median SM clock in the window
 inline constexpr double kLowUtilPct = 70.0;           // median GPU utilisation below this
 inline constexpr std::size_t kMinFirstStepSteps = 5;  // the first-step rule needs this many steps
@@ -99,8 +100,8 @@ results::Finding input_finding(const results::Configuration& synthetic,
                                const results::Configuration& fed, const InputFacts& facts);
 
 // The warnings a configuration's own numbers call for (ids: slow_first_step, warmup_not_steady,
-// noisy_steps, few_steps, windows_disagree, clock_events, clock_changed, other_process,
-// low_gpu_util); each says what it saw and what to do.
+// noisy_steps, few_steps, windows_disagree, cpu_contention, clock_events, clock_changed,
+// other_process, low_gpu_util); each says what it saw and what to do, for the device it ran on.
 std::vector<results::Finding> findings_of(const results::Configuration& configuration,
                                           const std::vector<OtherProcess>& others);
 

@@ -129,6 +129,9 @@ struct Window {
   std::vector<double> step_seconds;
   std::int64_t host_begin_ns = 0;  // steady clock, around the window (for telemetry)
   std::int64_t host_end_ns = 0;
+  // CPU seconds other processes on the host used during the window (host_cpu.h); nullopt where
+  // /proc could not be read.
+  std::optional<double> other_cpu_seconds;
 };
 
 struct BenchResult {

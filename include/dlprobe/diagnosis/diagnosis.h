@@ -44,7 +44,8 @@ struct RunFacts {
   bool oom = false;
   std::optional<std::string> oom_framework;
   std::optional<std::string> oom_line;
-  bool crashed = false;
+  // Ended badly: a non-zero exit status (finding `failed`) or a signal (`crashed`, with `signal`).
+  bool failed = false;
   std::optional<int> exit_code;
   std::optional<int> signal;
   bool hang = false;

@@ -170,6 +170,11 @@ struct Samples {
   // count; empty: one run. Added within dlprobe.results/1, as is the warm-up of each run.
   std::vector<std::int64_t> run_steps;
   std::vector<Warmup> warmup;
+  // CPU seconds that other processes on the host used during each timed window, every run's in
+  // order (/proc/stat's busy time less this process's), and the CPUs online; empty and 0 where not
+  // read (an external run, an older file). Added within dlprobe.results/1.
+  std::vector<double> window_other_cpu_seconds;
+  int host_cpus = 0;
 
   friend bool operator==(const Samples&, const Samples&) = default;
 };
@@ -179,6 +184,10 @@ struct Samples {
 std::vector<double> window_throughputs(const Samples& samples);
 // The same for each run (Samples::run_steps).
 std::vector<double> run_throughputs(const Samples& samples);
+
+// The share of the host's CPU time (0 to 1) that other processes used over the timed windows: their
+// CPU seconds over the windows' step time times the CPUs; nullopt where not recorded.
+std::optional<double> other_cpu_share(const Samples& samples);
 
 struct Memory {
   // "allocator": dlprobe's caching allocator (allocator_stats holds memory::to_flat_json);
