@@ -51,7 +51,8 @@ int run_evaluate(const EvaluateFlags& flags) {
   if (!flags.tuning.cache.empty()) options.conv.tuning = tuning->cache;
   options.folder = flags.out.empty() ? evaluate::default_folder() : flags.out;
   if (is_stdout_path(options.folder)) {
-    return report_error(invalid_argument("--out -: names a folder, which standard output is not"));
+    return report_error(
+        invalid_argument("--output -: names a folder, which standard output is not"));
   }
   std::error_code ec;
   const bool existed = std::filesystem::exists(options.folder, ec);
@@ -61,7 +62,7 @@ int run_evaluate(const EvaluateFlags& flags) {
     return report_error(why);
   };
   if (Status s = evaluate::prepare_folder(options.folder, flags.overwrite); !s) {
-    return discard(s.with_context("--out"));
+    return discard(s.with_context("--output"));
   }
   ProgressLine line(flags.quiet);
   auto plan = evaluate::plan_evaluation(options, [&](const std::string& text) { line.note(text); });
@@ -92,7 +93,9 @@ int run_evaluate(const EvaluateFlags& flags) {
 Command add_evaluate_command(CLI::App& app) {
   auto flags = std::make_shared<EvaluateFlags>();
   CLI::App* sub = app.add_subcommand("evaluate", kEvaluateAbout);
-  sub->add_option("-o,--out", flags->out,
+  // -o is the output in every command: a file for doctor and report, this folder here (--out, the
+  // name it had first, still works).
+  sub->add_option("-o,--output,--out", flags->out,
                   "Folder for results.json, report.html and doctor.json (default: "
                   "dlprobe-evaluate-<UTC date>-<time>; refused when it holds results, unless "
                   "--overwrite)");

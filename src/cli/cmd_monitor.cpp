@@ -178,7 +178,8 @@ Command add_monitor_command(CLI::App& app) {
   add_text_options<MonitorFlags>(
       *sub, *flags,
       {{"-i,--interval", &MonitorFlags::interval,
-        "Time between samples, with a unit (default 100ms, minimum 10ms)"},
+        "Time between samples, with a unit, at least 10ms (nvidia-smi dmon's -i picks the GPU; "
+        "here --gpu does)"},
        {"-c,--count", &MonitorFlags::count, "Stop after N samples"},
        {"--duration", &MonitorFlags::duration, "Stop after this long (e.g. 20s, 5m)"},
        {"--gpu", &MonitorFlags::gpus, "GPU indices to sample, e.g. 0,1 (default: all)"}});

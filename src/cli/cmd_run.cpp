@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <string>
 
 #include "commands.h"
 #include "dlprobe/core/interrupt.h"
@@ -210,12 +211,11 @@ Command add_run_command(CLI::App& app) {
       *sub, *flags,
       {{"--timeout", &RunFlags::timeout,
         "Stop the workload after this long (SIGTERM, then SIGKILL after --kill-grace)"},
-       {"--kill-grace", &RunFlags::kill_grace,
-        "Wait between SIGINT/SIGTERM and the next signal (default 10s)"},
+       {"--kill-grace", &RunFlags::kill_grace, "Wait between SIGINT/SIGTERM and the next signal"},
        {"--hang-after", &RunFlags::hang_after,
         "Call it a hang after this long without output and without GPU activity"},
        {"--warmup-steps", &RunFlags::warmup_steps,
-        "Steps dropped before measuring (default 5; the workload can mark them)"},
+        "Steps dropped before measuring (the workload can mark them)"},
        {"--batch", &RunFlags::batch, "Items per step when the workload does not say"},
        {"--throughput-regex", &RunFlags::throughput_regex,
         "Throughput from output lines: a named group (?<ips>...) in items/s, or "
@@ -233,11 +233,10 @@ Command add_run_command(CLI::App& app) {
                 "Find the largest {batch} that runs: double until failure, then bisect");
   add_text_options<RunFlags>(
       *sub, *flags,
-      {{"--max-batch-start", &RunFlags::max_batch_start, "First batch tried (default 16)"},
-       {"--max-batch-limit", &RunFlags::max_batch_limit, "Largest batch tried (default 65536)"},
-       {"--max-batch-step", &RunFlags::max_batch_step, "Answer to a multiple of this (default 1)"},
-       {"--max-batch-runs", &RunFlags::max_batch_runs,
-        "At most this many runs per search (default 12)"},
+      {{"--max-batch-start", &RunFlags::max_batch_start, "First batch tried"},
+       {"--max-batch-limit", &RunFlags::max_batch_limit, "Largest batch tried"},
+       {"--max-batch-step", &RunFlags::max_batch_step, "Answer to a multiple of this"},
+       {"--max-batch-runs", &RunFlags::max_batch_runs, "At most this many runs per search"},
        {"--copies", &RunFlags::copies,
         "Start N copies of the command together on the GPU ({copy} and DLPROBE_COPY: 1..N) and "
         "report their combined throughput, each one's memory and preallocation"},
@@ -252,7 +251,14 @@ Command add_run_command(CLI::App& app) {
         "Write everything run measured (schema dlprobe.run/1: output tails, time line, "
         "max-batch searches); '-' for either: standard output, at the end"},
        {"--gpu", &RunFlags::gpus, "GPU indices to watch, e.g. 0,1 (default: all)"},
-       {"-i,--interval", &RunFlags::interval, "Sampling interval (default 100ms)"}});
+       {"-i,--interval", &RunFlags::interval,
+        "Sampling interval (nvidia-smi dmon's -i picks the GPU; here --gpu does)"}});
+  // The search's defaults are run::MaxBatchPlan's, which the empty flags leave in place.
+  const run::MaxBatchPlan plan;
+  sub->get_option("--max-batch-start")->default_str(std::to_string(plan.start));
+  sub->get_option("--max-batch-limit")->default_str(std::to_string(plan.limit));
+  sub->get_option("--max-batch-step")->default_str(std::to_string(plan.step));
+  sub->get_option("--max-batch-runs")->default_str(std::to_string(plan.runs));
   add_overwrite_flag(*sub, flags->overwrite);
   add_history_flags(*sub, flags->history);
   sub->add_flag("-q,--quiet", flags->quiet, "Do not pass the workload's output through");

@@ -208,7 +208,8 @@ Command add_step_command(CLI::App& app) {
          "Convolution engines allowed: exact (deterministic direct sums, the default: "
          "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd)");
   sub->add_option("--loss-scale", flags->loss_scale,
-                  "fp16: the loss scale of this step (default GradScaler's initial 65536)");
+                  "fp16: the loss scale of this step (as GradScaler's initial scale)")
+      ->default_str("65536");
   CLI::Option* steps = sub->add_option(
       "--steps", flags->steps,
       "Run this many steps (--mode train; step i on batch i mod the input's batches) "

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <regex>
 #include <span>
+#include <string>
+#include <utility>
 
 namespace dlprobe::cli {
 
@@ -26,6 +29,72 @@ std::string one_line(std::string_view text) {
     }
   }
   return line;
+}
+
+namespace {
+
+// The value types of options that show no default ("command --flag", or "--flag" in every
+// command); the others are named from their default.
+constexpr std::pair<std::string_view, std::string_view> kValueTypes[] = {
+    {"bench --batch", "INT[,INT...]|auto"},
+    {"memory --batch", "INT[,INT...]"},
+    {"--profile", "INT"},
+    {"--batch", "INT"},
+    {"--steps", "INT"},
+    {"--count", "INT"},
+    {"--calibration-batch", "INT"},
+    {"--max-batch-start", "INT"},
+    {"--max-batch-limit", "INT"},
+    {"--max-batch-step", "INT"},
+    {"--max-batch-runs", "INT"},
+    {"--loss-scale", "NUMBER"},
+    {"--fail-above", "FRACTION"},
+    {"--timeout", "DURATION"},
+    {"--hang-after", "DURATION"},
+    {"--duration", "DURATION"},
+    {"--device-memory", "SIZE"},
+    {"--limit", "SIZE"},
+    {"--memory-limit", "SIZE"},
+    {"--copies", "INT"},
+    {"--gpu", "INT[,INT...]"},
+};
+
+// INT, NUMBER, FRACTION (12%) or DURATION (2s, 100ms) from a default's text; empty for words.
+std::string_view type_of_default(std::string_view text) {
+  static const std::regex integer("-?[0-9]+");
+  static const std::regex number("-?[0-9]*\\.?[0-9]+(e-?[0-9]+)?");
+  static const std::regex percent("[0-9]*\\.?[0-9]+%");
+  static const std::regex duration("[0-9]*\\.?[0-9]+(ns|us|ms|s|m|h)");
+  const std::string value(text);
+  if (std::regex_match(value, integer)) return "INT";
+  if (std::regex_match(value, number)) return "NUMBER";
+  if (std::regex_match(value, percent)) return "FRACTION";
+  if (std::regex_match(value, duration)) return "DURATION";
+  return {};
+}
+
+void name_types_in(CLI::App& app, const std::string& command) {
+  for (CLI::Option* o : app.get_options()) {
+    if (o->get_type_name() != "TEXT" || o->get_lnames().empty()) continue;
+    const std::string flag = "--" + o->get_lnames().front();
+    std::string_view type = type_of_default(o->get_default_str());
+    for (const auto& [name, named] : kValueTypes) {
+      if (name == command + " " + flag || name == flag) {
+        type = named;
+        break;
+      }
+    }
+    if (!type.empty()) o->type_name(std::string(type));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    name_types_in(*sub, sub->get_name());
+  }
+}
+
+}  // namespace
+
+void name_value_types(CLI::App& app) {
+  name_types_in(app, "");
 }
 
 int report_error(const Status& status) {

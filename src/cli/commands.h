@@ -47,15 +47,24 @@ struct TextOption {
   const char* help;
 };
 // Registers `options` on `sub` in the order given, each writing to its field of `flags`.
+// Each shows its field's value as its default, where it has one.
 template <class Flags>
 void add_text_options(CLI::App& sub, Flags& flags,
                       std::initializer_list<TextOption<Flags>> options) {
-  for (const TextOption<Flags>& o : options) sub.add_option(o.names, flags.*o.field, o.help);
+  for (const TextOption<Flags>& o : options) {
+    sub.add_option(o.names, flags.*o.field, o.help)->capture_default_str();
+  }
 }
 
 // `text` with its control characters escaped (\n, \t, \r, \xNN): an error quotes the values it
 // refuses, and one that holds a line break must not break the error's one line.
 std::string one_line(std::string_view text);
+
+// Gives every option of `app` and its subcommands that takes its value as text the type its help
+// shows: "--steps INT=30", not "TEXT=30". The values stay text for the commands to parse (so that
+// errors name the flag); this pass only names what they take, from the default shown or, where
+// there is none, from the list in commands.cpp.
+void name_value_types(CLI::App& app);
 
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);

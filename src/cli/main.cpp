@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
       add_run_command(app),      add_report_command(app),  add_compare_command(app),
       add_pipeline_command(app), add_history_command(app),
   };
+  name_value_types(app);
 
   try {
     app.parse(argc, argv);

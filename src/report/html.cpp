@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <span>
+#include <tuple>
 
 #include "dlprobe/core/units.h"
 #include "dlprobe/stats/statistics.h"
@@ -299,10 +300,14 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
   struct Row {
     const Entry* entry;
     double median_s;
-    std::vector<double> pct;  // each step's time, percent off the median
+    std::vector<double> pct;       // each step's time, percent off the median
+    std::vector<std::size_t> out;  // the outliers among them
+    std::vector<double> inliers;   // the rest, sorted
   };
   std::vector<Row> rows;
-  double reach = 1;  // percent either side of the median the axis covers
+  // Percent either side of the median the axis covers: the boxes and whiskers. An outlier past it
+  // (one step 15 times the median) is marked at the edge; scaled to it, the boxes would be lines.
+  double reach = 1;
   for (const auto& e : all) {
     const auto& t = e.config->samples.step_seconds;
     if (t.empty()) continue;
@@ -312,13 +317,21 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
     // be nan or inf in the SVG, which browsers refuse.
     const double m = stats::median(t);
     if (!(m > 0 && std::isfinite(m))) continue;
-    Row row{&e, m, {}};
+    Row row{&e, m, {}, {}, {}};
     for (double v : t) {
       const double pct = (v / m - 1) * 100;
-      if (!std::isfinite(pct)) continue;
-      row.pct.push_back(pct);
-      reach = std::max(reach, std::abs(pct));
+      if (std::isfinite(pct)) row.pct.push_back(pct);
     }
+    if (row.pct.empty()) continue;
+    row.out = stats::outliers(row.pct);
+    for (std::size_t k = 0; k < row.pct.size(); ++k) {
+      if (!std::binary_search(row.out.begin(), row.out.end(), k)) {
+        row.inliers.push_back(row.pct[k]);
+      }
+    }
+    if (row.inliers.empty()) continue;
+    std::sort(row.inliers.begin(), row.inliers.end());
+    reach = std::max({reach, std::abs(row.inliers.front()), std::abs(row.inliers.back())});
     rows.push_back(std::move(row));
   }
   if (rows.empty()) return "<p class=\"none\">No configuration has timed steps.</p>\n";
@@ -327,25 +340,19 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
   f.right = 130;
   const double row_h = 26;
   f.height = f.top + f.bottom + row_h * static_cast<double>(rows.size());
-  const Axis x = nice_axis(-reach * 1.05, reach * 1.05, 8);
+  const Axis x = nice_axis(-reach * 1.25, reach * 1.25, 8);
   std::string s = svg_open("chart-step-times", f, "Step time distribution per configuration");
   s += x_axis(f, x,
               "step time, % off the configuration's median (box: quartiles, whiskers: range "
-              "without outliers, circles: outliers)");
+              "without outliers, circles: outliers, triangles: outliers past the axis)");
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const double median_s = rows[i].median_s;
-    const std::vector<double>& pct = rows[i].pct;
-    const std::vector<std::size_t> out = stats::outliers(pct);
-    std::vector<double> inliers;
-    for (std::size_t k = 0; k < pct.size(); ++k) {
-      if (!std::binary_search(out.begin(), out.end(), k)) inliers.push_back(pct[k]);
-    }
-    std::sort(inliers.begin(), inliers.end());
+    const Row& row = rows[i];
+    const std::vector<double>& inliers = row.inliers;
     const double q1 = stats::percentile_sorted(inliers, 0.25);
     const double q3 = stats::percentile_sorted(inliers, 0.75);
     auto px = [&](double v) { return map(v, x.lo, x.hi, f.x0(), f.x1()); };
     const double yc = f.y1() + row_h * (static_cast<double>(i) + 0.5);
-    const std::string name = label(*rows[i].entry, several);
+    const std::string name = label(*row.entry, several);
     std::string shown = name.size() > 48 ? name.substr(0, 47) + "…" : name;
     s += fmt::format(
         "<g class=\"box\"><title>{}: median {:.3f} ms, quartiles {:+.2f}% / {:+.2f}%, {} steps, {} "
@@ -356,15 +363,37 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
         "stroke=\"{}\"/>"
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>"
         "<text class=\"row-label\" x=\"{}\" y=\"{}\">{:.3f} ms</text>",
-        esc(name), median_s * 1e3, q1, q3, pct.size(), out.size(), svg_number(f.x0() - 8),
-        svg_number(yc + 4), esc(shown), svg_number(px(inliers.front())), svg_number(yc),
-        svg_number(px(inliers.back())), svg_number(yc), colour(i), svg_number(px(q1)),
-        svg_number(yc - 8), svg_number(std::max(px(q3) - px(q1), 1.0)), colour(i), colour(i),
-        svg_number(px(0)), svg_number(yc - 8), svg_number(px(0)), svg_number(yc + 8), colour(i),
-        svg_number(f.x1() + 8), svg_number(yc + 4), median_s * 1e3);
-    for (std::size_t k : out) {
-      s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"none\" stroke=\"{}\"/>",
-                       svg_number(px(pct[k])), svg_number(yc), colour(i));
+        esc(name), row.median_s * 1e3, q1, q3, row.pct.size(), row.out.size(),
+        svg_number(f.x0() - 8), svg_number(yc + 4), esc(shown), svg_number(px(inliers.front())),
+        svg_number(yc), svg_number(px(inliers.back())), svg_number(yc), colour(i),
+        svg_number(px(q1)), svg_number(yc - 8), svg_number(std::max(px(q3) - px(q1), 1.0)),
+        colour(i), colour(i), svg_number(px(0)), svg_number(yc - 8), svg_number(px(0)),
+        svg_number(yc + 8), colour(i), svg_number(f.x1() + 8), svg_number(yc + 4),
+        row.median_s * 1e3);
+    // Outliers on the axis as circles; those past either end as one triangle at that edge.
+    std::vector<double> past_low;
+    std::vector<double> past_high;
+    for (std::size_t k : row.out) {
+      const double v = row.pct[k];
+      if (v < x.lo) {
+        past_low.push_back(v);
+      } else if (v > x.hi) {
+        past_high.push_back(v);
+      } else {
+        s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"none\" stroke=\"{}\"/>",
+                         svg_number(px(v)), svg_number(yc), colour(i));
+      }
+    }
+    for (const auto& [past, edge, dir] :
+         {std::tuple{&past_low, f.x0(), -1.0}, std::tuple{&past_high, f.x1(), 1.0}}) {
+      if (past->empty()) continue;
+      const auto [lo, hi] = std::minmax_element(past->begin(), past->end());
+      s += fmt::format(
+          "<path class=\"clipped\" d=\"M{} {}L{} {}L{} {}Z\" fill=\"{}\"><title>{} outlier{} "
+          "past the axis, {:+.0f}% to {:+.0f}%</title></path>",
+          svg_number(edge + dir * 6), svg_number(yc), svg_number(edge), svg_number(yc - 5),
+          svg_number(edge), svg_number(yc + 5), colour(i), past->size(),
+          past->size() == 1 ? "" : "s", *lo, *hi);
     }
     s += "</g>\n";
   }
@@ -712,7 +741,8 @@ std::vector<Note> notes(const std::vector<Entry>& all, std::span<const NamedDocu
 std::string notes_html(const std::vector<Note>& list) {
   if (list.empty()) return "<p class=\"none\">None.</p>\n";
   std::string s =
-      "<table id=\"findings\"><thead><tr><th>severity</th><th>where</th><th>id</th>"
+      "<div class=\"wide\"><table "
+      "id=\"findings\"><thead><tr><th>severity</th><th>where</th><th>id</th>"
       "<th>message</th><th>evidence</th><th>fix</th></tr></thead><tbody>\n";
   for (const auto& n : list) {
     s += fmt::format(
@@ -721,11 +751,12 @@ std::string notes_html(const std::vector<Note>& list) {
         esc(n.severity), esc(n.severity), esc(n.where), esc(n.id), esc(n.message), esc(n.evidence),
         esc(n.fix));
   }
-  return s + "</tbody></table>\n";
+  return s + "</tbody></table></div>\n";
 }
 
 std::string table_html(const results::Table& t) {
-  std::string s = "<table id=\"configurations\" class=\"sortable\"><thead><tr>";
+  // In a box of the page's width that scrolls, should a table of many columns still be wider.
+  std::string s = "<div class=\"wide\"><table id=\"configurations\" class=\"sortable\"><thead><tr>";
   for (const auto& c : t.columns) s += fmt::format("<th>{}</th>", esc(c));
   s += "</tr></thead><tbody>\n";
   for (const auto& r : t.rows) {
@@ -739,7 +770,7 @@ std::string table_html(const results::Table& t) {
     }
     s += "</tr>\n";
   }
-  return s + "</tbody></table>\n";
+  return s + "</tbody></table></div>\n";
 }
 
 constexpr std::string_view kStyle = R"(
@@ -753,7 +784,8 @@ svg .grid { stroke: #e6e6e6; }
 svg .tick, svg .legend, svg .row-label { font-size: 11px; fill: #444; }
 svg .axis-label { font-size: 12px; fill: #222; }
 svg .series { fill: none; stroke-width: 2; }
-table { border-collapse: collapse; margin: 8px 0; }
+table { border-collapse: collapse; margin: 8px 0; max-width: 100%; }
+.wide { overflow-x: auto; max-width: 100%; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 table.sortable th { cursor: pointer; background: #f4f4f4; user-select: none; }
@@ -835,7 +867,7 @@ std::string render_html(std::span<const NamedDocument> documents) {
   if (!telemetry.empty()) body += "<h2>GPU telemetry</h2>\n" + telemetry;
   body += "<h2>Warnings and findings</h2>\n" + notes_html(notes(all, documents, several));
   body += "<h2>Configurations</h2>\n<p class=\"sub\">Click a column heading to sort.</p>\n" +
-          table_html(results::configuration_table(documents));
+          table_html(results::without_empty_columns(results::configuration_table(documents)));
   body += "<h2>Environment</h2>\n";
   for (const auto& d : documents) body += environment(d);
 

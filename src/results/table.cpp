@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "dlprobe/allocator/caching_allocator.h"
 #include "dlprobe/core/units.h"
@@ -50,6 +52,19 @@ Cell optional_number(const std::optional<double>& v, std::string_view format) {
   return number(*v, fmt::format(fmt::runtime(format), *v));
 }
 
+// FLOP/s with the prefix that suits the figure: a GPU's 312.5 TFLOP/s, a CPU's 41.2 GFLOP/s (in
+// TFLOP/s, "0.0").
+Cell flops(const std::optional<double>& tflops) {
+  if (!tflops) return empty();
+  const double v = *tflops * 1e12;
+  constexpr std::pair<double, const char*> kPrefixes[] = {{1e15, "P"}, {1e12, "T"}, {1e9, "G"},
+                                                          {1e6, "M"}, {1e3, "k"}};
+  for (const auto& [scale, prefix] : kPrefixes) {
+    if (std::abs(v) >= scale) return number(v, fmt::format("{:.1f} {}FLOP/s", v / scale, prefix));
+  }
+  return number(v, fmt::format("{:.0f} FLOP/s", v));
+}
+
 std::vector<Cell> row(const Configuration& c) {
   std::vector<Cell> r;
   r.push_back(text(std::string(kind_name(c.kind))));
@@ -84,7 +99,7 @@ std::vector<Cell> row(const Configuration& c) {
   r.push_back(peak ? number(static_cast<double>(*peak), format_size(static_cast<std::uint64_t>(
                                                             std::max<std::int64_t>(*peak, 0))))
                    : empty());
-  r.push_back(c.compute ? optional_number(c.compute->achieved_tflops, "{:.1f}") : empty());
+  r.push_back(c.compute ? flops(c.compute->achieved_tflops) : empty());
   r.push_back(c.compute && c.compute->fraction_of_ceiling
                   ? number(*c.compute->fraction_of_ceiling * 100,
                            fmt::format("{:.1f}", *c.compute->fraction_of_ceiling * 100))
@@ -132,7 +147,7 @@ Table configuration_table(std::span<const NamedDocument> documents) {
                              "outliers",
                              "steps",
                              "peak memory",
-                             "TFLOP/s",
+                             "compute (FLOP/s)",
                              "of ceiling (%)",
                              "median power (W)",
                              "energy (J/item)",
@@ -149,6 +164,27 @@ Table configuration_table(std::span<const NamedDocument> documents) {
     }
   }
   return t;
+}
+
+Table without_empty_columns(const Table& table) {
+  std::vector<bool> keep(table.columns.size(), false);
+  for (const auto& r : table.rows) {
+    for (std::size_t i = 0; i < r.size() && i < keep.size(); ++i) {
+      keep[i] = keep[i] || r[i].number.has_value() || !r[i].text.empty();
+    }
+  }
+  Table out;
+  for (std::size_t i = 0; i < table.columns.size(); ++i) {
+    if (keep[i]) out.columns.push_back(table.columns[i]);
+  }
+  for (const auto& r : table.rows) {
+    std::vector<Cell> kept;
+    for (std::size_t i = 0; i < r.size() && i < keep.size(); ++i) {
+      if (keep[i]) kept.push_back(r[i]);
+    }
+    out.rows.push_back(std::move(kept));
+  }
+  return out;
 }
 
 namespace {

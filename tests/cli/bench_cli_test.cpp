@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -396,9 +397,56 @@ TEST(BenchCliTest, HelpShowsTheDefaults) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* option :
        {"--layout TEXT=auto", "--gpu-memory TEXT=auto", "--graph [auto|on|off]=auto",
-        "--backend TEXT=auto", "--precision TEXT=fp32", "--mode TEXT=train"}) {
+        "--backend TEXT=auto", "--precision TEXT=fp32", "--mode TEXT=train", "--device TEXT=auto",
+        "--steps INT=30", "--min-time DURATION=2s", "--batch INT[,INT...]|auto=256",
+        "--image-size INT=224", "--profile INT=0"}) {
     EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
   }
+}
+
+// Every command's help: a number is typed as one (never TEXT), and a default that is a value is
+// shown as CLI11 shows it ("=30"), not in the prose beside it.
+TEST(HelpCliTest, NumbersAreTypedAndDefaultsShownOneWay) {
+  for (const char* command : {"bench", "memory", "step", "run", "report", "compare", "evaluate",
+                              "doctor", "monitor", "pipeline"}) {
+    const CliRun r = dlprobe::testing::run_dlprobe({command, "--help"});
+    ASSERT_EQ(r.exit_code, 0) << command << "\n" << r.output;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      const auto text = line.find("TEXT=");
+      if (text != std::string::npos && text + 5 < line.size()) {
+        EXPECT_FALSE(std::isdigit(static_cast<unsigned char>(line[text + 5])) != 0)
+            << command << ": " << line;
+      }
+      for (const char* prose : {"(default ", "default:"}) {
+        const auto at = line.find(prose);
+        if (at == std::string::npos) continue;
+        const auto value = line.find_first_not_of(' ', at + std::string_view(prose).size());
+        EXPECT_FALSE(value != std::string::npos &&
+                     std::isdigit(static_cast<unsigned char>(line[value])) != 0)
+            << command << ": " << line;
+      }
+    }
+  }
+  // -o is the output everywhere.
+  for (const char* command : {"report", "doctor", "evaluate"}) {
+    const CliRun r = dlprobe::testing::run_dlprobe({command, "--help"});
+    EXPECT_NE(r.output.find("-o,--output"), std::string::npos) << command << "\n" << r.output;
+  }
+}
+
+// The default device follows the machine: with no GPU, the CPU backend runs and the output says
+// which device was picked and why.
+TEST(BenchCliTest, NoDeviceGivenRunsWhereTheMachineCan) {
+  const CliRun r = run("--model resnet18 --width 16 --image-size 32 --classes 10 --batch 2 "
+                       "--mode infer --steps 1 --min-time 0s --warmup 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  if (r.output.find("dlprobe bench: device cuda:0") != std::string::npos) {
+    GTEST_SKIP() << "a GPU is present: the gpu-labelled tests cover it";
+  }
+  EXPECT_NE(r.output.find("dlprobe bench: device cpu, "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" backend: no usable GPU ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("configuration on cpu"), std::string::npos) << r.output;
 }
 
 TEST(BenchCliTest, CudaWithoutAGpuIsOneLine) {
@@ -406,6 +454,13 @@ TEST(BenchCliTest, CudaWithoutAGpuIsOneLine) {
   if (r.exit_code == 0) GTEST_SKIP() << "a GPU is present: the gpu-labelled tests cover it";
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(error_lines(r.output), 1) << r.output;
+  // What is missing in plain words, and what to run instead; no source path, no runtime jargon.
+  EXPECT_NE(r.output.find("dlprobe: error: --device: cuda:0: no usable GPU: "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("run on the CPU instead with --device cpu"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find(".cpp:"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("insufficient"), std::string::npos) << r.output;
 }
 
 }  // namespace

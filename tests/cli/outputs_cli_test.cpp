@@ -85,7 +85,7 @@ TEST_F(OutputsCli, EveryCommandRefusesToReplaceAnEarlierFile) {
       {"monitor --count 1 --csv " + f, "--csv: " + f},
       {"monitor --count 1 --jsonl " + f, "--jsonl: " + f},
       {"report " + path("input.json") + " -o " + html, "-o: " + html},
-      {"evaluate --quick --device cpu --out " + path("evaluate"), "--out: " + evaluated},
+      {"evaluate --quick --device cpu --out " + path("evaluate"), "--output: " + evaluated},
       {"pipeline " + path("no_dataset") + " --json " + f, "--json: " + f},
   };
   for (const auto& [args, named] : cases) {
@@ -168,7 +168,7 @@ TEST_F(OutputsCli, DashIsStandardOutputAndTheRestGoesToStderr) {
   const Ran evaluate = run("evaluate --quick --device cpu --out -");
   EXPECT_EQ(evaluate.exit_code, 2);
   EXPECT_EQ(testing::error_lines(evaluate.err), 1) << evaluate.err;
-  EXPECT_NE(evaluate.err.find("--out -: "), std::string::npos) << evaluate.err;
+  EXPECT_NE(evaluate.err.find("--output -: "), std::string::npos) << evaluate.err;
 
   EXPECT_FALSE(fs::exists("-"));  // where dlprobe ran
 }

@@ -99,6 +99,38 @@ TEST_F(Cli, CompareGatesOnRegressionsAboveTheLimit) {
   EXPECT_EQ(dlprobe("compare " + slow + " " + kNative + " --fail-above 3%").exit_code, 0);
 }
 
+// A CPU run under load: a fifth of the steps took 2.7 times as long. The throughput fell by a
+// quarter, its interval well clear of 1, while the ranks of the step times barely moved (the U
+// test's p is above 0.05): the verdict is "slower", says why the test disagrees, and the gate
+// fails.
+results::Document loaded(bool slow) {
+  results::Document d;
+  results::Configuration c;
+  c.settings.model = "resnet18";
+  c.settings.batch = 8;
+  c.settings.precision = "fp32";
+  c.settings.device = "cpu";
+  for (int i = 0; i < 40; ++i) {
+    const double t = 0.1 * (1 + 0.01 * ((i * 7) % 11 - 5) / 5.0);
+    c.samples.step_seconds.push_back(slow && i % 5 == 4 ? t + 1.333 / 8 : t);
+  }
+  c.samples.step_items.assign(c.samples.step_seconds.size(), 8.0);
+  c.statistics = *stats::summarize(c.samples.step_seconds, c.samples.step_items);
+  d.configurations.push_back(c);
+  return d;
+}
+
+TEST_F(Cli, CompareCallsADropSlowerWhenItsIntervalExcludesOne) {
+  const std::string base = write("base.json", loaded(false));
+  const std::string next = write("next.json", loaded(true));
+  auto r = dlprobe("compare " + base + " " + next + " --fail-above 3%");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(r.out.find("no change"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("slower (the step-time test does not confirm it, p = "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("dlprobe: regression: resnet18 bs=8 fp32"), std::string::npos) << r.err;
+}
+
 TEST_F(Cli, CompareJson) {
   const std::string slow = write("slow.json", slowed(1.10));
   auto r = dlprobe("compare --json " + kNative + " " + slow);

@@ -210,6 +210,58 @@ TEST(Html, NoNonFiniteNumberReachesTheCharts) {
   EXPECT_EQ(count(boxes, "<g class=\"box\">"), d.configurations.size() - 1);
 }
 
+// A CPU run: no GPU telemetry, a compute figure in GFLOP/s, and one step 16 times the median among
+// steps within 1% of it.
+Document cpu_run() {
+  Document d = testing::synthetic_native_document();
+  d.configurations.resize(1);
+  Configuration& c = d.configurations[0];
+  c.settings.device = "cpu";
+  c.telemetry.clear();
+  c.compute = results::Compute{};
+  c.compute->achieved_tflops = 0.00412;
+  c.samples.step_seconds.assign(40, 0.0);
+  for (std::size_t i = 0; i < 40; ++i) {
+    c.samples.step_seconds[i] = 0.1 * (1 + 0.01 * (static_cast<double>(i % 5) - 2) / 2);
+  }
+  c.samples.step_seconds[17] = 1.6;
+  c.samples.step_items.assign(40, 8.0);
+  c.samples.window_steps.clear();
+  c.statistics = *stats::summarize(c.samples.step_seconds, c.samples.step_items);
+  return d;
+}
+
+TEST(Html, ACpuRunsTableHasNoEmptyColumnsAndSuitableUnits) {
+  const std::vector<NamedDocument> docs = {{"cpu.json", cpu_run()}};
+  const std::string html = render_html(docs);
+  const auto table = html.find("id=\"configurations\"");
+  ASSERT_NE(table, std::string::npos);
+  const std::string head = html.substr(table, html.find("</thead>", table) - table);
+  for (const char* gpu_only : {"median power (W)", "energy (J/item)", "median GPU util (%)",
+                               "median SM clock (MHz)", "of ceiling (%)", "error"}) {
+    EXPECT_EQ(head.find(gpu_only), std::string::npos) << gpu_only;
+  }
+  EXPECT_NE(head.find("compute (FLOP/s)"), std::string::npos) << head;
+  EXPECT_NE(html.find(">4.1 GFLOP/s<"), std::string::npos);
+  // The CSV keeps every column for scripts.
+  const results::Table full = results::configuration_table(docs);
+  EXPECT_GT(full.columns.size(), results::without_empty_columns(full).columns.size());
+  // A page of the window's width: the table scrolls in a box of its own.
+  EXPECT_NE(html.find("<div class=\"wide\"><table id=\"configurations\""), std::string::npos);
+}
+
+TEST(Html, StepTimeAxisShowsTheBoxesAndMarksOutliersPastIt) {
+  const std::vector<NamedDocument> docs = {{"cpu.json", cpu_run()}};
+  const std::string html = render_html(docs);
+  const auto at = html.find("id=\"chart-step-times\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string chart = html.substr(at, html.find("</svg>", at) - at);
+  // The outlier (+1500%) is past the axis, marked at its edge; the axis spans the whiskers.
+  EXPECT_NE(chart.find("1 outlier past the axis, +1500% to +1500%"), std::string::npos) << chart;
+  EXPECT_EQ(chart.find(">1500<"), std::string::npos);
+  EXPECT_EQ(chart.find(">1,500<"), std::string::npos);
+}
+
 // ---- compare ----
 
 Configuration steps(std::int64_t batch, std::vector<double> seconds) {

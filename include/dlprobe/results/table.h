@@ -35,6 +35,9 @@ struct Table {
 // Rows in file order, then configuration order. A "file" column leads when there is more than one
 // document.
 Table configuration_table(std::span<const NamedDocument> documents);
+// The table less the columns no row has a value in (a CPU run's GPU power, energy, utilisation
+// and clock), for a page a person reads; the CSV keeps every column, so that scripts find them.
+Table without_empty_columns(const Table& table);
 
 // RFC 4180: a header line, fields with a comma, quote or line break quoted, quotes doubled; numeric
 // cells hold the full-precision value, not the rounded text.
