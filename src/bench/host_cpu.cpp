@@ -63,8 +63,8 @@ std::optional<CpuTimes> read_cpu_times() {
 }
 
 double other_cpu_seconds(const CpuTimes& begin, const CpuTimes& end) {
-  return std::max(0.0, (end.all_busy_seconds - begin.all_busy_seconds) -
-                           (end.own_seconds - begin.own_seconds));
+  return std::max(
+      0.0, (end.all_busy_seconds - begin.all_busy_seconds) - (end.own_seconds - begin.own_seconds));
 }
 
 int online_cpus() {

@@ -715,7 +715,10 @@ std::vector<Note> notes(const std::vector<Entry>& all, std::span<const NamedDocu
             {"warning", where, "noisy_steps",
              "step times vary by more than 5%; the throughput is less certain",
              fmt::format("CV {:.1f}%, {} outliers in {} steps", s.cv * 100, s.outliers, s.steps),
-             "close other GPU work, use more steps, check the telemetry for throttling"});
+             c.settings.device == "cpu"
+                 ? "close other work on the machine, use more steps, keep the threads on their "
+                   "cores (OMP_PROC_BIND=close)"
+                 : "close other GPU work, use more steps, check the telemetry for throttling"});
       }
       if (s.steps < 10 && !recorded("few_steps")) {
         out.push_back({"warning", where, "few_steps", "fewer than 10 timed steps",

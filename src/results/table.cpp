@@ -57,8 +57,8 @@ Cell optional_number(const std::optional<double>& v, std::string_view format) {
 Cell flops(const std::optional<double>& tflops) {
   if (!tflops) return empty();
   const double v = *tflops * 1e12;
-  constexpr std::pair<double, const char*> kPrefixes[] = {{1e15, "P"}, {1e12, "T"}, {1e9, "G"},
-                                                          {1e6, "M"}, {1e3, "k"}};
+  constexpr std::pair<double, const char*> kPrefixes[] = {
+      {1e15, "P"}, {1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
   for (const auto& [scale, prefix] : kPrefixes) {
     if (std::abs(v) >= scale) return number(v, fmt::format("{:.1f} {}FLOP/s", v / scale, prefix));
   }

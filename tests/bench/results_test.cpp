@@ -250,9 +250,9 @@ TEST(Findings, CpuContentionWhenOtherProcessesTookTheCpus) {
   const results::Finding* f = find(busy, "cpu_contention");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->severity, results::Severity::warning);
-  EXPECT_NE(f->evidence.find(fmt::format("50% of the machine's CPU time ({:.1f} of {} CPUs", half,
-                                         cpus)),
-            std::string::npos)
+  EXPECT_NE(
+      f->evidence.find(fmt::format("50% of the machine's CPU time ({:.1f} of {} CPUs", half, cpus)),
+      std::string::npos)
       << f->evidence;
   // A quiet machine: the daemons' few ticks are no contention.
   EXPECT_EQ(find(contended(0.001, 0.0), "cpu_contention"), nullptr);

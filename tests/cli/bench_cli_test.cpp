@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <chrono>
@@ -438,8 +439,9 @@ TEST(HelpCliTest, NumbersAreTypedAndDefaultsShownOneWay) {
 // The default device follows the machine: with no GPU, the CPU backend runs and the output says
 // which device was picked and why.
 TEST(BenchCliTest, NoDeviceGivenRunsWhereTheMachineCan) {
-  const CliRun r = run("--model resnet18 --width 16 --image-size 32 --classes 10 --batch 2 "
-                       "--mode infer --steps 1 --min-time 0s --warmup 0");
+  const CliRun r =
+      run("--model resnet18 --width 16 --image-size 32 --classes 10 --batch 2 "
+          "--mode infer --steps 1 --min-time 0s --warmup 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   if (r.output.find("dlprobe bench: device cuda:0") != std::string::npos) {
     GTEST_SKIP() << "a GPU is present: the gpu-labelled tests cover it";
@@ -447,6 +449,28 @@ TEST(BenchCliTest, NoDeviceGivenRunsWhereTheMachineCan) {
   EXPECT_NE(r.output.find("dlprobe bench: device cpu, "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" backend: no usable GPU ("), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("configuration on cpu"), std::string::npos) << r.output;
+}
+
+// Processes that keep half the host's CPUs busy while a CPU run is timed: the run says so.
+TEST(BenchCliTest, ACompetingProcessIsSeenAndSaid) {
+  const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  std::vector<pid_t> spinners;
+  for (long i = 0; i < std::max(1L, cpus / 2); ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      for (volatile unsigned long spin = 0;; spin = spin + 1) {
+      }
+    }
+    spinners.push_back(pid);
+  }
+  const CliRun r = run(kSmall + "--mode infer --steps 3 --min-time 1s --warmup 1 --warmup-time 0s");
+  for (const pid_t pid : spinners) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cpu_contention"), std::string::npos) << r.output;
 }
 
 TEST(BenchCliTest, CudaWithoutAGpuIsOneLine) {

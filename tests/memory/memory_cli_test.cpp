@@ -9,6 +9,7 @@
 
 #include "analysis_test_util.h"
 #include "common/run_dlprobe.h"
+#include "dlprobe/core/build_info.h"
 #include "dlprobe/memory/prediction.h"
 #include "dlprobe/results/results.h"
 
@@ -105,6 +106,23 @@ TEST(MemoryCli, PicksTheFastestSettingsAndSaysSo) {
   ASSERT_EQ(named.exit_code, 0) << named.output;
   EXPECT_FALSE(has(named.output, "picked")) << named.output;
   EXPECT_TRUE(has(named.output, "NCHW sgd, --gpu-memory planned")) << named.output;
+}
+
+// --device cpu means what it means to bench: the oneDNN backend where built, the reference loops
+// only when named; with no --device, the first usable GPU, else the CPU, said on stderr.
+TEST(MemoryCli, TheCpuIsTheCpuBackendAsInBench) {
+  const std::string small =
+      "memory --model resnet18 --width 16 --image-size 32 --classes 10 "
+      "--calibration-batch 2 --batch 2 ";
+  const char* backend = build_info().with_onednn ? "cpu (oneDNN)" : "cpu (reference)";
+  const CliRun cpu = run(small + "--device cpu");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_TRUE(has(cpu.output, backend)) << cpu.output;
+  const CliRun picked = run(small);
+  ASSERT_EQ(picked.exit_code, 0) << picked.output;
+  if (has(picked.output, "dlprobe memory: device cuda:0")) GTEST_SKIP() << "a GPU is present";
+  EXPECT_TRUE(has(picked.output, "dlprobe memory: device cpu, ")) << picked.output;
+  EXPECT_TRUE(has(picked.output, backend)) << picked.output;
 }
 
 TEST(MemoryCli, MeasuresBesideThePredictionAndWritesResults) {
