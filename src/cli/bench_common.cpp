@@ -85,10 +85,10 @@ Result<DeviceChoice> device_choice(const DeviceFlags& flags) {
   DLPROBE_ASSIGN_OR_RETURN(c.backend, for_flag(flags.backend == "auto" ? "--device" : "--backend",
                                                device::parse_backend(flags.backend, c.device)));
   if (flags.device == "auto") {
-    c.picked = fmt::format("device {}, {} backend: {}", device::device_name(c.device),
+    c.picked = fmt::format("device {}, {} backend; {}", device::device_name(c.device),
                            device::backend_kind_name(c.backend),
                            gpus.devices > 0 ? std::string("the first usable GPU")
-                                            : fmt::format("no usable GPU ({})", gpus.why_none));
+                                            : fmt::format("no usable GPU: {}", gpus.why_none));
   }
   return c;
 }

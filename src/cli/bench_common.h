@@ -98,8 +98,8 @@ void add_device_flags(CLI::App& sub, DeviceFlags& flags, std::string_view refere
 struct DeviceChoice {
   device::Device device;
   device::BackendKind backend = device::BackendKind::reference;
-  // With --device auto, the line that says what was picked and why ("device cpu, oneDNN backend:
-  // no usable GPU (...)"); empty when the device was named.
+  // With --device auto, the line that says what was picked and why ("device cpu, onednn backend;
+  // no usable GPU: ..."); empty when the device was named.
   std::string picked;
 };
 Result<DeviceChoice> device_choice(const DeviceFlags& flags);

@@ -183,5 +183,18 @@ TEST(Evaluate, BadInputIsOneLine) {
   }
 }
 
+// A GPU that is not there: one line that says what is missing and what to run instead, and no
+// folder left behind, as nothing was measured.
+TEST(Evaluate, AMissingGpuLeavesNoFolder) {
+  const TempFolder dir;
+  const ProcessResult r =
+      run_dlprobe(split_args("evaluate --quick --device cuda:0 -o " + quote((dir / "x").string())));
+  if (r.exit_code == 0) GTEST_SKIP() << "a GPU is present";
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(count(r.err, "dlprobe: error:"), 1u) << r.err;
+  EXPECT_NE(r.err.find("--device cpu"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "x"));
+}
+
 }  // namespace
 }  // namespace dlprobe::testing

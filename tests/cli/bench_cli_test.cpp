@@ -447,7 +447,7 @@ TEST(BenchCliTest, NoDeviceGivenRunsWhereTheMachineCan) {
     GTEST_SKIP() << "a GPU is present: the gpu-labelled tests cover it";
   }
   EXPECT_NE(r.output.find("dlprobe bench: device cpu, "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(" backend: no usable GPU ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" backend; no usable GPU: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("configuration on cpu"), std::string::npos) << r.output;
 }
 

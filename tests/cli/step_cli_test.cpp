@@ -14,6 +14,7 @@
 
 #include "common/run_dlprobe.h"
 #include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/device/availability.h"
 #include "dlprobe/device/backend_kind.h"
 #include "dlprobe/engine/reference_backend.h"
 #include "dlprobe/engine/safetensors.h"
@@ -381,11 +382,12 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   expect_error(files("--conv-algo fastest"), "unknown choice 'fastest'");
   expect_error(files("--conv-engines fft"), "--conv-engines: unknown choice 'fft'");
   expect_error(files("", "tpu:0"), "--device: unknown device 'tpu:0'");
-  // The device is resolved first: a build without CUDA says so before judging the precision.
+  // The device is resolved first: a machine or build without a usable GPU says so before the
+  // precision is judged.
   expect_error(files("--precision fp64", "cuda:0"),
-               device::backend_built(device::BackendKind::cuda)
+               device::explain_gpus(device::gather_gpu_facts()).devices > 0
                    ? "--precision: precision fp64 runs on the reference backend (cpu) only"
-                   : "--device: cuda:0: this build has no cuda backend");
+                   : "--device: cuda:0: no usable GPU: ");
   expect_error(files("", "cpu --backend tpu"), "--backend: unknown backend 'tpu'");
   expect_error(files("", "cpu --backend cuda"), "--backend: backend cuda does not run on cpu");
   expect_error(files("--loss-scale 1024"), "only fp16 scales the loss");
