@@ -167,7 +167,7 @@ Command add_pipeline_command(CLI::App& app) {
   add_text_options<PipelineFlags>(
       *sub, *flags,
       {{"--threads", &PipelineFlags::threads,
-        "Worker thread counts to measure, e.g. 1,2,4 (default: 1, 2, 4 ... up to the cores)"},
+        "Worker thread counts to measure, e.g. 1,2,4 (default: the powers of 2 up to the cores)"},
        {"--stages", &PipelineFlags::stages,
         "Stages to measure: read, decode (full size), augment (the whole host pipeline)"},
        {"--step-rate", &PipelineFlags::step_rate,

@@ -57,6 +57,7 @@ constexpr std::pair<std::string_view, std::string_view> kValueTypes[] = {
     {"--memory-limit", "SIZE"},
     {"--copies", "INT"},
     {"--gpu", "INT[,INT...]"},
+    {"--threads", "INT[,INT...]"},
 };
 
 // INT, NUMBER, FRACTION (12%) or DURATION (2s, 100ms) from a default's text; empty for words.

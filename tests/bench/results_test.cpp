@@ -219,7 +219,8 @@ TEST(Findings, NoisyStepsOnTheCpuSayWhatHelpsThere) {
   Measured m = measured(r);
   m.device = Device{};
   m.backend = BackendKind::onednn;
-  const results::Finding* f = find(to_configuration(m), "noisy_steps");
+  const results::Configuration c = to_configuration(m);
+  const results::Finding* f = find(c, "noisy_steps");
   ASSERT_NE(f, nullptr);
   // A CPU has no GPU clocks to pin.
   EXPECT_EQ(f->fix.find("nvidia-smi"), std::string::npos) << f->fix;
@@ -249,7 +250,7 @@ TEST(Findings, CpuContentionWhenOtherProcessesTookTheCpus) {
   EXPECT_NEAR(*results::other_cpu_share(busy.samples), 0.5, 1e-9);
   const results::Finding* f = find(busy, "cpu_contention");
   ASSERT_NE(f, nullptr);
-  EXPECT_EQ(f->severity, results::Severity::warning);
+  EXPECT_EQ(f->severity, Severity::warning);
   EXPECT_NE(
       f->evidence.find(fmt::format("50% of the machine's CPU time ({:.1f} of {} CPUs", half, cpus)),
       std::string::npos)

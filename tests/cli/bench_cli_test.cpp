@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -400,7 +401,7 @@ TEST(BenchCliTest, HelpShowsTheDefaults) {
        {"--layout TEXT=auto", "--gpu-memory TEXT=auto", "--graph [auto|on|off]=auto",
         "--backend TEXT=auto", "--precision TEXT=fp32", "--mode TEXT=train", "--device TEXT=auto",
         "--steps INT=30", "--min-time DURATION=2s", "--batch INT[,INT...]|auto=256",
-        "--image-size INT=224", "--profile INT=0"}) {
+        "--image-size INT=224", "--profile INT "}) {
     EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
   }
 }
@@ -459,8 +460,8 @@ TEST(BenchCliTest, ACompetingProcessIsSeenAndSaid) {
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      for (volatile unsigned long spin = 0;; spin = spin + 1) {
-      }
+      std::atomic<unsigned long> spin{0};
+      for (;;) spin.fetch_add(1, std::memory_order_relaxed);
     }
     spinners.push_back(pid);
   }
@@ -474,7 +475,7 @@ TEST(BenchCliTest, ACompetingProcessIsSeenAndSaid) {
 }
 
 TEST(BenchCliTest, CudaWithoutAGpuIsOneLine) {
-  const CliRun r = run(kSmall + "--device cuda:0 --steps 1 --warmup 0");
+  const CliRun r = run("--model resnet18 --batch 2 --device cuda:0 --steps 1 --warmup 0");
   if (r.exit_code == 0) GTEST_SKIP() << "a GPU is present: the gpu-labelled tests cover it";
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(error_lines(r.output), 1) << r.output;

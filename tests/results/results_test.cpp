@@ -243,6 +243,32 @@ TEST(Results, FieldsAddedWithinVersionOne) {
   j["configurations"][0]["samples"]["window_steps"] = {0, 4};
   EXPECT_EQ(error_of(j.dump()),
             "f.json: configurations[0].samples.window_steps: a window of 0 steps");
+  // Other processes' CPU time: one figure a window, none negative.
+  j = to_json(d);
+  j["configurations"][0]["samples"]["window_other_cpu_seconds"] = {0.5};
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].samples.window_other_cpu_seconds: 1 entries for 2 windows");
+  j["configurations"][0]["samples"]["window_other_cpu_seconds"] = {0.5, -1.0};
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].samples.window_other_cpu_seconds: -1 is not a CPU time");
+  j = to_json(d);
+  j["configurations"][0]["samples"].erase("window_other_cpu_seconds");
+  j["configurations"][0]["samples"].erase("host_cpus");
+  old = parse(j.dump());
+  ASSERT_TRUE(old.has_value()) << old.status().message();
+  EXPECT_FALSE(other_cpu_share(old->configurations[0].samples).has_value());
+}
+
+TEST(Results, OtherCpuShareIsOfTheMachinesTimeOverTheWindows) {
+  Samples s;
+  s.step_seconds = {0.5, 0.5, 0.5, 0.5};
+  s.step_items = {1, 1, 1, 1};
+  s.window_steps = {2, 2};
+  EXPECT_FALSE(other_cpu_share(s).has_value());
+  s.window_other_cpu_seconds = {0.5, 1.5};  // 2 CPU-seconds in 2 s on 4 CPUs
+  s.host_cpus = 4;
+  ASSERT_TRUE(other_cpu_share(s).has_value());
+  EXPECT_DOUBLE_EQ(*other_cpu_share(s), 0.25);
 }
 
 TEST(Results, WarmupRunsAndTheirSpreadRoundTrip) {
@@ -361,6 +387,8 @@ Configuration full_native_configuration() {
   c.samples.run_steps = {1, 3};
   c.samples.warmup = {{"steady", 3, 0.5, true, 1, {0.3, 0.1, 0.1}}};
   c.run_spread = stats::RunSpread{2, 500.5, 490.5, 510.5, {373.5, 627.5}, 0.95};
+  c.samples.window_other_cpu_seconds = {0.25, 0.5};
+  c.samples.host_cpus = 2;
   Memory m;
   m.source = "allocator";
   m.allocator_stats = {{"peak.allocated_bytes", 123456789}};
