@@ -128,6 +128,22 @@ TEST_F(Browser, ClickingAHeadingSortsTheTable) {
   EXPECT_TRUE(std::is_sorted(values.begin(), values.end()));
 }
 
+// In a 1400-pixel window the page does not scroll sideways: a table of many columns scrolls in a
+// box of its own.
+TEST_F(Browser, TheReportFitsTheWindow) {
+  std::string page = slurp(html());
+  page.insert(page.rfind("</body>"),
+              "<script>document.body.setAttribute('data-width', "
+              "document.documentElement.scrollWidth);</script>");
+  const std::string measured = (dir_ / "measured.html").string();
+  std::ofstream(measured) << page;
+  auto r = chromium(measured, "--window-size=1400,900 --dump-dom");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch width;
+  ASSERT_TRUE(std::regex_search(r.out, width, std::regex("data-width=\"([0-9]+)\""))) << r.out;
+  EXPECT_LE(std::stoi(width[1]), 1400);
+}
+
 TEST_F(Browser, ConsoleErrorCheckCatchesABrokenScript) {
   // The check above must be able to fail: a page whose script throws is caught.
   const std::string broken = (dir_ / "broken.html").string();
