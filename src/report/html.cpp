@@ -343,8 +343,8 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
   const Axis x = nice_axis(-reach * 1.25, reach * 1.25, 8);
   std::string s = svg_open("chart-step-times", f, "Step time distribution per configuration");
   s += x_axis(f, x,
-              "step time, % off the configuration's median (box: quartiles, whiskers: range "
-              "without outliers, circles: outliers, triangles: outliers past the axis)");
+              "step time, % off its median (box: quartiles, whiskers: range "
+              "without outliers, circles: outliers, triangles: past the axis)");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
     const std::vector<double>& inliers = row.inliers;
