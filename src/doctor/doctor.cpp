@@ -11,6 +11,7 @@
 #include "dlprobe/core/build_info.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/units.h"
+#include "dlprobe/device/availability.h"
 
 #if DLPROBE_WITH_CUDA
 #include "gpu_cuda.h"
@@ -302,9 +303,10 @@ Result<Report> run_doctor(const DoctorOptions& options) {
   r.gpus = std::move(cuda.gpus);
   cuda_why_none = cuda.why_none;
 #endif
-  // Without a driver the runtime blames an "insufficient driver"; say plainly that there is none.
-  if (r.versions.cuda_driver_api == 0 && r.gpus.empty())
-    cuda_why_none = "no NVIDIA driver is loaded (cudaDriverGetVersion reports none)";
+  // CUDA sees none: what is missing in the words bench and memory use (no NVIDIA GPU on the bus,
+  // no driver, no CUDA in this build, a driver too old). Without a driver the runtime itself
+  // blames an "insufficient driver".
+  if (r.gpus.empty()) cuda_why_none = device::explain_gpus(device::gather_gpu_facts()).why_none;
   const std::size_t cuda_gpus = r.gpus.size();
   if (nvml) {
     const nvml::Library& lib = *nvml.value();

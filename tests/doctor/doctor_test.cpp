@@ -249,6 +249,8 @@ TEST(RunDoctor, NoGpu) {
   EXPECT_EQ(doc["capabilities"]["nvml"]["available"], false);
   EXPECT_NE(doc["capabilities"]["nvml"]["why_not"].get<std::string>().find("nonexistent"),
             std::string::npos);
+  // The reason in the words bench gives, never the runtime's "insufficient driver".
+  EXPECT_EQ(report->no_gpu_reason.find("insufficient"), std::string::npos) << report->no_gpu_reason;
   // The GPU libraries may be installed, but with no GPU to run them they are no capability.
   for (const char* library : {"cupti", "cudnn", "cublaslt", "nccl"}) {
     EXPECT_EQ(doc["capabilities"][library]["available"], false) << library;
