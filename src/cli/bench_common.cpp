@@ -93,10 +93,13 @@ Result<DeviceChoice> device_choice(const DeviceFlags& flags) {
   return c;
 }
 
-void note_device(const DeviceChoice& choice, std::string_view command) {
-  if (choice.picked.empty()) return;
-  std::fprintf(stderr, "dlprobe %.*s: %s\n", static_cast<int>(command.size()), command.data(),
-               choice.picked.c_str());
+Result<DeviceChoice> noted_device_choice(const DeviceFlags& flags, std::string_view command) {
+  DLPROBE_ASSIGN_OR_RETURN(DeviceChoice choice, device_choice(flags));
+  if (!choice.picked.empty()) {
+    std::fprintf(stderr, "dlprobe %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+                 choice.picked.c_str());
+  }
+  return choice;
 }
 
 void add_shape_flags(CLI::App& sub, ShapeFlags& flags) {

@@ -103,8 +103,8 @@ struct DeviceChoice {
   std::string picked;
 };
 Result<DeviceChoice> device_choice(const DeviceFlags& flags);
-// "dlprobe <command>: <picked>" on stderr when the device was picked; nothing when it was named.
-void note_device(const DeviceChoice& choice, std::string_view command);
+// device_choice, and "dlprobe <command>: <picked>" on stderr when the device was picked.
+Result<DeviceChoice> noted_device_choice(const DeviceFlags& flags, std::string_view command);
 
 // --image-size, --classes and --width: the model's shape, as bench and memory take them.
 struct ShapeFlags {

@@ -143,8 +143,7 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
   if (!f.predict_only) {
     memory::SessionOptions& so = a.session.emplace();
-    DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.where));
-    note_device(where, "memory");
+    DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, noted_device_choice(f.where, "memory"));
     so.device = where.device;
     so.backend = where.backend;
     so.conv.algo = tuning.algo;

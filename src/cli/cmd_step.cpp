@@ -63,8 +63,7 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(c.layout, parse_layout(f.workload.layout, "--layout"));
   DLPROBE_ASSIGN_OR_RETURN(c.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
-  DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.where));
-  note_device(where, "step");
+  DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, noted_device_choice(f.where, "step"));
   if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
     return s.with_context("--precision");
   }
