@@ -207,7 +207,7 @@ TEST(Diagnosis, NoSteadyPhaseReplacesTheUtilisationRules) {
   EXPECT_EQ(find(v, "host_bound"), nullptr);
   EXPECT_EQ(find(v, "gpu_underused"), nullptr);
   // A run that failed says nothing about its steady phase either.
-  f.crashed = true;
+  f.failed = true;
   EXPECT_EQ(find(diagnose_run(f), "no_steady_phase"), nullptr);
 }
 
