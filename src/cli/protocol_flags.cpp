@@ -15,8 +15,9 @@ void add_protocol_flags(CLI::App& sub, ProtocolFlags& f) {
          "auto: warm up until the step times stop falling (docs/bench.md); N: exactly N untimed "
          "steps (with --warmup-time, at least that long too)");
   sub.add_option("--warmup-time", f.warmup_time,
-                 "With --warmup auto the most it may take (default 30s); with --warmup N the "
-                 "least (default none)");
+                 "With --warmup auto the most it may take (30s when not given); with --warmup N "
+                 "the least (none when not given)")
+      ->type_name("DURATION");
   option(sub, "--windows", f.windows, "Timed windows per run, one after another on one engine");
   option(sub, "--repeat", f.repeat,
          "Runs of each configuration, each from scratch on a new engine; two or more give the "
