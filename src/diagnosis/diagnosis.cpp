@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace dlprobe::diagnosis {
 
@@ -278,7 +279,21 @@ std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& cop
         c.peak_gpu_bytes ? fmt::format("{:.1f}", gib(*c.peak_gpu_bytes)) : std::string("-"));
   }
   const auto n = static_cast<int>(copies.size());
-  out.push_back({
+  // Whether the measured windows of the copies that ran share a moment (known with two or more).
+  double latest_start = -std::numeric_limits<double>::infinity();
+  double earliest_end = std::numeric_limits<double>::infinity();
+  int windows = 0;
+  std::string spans;
+  for (const auto& c : copies) {
+    if (!c.ran || !c.window_start_s || !c.window_end_s) continue;
+    ++windows;
+    latest_start = std::max(latest_start, *c.window_start_s);
+    earliest_end = std::min(earliest_end, *c.window_end_s);
+    spans += fmt::format("{}copy {} {:.2f}-{:.2f} s", spans.empty() ? "" : ", ", c.copy,
+                         *c.window_start_s, *c.window_end_s);
+  }
+  const bool apart = windows >= 2 && latest_start >= earliest_end;
+  Finding summary{
       "shared_gpu",
       ran == n ? Severity::info : Severity::error,
       fmt::format("{} of {} copies ran together on one GPU: combined {:.1f} items/s", ran, n,
@@ -289,7 +304,19 @@ std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& cop
                : "A copy that could not run needs memory another held: see "
                  "shared_gpu_preallocation, or give each copy a smaller batch",
       {{"copies", n}, {"copies_ran", ran}, {"combined_items_per_s", combined}},
-  });
+  };
+  if (windows >= 2) {
+    summary.evidence += fmt::format("; measured windows (seconds since launch): {}", spans);
+    summary.numbers["windows_overlap"] = apart ? 0.0 : 1.0;
+  }
+  if (apart) {
+    if (summary.severity == Severity::info) summary.severity = Severity::warning;
+    summary.title += ", but their measured windows did not overlap";
+    summary.fix =
+        "The sum is not a rate the shared GPU gave: each copy had it alone while it was measured. "
+        "Time more steps in each copy so that their measured phases run at the same time";
+  }
+  out.push_back(std::move(summary));
   if (!device_total_bytes || *device_total_bytes == 0) return out;
   const double share = static_cast<double>(*device_total_bytes) / n;
   // The fraction each copy may take, with a margin for the CUDA contexts outside the pools.

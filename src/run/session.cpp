@@ -306,6 +306,13 @@ Status Session::run_copies() {
     f.peak_gpu_bytes = result.gpu.peak_bytes;
     f.early_gpu_bytes = result.gpu.early_peak_bytes;
     f.framework = result.framework.framework;
+    if (result.steps.measured_start_s && result.steps.measured_end_s) {
+      f.window_start_s = result.steps.measured_start_s;
+      f.window_end_s = result.steps.measured_end_s;
+    } else if (result.gpu.figures_window) {
+      f.window_start_s = result.gpu.figures_window->start_s;
+      f.window_end_s = result.gpu.figures_window->end_s;
+    }
     if (!f.framework && result.oom && result.oom->framework != Framework::unknown) {
       f.framework = std::string(framework_name(result.oom->framework));
     }

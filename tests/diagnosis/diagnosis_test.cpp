@@ -213,8 +213,8 @@ TEST(Diagnosis, NoSteadyPhaseReplacesTheUtilisationRules) {
 
 TEST(SharedGpuDiagnosis, CombinedThroughputAndEachCopy) {
   std::vector<SharedCopyFacts> copies = {
-      {1, true, false, "ok", 800.0, 20 * kGiB, 20 * kGiB, "pytorch"},
-      {2, true, false, "ok", 700.0, 21 * kGiB, 21 * kGiB, "pytorch"},
+      {1, true, false, "ok", 800.0, 20 * kGiB, 20 * kGiB, "pytorch", std::nullopt, std::nullopt},
+      {2, true, false, "ok", 700.0, 21 * kGiB, 21 * kGiB, "pytorch", std::nullopt, std::nullopt},
   };
   const auto v = diagnose_shared_gpu(copies, 140 * kGiB);
   ASSERT_NE(find(v, "shared_gpu"), nullptr);
@@ -225,11 +225,33 @@ TEST(SharedGpuDiagnosis, CombinedThroughputAndEachCopy) {
   EXPECT_EQ(find(v, "shared_gpu_preallocation"), nullptr);  // each within its half
 }
 
+TEST(SharedGpuDiagnosis, WindowsThatDoNotOverlapAreSaid) {
+  // As two JAX copies on an H200 measured: one after the other, each with the GPU to itself.
+  std::vector<SharedCopyFacts> copies = {
+      {1, true, false, "ok", 5508.5, 105 * kGiB, 105 * kGiB, "jax", 47.46, 48.16},
+      {2, true, false, "ok", 4968.5, 33 * kGiB, 33 * kGiB, "jax", 46.57, 47.35},
+  };
+  auto v = diagnose_shared_gpu(copies, 140 * kGiB);
+  const Finding* s = find(v, "shared_gpu");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->severity, Severity::warning);
+  EXPECT_NE(s->title.find("did not overlap"), std::string::npos) << s->title;
+  EXPECT_NE(s->evidence.find("copy 1 47.46-48.16 s, copy 2 46.57-47.35 s"), std::string::npos)
+      << s->evidence;
+  EXPECT_DOUBLE_EQ(s->numbers.at("windows_overlap"), 0.0);
+  // Overlapping windows: the sum stands.
+  copies[1].window_end_s = 47.7;
+  v = diagnose_shared_gpu(copies, 140 * kGiB);
+  EXPECT_EQ(find(v, "shared_gpu")->severity, Severity::info);
+  EXPECT_EQ(find(v, "shared_gpu")->title.find("did not overlap"), std::string::npos);
+  EXPECT_DOUBLE_EQ(find(v, "shared_gpu")->numbers.at("windows_overlap"), 1.0);
+}
+
 TEST(SharedGpuDiagnosis, PreallocationWithTheFrameworksSwitch) {
   // JAX's default pool (75 %) in copy 1; copy 2 could not start.
   std::vector<SharedCopyFacts> copies = {
-      {1, true, false, "ok", 900.0, 105 * kGiB, 105 * kGiB, "jax"},
-      {2, false, true, "oom", std::nullopt, 0, std::nullopt, "jax"},
+      {1, true, false, "ok", 900.0, 105 * kGiB, 105 * kGiB, "jax", std::nullopt, std::nullopt},
+      {2, false, true, "oom", std::nullopt, 0, std::nullopt, "jax", std::nullopt, std::nullopt},
   };
   auto v = diagnose_shared_gpu(copies, 140 * kGiB);
   ASSERT_NE(find(v, "shared_gpu_preallocation"), nullptr);
@@ -242,7 +264,8 @@ TEST(SharedGpuDiagnosis, PreallocationWithTheFrameworksSwitch) {
   EXPECT_EQ(p->fix.find("TF_FORCE"), std::string::npos);
   // TensorFlow's, with both copies running (the second fitted in what was left): a warning.
   copies[0].framework = "tensorflow";
-  copies[1] = {2, true, false, "ok", 100.0, 2 * kGiB, 2 * kGiB, "tensorflow"};
+  copies[1] = {2,        true,     false,        "ok",         100.0,
+               2 * kGiB, 2 * kGiB, "tensorflow", std::nullopt, std::nullopt};
   v = diagnose_shared_gpu(copies, 140 * kGiB);
   p = find(v, "shared_gpu_preallocation");
   ASSERT_NE(p, nullptr);

@@ -101,13 +101,18 @@ struct SharedCopyFacts {
   std::optional<std::uint64_t> peak_gpu_bytes;   // its own processes' (NVML)
   std::optional<std::uint64_t> early_gpu_bytes;  // within the first seconds of its GPU memory
   std::optional<std::string> framework;          // as it said, or as its OOM message said
+  // When its throughput was measured, in seconds since launch (the copies are launched together):
+  // its measured steps, else the steady phase.
+  std::optional<double> window_start_s;
+  std::optional<double> window_end_s;
 };
 
 // Over the copies that ran together on one GPU (device_total_bytes: that GPU's memory): one
 // summary (combined throughput of the copies that ran; each one's outcome, throughput and peak),
 // and `shared_gpu_preallocation` when a copy took more than its share of the device (total / N)
 // within its first seconds, with the switch that turns that off for its framework; an error when
-// another copy could not run, else a warning.
+// another copy could not run, else a warning. Where the copies' measured windows did not overlap,
+// the summary is a warning that says so: their sum is then not a rate the shared GPU gave.
 std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& copies,
                                          std::optional<std::uint64_t> device_total_bytes);
 
