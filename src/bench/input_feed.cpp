@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "dlprobe/core/clock.h"
 #include "dlprobe/data/gpu_decoder.h"
@@ -27,6 +29,7 @@ HostTensor filled_labels(std::span<const int> labels, std::int64_t batch) {
 
 class FeedBase : public InputFeed {
  public:
+  explicit FeedBase(std::string input) : input_(std::move(input)) {}
   const std::string& input() const override { return input_; }
   const std::string& decoder() const override { return decoder_; }
   int threads() const override { return loader_->options().threads; }
@@ -60,6 +63,7 @@ class FeedBase : public InputFeed {
 // Decode and augment on the worker threads; the batch goes up with set_input().
 class HostFeed final : public FeedBase {
  public:
+  using FeedBase::FeedBase;
   Status open(const JpegInput& in, const engine::TrainingStep& step, int threads) {
     const engine::StepConfig& c = step.config();
     images_ = HostTensor(step.input_desc().with_dtype(DType::fp32));
@@ -73,7 +77,6 @@ class HostFeed final : public FeedBase {
     o.augment.layout = step.input_desc().layout() == Layout::nhwc ? data::SampleLayout::nhwc
                                                                   : data::SampleLayout::nchw;
     DLPROBE_ASSIGN_OR_RETURN(loader_, data::Loader::start(in.dataset, o));
-    input_ = "jpeg-cpu";
     decoder_ = "libjpeg-turbo";
     return Status::ok();
   }
@@ -101,6 +104,7 @@ class HostFeed final : public FeedBase {
 // Read and check headers on the worker threads; decode and augment on the GPU.
 class GpuFeed final : public FeedBase {
  public:
+  using FeedBase::FeedBase;
   Status open(const JpegInput& in, const engine::TrainingStep& step, int threads, int device) {
     const engine::StepConfig& c = step.config();
     const TensorDesc desc = step.input_desc();
@@ -125,7 +129,6 @@ class GpuFeed final : public FeedBase {
     g.max_batch = options_.batch_size;
     DLPROBE_ASSIGN_OR_RETURN(gpu_, data::GpuDecoder::open(g));
     DLPROBE_ASSIGN_OR_RETURN(loader_, data::Loader::start(in.dataset, read));
-    input_ = "jpeg-gpu";
     decoder_ = gpu_->name();
     return Status::ok();
   }
@@ -157,6 +160,10 @@ class GpuFeed final : public FeedBase {
 
 }  // namespace
 
+std::string input_setting(const JpegInput& input, const device::Device& device) {
+  return device.kind == DeviceKind::cuda && input.gpu_decode ? "jpeg-gpu" : "jpeg-cpu";
+}
+
 Result<std::unique_ptr<InputFeed>> open_jpeg_feed(const JpegInput& in,
                                                   const engine::TrainingStep& step,
                                                   const device::Device& device) {
@@ -170,12 +177,13 @@ Result<std::unique_ptr<InputFeed>> open_jpeg_feed(const JpegInput& in,
     return invalid_argument(fmt::format("data threads: {} (1 to 1024)", in.threads));
   }
   const int threads = in.threads > 0 ? in.threads : data::usable_cores();
-  if (device.kind == DeviceKind::cuda && in.gpu_decode) {
-    auto feed = std::make_unique<GpuFeed>();
+  const std::string setting = input_setting(in, device);
+  if (setting == "jpeg-gpu") {
+    auto feed = std::make_unique<GpuFeed>(setting);
     DLPROBE_RETURN_IF_ERROR(feed->open(in, step, threads, device.index));
     return std::unique_ptr<InputFeed>(std::move(feed));
   }
-  auto feed = std::make_unique<HostFeed>();
+  auto feed = std::make_unique<HostFeed>(setting);
   DLPROBE_RETURN_IF_ERROR(feed->open(in, step, threads));
   return std::unique_ptr<InputFeed>(std::move(feed));
 }

@@ -319,12 +319,10 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
         Measured d = m;
         d.runs.clear();
         d.memory.reset();
-        d.input = sweep.data->gpu_decode && sweep.device.kind == DeviceKind::cuda ? "jpeg-gpu"
-                                                                                  : "jpeg-cpu";
+        d.input = input_setting(*sweep.data, sweep.device);
         if (fed) {
           d.runs = {&fed.value()};
           d.memory = fed->memory;
-          if (fed->input) d.input = fed->input->input;
           if (fed->interrupted) {
             d.status = results::RunStatus::interrupted;
             d.error = fmt::format("interrupted (Ctrl-C) after {} timed steps", fed->timed_steps());

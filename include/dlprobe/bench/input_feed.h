@@ -44,6 +44,10 @@ class InputFeed {
   virtual std::vector<data::SkippedFile> skipped() const = 0;
 };
 
+// Where `input` decodes on `device`, as the configuration's input setting: "jpeg-gpu" on a CUDA
+// device with GPU decode, else "jpeg-cpu".
+std::string input_setting(const JpegInput& input, const device::Device& device);
+
 // A feed for `step` (its batch, image size, classes, and the element type and layout of its
 // input) on `device`. A dataset with more classes than the model's is an error; so is one that
 // gives no image at all.
