@@ -4,7 +4,9 @@
 #include <sqlite3.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <utility>
 
 #include "dlprobe/results/table.h"
@@ -218,7 +220,18 @@ Result<History> History::open(const std::filesystem::path& path, const OpenOptio
         "history {}: written by a newer dlprobe (schema {}, this one knows {}); upgrade dlprobe",
         path.string(), version, kSchemaVersion));
   }
-  DLPROBE_RETURN_IF_ERROR(db.execute("PRAGMA journal_mode = WAL"));
+  // Switching a new file to WAL takes an exclusive lock for which SQLite does not call the busy
+  // handler, so two processes opening a new history at once would see "locked" at once: the
+  // switch is retried here within the same busy timeout.
+  const auto deadline = std::chrono::steady_clock::now() + options.busy_timeout;
+  for (;;) {
+    const int wal = sqlite3_exec(raw, "PRAGMA journal_mode = WAL", nullptr, nullptr, nullptr);
+    if (wal == SQLITE_OK) break;
+    if ((wal & 0xff) != SQLITE_BUSY || std::chrono::steady_clock::now() >= deadline) {
+      return sqlite_error(raw, wal, path, "cannot write");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   // In WAL mode NORMAL loses no committed row on a process crash, only possibly the last ones on
   // a power cut, and spares an fsync per row.
   DLPROBE_RETURN_IF_ERROR(db.execute("PRAGMA synchronous = NORMAL"));
