@@ -27,6 +27,7 @@ struct EvaluateFlags {
   bool quick = false;
   std::string device = "auto";
   TuningFlags tuning;
+  DataFlags data;
   bool overwrite = false;
   bool quiet = false;
   HistoryFlags history;
@@ -44,6 +45,13 @@ int run_evaluate(const EvaluateFlags& flags) {
     if (!usable) return report_error(usable.with_context("--device"));
     options.device = *device;
   }
+  // Where the sweep will run decides where --data decodes by default.
+  const device::Device runs_on =
+      options.device ? *options.device
+                     : device::default_device(device::explain_gpus(device::gather_gpu_facts()));
+  auto data = data_input(flags.data, runs_on);
+  if (!data) return report_error(data.status());
+  options.data = std::move(*data);
   auto tuning = tuning_options(flags.tuning);
   if (!tuning) return report_error(tuning.status());
   options.conv.algo = tuning->algo;
@@ -105,6 +113,7 @@ Command add_evaluate_command(CLI::App& app) {
   option(*sub, "--device", flags->device,
          "auto (the first GPU when there is one, else the CPU), cpu or cuda:N");
   add_tuning_flags(*sub, flags->tuning);
+  add_data_flags(*sub, flags->data);
   sub->add_flag("-q,--quiet", flags->quiet, "No progress on stderr");
   return {sub, [flags] { return run_evaluate(*flags); }};
 }

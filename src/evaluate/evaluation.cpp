@@ -93,6 +93,16 @@ Result<Plan> plan_evaluation(EvaluateOptions options,
       write_file_atomic(options.folder / "doctor.json", doctor::render_json(plan.report)));
   DLPROBE_ASSIGN_OR_RETURN(plan.chosen,
                            machine_sweep(plan.report, options.device, options.quick, options.conv));
+  if (options.data) {
+    if (options.data->gpu_decode && plan.chosen.sweep.device.kind != DeviceKind::cuda) {
+      return invalid_argument(
+          "--data-decode gpu: this evaluation runs on the CPU; use --data-decode cpu");
+    }
+    plan.chosen.sweep.data = options.data;
+    plan.chosen.why +=
+        fmt::format("; each also from {} JPEGs decoded on the {}",
+                    options.data->dataset.samples.size(), options.data->gpu_decode ? "GPU" : "CPU");
+  }
   plan.options = std::move(options);
   return plan;
 }

@@ -55,7 +55,8 @@ std::string evaluation_summary(const doctor::Report& report, const bench::Sweep&
   std::size_t ran = 0;
   for (const results::Configuration& c : configurations) {
     if (c.status == results::RunStatus::ok) ++ran;
-    if (c.statistics && c.status == results::RunStatus::ok &&
+    // The best is the best of the GPU's own work: a run fed from JPEGs is said beside it.
+    if (c.statistics && c.status == results::RunStatus::ok && c.settings.input.empty() &&
         (best == nullptr || c.statistics->throughput > best->statistics->throughput)) {
       best = &c;
     }
@@ -79,6 +80,19 @@ std::string evaluation_summary(const doctor::Report& report, const bench::Sweep&
     }
     if (!best->telemetry.empty() && best->telemetry.front().energy_j) {
       best_line += fmt::format(", {:.3f} J/img", *best->telemetry.front().energy_j / s.total_items);
+    }
+    // The same configuration trained from the JPEGs (evaluate --data), run right after it.
+    for (const results::Configuration& c : configurations) {
+      results::Settings twin = c.settings;
+      twin.input = best->settings.input;
+      if (c.settings.input.empty() || c.kind != best->kind || !(twin == best->settings)) continue;
+      best_line += c.statistics && c.status == results::RunStatus::ok
+                       ? fmt::format("; from JPEGs ({}) {} img/s = {:.1f}%", c.settings.input,
+                                     format_grouped(c.statistics->throughput, 1),
+                                     100 * c.statistics->throughput / s.throughput)
+                       : fmt::format("; from JPEGs ({}): {}", c.settings.input,
+                                     results::run_status_name(c.status));
+      break;
     }
   }
   std::string memory_line = fmt::format("{} of {} configurations ran", ran, configurations.size());

@@ -174,7 +174,10 @@ TEST(Evaluate, BadInputIsOneLine) {
   const TempFolder dir;
   for (const std::string& args :
        {std::string("--device tpu"), std::string("--conv-algo fastest"), std::string("--bogus"),
-        std::string("--tuning-cache /nonexistent/dir/t.json")}) {
+        std::string("--tuning-cache /nonexistent/dir/t.json"),
+        std::string("--data /nonexistent/jpegs"), std::string("--data-threads 4"),
+        std::string("--device cpu --data-decode gpu --data /nonexistent/jpegs"),
+        std::string("--data-decode fast --data /nonexistent/jpegs")}) {
     const ProcessResult r =
         run_dlprobe(split_args("evaluate " + args + " --out " + quote((dir / "x").string())));
     EXPECT_EQ(r.exit_code, 2) << args;

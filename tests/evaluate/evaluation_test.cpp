@@ -70,5 +70,42 @@ TEST(DoctorFindings, OtherErrorsStay) {
   EXPECT_EQ(out[2].severity, Severity::error);
 }
 
+results::Configuration measured(std::int64_t batch, const std::string& input, double throughput) {
+  results::Configuration c;
+  c.settings.model = "resnet18";
+  c.settings.batch = batch;
+  c.settings.device = "cpu";
+  c.settings.input = input;
+  stats::Summary s;
+  s.throughput = throughput;
+  s.throughput_ci = {throughput * 0.99, throughput * 1.01};
+  s.total_items = 1000;
+  c.statistics = s;
+  return c;
+}
+
+// With --data, each configuration is followed by its run from JPEGs: the best line names the best
+// synthetic run and its own JPEG twin, not a faster twin of another batch.
+TEST(Summary, TheBestRunSaysWhatItsJpegTwinReached) {
+  const std::vector<results::Configuration> runs = {
+      measured(8, "", 100), measured(8, "jpeg-cpu", 90), measured(16, "", 120),
+      measured(16, "jpeg-cpu", 60)};
+  const std::string summary =
+      evaluation_summary(driverless(false), on(DeviceKind::cpu), runs, {}, "folder");
+  EXPECT_NE(summary.find("bs=16"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("from JPEGs (jpeg-cpu) 60.0 img/s = 50.0%"), std::string::npos) << summary;
+
+  // A twin that failed says so; without --data there is no such clause.
+  std::vector<results::Configuration> failed = runs;
+  failed[3].status = results::RunStatus::failed;
+  EXPECT_NE(evaluation_summary(driverless(false), on(DeviceKind::cpu), failed, {}, "folder")
+                .find("from JPEGs (jpeg-cpu): failed"),
+            std::string::npos);
+  const std::vector<results::Configuration> plain = {runs[0], runs[2]};
+  EXPECT_EQ(
+      evaluation_summary(driverless(false), on(DeviceKind::cpu), plain, {}, "folder").find("JPEG"),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace dlprobe::evaluate

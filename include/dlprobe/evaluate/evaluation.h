@@ -26,6 +26,9 @@ struct EvaluateOptions {
   std::optional<device::Device> device;  // nullopt: the first GPU where there is one, else the CPU
   // conv.tuning null: the folder's own tuning.json, which a later run can be given.
   device::ConvOptions conv;
+  // Set: every configuration is also trained from these JPEGs (bench --data), so the summary and
+  // the findings say whether this machine's input keeps up with its GPU.
+  std::optional<bench::JpegInput> data;
 };
 
 // "dlprobe-evaluate-<UTC date>-<time>".
