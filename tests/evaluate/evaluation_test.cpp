@@ -95,6 +95,15 @@ TEST(Summary, TheBestRunSaysWhatItsJpegTwinReached) {
   EXPECT_NE(summary.find("bs=16"), std::string::npos) << summary;
   EXPECT_NE(summary.find("from JPEGs (jpeg-cpu) 60.0 img/s = 50.0%"), std::string::npos) << summary;
 
+  // A twin as fast as its run, within the noise, is still said beside it, not picked as the best.
+  std::vector<results::Configuration> close = runs;
+  close[3] = measured(16, "jpeg-cpu", 123);
+  const std::string even =
+      evaluation_summary(driverless(false), on(DeviceKind::cpu), close, {}, "folder");
+  EXPECT_NE(even.find("bs=16"), std::string::npos) << even;
+  EXPECT_NE(even.find(": 120.0 img/s (95%"), std::string::npos) << even;
+  EXPECT_NE(even.find("= 102.5%"), std::string::npos) << even;
+
   // A twin that failed says so; without --data there is no such clause.
   std::vector<results::Configuration> failed = runs;
   failed[3].status = results::RunStatus::failed;
