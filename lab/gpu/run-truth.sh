@@ -44,8 +44,10 @@ truth() {
   summary+=("$name: dlprobe run exit $rc, check exit $check")
 }
 
+# 300 steps (about 13 s at 5,900 img/s): with 50 the steady window was 2.2 s, which nvidia-smi
+# dmon's 1 s lines sample too coarsely for the 5-point utilisation check (2 lines, 96 against 89).
 truth pytorch 300 -- python3 examples/workloads/pytorch_resnet50.py --plain --batch 256 \
-  --amp fp16 --channels-last --steps 50 --warmup 5
+  --amp fp16 --channels-last --steps 300 --warmup 5
 truth jax 420 -- python3 examples/workloads/jax_resnet50.py --plain --batch 256 \
   --precision bf16 --steps 50 --warmup 5
 truth seed 300 -- python3 lab/gpu/seed_pytorch.py --batch 128
