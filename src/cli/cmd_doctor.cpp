@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "dlprobe/core/launcher.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/doctor/doctor.h"
 
@@ -19,6 +20,9 @@ Command add_doctor_command(CLI::App& app) {
     std::string gemm_size = "8192";
     std::string repetitions = "10";
     std::string dtypes;
+    bool nccl = false;
+    std::string nccl_max_size = "8GiB";
+    std::string nccl_iterations = "20";
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* sub = app.add_subcommand(
@@ -33,6 +37,13 @@ Command add_doctor_command(CLI::App& app) {
   option(*sub, "--repetitions", flags->repetitions, "Timed repetitions per ceiling (median)");
   sub->add_option("--dtypes", flags->dtypes,
                   "GEMM data types to measure, e.g. bf16,fp8_e4m3 (default: all)");
+  sub->add_flag("--nccl", flags->nccl,
+                "Measure NCCL all-reduce, all-gather and reduce-scatter from 8 B up across the "
+                "visible GPUs (or one rank per process under torchrun, mpirun or srun)");
+  option(*sub, "--nccl-max-size", flags->nccl_max_size,
+         "Largest NCCL message (default 8GiB; lower where free memory is less)");
+  option(*sub, "--nccl-iterations", flags->nccl_iterations,
+         "Timed NCCL calls per size (after 5 warm-up calls)");
 
   Command command;
   command.app = sub;
@@ -62,8 +73,25 @@ Command add_doctor_command(CLI::App& app) {
       }
     }
 
+    options.collectives = flags->nccl;
+    auto max_size = parse_size(flags->nccl_max_size, "--nccl-max-size");
+    if (!max_size) return report_error(max_size.status());
+    if (*max_size < options.collective_options.bounds.min_bytes)
+      return report_error(invalid_argument(
+          fmt::format("--nccl-max-size {}: below the smallest message of {} bytes",
+                      flags->nccl_max_size, options.collective_options.bounds.min_bytes)));
+    options.collective_options.bounds.max_bytes = *max_size;
+    auto iterations = parse_int(flags->nccl_iterations, "--nccl-iterations", 1, 10000);
+    if (!iterations) return report_error(iterations.status());
+    options.collective_options.iterations = static_cast<int>(*iterations);
+
     auto report = doctor::run_doctor(options);
     if (!report) return report_error(report.status());
+    // One rank per process: every rank measures, rank 0 alone reports.
+    if (report->collectives && report->collectives->measured) {
+      auto rank = read_rank_env(process_env());
+      if (rank && rank->rank != 0) return kExitOk;
+    }
     const std::string text =
         flags->json ? doctor::render_json(*report) : doctor::render_text(*report);
     if (flags->output.empty()) {

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "dlprobe/core/build_info.h"
+#include "dlprobe/core/launcher.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/device/availability.h"
@@ -160,6 +162,105 @@ std::vector<Finding> ceiling_findings(const Ceilings& c) {
                ? "check the PCIe link (nvidia-smi -q -d PCI) and the NUMA node this "
                  "process runs on (numactl --cpunodebind)"
                : "look at the clock and process findings; rerun on an idle GPU"});
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::optional<TopologyLevel> topology_level(int nvml_level) {
+  switch (nvml_level) {
+    case 0:
+      return TopologyLevel::internal;
+    case 10:
+      return TopologyLevel::single;
+    case 20:
+      return TopologyLevel::multiple;
+    case 30:
+      return TopologyLevel::hostbridge;
+    case 40:
+      return TopologyLevel::node;
+    case 50:
+      return TopologyLevel::system;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+void add_links(CollectiveReport& report, const std::vector<GpuReport>& gpus,
+               const std::function<std::optional<nvml::PairTopology>(int, int)>& pair,
+               const std::function<std::optional<unsigned>(int)>& nvlink_active) {
+  auto gpu_of = [&](int device) -> const GpuReport* {
+    for (const auto& g : gpus) {
+      if (g.index == device && g.cuda_visible) return &g;
+    }
+    return nullptr;
+  };
+  for (int d : report.devices) {
+    GpuLinks l;
+    l.device = d;
+    const GpuReport* g = gpu_of(d);
+    if (g != nullptr) l.pcie_peak_gbs = g->theoretical_pcie_gbs;
+    if (auto active = nvlink_active(d)) {
+      l.nvlink_active = static_cast<int>(*active);
+      if (g != nullptr && g->cc_major && g->cc_minor) {
+        if (auto per_link = nvlink_gbs_per_link(*g->cc_major, *g->cc_minor))
+          l.nvlink_peak_gbs = *per_link * *active;
+      }
+    }
+    report.links.push_back(l);
+  }
+  for (std::size_t i = 0; i < report.devices.size(); ++i) {
+    for (std::size_t j = i + 1; j < report.devices.size(); ++j) {
+      GpuPair p;
+      p.a = report.devices[i];
+      p.b = report.devices[j];
+      if (auto t = pair(p.a, p.b)) {
+        if (t->common_ancestor) p.pcie_path = topology_level(*t->common_ancestor);
+        p.nvlink = t->nvlink;
+        p.p2p_read = t->p2p_read;
+      }
+      p.link = p.nvlink == true ? "NVLink"
+               : p.pcie_path    ? fmt::format("PCIe ({})", topology_level_name(*p.pcie_path))
+                                : "unknown";
+      report.pairs.push_back(std::move(p));
+    }
+  }
+  report.peak = link_peak(report.links, report.pairs);
+  for (auto& sweep : report.sweeps) {
+    if (report.peak && sweep.peak_busbw_gbs && report.peak->gbs > 0)
+      sweep.peak_ratio = *sweep.peak_busbw_gbs / report.peak->gbs;
+  }
+}
+
+std::vector<Finding> collective_findings(const CollectiveReport& c) {
+  std::vector<Finding> out;
+  if (!c.measured) {
+    out.push_back({Severity::warning, "collectives_not_measured",
+                   "NCCL collectives not measured: " + c.why_not, ""});
+    return out;
+  }
+  if (c.ranks == 1) {
+    out.push_back({Severity::info, "collectives_one_gpu", c.note,
+                   "run `dlprobe doctor --nccl` where several GPUs are visible, or one rank per "
+                   "GPU under torchrun, mpirun or srun"});
+  }
+  for (const auto& s : c.sweeps) {
+    // nccl-tests reaches about 80% of the links' peak at large messages on NVLink and PCIe
+    // alike; below half, a link trained down, P2P off or traffic through the CPU is likelier
+    // than NCCL itself.
+    if (s.peak_ratio && *s.peak_ratio < kCollectiveLowRatio) {
+      out.push_back(
+          {Severity::warning, "collective_bandwidth_low",
+           fmt::format("{} reached {:.1f} GB/s bus bandwidth, {:.0f}% of the {} peak of {:.0f} "
+                       "GB/s (below {:.0f}%)",
+                       collective_name(s.collective), *s.peak_busbw_gbs, 100 * *s.peak_ratio,
+                       c.peak->kind, c.peak->gbs, 100 * kCollectiveLowRatio),
+           "check `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; rerun with NCCL_DEBUG=INFO to "
+           "see the transport NCCL chose (P2P, SHM or NET)"});
     }
   }
   return out;
@@ -398,6 +499,56 @@ Result<Report> run_doctor(const DoctorOptions& options) {
     }
   }
   r.capabilities.push_back(capability("ceilings", r.ceilings.has_value(), r.ceilings_note));
+
+  if (options.collectives) {
+    auto rank = read_rank_env(process_env());
+    if (!rank) return rank.status();
+    // Before NCCL's first call: NVLink multicast stays off unless the user asked for it.
+    disable_nvls_in_process();
+    CollectiveReport c;
+    if (cuda_gpus == 0) {
+      c.why_not = r.gpu_found ? "CUDA cannot use the GPU" : "no GPU";
+    } else if (!r.versions.nccl.loaded) {
+      c.why_not = "NCCL is not loadable (" + r.versions.nccl.detail + ")";
+    } else {
+      auto measured = measure_collectives(options.collective_options, *rank);
+      if (!measured) return measured.status();
+      c = std::move(measured).value();
+    }
+    if (c.measured) {
+      // CUDA device -> NVML index, by PCI bus id as above.
+      std::map<int, unsigned> nvml_index;
+      if (nvml) {
+        const nvml::Library& lib = *nvml.value();
+        const unsigned count = lib.device_count().value_or(0);
+        for (unsigned i = 0; i < count; ++i) {
+          auto info = lib.device_info(i);
+          if (!info) continue;
+          for (const auto& g : r.gpus) {
+            if (g.cuda_visible &&
+                normalize_pci_bus_id(g.pci_bus_id) == normalize_pci_bus_id(info->pci_bus_id))
+              nvml_index[g.index] = i;
+          }
+        }
+      }
+      auto pair = [&](int a, int b) -> std::optional<nvml::PairTopology> {
+        if (!nvml || !nvml_index.count(a) || !nvml_index.count(b)) return std::nullopt;
+        auto t = nvml.value()->pair_topology(nvml_index[a], nvml_index[b]);
+        if (!t) return std::nullopt;
+        return *t;
+      };
+      auto active = [&](int d) -> std::optional<unsigned> {
+        if (!nvml || !nvml_index.count(d)) return std::nullopt;
+        auto n = nvml.value()->nvlink_active_links(nvml_index[d]);
+        if (!n) return std::nullopt;
+        return *n;
+      };
+      add_links(c, r.gpus, pair, active);
+    }
+    for (auto& f : collective_findings(c)) r.findings.push_back(std::move(f));
+    r.capabilities.push_back(capability("nccl_collectives", c.measured, c.why_not));
+    r.collectives = std::move(c);
+  }
   return r;
 }
 

@@ -127,6 +127,86 @@ json ceilings_json(const Ceilings& c) {
           {"bandwidth", bandwidth}};
 }
 
+json collectives_json(const CollectiveReport& c) {
+  json links = json::array();
+  for (const auto& l : c.links) {
+    links.push_back({{"device", l.device},
+                     {"nvlink_active", l.nvlink_active},
+                     {"nvlink_peak_gbs", l.nvlink_peak_gbs},
+                     {"pcie_peak_gbs", l.pcie_peak_gbs}});
+  }
+  json pairs = json::array();
+  for (const auto& p : c.pairs) {
+    pairs.push_back(
+        {{"a", p.a},
+         {"b", p.b},
+         {"link", p.link},
+         {"pcie_path", p.pcie_path ? json(topology_level_name(*p.pcie_path)) : json(nullptr)},
+         {"nvlink", p.nvlink},
+         {"p2p_read", p.p2p_read}});
+  }
+  json sweeps = json::array();
+  for (const auto& s : c.sweeps) {
+    json points = json::array();
+    for (const auto& p : s.points) {
+      points.push_back({{"bytes", p.bytes},
+                        {"time_us", p.time_us},
+                        {"algbw_gbs", p.algbw_gbs},
+                        {"busbw_gbs", p.busbw_gbs}});
+    }
+    sweeps.push_back({{"collective", collective_name(s.collective)},
+                      {"peak_busbw_gbs", s.peak_busbw_gbs},
+                      {"peak_ratio", s.peak_ratio},
+                      {"points", points}});
+  }
+  auto text_or_null = [](const std::string& t) { return t.empty() ? json(nullptr) : json(t); };
+  return {
+      {"measured", c.measured},
+      {"why_not", text_or_null(c.why_not)},
+      {"mode", text_or_null(c.mode)},
+      {"ranks", c.ranks},
+      {"devices", c.devices},
+      {"nccl_version", text_or_null(c.nccl_version)},
+      {"nvls", text_or_null(c.nvls)},
+      {"max_bytes", c.max_bytes},
+      {"max_bytes_note", text_or_null(c.max_bytes_note)},
+      {"links", links},
+      {"pairs", pairs},
+      {"link_peak", c.peak ? json{{"kind", c.peak->kind}, {"gbs", c.peak->gbs}} : json(nullptr)},
+      {"sweeps", sweeps},
+      {"note", text_or_null(c.note)}};
+}
+
+void collectives_text(std::string& out, const CollectiveReport& c) {
+  out += "NCCL collectives\n";
+  if (!c.measured) {
+    out += fmt::format("  not measured: {}\n\n", c.why_not);
+    return;
+  }
+  out += fmt::format("  {}; NCCL {}; NCCL_NVLS_ENABLE={}\n", c.mode, c.nccl_version, c.nvls);
+  for (const auto& p : c.pairs) out += fmt::format("  GPU {} <-> GPU {}: {}\n", p.a, p.b, p.link);
+  if (c.peak)
+    out += fmt::format("  link peak per GPU: {:.0f} GB/s ({})\n", c.peak->gbs, c.peak->kind);
+  if (!c.max_bytes_note.empty()) out += fmt::format("  {}\n", c.max_bytes_note);
+  if (!c.note.empty()) out += fmt::format("  {}\n", c.note);
+  for (const auto& s : c.sweeps) {
+    out += fmt::format("  {}\n", collective_name(s.collective));
+    out += fmt::format("    {:>10} {:>12} {:>12} {:>12}\n", "size", "time us", "algbw GB/s",
+                       "busbw GB/s");
+    for (const auto& p : s.points) {
+      out += fmt::format("    {:>10} {:12.1f} {:12.2f} {:>12}\n", format_size(p.bytes), p.time_us,
+                         p.algbw_gbs,
+                         p.busbw_gbs ? fmt::format("{:.2f}", *p.busbw_gbs) : std::string("-"));
+    }
+    if (s.peak_busbw_gbs) {
+      out += fmt::format("    peak bus bandwidth {:.1f} GB/s", *s.peak_busbw_gbs);
+      if (s.peak_ratio) out += fmt::format(", {:.0f}% of the link peak", 100 * *s.peak_ratio);
+      out += "\n";
+    }
+  }
+  out += "\n";
+}
+
 }  // namespace
 
 std::string render_json(const Report& r) {
@@ -186,6 +266,7 @@ std::string render_json(const Report& r) {
       {"capabilities", capabilities_json(r.capabilities)},
       {"ceilings", r.ceilings ? ceilings_json(*r.ceilings) : json(nullptr)},
       {"ceilings_note", r.ceilings_note.empty() ? json(nullptr) : json(r.ceilings_note)},
+      {"collectives", r.collectives ? collectives_json(*r.collectives) : json(nullptr)},
       {"findings", findings},
   };
   return doc.dump(2) + "\n";
@@ -358,6 +439,8 @@ std::string render_text(const Report& r) {
     }
   }
   out += "\n";
+
+  if (r.collectives) collectives_text(out, *r.collectives);
 
   out += "Findings\n";
   if (r.findings.empty()) out += "  none\n";

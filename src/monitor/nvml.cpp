@@ -136,6 +136,9 @@ struct Library::Impl {
   abi::DeviceGetProcessesV2Fn graphics_processes_v2 = nullptr;
   abi::DeviceGetProcessesV1Fn graphics_processes_v1 = nullptr;
   abi::DeviceGetProcessUtilizationFn get_process_utilization = nullptr;
+  abi::DeviceGetTopologyCommonAncestorFn get_common_ancestor = nullptr;
+  abi::DeviceGetP2PStatusFn get_p2p_status = nullptr;
+  abi::DeviceGetNvLinkStateFn get_nvlink_state = nullptr;
 
   ~Impl() {
     if (initialised) shutdown();
@@ -234,6 +237,10 @@ struct Library::Impl {
     }
     get_process_utilization =
         resolve<abi::DeviceGetProcessUtilizationFn>({"nvmlDeviceGetProcessUtilization"});
+    get_common_ancestor =
+        resolve<abi::DeviceGetTopologyCommonAncestorFn>({"nvmlDeviceGetTopologyCommonAncestor"});
+    get_p2p_status = resolve<abi::DeviceGetP2PStatusFn>({"nvmlDeviceGetP2PStatus"});
+    get_nvlink_state = resolve<abi::DeviceGetNvLinkStateFn>({"nvmlDeviceGetNvLinkState"});
     return Status::ok();
   }
 
@@ -595,6 +602,53 @@ Result<std::vector<ProcessUtilization>> Library::process_utilization(unsigned in
     out.push_back({sample.pid, sample.timeStamp, sample.smUtil, sample.memUtil});
   }
   return out;
+}
+
+Result<PairTopology> Library::pair_topology(unsigned a, unsigned b) const {
+  auto dev_a = impl_->device(a);
+  if (!dev_a) return dev_a.status();
+  auto dev_b = impl_->device(b);
+  if (!dev_b) return dev_b.status();
+  FieldReader reader(*impl_);
+  PairTopology out;
+  int level = 0;
+  if (reader.call("nvmlDeviceGetTopologyCommonAncestor", impl_->get_common_ancestor, *dev_a, *dev_b,
+                  &level)) {
+    out.common_ancestor = level;
+  }
+  int status = 0;
+  if (reader.call("nvmlDeviceGetP2PStatus", impl_->get_p2p_status, *dev_a, *dev_b,
+                  abi::kP2pCapsNvlink, &status)) {
+    out.nvlink = status == abi::kP2pStatusOk;
+  }
+  if (reader.call("nvmlDeviceGetP2PStatus", impl_->get_p2p_status, *dev_a, *dev_b,
+                  abi::kP2pCapsRead, &status)) {
+    out.p2p_read = status == abi::kP2pStatusOk;
+  }
+  if (!reader.status()) return reader.status();
+  return out;
+}
+
+Result<unsigned> Library::nvlink_active_links(unsigned index) const {
+  auto dev = impl_->device(index);
+  if (!dev) return dev.status();
+  if (impl_->get_nvlink_state == nullptr)
+    return error(Errc::unavailable, "NVML lacks nvmlDeviceGetNvLinkState");
+  unsigned active = 0;
+  bool any = false;
+  for (unsigned link = 0; link < abi::kNvlinkMaxLinks; ++link) {
+    int state = abi::kFeatureDisabled;
+    const abi::Return rc = impl_->get_nvlink_state(*dev, link, &state);
+    // Links past the GPU's last answer "not supported" or "invalid argument".
+    if (rc != abi::kSuccess) {
+      if (is_fatal(rc)) return impl_->failure("nvmlDeviceGetNvLinkState", rc, __FILE__, __LINE__);
+      continue;
+    }
+    any = true;
+    if (state == abi::kFeatureEnabled) ++active;
+  }
+  if (!any) return error(Errc::unavailable, fmt::format("GPU {} has no NVLink", index));
+  return active;
 }
 
 Capability Library::per_process_memory(unsigned index) const {

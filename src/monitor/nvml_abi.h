@@ -42,6 +42,20 @@ inline constexpr int kPcieUtilRxBytes = 1;
 inline constexpr int kFeatureDisabled = 0;
 inline constexpr int kFeatureEnabled = 1;
 
+// nvmlGpuTopologyLevel_t: how far up the PCIe tree two GPUs' common ancestor is.
+inline constexpr int kTopologyInternal = 0;
+inline constexpr int kTopologySingle = 10;
+inline constexpr int kTopologyMultiple = 20;
+inline constexpr int kTopologyHostbridge = 30;
+inline constexpr int kTopologyNode = 40;
+inline constexpr int kTopologySystem = 50;
+// nvmlGpuP2PCapsIndex_t and nvmlGpuP2PStatus_t (NVML_P2P_STATUS_OK).
+inline constexpr int kP2pCapsRead = 0;
+inline constexpr int kP2pCapsNvlink = 2;
+inline constexpr int kP2pStatusOk = 0;
+// NVML_NVLINK_MAX_LINKS of NVML 12.8 and later (18 on Hopper and Blackwell).
+inline constexpr unsigned kNvlinkMaxLinks = 18;
+
 // Buffer sizes NVML documents for its string getters.
 inline constexpr unsigned kDeviceNameBufferSize = 96;      // NVML_DEVICE_NAME_V2_BUFFER_SIZE
 inline constexpr unsigned kDeviceUuidBufferSize = 80;      // NVML_DEVICE_UUID_V2_BUFFER_SIZE
@@ -135,6 +149,9 @@ using DeviceGetTemperatureFn = Return (*)(Device, int, unsigned int*);
 using DeviceGetPcieThroughputFn = Return (*)(Device, int, unsigned int*);
 using DeviceGetProcessesV1Fn = Return (*)(Device, unsigned int*, ProcessInfoV1*);
 using DeviceGetProcessesV2Fn = Return (*)(Device, unsigned int*, ProcessInfoV2*);
+using DeviceGetTopologyCommonAncestorFn = Return (*)(Device, Device, int*);
+using DeviceGetP2PStatusFn = Return (*)(Device, Device, int, int*);
+using DeviceGetNvLinkStateFn = Return (*)(Device, unsigned int, int*);  // link, nvmlEnableState_t
 using DeviceGetProcessUtilizationFn = Return (*)(Device, ProcessUtilizationSample*, unsigned int*,
                                                  unsigned long long);
 }

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "dlprobe/core/status.h"
 #include "dlprobe/doctor/ceilings.h"
+#include "dlprobe/doctor/collectives.h"
 #include "dlprobe/doctor/cpu_info.h"
 #include "dlprobe/doctor/versions.h"
 #include "dlprobe/monitor/nvml.h"
@@ -84,7 +86,8 @@ struct Report {
   std::vector<GpuReport> gpus;
   std::vector<Capability> capabilities;
   std::optional<Ceilings> ceilings;
-  std::string ceilings_note;  // why there are none, or a caveat
+  std::string ceilings_note;                    // why there are none, or a caveat
+  std::optional<CollectiveReport> collectives;  // with --nccl only
   std::vector<Finding> findings;
 };
 
@@ -92,6 +95,8 @@ struct DoctorOptions {
   bool ceilings = true;  // measured only when a GPU is present
   int ceilings_device = 0;
   CeilingOptions ceiling_options;
+  bool collectives = false;  // the NCCL sweep (--nccl)
+  CollectiveOptions collective_options;
 };
 
 // Gathers the report on this machine. Fails only when the options are unusable (e.g. a ceilings
@@ -105,6 +110,13 @@ Result<Report> run_doctor(const DoctorOptions& options);
 std::vector<Finding> gpu_findings(const GpuReport& gpu, std::string_view cuda_architectures);
 // Findings about the ceilings themselves (below a sane fraction of theoretical, not measured).
 std::vector<Finding> ceiling_findings(const Ceilings& ceilings);
+// Links between the GPUs of a collectives report from the GPUs' figures and NVML's topology
+// (`pair` gives NVML's answer for two CUDA devices); fills links, pairs and peak.
+void add_links(CollectiveReport& report, const std::vector<GpuReport>& gpus,
+               const std::function<std::optional<nvml::PairTopology>(int, int)>& pair,
+               const std::function<std::optional<unsigned>(int)>& nvlink_active);
+// Findings about the NCCL sweep: one GPU, the bus bandwidth far below the links' peak.
+std::vector<Finding> collective_findings(const CollectiveReport& report);
 // "0000:19:00.0", "00000000:19:00.0" and lower case all become "00000000:19:00.0".
 std::string normalize_pci_bus_id(std::string_view id);
 // "90-real;90-virtual" -> the lowest real or virtual architecture (90); nullopt when unparsable.

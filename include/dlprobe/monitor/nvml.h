@@ -96,6 +96,13 @@ struct ProcessUtilization {
   unsigned mem_util_pct = 0;
 };
 
+// How two GPUs connect (NVML indices); a field NVML cannot give is empty.
+struct PairTopology {
+  std::optional<int> common_ancestor;  // nvmlGpuTopologyLevel_t: 0 same board .. 50 across CPUs
+  std::optional<bool> nvlink;          // NVML's P2P status over NVLink is OK
+  std::optional<bool> p2p_read;        // peer reads work over whatever path
+};
+
 // Which measurements work on this driver and GPU, and why not where they do not.
 struct Capability {
   bool available = false;
@@ -126,6 +133,10 @@ class Library {
   // Samples newer than `since_us` (0 = whatever NVML keeps); unavailable on GPUs without it.
   Result<std::vector<ProcessUtilization>> process_utilization(unsigned index,
                                                               std::uint64_t since_us) const;
+
+  Result<PairTopology> pair_topology(unsigned a, unsigned b) const;
+  // Active NVLink links of the GPU; unavailable where it has none or NVML cannot tell.
+  Result<unsigned> nvlink_active_links(unsigned index) const;
 
   Capability per_process_memory(unsigned index) const;
   Capability per_process_utilization(unsigned index) const;
