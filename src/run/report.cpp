@@ -21,6 +21,19 @@ Json finding_json(const diagnosis::Finding& f) {
           {"fix", f.fix},     {"numbers", f.numbers}};
 }
 
+Json per_gpu_json(const std::vector<PerGpuFigures>& gpus) {
+  Json out = Json::array();
+  for (const auto& p : gpus) {
+    out.push_back({{"index", p.index},
+                   {"name", p.name},
+                   {"peak_bytes", p.peak_bytes},
+                   {"total_bytes", p.total_bytes},
+                   {"util_median_pct", p.util_median_pct},
+                   {"power_median_w", p.power_median_w}});
+  }
+  return out;
+}
+
 Json run_json(const RunResult& r) {
   Json findings = Json::array();
   for (const auto& f : r.findings) findings.push_back(finding_json(f));
@@ -96,6 +109,7 @@ Json run_json(const RunResult& r) {
         {"attribution", attribution_name(g.attribution)},
         {"name", g.gpu_name},
         {"gpus_used", g.gpus_used},
+        {"per_gpu", per_gpu_json(g.per_gpu)},
         {"peak_bytes", g.peak_bytes},
         {"busiest_gpu_peak_bytes", g.busiest_gpu_peak_bytes},
         {"early_peak_bytes", g.early_peak_bytes},

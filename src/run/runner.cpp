@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 
+#include "dlprobe/core/launcher.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/monitor/sampler.h"
 #include "dlprobe/run/process_tree.h"
@@ -228,6 +229,10 @@ Status Run::launch() {
   // breaks hang detection and timing from arrival.
   if (std::getenv("PYTHONUNBUFFERED") == nullptr && so.env_set.count("PYTHONUNBUFFERED") == 0) {
     so.env_set["PYTHONUNBUFFERED"] = "1";
+  }
+  // NVLink multicast stays off in the workload unless the user chose (here or with --env).
+  if (so.env_set.count(std::string(kNvlsVariable)) == 0) {
+    for (auto& [key, value] : nccl_child_env(process_env())) so.env_set[key] = value;
   }
   so.echo = o_.echo;
   so.stdout_path = o_.stdout_log;
@@ -603,6 +608,8 @@ void Run::finish() {
   // The hang threshold is the run's option, not part of its result.
   if (o_.hang_after) facts.hang_after_s = std::chrono::duration<double>(*o_.hang_after).count();
   r_.findings = diagnosis::diagnose_run(facts);
+  for (auto& f : gpu_imbalance_findings(r_.gpu.per_gpu, r_.gpu.figures_window.has_value()))
+    r_.findings.push_back(std::move(f));
 }
 
 void Run::compute_gpu_figures() {
@@ -701,6 +708,8 @@ void Run::compute_gpu_figures() {
   std::vector<double> util;
   std::vector<double> sm;
   std::vector<double> power;
+  std::map<unsigned, std::vector<double>> util_of;
+  std::map<unsigned, std::vector<double>> power_of;
   std::size_t counted = 0;
   std::size_t power_capped = 0;
   std::size_t thermal = 0;
@@ -741,10 +750,16 @@ void Run::compute_gpu_figures() {
                                                    raw.point.t_s >= *first_memory_s));
     if (!active) continue;
     for (const auto& [gpu, u] : raw.util) {
-      if (used.empty() || used.count(gpu) != 0) util.push_back(u);
+      if (used.empty() || used.count(gpu) != 0) {
+        util.push_back(u);
+        util_of[gpu].push_back(u);
+      }
     }
     for (const auto& [gpu, w] : raw.power) {
-      if (used.empty() || used.count(gpu) != 0) power.push_back(w);
+      if (used.empty() || used.count(gpu) != 0) {
+        power.push_back(w);
+        power_of[gpu].push_back(w);
+      }
     }
     if (raw.point.tree_sm_util_pct) sm.push_back(*raw.point.tree_sm_util_pct);
     for (const auto& [gpu, events] : raw.events) {
@@ -764,6 +779,18 @@ void Run::compute_gpu_figures() {
     }
   }
   g.util_median_pct = median(util);
+  for (unsigned gpu : g.gpus_used) {
+    PerGpuFigures p;
+    p.index = gpu;
+    if (auto it = gpus_.find(gpu); it != gpus_.end()) {
+      p.name = it->second.info.name;
+      p.total_bytes = it->second.info.memory_total_bytes;
+    }
+    p.peak_bytes = per_gpu_peak[gpu];
+    p.util_median_pct = median(util_of[gpu]);
+    p.power_median_w = median(power_of[gpu]);
+    g.per_gpu.push_back(std::move(p));
+  }
   g.tree_sm_util_median_pct = median(sm);
   g.power_median_w = median(power);
   if (counted > 0) {

@@ -146,6 +146,30 @@ TEST(RunWorkload, ExitStatusAndSignal) {
   EXPECT_TRUE(has_finding(killed, "crashed"));
 }
 
+// NVLink multicast stays off in the workload unless the user chose otherwise.
+TEST(RunWorkload, ChildSeesNvlsOffUnlessTheUserSetIt) {
+  const char* before = std::getenv("NCCL_NVLS_ENABLE");
+  const std::string saved = before != nullptr ? before : "";
+  RunOptions o = options({});
+  o.argv = {"sh", "-c", "echo nvls=${NCCL_NVLS_ENABLE-unset}"};
+  unsetenv("NCCL_NVLS_ENABLE");
+  RunResult r = run_ok(o);
+  ASSERT_FALSE(r.stdout_tail.empty());
+  EXPECT_EQ(r.stdout_tail.front(), "nvls=0");
+
+  setenv("NCCL_NVLS_ENABLE", "1", 1);
+  r = run_ok(o);
+  ASSERT_FALSE(r.stdout_tail.empty());
+  EXPECT_EQ(r.stdout_tail.front(), "nvls=1");
+  unsetenv("NCCL_NVLS_ENABLE");
+
+  o.env_set["NCCL_NVLS_ENABLE"] = "2";  // --env NCCL_NVLS_ENABLE=2
+  r = run_ok(o);
+  ASSERT_FALSE(r.stdout_tail.empty());
+  EXPECT_EQ(r.stdout_tail.front(), "nvls=2");
+  if (before != nullptr) setenv("NCCL_NVLS_ENABLE", saved.c_str(), 1);
+}
+
 TEST(RunWorkload, LaunchError) {
   RunOptions o = options({});
   o.argv = {"/nonexistent/dlprobe-no-such-program"};
@@ -301,6 +325,13 @@ TEST(RunWorkload, AttributesGpuMemoryToAGrandchild) {
   EXPECT_EQ(r.gpu.device_total_bytes, 150754820096u);
   EXPECT_EQ(r.gpu.gpu_name, "NVIDIA H200");
   EXPECT_NEAR(*r.gpu.util_median_pct, 95, 1e-9);
+  // The per-GPU figures of the one GPU used.
+  ASSERT_EQ(r.gpu.per_gpu.size(), 1u);
+  EXPECT_EQ(r.gpu.per_gpu[0].index, 0u);
+  EXPECT_EQ(r.gpu.per_gpu[0].name, "NVIDIA H200");
+  EXPECT_EQ(r.gpu.per_gpu[0].peak_bytes, 2147483648u);
+  EXPECT_EQ(r.gpu.per_gpu[0].total_bytes, 150754820096u);
+  EXPECT_NEAR(*r.gpu.per_gpu[0].util_median_pct, 95, 1e-9);
   EXPECT_GT(r.gpu.samples, 3u);
   EXPECT_FALSE(has_finding(r, "gpu_memory_device_wide"));
   EXPECT_FALSE(has_finding(r, "memory_preallocated"));

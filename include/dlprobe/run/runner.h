@@ -173,6 +173,16 @@ struct TelemetryPoint {
   std::size_t processes = 0;
 };
 
+// One GPU of a run on several: its share of the memory and the work.
+struct PerGpuFigures {
+  unsigned index = 0;  // NVML's
+  std::optional<std::string> name;
+  std::optional<std::uint64_t> peak_bytes;   // the workload's, per the attribution
+  std::optional<std::uint64_t> total_bytes;  // the device's
+  std::optional<double> util_median_pct;     // over GpuFigures::figures_window
+  std::optional<double> power_median_w;
+};
+
 struct GpuFigures {
   bool telemetry = false;
   std::string telemetry_note;  // why there is none, or what was limited
@@ -184,7 +194,8 @@ struct GpuFigures {
   std::optional<std::uint64_t> device_total_bytes;  // smallest total of the GPUs it used
   std::optional<std::uint64_t> device_used_before_bytes;
   std::optional<std::uint64_t> device_peak_used_bytes;
-  std::vector<unsigned> gpus_used;  // where the workload's memory was
+  std::vector<unsigned> gpus_used;     // where the workload's memory was
+  std::vector<PerGpuFigures> per_gpu;  // one per GPU in gpus_used
   std::optional<std::string> gpu_name;
   std::optional<int> cc_major;
   // The window the medians and shares below are taken over: the measured steps' (widen_to_samples),
@@ -252,6 +263,18 @@ struct RunResult {
   std::string stdout_log;
   std::string stderr_log;
 };
+
+// Imbalance between the GPUs of one run. A GPU is idle below kIdleGpuUtilPct (median over the
+// figures' window) while the median of the others is at least kBusyGpuUtilPct; one GPU's memory
+// is far above the others when its peak exceeds kMemoryImbalanceRatio times the median of the
+// others' peaks and by at least kMemoryImbalanceMinBytes.
+inline constexpr double kIdleGpuUtilPct = 10.0;
+inline constexpr double kBusyGpuUtilPct = 50.0;
+inline constexpr double kMemoryImbalanceRatio = 1.5;
+inline constexpr std::uint64_t kMemoryImbalanceMinBytes = 1ull << 30;
+// `utilisation`: whether the utilisation medians describe the work (a window was found).
+std::vector<diagnosis::Finding> gpu_imbalance_findings(const std::vector<PerGpuFigures>& gpus,
+                                                       bool utilisation);
 
 // Runs one workload to its end. Errors only for bad options; a workload that cannot start is a
 // result with Outcome::launch_error.
