@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "dlprobe/doctor/doctor.h"
+
 namespace dlprobe::doctor {
 namespace {
 
@@ -77,6 +81,102 @@ TEST(Collectives, LinkPeakIsTheSlowestGpu) {
   gpus[1].pcie_peak_gbs.reset();
   EXPECT_FALSE(link_peak(gpus, pairs));
   EXPECT_FALSE(link_peak({gpus[0]}, {}));
+}
+
+CollectiveReport measured_report(int ranks, double busbw) {
+  CollectiveReport c;
+  c.measured = true;
+  c.ranks = ranks;
+  c.mode = "one process";
+  c.nccl_version = "2.27.3";
+  c.nvls = "0";
+  for (int d = 0; d < ranks; ++d) c.devices.push_back(d);
+  CollectiveSweep s;
+  s.collective = Collective::all_reduce;
+  CollectivePoint p;
+  p.bytes = 1ull << 30;
+  p.time_us = 5000;
+  p.algbw_gbs = algbw_gbs(p.bytes, 5e-3);
+  p.busbw_gbs = busbw_gbs(Collective::all_reduce, p.bytes, 5e-3, ranks);
+  if (ranks > 1) {
+    p.busbw_gbs = busbw;
+    s.peak_busbw_gbs = busbw;
+  }
+  s.points.push_back(p);
+  c.sweeps.push_back(s);
+  if (ranks == 1) c.note = one_rank_note();
+  return c;
+}
+
+std::vector<GpuReport> hopper_gpus(int n) {
+  std::vector<GpuReport> gpus(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    gpus[static_cast<std::size_t>(i)].index = i;
+    gpus[static_cast<std::size_t>(i)].cc_major = 9;
+    gpus[static_cast<std::size_t>(i)].cc_minor = 0;
+    gpus[static_cast<std::size_t>(i)].theoretical_pcie_gbs = 63.0;
+  }
+  return gpus;
+}
+
+TEST(Collectives, LinksFromNvml) {
+  CollectiveReport c = measured_report(2, 315.0);
+  auto nvlink = [](int, int) -> std::optional<nvml::PairTopology> {
+    return nvml::PairTopology{50, true, true};
+  };
+  auto links = [](int) -> std::optional<unsigned> { return 18u; };
+  add_links(c, hopper_gpus(2), nvlink, links);
+  ASSERT_EQ(c.pairs.size(), 1u);
+  EXPECT_EQ(c.pairs[0].link, "NVLink");
+  ASSERT_TRUE(c.peak);
+  EXPECT_DOUBLE_EQ(c.peak->gbs, 450.0);  // 18 links x 25 GB/s
+  EXPECT_NEAR(*c.sweeps[0].peak_ratio, 0.7, 1e-9);
+  EXPECT_TRUE(collective_findings(c).empty());
+
+  CollectiveReport pcie = measured_report(2, 20.0);
+  auto over_pcie = [](int, int) -> std::optional<nvml::PairTopology> {
+    return nvml::PairTopology{40, false, true};
+  };
+  auto none = [](int) -> std::optional<unsigned> { return std::nullopt; };
+  add_links(pcie, hopper_gpus(2), over_pcie, none);
+  EXPECT_EQ(pcie.pairs[0].link, "PCIe (NODE)");
+  ASSERT_TRUE(pcie.peak);
+  EXPECT_EQ(pcie.peak->kind, "PCIe");
+  const auto f = collective_findings(pcie);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "collective_bandwidth_low");
+  EXPECT_NE(f[0].message.find("32% of the PCIe peak of 63 GB/s (below 50%)"), std::string::npos)
+      << f[0].message;
+}
+
+TEST(Collectives, OneGpuShowsNoBusBandwidth) {
+  Report r;
+  r.collectives = measured_report(1, 0);
+  const auto doc = nlohmann::json::parse(render_json(r));
+  const auto& point = doc["collectives"]["sweeps"][0]["points"][0];
+  EXPECT_TRUE(point["busbw_gbs"].is_null());
+  EXPECT_GT(point["algbw_gbs"].get<double>(), 0);
+  EXPECT_TRUE(doc["collectives"]["sweeps"][0]["peak_busbw_gbs"].is_null());
+  const std::string text = render_text(r);
+  EXPECT_NE(text.find("bus bandwidth is 0 by definition (not shown)"), std::string::npos) << text;
+  EXPECT_NE(text.find("1.0 GiB"), std::string::npos) << text;
+  EXPECT_EQ(text.find("0.00\n"), std::string::npos) << text;
+  const auto f = collective_findings(*r.collectives);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "collectives_one_gpu");
+  EXPECT_NE(f[0].message.find("Run on several GPUs"), std::string::npos);
+}
+
+TEST(Collectives, NotMeasuredSaysWhy) {
+  CollectiveReport c;
+  c.why_not = "NCCL is not loadable (libnccl.so.2: cannot open)";
+  const auto f = collective_findings(c);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "collectives_not_measured");
+  Report r;
+  r.collectives = c;
+  EXPECT_NE(render_text(r).find("not measured: NCCL is not loadable"), std::string::npos);
+  EXPECT_TRUE(nlohmann::json::parse(render_json(r))["collectives"]["measured"] == false);
 }
 
 }  // namespace
