@@ -159,7 +159,7 @@ TEST(Collectives, OneGpuShowsNoBusBandwidth) {
   EXPECT_TRUE(doc["collectives"]["sweeps"][0]["peak_busbw_gbs"].is_null());
   const std::string text = render_text(r);
   EXPECT_NE(text.find("bus bandwidth is 0 by definition (not shown)"), std::string::npos) << text;
-  EXPECT_NE(text.find("1.0 GiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("1.00 GiB"), std::string::npos) << text;
   EXPECT_EQ(text.find("0.00\n"), std::string::npos) << text;
   const auto f = collective_findings(*r.collectives);
   ASSERT_EQ(f.size(), 1u);

@@ -64,6 +64,28 @@ TEST(NvmlLoader, StaticInfoAndVersions) {
   EXPECT_EQ(fake_calls(DLPROBE_FAKE_NVML, "nvmlDeviceGetMemoryInfo"), 0U);
 }
 
+TEST(NvmlLoader, TopologyOfAPair) {
+  FakeScript script(
+      "device\nname A\nnvlink_links 18\nnvlink_active 16\ntopology 50\np2p_nvlink 0\n"
+      "p2p_read 0\n"
+      "device\nname B\ntopology 10\np2p_nvlink 5\np2p_read 0\n");
+  auto lib = open_fake();
+  ASSERT_TRUE(lib);
+  auto nvlinked = lib->pair_topology(0, 1);
+  ASSERT_TRUE(nvlinked) << nvlinked.status().message();
+  EXPECT_EQ(nvlinked->common_ancestor, 50);
+  EXPECT_EQ(nvlinked->nvlink, true);
+  EXPECT_EQ(nvlinked->p2p_read, true);
+  auto pcie = lib->pair_topology(1, 0);
+  ASSERT_TRUE(pcie) << pcie.status().message();
+  EXPECT_EQ(pcie->common_ancestor, 10);
+  EXPECT_EQ(pcie->nvlink, false);  // NVML_P2P_STATUS_NOT_SUPPORTED
+  EXPECT_EQ(lib->nvlink_active_links(0).value(), 16U);
+  // No NVLink at all: unavailable, not 0 links.
+  EXPECT_EQ(lib->nvlink_active_links(1).status().code(), Errc::unavailable);
+  EXPECT_EQ(lib->pair_topology(0, 7).status().code(), Errc::not_found);
+}
+
 TEST(NvmlLoader, DynamicSamplesFollowTheScript) {
   FakeScript script(kH200Script);
   auto lib = open_fake();

@@ -19,6 +19,9 @@
 //                                    workload runs, with pids it only learns then)
 //   process_insufficient N           the first N process-list fills answer INSUFFICIENT_SIZE
 //   putil PID SM MEM TIMESTAMP_US    a per-process utilisation sample
+//   nvlink_links N / nvlink_active N this GPU has N NVLink links, the first N of them active
+//   topology LEVEL / p2p_nvlink S / p2p_read S   what this GPU answers for any pair it is the
+//                                    first of (nvmlGpuTopologyLevel_t, nvmlGpuP2PStatus_t)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -433,6 +436,26 @@ FAKE_EXPORT abi::Return nvmlDeviceGetTemperature(abi::Device d, int sensor, unsi
 FAKE_EXPORT abi::Return nvmlDeviceGetCurrentClocksThrottleReasons(abi::Device d,
                                                                   unsigned long long* reasons) {
   return get_value(d, "nvmlDeviceGetCurrentClocksThrottleReasons", "clock_events", reasons);
+}
+
+FAKE_EXPORT abi::Return nvmlDeviceGetNvLinkState(abi::Device device, unsigned link, int* active) {
+  std::lock_guard lock(state().mutex);
+  FakeDevice* d = dev_of(device);
+  if (abi::Return rc = enter(d, "nvmlDeviceGetNvLinkState"); rc != abi::kSuccess) return rc;
+  unsigned long long links = 0, up = 0;
+  if (!peek(d, "nvlink_links", links)) return abi::kErrorNotSupported;
+  if (link >= links || active == nullptr) return abi::kErrorInvalidArgument;
+  if (!peek(d, "nvlink_active", up)) up = 0;
+  *active = link < up ? abi::kFeatureEnabled : abi::kFeatureDisabled;
+  return abi::kSuccess;
+}
+FAKE_EXPORT abi::Return nvmlDeviceGetTopologyCommonAncestor(abi::Device a, abi::Device,
+                                                            int* level) {
+  return get_value(a, "nvmlDeviceGetTopologyCommonAncestor", "topology", level);
+}
+FAKE_EXPORT abi::Return nvmlDeviceGetP2PStatus(abi::Device a, abi::Device, int caps, int* status) {
+  return get_value(a, "nvmlDeviceGetP2PStatus",
+                   caps == abi::kP2pCapsNvlink ? "p2p_nvlink" : "p2p_read", status);
 }
 
 #ifdef FAKE_NVML_LEGACY
