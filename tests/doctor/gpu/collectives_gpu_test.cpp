@@ -32,7 +32,9 @@ TEST(CollectivesGpu, SweepOverEveryVisibleGpu) {
     EXPECT_EQ(s.points.back().bytes, 64ull << 20);
     for (std::size_t i = 0; i < s.points.size(); ++i) {
       const auto& p = s.points[i];
-      if (i > 0) EXPECT_GT(p.bytes, s.points[i - 1].bytes);
+      if (i > 0) {
+        EXPECT_GT(p.bytes, s.points[i - 1].bytes);
+      }
       EXPECT_GT(p.time_us, 0);
       EXPECT_NEAR(p.algbw_gbs, static_cast<double>(p.bytes) / (p.time_us * 1e-6) / 1e9,
                   1e-9 * p.algbw_gbs + 1e-12);
@@ -44,7 +46,9 @@ TEST(CollectivesGpu, SweepOverEveryVisibleGpu) {
       }
     }
   }
-  if (gpus == 1) EXPECT_EQ(r->note, one_rank_note());
+  if (gpus == 1) {
+    EXPECT_EQ(r->note, one_rank_note());
+  }
 }
 
 }  // namespace
