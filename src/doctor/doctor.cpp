@@ -476,9 +476,21 @@ Result<Report> run_doctor(const DoctorOptions& options) {
     for (auto& f : gpu_findings(g, r.cuda_architectures)) r.findings.push_back(std::move(f));
   }
 
+  // Under a launcher every rank would measure the same GPU at once.
+  std::optional<RankEnv> rank;
+  if (options.collectives) {
+    auto env = read_rank_env(process_env());
+    if (!env) return env.status();
+    rank = *env;
+  }
+
   // Ceilings last: they load the GPU, and the state above should be what it was before.
   if (!options.ceilings) {
     r.ceilings_note = "skipped (--no-ceilings)";
+  } else if (rank && rank->world_size > 1) {
+    r.ceilings_note = fmt::format(
+        "skipped: one rank of {} under {} (--nccl); run doctor without the launcher for them",
+        rank->world_size, launcher_name(rank->launcher));
   } else if (!r.with_cuda) {
     r.ceilings_note = "not measured: dlprobe was built without CUDA";
   } else if (cuda_gpus == 0) {
@@ -500,9 +512,7 @@ Result<Report> run_doctor(const DoctorOptions& options) {
   }
   r.capabilities.push_back(capability("ceilings", r.ceilings.has_value(), r.ceilings_note));
 
-  if (options.collectives) {
-    auto rank = read_rank_env(process_env());
-    if (!rank) return rank.status();
+  if (rank) {
     // Before NCCL's first call: NVLink multicast stays off unless the user asked for it.
     disable_nvls_in_process();
     CollectiveReport c;
