@@ -350,7 +350,9 @@ TEST(RunWorkload, HostCpuOverTheMeasuredSteps) {
   const RunResult idle = run_ok(o);
   ASSERT_TRUE(idle.host.busiest_process_median_pct && idle.host.cpu_max_pct);
   EXPECT_LT(*idle.host.busiest_process_median_pct, 10.0);
-  EXPECT_GT(*idle.host.cpu_max_pct, 40.0);  // the start-up was seen
+  // Above the steps' 10 % even where four processes share each core (a spinning start-up got a
+  // third of one in a sanitizer build beside parallel builds).
+  EXPECT_GT(*idle.host.cpu_max_pct, 15.0);  // the start-up was seen
   EXPECT_FALSE(has_finding(idle, "host_bound"));
   EXPECT_TRUE(has_finding(idle, "gpu_underused"));
 
@@ -387,7 +389,7 @@ TEST(RunWorkload, SeedScriptSteadyWindowFromTelemetry) {
   ASSERT_TRUE(r.gpu.util_median_pct);
   EXPECT_GE(*r.gpu.util_median_pct, 90.0);
   ASSERT_TRUE(r.host.cpu_max_pct);
-  EXPECT_GT(*r.host.cpu_max_pct, 40.0);  // the busy start-up was seen, and left out
+  EXPECT_GT(*r.host.cpu_max_pct, 15.0);  // the busy start-up was seen, and left out
   EXPECT_FALSE(has_finding(r, "host_bound"));
   EXPECT_FALSE(has_finding(r, "gpu_underused"));
   EXPECT_FALSE(has_finding(r, "no_steady_phase"));
