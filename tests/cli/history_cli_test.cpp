@@ -115,6 +115,26 @@ TEST_F(HistoryCli, TrendExitsOneOnARegressionAndNamesTheChange) {
   EXPECT_EQ(diff.out, "#5 -> #6: the one change: driver: 580.65.06 -> 590.10\n");
 }
 
+TEST_F(HistoryCli, TrendWritesItsHtmlPage) {
+  six_nights(0.110, "590.10");
+  const fs::path page = dir_ / "trend.html";
+  auto r = history({"trend", "--html", page.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // the page changes nothing of the verdict
+  EXPECT_NE(r.out.find("REGRESSION"), std::string::npos) << r.out;
+  const std::string html = slurp(page);
+  EXPECT_NE(html.find("<canvas id=\"chart-trend\""), std::string::npos);
+  EXPECT_NE(html.find("\"label\":\"regression\""), std::string::npos);
+  EXPECT_NE(html.find("#6, driver 590.10"), std::string::npos);
+  // An existing page is replaced only with --overwrite, and refused before any work.
+  auto again = history({"trend", "--html", page.string()});
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_EQ(error_lines(again.err), 1) << again.err;
+  EXPECT_NE(again.err.find("--html"), std::string::npos) << again.err;
+  EXPECT_EQ(again.out, "");
+  auto overwritten = history({"trend", "--html", page.string(), "--overwrite"});
+  EXPECT_EQ(overwritten.exit_code, 1) << overwritten.output;
+}
+
 TEST_F(HistoryCli, TrendExitsZeroWhenSteady) {
   six_nights(0.1001, "580.65.06");
   auto r = history({"trend"});
