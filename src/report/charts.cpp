@@ -27,6 +27,7 @@ table.sortable th { cursor: pointer; background: #f4f4f4; user-select: none; }
 table.sortable th[data-order="asc"]::after { content: " \25B2"; }
 table.sortable th[data-order="desc"]::after { content: " \25BC"; }
 table.kv th { background: #f8f8f8; width: 220px; }
+#machines th { white-space: pre-line; }
 tr.sev-error td:first-child { color: #b00020; font-weight: bold; }
 tr.sev-warning td:first-child { color: #a65e00; font-weight: bold; }
 .none { color: #777; }
@@ -221,7 +222,11 @@ constexpr std::string_view kChartScript = R"(
     };
     if (spec.dates) {
       config.options.scales.x.ticks = {
-        callback: function (v) { return new Date(v).toISOString().slice(0, 10); }
+        // Within ten days the hour tells two runs of a day apart.
+        callback: function (v) {
+          var t = new Date(v).toISOString();
+          return this.max - this.min < 864e6 ? t.slice(0, 16).replace('T', ' ') : t.slice(0, 10);
+        }
       };
     }
     config.plugins = [bands, errorBars, markers, selection];

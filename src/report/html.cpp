@@ -15,6 +15,7 @@
 #include "charts.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/stats/statistics.h"
+#include "fleet.h"
 #include "memory_chart.h"
 
 namespace dlprobe::report {
@@ -756,6 +757,9 @@ std::string render_html(std::span<const NamedDocument> documents) {
     body += "<p class=\"none\">No configuration has both a batch and a measured throughput.</p>\n";
   }
   place(body, charts, std::move(throughput), 360);
+  if (const std::string machines = fleet_section(documents, charts); !machines.empty()) {
+    body += "<h2>Machines</h2>\n" + machines;
+  }
   const TimeUnit latency = latency_unit(all);
   if (json chart = chart_vs_batch(
           all, several, "chart-latency",

@@ -16,6 +16,7 @@
 #include "common/run_dlprobe.h"
 #include "common/temp_folder.h"
 #include "dlprobe/report/trend_chart.h"
+#include "dlprobe/results/results.h"
 
 namespace dlprobe::testing {
 namespace {
@@ -210,6 +211,23 @@ TEST_F(Charts, DragZoomsAndDoubleClickReturns) {
   EXPECT_NE(whole, zoomed.substr(0, zoomed.find('t')));
   EXPECT_NE(zoomed.find("true"), std::string::npos) << zoomed;
   EXPECT_EQ(whole, back);
+}
+
+// The report of two machines' files draws its machines chart too.
+TEST_F(Charts, TheMachinesChartIsDrawn) {
+  auto other = results::read_file(kNative);
+  ASSERT_TRUE(other.has_value()) << other.status().message();
+  other->context.hostname = "gpu-2";
+  const std::string second = (dir_ / "gpu-2.json").string();
+  std::ofstream(second) << results::serialize(*other);
+  const std::string page = (dir_ / "machines.html").string();
+  auto r = run_dlprobe({"report", kNative, second, "-o", page});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string html = slurp(page);
+  const auto ids = canvas_ids(html);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), "chart-machines"), 1);
+  const auto wrong = problems(html);
+  EXPECT_TRUE(wrong.empty()) << fmt::format("{}", fmt::join(wrong, "\n"));
 }
 
 TEST_F(Charts, TheTrendPageDrawsItsChart) {

@@ -335,6 +335,37 @@ TEST(Html, StepTimeAxisShowsTheBoxesAndMarksOutliersPastIt) {
       << chart["config"]["data"]["labels"][0];
 }
 
+// Files from two machines (another host with another driver, 10% faster), and a third file from the
+// first machine: a column per machine, a row per configuration, the differing driver in the
+// headings, and a chart with a bar group per configuration.
+TEST(Html, ComparesMachinesSideBySide) {
+  const Document here = testing::synthetic_native_document();
+  Document there = here;
+  there.context.hostname = "gpu-2";
+  there.context.driver_version = "590.10";
+  for (auto& c : there.configurations) {
+    if (c.statistics) c.statistics->throughput *= 1.1;
+  }
+  const std::vector<NamedDocument> one = {{"a.json", here},
+                                          {"b.json", testing::synthetic_external_document()}};
+  EXPECT_EQ(render_html(one).find("id=\"machines\""), std::string::npos);
+  const std::vector<NamedDocument> docs = {{"a.json", here}, {"b.json", there}, {"c.json", here}};
+  const std::string html = render_html(docs);
+  const auto begin = html.find("<table id=\"machines\"");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string table = html.substr(begin, html.find("</table>", begin) - begin);
+  // The header and the 8 configurations that finished (the out-of-memory one has no figure).
+  EXPECT_EQ(count(table, "<tr>"), 1u + 8u);
+  EXPECT_EQ(count(table, "<th>"), 1u + 2u);
+  EXPECT_NE(table.find("driver 590.10"), std::string::npos) << table;
+  EXPECT_NE(table.find("×1.100"), std::string::npos) << table;
+  const auto chart = chart_of(html, "chart-machines");
+  ASSERT_FALSE(chart.is_null());
+  EXPECT_EQ(chart["config"]["data"]["datasets"].size(), 2u);
+  EXPECT_EQ(chart["config"]["data"]["labels"].size(), 8u);
+  EXPECT_EQ(points(chart), 16u);
+}
+
 TEST(TrendChart, DrawsEachSeriesWithItsBandAndMarksRegressions) {
   std::vector<TrendLine> lines(2);
   lines[0].name = "gpu-1, NVIDIA H200: resnet50 bs=256 bf16";
