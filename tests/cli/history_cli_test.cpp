@@ -135,6 +135,34 @@ TEST_F(HistoryCli, TrendWritesItsHtmlPage) {
   EXPECT_EQ(overwritten.exit_code, 1) << overwritten.output;
 }
 
+// A fleet's results gathered in one history: `dlprobe report --history` puts the latest of each
+// machine side by side.
+TEST_F(HistoryCli, ReportComparesTheMachinesOfAHistory) {
+  auto r = history(
+      {"import",
+       write_results(dir_, "a1.json", RunSpec().on("alpha").at("2026-03-01T03:00:00Z")).string(),
+       write_results(dir_, "a2.json",
+                     RunSpec().on("alpha").at("2026-03-02T03:00:00Z").stepping(0.2))
+           .string(),
+       write_results(dir_, "b.json", RunSpec().on("beta")).string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const fs::path page = dir_ / "fleet.html";
+  auto report = run_dlprobe({"report", "--history", db_.string(), "-o", page.string()});
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  const std::string html = slurp(page);
+  const auto begin = html.find("<table id=\"machines\"");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string table = html.substr(begin, html.find("</table>", begin) - begin);
+  EXPECT_NE(table.find("alpha"), std::string::npos) << table;
+  EXPECT_NE(table.find("beta"), std::string::npos) << table;
+  // alpha's latest night only: its file, not the first.
+  EXPECT_NE(html.find("alpha 2026-03-02"), std::string::npos);
+  EXPECT_EQ(html.find("alpha 2026-03-01"), std::string::npos);
+  auto neither = run_dlprobe({"report", "-o", (dir_ / "x.html").string()});
+  EXPECT_EQ(neither.exit_code, 2) << neither.output;
+  EXPECT_EQ(error_lines(neither.err), 1) << neither.err;
+}
+
 TEST_F(HistoryCli, TrendExitsZeroWhenSteady) {
   six_nights(0.1001, "580.65.06");
   auto r = history({"trend"});
