@@ -14,6 +14,8 @@ packages=(
   # is only a recommendation of libdnnl-dev, so a --no-install-recommends install needs it named.
   libdnnl-dev ocl-icd-opencl-dev
   chromium
+  # Chart.js, embedded at build time in the HTML report (src/report/CMakeLists.txt).
+  libjs-chart.js
 )
 
 missing=()

@@ -80,6 +80,7 @@
 #include "dlprobe/monitor/sampler.h"
 #include "dlprobe/report/compare.h"
 #include "dlprobe/report/html.h"
+#include "dlprobe/report/trend_chart.h"
 #include "dlprobe/results/results.h"
 #include "dlprobe/results/table.h"
 #include "dlprobe/results/writer.h"

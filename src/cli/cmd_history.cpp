@@ -12,6 +12,7 @@
 #include "dlprobe/history/history.h"
 #include "dlprobe/history/text.h"
 #include "dlprobe/history/trend.h"
+#include "dlprobe/report/trend_chart.h"
 
 namespace dlprobe::cli {
 namespace {
@@ -25,6 +26,8 @@ struct HistoryCommandFlags {
   std::string alpha = "0.05";
   std::string noise = "1%";
   std::string window = "5";
+  std::string html;
+  bool overwrite = false;
   // import
   std::vector<std::string> imports;
   // diff
@@ -86,7 +89,31 @@ int run_list(const HistoryCommandFlags& f) {
   return print(history::render_list(*rows, *price));
 }
 
+// The trend as report::render_trend_html draws it: a line per series, each finished result with a
+// throughput a point.
+std::vector<report::TrendLine> trend_lines(const std::vector<history::Series>& series) {
+  std::vector<report::TrendLine> lines;
+  for (const auto& s : series) {
+    report::TrendLine line;
+    line.name =
+        fmt::format("{}, {}: {}", s.machine, s.gpu.empty() ? "CPU" : s.gpu, s.configuration);
+    for (const auto& e : s.points) {
+      if (!e.throughput) continue;
+      line.points.push_back(
+          {e.date, *e.throughput, e.ci_low, e.ci_high,
+           fmt::format("#{}{}", e.id, e.driver.empty() ? "" : ", driver " + e.driver)});
+    }
+    line.regression = s.flag == history::Flag::regression;
+    line.verdict = history::trend_verdict(s);
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 int run_trend(const HistoryCommandFlags& f) {
+  if (!f.html.empty()) {
+    if (Status s = prepare_outputs({{"--html", f.html}}, f.overwrite); !s) return report_error(s);
+  }
   auto filter = filter_of(f);
   if (!filter) return report_error(filter.status());
   auto price = price_of(f);
@@ -106,6 +133,14 @@ int run_trend(const HistoryCommandFlags& f) {
   auto series = history::trend(*h, *filter, options);
   if (!series) return report_error(series.status());
   print(history::render_trend(*series, *price));
+  if (!f.html.empty()) {
+    auto path = database(f);
+    if (!path) return report_error(path.status());
+    const std::string page = report::render_trend_html(
+        fmt::format("{} series from {}", series->size(), path->string()), trend_lines(*series));
+    if (Status s = write_file_atomic(f.html, page); !s) return report_error(s);
+    std::fprintf(stderr, "dlprobe: wrote %s\n", f.html.c_str());
+  }
   if (!history::any_regression(*series)) return kExitOk;
   std::fprintf(stderr,
                "dlprobe: regression: the latest result of a configuration is slower than "
@@ -192,6 +227,10 @@ Command add_history_command(CLI::App& app) {
   option(*trend, "--noise", f->noise,
          "A drop smaller than this is no regression, however significant (e.g. 2%)");
   option(*trend, "--window", f->window, "How many earlier results the latest is compared with");
+  trend->add_option("--html", f->html,
+                    "Also write the trend as a self-contained HTML page: throughput over time per "
+                    "series, its CI as a band, regressions marked ('-': standard output)");
+  add_overwrite_flag(*trend, f->overwrite);
   CLI::App* import = sub->add_subcommand(
       "import", "Add results files (from this machine or others) to the history");
   import->add_option("files", f->imports, "Results files (dlprobe.results/1)")->required();

@@ -137,6 +137,19 @@ std::string render_changes(const std::vector<Change>& changes) {
   return out;
 }
 
+std::string trend_verdict(const Series& s) {
+  std::string verdict(flag_name(s.flag));
+  if (s.ratio) {
+    verdict += fmt::format(": latest / the {} result{} before it {:.3f}", s.window,
+                           s.window == 1 ? "" : "s", *s.ratio);
+  }
+  if (s.ratio_ci && s.p_value) {
+    verdict +=
+        fmt::format(" [{:.3f}, {:.3f}], p {:.3g}", s.ratio_ci->low, s.ratio_ci->high, *s.p_value);
+  }
+  return verdict;
+}
+
 std::string render_trend(const std::vector<Series>& series,
                          std::optional<double> price_per_gpu_hour) {
   if (series.empty()) return "no result in the history matches\n";
@@ -156,16 +169,7 @@ std::string render_trend(const std::vector<Series>& series,
       table.add(std::move(row));
     }
     out += table.render("  ");
-    std::string verdict = fmt::format("  {}", flag_name(s.flag));
-    if (s.ratio) {
-      verdict += fmt::format(": latest / the {} result{} before it {:.3f}", s.window,
-                             s.window == 1 ? "" : "s", *s.ratio);
-    }
-    if (s.ratio_ci && s.p_value) {
-      verdict +=
-          fmt::format(" [{:.3f}, {:.3f}], p {:.3g}", s.ratio_ci->low, s.ratio_ci->high, *s.p_value);
-    }
-    out += verdict + "\n";
+    out += "  " + trend_verdict(s) + "\n";
     if (s.flag == Flag::regression || s.flag == Flag::improvement) {
       out += "  since the result before: " + render_changes(s.changes);
     }

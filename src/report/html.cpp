@@ -1,9 +1,9 @@
-// The HTML report. Charts are SVG written here rather than drawn by a JavaScript chart library:
-// the page must work offline and fetch nothing, and the few chart types needed (lines with error
-// bars, box plots, stacked bars) are short to draw directly.
+// The HTML report. Its charts are drawn in the page by Chart.js (charts.h), from specifications
+// written here.
 #include "dlprobe/report/html.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +12,10 @@
 #include <span>
 #include <tuple>
 
+#include "charts.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/stats/statistics.h"
+#include "fleet.h"
 #include "memory_chart.h"
 
 namespace dlprobe::report {
@@ -51,126 +53,10 @@ std::string html_escape(std::string_view text) {
 
 namespace {
 
-// Colour-blind-safe qualitative palette (Okabe & Ito), then darker variants.
-constexpr const char* kPalette[] = {"#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7",
-                                    "#56B4E9", "#F0E442", "#000000", "#7f3c8d", "#11a579"};
-constexpr std::size_t kPaletteSize = std::size(kPalette);
-const char* colour(std::size_t i) {
-  return kPalette[i % kPaletteSize];
-}
+using nlohmann::json;
 
 std::string esc(std::string_view s) {
   return html_escape(s);
-}
-
-// Tick values at 1, 2 or 5 × 10^k covering [lo, hi] with about `target` intervals.
-struct Axis {
-  double lo = 0;
-  double hi = 1;
-  std::vector<double> ticks;
-};
-
-Axis nice_axis(double lo, double hi, int target = 5) {
-  if (!(hi > lo)) {
-    const double pad = lo == 0 ? 1 : std::abs(lo) * 0.1;
-    lo -= pad;
-    hi += pad;
-  }
-  const double raw = (hi - lo) / target;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = magnitude;
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    step = m * magnitude;
-    if (step >= raw) break;
-  }
-  Axis a;
-  a.lo = std::floor(lo / step) * step;
-  a.hi = std::ceil(hi / step) * step;
-  for (double t = a.lo; t <= a.hi + step * 1e-9; t += step) a.ticks.push_back(t);
-  return a;
-}
-
-std::string tick_label(double v) {
-  const double a = std::abs(v);
-  if (a >= 1e6) return fmt::format("{:g}M", v / 1e6);
-  if (a >= 1e4) return fmt::format("{:g}k", v / 1e3);
-  return fmt::format("{:g}", v);
-}
-
-// The plotting area of one chart and its mapping from data to pixels.
-struct Frame {
-  double width = 1000;
-  double height = 340;
-  double left = 70;
-  double right = 330;  // room for the legend
-  double top = 30;
-  double bottom = 50;
-  double x0() const { return left; }
-  double x1() const { return width - right; }
-  double y0() const { return height - bottom; }
-  double y1() const { return top; }
-};
-
-double map(double v, double lo, double hi, double p0, double p1) {
-  return hi == lo ? (p0 + p1) / 2 : p0 + (v - lo) / (hi - lo) * (p1 - p0);
-}
-
-std::string svg_open(std::string_view id, const Frame& f, std::string_view title) {
-  return fmt::format(
-      "<svg id=\"{}\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
-      "height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n<title>{}</title>\n",
-      esc(id), svg_number(f.width), svg_number(f.height), svg_number(f.width), svg_number(f.height),
-      esc(title), esc(title));
-}
-
-// One tick of an axis: its grid line from (x1, y1) to (x2, y2) and its label at (x, y).
-std::string tick(double x1, double y1, double x2, double y2, double x, double y,
-                 std::string_view anchor, double value) {
-  return fmt::format(
-      "<line class=\"grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
-      "<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"{}\">{}</text>\n",
-      svg_number(x1), svg_number(y1), svg_number(x2), svg_number(y2), svg_number(x), svg_number(y),
-      anchor, esc(tick_label(value)));
-}
-
-std::string y_axis(const Frame& f, const Axis& a, std::string_view label) {
-  std::string s;
-  for (double t : a.ticks) {
-    const double y = map(t, a.lo, a.hi, f.y0(), f.y1());
-    s += tick(f.x0(), y, f.x1(), y, f.x0() - 6, y + 4, "end", t);
-  }
-  s += fmt::format(
-      "<text class=\"axis-label\" transform=\"translate(16 {}) rotate(-90)\" "
-      "text-anchor=\"middle\">{}</text>\n",
-      svg_number((f.y0() + f.y1()) / 2), esc(label));
-  return s;
-}
-
-std::string x_axis(const Frame& f, const Axis& a, std::string_view label) {
-  std::string s;
-  for (double t : a.ticks) {
-    const double x = map(t, a.lo, a.hi, f.x0(), f.x1());
-    s += tick(x, f.y1(), x, f.y0(), x, f.y0() + 16, "middle", t);
-  }
-  s +=
-      fmt::format("<text class=\"axis-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                  svg_number((f.x0() + f.x1()) / 2), svg_number(f.height - 10), esc(label));
-  return s;
-}
-
-std::string legend(const Frame& f, const std::vector<std::string>& names) {
-  std::string s;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    const double y = f.y1() + 4 + 18 * static_cast<double>(i);
-    std::string shown = names[i];
-    if (shown.size() > 50) shown = shown.substr(0, 49) + "…";
-    s += fmt::format(
-        "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
-        "<text class=\"legend\" x=\"{}\" y=\"{}\"><title>{}</title>{}</text>\n",
-        svg_number(f.x1() + 14), svg_number(y), colour(i), svg_number(f.x1() + 32),
-        svg_number(y + 10), esc(names[i]), esc(shown));
-  }
-  return s;
 }
 
 // A configuration with the file it came from.
@@ -192,10 +78,21 @@ std::string label(const Entry& e, bool several_files) {
   return several_files ? fmt::format("{}: {}", e.file->name, d) : d;
 }
 
+// A row's name on an axis: long ones are cut (the tooltip has the whole).
+std::string short_label(const std::string& name) {
+  return name.size() > 48 ? name.substr(0, 47) + "…" : name;
+}
+
 // Everything but the batch: the line a configuration belongs to in throughput vs batch.
 std::string series_name(const Entry& e, bool several_files) {
   const std::string name = results::series_label(e.config->kind, e.config->settings);
   return several_files ? fmt::format("{}: {}", e.file->name, name) : name;
+}
+
+// A number for the chart's JSON: a value that is not finite (a hand-edited or hostile file) is
+// null, which Chart.js leaves out, rather than a number no scale can place.
+json number(double v) {
+  return std::isfinite(v) ? json(v) : json(nullptr);
 }
 
 // One point of a per-batch curve: the value, its bar, and the words of its tooltip.
@@ -205,79 +102,62 @@ struct BatchPoint {
   double high = 0;
   std::string tip;
 };
-using PointOf = std::optional<BatchPoint> (*)(const Configuration&);
+using PointOf = std::optional<BatchPoint> (*)(const Configuration&, double per_second);
 
-// A line per series over the batch sizes, a point with an error bar per configuration.
-std::string chart_vs_batch(const std::vector<Entry>& all, bool several, std::string_view id,
-                           std::string_view title, std::string_view unit, PointOf point_of) {
+// A line per series over the batch sizes, a point with an error bar per configuration. The batches
+// sit at even spacing (a category axis): sweeps double the batch, and a linear axis would crowd the
+// small ones into a corner.
+json chart_vs_batch(const std::vector<Entry>& all, bool several, std::string_view id,
+                    std::string_view title, std::string_view unit, PointOf point_of,
+                    double per_second = 1) {
   std::map<std::string, std::vector<std::pair<std::int64_t, BatchPoint>>> series;
   std::vector<std::string> order;
   std::set<std::int64_t> batches;
   double top = 0;
   for (const auto& e : all) {
     const auto batch = results::batch_of(e.config->kind, e.config->settings);
-    const auto point = point_of(*e.config);
+    const auto point = point_of(*e.config, per_second);
     if (!batch || !point) continue;
     const std::string name = series_name(e, several);
     if (!series.count(name)) order.push_back(name);
     series[name].emplace_back(*batch, BatchPoint{point->y, point->low, point->high,
                                                  label(e, several) + ": " + point->tip});
     batches.insert(*batch);
-    top = std::max(top, point->high);
+    if (std::isfinite(point->high)) top = std::max(top, point->high);
   }
-  if (series.empty()) return "";
-  Frame f;
-  const Axis y = nice_axis(0, top * 1.05);
-  // Batches sit at even spacing: sweeps double the batch, and a linear axis would crowd the small
-  // ones into a corner.
-  const std::vector<std::int64_t> xs(batches.begin(), batches.end());
-  auto x_of = [&](std::int64_t b) {
-    const auto i = std::lower_bound(xs.begin(), xs.end(), b) - xs.begin();
-    return xs.size() == 1 ? (f.x0() + f.x1()) / 2
-                          : map(static_cast<double>(i), -0.5, static_cast<double>(xs.size()) - 0.5,
-                                f.x0(), f.x1());
-  };
-  std::string s = svg_open(id, f, title);
-  s += y_axis(f, y, unit);
-  for (auto b : xs) {
-    s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                     svg_number(x_of(b)), svg_number(f.y0() + 16), b);
-  }
-  s += fmt::format(
-      "<text class=\"axis-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">batch "
-      "size</text>\n",
-      svg_number((f.x0() + f.x1()) / 2), svg_number(f.height - 10));
+  if (series.empty()) return nullptr;
+  json spec = chart_spec(id, "line", title, unit);
+  json& config = spec["config"];
+  for (auto b : batches) config["data"]["labels"].push_back(std::to_string(b));
   for (std::size_t i = 0; i < order.size(); ++i) {
     auto points = series[order[i]];
     std::stable_sort(points.begin(), points.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::string path;
-    std::string marks;
+    json data = json::array();
+    json tips = json::array();
     for (const auto& [batch, p] : points) {
-      const double x = x_of(batch);
-      const double yv = map(p.y, y.lo, y.hi, f.y0(), f.y1());
-      const double ylo = map(p.low, y.lo, y.hi, f.y0(), f.y1());
-      const double yhi = map(p.high, y.lo, y.hi, f.y0(), f.y1());
-      path += fmt::format("{}{},{}", path.empty() ? "" : " ", svg_number(x), svg_number(yv));
-      marks += fmt::format(
-          "<g class=\"point\"><title>{}</title>"
-          "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
-          "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
-          "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
-          "<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/></g>\n",
-          esc(p.tip), svg_number(x), svg_number(ylo), svg_number(x), svg_number(yhi), colour(i),
-          svg_number(x - 5), svg_number(ylo), svg_number(x + 5), svg_number(ylo), colour(i),
-          svg_number(x - 5), svg_number(yhi), svg_number(x + 5), svg_number(yhi), colour(i),
-          svg_number(x), svg_number(yv), colour(i));
+      data.push_back({{"x", std::to_string(batch)},
+                      {"y", number(p.y)},
+                      {"low", number(p.low)},
+                      {"high", number(p.high)}});
+      tips.push_back(p.tip);
     }
-    s += fmt::format("<polyline class=\"series\" points=\"{}\" stroke=\"{}\"/>\n{}", path,
-                     colour(i), marks);
+    config["data"]["datasets"].push_back({{"label", order[i]},
+                                          {"data", std::move(data)},
+                                          {"tips", std::move(tips)},
+                                          {"borderColor", chart_colour(i)},
+                                          {"backgroundColor", chart_colour(i)},
+                                          {"pointRadius", 4}});
   }
-  s += legend(f, order);
-  return s + "</svg>\n";
+  spec["errorBars"] = true;
+  config["options"]["scales"]["x"] = {{"type", "category"}, {"title", axis_title("batch size")}};
+  // The bars' tops too, which Chart.js does not count in the scale.
+  config["options"]["scales"]["y"] = {
+      {"beginAtZero", true}, {"suggestedMax", top * 1.05}, {"title", axis_title(unit)}};
+  return spec;
 }
 
-std::optional<BatchPoint> throughput_point(const Configuration& c) {
+std::optional<BatchPoint> throughput_point(const Configuration& c, double) {
   if (!c.statistics) return std::nullopt;
   const auto& st = *c.statistics;
   return BatchPoint{st.throughput, st.throughput_ci.low, st.throughput_ci.high,
@@ -286,17 +166,42 @@ std::optional<BatchPoint> throughput_point(const Configuration& c) {
 }
 
 // Inference only: there a step is one batch's latency, what a server's users wait for.
-std::optional<BatchPoint> latency_point(const Configuration& c) {
+std::optional<BatchPoint> latency_point(const Configuration& c, double per_second) {
   if (c.kind != Kind::native || c.settings.mode != "infer" || !c.statistics) return std::nullopt;
   const auto& st = *c.statistics;
-  return BatchPoint{st.median_s * 1e3, st.min_s * 1e3, st.p99_s * 1e3,
-                    fmt::format("median {:.3f} ms, p90 {:.3f} ms, p99 {:.3f} ms, min {:.3f} ms",
-                                st.median_s * 1e3, st.p90_s * 1e3, st.p99_s * 1e3, st.min_s * 1e3)};
+  return BatchPoint{
+      st.median_s * per_second, st.min_s * per_second, st.p99_s * per_second,
+      fmt::format("median {:.4g}, p90 {:.4g}, p99 {:.4g}, min {:.4g}", st.median_s * per_second,
+                  st.p90_s * per_second, st.p99_s * per_second, st.min_s * per_second)};
+}
+
+// The unit of the inference latency chart: that of its slowest median.
+TimeUnit latency_unit(const std::vector<Entry>& all) {
+  double slowest = 0;
+  for (const auto& e : all) {
+    if (e.config->statistics && std::isfinite(e.config->statistics->median_s)) {
+      slowest = std::max(slowest, e.config->statistics->median_s);
+    }
+  }
+  return time_unit(slowest);
+}
+
+// The end of an axis at or above `v` (positive), a round number: 1, 1.2, 1.5, ... or 8 times a
+// power of ten.
+double round_up(double v) {
+  const double magnitude = std::pow(10.0, std::floor(std::log10(v)));
+  for (double m : {1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0}) {
+    if (m * magnitude >= v) return m * magnitude;
+  }
+  return 10 * magnitude;
 }
 
 // Each row on its own scale, as percent off its median: configurations differ tenfold in step time,
-// and on one shared axis every box would shrink to a line. The median itself is written beside it.
-std::string chart_step_times(const std::vector<Entry>& all, bool several) {
+// and on one shared axis every box would shrink to a line. The median itself is in the row's name.
+// Chart.js has no box plot: the box is a floating bar from the first to the third quartile, the
+// whiskers a thin floating bar under it, the median a line mark, the outliers circles, and those
+// past the axis one triangle at its edge.
+json chart_step_times(const std::vector<Entry>& all, bool several) {
   struct Row {
     const Entry* entry;
     double median_s;
@@ -313,8 +218,7 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
     if (t.empty()) continue;
     // A file can hold step times no run measures (zero, or spread past a double's range around
     // their median): a median that is not a positive finite number has no scale to draw on, and
-    // the row is left out; a percentage that overflows is left out of its box. Drawn, they would
-    // be nan or inf in the SVG, which browsers refuse.
+    // the row is left out; a percentage that overflows is left out of its box.
     const double m = stats::median(t);
     if (!(m > 0 && std::isfinite(m))) continue;
     Row row{&e, m, {}, {}, {}};
@@ -334,117 +238,162 @@ std::string chart_step_times(const std::vector<Entry>& all, bool several) {
     reach = std::max({reach, std::abs(row.inliers.front()), std::abs(row.inliers.back())});
     rows.push_back(std::move(row));
   }
-  if (rows.empty()) return "<p class=\"none\">No configuration has timed steps.</p>\n";
-  Frame f;
-  f.left = 330;
-  f.right = 130;
-  const double row_h = 26;
-  f.height = f.top + f.bottom + row_h * static_cast<double>(rows.size());
-  const Axis x = nice_axis(-reach * 1.25, reach * 1.25, 8);
-  std::string s = svg_open("chart-step-times", f, "Step time distribution per configuration");
-  s += x_axis(f, x,
-              "step time, % off its median (box: quartiles, whiskers: range "
-              "without outliers, circles: outliers, triangles: past the axis)");
+  if (rows.empty()) return nullptr;
+  const double edge = round_up(reach * 1.25);
+  json spec =
+      chart_spec("chart-step-times", "bar", "Step time distribution per configuration", "%");
+  json& config = spec["config"];
+  json whiskers = json::array(), boxes = json::array(), medians = json::array();
+  json outliers = json::array(), past = json::array();
+  json box_tips = json::array(), whisker_tips = json::array(), outlier_tips = json::array();
+  json past_tips = json::array(), past_rotation = json::array(), colours = json::array();
+  json outlier_colours = json::array(), past_colours = json::array();
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
     const std::vector<double>& inliers = row.inliers;
     const double q1 = stats::percentile_sorted(inliers, 0.25);
     const double q3 = stats::percentile_sorted(inliers, 0.75);
-    auto px = [&](double v) { return map(v, x.lo, x.hi, f.x0(), f.x1()); };
-    const double yc = f.y1() + row_h * (static_cast<double>(i) + 0.5);
     const std::string name = label(*row.entry, several);
-    std::string shown = name.size() > 48 ? name.substr(0, 47) + "…" : name;
-    s += fmt::format(
-        "<g class=\"box\"><title>{}: median {:.3f} ms, quartiles {:+.2f}% / {:+.2f}%, {} steps, {} "
-        "outliers</title>"
-        "<text class=\"row-label\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>"
-        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\"/>"
-        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"16\" fill=\"{}\" fill-opacity=\"0.35\" "
-        "stroke=\"{}\"/>"
-        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>"
-        "<text class=\"row-label\" x=\"{}\" y=\"{}\">{:.3f} ms</text>",
-        esc(name), row.median_s * 1e3, q1, q3, row.pct.size(), row.out.size(),
-        svg_number(f.x0() - 8), svg_number(yc + 4), esc(shown), svg_number(px(inliers.front())),
-        svg_number(yc), svg_number(px(inliers.back())), svg_number(yc), colour(i),
-        svg_number(px(q1)), svg_number(yc - 8), svg_number(std::max(px(q3) - px(q1), 1.0)),
-        colour(i), colour(i), svg_number(px(0)), svg_number(yc - 8), svg_number(px(0)),
-        svg_number(yc + 8), colour(i), svg_number(f.x1() + 8), svg_number(yc + 4),
-        row.median_s * 1e3);
-    // Outliers on the axis as circles; those past either end as one triangle at that edge.
+    const TimeUnit unit = time_unit(row.median_s);
+    const std::string row_label =
+        fmt::format("{} · {:.4g} {}", short_label(name), row.median_s * unit.per_second, unit.name);
+    config["data"]["labels"].push_back(row_label);
+    colours.push_back(chart_colour(i));
+    boxes.push_back({number(q1), number(q3)});
+    box_tips.push_back(fmt::format(
+        "{}: median {:.4g} {}, quartiles {:+.2f}% / {:+.2f}%, {} steps, {} outliers", name,
+        row.median_s * unit.per_second, unit.name, q1, q3, row.pct.size(), row.out.size()));
+    whiskers.push_back({number(inliers.front()), number(inliers.back())});
+    whisker_tips.push_back(fmt::format("{}: range without outliers {:+.2f}% to {:+.2f}%", name,
+                                       inliers.front(), inliers.back()));
+    medians.push_back({{"x", 0}, {"y", row_label}});
     std::vector<double> past_low;
     std::vector<double> past_high;
     for (std::size_t k : row.out) {
       const double v = row.pct[k];
-      if (v < x.lo) {
+      if (v < -edge) {
         past_low.push_back(v);
-      } else if (v > x.hi) {
+      } else if (v > edge) {
         past_high.push_back(v);
       } else {
-        s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"none\" stroke=\"{}\"/>",
-                         svg_number(px(v)), svg_number(yc), colour(i));
+        outliers.push_back({{"x", v}, {"y", row_label}});
+        outlier_tips.push_back(fmt::format("{}: outlier {:+.1f}%", name, v));
+        outlier_colours.push_back(chart_colour(i));
       }
     }
-    for (const auto& [past, edge, dir] :
-         {std::tuple{&past_low, f.x0(), -1.0}, std::tuple{&past_high, f.x1(), 1.0}}) {
-      if (past->empty()) continue;
-      const auto [lo, hi] = std::minmax_element(past->begin(), past->end());
-      s += fmt::format(
-          "<path class=\"clipped\" d=\"M{} {}L{} {}L{} {}Z\" fill=\"{}\"><title>{} outlier{} "
-          "past the axis, {:+.0f}% to {:+.0f}%</title></path>",
-          svg_number(edge + dir * 6), svg_number(yc), svg_number(edge), svg_number(yc - 5),
-          svg_number(edge), svg_number(yc + 5), colour(i), past->size(),
-          past->size() == 1 ? "" : "s", *lo, *hi);
+    for (const auto& [values, at, rotation] :
+         {std::tuple{&past_low, -edge, -90}, std::tuple{&past_high, edge, 90}}) {
+      if (values->empty()) continue;
+      const auto [lo, hi] = std::minmax_element(values->begin(), values->end());
+      past.push_back({{"x", at}, {"y", row_label}});
+      past_tips.push_back(fmt::format("{}: {} outlier{} past the axis, {:+.0f}% to {:+.0f}%", name,
+                                      values->size(), values->size() == 1 ? "" : "s", *lo, *hi));
+      past_rotation.push_back(rotation);
+      past_colours.push_back(chart_colour(i));
     }
-    s += "</g>\n";
   }
-  return s + "</svg>\n";
+  json& datasets = config["data"]["datasets"];
+  datasets.push_back({{"label", "quartiles"},
+                      {"data", std::move(boxes)},
+                      {"tips", std::move(box_tips)},
+                      {"backgroundColor", colours},
+                      {"borderColor", colours},
+                      {"borderWidth", 1},
+                      {"grouped", false},
+                      {"barPercentage", 0.7},
+                      {"order", 2}});
+  datasets.push_back({{"label", "range without outliers"},
+                      {"data", std::move(whiskers)},
+                      {"tips", std::move(whisker_tips)},
+                      {"backgroundColor", colours},
+                      {"grouped", false},
+                      {"barPercentage", 0.08},
+                      {"order", 3}});
+  datasets.push_back({{"type", "scatter"},
+                      {"label", "median"},
+                      {"data", std::move(medians)},
+                      {"pointStyle", "line"},
+                      {"rotation", 90},
+                      {"radius", 9},
+                      {"borderWidth", 2},
+                      {"borderColor", "#222"},
+                      {"order", 1}});
+  datasets.push_back({{"type", "scatter"},
+                      {"label", "outliers"},
+                      {"data", std::move(outliers)},
+                      {"tips", std::move(outlier_tips)},
+                      {"borderColor", std::move(outlier_colours)},
+                      {"backgroundColor", "rgba(0,0,0,0)"},
+                      {"radius", 3},
+                      {"order", 0}});
+  datasets.push_back({{"type", "scatter"},
+                      {"label", "outliers past the axis"},
+                      {"data", std::move(past)},
+                      {"tips", std::move(past_tips)},
+                      {"pointStyle", "triangle"},
+                      {"rotation", std::move(past_rotation)},
+                      {"backgroundColor", past_colours},
+                      {"borderColor", std::move(past_colours)},
+                      {"radius", 6},
+                      {"order", 0}});
+  json& options = config["options"];
+  options["indexAxis"] = "y";
+  options["plugins"]["legend"] = {{"display", false}};
+  options["scales"]["x"] = {
+      {"type", "linear"},
+      {"min", -edge},
+      {"max", edge},
+      {"title", axis_title("step time, % off its median (box: quartiles, whiskers: range without "
+                           "outliers, circles: outliers, triangles: past the axis)")}};
+  options["scales"]["y"] = {{"type", "category"}};
+  return spec;
 }
 
 // Each configuration's warm-up curve (its first run's), step time against step: how long the first
 // steps took and where the warm-up stopped. The y axis is capped at four times the largest median
 // of the curves' second halves, so that a first step of seconds does not flatten the rest (its
 // point sits on the top edge, its tooltip has the time).
-std::string chart_warmup(const std::vector<Entry>& all, bool several) {
+json chart_warmup(const std::vector<Entry>& all, bool several) {
   std::vector<std::pair<std::string, const std::vector<double>*>> curves;
-  double steps = 0;
   double settled = 0;
   for (const auto& e : all) {
     const auto& warmups = e.config->samples.warmup;
     if (warmups.empty() || warmups.front().step_seconds.size() < 2) continue;
     const std::vector<double>& t = warmups.front().step_seconds;
     curves.emplace_back(label(e, several), &t);
-    steps = std::max(steps, static_cast<double>(t.size()));
-    settled = std::max(settled, stats::median(std::span(t).last(t.size() / 2)) * 1e3);
+    settled = std::max(settled, stats::median(std::span(t).last(t.size() / 2)));
   }
-  if (curves.empty()) return "";
-  Frame f;
-  f.height = 260;
-  const Axis x = nice_axis(1, steps);
-  const Axis y = nice_axis(0, settled * 4);
-  const auto px = [&](double v) { return map(v, x.lo, x.hi, f.x0(), f.x1()); };
-  const auto py = [&](double v) { return map(std::min(v, y.hi), y.lo, y.hi, f.y0(), f.y1()); };
-  std::string s = svg_open("chart-warmup", f, "Warm-up: step time per step until steady");
-  s += x_axis(f, x, "warm-up step");
-  s += y_axis(f, y, "ms per step");
-  std::vector<std::string> names;
+  if (curves.empty()) return nullptr;
+  const TimeUnit unit = time_unit(settled);
+  const double cap = settled * 4 * unit.per_second;
+  json spec =
+      chart_spec("chart-warmup", "line", "Warm-up: step time per step until steady", unit.name);
+  json& config = spec["config"];
   for (std::size_t i = 0; i < curves.size(); ++i) {
     const auto& [name, t] = curves[i];
-    std::string path;
+    json data = json::array();
+    json tips = json::array();
     for (std::size_t k = 0; k < t->size(); ++k) {
-      path +=
-          fmt::format("{}{},{}", path.empty() ? "" : " ",
-                      svg_number(px(static_cast<double>(k + 1))), svg_number(py((*t)[k] * 1e3)));
+      const double v = (*t)[k] * unit.per_second;
+      data.push_back({{"x", k + 1}, {"y", number(cap > 0 ? std::min(v, cap) : v)}});
+      tips.push_back(fmt::format("{}: step {} of {}, {:.4g} {} (first {:.4g} s, last {:.4g} s)",
+                                 name, k + 1, t->size(), v, unit.name, t->front(), t->back()));
     }
-    s += fmt::format(
-        "<polyline class=\"series\" points=\"{}\" stroke=\"{}\"><title>{}: {} steps, first "
-        "{:.4g} s, last {:.4g} s</title></polyline>\n",
-        path, colour(i), esc(name), t->size(), t->front(), t->back());
-    names.push_back(name);
+    config["data"]["datasets"].push_back({{"label", name},
+                                          {"data", std::move(data)},
+                                          {"tips", std::move(tips)},
+                                          {"borderColor", chart_colour(i)},
+                                          {"backgroundColor", chart_colour(i)},
+                                          {"pointRadius", 2}});
   }
-  return s + legend(f, names) + "</svg>\n";
+  config["options"]["scales"]["x"] = {{"type", "linear"}, {"title", axis_title("warm-up step")}};
+  config["options"]["scales"]["y"] = {{"beginAtZero", true},
+                                      {"title", axis_title(fmt::format("{} per step", unit.name))}};
+  if (cap > 0 && std::isfinite(cap)) config["options"]["scales"]["y"]["max"] = cap;
+  return spec;
 }
 
-std::string chart_memory(const std::vector<Entry>& all, bool several) {
+json chart_memory(const std::vector<Entry>& all, bool several) {
   struct Row {
     const Entry* entry;
     std::vector<std::pair<std::string, std::int64_t>> parts;
@@ -472,7 +421,7 @@ std::string chart_memory(const std::vector<Entry>& all, bool several) {
     top = std::max(top, sum);
     rows.push_back({&e, std::move(parts)});
   }
-  if (rows.empty()) return "";
+  if (rows.empty()) return nullptr;
   // Grouped by series, rising batch inside each, so a row reads as memory growing with the batch.
   std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
     const auto sa = series_name(*a.entry, several);
@@ -481,130 +430,115 @@ std::string chart_memory(const std::vector<Entry>& all, bool several) {
     return results::batch_of(a.entry->config->kind, a.entry->config->settings).value_or(0) <
            results::batch_of(b.entry->config->kind, b.entry->config->settings).value_or(0);
   });
-  Frame f;
-  f.left = 330;
-  const double row_h = 26;
-  f.height = std::max(f.top + f.bottom + row_h * static_cast<double>(rows.size()),
-                      f.top + f.bottom + 18 * static_cast<double>(categories.size()) + 10);
-  const Axis x = nice_axis(0, top / kGiB * 1.02);
-  std::string s = svg_open("chart-memory", f, "Peak device memory by category");
-  s += x_axis(f, x, "GiB at the peak");
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const double yc = f.y1() + row_h * (static_cast<double>(i) + 0.5);
-    const std::string name = label(*rows[i].entry, several);
-    const std::string shown = name.size() > 48 ? name.substr(0, 47) + "…" : name;
-    s += fmt::format(
-        "<text class=\"row-label\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}<title>{}"
-        "</title></text>",
-        svg_number(f.x0() - 8), svg_number(yc + 4), esc(shown), esc(name));
-    double at = 0;
-    for (const auto& [category, bytes] : rows[i].parts) {
-      const auto k = static_cast<std::size_t>(
-          std::find(categories.begin(), categories.end(), category) - categories.begin());
-      const double gib = static_cast<double>(bytes) / kGiB;
-      const double x0 = map(at, x.lo, x.hi, f.x0(), f.x1());
-      const double x1 = map(at + gib, x.lo, x.hi, f.x0(), f.x1());
-      s += fmt::format(
-          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"16\" fill=\"{}\"><title>{}: {} "
-          "{}</title></rect>",
-          svg_number(x0), svg_number(yc - 8), svg_number(std::max(x1 - x0, 0.0)), colour(k),
-          esc(name), esc(category),
-          esc(format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(bytes, 0)))));
-      at += gib;
+  const bool gib = top >= kGiB;
+  const double per = gib ? kGiB : kMiB;
+  const char* unit = gib ? "GiB" : "MiB";
+  json spec = chart_spec("chart-memory", "bar", "Peak device memory by category", unit);
+  json& config = spec["config"];
+  for (const Row& row : rows)
+    config["data"]["labels"].push_back(short_label(label(*row.entry, several)));
+  for (std::size_t k = 0; k < categories.size(); ++k) {
+    json data = json::array();
+    json tips = json::array();
+    for (const Row& row : rows) {
+      const auto it = std::find_if(row.parts.begin(), row.parts.end(),
+                                   [&](const auto& p) { return p.first == categories[k]; });
+      if (it == row.parts.end()) {
+        data.push_back(nullptr);
+        tips.push_back(nullptr);
+        continue;
+      }
+      data.push_back(number(static_cast<double>(it->second) / per));
+      tips.push_back(fmt::format(
+          "{}: {} {}", label(*row.entry, several), categories[k],
+          format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(it->second, 0)))));
     }
-    s += "\n";
+    config["data"]["datasets"].push_back({{"label", categories[k]},
+                                          {"data", std::move(data)},
+                                          {"tips", std::move(tips)},
+                                          {"backgroundColor", chart_colour(k)}});
   }
-  s += legend(f, categories);
-  return s + "</svg>\n";
+  config["options"]["indexAxis"] = "y";
+  config["options"]["scales"]["x"] = {{"type", "linear"},
+                                      {"stacked", true},
+                                      {"title", axis_title(fmt::format("{} at the peak", unit))}};
+  config["options"]["scales"]["y"] = {{"type", "category"}, {"stacked", true}};
+  return spec;
 }
 
 using SampleField = std::optional<double> results::TelemetrySample::*;
 
 // Every configuration's timed window on one time axis, end to end in file and configuration order:
 // a sweep reads as one run, where twenty overlaid lines would hide each other. A shaded band spans
-// each configuration (hover it for the name, its number is on top); colours tell GPUs apart.
-std::string chart_timeline(const std::vector<Entry>& all, bool several, std::string_view id,
-                           std::string_view title, std::string_view unit, SampleField field) {
-  struct Span {
-    std::string name;
-    double t0 = 0;
-    double t1 = 0;
-    // Per GPU of the configuration: its points, on the shared axis.
-    std::vector<std::pair<int, std::vector<std::pair<double, double>>>> lines;
-  };
-  std::vector<Span> spans;
+// each configuration (its number on top, its name in the tooltip); colours tell GPUs apart.
+json chart_timeline(const std::vector<Entry>& all, bool several, std::string_view id,
+                    std::string_view title, std::string_view unit, SampleField field) {
+  json spec = chart_spec(id, "line", title, unit);
+  json& config = spec["config"];
+  json& datasets = config["data"]["datasets"];
+  json bands = json::array();
   std::vector<int> gpus;
   double at = 0;
-  double v_max = 0;
   for (const auto& e : all) {
-    Span span;
-    span.name = label(e, several);
-    span.t0 = at;
+    const std::string name = label(e, several);
+    const double t0 = at;
     double length = 0;
+    bool any = false;
     for (const auto& t : e.config->telemetry) {
-      std::vector<std::pair<double, double>> points;
+      json data = json::array();
       for (const auto& sample : t.timeline) {
         if (const auto v = sample.*field) {
-          points.emplace_back(at + sample.t_s, *v);
-          v_max = std::max(v_max, *v);
+          data.push_back({{"x", number(at + sample.t_s)}, {"y", number(*v)}});
           length = std::max(length, sample.t_s);
         }
       }
       length = std::max(length, t.window_s);
-      if (points.empty()) continue;
-      if (std::find(gpus.begin(), gpus.end(), t.gpu) == gpus.end()) gpus.push_back(t.gpu);
-      span.lines.emplace_back(t.gpu, std::move(points));
+      if (data.empty()) continue;
+      any = true;
+      auto k = static_cast<std::size_t>(std::find(gpus.begin(), gpus.end(), t.gpu) - gpus.begin());
+      const bool first = k == gpus.size();
+      if (first) gpus.push_back(t.gpu);
+      datasets.push_back({{"label", fmt::format("GPU {}", t.gpu)},
+                          {"title", fmt::format("{}: {}", bands.size() + 1, name)},
+                          {"group", t.gpu},
+                          {"legend", first},
+                          {"data", std::move(data)},
+                          {"borderColor", chart_colour(k)},
+                          {"backgroundColor", chart_colour(k)},
+                          {"borderWidth", 1.5},
+                          {"pointRadius", 0}});
     }
-    if (span.lines.empty()) continue;
-    span.t1 = at + length;
-    at = span.t1;
-    spans.push_back(std::move(span));
+    if (!any) continue;
+    at = t0 + length;
+    bands.push_back({{"from", number(t0)},
+                     {"to", number(at)},
+                     {"label", std::to_string(bands.size() + 1)},
+                     {"fill", bands.size() % 2 == 0 ? "#eef3f8" : "#f9fbfd"}});
   }
-  if (spans.empty()) return "";
-  Frame f;
-  f.height = 260;
-  const Axis x = nice_axis(0, at);
-  const Axis y = nice_axis(0, v_max * 1.05);
-  const auto px = [&](double t) { return map(t, x.lo, x.hi, f.x0(), f.x1()); };
-  const auto py = [&](double v) { return map(v, y.lo, y.hi, f.y0(), f.y1()); };
-  std::string s = svg_open(id, f, title);
-  for (std::size_t i = 0; i < spans.size(); ++i) {
-    const Span& span = spans[i];
-    s += fmt::format(
-        "<g class=\"span\"><title>{}: {}</title><rect x=\"{}\" y=\"{}\" width=\"{}\" "
-        "height=\"{}\" fill=\"{}\"/>",
-        i + 1, esc(span.name), svg_number(px(span.t0)), svg_number(f.y1()),
-        svg_number(std::max(px(span.t1) - px(span.t0), 0.5)), svg_number(f.y0() - f.y1()),
-        i % 2 == 0 ? "#eef3f8" : "#f9fbfd");
-    // Numbers only where they fit above their band.
-    if (px(span.t1) - px(span.t0) >= 14) {
-      s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                       svg_number((px(span.t0) + px(span.t1)) / 2), svg_number(f.y1() - 4), i + 1);
-    }
-    s += "</g>\n";
-  }
-  s += x_axis(f, x,
-              "seconds of timed windows, configurations end to end (hover a band for its name)");
-  s += y_axis(f, y, unit);
-  for (const Span& span : spans) {
-    for (const auto& [gpu, points] : span.lines) {
-      const auto k =
-          static_cast<std::size_t>(std::find(gpus.begin(), gpus.end(), gpu) - gpus.begin());
-      std::string path;
-      for (const auto& [t, v] : points) {
-        path +=
-            fmt::format("{}{},{}", path.empty() ? "" : " ", svg_number(px(t)), svg_number(py(v)));
-      }
-      s += fmt::format(
-          "<polyline class=\"series\" points=\"{}\" stroke=\"{}\"><title>{} (GPU {})</title>"
-          "</polyline>\n",
-          path, colour(k), esc(span.name), gpu);
-    }
-  }
-  std::vector<std::string> names;
-  for (int gpu : gpus) names.push_back(fmt::format("GPU {}", gpu));
-  s += legend(f, names);
-  return s + "</svg>\n";
+  if (bands.empty()) return nullptr;
+  spec["bands"] = std::move(bands);
+  config["options"]["interaction"] = {{"mode", "nearest"}, {"intersect", false}};
+  config["options"]["scales"]["x"] = {
+      {"type", "linear"},
+      {"title", axis_title("seconds of timed windows, configurations end to end (numbered bands; "
+                           "hover a line for the name)")}};
+  config["options"]["scales"]["y"] = {{"beginAtZero", true}, {"title", axis_title(unit)}};
+  return spec;
+}
+
+// Appends `spec`'s canvas to `html` and `spec` to `charts`, where there is a chart.
+void place(std::string& html, json& charts, json spec, int height) {
+  if (spec.is_null()) return;
+  html += chart_canvas(spec["id"].get<std::string>(),
+                       spec["config"]["options"]["plugins"]["title"]["text"].get<std::string>(),
+                       height);
+  charts.push_back(std::move(spec));
+}
+
+// A chart of one row per configuration: tall enough for each row's label.
+int rows_height(const json& spec) {
+  if (spec.is_null()) return 0;
+  return 170 + 28 * static_cast<int>(spec["config"]["data"]["labels"].size());
 }
 
 std::string key_value_rows(const std::vector<std::pair<std::string, std::string>>& rows) {
@@ -776,30 +710,6 @@ std::string table_html(const results::Table& t) {
   return s + "</tbody></table></div>\n";
 }
 
-constexpr std::string_view kStyle = R"(
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
-h1 { font-size: 22px; margin-bottom: 4px; }
-h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
-h3 { font-size: 15px; }
-.sub { color: #666; margin-top: 0; }
-svg.chart { display: block; margin: 8px 0 16px; background: #fff; }
-svg .grid { stroke: #e6e6e6; }
-svg .tick, svg .legend, svg .row-label { font-size: 11px; fill: #444; }
-svg .axis-label { font-size: 12px; fill: #222; }
-svg .series { fill: none; stroke-width: 2; }
-table { border-collapse: collapse; margin: 8px 0; max-width: 100%; }
-.wide { overflow-x: auto; max-width: 100%; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; }
-table.sortable th { cursor: pointer; background: #f4f4f4; user-select: none; }
-table.sortable th[data-order="asc"]::after { content: " \25B2"; }
-table.sortable th[data-order="desc"]::after { content: " \25BC"; }
-table.kv th { background: #f8f8f8; width: 220px; }
-tr.sev-error td:first-child { color: #b00020; font-weight: bold; }
-tr.sev-warning td:first-child { color: #a65e00; font-weight: bold; }
-.none { color: #777; }
-)";
-
 // Sorts the configuration table by the clicked column: numbers by their data-sort value, the rest
 // as text; a second click reverses.
 constexpr std::string_view kScript = R"(
@@ -836,37 +746,56 @@ std::string render_html(std::span<const NamedDocument> documents) {
   std::string files;
   for (const auto& d : documents) files += (files.empty() ? "" : ", ") + d.name;
 
+  json charts = json::array();
   std::string body;
   body += fmt::format("<h1>dlprobe report</h1>\n<p class=\"sub\">{} configuration{} from {}</p>\n",
                       all.size(), all.size() == 1 ? "" : "s", esc(files));
-  const std::string throughput = chart_vs_batch(
-      all, several, "chart-throughput", "Throughput vs batch size", "items / s", throughput_point);
-  body += "<h2>Throughput</h2>\n" +
-          (throughput.empty() ? "<p class=\"none\">No configuration has both a batch and a "
-                                "measured throughput.</p>\n"
-                              : throughput);
-  if (const std::string latency = chart_vs_batch(
+  body += "<h2>Throughput</h2>\n";
+  json throughput = chart_vs_batch(all, several, "chart-throughput", "Throughput vs batch size",
+                                   "items / s", throughput_point);
+  if (throughput.is_null()) {
+    body += "<p class=\"none\">No configuration has both a batch and a measured throughput.</p>\n";
+  }
+  place(body, charts, std::move(throughput), 360);
+  if (const std::string machines = fleet_section(documents, charts); !machines.empty()) {
+    body += "<h2>Machines</h2>\n" + machines;
+  }
+  const TimeUnit latency = latency_unit(all);
+  if (json chart = chart_vs_batch(
           all, several, "chart-latency",
-          "Inference latency vs batch size (median; bars from the fastest step to p99)",
-          "ms per batch", latency_point);
-      !latency.empty()) {
-    body += "<h2>Inference latency</h2>\n" + latency;
+          fmt::format("Inference latency vs batch size, {} per batch (median; bars from the "
+                      "fastest step to p99)",
+                      latency.name),
+          latency.name, latency_point, latency.per_second);
+      !chart.is_null()) {
+    body += "<h2>Inference latency</h2>\n";
+    place(body, charts, std::move(chart), 360);
   }
-  body += "<h2>Step times</h2>\n" + chart_step_times(all, several);
-  if (const std::string warmup = chart_warmup(all, several); !warmup.empty()) {
-    body += "<h2>Warm-up</h2>\n" + warmup;
+  body += "<h2>Step times</h2>\n";
+  json steps = chart_step_times(all, several);
+  if (steps.is_null()) body += "<p class=\"none\">No configuration has timed steps.</p>\n";
+  const int steps_height = rows_height(steps);
+  place(body, charts, std::move(steps), steps_height);
+  if (json warmup = chart_warmup(all, several); !warmup.is_null()) {
+    body += "<h2>Warm-up</h2>\n";
+    place(body, charts, std::move(warmup), 300);
   }
+  std::string memory;
+  json peak = chart_memory(all, several);
+  const int peak_height = rows_height(peak);
+  place(memory, charts, std::move(peak), peak_height);
   std::vector<MemoryTimelineInput> timelines;
   for (const auto& e : all) timelines.push_back({label(e, several), e.config});
-  const std::string memory = chart_memory(all, several) + memory_timeline_section(timelines);
+  memory += memory_timeline_section(timelines, charts);
   if (!memory.empty()) body += "<h2>Memory</h2>\n" + memory;
-  std::string telemetry =
-      chart_timeline(all, several, "chart-gpu-util", "GPU utilisation", "utilisation (%)",
-                     &results::TelemetrySample::gpu_util_pct) +
-      chart_timeline(all, several, "chart-power", "Power draw", "W",
-                     &results::TelemetrySample::power_w) +
-      chart_timeline(all, several, "chart-sm-clock", "SM clock", "MHz",
-                     &results::TelemetrySample::sm_clock_mhz);
+  std::string telemetry;
+  for (auto [id, title, unit, field] :
+       {std::tuple{"chart-gpu-util", "GPU utilisation", "%",
+                   &results::TelemetrySample::gpu_util_pct},
+        std::tuple{"chart-power", "Power draw", "W", &results::TelemetrySample::power_w},
+        std::tuple{"chart-sm-clock", "SM clock", "MHz", &results::TelemetrySample::sm_clock_mhz}}) {
+    place(telemetry, charts, chart_timeline(all, several, id, title, unit, field), 300);
+  }
   if (!telemetry.empty()) body += "<h2>GPU telemetry</h2>\n" + telemetry;
   body += "<h2>Warnings and findings</h2>\n" + notes_html(notes(all, documents, several));
   body += "<h2>Configurations</h2>\n<p class=\"sub\">Click a column heading to sort.</p>\n" +
@@ -876,13 +805,13 @@ std::string render_html(std::span<const NamedDocument> documents) {
 
   return fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-      // The page may load nothing from anywhere: only its own inline style and script run.
+      // The page may load nothing from anywhere: only its own inline style and scripts run.
       "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
       "'unsafe-inline'; script-src 'unsafe-inline'\">\n"
       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
       "<title>dlprobe report: {}</title>\n<style>{}</style>\n</head>\n<body>\n{}<script>{}"
-      "</script>\n</body>\n</html>\n",
-      esc(files), kStyle, body, kScript);
+      "</script>\n{}</body>\n</html>\n",
+      esc(files), page_style(), body, kScript, chart_scripts(charts));
 }
 
 }  // namespace dlprobe::report

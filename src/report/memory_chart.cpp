@@ -1,7 +1,6 @@
 // The memory timeline: one step of a `dlprobe memory` configuration, one point per layer visit
 // (consecutive calls of a layer in one phase, at their highest moment), stacked by category, the
-// phases shaded and the peak marked. Drawn as step-shaped SVG areas, like the other charts here
-// written directly (the report fetches nothing).
+// phases shaded and the peak marked, drawn by Chart.js like the report's other charts.
 #include "memory_chart.h"
 
 #include <fmt/format.h>
@@ -9,10 +8,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 
+#include "charts.h"
 #include "dlprobe/core/units.h"
-#include "dlprobe/report/html.h"
 
 namespace dlprobe::report {
 namespace {
@@ -81,136 +79,85 @@ std::optional<Timeline> read_timeline(const json& analysis) {
   return std::nullopt;
 }
 
-double nice_top(double v) {
-  if (!(v > 0)) return 1;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(v)));
-  for (double m : {1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0}) {
-    if (m * magnitude >= v) return m * magnitude;
-  }
-  return 10 * magnitude;
-}
-
-std::string chart(const Timeline& t, const std::string& label, std::size_t index) {
-  const double width = 1000;
-  const double height = 360;
-  const double x0 = 70;
-  const double x1 = width - 190;
-  const double y0 = height - 50;
-  const double y1 = 30;
+// Step-shaped areas stacked by category, one x unit per visit; the phases as shaded bands and the
+// peak as a marker line (both drawn by the page's script).
+nlohmann::json timeline_chart(const Timeline& t, const std::string& label, std::size_t index) {
   const std::size_t n = t.layer.size();
   std::vector<double> total(n, 0.0);
   for (const auto& cat : t.bytes) {
     for (std::size_t i = 0; i < n; ++i) total[i] += std::max(cat[i], 0.0);
   }
-  const double top = nice_top(*std::max_element(total.begin(), total.end()) / kGiB * 1.05);
-  auto x = [&](double i) { return x0 + (x1 - x0) * i / static_cast<double>(n); };
-  auto y = [&](double bytes) { return y0 - (y0 - y1) * (bytes / kGiB) / top; };
-
-  const std::string title = fmt::format("Memory over one step: {}", label);
-  std::string s = fmt::format(
-      "<svg id=\"chart-memory-timeline-{}\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" "
-      "width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n"
-      "<title>{}</title>\n",
-      index, svg_number(width), svg_number(height), svg_number(width), svg_number(height),
-      html_escape(title), html_escape(title));
-  // Phases as light bands with their names.
-  for (std::size_t i = 0; i < n;) {
-    std::size_t j = i;
-    while (j < n && t.phase[j] == t.phase[i]) ++j;
-    const char* fill = t.phase[i] == "forward"    ? "#f3f7fb"
-                       : t.phase[i] == "backward" ? "#fbf6f0"
-                                                  : "#f2f8f2";
-    const double left = x(static_cast<double>(i));
-    const double band = x(static_cast<double>(j)) - left;
-    s += fmt::format(
-        "<rect class=\"phase\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\">"
-        "<title>{}</title></rect>\n",
-        svg_number(left), svg_number(y1), svg_number(band), svg_number(y0 - y1), fill,
-        html_escape(t.phase[i]));
-    // A phase too narrow for its name (the update is one call) keeps it in the tooltip.
-    if (band > 60) {
-      s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\">{}</text>\n", svg_number(left + 4),
-                       svg_number(y1 - 6), html_escape(t.phase[i]));
-    }
-    i = j;
-  }
-  const int ticks = 5;
-  for (int k = 0; k <= ticks; ++k) {
-    const double v = top * k / ticks;
-    const double yy = y(v * kGiB);
-    s += fmt::format(
-        "<line class=\"grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>"
-        "<text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{:g}</text>\n",
-        svg_number(x0), svg_number(yy), svg_number(x1), svg_number(yy), svg_number(x0 - 6),
-        svg_number(yy + 4), v);
-  }
-  s += fmt::format(
-      "<text class=\"axis-label\" transform=\"translate(16 {}) rotate(-90)\" "
-      "text-anchor=\"middle\">GiB allocated</text>\n"
-      "<text class=\"axis-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">layers through the "
-      "step, in call order ({} visits, {})</text>\n",
-      svg_number((y0 + y1) / 2), svg_number((x0 + x1) / 2), svg_number(height - 10), n, t.source);
-  // Step-shaped areas, each on the sum of those below it.
-  std::vector<double> below(n, 0.0);
+  const double top = *std::max_element(total.begin(), total.end());
+  const bool gib = top >= kGiB;
+  const double per = gib ? kGiB : kMiB;
+  const char* unit = gib ? "GiB" : "MiB";
+  json spec = chart_spec(fmt::format("chart-memory-timeline-{}", index), "line",
+                         fmt::format("Memory over one step: {}", label), unit);
+  json& config = spec["config"];
+  json& datasets = config["data"]["datasets"];
   for (std::size_t k = 0; k < kStackOrder.size(); ++k) {
     const auto& v = t.bytes[k];
     if (std::all_of(v.begin(), v.end(), [](double b) { return b <= 0; })) continue;
-    std::string path = fmt::format("M{},{}", svg_number(x(0)), svg_number(y(below[0])));
+    json data = json::array();
     for (std::size_t i = 0; i < n; ++i) {
-      const double top_i = below[i] + std::max(v[i], 0.0);
-      path +=
-          fmt::format(" L{},{} L{},{}", svg_number(x(static_cast<double>(i))), svg_number(y(top_i)),
-                      svg_number(x(static_cast<double>(i + 1))), svg_number(y(top_i)));
+      data.push_back({{"x", i}, {"y", std::max(v[i], 0.0) / per}});
     }
-    for (std::size_t i = n; i-- > 0;) {
-      path += fmt::format(" L{},{} L{},{}", svg_number(x(static_cast<double>(i + 1))),
-                          svg_number(y(below[i])), svg_number(x(static_cast<double>(i))),
-                          svg_number(y(below[i])));
-    }
-    s += fmt::format("<path class=\"area\" d=\"{} Z\" fill=\"{}\"><title>{}</title></path>\n", path,
-                     kColours[k], html_escape(kStackOrder[k]));
-    for (std::size_t i = 0; i < n; ++i) below[i] += std::max(v[i], 0.0);
+    // The last visit's step ends at n.
+    data.push_back({{"x", n}, {"y", std::max(v[n - 1], 0.0) / per}});
+    datasets.push_back({{"label", kStackOrder[k]},
+                        {"data", std::move(data)},
+                        {"stepped", "after"},
+                        {"fill", datasets.empty() ? json("origin") : json("-1")},
+                        {"borderColor", kColours[k]},
+                        {"backgroundColor", kColours[k]},
+                        {"borderWidth", 1},
+                        {"pointRadius", 0}});
   }
-  // One hover target per visit: what it holds.
-  for (std::size_t i = 0; i < n; ++i) {
-    std::string parts;
-    for (std::size_t k = 0; k < kStackOrder.size(); ++k) {
-      if (t.bytes[k][i] <= 0) continue;
-      parts += fmt::format(", {} {}", kStackOrder[k],
-                           format_size(static_cast<std::uint64_t>(t.bytes[k][i])));
-    }
-    s += fmt::format(
-        "<rect class=\"visit\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"transparent\">"
-        "<title>{} ({}): {}{}</title></rect>\n",
-        svg_number(x(static_cast<double>(i))), svg_number(y1), svg_number(x(1) - x(0)),
-        svg_number(y0 - y1), html_escape(t.layer[i]), html_escape(t.phase[i]),
-        format_size(static_cast<std::uint64_t>(total[i])), html_escape(parts));
+  // The tooltip's title per visit: what it is and what it holds.
+  json titles = json::array();
+  for (std::size_t i = 0; i <= n; ++i) {
+    const std::size_t v = std::min(i, n - 1);
+    titles.push_back(fmt::format("{} ({}): {}", t.layer[v], t.phase[v],
+                                 format_size(static_cast<std::uint64_t>(total[v]))));
   }
-  const double px = x(static_cast<double>(t.peak_visit) + 0.5);
-  s += fmt::format(
-      "<line class=\"peak\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#b00020\" "
-      "stroke-dasharray=\"4 3\"/><text class=\"tick\" x=\"{}\" y=\"{}\" text-anchor=\"{}\" "
-      "fill=\"#b00020\">{}</text>\n",
-      svg_number(px), svg_number(y1), svg_number(px), svg_number(y0),
-      svg_number(px + (px > (x0 + x1) / 2 ? -4 : 4)), svg_number(y1 + 14),
-      px > (x0 + x1) / 2 ? "end" : "start", html_escape(t.peak_text));
-  for (std::size_t k = 0; k < kStackOrder.size(); ++k) {
-    const double ly = y1 + 4 + 18 * static_cast<double>(k);
-    s += fmt::format(
-        "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
-        "<text class=\"legend\" x=\"{}\" y=\"{}\">{}</text>\n",
-        svg_number(x1 + 14), svg_number(ly), kColours[k], svg_number(x1 + 32), svg_number(ly + 10),
-        html_escape(kStackOrder[k]));
+  spec["titles"] = std::move(titles);
+  json bands = json::array();
+  for (std::size_t i = 0; i < n;) {
+    std::size_t j = i;
+    while (j < n && t.phase[j] == t.phase[i]) ++j;
+    bands.push_back({{"from", i},
+                     {"to", j},
+                     {"label", t.phase[i]},
+                     {"fill", t.phase[i] == "forward"    ? "#f3f7fb"
+                              : t.phase[i] == "backward" ? "#fbf6f0"
+                                                         : "#f2f8f2"}});
+    i = j;
   }
-  return s + "</svg>\n";
+  spec["bands"] = std::move(bands);
+  spec["markers"] = json::array({{{"x", static_cast<double>(t.peak_visit) + 0.5},
+                                  {"label", t.peak_text},
+                                  {"colour", "#b00020"}}});
+  json& options = config["options"];
+  options["interaction"] = {{"mode", "index"}, {"intersect", false}};
+  options["scales"]["x"] = {
+      {"type", "linear"},
+      {"min", 0},
+      {"max", n},
+      {"title", axis_title(fmt::format("layers through the step, in call order ({} visits, {})", n,
+                                       t.source))}};
+  options["scales"]["y"] = {{"stacked", true},
+                            {"beginAtZero", true},
+                            {"title", axis_title(fmt::format("{} allocated", unit))}};
+  return spec;
 }
 
 }  // namespace
 
-std::string memory_timeline_section(const std::vector<MemoryTimelineInput>& inputs) {
-  // Each chart is about 100 kB of SVG for a ResNet-50 step; a sweep's page stays loadable.
+std::string memory_timeline_section(const std::vector<MemoryTimelineInput>& inputs,
+                                    nlohmann::json& charts) {
+  // A sweep's page stays quick to open: each chart holds a few thousand points for a ResNet-50.
   constexpr std::size_t kMaxCharts = 12;
-  std::string charts;
+  std::string canvases;
   std::size_t drawn = 0;
   std::size_t available = 0;
   for (const MemoryTimelineInput& in : inputs) {
@@ -220,9 +167,14 @@ std::string memory_timeline_section(const std::vector<MemoryTimelineInput>& inpu
     const std::optional<Timeline> t = read_timeline(in.config->memory->analysis);
     if (!t) continue;
     ++available;
-    if (drawn < kMaxCharts) charts += chart(*t, in.label, drawn++);
+    if (drawn >= kMaxCharts) continue;
+    json spec = timeline_chart(*t, in.label, drawn++);
+    canvases +=
+        chart_canvas(spec["id"].get<std::string>(),
+                     spec["config"]["options"]["plugins"]["title"]["text"].get<std::string>(), 360);
+    charts.push_back(std::move(spec));
   }
-  if (charts.empty()) return "";
+  if (canvases.empty()) return "";
   std::string note;
   if (available > drawn) {
     note = fmt::format(" The first {} of {} configurations with a timeline are drawn.", drawn,
@@ -231,12 +183,7 @@ std::string memory_timeline_section(const std::vector<MemoryTimelineInput>& inpu
   return "<h3>Memory over one step</h3>\n<p class=\"sub\">One point per layer visit (its calls "
          "in one phase) at its highest moment, stacked by category; under the planned memory "
          "mode the arena is split into what its buffers hold and its unused rest." +
-         note + "</p>\n" + charts;
-}
-
-std::string svg_number(double v) {
-  constexpr double kFar = 1e6;  // pixels; the widest chart is 1000
-  return fmt::format("{:.2f}", std::isnan(v) ? 0 : std::clamp(v, -kFar, kFar));
+         note + "</p>\n" + canvases;
 }
 
 }  // namespace dlprobe::report

@@ -2,6 +2,8 @@
 // in the results file), one chart per configuration, stacked by category over the step.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -14,14 +16,10 @@ struct MemoryTimelineInput {
   const results::Configuration* config = nullptr;
 };
 
-// A heading and one <svg class="chart" id="chart-memory-timeline-N"> per configuration whose
-// memory.analysis holds a measured (else predicted) timeline; "" when none does.
-std::string memory_timeline_section(const std::vector<MemoryTimelineInput>& inputs);
-
-// A coordinate or length in an SVG: two decimals, enough below a pixel. Every number of a chart's
-// geometry goes through here: a value from a hand-edited or hostile file can fall off any scale
-// (1e308 items/s times the axis' headroom is inf), and SVG parsers refuse "inf" and "nan" and drop
-// the element. Such a coordinate is clamped to far outside the drawing (nan to its origin).
-std::string svg_number(double v);
+// A heading and one <canvas id="chart-memory-timeline-N"> per configuration whose memory.analysis
+// holds a measured (else predicted) timeline, their specifications appended to `charts`; "" when
+// none does.
+std::string memory_timeline_section(const std::vector<MemoryTimelineInput>& inputs,
+                                    nlohmann::json& charts);
 
 }  // namespace dlprobe::report

@@ -115,6 +115,54 @@ TEST_F(HistoryCli, TrendExitsOneOnARegressionAndNamesTheChange) {
   EXPECT_EQ(diff.out, "#5 -> #6: the one change: driver: 580.65.06 -> 590.10\n");
 }
 
+TEST_F(HistoryCli, TrendWritesItsHtmlPage) {
+  six_nights(0.110, "590.10");
+  const fs::path page = dir_ / "trend.html";
+  auto r = history({"trend", "--html", page.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // the page changes nothing of the verdict
+  EXPECT_NE(r.out.find("REGRESSION"), std::string::npos) << r.out;
+  const std::string html = slurp(page);
+  EXPECT_NE(html.find("<canvas id=\"chart-trend\""), std::string::npos);
+  EXPECT_NE(html.find("\"label\":\"regression\""), std::string::npos);
+  EXPECT_NE(html.find("#6, driver 590.10"), std::string::npos);
+  // An existing page is replaced only with --overwrite, and refused before any work.
+  auto again = history({"trend", "--html", page.string()});
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_EQ(error_lines(again.err), 1) << again.err;
+  EXPECT_NE(again.err.find("--html"), std::string::npos) << again.err;
+  EXPECT_EQ(again.out, "");
+  auto overwritten = history({"trend", "--html", page.string(), "--overwrite"});
+  EXPECT_EQ(overwritten.exit_code, 1) << overwritten.output;
+}
+
+// A fleet's results gathered in one history: `dlprobe report --history` puts the latest of each
+// machine side by side.
+TEST_F(HistoryCli, ReportComparesTheMachinesOfAHistory) {
+  auto r = history(
+      {"import",
+       write_results(dir_, "a1.json", RunSpec().on("alpha").at("2026-03-01T03:00:00Z")).string(),
+       write_results(dir_, "a2.json",
+                     RunSpec().on("alpha").at("2026-03-02T03:00:00Z").stepping(0.2))
+           .string(),
+       write_results(dir_, "b.json", RunSpec().on("beta")).string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const fs::path page = dir_ / "fleet.html";
+  auto report = run_dlprobe({"report", "--history", db_.string(), "-o", page.string()});
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  const std::string html = slurp(page);
+  const auto begin = html.find("<table id=\"machines\"");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string table = html.substr(begin, html.find("</table>", begin) - begin);
+  EXPECT_NE(table.find("alpha"), std::string::npos) << table;
+  EXPECT_NE(table.find("beta"), std::string::npos) << table;
+  // alpha's latest night only: its file, not the first.
+  EXPECT_NE(html.find("alpha 2026-03-02"), std::string::npos);
+  EXPECT_EQ(html.find("alpha 2026-03-01"), std::string::npos);
+  auto neither = run_dlprobe({"report", "-o", (dir_ / "x.html").string()});
+  EXPECT_EQ(neither.exit_code, 2) << neither.output;
+  EXPECT_EQ(error_lines(neither.err), 1) << neither.err;
+}
+
 TEST_F(HistoryCli, TrendExitsZeroWhenSteady) {
   six_nights(0.1001, "580.65.06");
   auto r = history({"trend"});

@@ -2,14 +2,17 @@
 // verdicts, on the SYNTHETIC TEST FIXTURE documents and small hand-made ones.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "dlprobe/report/compare.h"
 #include "dlprobe/report/html.h"
+#include "dlprobe/report/trend_chart.h"
 #include "dlprobe/results/table.h"
 #include "fixture.h"
 
@@ -40,6 +43,40 @@ std::size_t count(const std::string& text, std::string_view what) {
   std::size_t n = 0;
   for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// The specifications of the page's charts: the JSON its scripts read.
+nlohmann::json charts_of(const std::string& html) {
+  const std::string tag = "<script type=\"application/json\" id=\"chart-data\">";
+  const auto begin = html.find(tag);
+  if (begin == std::string::npos) return nlohmann::json::array();
+  const auto from = begin + tag.size();
+  return nlohmann::json::parse(html.substr(from, html.find("</script>", from) - from));
+}
+
+// The specification of chart `id`; null when the page has none.
+nlohmann::json chart_of(const std::string& html, std::string_view id) {
+  for (const auto& chart : charts_of(html)) {
+    if (chart["id"] == id) return chart;
+  }
+  return nullptr;
+}
+
+std::size_t points(const nlohmann::json& chart) {
+  std::size_t n = 0;
+  for (const auto& d : chart["config"]["data"]["datasets"]) n += d["data"].size();
+  return n;
+}
+
+// Every tooltip text of a chart, one per line.
+std::string tips(const nlohmann::json& chart) {
+  std::string out;
+  for (const auto& d : chart["config"]["data"]["datasets"]) {
+    for (const auto& t : d.value("tips", nlohmann::json::array())) {
+      if (t.is_string()) out += t.get<std::string>() + "\n";
+    }
+  }
+  return out;
 }
 
 std::vector<NamedDocument> both() {
@@ -130,23 +167,33 @@ TEST(Html, HasEveryChartAndTableAndFetchesNothing) {
   const auto docs = both();
   const std::string html = render_html(docs);
   for (const char* id : {"chart-throughput", "chart-step-times", "chart-memory", "chart-gpu-util",
-                         "chart-power", "chart-sm-clock", "configurations", "findings"}) {
+                         "chart-power", "chart-sm-clock"}) {
+    EXPECT_NE(html.find(fmt::format("<canvas id=\"{}\"", id)), std::string::npos) << id;
+    EXPECT_FALSE(chart_of(html, id).is_null()) << id;
+  }
+  for (const char* id : {"configurations", "findings"}) {
     EXPECT_NE(html.find(fmt::format("id=\"{}\"", id)), std::string::npos) << id;
   }
-  // Self-contained: no external resource of any kind.
+  // One specification per canvas.
+  EXPECT_EQ(charts_of(html).size(), count(html, "<canvas id="));
+  // Chart.js is in the page, and nothing is fetched from anywhere.
+  EXPECT_NE(html.find("Chart.js v3"), std::string::npos);
   for (const char* fetch : {"src=\"http", "href=\"http", "<link", "@import", "url("}) {
     EXPECT_EQ(html.find(fetch), std::string::npos) << fetch;
   }
   // Three lines (bf16 and fp32 from one file, the external command from the other) through ten
   // points with error bars: the out-of-memory configuration has no point.
-  const auto begin = html.find("id=\"chart-throughput\"");
-  const std::string chart = html.substr(begin, html.find("</svg>", begin) - begin);
-  EXPECT_EQ(count(chart, "class=\"series\""), 3u);
-  EXPECT_EQ(count(chart, "<g class=\"point\">"), 10u);
+  const auto throughput = chart_of(html, "chart-throughput");
+  EXPECT_EQ(throughput["config"]["data"]["datasets"].size(), 3u);
+  EXPECT_EQ(points(throughput), 10u);
+  EXPECT_TRUE(throughput["errorBars"].get<bool>());
+  for (const auto& d : throughput["config"]["data"]["datasets"]) {
+    for (const auto& p : d["data"]) EXPECT_LE(p["low"].get<double>(), p["high"].get<double>());
+  }
   // One box per configuration with timed steps.
-  const auto box_begin = html.find("id=\"chart-step-times\"");
-  const std::string boxes = html.substr(box_begin, html.find("</svg>", box_begin) - box_begin);
-  EXPECT_EQ(count(boxes, "<g class=\"box\">"), 10u);
+  const auto steps = chart_of(html, "chart-step-times");
+  EXPECT_EQ(steps["config"]["data"]["labels"].size(), 10u);
+  EXPECT_EQ(steps["config"]["data"]["datasets"][0]["data"].size(), 10u);
   // The table: a row per configuration.
   const auto table_begin = html.find("id=\"configurations\"");
   const std::string table =
@@ -162,6 +209,7 @@ TEST(Html, LeavesOutChartsWithoutData) {
   EXPECT_EQ(html.find("id=\"chart-memory\""), std::string::npos);
   EXPECT_EQ(html.find("id=\"chart-power\""), std::string::npos);
   EXPECT_NE(html.find("id=\"chart-throughput\""), std::string::npos);
+  EXPECT_TRUE(chart_of(html, "chart-memory").is_null());
 }
 
 TEST(Html, DrawsEachWarmupCurve) {
@@ -172,15 +220,21 @@ TEST(Html, DrawsEachWarmupCurve) {
   d.configurations[1].samples.warmup = {{"fixed", 1, 0.2, false, 0, {0.2}}};  // one step: no line
   const std::vector<NamedDocument> docs = {{"x.json", d}};
   const std::string html = render_html(docs);
-  const auto begin = html.find("id=\"chart-warmup\"");
-  ASSERT_NE(begin, std::string::npos);
-  const std::string chart = html.substr(begin, html.find("</svg>", begin) - begin);
-  EXPECT_EQ(count(chart, "class=\"series\""), 1u);
-  EXPECT_NE(chart.find("4 steps, first 2.08 s, last 0.15 s"), std::string::npos) << chart;
+  const auto chart = chart_of(html, "chart-warmup");
+  ASSERT_FALSE(chart.is_null());
+  EXPECT_EQ(chart["config"]["data"]["datasets"].size(), 1u);
+  EXPECT_NE(tips(chart).find("first 2.08 s, last 0.15 s"), std::string::npos) << tips(chart);
+  // The first step (2.08 s) sits on the axis' top, four times the settled 149.5 ms; its tooltip
+  // has its time.
+  EXPECT_EQ(chart["unit"], "ms");
+  EXPECT_DOUBLE_EQ(chart["config"]["options"]["scales"]["y"]["max"].get<double>(), 598);
+  EXPECT_DOUBLE_EQ(chart["config"]["data"]["datasets"][0]["data"][0]["y"].get<double>(), 598);
+  EXPECT_NE(tips(chart).find("step 1 of 4, 2080 ms"), std::string::npos) << tips(chart);
 }
 
 // A hand-edited or hostile file's step times: zero, and spread past a double's range around their
-// median. No coordinate may be written as nan or inf, which SVG parsers refuse.
+// median. The chart data stays JSON (no nan or inf, which JSON has not: JSON.parse would throw and
+// no chart would be drawn).
 TEST(Html, NoNonFiniteNumberReachesTheCharts) {
   Document d = testing::synthetic_external_document();
   d.configurations[0].samples.step_seconds.assign(d.configurations[0].samples.step_seconds.size(),
@@ -190,24 +244,33 @@ TEST(Html, NoNonFiniteNumberReachesTheCharts) {
   spread.back() = 1e300;
   d.configurations[0].samples.warmup = {{"steady", 3, 0, true, 0, {0.0, 0.0, 0.0}}};
   d.configurations[1].samples.warmup = {{"steady", 3, 0, true, 0, {1e308, 1e-300, 1e308}}};
+  d.configurations[1].statistics->throughput = std::numeric_limits<double>::infinity();
   const std::vector<NamedDocument> docs = {{"x.json", d}};
   const std::string html = render_html(docs);
-  // fmt writes them as "nan", "-nan", "inf" and "-inf"; "info" or "infer" are words of the page.
-  const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
-  for (auto at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) {
-    const std::string svg = html.substr(at, html.find("</svg>", at) - at);
-    for (const std::string_view word : {"nan", "inf"}) {
-      for (auto w = svg.find(word); w != std::string::npos; w = svg.find(word, w + 1)) {
-        const bool alone = (w == 0 || !is_word(svg[w - 1])) &&
-                           (w + word.size() == svg.size() || !is_word(svg[w + word.size()]));
-        EXPECT_FALSE(alone) << svg.substr(w < 80 ? 0 : w - 80, 120);
-      }
-    }
+  nlohmann::json charts;
+  ASSERT_NO_THROW(charts = charts_of(html));
+  const std::string text = charts.dump();
+  for (const char* word : {"nan", "NaN", "inf", "Infinity"}) {
+    EXPECT_EQ(text.find(fmt::format(":{}", word)), std::string::npos) << word;
   }
   // The configuration whose median is zero has no scale to draw on; the other keeps its box.
-  const auto box_begin = html.find("id=\"chart-step-times\"");
-  const std::string boxes = html.substr(box_begin, html.find("</svg>", box_begin) - box_begin);
-  EXPECT_EQ(count(boxes, "<g class=\"box\">"), d.configurations.size() - 1);
+  const auto steps = chart_of(html, "chart-step-times");
+  EXPECT_EQ(steps["config"]["data"]["labels"].size(), d.configurations.size() - 1);
+}
+
+// Text from a results file (a command line, a file name) inside the chart data cannot end the
+// <script> element that holds it, and reads back as written.
+TEST(Html, ChartDataCannotEndItsScript) {
+  Document d = testing::synthetic_external_document();
+  const std::string evil = "x</script><script>alert(1)</script><!--";
+  d.configurations[0].settings.command = evil;
+  const std::vector<NamedDocument> docs = {{"x.json", d}};
+  const std::string html = render_html(docs);
+  const std::string tag = "id=\"chart-data\">";
+  const auto from = html.find(tag) + tag.size();
+  const std::string data = html.substr(from, html.find("</script>", from) - from);
+  EXPECT_EQ(data.find('<'), std::string::npos);
+  EXPECT_NE(charts_of(html).dump().find(evil), std::string::npos);
 }
 
 // A CPU run: no GPU telemetry, a compute figure in GFLOP/s, and one step 16 times the median among
@@ -248,18 +311,94 @@ TEST(Html, ACpuRunsTableHasNoEmptyColumnsAndSuitableUnits) {
   EXPECT_GT(full.columns.size(), results::without_empty_columns(full).columns.size());
   // A page of the window's width: the table scrolls in a box of its own.
   EXPECT_NE(html.find("<div class=\"wide\"><table id=\"configurations\""), std::string::npos);
+  // No telemetry chart without telemetry.
+  EXPECT_TRUE(chart_of(html, "chart-power").is_null());
 }
 
 TEST(Html, StepTimeAxisShowsTheBoxesAndMarksOutliersPastIt) {
   const std::vector<NamedDocument> docs = {{"cpu.json", cpu_run()}};
   const std::string html = render_html(docs);
-  const auto at = html.find("id=\"chart-step-times\"");
-  ASSERT_NE(at, std::string::npos);
-  const std::string chart = html.substr(at, html.find("</svg>", at) - at);
+  const auto chart = chart_of(html, "chart-step-times");
+  ASSERT_FALSE(chart.is_null());
   // The outlier (+1500%) is past the axis, marked at its edge; the axis spans the whiskers.
-  EXPECT_NE(chart.find("1 outlier past the axis, +1500% to +1500%"), std::string::npos) << chart;
-  EXPECT_EQ(chart.find(">1500<"), std::string::npos);
-  EXPECT_EQ(chart.find(">1,500<"), std::string::npos);
+  EXPECT_NE(tips(chart).find("1 outlier past the axis, +1500% to +1500%"), std::string::npos)
+      << tips(chart);
+  const auto& x = chart["config"]["options"]["scales"]["x"];
+  EXPECT_LT(x["max"].get<double>(), 10);
+  EXPECT_GT(x["min"].get<double>(), -10);
+  const auto& past = chart["config"]["data"]["datasets"][4]["data"];
+  ASSERT_EQ(past.size(), 1u);
+  EXPECT_EQ(past[0]["x"], x["max"]);
+  // The median is written in the row's name, in a unit that suits it.
+  EXPECT_NE(chart["config"]["data"]["labels"][0].get<std::string>().find("· 100 ms"),
+            std::string::npos)
+      << chart["config"]["data"]["labels"][0];
+}
+
+// Files from two machines (another host with another driver, 10% faster), and a third file from the
+// first machine: a column per machine, a row per configuration, the differing driver in the
+// headings, and a chart with a bar group per configuration.
+TEST(Html, ComparesMachinesSideBySide) {
+  const Document here = testing::synthetic_native_document();
+  Document there = here;
+  there.context.hostname = "gpu-2";
+  there.context.driver_version = "590.10";
+  for (auto& c : there.configurations) {
+    if (c.statistics) c.statistics->throughput *= 1.1;
+  }
+  const std::vector<NamedDocument> one = {{"a.json", here},
+                                          {"b.json", testing::synthetic_external_document()}};
+  EXPECT_EQ(render_html(one).find("id=\"machines\""), std::string::npos);
+  const std::vector<NamedDocument> docs = {{"a.json", here}, {"b.json", there}, {"c.json", here}};
+  const std::string html = render_html(docs);
+  const auto begin = html.find("<table id=\"machines\"");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string table = html.substr(begin, html.find("</table>", begin) - begin);
+  // The header and the 8 configurations that finished (the out-of-memory one has no figure).
+  EXPECT_EQ(count(table, "<tr>"), 1u + 8u);
+  EXPECT_EQ(count(table, "<th>"), 1u + 2u);
+  EXPECT_NE(table.find("driver 590.10"), std::string::npos) << table;
+  EXPECT_NE(table.find("×1.100"), std::string::npos) << table;
+  const auto chart = chart_of(html, "chart-machines");
+  ASSERT_FALSE(chart.is_null());
+  EXPECT_EQ(chart["config"]["data"]["datasets"].size(), 2u);
+  EXPECT_EQ(chart["config"]["data"]["labels"].size(), 8u);
+  EXPECT_EQ(points(chart), 16u);
+}
+
+TEST(TrendChart, DrawsEachSeriesWithItsBandAndMarksRegressions) {
+  std::vector<TrendLine> lines(2);
+  lines[0].name = "gpu-1, NVIDIA H200: resnet50 bs=256 bf16";
+  lines[0].points = {{"2026-03-01T12:00:00Z", 3000, 2990, 3010, "#1"},
+                     {"2026-03-02T12:00:00Z", 3005, 2995, 3015, "#2"},
+                     {"2026-03-03T12:00:00Z", 2700, 2690, 2710, "#3, driver 580.65"},
+                     {"not a date", 1, 1, 1, ""}};
+  lines[0].regression = true;
+  lines[0].verdict = "regression: latest / the 2 results before it 0.899";
+  lines[1].name = "cpu-box, CPU: resnet18 bs=8 fp32";
+  lines[1].points = {{"2026-03-01", 40, std::nullopt, std::nullopt, ""}};
+  lines[1].verdict = "too few";
+  const std::string html = render_trend_html("2 series from h.sqlite", lines);
+  const auto chart = chart_of(html, "chart-trend");
+  ASSERT_FALSE(chart.is_null());
+  EXPECT_NE(html.find("<canvas id=\"chart-trend\""), std::string::npos);
+  EXPECT_NE(html.find("Chart.js v3"), std::string::npos);
+  const auto& datasets = chart["config"]["data"]["datasets"];
+  // Per series its line and the two edges of its band; then the regressions.
+  ASSERT_EQ(datasets.size(), 3u * 2 + 1);
+  EXPECT_EQ(datasets[0]["data"].size(), 3u);  // the point without a date is left out
+  EXPECT_EQ(datasets[0]["data"][0]["x"].get<double>(), 1772366400000.0);
+  EXPECT_EQ(datasets[1]["data"][2]["y"].get<double>(), 2690);
+  EXPECT_EQ(datasets[2]["fill"], "-1");
+  EXPECT_TRUE(datasets[4]["data"][0]["y"].is_null());  // no interval: no band
+  const auto& regressions = datasets.back();
+  EXPECT_EQ(regressions["label"], "regression");
+  ASSERT_EQ(regressions["data"].size(), 1u);
+  EXPECT_EQ(regressions["data"][0]["y"].get<double>(), 2700);
+  EXPECT_NE(tips(chart).find("0.899"), std::string::npos);
+  EXPECT_NE(tips(chart).find("#3, driver 580.65"), std::string::npos);
+  // The table of series, the regression flagged.
+  EXPECT_NE(html.find("<tr class=\"sev-error\"><td>gpu-1, NVIDIA H200"), std::string::npos);
 }
 
 // ---- compare ----

@@ -22,6 +22,10 @@ std::string render_list(const std::vector<Entry>& entries,
 std::string render_trend(const std::vector<Series>& series,
                          std::optional<double> price_per_gpu_hour);
 
+// The flag of a series with the ratio of its latest result to its window, that ratio's CI and p:
+// "regression: latest / the 5 results before it 0.912 [0.889, 0.935], p 0.000123".
+std::string trend_verdict(const Series& series);
+
 // "the one change: driver 570.86 -> 580.65" when one thing changed, else one line per change;
 // "no difference in the recorded environment" when none.
 std::string render_changes(const std::vector<Change>& changes);
