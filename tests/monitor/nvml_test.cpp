@@ -224,13 +224,15 @@ TEST(NvmlLoader, ProcessListRetriesOnInsufficientSize) {
       "device\nprocess 1 100\nprocess 2 200\nprocess 3 300\nprocess_insufficient 3\n");
   auto lib = open_fake();
   ASSERT_TRUE(lib);
+  // The fake library stays loaded between tests of one process, and so do its counts.
+  const auto before = fake_calls(DLPROBE_FAKE_NVML, "nvmlDeviceGetComputeRunningProcesses_v3");
   auto processes = lib->processes(0);
   ASSERT_TRUE(processes) << processes.status().message();
   ASSERT_EQ(processes->size(), 3U);
   EXPECT_EQ((*processes)[2].pid, 3U);
   EXPECT_EQ((*processes)[2].used_bytes, 300U);
   // The size query, three refused fills, then the fill that succeeds.
-  EXPECT_EQ(fake_calls(DLPROBE_FAKE_NVML, "nvmlDeviceGetComputeRunningProcesses_v3"), 5U);
+  EXPECT_EQ(fake_calls(DLPROBE_FAKE_NVML, "nvmlDeviceGetComputeRunningProcesses_v3") - before, 5U);
   EXPECT_TRUE(lib->per_process_memory(0).available);
 }
 
