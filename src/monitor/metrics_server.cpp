@@ -335,6 +335,43 @@ class DeadlineStream final : public httplib::Stream {
   bool failed_ = false;  // a read timed out or failed: the connection is done
 };
 
+// A connection through memory: reads `in`, then the end of the stream as when the client has
+// closed its side; keeps what the server writes.
+class MemoryStream final : public httplib::Stream {
+ public:
+  explicit MemoryStream(std::string_view in) : in_(in) {}
+
+  bool next_request() const { return offset_ < in_.size(); }
+  std::string written() && { return std::move(out_); }
+
+  bool is_readable() const override { return true; }
+  bool is_writable() const override { return true; }
+  ssize_t read(char* ptr, size_t size) override {
+    const std::size_t n = std::min(size, in_.size() - offset_);
+    std::memcpy(ptr, in_.data() + offset_, n);
+    offset_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    out_.append(ptr, size);
+    return static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 0;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 0;
+  }
+  socket_t socket() const override { return INVALID_SOCKET; }
+
+ private:
+  std::string_view in_;
+  std::size_t offset_ = 0;
+  std::string out_;
+};
+
 // httplib's parsing and routing (process_request) with the connection handling replaced: a
 // thread per connection up to a bound, DeadlineStream's bounds on reading, and shut(), which ends
 // every connection at once (Server::stop() only closes the listening socket, then waits for the
@@ -377,17 +414,35 @@ class BoundedServer final : public httplib::Server {
            static_cast<ssize_t>(kBusy.size());
     } else {
       DeadlineStream stream(sock, wake_, limits_);
-      for (std::size_t left = keep_alive_max_count_; left > 0 && stream.next_request(); --left) {
-        bool closed = false;
-        ok = process_request(stream, left == 1, closed, nullptr);
-        if (!ok || closed) break;
-      }
+      ok = serve_connection(stream);
     }
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
     return ok;
   }
 
+  // The requests of one connection, each answered, while the client sends more and keeps the
+  // connection alive; `stream` says when the next one begins (next_request()).
+  template <class ConnectionStream>
+  bool serve_connection(ConnectionStream& stream) {
+    bool ok = false;
+    for (std::size_t left = keep_alive_max_count_; left > 0 && stream.next_request(); --left) {
+      bool closed = false;
+      ok = process_request(stream, left == 1, closed, nullptr);
+      if (!ok || closed) break;
+    }
+    return ok;
+  }
+
+ public:
+  // What serve_connection writes back for the bytes `request`, read from memory.
+  std::string answer(std::string_view request) {
+    MemoryStream stream(request);
+    serve_connection(stream);
+    return std::move(stream).written();
+  }
+
+ private:
   ServeLimits limits_;
   int wake_;  // an eventfd, readable once shut() has run
 };
@@ -420,10 +475,11 @@ Result<Endpoint> parse_endpoint(std::string_view text) {
   return e;
 }
 
-Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
-                                                            const nvml::Library& nvml,
-                                                            const ServeLimits& limits,
-                                                            const HostResolver& resolve) {
+namespace {
+
+// The Host headers that name a server on `at`, from what its host resolves to (an error when it
+// resolves to none); warns when other machines can reach it. The port is the caller's to set.
+Result<HostRule> host_rule(const Endpoint& at, const HostResolver& resolve) {
   DLPROBE_ASSIGN_OR_RETURN(auto resolved, resolve(at.host));
   HostRule rule;
   rule.name = lowercase(at.host);
@@ -437,6 +493,19 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
   if (!rule.loopback_only) {
     log_warn("--serve {}: not a loopback address, so other machines can read the metrics", at.host);
   }
+  return rule;
+}
+
+// The Host check and the routes, as every connection of `s` answers them.
+void route(MetricsServer::State& s, HostRule rule);
+
+}  // namespace
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
+                                                            const nvml::Library& nvml,
+                                                            const ServeLimits& limits,
+                                                            const HostResolver& resolve) {
+  DLPROBE_ASSIGN_OR_RETURN(auto rule, host_rule(at, resolve));
   auto state = std::make_unique<State>(limits);
   if (!state->server.valid()) {
     return error(Errc::io_error,
@@ -463,6 +532,34 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
   rule.port = port;
   state->port = port;
   State& s = *state;
+  route(s, std::move(rule));
+  s.thread = std::thread([&s] { s.server.listen_after_bind(); });
+  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(state)));
+}
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::offline(const Endpoint& at,
+                                                              std::vector<nvml::DeviceInfo> devices,
+                                                              const HostResolver& resolve) {
+  DLPROBE_ASSIGN_OR_RETURN(auto rule, host_rule(at, resolve));
+  auto state = std::make_unique<State>(ServeLimits{});
+  if (!state->server.valid()) {
+    return error(Errc::io_error,
+                 fmt::format("--serve: cannot create an eventfd: {}", std::strerror(errno)));
+  }
+  state->devices = std::move(devices);
+  rule.port = at.port;
+  state->port = at.port;
+  route(*state, std::move(rule));
+  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(state)));
+}
+
+std::string MetricsServer::answer(std::string_view request) {
+  return state_->server.answer(request);
+}
+
+namespace {
+
+void route(MetricsServer::State& s, HostRule rule) {
   s.server.set_pre_routing_handler([rule = std::move(rule)](const httplib::Request& req,
                                                             httplib::Response& res) {
     // The header's whole value from the map: get_header_value() hands it over as a C string,
@@ -490,9 +587,9 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
   s.server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("dlprobe monitor: metrics at /metrics\n", "text/plain");
   });
-  s.thread = std::thread([&s] { s.server.listen_after_bind(); });
-  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(state)));
 }
+
+}  // namespace
 
 MetricsServer::~MetricsServer() {
   state_->server.shut();
@@ -527,6 +624,16 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint&, con
                                                             const ServeLimits&,
                                                             const HostResolver&) {
   return no_http();
+}
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::offline(const Endpoint&,
+                                                              std::vector<nvml::DeviceInfo>,
+                                                              const HostResolver&) {
+  return no_http();
+}
+
+std::string MetricsServer::answer(std::string_view) {
+  return {};
 }
 
 MetricsServer::~MetricsServer() = default;

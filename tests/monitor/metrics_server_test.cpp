@@ -255,6 +255,28 @@ TEST_F(MetricsServerTest, LoopbackDecidedFromResolvedAddresses) {
   EXPECT_EQ(status_of("127.0.0.1", any->port(), host("attacker.example:" + p)), kMisdirected);
 }
 
+// The request handling without a socket, as the metrics_http fuzz target drives it: the same
+// parsing, Host check and routes, requests kept alive answered in turn.
+TEST(MetricsServerOffline, AnswersAConnectionsBytes) {
+  auto server = MetricsServer::offline({"127.0.0.1", 9400}, {},
+                                       fake_resolver({{"127.0.0.1", {"127.0.0.1"}}}));
+  ASSERT_TRUE(server.has_value()) << server.status().message();
+  const std::string answer = (*server)->answer(
+      "GET /metrics HTTP/1.1\r\nHost: localhost:9400\r\n\r\n"
+      "GET /metrics HTTP/1.1\r\nHost: attacker.example:9400\r\n\r\n"
+      "GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  const auto ok = answer.find(std::string(kOk) + "\r\n");
+  const auto misdirected = answer.find(std::string(kMisdirected) + "\r\n");
+  const auto not_found = answer.find("HTTP/1.1 404 Not Found\r\n");
+  EXPECT_EQ(ok, 0U) << answer;
+  EXPECT_NE(answer.find("# TYPE dlprobe_"), std::string::npos) << answer;
+  EXPECT_NE(misdirected, std::string::npos) << answer;
+  EXPECT_GT(misdirected, ok);
+  EXPECT_NE(not_found, std::string::npos) << answer;
+  EXPECT_GT(not_found, misdirected);
+  EXPECT_EQ((*server)->answer(""), "");
+}
+
 TEST(ResolveHost, NameThatDoesNotResolveIsOneLine) {
   // .invalid never resolves (RFC 6761); without a network the lookup fails as fast.
   const auto resolved = resolve_host("no-such-host.invalid");

@@ -60,6 +60,16 @@ class MetricsServer {
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
+  // A server that binds nothing, for tests and fuzzing of its request handling: answer() hands it
+  // a connection's bytes. Its Host check is start()'s for `at`, with at.port the port bound.
+  static Result<std::unique_ptr<MetricsServer>> offline(const Endpoint& at,
+                                                        std::vector<nvml::DeviceInfo> devices,
+                                                        const HostResolver& resolve = resolve_host);
+  // What the server writes back on a connection whose client sent `request` (one request, or
+  // several kept alive) and then closed its side: the same HTTP parsing, Host check and routes as
+  // a socket's connection, through memory. Empty in a build without HTTP.
+  std::string answer(std::string_view request);
+
   int port() const;  // the one bound, also when 0 was asked for
   // The sampler whose latest round /metrics shows, until serve(nullptr); before it ends, the
   // metrics have no samples.
