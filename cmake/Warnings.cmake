@@ -5,8 +5,9 @@
 # libFuzzer build, fuzz/README.md) has no such warning and refuses the option under -Werror.
 add_library(dlprobe_warnings INTERFACE)
 target_compile_options(dlprobe_warnings INTERFACE
-  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion -Werror>
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>
   $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wno-subobject-linkage>
+  $<$<COMPILE_LANGUAGE:CXX>:-Werror>
   $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
 
 add_library(dlprobe_sanitize INTERFACE)
