@@ -10,6 +10,7 @@
 #include "dlprobe/bench/host_cpu.h"
 #include "dlprobe/bench/input_feed.h"
 #include "dlprobe/bench/outputs.h"
+#include "dlprobe/bench/processes.h"
 #include "dlprobe/bench/results.h"
 #include "dlprobe/bench/runner.h"
 #include "dlprobe/bench/sweep.h"

@@ -224,6 +224,7 @@ results::Configuration to_configuration(const Measured& m) {
       }
     }
     if (c.samples.run_steps.size() >= 2) {
+      c.runs_in = results::RunsIn::engines;
       if (auto spread = stats::run_spread(results::run_throughputs(c.samples))) {
         c.run_spread = *spread;
       }

@@ -70,6 +70,13 @@ Result<ComparisonRow> compare_one(const Configuration& base, const Configuration
   row.mann_whitney = *mw;
   row.noise = std::max({options.noise, run_noise(base), run_noise(next)});
   judge(row, options);
+  // "No change" because of a spread between runs: which runs, fresh engines or fresh processes.
+  if (row.verdict == Verdict::no_change && row.why.empty() && row.noise > options.noise &&
+      std::abs(ratio->ratio - 1) < row.noise) {
+    const Configuration& noisier = run_noise(base) >= run_noise(next) ? base : next;
+    row.why = noisier.runs_in == results::RunsIn::processes ? "within the spread between processes"
+                                                            : "within the spread between runs";
+  }
   return row;
 }
 

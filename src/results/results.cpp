@@ -30,6 +30,8 @@ constexpr Named<RunStatus> kRunStatuses[] = {{RunStatus::ok, "ok"},
                                              {RunStatus::failed, "failed"},
                                              {RunStatus::interrupted, "interrupted"},
                                              {RunStatus::timeout, "timeout"}};
+constexpr Named<RunsIn> kRunsIn[] = {{RunsIn::engines, "engines"},
+                                     {RunsIn::processes, "processes"}};
 
 }  // namespace
 
@@ -39,6 +41,10 @@ std::string_view kind_name(Kind kind) {
 
 std::string_view run_status_name(RunStatus status) {
   return name_of(kRunStatuses, status, "failed");
+}
+
+std::string_view runs_in_name(RunsIn runs_in) {
+  return name_of(kRunsIn, runs_in, "engines");
 }
 
 std::optional<std::int64_t> batch_of(Kind kind, const Settings& settings) {
@@ -228,6 +234,9 @@ constexpr const auto& names(Kind) {
 }
 constexpr const auto& names(RunStatus) {
   return kRunStatuses;
+}
+constexpr const auto& names(RunsIn) {
+  return kRunsIn;
 }
 constexpr const auto& names(Severity) {
   return kSeverities;
@@ -504,7 +513,8 @@ struct Schema<Configuration> {
   static constexpr auto fields = std::tuple_cat(
       DLPROBE_RESULTS_KEYS(kind),
       std::tuple{CustomField<Configuration>{"settings", write_settings, read_settings}},
-      DLPROBE_RESULTS_KEYS(status, error, statistics), DLPROBE_RESULTS_KEYS_SINCE_1(run_spread),
+      DLPROBE_RESULTS_KEYS(status, error, statistics),
+      DLPROBE_RESULTS_KEYS_SINCE_1(run_spread, runs_in),
       DLPROBE_RESULTS_KEYS(samples, memory, telemetry, compute, findings));
 };
 

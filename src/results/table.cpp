@@ -83,8 +83,10 @@ std::vector<Cell> row(const Configuration& c) {
     if (c.run_spread) {
       r.push_back(number(c.run_spread->ci.low, format_grouped(c.run_spread->ci.low, 1)));
       r.push_back(number(c.run_spread->ci.high, format_grouped(c.run_spread->ci.high, 1)));
+      // Fresh engines in one process, or fresh processes: which spread the interval is.
+      r.push_back(text(std::string(runs_in_name(c.runs_in.value_or(RunsIn::engines)))));
     } else {
-      r.insert(r.end(), 2, empty());
+      r.insert(r.end(), 3, empty());
     }
     r.push_back(number(s.median_s * 1e3, fmt::format("{:.3f}", s.median_s * 1e3)));
     r.push_back(number(s.p90_s * 1e3, fmt::format("{:.3f}", s.p90_s * 1e3)));
@@ -93,7 +95,7 @@ std::vector<Cell> row(const Configuration& c) {
     r.push_back(number(static_cast<double>(s.outliers), std::to_string(s.outliers)));
     r.push_back(number(static_cast<double>(s.steps), std::to_string(s.steps)));
   } else {
-    for (int i = 0; i < 11; ++i) r.push_back(empty());
+    for (int i = 0; i < 12; ++i) r.push_back(empty());
   }
   const auto peak = c.memory ? peak_memory_bytes(*c.memory) : std::nullopt;
   r.push_back(peak ? number(static_cast<double>(*peak), format_size(static_cast<std::uint64_t>(
@@ -140,6 +142,7 @@ Table configuration_table(std::span<const NamedDocument> documents) {
                              "CI high (within steps)",
                              "CI low (between runs)",
                              "CI high (between runs)",
+                             "runs in",
                              "median step (ms)",
                              "p90 step (ms)",
                              "p99 step (ms)",

@@ -185,6 +185,7 @@ TEST(ToConfiguration, RunsFromScratchGiveTheirSpread) {
   EXPECT_TRUE(c.samples.window_steps.empty());
   EXPECT_EQ(c.samples.warmup.size(), 2u);
   ASSERT_TRUE(c.run_spread.has_value());
+  EXPECT_EQ(c.runs_in, results::RunsIn::engines);
   EXPECT_EQ(c.run_spread->runs, 2u);
   EXPECT_NEAR(c.run_spread->min, 64 / 0.11, 0.5);
   EXPECT_NEAR(c.run_spread->max, 640, 0.5);

@@ -374,6 +374,46 @@ TEST(BenchCliTest, SteadyWarmupAndRunsFromScratch) {
   }
 }
 
+// --repeat-process: the whole measurement in fresh processes, merged into one results file with a
+// run per process and the spread between them named as theirs. A process whose sweep did not
+// finish (a batch that cannot fit) is said, and what it measured kept.
+TEST(BenchCliTest, RepeatProcessRunsTheMeasurementInFreshProcesses) {
+  const std::string json = ::testing::TempDir() + "bench_cli_processes.json";
+  const std::string quick = kSmall + "--mode infer --steps 2 --min-time 0s --warmup 0 ";
+  const CliRun r = run(quick + "--repeat-process 2 --overwrite --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"dlprobe bench: process 2 of 2", "2 of 2 ended well",
+                           "within the steps)", "between processes 95% t interval"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+  auto doc = dlprobe::results::read_file(json);
+  ASSERT_TRUE(doc.has_value()) << doc.status().message();
+  ASSERT_EQ(doc->configurations.size(), 1u);
+  const auto& c = doc->configurations[0];
+  EXPECT_EQ(c.samples.run_steps, (std::vector<std::int64_t>{2, 2}));
+  EXPECT_EQ(c.runs_in, dlprobe::results::RunsIn::processes);
+  ASSERT_TRUE(c.run_spread.has_value());
+  EXPECT_EQ(c.run_spread->runs, 2u);
+  const auto& args = doc->context.command_line;
+  EXPECT_NE(std::find(args.begin(), args.end(), "--repeat-process"), args.end());
+
+  const CliRun oom = run(kBase +
+                         "--backend reference --mode infer --batch 2,100000000 --steps 1 "
+                         "--min-time 0s --warmup 0 --repeat-process 2 --overwrite --json=" +
+                         json);
+  EXPECT_EQ(oom.exit_code, 1) << oom.output;
+  EXPECT_NE(oom.output.find("process 1 of 2 ended with exit 1; what it measured is kept"),
+            std::string::npos)
+      << oom.output;
+  doc = dlprobe::results::read_file(json);
+  ASSERT_TRUE(doc.has_value()) << doc.status().message();
+  ASSERT_EQ(doc->configurations.size(), 2u);
+  EXPECT_EQ(doc->configurations[0].samples.run_steps, (std::vector<std::int64_t>{1, 1}));
+  EXPECT_EQ(doc->configurations[1].status, dlprobe::results::RunStatus::oom);
+  std::filesystem::remove(json);
+  expect_error(quick + "--repeat-process 0", "--repeat-process");
+}
+
 // Every open choice takes the fastest the engine knows for the device and says so on stderr; a
 // choice given is kept and not announced.
 TEST(BenchCliTest, DefaultsPickTheFastestAndSaySo) {

@@ -116,7 +116,12 @@ TEST(Table, NamesEachIntervalAndShowsTheSpreadBetweenRuns) {
   EXPECT_TRUE(t.rows[0][within].number.has_value());
   EXPECT_EQ(t.rows[0][low].number, 1680.25);
   EXPECT_EQ(t.rows[0][high].text, "1,719.8");
+  EXPECT_EQ(t.rows[0][column("runs in")].text, "engines");
   EXPECT_FALSE(t.rows[1][low].number.has_value());  // one run: no spread between runs
+  EXPECT_EQ(t.rows[1][column("runs in")].text, "");
+  docs[0].document.configurations[0].runs_in = results::RunsIn::processes;
+  EXPECT_EQ(results::configuration_table(std::span(docs).first(1)).rows[0][column("runs in")].text,
+            "processes");
 }
 
 TEST(Table, CsvQuotesAndKeepsFullPrecision) {
@@ -498,6 +503,12 @@ TEST(Compare, TheSpreadBetweenRunsIsTheNoiseWhenLarger) {
   ASSERT_TRUE(between.has_value());
   EXPECT_NEAR(between->rows[0].noise, 0.05, 1e-12);
   EXPECT_EQ(between->rows[0].verdict, Verdict::no_change);
+  EXPECT_EQ(between->rows[0].why, "within the spread between runs");
+  // The same spread between fresh processes (bench --repeat-process) says so.
+  base.configurations[0].runs_in = results::RunsIn::processes;
+  auto processes = compare(base, next);
+  ASSERT_TRUE(processes.has_value());
+  EXPECT_EQ(processes->rows[0].why, "within the spread between processes");
   // A narrower spread than the threshold leaves the threshold.
   base.configurations[0].run_spread = stats::RunSpread{3, 320, 319, 321, {319, 321}, 0.95};
   auto narrow = compare(base, next);

@@ -102,6 +102,12 @@ std::string_view kind_name(Kind kind);
 enum class RunStatus { ok, oom, failed, interrupted, timeout };
 std::string_view run_status_name(RunStatus status);
 
+// Where the runs of a configuration's spread ran: on fresh engines in one process (bench
+// --repeat) or each in a fresh process (bench --repeat-process), which also sees what a process
+// starts anew (the loader, the allocator's address space, the threads' placement).
+enum class RunsIn { engines, processes };
+std::string_view runs_in_name(RunsIn runs_in);
+
 // Native runs fill the first block, external runs (a user's command) the second; the other block
 // stays empty and is not written.
 struct Settings {
@@ -275,6 +281,9 @@ struct Configuration {
   // over the run means, beside the statistics' interval within the steps. Added within
   // dlprobe.results/1.
   std::optional<stats::RunSpread> run_spread;
+  // What the runs of run_spread and samples.run_steps were; none with a single run. Added within
+  // dlprobe.results/1 (absent in older files, whose runs are engines).
+  std::optional<RunsIn> runs_in;
   Samples samples;
   std::optional<Memory> memory;
   std::vector<Telemetry> telemetry;  // one per GPU sampled
