@@ -218,6 +218,15 @@ struct CustomField {
   Presence presence = Presence::required;
 };
 
+// Deduction guides: clang before 17 does not deduce an aggregate's template arguments from its
+// initializer (C++20's P1816), and the libFuzzer build (fuzz/README.md) is clang's.
+template <class S, class M>
+Field(std::string_view, M S::*) -> Field<S, M>;
+template <class S, class M>
+Field(std::string_view, M S::*, Presence) -> Field<S, M>;
+template <class S, class I, class M>
+NestedField(std::string_view, I S::*, M I::*) -> NestedField<S, I, M>;
+
 // Schema<S>::fields lists the keys of S's JSON object; Schema<S>::check, where there is one, tests
 // what the keys must agree on once all are read.
 template <class S>
