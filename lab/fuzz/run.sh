@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing with libFuzzer (fuzz/README.md): builds every fuzz target with clang,
+# Coverage-guided fuzzing with libFuzzer (fuzz/README.md): builds every fuzz target with clang 16
+# or later (CC/CXX, else clang-16 where installed: Debian's clang 14 lacks std::source_location),
 # ASan and UBSan (DLPROBE_FUZZ_LIBFUZZER=ON, in build-fuzz/), then runs each for SECONDS from its
 # seed corpus and dictionary, one after the other, and prints per target the executions, the
 # corpus it grew (inputs and bytes, in build-fuzz/fuzz/grown/<target>; the repository's seeds
@@ -17,7 +18,8 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 if [ ! -f "$build/build.ninja" ]; then
-  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DDLPROBE_SANITIZE=ON \
+  CC=${CC:-$(command -v clang-16 || echo clang)} CXX=${CXX:-$(command -v clang++-16 || echo clang++)} \
+    cmake -S . -B "$build" -G Ninja -DDLPROBE_SANITIZE=ON \
     -DDLPROBE_WITH_CUDA=OFF -DDLPROBE_FUZZ_LIBFUZZER=ON >/dev/null || exit 2
 fi
 cmake --build "$build" -j "${DLPROBE_JOBS:-1}" --target "${targets[@]/#/fuzz_}" >/dev/null || exit 2

@@ -280,19 +280,28 @@ TEST(Results, WarmupRunsAndTheirSpreadRoundTrip) {
   auto spread = stats::run_spread(run_throughputs(c.samples));
   ASSERT_TRUE(spread.has_value());
   c.run_spread = *spread;
+  c.runs_in = RunsIn::engines;
   auto back = parse(serialize(d), "f.json");
   ASSERT_TRUE(back.has_value()) << back.status().message();
   EXPECT_EQ(*back, d);
   // Files from before them read as one run, no warm-up record and no spread.
   json j = to_json(d);
+  EXPECT_EQ(j["configurations"][0]["runs_in"], "engines");
   j["configurations"][0]["samples"].erase("run_steps");
   j["configurations"][0]["samples"].erase("warmup");
   j["configurations"][0].erase("run_spread");
+  j["configurations"][0].erase("runs_in");
   auto old = parse(j.dump());
   ASSERT_TRUE(old.has_value()) << old.status().message();
   EXPECT_TRUE(old->configurations[0].samples.run_steps.empty());
   EXPECT_TRUE(old->configurations[0].samples.warmup.empty());
   EXPECT_FALSE(old->configurations[0].run_spread.has_value());
+  EXPECT_FALSE(old->configurations[0].runs_in.has_value());
+  j = to_json(d);
+  j["configurations"][0]["runs_in"] = "threads";
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].runs_in: \"threads\" is not one of engines, "
+            "processes");
   j = to_json(d);
   j["configurations"][0]["samples"]["run_steps"] = {1, 1};
   EXPECT_EQ(error_of(j.dump()),
@@ -387,6 +396,7 @@ Configuration full_native_configuration() {
   c.samples.run_steps = {1, 3};
   c.samples.warmup = {{"steady", 3, 0.5, true, 1, {0.3, 0.1, 0.1}}};
   c.run_spread = stats::RunSpread{2, 500.5, 490.5, 510.5, {373.5, 627.5}, 0.95};
+  c.runs_in = RunsIn::processes;
   c.samples.window_other_cpu_seconds = {0.25, 0.5};
   c.samples.host_cpus = 2;
   Memory m;
