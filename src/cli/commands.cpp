@@ -39,6 +39,7 @@ constexpr std::pair<std::string_view, std::string_view> kValueTypes[] = {
     {"bench --batch", "INT[,INT...]|auto"},
     {"memory --batch", "INT[,INT...]"},
     {"--profile", "INT"},
+    {"--repeat-process", "INT"},
     {"--batch", "INT"},
     {"--steps", "INT"},
     {"--count", "INT"},

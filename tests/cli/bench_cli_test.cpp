@@ -441,7 +441,7 @@ TEST(BenchCliTest, HelpShowsTheDefaults) {
        {"--layout TEXT=auto", "--gpu-memory TEXT=auto", "--graph [auto|on|off]=auto",
         "--backend TEXT=auto", "--precision TEXT=fp32", "--mode TEXT=train", "--device TEXT=auto",
         "--steps INT=30", "--min-time DURATION=2s", "--batch INT[,INT...]|auto=256",
-        "--image-size INT=224", "--profile INT "}) {
+        "--image-size INT=224", "--profile INT ", "--repeat-process INT "}) {
     EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
   }
 }
