@@ -41,7 +41,7 @@ Command add_doctor_command(CLI::App& app) {
                 "Measure NCCL all-reduce, all-gather and reduce-scatter from 8 B up across the "
                 "visible GPUs (or one rank per process under torchrun, mpirun or srun)");
   option(*sub, "--nccl-max-size", flags->nccl_max_size,
-         "Largest NCCL message (default 8GiB; lower where free memory is less)");
+         "Largest NCCL message (lowered where two buffers would not fit in free memory)");
   option(*sub, "--nccl-iterations", flags->nccl_iterations,
          "Timed NCCL calls per size (after 5 warm-up calls)");
 

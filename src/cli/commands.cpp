@@ -61,17 +61,20 @@ constexpr std::pair<std::string_view, std::string_view> kValueTypes[] = {
     {"--threads", "INT[,INT...]"},
 };
 
-// INT, NUMBER, FRACTION (12%) or DURATION (2s, 100ms) from a default's text; empty for words.
+// INT, NUMBER, FRACTION (12%), DURATION (2s, 100ms) or SIZE (8GiB) from a default's text; empty
+// for words.
 std::string_view type_of_default(std::string_view text) {
   static const std::regex integer("-?[0-9]+");
   static const std::regex number("-?[0-9]*\\.?[0-9]+(e-?[0-9]+)?");
   static const std::regex percent("[0-9]*\\.?[0-9]+%");
   static const std::regex duration("[0-9]*\\.?[0-9]+(ns|us|ms|s|m|h)");
+  static const std::regex size("[0-9]*\\.?[0-9]+([KMGT]i?B|B)");
   const std::string value(text);
   if (std::regex_match(value, integer)) return "INT";
   if (std::regex_match(value, number)) return "NUMBER";
   if (std::regex_match(value, percent)) return "FRACTION";
   if (std::regex_match(value, duration)) return "DURATION";
+  if (std::regex_match(value, size)) return "SIZE";
   return {};
 }
 
