@@ -91,6 +91,7 @@
 #include "dlprobe/run/runner.h"
 #include "dlprobe/run/session.h"
 #include "dlprobe/run/workload_output.h"
+#include "dlprobe/stats/mersenne.h"
 #include "dlprobe/stats/statistics.h"
 #include "dlprobe/stats/steady_state.h"
 #include "dlprobe/step/step_config.h"

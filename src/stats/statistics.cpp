@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <random>
+
+#include "dlprobe/stats/mersenne.h"
 
 namespace dlprobe::stats {
 
@@ -117,9 +118,9 @@ double total(std::span<const double> values) {
 }
 
 // A uniform index below n. std::uniform_int_distribution is not specified bit for bit, so the same
-// seed could give other intervals with another standard library; mt19937_64 itself is specified,
+// seed could give other intervals with another standard library; MT19937-64 itself is specified,
 // and rejection sampling over its output is exact and portable.
-std::size_t uniform_index(std::mt19937_64& rng, std::size_t n) {
+std::size_t uniform_index(Mt19937_64& rng, std::size_t n) {
   const std::uint64_t bound = n;
   const std::uint64_t threshold = (0 - bound) % bound;  // 2^64 mod n
   for (;;) {
@@ -155,7 +156,7 @@ Blocks blocks_of(std::span<const double> seconds, std::span<const double> items)
 }
 
 // The throughput of one resample of the blocks.
-double resampled_throughput(std::mt19937_64& rng, const Blocks& blocks) {
+double resampled_throughput(Mt19937_64& rng, const Blocks& blocks) {
   const std::size_t n = blocks.seconds.size();
   double t = 0;
   double k = 0;
@@ -180,7 +181,7 @@ Result<Interval> throughput_ci(std::span<const double> seconds, std::span<const 
   DLPROBE_RETURN_IF_ERROR(check_steps(seconds, items, "throughput"));
   DLPROBE_RETURN_IF_ERROR(check_options(options));
   const Blocks blocks = blocks_of(seconds, items);
-  std::mt19937_64 rng(options.seed);
+  Mt19937_64 rng(options.seed);
   std::vector<double> throughputs(static_cast<std::size_t>(options.resamples));
   for (auto& t : throughputs) t = resampled_throughput(rng, blocks);
   return percentile_interval(std::move(throughputs), options.level);
@@ -224,7 +225,7 @@ Result<Ratio> throughput_ratio(std::span<const double> base_seconds,
   r.level = options.level;
   const Blocks base_blocks = blocks_of(base_seconds, base_items);
   const Blocks new_blocks = blocks_of(new_seconds, new_items);
-  std::mt19937_64 rng(options.seed);
+  Mt19937_64 rng(options.seed);
   std::vector<double> ratios(static_cast<std::size_t>(options.resamples));
   for (auto& x : ratios) {
     const double base = resampled_throughput(rng, base_blocks);
