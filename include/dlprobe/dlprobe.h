@@ -47,6 +47,7 @@
 #include "dlprobe/diagnosis/diagnosis.h"
 #include "dlprobe/doctor/ceilings.h"
 #include "dlprobe/doctor/collectives.h"
+#include "dlprobe/doctor/container.h"
 #include "dlprobe/doctor/cpu_info.h"
 #include "dlprobe/doctor/doctor.h"
 #include "dlprobe/doctor/gpu_arch.h"

@@ -41,6 +41,19 @@ void note(std::vector<Change>& out, std::string what, std::string before, std::s
   if (before != after) out.push_back({std::move(what), std::move(before), std::move(after)});
 }
 
+std::string runtime_of(const results::Context& c) {
+  return c.container ? c.container->runtime : "";
+}
+
+// The image with its digest, as one value: a new tag and a rebuilt image under the same tag are
+// each one change.
+std::string image_of(const results::Context& c) {
+  if (!c.container) return "";
+  const results::Container& k = *c.container;
+  if (k.digest.empty()) return k.image;
+  return k.image.empty() ? k.digest : fmt::format("{} ({})", k.image, k.digest);
+}
+
 std::string gpu_names(const results::Context& c) {
   std::string out;
   for (const auto& g : c.gpus) out += (out.empty() ? "" : ", ") + g.name;
@@ -53,6 +66,8 @@ std::vector<Change> environment_diff(const results::Context& before,
                                      const results::Context& after) {
   std::vector<Change> out;
   note(out, "machine", before.hostname, after.hostname);
+  note(out, "container", runtime_of(before), runtime_of(after));
+  note(out, "container image", image_of(before), image_of(after));
   note(out, "GPUs", gpu_names(before), gpu_names(after));
   note(out, "driver", text_of(before.driver_version), text_of(after.driver_version));
   note(out, "CUDA (driver)", text_of(before.cuda_driver_version),

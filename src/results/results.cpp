@@ -185,8 +185,11 @@ Result<const json*> member(const json& obj, const std::string& path, std::string
 }
 
 // Files written before a key was added within dlprobe.results/1 lack it; reading such a file
-// leaves the member at its default. Present, the key is checked like any other.
-enum class Presence { required, since_1 };
+// leaves the member at its default. Present, the key is checked like any other. A since_1_when_set
+// key is moreover written only when its member holds a value, so that a document without it is
+// written to the byte as before the key was added (the history tells stored documents apart by
+// their text).
+enum class Presence { required, since_1, since_1_when_set };
 
 // A key holding one member of S.
 template <class S, class M>
@@ -300,13 +303,15 @@ void write_field(json& out, const S& s, const F& f) {
   if constexpr (requires { f.write; }) {
     out[f.key] = f.write(s);
   } else {
-    out[f.key] = encode(f.of(s));
+    json value = encode(f.of(s));
+    if (f.presence == Presence::since_1_when_set && value.is_null()) return;
+    out[f.key] = std::move(value);
   }
 }
 
 template <class S, class F>
 Status read_field(const json& obj, const std::string& path, const F& f, S& s) {
-  if (f.presence == Presence::since_1 && !obj.contains(f.key)) return {};
+  if (f.presence != Presence::required && !obj.contains(f.key)) return {};
   DLPROBE_ASSIGN_OR_RETURN(const json* v, member(obj, path, f.key));
   if constexpr (requires { f.read; }) {
     return f.read(*v, join_path(path, f.key), s);
@@ -342,6 +347,8 @@ Status read_fields(const json& v, const std::string& path, const Fields& fields,
 
 #define DLPROBE_RESULTS_KEY(member) Field{#member, &Self::member},
 #define DLPROBE_RESULTS_KEY_SINCE_1(member) Field{#member, &Self::member, Presence::since_1},
+#define DLPROBE_RESULTS_KEY_WHEN_SET(member) \
+  Field{#member, &Self::member, Presence::since_1_when_set},
 #define DLPROBE_RESULTS_KEYS(...)                                               \
   std::tuple {                                                                  \
     NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(DLPROBE_RESULTS_KEY, __VA_ARGS__)) \
@@ -366,9 +373,16 @@ DLPROBE_RESULTS_SCHEMA(Gpu, index, name, uuid, pci_bus_id, compute_capability, m
 DLPROBE_RESULTS_SCHEMA(GpuProcess, pid, used_bytes);
 DLPROBE_RESULTS_SCHEMA(DeviceState, gpu, sm_clock_mhz, mem_clock_mhz, temperature_c, power_w,
                        power_limit_w, clock_event_reasons, other_processes);
-DLPROBE_RESULTS_SCHEMA(Context, dlprobe_version, git_hash, command_line, date, hostname, os, cpu,
-                       cpu_threads, host_memory_bytes, driver_version, cuda_driver_version,
-                       cuda_runtime_version, libraries, gpus, device_state);
+DLPROBE_RESULTS_SCHEMA(Container, runtime, image, digest);
+template <>
+struct Schema<Context> {
+  using Self = Context;
+  static constexpr auto fields = std::tuple_cat(
+      DLPROBE_RESULTS_KEYS(dlprobe_version, git_hash, command_line, date, hostname, os, cpu,
+                           cpu_threads, host_memory_bytes, driver_version, cuda_driver_version,
+                           cuda_runtime_version, libraries, gpus, device_state),
+      std::tuple{DLPROBE_RESULTS_KEY_WHEN_SET(container)});
+};
 DLPROBE_RESULTS_SCHEMA(Range, count, min, median, max);
 DLPROBE_RESULTS_SCHEMA(TelemetrySample, t_s, gpu_util_pct, power_w, sm_clock_mhz, mem_used_mib,
                        temperature_c);

@@ -7,6 +7,7 @@
 
 #include "dlprobe/core/build_info.h"
 #include "dlprobe/core/log.h"
+#include "dlprobe/doctor/container.h"
 #include "dlprobe/doctor/cpu_info.h"
 #include "dlprobe/stats/statistics.h"
 
@@ -99,6 +100,7 @@ results::Context results_context(const std::vector<std::string>& command_line,
   } else {
     log_debug("host info: {}", host.status().message());
   }
+  c.container = doctor::detect_container();
   if (!nvml) return c;
   c.driver_version = nvml->driver_version();
   if (auto v = nvml->cuda_driver_version()) {

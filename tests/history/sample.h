@@ -22,6 +22,7 @@ struct RunSpec {
   double step_s = 0.1;
   int steps = 40;
   std::optional<double> energy_j;
+  std::optional<results::Container> container;
 
   // Chained changes: RunSpec().on("alpha").at("2026-03-02T12:00:00Z").
   RunSpec on(std::string v) const { return with(&RunSpec::machine, std::move(v)); }
@@ -33,6 +34,9 @@ struct RunSpec {
   RunSpec timing(int v) const { return with(&RunSpec::steps, v); }
   RunSpec using_energy(double v) const {
     return with(&RunSpec::energy_j, std::optional<double>(v));
+  }
+  RunSpec inside(results::Container v) const {
+    return with(&RunSpec::container, std::optional<results::Container>(std::move(v)));
   }
 
  private:
@@ -83,6 +87,7 @@ inline results::Context context(const RunSpec& r) {
   results::Gpu g;
   g.name = "NVIDIA H200";
   c.gpus.push_back(g);
+  c.container = r.container;
   return c;
 }
 

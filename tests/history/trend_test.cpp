@@ -50,6 +50,29 @@ TEST(EnvironmentDiff, NamesTheOneChange) {
   EXPECT_EQ(more[2], (Change{"GPU 0 power limit (W)", "", "700"}));
 }
 
+TEST(EnvironmentDiff, ANewImageIsOneChangeOfNameAndDigest) {
+  const results::Container old_image{"docker", "nvcr.io/nvidia/pytorch:24.05-py3", "sha256:aa"};
+  const auto a = testing::context(RunSpec().inside(old_image));
+  auto b = a;
+  b.container->image = "nvcr.io/nvidia/pytorch:24.06-py3";
+  b.container->digest = "sha256:bb";
+  const auto changes = environment_diff(a, b);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(render_changes(changes),
+            "the one change: container image: nvcr.io/nvidia/pytorch:24.05-py3 (sha256:aa) -> "
+            "nvcr.io/nvidia/pytorch:24.06-py3 (sha256:bb)\n");
+  // The same tag rebuilt: only the digest tells.
+  b.container->image = old_image.image;
+  ASSERT_EQ(environment_diff(a, b).size(), 1u);
+  EXPECT_EQ(environment_diff(a, b)[0].after, "nvcr.io/nvidia/pytorch:24.05-py3 (sha256:bb)");
+  // Out of the container: its runtime and image both go.
+  b.container.reset();
+  EXPECT_EQ(environment_diff(a, b),
+            (std::vector<Change>{
+                {"container", "docker", ""},
+                {"container image", "nvcr.io/nvidia/pytorch:24.05-py3 (sha256:aa)", ""}}));
+}
+
 class Trend : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -105,6 +128,29 @@ TEST_F(Trend, AClearlySlowerLatestIsARegressionNamingWhatChanged) {
   EXPECT_NE(text.find("REGRESSION"), std::string::npos) << text;
   EXPECT_NE(text.find("the one change: driver: 580.65.06 -> 590.10"), std::string::npos) << text;
   EXPECT_NE(text.find("$/epoch"), std::string::npos) << text;
+}
+
+TEST_F(Trend, ARegressionAfterANewImageNamesTheImage) {
+  const results::Container before{"podman", "localhost/train:7", "5e1f"};
+  const double days[] = {0.1000, 0.1004, 0.0997, 0.1002, 0.0999};
+  for (int i = 0; i < 5; ++i) {
+    add(RunSpec()
+            .at("2026-03-0" + std::to_string(i + 1) + "T03:00:00Z")
+            .stepping(days[i])
+            .inside(before));
+  }
+  add(RunSpec()
+          .at("2026-03-06T03:00:00Z")
+          .stepping(0.110)
+          .inside({"podman", "localhost/train:8", "77c0"}));
+  const auto s = series();
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].flag, Flag::regression);
+  const std::string text = render_trend(s, std::nullopt);
+  EXPECT_NE(text.find("the one change: container image: localhost/train:7 (5e1f) -> "
+                      "localhost/train:8 (77c0)"),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(Trend, ADropWithinTheSpreadBetweenRunsIsNoRegression) {

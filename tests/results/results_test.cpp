@@ -259,6 +259,23 @@ TEST(Results, FieldsAddedWithinVersionOne) {
   EXPECT_FALSE(other_cpu_share(old->configurations[0].samples).has_value());
 }
 
+TEST(Results, TheContainerIsWrittenOnlyWhenKnown) {
+  Document d = sample_document();
+  // Without one the document is written as before the key was added, to the byte.
+  EXPECT_FALSE(to_json(d)["context"].contains("container"));
+  d.context.container = Container{"docker", "train:7", ""};
+  auto back = parse(serialize(d));
+  ASSERT_TRUE(back.has_value()) << back.status().message();
+  EXPECT_EQ(back->context.container, d.context.container);
+  json j = to_json(d);
+  j["context"]["container"] = nullptr;
+  auto none = parse(j.dump());
+  ASSERT_TRUE(none.has_value()) << none.status().message();
+  EXPECT_EQ(none->context.container, std::nullopt);
+  j["context"]["container"] = {{"runtime", "docker"}, {"image", 7}, {"digest", ""}};
+  EXPECT_EQ(error_of(j.dump()), "f.json: context.container.image: expected a string, found number");
+}
+
 TEST(Results, OtherCpuShareIsOfTheMachinesTimeOverTheWindows) {
   Samples s;
   s.step_seconds = {0.5, 0.5, 0.5, 0.5};
@@ -444,7 +461,8 @@ Document full_document() {
                "13.0",
                {{"cuDNN", "9.19.0", "/usr/lib/libcudnn.so.9"}},
                {{1, "Test GPU", "GPU-1", "00000000:19:00.0", "9.0", 150ull << 30, 132}},
-               {{1, 1980.5, 2619.5, 35.5, 90.5, 700.5, {"sw_power_cap"}, {{4242, 1ull << 30}}}}};
+               {{1, 1980.5, 2619.5, 35.5, 90.5, 700.5, {"sw_power_cap"}, {{4242, 1ull << 30}}}},
+               Container{"podman", "nvcr.io/nvidia/pytorch:24.05-py3", "sha256:5e1f0c2d"}};
   d.configurations.push_back(full_native_configuration());
   Configuration ext = full_native_configuration();
   ext.kind = Kind::external;

@@ -37,7 +37,8 @@ struct Change {
   friend bool operator==(const Change&, const Change&) = default;
 };
 
-// The environment difference of two runs: machine, GPU models, driver, CUDA, every library's
+// The environment difference of two runs: machine, container runtime, container image (its name
+// and digest as one change), GPU models, driver, CUDA, every library's
 // version (cuDNN, cuBLAS, frameworks), dlprobe's version and build, the OS, and each GPU's clocks
 // and power limit when the run started. Empty when nothing recorded differs.
 std::vector<Change> environment_diff(const results::Context& before, const results::Context& after);

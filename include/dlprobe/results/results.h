@@ -71,6 +71,15 @@ struct DeviceState {
   friend bool operator==(const DeviceState&, const DeviceState&) = default;
 };
 
+// The container the run was in (doctor::detect_container); fields empty where unknown.
+struct Container {
+  std::string runtime;  // "docker", "podman", "containerd", "kubernetes"
+  std::string image;    // "nvcr.io/nvidia/pytorch:24.05-py3", "NGC PyTorch 24.05 (build 91564)"
+  std::string digest;   // "sha256:..." when the runtime or the user says it
+
+  friend bool operator==(const Container&, const Container&) = default;
+};
+
 struct Context {
   std::string dlprobe_version;
   std::string git_hash;
@@ -87,6 +96,9 @@ struct Context {
   std::vector<Library> libraries;
   std::vector<Gpu> gpus;
   std::vector<DeviceState> device_state;
+  // Added within dlprobe.results/1: files written before it lack the key; absent or null when the
+  // run was in no container dlprobe could tell.
+  std::optional<Container> container;
 
   friend bool operator==(const Context&, const Context&) = default;
 };
