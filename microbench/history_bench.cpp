@@ -89,7 +89,7 @@ void BM_ListAll(benchmark::State& state) {
   auto h = history::History::open(database()).value();
   for (auto _ : state) {
     auto rows = h.list().value();
-    benchmark::DoNotOptimize(history::render_list(rows, 2.5));
+    benchmark::DoNotOptimize(history::render_list(rows, history::Prices{2.5, {}, {}}));
     state.counters["rows"] = static_cast<double>(rows.size());
   }
 }
@@ -104,7 +104,7 @@ void BM_ListFiltered(benchmark::State& state) {
   f.since = "2026-02-01";
   for (auto _ : state) {
     auto rows = h.list(f).value();
-    benchmark::DoNotOptimize(history::render_list(rows, 2.5));
+    benchmark::DoNotOptimize(history::render_list(rows, history::Prices{2.5, {}, {}}));
     state.counters["rows"] = static_cast<double>(rows.size());
   }
 }
@@ -117,7 +117,7 @@ void BM_TrendSteady(benchmark::State& state) {
   before.until = "2026-04-15";
   for (auto _ : state) {
     auto series = history::trend(h, before).value();
-    benchmark::DoNotOptimize(history::render_trend(series, 2.5));
+    benchmark::DoNotOptimize(history::render_trend(series, history::Prices{2.5, {}, {}}));
     state.counters["series"] = static_cast<double>(series.size());
     state.counters["flagged"] = history::any_regression(series) ? 1 : 0;
   }
@@ -129,7 +129,7 @@ void BM_TrendAllRegressed(benchmark::State& state) {
   auto h = history::History::open(database()).value();
   for (auto _ : state) {
     auto series = history::trend(h, {}).value();
-    benchmark::DoNotOptimize(history::render_trend(series, 2.5));
+    benchmark::DoNotOptimize(history::render_trend(series, history::Prices{2.5, {}, {}}));
     state.counters["series"] = static_cast<double>(series.size());
     int flagged = 0;
     for (const auto& s : series) flagged += s.flag == history::Flag::regression ? 1 : 0;

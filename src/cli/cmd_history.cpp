@@ -19,6 +19,7 @@ namespace {
 
 struct HistoryCommandFlags {
   std::string file;
+  std::string config;
   // Filters of list and trend.
   std::string machine, gpu, driver, model, precision, batch, since, until;
   std::string price;
@@ -61,15 +62,30 @@ Result<history::Filter> filter_of(const HistoryCommandFlags& f) {
   return out;
 }
 
-Result<std::optional<double>> price_of(const HistoryCommandFlags& f) {
-  if (f.price.empty()) return std::optional<double>();
-  char* end = nullptr;
-  const double v = std::strtod(f.price.c_str(), &end);
-  if (end == f.price.c_str() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
-    return invalid_argument(fmt::format(
-        "--price-per-hour '{}': not a price (dollars per GPU-hour, e.g. 2.49)", f.price));
+// --price-per-hour for every row, else the config file's prices per GPU model. A file named by
+// --config must be there; the default one may be missing.
+Result<history::Prices> price_of(const HistoryCommandFlags& f) {
+  if (!f.price.empty()) {
+    char* end = nullptr;
+    const double v = std::strtod(f.price.c_str(), &end);
+    if (end == f.price.c_str() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
+      return invalid_argument(fmt::format(
+          "--price-per-hour '{}': not a price (dollars per GPU-hour, e.g. 2.49)", f.price));
+    }
+    history::Prices flat;
+    flat.flat = v;
+    return flat;
   }
-  return std::optional<double>(v);
+  if (!f.config.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(f.config, ec)) {
+      return error(Errc::not_found, fmt::format("config {}: no such file", f.config));
+    }
+    return history::read_prices(f.config);
+  }
+  auto path = history::default_config_path();
+  if (!path) return history::Prices{};
+  return history::read_prices(*path);
 }
 
 int print(const std::string& text) {
@@ -201,7 +217,8 @@ void add_filters(CLI::App& sub, HistoryCommandFlags& f) {
        {"--since", &HistoryCommandFlags::since, "From this date (2026-03-01) or UTC time on"},
        {"--until", &HistoryCommandFlags::until, "Up to this date (its whole day) or UTC time"},
        {"--price-per-hour", &HistoryCommandFlags::price,
-        "Dollars per GPU-hour: adds $ per million images and per ImageNet epoch"}});
+        "Dollars per GPU-hour: adds $ per million images and per ImageNet epoch (over the "
+        "config file's prices)"}});
 }
 
 }  // namespace
@@ -216,6 +233,9 @@ Command add_history_command(CLI::App& app) {
   sub->add_option("--history", f->file,
                   "The history database (default: $XDG_DATA_HOME/dlprobe/history.sqlite, else "
                   "~/.local/share/dlprobe/history.sqlite)");
+  sub->add_option("--config", f->config,
+                  "The config file with prices per GPU-hour (default: "
+                  "$XDG_CONFIG_HOME/dlprobe/config.json, else ~/.config/dlprobe/config.json)");
   CLI::App* list = sub->add_subcommand("list", "One line per stored result, oldest first");
   add_filters(*list, *f);
   CLI::App* trend = sub->add_subcommand(

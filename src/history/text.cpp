@@ -85,45 +85,64 @@ std::string short_date(const std::string& date) {
   return out;
 }
 
-void add_cost(std::vector<std::string>& row, const Entry& e, std::optional<double> price) {
-  if (!price) return;
-  const auto cost = cost_at(e.throughput, *price);
+void add_cost(std::vector<std::string>& row, const Entry& e, const Prices& prices) {
+  if (!prices.any()) return;
+  const auto price = prices.of(e.gpu);
+  const auto cost = price ? cost_at(e.throughput, *price) : std::nullopt;
   row.push_back(cost ? fmt::format("{:.3f}", cost->dollars_per_million_images) : "-");
   row.push_back(cost ? fmt::format("{:.2f}", cost->dollars_per_epoch) : "-");
 }
 
-void add_cost_header(std::vector<std::pair<std::string, bool>>& header,
-                     std::optional<double> price) {
-  if (!price) return;
+void add_cost_header(std::vector<std::pair<std::string, bool>>& header, const Prices& prices) {
+  if (!prices.any()) return;
   header.emplace_back("$/M img", true);
   header.emplace_back("$/epoch", true);
 }
 
+// Which price the costs are at: "cost at $2.5 per GPU-hour" with --price-per-hour, else each GPU
+// model's from the config file, "cost per GPU-hour: $3.9 on NVIDIA H200, none on ...".
+std::string cost_note(const std::vector<const Entry*>& entries, const Prices& prices) {
+  if (!prices.any()) return "";
+  std::string used;
+  if (prices.flat) {
+    used = fmt::format("cost at ${:g} per GPU-hour", *prices.flat);
+  } else {
+    std::vector<std::string> gpus;
+    for (const Entry* e : entries) {
+      if (std::find(gpus.begin(), gpus.end(), e->gpu) == gpus.end()) gpus.push_back(e->gpu);
+    }
+    used = "cost per GPU-hour:";
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      const auto price = prices.of(gpus[i]);
+      used += fmt::format("{} {} on {}", i == 0 ? "" : ",",
+                          price ? fmt::format("${:g}", *price) : "none", or_dash(gpus[i]));
+    }
+  }
+  return fmt::format("{}; an epoch is ImageNet's {} training images\n", used,
+                     format_grouped(kImageNetEpochImages, 0));
+}
+
 }  // namespace
 
-std::string render_list(const std::vector<Entry>& entries,
-                        std::optional<double> price_per_gpu_hour) {
+std::string render_list(const std::vector<Entry>& entries, const Prices& prices) {
   if (entries.empty()) return "no result in the history matches\n";
   std::vector<std::pair<std::string, bool>> header = {
       {"#", true},       {"date (UTC)", false},    {"machine", false}, {"GPU", false},
       {"driver", false}, {"configuration", false}, {"status", false},  {"img/s", true},
       {"95% CI", true},  {"median step", true},    {"peak mem", true}, {"J/img", true}};
-  add_cost_header(header, price_per_gpu_hour);
+  add_cost_header(header, prices);
   Columns table(std::move(header));
+  std::vector<const Entry*> all;
   for (const auto& e : entries) {
+    all.push_back(&e);
     std::vector<std::string> row = {
         std::to_string(e.id), short_date(e.date), e.machine,      or_dash(e.gpu),
         or_dash(e.driver),    e.configuration,    e.status,       throughput_text(e),
         ci_text(e),           median_text(e),     memory_text(e), joules_text(e)};
-    add_cost(row, e, price_per_gpu_hour);
+    add_cost(row, e, prices);
     table.add(std::move(row));
   }
-  std::string out = table.render("");
-  if (price_per_gpu_hour) {
-    out += fmt::format("cost at ${:g} per GPU-hour; an epoch is ImageNet's {} training images\n",
-                       *price_per_gpu_hour, format_grouped(kImageNetEpochImages, 0));
-  }
-  return out;
+  return table.render("") + cost_note(all, prices);
 }
 
 std::string render_changes(const std::vector<Change>& changes) {
@@ -150,22 +169,23 @@ std::string trend_verdict(const Series& s) {
   return verdict;
 }
 
-std::string render_trend(const std::vector<Series>& series,
-                         std::optional<double> price_per_gpu_hour) {
+std::string render_trend(const std::vector<Series>& series, const Prices& prices) {
   if (series.empty()) return "no result in the history matches\n";
   std::string out;
+  std::vector<const Entry*> all;
   for (const auto& s : series) {
     out += fmt::format("{} on {} ({})\n", s.configuration, s.machine, or_dash(s.gpu));
     std::vector<std::pair<std::string, bool>> header = {
         {"#", true},     {"date (UTC)", false}, {"driver", false}, {"status", false},
         {"img/s", true}, {"95% CI", true},      {"J/img", true}};
-    add_cost_header(header, price_per_gpu_hour);
+    add_cost_header(header, prices);
     Columns table(std::move(header));
     for (const auto& e : s.points) {
+      all.push_back(&e);
       std::vector<std::string> row = {
           std::to_string(e.id), short_date(e.date), or_dash(e.driver), e.status,
           throughput_text(e),   ci_text(e),         joules_text(e)};
-      add_cost(row, e, price_per_gpu_hour);
+      add_cost(row, e, prices);
       table.add(std::move(row));
     }
     out += table.render("  ");
@@ -174,7 +194,7 @@ std::string render_trend(const std::vector<Series>& series,
       out += "  since the result before: " + render_changes(s.changes);
     }
   }
-  return out;
+  return out + cost_note(all, prices);
 }
 
 }  // namespace dlprobe::history

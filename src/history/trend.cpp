@@ -1,10 +1,13 @@
 #include "dlprobe/history/trend.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <set>
 #include <span>
@@ -20,6 +23,63 @@ std::optional<Cost> cost_at(std::optional<double> throughput, double price_per_g
   }
   const double dollars_per_image = price_per_gpu_hour / 3600.0 / *throughput;
   return Cost{dollars_per_image * 1e6, dollars_per_image * kImageNetEpochImages};
+}
+
+std::optional<double> Prices::of(const std::string& gpu) const {
+  if (flat) return flat;
+  if (auto it = per_gpu.find(gpu); it != per_gpu.end()) return it->second;
+  return fallback;
+}
+
+Result<std::filesystem::path> default_config_path() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  if (xdg != nullptr && std::filesystem::path(xdg).is_absolute()) {
+    return std::filesystem::path(xdg) / "dlprobe" / "config.json";
+  }
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || *home == '\0') {
+    return error(Errc::not_found,
+                 "no config folder: neither XDG_CONFIG_HOME nor HOME is set (give --config FILE)");
+  }
+  return std::filesystem::path(home) / ".config" / "dlprobe" / "config.json";
+}
+
+Result<Prices> read_prices(const std::filesystem::path& config) {
+  std::error_code ec;
+  if (!std::filesystem::exists(config, ec)) return Prices{};
+  const std::string name = config.string();
+  std::ifstream in(config, std::ios::binary);
+  if (!in || std::filesystem::is_directory(config, ec)) {
+    return error(Errc::io_error, fmt::format("config {}: cannot read it", name));
+  }
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) {
+    return invalid_argument(fmt::format("config {}: not JSON", name));
+  }
+  if (!j.is_object()) {
+    return invalid_argument(fmt::format("config {}: (top level): expected an object", name));
+  }
+  const auto table = j.find("price_per_gpu_hour");
+  if (table == j.end()) return Prices{};
+  if (!table->is_object()) {
+    return invalid_argument(fmt::format(
+        "config {}: price_per_gpu_hour: expected an object of GPU models and dollars", name));
+  }
+  Prices out;
+  for (const auto& [model, price] : table->items()) {
+    const double v = price.is_number() ? price.get<double>() : 0;
+    if (!(v > 0) || !std::isfinite(v)) {
+      return invalid_argument(fmt::format(
+          "config {}: price_per_gpu_hour.{}: {} is not a price (dollars per GPU-hour, e.g. 2.49)",
+          name, model, price.dump()));
+    }
+    if (model == "default") {
+      out.fallback = v;
+    } else {
+      out.per_gpu[model] = v;
+    }
+  }
+  return out;
 }
 
 std::optional<double> joules_per_image(const Entry& entry) {

@@ -124,7 +124,7 @@ TEST_F(Trend, AClearlySlowerLatestIsARegressionNamingWhatChanged) {
   EXPECT_TRUE(any_regression(s));
   ASSERT_EQ(s[0].changes.size(), 1u);
   EXPECT_EQ(s[0].changes[0].what, "driver");
-  const std::string text = render_trend(s, 2.5);
+  const std::string text = render_trend(s, Prices{2.5, {}, {}});
   EXPECT_NE(text.find("REGRESSION"), std::string::npos) << text;
   EXPECT_NE(text.find("the one change: driver: 580.65.06 -> 590.10"), std::string::npos) << text;
   EXPECT_NE(text.find("$/epoch"), std::string::npos) << text;
@@ -146,7 +146,7 @@ TEST_F(Trend, ARegressionAfterANewImageNamesTheImage) {
   const auto s = series();
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].flag, Flag::regression);
-  const std::string text = render_trend(s, std::nullopt);
+  const std::string text = render_trend(s, Prices{});
   EXPECT_NE(text.find("the one change: container image: localhost/train:7 (5e1f) -> "
                       "localhost/train:8 (77c0)"),
             std::string::npos)

@@ -12,15 +12,13 @@
 namespace dlprobe::history {
 
 // One line per result: number, date, machine, GPU, driver, configuration, status, throughput with
-// its CI, median step, peak memory, joules per image; with a price per GPU-hour, $ per million
-// images and $ per ImageNet epoch.
-std::string render_list(const std::vector<Entry>& entries,
-                        std::optional<double> price_per_gpu_hour);
+// its CI, median step, peak memory, joules per image; with prices, $ per million images and $ per
+// ImageNet epoch at the price of each row's GPU model, and a line naming the prices.
+std::string render_list(const std::vector<Entry>& entries, const Prices& prices);
 
 // Per series: a heading, one line per result, and the flag with the ratio to its window, its CI
 // and p; beside a flagged result, what changed since the one before.
-std::string render_trend(const std::vector<Series>& series,
-                         std::optional<double> price_per_gpu_hour);
+std::string render_trend(const std::vector<Series>& series, const Prices& prices);
 
 // The flag of a series with the ratio of its latest result to its window, that ratio's CI and p:
 // "regression: latest / the 5 results before it 0.912 [0.889, 0.935], p 0.000123".

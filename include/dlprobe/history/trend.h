@@ -2,6 +2,8 @@
 // difference between two results (what changed), and what a result costs at a price per GPU-hour.
 #pragma once
 
+#include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +27,28 @@ struct Cost {
 // At `throughput` images per second on one GPU billed `price_per_gpu_hour` dollars; none unless
 // both are positive and finite.
 std::optional<Cost> cost_at(std::optional<double> throughput, double price_per_gpu_hour);
+// What a GPU-hour costs: --price-per-hour's price for every row, else the config file's price for
+// the row's GPU model, else the file's default.
+struct Prices {
+  std::optional<double> flat;             // --price-per-hour
+  std::map<std::string, double> per_gpu;  // GPU model as the results name it: "NVIDIA H200"
+  std::optional<double> fallback;         // the file's "default"
+
+  // The price for a row on `gpu`; none when neither the flag nor the file gives one.
+  std::optional<double> of(const std::string& gpu) const;
+  bool any() const { return flat || fallback || !per_gpu.empty(); }
+};
+
+// $XDG_CONFIG_HOME/dlprobe/config.json when XDG_CONFIG_HOME is an absolute path, else
+// $HOME/.config/dlprobe/config.json; fails when neither variable says where.
+Result<std::filesystem::path> default_config_path();
+
+// The prices of a config file's "price_per_gpu_hour" object, e.g. {"price_per_gpu_hour":
+// {"default": 2.5, "NVIDIA H200": 3.9}}: none from a missing file or one without the key. A file
+// that is no JSON, or a price that is not a positive number, is an error naming the file and the
+// JSON path ("config.json: price_per_gpu_hour.NVIDIA H200: ...").
+Result<Prices> read_prices(const std::filesystem::path& config);
+
 // Energy over the timed window / images it processed; none without measured energy.
 std::optional<double> joules_per_image(const Entry& entry);
 
