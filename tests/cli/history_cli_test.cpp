@@ -104,6 +104,43 @@ TEST_F(HistoryCli, ListFiltersAndPrices) {
   EXPECT_NE(bad.err.find("--price-per-hour 'free'"), std::string::npos) << bad.err;
 }
 
+TEST_F(HistoryCli, PricesFromTheConfigFileAndTheFlagOverIt) {
+  history({"import", write_results(dir_, "a.json", RunSpec()).string()});
+  const fs::path config = dir_ / "config" / "dlprobe" / "config.json";
+  fs::create_directories(config.parent_path());
+  std::ofstream(config) << R"({"price_per_gpu_hour": {"default": 1, "NVIDIA H200": 3.6}})";
+  // The default file, found through XDG_CONFIG_HOME.
+  const testing::ProcessOptions env{{{"XDG_CONFIG_HOME", (dir_ / "config").string()}}};
+  auto r = run_dlprobe({"history", "--history", db_.string(), "list"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.out.find("cost per GPU-hour: $3.6 on NVIDIA H200;"), std::string::npos) << r.out;
+  auto flag =
+      run_dlprobe({"history", "--history", db_.string(), "list", "--price-per-hour", "7.2"}, env);
+  EXPECT_NE(flag.out.find("cost at $7.2 per GPU-hour"), std::string::npos) << flag.out;
+  auto named = history({"list", "--config", config.string()});
+  EXPECT_NE(named.out.find("$3.6 on NVIDIA H200"), std::string::npos) << named.out;
+}
+
+TEST_F(HistoryCli, ABadConfigFileIsOneLineNamingIt) {
+  history({"import", write_results(dir_, "a.json", RunSpec()).string()});
+  const fs::path config = dir_ / "config.json";
+  std::ofstream(config) << R"({"price_per_gpu_hour": {"NVIDIA H200": "3.6"}})";
+  auto bad = history({"trend", "--config", config.string()});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(error_lines(bad.err), 1) << bad.err;
+  EXPECT_EQ(bad.err, "dlprobe: error: config " + config.string() +
+                         ": price_per_gpu_hour.NVIDIA H200: \"3.6\" is not a price (dollars per "
+                         "GPU-hour, e.g. 2.49)\n");
+  std::ofstream(config) << "{";
+  auto broken = history({"list", "--config", config.string()});
+  EXPECT_EQ(broken.exit_code, 2);
+  EXPECT_NE(broken.err.find("config " + config.string() + ": not JSON"), std::string::npos)
+      << broken.err;
+  auto missing = history({"list", "--config", (dir_ / "absent.json").string()});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("absent.json: no such file"), std::string::npos) << missing.err;
+}
+
 TEST_F(HistoryCli, TrendExitsOneOnARegressionAndNamesTheChange) {
   six_nights(0.110, "590.10");
   auto r = history({"trend"});

@@ -352,7 +352,7 @@ inline ProcessResult run_process(std::vector<std::string> argv, ProcessOptions o
 
 // The dlprobe binary of this build (each CLI test target defines DLPROBE_BINARY) with `args`.
 // Its history goes under the temporary directory unless the test or CTest (XDG_DATA_HOME) says
-// where: a test run by hand must not add to the home's history either.
+// where: a test run by hand must not add to the home's history either, nor read its config.
 inline Process start_dlprobe(std::vector<std::string> args, ProcessOptions options = {}) {
   args.insert(args.begin(), DLPROBE_BINARY);
   const bool placed = std::getenv("XDG_DATA_HOME") != nullptr ||
@@ -361,6 +361,15 @@ inline Process start_dlprobe(std::vector<std::string> args, ProcessOptions optio
   if (!placed) {
     options.env.emplace_back(
         "XDG_DATA_HOME", (std::filesystem::temp_directory_path() / "dlprobe-test-data").string());
+  }
+  // Nor read the home's config file (its prices would change what history prints).
+  const bool configured = std::getenv("XDG_CONFIG_HOME") != nullptr ||
+                          std::any_of(options.env.begin(), options.env.end(),
+                                      [](const auto& e) { return e.first == "XDG_CONFIG_HOME"; });
+  if (!configured) {
+    options.env.emplace_back(
+        "XDG_CONFIG_HOME",
+        (std::filesystem::temp_directory_path() / "dlprobe-test-config").string());
   }
   return Process(std::move(args), std::move(options));
 }
