@@ -117,15 +117,14 @@ double total(std::span<const double> values) {
   return sum;
 }
 
-// A uniform index below n. std::uniform_int_distribution is not specified bit for bit, so the same
-// seed could give other intervals with another standard library; MT19937-64 itself is specified,
-// and rejection sampling over its output is exact and portable.
-std::size_t uniform_index(Mt19937_64& rng, std::size_t n) {
-  const std::uint64_t bound = n;
-  const std::uint64_t threshold = (0 - bound) % bound;  // 2^64 mod n
+// A uniform index below n (`modulo`'s divisor; `threshold` is 2^64 mod n).
+// std::uniform_int_distribution is not specified bit for bit, so the same seed could give other
+// intervals with another standard library; MT19937-64 itself is specified, and rejection sampling
+// over its output is exact and portable.
+std::size_t uniform_index(Mt19937_64& rng, std::uint64_t threshold, const Remainder& modulo) {
   for (;;) {
     const std::uint64_t r = rng();
-    if (r >= threshold) return static_cast<std::size_t>(r % bound);
+    if (r >= threshold) return static_cast<std::size_t>(modulo.of(r));
   }
 }
 
@@ -158,10 +157,12 @@ Blocks blocks_of(std::span<const double> seconds, std::span<const double> items)
 // The throughput of one resample of the blocks.
 double resampled_throughput(Mt19937_64& rng, const Blocks& blocks) {
   const std::size_t n = blocks.seconds.size();
+  const std::uint64_t threshold = (0 - std::uint64_t{n}) % n;  // 2^64 mod n
+  const Remainder modulo(n);
   double t = 0;
   double k = 0;
   for (std::size_t draw = 0; draw < n; ++draw) {
-    const std::size_t i = uniform_index(rng, n);
+    const std::size_t i = uniform_index(rng, threshold, modulo);
     t += blocks.seconds[i];
     k += blocks.items[i];
   }
