@@ -200,6 +200,24 @@ TEST_F(HistoryCli, ReportComparesTheMachinesOfAHistory) {
   EXPECT_EQ(error_lines(neither.err), 1) << neither.err;
 }
 
+TEST_F(HistoryCli, DiffNamesANewImageAsTheOneChange) {
+  history(
+      {"import",
+       write_results(dir_, "a.json",
+                     RunSpec().inside({"docker", "nvcr.io/nvidia/pytorch:24.05-py3", "sha256:aa"}))
+           .string(),
+       write_results(dir_, "b.json",
+                     RunSpec()
+                         .at("2026-03-02T12:00:00Z")
+                         .inside({"docker", "nvcr.io/nvidia/pytorch:24.06-py3", "sha256:bb"}))
+           .string()});
+  auto diff = history({"diff", "1", "2"});
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_EQ(diff.out,
+            "#1 -> #2: the one change: container image: nvcr.io/nvidia/pytorch:24.05-py3 "
+            "(sha256:aa) -> nvcr.io/nvidia/pytorch:24.06-py3 (sha256:bb)\n");
+}
+
 TEST_F(HistoryCli, TrendExitsZeroWhenSteady) {
   six_nights(0.1001, "580.65.06");
   auto r = history({"trend"});
