@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <random>
 
 namespace dlprobe::stats {
@@ -31,7 +32,8 @@ TEST(Remainder, TheSameAsTheOperator) {
   for (const std::uint64_t d :
        {1ULL, 2ULL, 3ULL, 7ULL, 200ULL, 999ULL, 1000ULL, 1ULL << 32, (1ULL << 63) + 1, ~0ULL}) {
     const Remainder modulo(d);
-    for (const std::uint64_t r : {0ULL, 1ULL, d - 1, d, d + 1, ~0ULL, ~0ULL - 1, (0 - d) % d}) {
+    for (const std::uint64_t r : std::initializer_list<std::uint64_t>{
+             0, 1, d - 1, d, d + 1, ~std::uint64_t{0}, ~std::uint64_t{0} - 1, (0 - d) % d}) {
       ASSERT_EQ(modulo.of(r), r % d) << r << " % " << d;
     }
     for (int i = 0; i < 100'000; ++i) {
