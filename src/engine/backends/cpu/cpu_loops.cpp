@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "engine/backends/host_optimizer.h"
 
@@ -57,8 +58,13 @@ void relu_backward_as(const TensorView& dy, const TensorView& y, const TensorVie
   const auto* out = static_cast<const E*>(y.data);
   auto* d = static_cast<E*>(dx.data);
   const std::int64_t count = dy.desc.numel();
+  // dy is read unconditionally so that the select compiles to a vector blend: a load under the
+  // condition kept the loop scalar and branching on the sign of y, about half mispredicted.
 #pragma omp parallel for simd
-  for (std::int64_t i = 0; i < count; ++i) d[i] = to_float(out[i]) <= 0.0f ? E{} : g[i];
+  for (std::int64_t i = 0; i < count; ++i) {
+    const E grad = g[i];
+    d[i] = to_float(out[i]) <= 0.0f ? E{} : grad;
+  }
 }
 
 // oneDNN's pooling_max differs from PyTorch where it matters to a comparison with it: it starts
@@ -104,9 +110,78 @@ void for_each_window(const TensorView& x, const TensorDesc& yd, const MaxPool2dP
           f(yd.offset(n, c, oh, ow), n, c, window_max<E>(x, p, n, c, oh, ow));
 }
 
+// Channels-last pooling (x and y with unit channel stride, as NHWC is): per output position the
+// window is walked once for all channels, the inner loop running over contiguous channels. The
+// generic loop above walks each (n, c) plane with a stride of C elements, which on NHWC reads a
+// cache line per element. Same rule per channel: start from -inf at the first in-bounds element,
+// move on a strictly greater value or a NaN. `f(n, oh, ow, best, best_h, best_w)` gets each output
+// position's per-channel maxima and where they are.
+template <class E, class F>
+void for_each_position_channels_last(const TensorView& x, const TensorDesc& yd,
+                                     const MaxPool2dParams& p, bool parallel_positions, F&& f) {
+  const auto* xs = static_cast<const E*>(x.data);
+  const TensorDesc& xd = x.desc;
+  const std::int64_t channels = yd.dim(1);
+#pragma omp parallel
+  {
+    std::vector<float> best(static_cast<std::size_t>(channels));
+    std::vector<std::int64_t> best_h(best.size());
+    std::vector<std::int64_t> best_w(best.size());
+    const auto position = [&](std::int64_t n, std::int64_t oh, std::int64_t ow) {
+      const std::int64_t h0 = oh * p.stride[0] - p.pad[0];
+      const std::int64_t w0 = ow * p.stride[1] - p.pad[1];
+      const std::int64_t h_begin = std::max<std::int64_t>(h0, 0);
+      const std::int64_t w_begin = std::max<std::int64_t>(w0, 0);
+      std::fill(best.begin(), best.end(), -std::numeric_limits<float>::infinity());
+      std::fill(best_h.begin(), best_h.end(), h_begin);
+      std::fill(best_w.begin(), best_w.end(), w_begin);
+      for (std::int64_t h = h_begin; h < std::min(h0 + p.kernel[0], xd.dim(2)); ++h)
+        for (std::int64_t w = w_begin; w < std::min(w0 + p.kernel[1], xd.dim(3)); ++w) {
+          const E* in = xs + xd.offset(n, 0, h, w);
+#pragma omp simd
+          for (std::int64_t c = 0; c < channels; ++c) {
+            const float v = to_float(in[c]);
+            const bool take = v > best[c] || std::isnan(v);
+            best[c] = take ? v : best[c];
+            best_h[c] = take ? h : best_h[c];
+            best_w[c] = take ? w : best_w[c];
+          }
+        }
+      f(n, oh, ow, best, best_h, best_w);
+    };
+    if (parallel_positions) {
+#pragma omp for collapse(2)
+      for (std::int64_t n = 0; n < yd.dim(0); ++n)
+        for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
+          for (std::int64_t ow = 0; ow < yd.dim(3); ++ow) position(n, oh, ow);
+    } else {
+      // Windows overlap, so in backward two positions of one sample can add into one dx element:
+      // only samples run in parallel.
+#pragma omp for
+      for (std::int64_t n = 0; n < yd.dim(0); ++n)
+        for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
+          for (std::int64_t ow = 0; ow < yd.dim(3); ++ow) position(n, oh, ow);
+    }
+  }
+}
+
+bool channels_last(const TensorDesc& d) {
+  return d.stride(1) == 1;
+}
+
 template <class E>
 void max_pool_forward_as(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
   auto* ys = static_cast<E*>(y.data);
+  if (channels_last(x.desc) && channels_last(y.desc)) {
+    for_each_position_channels_last<E>(
+        x, y.desc, p, true,
+        [&](std::int64_t n, std::int64_t oh, std::int64_t ow, const std::vector<float>& best,
+            const std::vector<std::int64_t>&, const std::vector<std::int64_t>&) {
+          E* out = ys + y.desc.offset(n, 0, oh, ow);
+          for (std::size_t c = 0; c < best.size(); ++c) out[c] = from_float<E>(best[c]);
+        });
+    return;
+  }
   for_each_window<E>(x, y.desc, p,
                      [&](std::int64_t at, std::int64_t, std::int64_t, const WindowMax& best) {
                        ys[at] = from_float<E>(best.value);
@@ -118,6 +193,19 @@ template <class E, class Add>
 void max_pool_backward_as(const TensorView& dy, const TensorView& x, const TensorView& dx,
                           const MaxPool2dParams& p, Add&& add) {
   const auto* dys = static_cast<const E*>(dy.data);
+  if (channels_last(x.desc) && channels_last(dy.desc) && channels_last(dx.desc)) {
+    for_each_position_channels_last<E>(
+        x, dy.desc, p, false,
+        [&](std::int64_t n, std::int64_t oh, std::int64_t ow, const std::vector<float>&,
+            const std::vector<std::int64_t>& best_h, const std::vector<std::int64_t>& best_w) {
+          const E* g = dys + dy.desc.offset(n, 0, oh, ow);
+          for (std::size_t c = 0; c < best_h.size(); ++c) {
+            const auto ci = static_cast<std::int64_t>(c);
+            add(dx.desc.offset(n, ci, best_h[c], best_w[c]), to_float(g[c]));
+          }
+        });
+    return;
+  }
   for_each_window<E>(x, dy.desc, p,
                      [&](std::int64_t at, std::int64_t n, std::int64_t c, const WindowMax& best) {
                        add(dx.desc.offset(n, c, best.h, best.w), to_float(dys[at]));
@@ -274,11 +362,15 @@ bool step_skipped(const TensorView& found_inf) {
 void sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step) {
   const host_optimizer::Sgd<float> sgd(p);
   const bool first = step == 1;
+  // Elements are independent: each thread takes a share of every parameter (nowait: no barrier
+  // between parameters), the same arithmetic per element as one thread.
+#pragma omp parallel
   for (const OptimizerSlot& slot : slots) {
     float* w = floats(slot.param);
     const float* g = floats(slot.grad);
     float* buf = floats(slot.state0);
     float no_buffer = 0.0f;
+#pragma omp for nowait
     for (std::int64_t i = 0; i < slot.param.desc.numel(); ++i) {
       sgd.update(w[i], sgd.uses_momentum() ? buf[i] : no_buffer, g[i], first);
     }
@@ -288,11 +380,13 @@ void sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int
 void adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step) {
   const host_optimizer::AdamW<float> adamw(p, step);
   const bool first = step == 1;
+#pragma omp parallel
   for (const OptimizerSlot& slot : slots) {
     float* w = floats(slot.param);
     const float* g = floats(slot.grad);
     float* m = floats(slot.state0);
     float* v = floats(slot.state1);
+#pragma omp for nowait
     for (std::int64_t i = 0; i < slot.param.desc.numel(); ++i) {
       if (first) {
         m[i] = 0.0f;
