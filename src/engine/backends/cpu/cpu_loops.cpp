@@ -114,42 +114,48 @@ void for_each_window(const TensorView& x, const TensorDesc& yd, const MaxPool2dP
 // window is walked once for all channels, the inner loop running over contiguous channels. The
 // generic loop above walks each (n, c) plane with a stride of C elements, which on NHWC reads a
 // cache line per element. Same rule per channel: start from -inf at the first in-bounds element,
-// move on a strictly greater value or a NaN. `f(n, oh, ow, best, best_h, best_w)` gets each output
-// position's per-channel maxima and where they are.
-template <class E, class F>
+// move on a strictly greater value or a NaN. `f(n, oh, ow, best, best_hw)` gets each output
+// position's per-channel maxima and, with `kWhere` (backward), where they are as h * W + w.
+template <class E, bool kWhere, class F>
 void for_each_position_channels_last(const TensorView& x, const TensorDesc& yd,
-                                     const MaxPool2dParams& p, bool parallel_positions, F&& f) {
+                                     const MaxPool2dParams& p, F&& f) {
   const auto* xs = static_cast<const E*>(x.data);
   const TensorDesc& xd = x.desc;
   const std::int64_t channels = yd.dim(1);
 #pragma omp parallel
   {
     std::vector<float> best(static_cast<std::size_t>(channels));
-    std::vector<std::int64_t> best_h(best.size());
-    std::vector<std::int64_t> best_w(best.size());
+    std::vector<std::int64_t> best_hw(kWhere ? best.size() : 0);
     const auto position = [&](std::int64_t n, std::int64_t oh, std::int64_t ow) {
       const std::int64_t h0 = oh * p.stride[0] - p.pad[0];
       const std::int64_t w0 = ow * p.stride[1] - p.pad[1];
       const std::int64_t h_begin = std::max<std::int64_t>(h0, 0);
       const std::int64_t w_begin = std::max<std::int64_t>(w0, 0);
       std::fill(best.begin(), best.end(), -std::numeric_limits<float>::infinity());
-      std::fill(best_h.begin(), best_h.end(), h_begin);
-      std::fill(best_w.begin(), best_w.end(), w_begin);
+      std::fill(best_hw.begin(), best_hw.end(), h_begin * xd.dim(3) + w_begin);
       for (std::int64_t h = h_begin; h < std::min(h0 + p.kernel[0], xd.dim(2)); ++h)
         for (std::int64_t w = w_begin; w < std::min(w0 + p.kernel[1], xd.dim(3)); ++w) {
           const E* in = xs + xd.offset(n, 0, h, w);
+          if constexpr (kWhere) {
+            const std::int64_t hw = h * xd.dim(3) + w;
 #pragma omp simd
-          for (std::int64_t c = 0; c < channels; ++c) {
-            const float v = to_float(in[c]);
-            const bool take = v > best[c] || std::isnan(v);
-            best[c] = take ? v : best[c];
-            best_h[c] = take ? h : best_h[c];
-            best_w[c] = take ? w : best_w[c];
+            for (std::int64_t c = 0; c < channels; ++c) {
+              const float v = to_float(in[c]);
+              const bool take = v > best[c] || std::isnan(v);
+              best[c] = take ? v : best[c];
+              best_hw[c] = take ? hw : best_hw[c];
+            }
+          } else {
+#pragma omp simd
+            for (std::int64_t c = 0; c < channels; ++c) {
+              const float v = to_float(in[c]);
+              best[c] = v > best[c] || std::isnan(v) ? v : best[c];
+            }
           }
         }
-      f(n, oh, ow, best, best_h, best_w);
+      f(n, oh, ow, best, best_hw);
     };
-    if (parallel_positions) {
+    if constexpr (!kWhere) {
 #pragma omp for collapse(2)
       for (std::int64_t n = 0; n < yd.dim(0); ++n)
         for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
@@ -173,10 +179,10 @@ template <class E>
 void max_pool_forward_as(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
   auto* ys = static_cast<E*>(y.data);
   if (channels_last(x.desc) && channels_last(y.desc)) {
-    for_each_position_channels_last<E>(
-        x, y.desc, p, true,
+    for_each_position_channels_last<E, false>(
+        x, y.desc, p,
         [&](std::int64_t n, std::int64_t oh, std::int64_t ow, const std::vector<float>& best,
-            const std::vector<std::int64_t>&, const std::vector<std::int64_t>&) {
+            const std::vector<std::int64_t>&) {
           E* out = ys + y.desc.offset(n, 0, oh, ow);
           for (std::size_t c = 0; c < best.size(); ++c) out[c] = from_float<E>(best[c]);
         });
@@ -194,14 +200,15 @@ void max_pool_backward_as(const TensorView& dy, const TensorView& x, const Tenso
                           const MaxPool2dParams& p, Add&& add) {
   const auto* dys = static_cast<const E*>(dy.data);
   if (channels_last(x.desc) && channels_last(dy.desc) && channels_last(dx.desc)) {
-    for_each_position_channels_last<E>(
-        x, dy.desc, p, false,
+    const std::int64_t width = x.desc.dim(3);
+    for_each_position_channels_last<E, true>(
+        x, dy.desc, p,
         [&](std::int64_t n, std::int64_t oh, std::int64_t ow, const std::vector<float>&,
-            const std::vector<std::int64_t>& best_h, const std::vector<std::int64_t>& best_w) {
+            const std::vector<std::int64_t>& best_hw) {
           const E* g = dys + dy.desc.offset(n, 0, oh, ow);
-          for (std::size_t c = 0; c < best_h.size(); ++c) {
+          for (std::size_t c = 0; c < best_hw.size(); ++c) {
             const auto ci = static_cast<std::int64_t>(c);
-            add(dx.desc.offset(n, ci, best_h[c], best_w[c]), to_float(g[c]));
+            add(dx.desc.offset(n, ci, best_hw[c] / width, best_hw[c] % width), to_float(g[c]));
           }
         });
     return;
