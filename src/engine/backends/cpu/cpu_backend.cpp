@@ -357,6 +357,66 @@ class CpuBackend final : public HostBackend {
     });
   }
 
+  // The fused slots: oneDNN's batch norm, then one pass of our own for the residual sum and the
+  // ReLU (oneDNN 2.6's fused ReLU flag turns NaN into 0 as its eltwise does, and takes no
+  // residual). Against the separate slots this saves the add's and the ReLU's passes over the
+  // activation in forward, and the add's in backward (relu_backward_add).
+  bool fuses_batch_norm_relu() const override { return true; }
+  Status batch_norm_relu_train_forward(const TensorView& x, const TensorView& gamma,
+                                       const TensorView& beta, const TensorView& running_mean,
+                                       const TensorView& running_var, const TensorView& residual,
+                                       const TensorView& y, const TensorView& save_mean,
+                                       const TensorView& save_invstd,
+                                       const BatchNormParams& p) override {
+    DLPROBE_RETURN_IF_ERROR(need_residual("batch_norm_relu_train_forward", residual, y));
+    DLPROBE_RETURN_IF_ERROR(batch_norm_train_forward(x, gamma, beta, running_mean, running_var, y,
+                                                     save_mean, save_invstd, p));
+    cpu::add_relu_in_place(y, residual);
+    return Status::ok();
+  }
+  Status batch_norm_relu_inference_forward(const TensorView& x, const TensorView& gamma,
+                                           const TensorView& beta, const TensorView& running_mean,
+                                           const TensorView& running_var,
+                                           const TensorView& residual, const TensorView& y,
+                                           const BatchNormParams& p) override {
+    DLPROBE_RETURN_IF_ERROR(need_residual("batch_norm_relu_inference_forward", residual, y));
+    DLPROBE_RETURN_IF_ERROR(
+        batch_norm_inference_forward(x, gamma, beta, running_mean, running_var, y, p));
+    cpu::add_relu_in_place(y, residual);
+    return Status::ok();
+  }
+  Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y, const TensorView& x,
+                                  const TensorView& gamma, const TensorView& save_mean,
+                                  const TensorView& save_invstd, const TensorView& dx,
+                                  const TensorView& dgamma, const TensorView& dbeta) override {
+    constexpr std::string_view op = "batch_norm_relu_backward";
+    DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&dy.desc, &y.desc, &x.desc, &dx.desc}));
+    DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "y", y.desc, dy.desc));
+    DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "dx", dx.desc, dy.desc));
+    // The ReLU's gradient goes into dx, which oneDNN's backward then reads and overwrites in
+    // place; into scratch instead where dx is x's memory, which the backward still reads.
+    memory::DeviceBuffer buffer;
+    TensorView masked = dx;
+    if (dx.data == x.data) {
+      DLPROBE_ASSIGN_OR_RETURN(buffer, scratch(op, dx.desc.bytes()));
+      masked.data = buffer.data();
+    }
+    cpu::relu_backward(dy, y, masked);
+    return batch_norm_backward(masked, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+  }
+
+  bool fuses_relu_backward_add() const override { return true; }
+  Status relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                           const TensorView& dx) override {
+    constexpr std::string_view op = "relu_backward_add";
+    DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&a.desc, &b.desc, &y.desc, &dx.desc}));
+    for (const auto& [what, t] : {std::pair{"a", &a}, std::pair{"b", &b}, std::pair{"y", &y}}) {
+      DLPROBE_RETURN_IF_ERROR(need_same_desc(op, what, t->desc, dx.desc));
+    }
+    cpu::relu_backward_add(a, b, y, dx);
+    return Status::ok();
+  }
+
   Status relu_forward(const TensorView& x, const TensorView& y) override {
     constexpr std::string_view op = "relu_forward";
     DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&x.desc, &y.desc}));
@@ -594,6 +654,12 @@ class CpuBackend final : public HostBackend {
       }
     }
     return Status::ok();
+  }
+
+  static Status need_residual(std::string_view op, const TensorView& residual,
+                              const TensorView& y) {
+    if (residual.data == nullptr) return Status::ok();
+    return need_same_desc(op, "residual", residual.desc, y.desc);
   }
 
   static Status need_labels(std::string_view op, const TensorDesc& labels) {

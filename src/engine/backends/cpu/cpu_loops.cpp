@@ -67,6 +67,44 @@ void relu_backward_as(const TensorView& dy, const TensorView& y, const TensorVie
   }
 }
 
+// y = relu(y + residual) in place, or relu(y) when the residual has no data: the rest of a fused
+// batch norm after oneDNN's. Same NaN rule as relu_forward_as.
+template <class E>
+void add_relu_in_place_as(const TensorView& y, const TensorView& residual) {
+  auto* o = static_cast<E*>(y.data);
+  const auto* r = static_cast<const E*>(residual.data);
+  const std::int64_t count = y.desc.numel();
+  if (r == nullptr) {
+#pragma omp parallel for simd
+    for (std::int64_t i = 0; i < count; ++i) {
+      const float v = to_float(o[i]);
+      o[i] = from_float<E>(v < 0.0f ? 0.0f : v);
+    }
+    return;
+  }
+#pragma omp parallel for simd
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float v = to_float(o[i]) + to_float(r[i]);
+    o[i] = from_float<E>(v < 0.0f ? 0.0f : v);
+  }
+}
+
+// dx = y <= 0 ? 0 : a + b (threshold_backward of the sum), one pass; dx may alias any input.
+template <class E>
+void relu_backward_add_as(const TensorView& a, const TensorView& b, const TensorView& y,
+                          const TensorView& dx) {
+  const auto* as = static_cast<const E*>(a.data);
+  const auto* bs = static_cast<const E*>(b.data);
+  const auto* out = static_cast<const E*>(y.data);
+  auto* d = static_cast<E*>(dx.data);
+  const std::int64_t count = dx.desc.numel();
+#pragma omp parallel for simd
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float sum = to_float(as[i]) + to_float(bs[i]);
+    d[i] = to_float(out[i]) <= 0.0f ? E{} : from_float<E>(sum);
+  }
+}
+
 // oneDNN's pooling_max differs from PyTorch where it matters to a comparison with it: it starts
 // each window from the lowest finite float (an all -inf window gives -3.4e38, not -inf) and its
 // `>` comparison drops NaN (PyTorch propagates it). So max pooling is written here: start from
@@ -286,6 +324,23 @@ void relu_backward(const TensorView& dy, const TensorView& y, const TensorView& 
     relu_backward_as<BFloat16>(dy, y, dx);
   } else {
     relu_backward_as<float>(dy, y, dx);
+  }
+}
+
+void add_relu_in_place(const TensorView& y, const TensorView& residual) {
+  if (y.desc.dtype() == DType::bf16) {
+    add_relu_in_place_as<BFloat16>(y, residual);
+  } else {
+    add_relu_in_place_as<float>(y, residual);
+  }
+}
+
+void relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                       const TensorView& dx) {
+  if (dx.desc.dtype() == DType::bf16) {
+    relu_backward_add_as<BFloat16>(a, b, y, dx);
+  } else {
+    relu_backward_add_as<float>(a, b, y, dx);
   }
 }
 
