@@ -9,7 +9,9 @@ BackendRow onednn_row() {
   return {
       .name = "onednn",
       .precisions = {kFp32, kBf16},
-      .offers = {.mixed_layouts = true},
+      .offers = {.fused_batch_norm_relu = true,
+                 .fused_relu_backward_add = true,
+                 .mixed_layouts = true},
       .returns_scratch = true,
       .open = []() -> Result<OpenedBackend> {
         OpenedBackend b;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "engine/backends/host_optimizer.h"
 
@@ -57,8 +58,51 @@ void relu_backward_as(const TensorView& dy, const TensorView& y, const TensorVie
   const auto* out = static_cast<const E*>(y.data);
   auto* d = static_cast<E*>(dx.data);
   const std::int64_t count = dy.desc.numel();
+  // dy is read unconditionally so that the select compiles to a vector blend: a load under the
+  // condition kept the loop scalar and branching on the sign of y, about half mispredicted.
 #pragma omp parallel for simd
-  for (std::int64_t i = 0; i < count; ++i) d[i] = to_float(out[i]) <= 0.0f ? E{} : g[i];
+  for (std::int64_t i = 0; i < count; ++i) {
+    const E grad = g[i];
+    d[i] = to_float(out[i]) <= 0.0f ? E{} : grad;
+  }
+}
+
+// y = relu(y + residual) in place, or relu(y) when the residual has no data: the rest of a fused
+// batch norm after oneDNN's. Same NaN rule as relu_forward_as.
+template <class E>
+void add_relu_in_place_as(const TensorView& y, const TensorView& residual) {
+  auto* o = static_cast<E*>(y.data);
+  const auto* r = static_cast<const E*>(residual.data);
+  const std::int64_t count = y.desc.numel();
+  if (r == nullptr) {
+#pragma omp parallel for simd
+    for (std::int64_t i = 0; i < count; ++i) {
+      const float v = to_float(o[i]);
+      o[i] = from_float<E>(v < 0.0f ? 0.0f : v);
+    }
+    return;
+  }
+#pragma omp parallel for simd
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float v = to_float(o[i]) + to_float(r[i]);
+    o[i] = from_float<E>(v < 0.0f ? 0.0f : v);
+  }
+}
+
+// dx = y <= 0 ? 0 : a + b (threshold_backward of the sum), one pass; dx may alias any input.
+template <class E>
+void relu_backward_add_as(const TensorView& a, const TensorView& b, const TensorView& y,
+                          const TensorView& dx) {
+  const auto* as = static_cast<const E*>(a.data);
+  const auto* bs = static_cast<const E*>(b.data);
+  const auto* out = static_cast<const E*>(y.data);
+  auto* d = static_cast<E*>(dx.data);
+  const std::int64_t count = dx.desc.numel();
+#pragma omp parallel for simd
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float sum = to_float(as[i]) + to_float(bs[i]);
+    d[i] = to_float(out[i]) <= 0.0f ? E{} : from_float<E>(sum);
+  }
 }
 
 // oneDNN's pooling_max differs from PyTorch where it matters to a comparison with it: it starts
@@ -104,9 +148,84 @@ void for_each_window(const TensorView& x, const TensorDesc& yd, const MaxPool2dP
           f(yd.offset(n, c, oh, ow), n, c, window_max<E>(x, p, n, c, oh, ow));
 }
 
+// Channels-last pooling (x and y with unit channel stride, as NHWC is): per output position the
+// window is walked once for all channels, the inner loop running over contiguous channels. The
+// generic loop above walks each (n, c) plane with a stride of C elements, which on NHWC reads a
+// cache line per element. Same rule per channel: start from -inf at the first in-bounds element,
+// move on a strictly greater value or a NaN. `f(n, oh, ow, best, best_hw)` gets each output
+// position's per-channel maxima and, with `kWhere` (backward), where they are as h * W + w.
+template <class E, bool kWhere, class F>
+void for_each_position_channels_last(const TensorView& x, const TensorDesc& yd,
+                                     const MaxPool2dParams& p, F&& f) {
+  const auto* xs = static_cast<const E*>(x.data);
+  const TensorDesc& xd = x.desc;
+  const std::int64_t channels = yd.dim(1);
+#pragma omp parallel
+  {
+    std::vector<float> best(static_cast<std::size_t>(channels));
+    std::vector<std::int64_t> best_hw(kWhere ? best.size() : 0);
+    const auto position = [&](std::int64_t n, std::int64_t oh, std::int64_t ow) {
+      const std::int64_t h0 = oh * p.stride[0] - p.pad[0];
+      const std::int64_t w0 = ow * p.stride[1] - p.pad[1];
+      const std::int64_t h_begin = std::max<std::int64_t>(h0, 0);
+      const std::int64_t w_begin = std::max<std::int64_t>(w0, 0);
+      std::fill(best.begin(), best.end(), -std::numeric_limits<float>::infinity());
+      std::fill(best_hw.begin(), best_hw.end(), h_begin * xd.dim(3) + w_begin);
+      for (std::int64_t h = h_begin; h < std::min(h0 + p.kernel[0], xd.dim(2)); ++h)
+        for (std::int64_t w = w_begin; w < std::min(w0 + p.kernel[1], xd.dim(3)); ++w) {
+          const E* in = xs + xd.offset(n, 0, h, w);
+          if constexpr (kWhere) {
+            const std::int64_t hw = h * xd.dim(3) + w;
+#pragma omp simd
+            for (std::int64_t c = 0; c < channels; ++c) {
+              const float v = to_float(in[c]);
+              const bool take = v > best[c] || std::isnan(v);
+              best[c] = take ? v : best[c];
+              best_hw[c] = take ? hw : best_hw[c];
+            }
+          } else {
+#pragma omp simd
+            for (std::int64_t c = 0; c < channels; ++c) {
+              const float v = to_float(in[c]);
+              best[c] = v > best[c] || std::isnan(v) ? v : best[c];
+            }
+          }
+        }
+      f(n, oh, ow, best, best_hw);
+    };
+    if constexpr (!kWhere) {
+#pragma omp for collapse(2)
+      for (std::int64_t n = 0; n < yd.dim(0); ++n)
+        for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
+          for (std::int64_t ow = 0; ow < yd.dim(3); ++ow) position(n, oh, ow);
+    } else {
+      // Windows overlap, so in backward two positions of one sample can add into one dx element:
+      // only samples run in parallel.
+#pragma omp for
+      for (std::int64_t n = 0; n < yd.dim(0); ++n)
+        for (std::int64_t oh = 0; oh < yd.dim(2); ++oh)
+          for (std::int64_t ow = 0; ow < yd.dim(3); ++ow) position(n, oh, ow);
+    }
+  }
+}
+
+bool channels_last(const TensorDesc& d) {
+  return d.stride(1) == 1;
+}
+
 template <class E>
 void max_pool_forward_as(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
   auto* ys = static_cast<E*>(y.data);
+  if (channels_last(x.desc) && channels_last(y.desc)) {
+    for_each_position_channels_last<E, false>(
+        x, y.desc, p,
+        [&](std::int64_t n, std::int64_t oh, std::int64_t ow, const std::vector<float>& best,
+            const std::vector<std::int64_t>&) {
+          E* out = ys + y.desc.offset(n, 0, oh, ow);
+          for (std::size_t c = 0; c < best.size(); ++c) out[c] = from_float<E>(best[c]);
+        });
+    return;
+  }
   for_each_window<E>(x, y.desc, p,
                      [&](std::int64_t at, std::int64_t, std::int64_t, const WindowMax& best) {
                        ys[at] = from_float<E>(best.value);
@@ -118,6 +237,20 @@ template <class E, class Add>
 void max_pool_backward_as(const TensorView& dy, const TensorView& x, const TensorView& dx,
                           const MaxPool2dParams& p, Add&& add) {
   const auto* dys = static_cast<const E*>(dy.data);
+  if (channels_last(x.desc) && channels_last(dy.desc) && channels_last(dx.desc)) {
+    const std::int64_t width = x.desc.dim(3);
+    for_each_position_channels_last<E, true>(
+        x, dy.desc, p,
+        [&](std::int64_t n, std::int64_t oh, std::int64_t ow, const std::vector<float>&,
+            const std::vector<std::int64_t>& best_hw) {
+          const E* g = dys + dy.desc.offset(n, 0, oh, ow);
+          for (std::size_t c = 0; c < best_hw.size(); ++c) {
+            const auto ci = static_cast<std::int64_t>(c);
+            add(dx.desc.offset(n, ci, best_hw[c] / width, best_hw[c] % width), to_float(g[c]));
+          }
+        });
+    return;
+  }
   for_each_window<E>(x, dy.desc, p,
                      [&](std::int64_t at, std::int64_t n, std::int64_t c, const WindowMax& best) {
                        add(dx.desc.offset(n, c, best.h, best.w), to_float(dys[at]));
@@ -191,6 +324,23 @@ void relu_backward(const TensorView& dy, const TensorView& y, const TensorView& 
     relu_backward_as<BFloat16>(dy, y, dx);
   } else {
     relu_backward_as<float>(dy, y, dx);
+  }
+}
+
+void add_relu_in_place(const TensorView& y, const TensorView& residual) {
+  if (y.desc.dtype() == DType::bf16) {
+    add_relu_in_place_as<BFloat16>(y, residual);
+  } else {
+    add_relu_in_place_as<float>(y, residual);
+  }
+}
+
+void relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                       const TensorView& dx) {
+  if (dx.desc.dtype() == DType::bf16) {
+    relu_backward_add_as<BFloat16>(a, b, y, dx);
+  } else {
+    relu_backward_add_as<float>(a, b, y, dx);
   }
 }
 
@@ -274,11 +424,15 @@ bool step_skipped(const TensorView& found_inf) {
 void sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step) {
   const host_optimizer::Sgd<float> sgd(p);
   const bool first = step == 1;
+  // Elements are independent: each thread takes a share of every parameter (nowait: no barrier
+  // between parameters), the same arithmetic per element as one thread.
+#pragma omp parallel
   for (const OptimizerSlot& slot : slots) {
     float* w = floats(slot.param);
     const float* g = floats(slot.grad);
     float* buf = floats(slot.state0);
     float no_buffer = 0.0f;
+#pragma omp for nowait
     for (std::int64_t i = 0; i < slot.param.desc.numel(); ++i) {
       sgd.update(w[i], sgd.uses_momentum() ? buf[i] : no_buffer, g[i], first);
     }
@@ -288,11 +442,13 @@ void sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int
 void adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step) {
   const host_optimizer::AdamW<float> adamw(p, step);
   const bool first = step == 1;
+#pragma omp parallel
   for (const OptimizerSlot& slot : slots) {
     float* w = floats(slot.param);
     const float* g = floats(slot.grad);
     float* m = floats(slot.state0);
     float* v = floats(slot.state1);
+#pragma omp for nowait
     for (std::int64_t i = 0; i < slot.param.desc.numel(); ++i) {
       if (first) {
         m[i] = 0.0f;

@@ -1,8 +1,8 @@
 // The CPU backend's own loops, for the ops oneDNN 2.6 has no primitive for (cross-entropy, fills,
 // gradient unscaling, the optimizers) or computes differently from PyTorch (ReLU and max
-// pooling: see cpu_loops.cpp). Each works in place on host tensors the caller allocated; dtypes and
-// shapes are checked by the backend before it calls them, except what only the data can tell
-// (labels).
+// pooling, and the ReLU of the fused batch norm slots: see cpu_loops.cpp). Each works in place on
+// host tensors the caller allocated; dtypes and shapes are checked by the backend before it calls
+// them, except what only the data can tell (labels).
 #pragma once
 
 #include <span>
@@ -19,6 +19,12 @@ Status fill(const TensorView& t, double value);
 // fp32 or bf16; x and y (dy, y and dx) share one descriptor.
 void relu_forward(const TensorView& x, const TensorView& y);
 void relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx);
+
+// fp32 or bf16, one descriptor for all operands. y = relu(y + residual) in place, or relu(y)
+// where `residual` has no data; dx = y <= 0 ? 0 : a + b, dx may alias any input.
+void add_relu_in_place(const TensorView& y, const TensorView& residual);
+void relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
+                       const TensorView& dx);
 
 // fp32 or bf16, either layout (x and y may differ).
 void max_pool2d_forward(const TensorView& x, const TensorView& y, const MaxPool2dParams& p);
