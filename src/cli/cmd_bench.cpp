@@ -1,24 +1,12 @@
 // dlprobe bench: throughput, step-time statistics, memory and GPU telemetry of the native ResNet
 // step, for one configuration or every combination of list-valued flags. docs/bench.md.
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <cerrno>
-#include <csignal>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
-#include <system_error>
 #include <vector>
 
 #include "bench_common.h"
@@ -167,107 +155,19 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
   return p;
 }
 
-// The arguments of one process of --repeat-process: this command's, less the flag itself and what
-// the parent alone writes (the outputs, the history), each of its own form ("--json F" and
-// "--json=F"), with the process's results file, quiet and kept from the history.
-std::vector<std::string> process_arguments(const std::vector<std::string>& own,
-                                           const std::string& results) {
-  static constexpr std::array<std::string_view, 5> kWithValue = {"--repeat-process", "--json",
-                                                                 "--csv", "--md", "--history"};
-  static constexpr std::array<std::string_view, 4> kAlone = {"--overwrite", "--no-history", "-q",
-                                                             "--quiet"};
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < own.size(); ++i) {
-    const std::string_view a = own[i];
-    const auto named = [&](std::string_view flag) {
-      return a == flag || (a.starts_with(flag) && a.size() > flag.size() && a[flag.size()] == '=');
-    };
-    if (std::any_of(kWithValue.begin(), kWithValue.end(), named)) {
-      if (a.find('=') == std::string_view::npos) ++i;  // the value is the next argument
-      continue;
-    }
-    if (std::find(kAlone.begin(), kAlone.end(), a) != kAlone.end()) continue;
-    out.emplace_back(a);
-  }
-  out.insert(out.end(), {"--json", results, "--quiet", "--no-history"});
-  return out;
-}
-
-// How a process ended, when not well; empty when it exited 0.
-std::string describe_end(int status) {
-  if (WIFEXITED(status)) {
-    return WEXITSTATUS(status) == 0 ? "" : fmt::format("exit {}", WEXITSTATUS(status));
-  }
-  if (WIFSIGNALED(status)) {
-    const char* name = sigabbrev_np(WTERMSIG(status));
-    return fmt::format("signal {} ({}{})", WTERMSIG(status), name != nullptr ? "SIG" : "?",
-                       name != nullptr ? name : "");
-  }
-  return fmt::format("wait status {}", status);
-}
-
-// Runs this executable (/proc/self/exe) with `args` (argv[0] first), its standard output
-// discarded (the parent prints the merged results), and waits for it.
-Result<int> run_process(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    return error(Errc::api_error,
-                 fmt::format("--repeat-process: cannot start /proc/self/exe: {}", strerror(rc)));
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      return error(Errc::api_error, fmt::format("--repeat-process: waitpid: {}", strerror(errno)));
-    }
-  }
-  return status;
-}
-
-// --repeat-process N: the measurement N times, each in a fresh process that writes a results file
-// into a temporary folder; the files merged (bench::merge_processes) go where this command's
-// outputs go. A process that fails is said and the others' results kept (exit 1).
+// --repeat-process N: the processes' results merged go where this command's outputs go; a process
+// that fails is said and the others' results kept (exit 1).
 int run_in_processes(const BenchFlags& flags, int count) {
   const std::vector<std::string>& own = own_command_line();
-  if (own.empty()) {
-    return report_error(
-        error(Errc::unsupported, "--repeat-process: cannot read this command line (/proc)"));
-  }
-  std::string folder =
-      (std::filesystem::temp_directory_path() / "dlprobe-processes-XXXXXX").string();
-  if (::mkdtemp(folder.data()) == nullptr) {
-    return report_error(error(Errc::io_error, fmt::format("--repeat-process: cannot create {}: {}",
-                                                          folder, strerror(errno))));
-  }
   ProgressLine line(flags.quiet);
   InterruptGuard guard;
-  std::vector<bench::ProcessRun> processes;
-  for (int i = 0; i < count && !guard.interrupted(); ++i) {
+  auto ran = bench::run_processes(own, count, [&](int i) {
+    if (guard.interrupted()) return false;
     line.note(fmt::format("dlprobe bench: process {} of {}", i + 1, count));
-    const std::string results = fmt::format("{}/process-{}.json", folder, i + 1);
-    bench::ProcessRun p;
-    auto status = run_process(process_arguments(own, results));
-    if (!status) {
-      std::filesystem::remove_all(folder);
-      return report_error(status.status());
-    }
-    p.failure = describe_end(*status);
-    if (auto document = results::read_file(results)) {
-      p.document = std::move(document).value();
-    } else if (p.failure.empty()) {
-      p.failure = fmt::format("no results: {}", document.status().message());
-    }
-    processes.push_back(std::move(p));
-  }
-  std::error_code ignored;
-  std::filesystem::remove_all(folder, ignored);
+    return true;
+  });
+  if (!ran) return report_error(ran.status());
+  const std::vector<bench::ProcessRun>& processes = *ran;
   results::Document merged = bench::merge_processes(processes);
   merged.context.command_line = own;
   auto written = bench::Outputs::create(flags.json, flags.csv, flags.md, merged.context);

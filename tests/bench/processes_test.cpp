@@ -93,5 +93,18 @@ TEST(MergeProcesses, OneProcessMeasuredGivesNoSpread) {
   EXPECT_TRUE(merge_processes({{std::nullopt, "exit 2"}}).configurations.empty());
 }
 
+// A process gets the command without what the parent alone writes, in either form of a flag, and
+// its own results file; a value that merely starts like a flag is kept.
+TEST(ProcessArguments, LeaveOutWhatTheParentWrites) {
+  const std::vector<std::string> own = {
+      "dlprobe", "bench",          "--repeat-process", "3",           "--json=a.json", "--csv",
+      "a.csv",   "--history",      "h.sqlite",         "-q",          "--overwrite",   "--batch",
+      "8",       "--jsonl-like=1", "--md=a.md",        "--no-history"};
+  EXPECT_EQ(
+      process_arguments(own, "/tmp/p/process-1.json"),
+      (std::vector<std::string>{"dlprobe", "bench", "--batch", "8", "--jsonl-like=1", "--json",
+                                "/tmp/p/process-1.json", "--quiet", "--no-history"}));
+}
+
 }  // namespace
 }  // namespace dlprobe::bench

@@ -5,10 +5,12 @@
 // placement, the libraries' one-time choices. docs/bench.md.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "dlprobe/core/status.h"
 #include "dlprobe/results/results.h"
 
 namespace dlprobe::bench {
@@ -20,6 +22,20 @@ struct ProcessRun {
   // empty when it exited 0.
   std::string failure;
 };
+
+// The arguments of one process: this command line's (`own`, argv[0] first), less
+// --repeat-process and what the parent alone writes (--json, --csv, --md, --history, --overwrite,
+// --no-history, -q), in either form ("--json F", "--json=F"), then the process's own results file,
+// --quiet and --no-history.
+std::vector<std::string> process_arguments(const std::vector<std::string>& own,
+                                           const std::string& results);
+
+// Runs the command line `own` `count` times, each in a fresh process of this executable
+// (/proc/self/exe) writing its results into a temporary folder, which is removed afterwards.
+// `starting(i)` is asked before process i (from 0) and stops the series when false (Ctrl-C). A
+// process that fails is a ProcessRun with its failure; an error only when none can be started.
+Result<std::vector<ProcessRun>> run_processes(const std::vector<std::string>& own, int count,
+                                              const std::function<bool(int)>& starting);
 
 // The processes' results as one document. The context is the first document's. A configuration
 // (matched across the documents by its settings, in the first document's order) holds the timed
