@@ -70,9 +70,16 @@ std::string evaluation_summary(const doctor::Report& report, const bench::Sweep&
   if (best != nullptr) {
     const stats::Summary& s = *best->statistics;
     best_line =
-        fmt::format("{}: {} img/s (95% CI {} - {})", results::describe(best->kind, best->settings),
+        fmt::format("{}: {} img/s (95% CI {} - {}", results::describe(best->kind, best->settings),
                     format_grouped(s.throughput, 1), format_grouped(s.throughput_ci.low, 1),
                     format_grouped(s.throughput_ci.high, 1));
+    // With several runs, the interval a second evaluation is expected to land in.
+    if (best->run_spread) {
+      best_line += fmt::format(
+          " within the steps; {} - {} between {} runs", format_grouped(best->run_spread->ci.low, 1),
+          format_grouped(best->run_spread->ci.high, 1), best->run_spread->runs);
+    }
+    best_line += ")";
     if (best->compute && best->compute->fraction_of_ceiling) {
       best_line += fmt::format(
           ", {:.1f} TFLOP/s = {:.1f}% of the {} ceiling", *best->compute->achieved_tflops,

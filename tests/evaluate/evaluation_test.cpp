@@ -116,5 +116,23 @@ TEST(Summary, TheBestRunSaysWhatItsJpegTwinReached) {
       std::string::npos);
 }
 
+// Runs from scratch (the CPU sweep runs each configuration three times): the best line gives the
+// interval between them beside the one within the steps.
+TEST(Summary, TheBestRunGivesTheSpreadBetweenRuns) {
+  std::vector<results::Configuration> runs = {measured(8, "", 100)};
+  const std::string one =
+      evaluation_summary(driverless(false), on(DeviceKind::cpu), runs, {}, "folder");
+  EXPECT_NE(one.find("(95% CI 99.0 - 101.0)"), std::string::npos) << one;
+  stats::RunSpread spread;
+  spread.runs = 3;
+  spread.ci = {80, 120};
+  runs[0].run_spread = spread;
+  const std::string three =
+      evaluation_summary(driverless(false), on(DeviceKind::cpu), runs, {}, "folder");
+  EXPECT_NE(three.find("(95% CI 99.0 - 101.0 within the steps; 80.0 - 120.0 between 3 runs)"),
+            std::string::npos)
+      << three;
+}
+
 }  // namespace
 }  // namespace dlprobe::evaluate
