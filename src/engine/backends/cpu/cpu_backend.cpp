@@ -3,17 +3,13 @@
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <functional>
 #include <initializer_list>
-#include <limits>
 #include <source_location>
 #include <string>
 #include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include "dlprobe/core/check.h"
 #include "engine/backends/cpu/cpu_loops.h"
@@ -146,20 +142,8 @@ bool isa_runs_bf16(dnnl::cpu_isa isa) {
          isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
-// An activation (or its gradient) that a convolution takes in its own layout (a blocked one such
-// as nChw16c) rather than the caller's: argument `arg` is reordered from the caller's memory into a
-// scratch buffer of `inner` before the primitive runs (`into`), or out of one after it.
-struct Edge {
-  int arg;
-  bool into;
-  Mem::desc inner;
-  dnnl::primitive reorder;
-  Mem::desc reorder_scratchpad;
-};
-
 // A created primitive with what running it needs. Convolutions also keep the layout their
-// primitive wants the weights in and the reorder between that and the caller's KCRS/KRSC, and the
-// activations they take in another layout than the caller's.
+// primitive wants the weights in and the reorder between that and the caller's KCRS/KRSC.
 struct Prim {
   Prim(dnnl::primitive p, Mem::desc s) : prim(std::move(p)), scratchpad(std::move(s)) {}
   dnnl::primitive prim;
@@ -168,7 +152,6 @@ struct Prim {
   dnnl::primitive
       weights_reorder;  // empty when the primitive takes the caller's weights as they are
   Mem::desc reorder_scratchpad;
-  std::vector<Edge> edges;
 };
 
 const dnnl::normalization_flags kScaleShift =
@@ -216,16 +199,15 @@ class CpuBackend final : public HostBackend {
                         const Conv2dParams& p) override {
     return conv_reading_weights<dnnl::convolution_forward>(
         "conv2d_forward", "conv_fwd", x, DNNL_ARG_SRC, w, y, DNNL_ARG_DST, p,
-        [&](bool own_layout) { return conv_forward_impls(x.desc, w.desc, y.desc, p, own_layout); });
+        [&] { return conv_forward_pd(x.desc, w.desc, y.desc, p); });
   }
 
   Status conv2d_backward_data(const TensorView& dy, const TensorView& w, const TensorView& dx,
                               const Conv2dParams& p) override {
     return conv_reading_weights<dnnl::convolution_backward_data>(
         "conv2d_backward_data", "conv_bwd_data", dy, DNNL_ARG_DIFF_DST, w, dx, DNNL_ARG_DIFF_SRC, p,
-        [&](bool own_layout) {
-          return conv_backward_impls<dnnl::convolution_backward_data>(dx.desc, w.desc, dy.desc, p,
-                                                                      own_layout);
+        [&] {
+          return conv_backward_pd<dnnl::convolution_backward_data>(dx.desc, w.desc, dy.desc, p);
         });
   }
 
@@ -234,40 +216,30 @@ class CpuBackend final : public HostBackend {
     constexpr std::string_view op = "conv2d_backward_weight";
     return guarded(op, [&]() -> Status {
       DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&x.desc, &dy.desc, &dw.desc}));
-      const auto execute = [&](const Prim& prim) -> Status {
-        const Mem user_dw(weights_md(dw.desc, p.groups), engine_, dw.data);
-        memory::DeviceBuffer wbuf;
-        Mem dwm = user_dw;
-        if (prim.weights_reorder) {
-          DLPROBE_ASSIGN_OR_RETURN(wbuf, scratch(op, prim.weights.get_size()));
-          dwm = Mem(prim.weights, engine_, wbuf.data());
-        }
-        DLPROBE_RETURN_IF_ERROR(run_through_edges(op, prim,
-                                                  {{DNNL_ARG_SRC, user(x.desc, x.data)},
-                                                   {DNNL_ARG_DIFF_DST, user(dy.desc, dy.data)},
-                                                   {DNNL_ARG_DIFF_WEIGHTS, dwm}}));
-        if (!prim.weights_reorder) return Status::ok();
-        return run(op, prim.weights_reorder, prim.reorder_scratchpad,
-                   {{DNNL_ARG_FROM, dwm}, {DNNL_ARG_TO, user_dw}});
-      };
-      DLPROBE_ASSIGN_OR_RETURN(
-          Prim * prim, fastest_cached(
-                           fmt::format("conv_bwd_weight {} {} {} {}", x.desc.str(), dy.desc.str(),
-                                       dw.desc.str(), conv_key(p)),
-                           joined(conv_backward_impls<dnnl::convolution_backward_weights>(
-                                      x.desc, dw.desc, dy.desc, p, false),
-                                  conv_backward_impls<dnnl::convolution_backward_weights>(
-                                      x.desc, dw.desc, dy.desc, p, true)),
-                           [&](const auto& pd) {
-                             Prim e{dnnl::convolution_backward_weights(pd), pd.scratchpad_desc()};
-                             with_weights_reorder(e, weights_md(dw.desc, p.groups),
-                                                  pd.diff_weights_desc(), false);
-                             with_edge(e, pd, DNNL_ARG_SRC, md(x.desc), true);
-                             with_edge(e, pd, DNNL_ARG_DIFF_DST, md(dy.desc), true);
-                             return e;
-                           },
-                           execute));
-      return execute(*prim);
+      Prim& prim = cached(
+          fmt::format("conv_bwd_weight {} {} {} {}", x.desc.str(), dy.desc.str(), dw.desc.str(),
+                      conv_key(p)),
+          [&] {
+            const auto pd =
+                conv_backward_pd<dnnl::convolution_backward_weights>(x.desc, dw.desc, dy.desc, p);
+            Prim e{dnnl::convolution_backward_weights(pd), pd.scratchpad_desc()};
+            with_weights_reorder(e, weights_md(dw.desc, p.groups), pd.diff_weights_desc(), false);
+            return e;
+          });
+      const Mem user_dw(weights_md(dw.desc, p.groups), engine_, dw.data);
+      memory::DeviceBuffer wbuf;
+      Mem dwm = user_dw;
+      if (prim.weights_reorder) {
+        DLPROBE_ASSIGN_OR_RETURN(wbuf, scratch(op, prim.weights.get_size()));
+        dwm = Mem(prim.weights, engine_, wbuf.data());
+      }
+      DLPROBE_RETURN_IF_ERROR(run(op, prim.prim, prim.scratchpad,
+                                  {{DNNL_ARG_SRC, user(x.desc, x.data)},
+                                   {DNNL_ARG_DIFF_DST, user(dy.desc, dy.data)},
+                                   {DNNL_ARG_DIFF_WEIGHTS, dwm}}));
+      if (!prim.weights_reorder) return Status::ok();
+      return run(op, prim.weights_reorder, prim.reorder_scratchpad,
+                 {{DNNL_ARG_FROM, dwm}, {DNNL_ARG_TO, user_dw}});
     });
   }
 
@@ -727,86 +699,6 @@ class CpuBackend final : public HostBackend {
     return it->second;
   }
 
-  // The convolution pass for `key`, created on first use from the fastest of the implementations
-  // oneDNN offers for the descriptors `pds` (the caller's layout, and oneDNN's own), and kept.
-  // oneDNN's order is a fixed preference, not a measurement, and the caller's NHWC has one JIT
-  // kernel per pass on an AVX-512 CPU (brgconv forward), which ran ResNet-18's 512-channel 2x2
-  // layers about three times slower than the jit kernel on nChw16c does. So each candidate runs
-  // once to warm up and twice timed, on the caller's tensors (the outputs are written again by the
-  // real call), weights and activation reorders included, as cudnn.benchmark times cuDNN's
-  // algorithms. The reference implementations are left out while any other is offered: they are
-  // an order of magnitude slower.
-  template <class Pd, class Make, class Execute>
-  Result<Prim*> fastest_cached(const std::string& key, const std::vector<Pd>& pds, const Make& make,
-                               const Execute& execute) {
-    if (auto it = cache_.find(key); it != cache_.end()) return &it->second;
-    std::vector<Pd> candidates;
-    for (const Pd& pd : pds) {
-      if (!std::string_view(pd.impl_info_str()).starts_with("ref")) candidates.push_back(pd);
-    }
-    if (candidates.empty()) candidates.push_back(pds.front());
-    if (candidates.size() == 1) {
-      return &cache_.emplace(key, make(candidates.front())).first->second;
-    }
-    std::vector<Prim> prims;
-    for (const Pd& candidate : candidates) {
-      prims.push_back(make(candidate));
-      DLPROBE_RETURN_IF_ERROR(execute(prims.back()));
-    }
-    // The best of two rounds, taken in turn: another process taking the cores for a moment slows
-    // one run, not one candidate.
-    std::vector<double> seconds(prims.size(), std::numeric_limits<double>::infinity());
-    for (int round = 0; round < 2; ++round) {
-      for (std::size_t i = 0; i < prims.size(); ++i) {
-        const auto start = std::chrono::steady_clock::now();
-        DLPROBE_RETURN_IF_ERROR(execute(prims[i]));
-        seconds[i] = std::min(
-            seconds[i],
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      }
-    }
-    const auto best = std::min_element(seconds.begin(), seconds.end()) - seconds.begin();
-    return &cache_.emplace(key, std::move(prims[static_cast<std::size_t>(best)])).first->second;
-  }
-
-  // Sets up the reorder of argument `arg` between the caller's layout and the one `pd` chose, when
-  // they differ: into the primitive's layout for its inputs, out of it for its output.
-  template <class Pd>
-  void with_edge(Prim& e, const Pd& pd, int arg, const Mem::desc& caller, bool into) const {
-    const Mem::desc inner = pd.query_md(dnnl::query::exec_arg_md, arg);
-    if (inner == caller) return;
-    dnnl::reorder::primitive_desc rpd(engine_, into ? caller : inner, engine_,
-                                      into ? inner : caller, make_attr());
-    e.edges.push_back({arg, into, inner, dnnl::reorder(rpd), rpd.scratchpad_desc()});
-  }
-
-  // Runs `prim` over the caller's memory in `args`, through its edges: the arguments it takes in
-  // its own layout are reordered into scratch buffers before, and the output out of one after.
-  Status run_through_edges(std::string_view op, const Prim& prim, Args args) {
-    const Args caller = args;
-    std::vector<memory::DeviceBuffer> buffers;
-    buffers.reserve(prim.edges.size());
-    for (const Edge& e : prim.edges) {
-      DLPROBE_ASSIGN_OR_RETURN(memory::DeviceBuffer b, scratch(op, e.inner.get_size()));
-      const Mem inner(e.inner, engine_, b.data());
-      buffers.push_back(std::move(b));
-      if (e.into) {
-        DLPROBE_RETURN_IF_ERROR(run(op, e.reorder, e.reorder_scratchpad,
-                                    {{DNNL_ARG_FROM, args.at(e.arg)}, {DNNL_ARG_TO, inner}}));
-      }
-      args.insert_or_assign(e.arg, inner);
-    }
-    DLPROBE_RETURN_IF_ERROR(run(op, prim.prim, prim.scratchpad, std::move(args)));
-    for (std::size_t i = 0; i < prim.edges.size(); ++i) {
-      const Edge& e = prim.edges[i];
-      if (e.into) continue;
-      DLPROBE_RETURN_IF_ERROR(run(op, e.reorder, e.reorder_scratchpad,
-                                  {{DNNL_ARG_FROM, Mem(e.inner, engine_, buffers[i].data())},
-                                   {DNNL_ARG_TO, caller.at(e.arg)}}));
-    }
-    return Status::ok();
-  }
-
   // Runs `prim` with a scratchpad from the allocator, and waits: the scratchpad is freed on return.
   Status run(std::string_view op, const dnnl::primitive& prim, const Mem::desc& scratchpad,
              Args args) {
@@ -834,53 +726,14 @@ class CpuBackend final : public HostBackend {
     return {weight_dims(w, groups), dnnl_type(w.dtype()), Mem::format_tag::any};
   }
 
-  // An activation as the caller holds it, or (`own_layout`) in whatever layout the primitive
-  // prefers, reordered at the convolution's edges (see fastest_cached).
-  static Mem::desc activation_md(const TensorDesc& t, bool own_layout) {
-    if (!own_layout) return md(t);
-    return {{t.dim(0), t.dim(1), t.dim(2), t.dim(3)}, dnnl_type(t.dtype()), Mem::format_tag::any};
-  }
-
-  dnnl::convolution_forward::desc conv_forward_desc(const TensorDesc& x, const TensorDesc& w,
-                                                    const TensorDesc& y, const Conv2dParams& p,
-                                                    bool own_layout) const {
-    return {dnnl::prop_kind::forward_training,
-            dnnl::algorithm::convolution_direct,
-            activation_md(x, own_layout),
-            any_weights(w, p.groups),
-            activation_md(y, own_layout),
-            strides(p),
-            dilates(p),
-            pads(p),
-            pads(p)};
-  }
-
-  template <class T>
-  static std::vector<T> joined(std::vector<T> a, const std::vector<T>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  }
-
-  // Every implementation oneDNN offers for `desc` (with the forward `hint` of a backward pass), in
-  // its order of preference. oneDNN's iterator reads the descriptor through a pointer, so it is
-  // walked to the end here, while `desc` lives.
-  template <class Pd, class Desc, class... Hint>
-  std::vector<Pd> implementations(const Desc& desc, const Hint&... hint) const {
-    Pd pd(desc, make_attr(), engine_, hint...);
-    std::vector<Pd> all;
-    do {
-      all.push_back(pd);
-    } while (pd.next_impl());
-    return all;
-  }
-
-  std::vector<dnnl::convolution_forward::primitive_desc> conv_forward_impls(const TensorDesc& x,
-                                                                            const TensorDesc& w,
-                                                                            const TensorDesc& y,
-                                                                            const Conv2dParams& p,
-                                                                            bool own_layout) const {
-    return implementations<dnnl::convolution_forward::primitive_desc>(
-        conv_forward_desc(x, w, y, p, own_layout));
+  dnnl::convolution_forward::primitive_desc conv_forward_pd(const TensorDesc& x,
+                                                            const TensorDesc& w,
+                                                            const TensorDesc& y,
+                                                            const Conv2dParams& p) const {
+    return {{dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, md(x),
+             any_weights(w, p.groups), md(y), strides(p), dilates(p), pads(p), pads(p)},
+            make_attr(),
+            engine_};
   }
 
   // The convolution passes that read the weights (forward, backward data): `Pass` from the
@@ -892,47 +745,34 @@ class CpuBackend final : public HostBackend {
                               const Conv2dParams& p, const MakePd& make_pd) {
     return guarded(op, [&]() -> Status {
       DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&in.desc, &w.desc, &out.desc}));
-      const auto execute = [&](const Prim& prim) -> Status {
-        memory::DeviceBuffer wbuf;
-        DLPROBE_ASSIGN_OR_RETURN(Mem wm, weights_in(op, prim, w, p.groups, wbuf));
-        return run_through_edges(op, prim,
-                                 {{in_arg, user(in.desc, in.data)},
-                                  {DNNL_ARG_WEIGHTS, wm},
-                                  {out_arg, user(out.desc, out.data)}});
-      };
-      DLPROBE_ASSIGN_OR_RETURN(Prim * prim,
-                               fastest_cached(
-                                   fmt::format("{} {} {} {} {}", kind, in.desc.str(), w.desc.str(),
-                                               out.desc.str(), conv_key(p)),
-                                   joined(make_pd(false), make_pd(true)),
-                                   [&](const auto& pd) {
-                                     Prim e{Pass(pd), pd.scratchpad_desc()};
-                                     with_weights_reorder(e, weights_md(w.desc, p.groups),
-                                                          pd.weights_desc(), true);
-                                     with_edge(e, pd, in_arg, md(in.desc), true);
-                                     with_edge(e, pd, out_arg, md(out.desc), false);
-                                     return e;
-                                   },
-                                   execute));
-      return execute(*prim);
+      Prim& prim =
+          cached(fmt::format("{} {} {} {} {}", kind, in.desc.str(), w.desc.str(), out.desc.str(),
+                             conv_key(p)),
+                 [&] {
+                   const auto pd = make_pd();
+                   Prim e{Pass(pd), pd.scratchpad_desc()};
+                   with_weights_reorder(e, weights_md(w.desc, p.groups), pd.weights_desc(), true);
+                   return e;
+                 });
+      memory::DeviceBuffer wbuf;
+      DLPROBE_ASSIGN_OR_RETURN(Mem wm, weights_in(op, prim, w, p.groups, wbuf));
+      return run(op, prim.prim, prim.scratchpad,
+                 {{in_arg, user(in.desc, in.data)},
+                  {DNNL_ARG_WEIGHTS, wm},
+                  {out_arg, user(out.desc, out.data)}});
     });
   }
 
-  // The implementations of a convolution backward pass (`Pass`: convolution_backward_data or
-  // _weights) over the shapes of the forward that hints it, as oneDNN requires.
+  // A convolution backward pass (`Pass`: convolution_backward_data or _weights) over the shapes
+  // of the forward that hints it, as oneDNN requires.
   template <class Pass>
-  std::vector<typename Pass::primitive_desc> conv_backward_impls(const TensorDesc& x,
-                                                                 const TensorDesc& w,
-                                                                 const TensorDesc& y,
-                                                                 const Conv2dParams& p,
-                                                                 bool own_layout) const {
-    const dnnl::convolution_forward::primitive_desc hint(conv_forward_desc(x, w, y, p, own_layout),
-                                                         make_attr(), engine_);
-    return implementations<typename Pass::primitive_desc>(
-        typename Pass::desc{dnnl::algorithm::convolution_direct, activation_md(x, own_layout),
-                            any_weights(w, p.groups), activation_md(y, own_layout), strides(p),
-                            dilates(p), pads(p), pads(p)},
-        hint);
+  typename Pass::primitive_desc conv_backward_pd(const TensorDesc& x, const TensorDesc& w,
+                                                 const TensorDesc& y, const Conv2dParams& p) const {
+    return {{dnnl::algorithm::convolution_direct, md(x), any_weights(w, p.groups), md(y),
+             strides(p), dilates(p), pads(p), pads(p)},
+            make_attr(),
+            engine_,
+            conv_forward_pd(x, w, y, p)};
   }
 
   // Sets up the reorder between the caller's weights and the primitive's, when they differ:
