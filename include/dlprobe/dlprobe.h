@@ -21,6 +21,7 @@
 #include "dlprobe/core/check.h"
 #include "dlprobe/core/clock.h"
 #include "dlprobe/core/command_line.h"
+#include "dlprobe/core/exit_info.h"
 #include "dlprobe/core/files.h"
 #include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/json_optional.h"

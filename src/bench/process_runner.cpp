@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -17,22 +16,10 @@
 #include <system_error>
 
 #include "dlprobe/bench/processes.h"
+#include "dlprobe/core/exit_info.h"
 
 namespace dlprobe::bench {
 namespace {
-
-// How a process ended, when not well; empty when it exited 0.
-std::string describe_process_end(int status) {
-  if (WIFEXITED(status)) {
-    return WEXITSTATUS(status) == 0 ? "" : fmt::format("exit {}", WEXITSTATUS(status));
-  }
-  if (WIFSIGNALED(status)) {
-    const char* name = sigabbrev_np(WTERMSIG(status));
-    return fmt::format("signal {} ({}{})", WTERMSIG(status), name != nullptr ? "SIG" : "?",
-                       name != nullptr ? name : "");
-  }
-  return fmt::format("wait status {}", status);
-}
 
 // Runs this executable with `args` (argv[0] first), its standard output discarded (the parent
 // prints the merged results), and waits for it.
@@ -105,7 +92,9 @@ Result<std::vector<ProcessRun>> run_processes(const std::vector<std::string>& ow
       std::filesystem::remove_all(folder, ignored);
       return status.status();
     }
-    p.failure = describe_process_end(*status);
+    // Empty when it exited 0.
+    if (const ExitInfo end = exit_info_of(*status); end.exit_code != 0)
+      p.failure = describe_exit(end);
     if (auto document = results::read_file(results)) {
       p.document = std::move(document).value();
     } else if (p.failure.empty()) {

@@ -46,16 +46,6 @@ void close_fd(int& fd) {
 
 }  // namespace
 
-std::string describe_exit(const ExitInfo& info) {
-  if (info.signal) {
-    const char* name = sigabbrev_np(*info.signal);
-    return fmt::format("signal {} ({}{}){}", *info.signal, name != nullptr ? "SIG" : "?",
-                       name != nullptr ? name : "", info.core_dumped ? ", core dumped" : "");
-  }
-  if (info.exit_code) return fmt::format("exit {}", *info.exit_code);
-  return "running";
-}
-
 Status become_subreaper() {
   if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
     return error(Errc::api_error,
@@ -255,15 +245,7 @@ void ChildProcess::flush_partial(const LineSink& on_line) {
 }
 
 bool ChildProcess::poll_exit(bool reap_others) {
-  auto record = [&](int status) {
-    ExitInfo info;
-    if (WIFEXITED(status)) info.exit_code = WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) {
-      info.signal = WTERMSIG(status);
-      info.core_dumped = WCOREDUMP(status);
-    }
-    exit_ = info;
-  };
+  auto record = [&](int status) { exit_ = exit_info_of(status); };
   int status = 0;
   if (reap_others) {
     pid_t r = 0;

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dlprobe/core/exit_info.h"
 #include "dlprobe/core/status.h"
 
 namespace dlprobe::run {
@@ -33,13 +34,6 @@ struct SpawnOptions {
 };
 
 // How the root process ended.
-struct ExitInfo {
-  std::optional<int> exit_code;  // when it exited
-  std::optional<int> signal;     // when a signal ended it
-  bool core_dumped = false;
-};
-std::string describe_exit(const ExitInfo& info);  // "exit 0", "exit 1", "signal 9 (SIGKILL)"
-
 class ChildProcess {
  public:
   // Forks and execs. A command that cannot be executed (not found, not executable) fails here
