@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "core/cuda_check.h"
 #include "data/gpu/augment_kernel.h"
@@ -44,6 +47,69 @@ class DeviceBuffer {
   std::size_t capacity_ = 0;
 };
 
+// nvJPEG's device and pinned memory, kept once taken: its default allocators call cudaFree and
+// cudaFreeHost, which wait for the whole device, so each batch made beside a training step waited
+// for the step (on an H200, fp16 ResNet-50 bs256: 39 ms a batch beside the 36 ms step, against 8 ms
+// alone). A block nvJPEG frees goes back to a list and serves its next request of at most that
+// size; the memory is returned when the process ends. nvJPEG's allocator interface carries no
+// context, so the lists are the process's.
+class KeptBlocks {
+ public:
+  using Alloc = cudaError_t (*)(void**, std::size_t);
+  int take(void** p, std::size_t bytes, Alloc alloc) {
+    std::lock_guard lock(mu_);
+    // The smallest free block that fits.
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second >= bytes && (best == free_.end() || it->second < best->second)) best = it;
+    }
+    if (best != free_.end()) {
+      *p = best->first;
+      used_.emplace(best->first, best->second);
+      free_.erase(best);
+      return 0;
+    }
+    if (alloc(p, bytes) != cudaSuccess) return 1;
+    used_.emplace(*p, bytes);
+    return 0;
+  }
+  int give(void* p) {
+    std::lock_guard lock(mu_);
+    auto it = used_.find(p);
+    if (it == used_.end()) return 1;
+    free_.emplace_back(it->first, it->second);
+    used_.erase(it);
+    return 0;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<void*, std::size_t>> free_;
+  std::map<void*, std::size_t> used_;
+};
+
+KeptBlocks& device_blocks() {
+  static KeptBlocks* blocks = new KeptBlocks;  // never destroyed: nvJPEG may free at exit
+  return *blocks;
+}
+KeptBlocks& pinned_blocks() {
+  static KeptBlocks* blocks = new KeptBlocks;
+  return *blocks;
+}
+
+nvjpeg::DeviceAllocator kDeviceAllocator{
+    [](void** p, std::size_t bytes) {
+      return device_blocks().take(p, bytes,
+                                  [](void** q, std::size_t n) { return cudaMalloc(q, n); });
+    },
+    [](void* p) { return device_blocks().give(p); }};
+nvjpeg::PinnedAllocator kPinnedAllocator{
+    [](void** p, std::size_t bytes, unsigned) {
+      return pinned_blocks().take(p, bytes,
+                                  [](void** q, std::size_t n) { return cudaMallocHost(q, n); });
+    },
+    [](void* p) { return pinned_blocks().give(p); }};
+
 class NvjpegDecoder final : public GpuDecoder {
  public:
   ~NvjpegDecoder() override {
@@ -69,12 +135,17 @@ class NvjpegDecoder final : public GpuDecoder {
     DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     // The hardware engine where asked for and present; nvJPEG refuses to make a hardware handle on
     // a GPU without one, and then its CUDA decoder (the default backend) does the work.
-    hardware_ = o.hardware && api_->create_ex(nvjpeg::kBackendHardware, nullptr, nullptr, 0,
-                                              &handle_) == nvjpeg::kSuccess;
+    hardware_ = o.hardware && api_->create_ex(nvjpeg::kBackendHardware, &kDeviceAllocator,
+                                              &kPinnedAllocator, 0, &handle_) == nvjpeg::kSuccess;
     if (!hardware_) {
       handle_ = nullptr;
-      DLPROBE_NVJPEG_CHECK(api_->create_ex(nvjpeg::kBackendDefault, nullptr, nullptr, 0, &handle_));
+      DLPROBE_NVJPEG_CHECK(api_->create_ex(nvjpeg::kBackendDefault, &kDeviceAllocator,
+                                           &kPinnedAllocator, 0, &handle_));
     }
+    // Room to spare in every buffer nvJPEG takes, so that a batch of larger images than the last
+    // seldom needs a new one.
+    DLPROBE_NVJPEG_CHECK(api_->set_device_padding(std::size_t{64} << 20, handle_));
+    DLPROBE_NVJPEG_CHECK(api_->set_pinned_padding(std::size_t{16} << 20, handle_));
     DLPROBE_NVJPEG_CHECK(api_->state_create(handle_, &state_));
     DLPROBE_NVJPEG_CHECK(api_->stream_create(handle_, &parse_));
     DLPROBE_ASSIGN_OR_RETURN(host_, make_host_decoder());

@@ -70,6 +70,8 @@ Result<std::shared_ptr<const Api>> load(const std::string& path) {
   resolve(library, "nvjpegGetProperty", api->get_property, missing);
   resolve(library, "nvjpegCreateEx", api->create_ex, missing);
   resolve(library, "nvjpegDestroy", api->destroy, missing);
+  resolve(library, "nvjpegSetDeviceMemoryPadding", api->set_device_padding, missing);
+  resolve(library, "nvjpegSetPinnedMemoryPadding", api->set_pinned_padding, missing);
   resolve(library, "nvjpegJpegStateCreate", api->state_create, missing);
   resolve(library, "nvjpegJpegStateDestroy", api->state_destroy, missing);
   resolve(library, "nvjpegJpegStreamCreate", api->stream_create, missing);

@@ -35,6 +35,16 @@ enum Backend : int {
 enum OutputFormat : int { kOutputRgbInterleaved = 5 };
 enum Property : int { kMajorVersion = 0, kMinorVersion = 1, kPatchLevel = 2 };
 
+// nvjpegDevAllocator_t and nvjpegPinnedAllocator_t: how nvJPEG takes device and pinned memory.
+struct DeviceAllocator {
+  int (*malloc)(void** p, std::size_t bytes);
+  int (*free)(void* p);
+};
+struct PinnedAllocator {
+  int (*malloc)(void** p, std::size_t bytes, unsigned flags);
+  int (*free)(void* p);
+};
+
 struct Image {
   unsigned char* channel[kMaxComponent];
   std::size_t pitch[kMaxComponent];
@@ -43,8 +53,9 @@ struct Image {
 // The entry points, resolved from one loaded library.
 struct Api {
   Status (*get_property)(Property, int*);
-  Status (*create_ex)(Backend, void* device_allocator, void* pinned_allocator, unsigned flags,
-                      HandleRef*);
+  Status (*create_ex)(Backend, DeviceAllocator*, PinnedAllocator*, unsigned flags, HandleRef*);
+  Status (*set_device_padding)(std::size_t padding, HandleRef);
+  Status (*set_pinned_padding)(std::size_t padding, HandleRef);
   Status (*destroy)(HandleRef);
   Status (*state_create)(HandleRef, StateRef*);
   Status (*state_destroy)(StateRef);
