@@ -68,7 +68,8 @@ Status Backend::batch_norm_relu_inference_forward(const TensorView&, const Tenso
 
 Status Backend::batch_norm_relu_backward(const TensorView&, const TensorView&, const TensorView&,
                                          const TensorView&, const TensorView&, const TensorView&,
-                                         const TensorView&, const TensorView&, const TensorView&) {
+                                         const TensorView&, const TensorView&, const TensorView&,
+                                         const TensorView&) {
   return no_fusion(*this, "batch_norm_relu_backward");
 }
 

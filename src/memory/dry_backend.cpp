@@ -42,7 +42,8 @@ class DryBackend final : public Backend {
                                            const BatchNormParams&) override {
     return {};
   }
-  Status batch_norm_relu_backward(View, View, View, View, View, View, View, View, View) override {
+  Status batch_norm_relu_backward(View, View, View, View, View, View, View, View, View,
+                                  View) override {
     return {};
   }
   bool fuses_relu_backward_add() const override { return fuses_; }

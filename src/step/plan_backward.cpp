@@ -92,11 +92,13 @@ void Planner::backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* 
   if (fusion_[i] == Fusion::relu) {
     // dy is the gradient of the ReLU's output y, which the ReLU's backward passed on as is.
     Buffer* y = value_of(s_.model.layers()[i + 1].output);
+    Buffer* beta = slot(entry_of(i, StateKind::bn_bias)).master;
     emit(name + ".backward+relu", CallKind::batch_norm_relu_backward, name,
-         {dy, y, x, gamma, sm, si, dx, dgamma, dbeta},
-         [&be = be_, dy, y, x, gamma, sm, si, dx, dgamma, dbeta] {
-           return be.batch_norm_relu_backward(dy->view, y->view, x->view, gamma->view, sm->view,
-                                              si->view, dx->view, dgamma->view, dbeta->view);
+         {dy, y, x, gamma, beta, sm, si, dx, dgamma, dbeta},
+         [&be = be_, dy, y, x, gamma, beta, sm, si, dx, dgamma, dbeta] {
+           return be.batch_norm_relu_backward(dy->view, y->view, x->view, gamma->view, beta->view,
+                                              sm->view, si->view, dx->view, dgamma->view,
+                                              dbeta->view);
          });
   } else {
     emit(name + ".backward", CallKind::batch_norm_backward, name,

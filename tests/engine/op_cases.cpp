@@ -303,7 +303,7 @@ std::vector<Variant> batch_norm_backward(Precision precision, bool fused) {
       v.tensors.input("dy", uniform(s, seed + 1, l));
       const HostTensor& gamma =
           v.tensors.input("gamma", uniform(c, seed + 2, Layout::nchw, 0.5, 1.5), Role::fp32);
-      const HostTensor beta = uniform(c, seed + 3);
+      const HostTensor& beta = v.tensors.input("beta", uniform(c, seed + 3), Role::fp32);
       const auto fwd =
           reference::batch_norm_train_forward<double>(x, gamma, beta, beta, gamma, kTrain).value();
       v.tensors.input("save_mean", fwd.save_mean, Role::fp32);
@@ -319,8 +319,9 @@ std::vector<Variant> batch_norm_backward(Precision precision, bool fused) {
           return b.batch_norm_backward(t["dy"], t["x"], t["gamma"], t["save_mean"],
                                        t["save_invstd"], t["dx"], t["dgamma"], t["dbeta"]);
         }
-        return b.batch_norm_relu_backward(t["dy"], t["y"], t["x"], t["gamma"], t["save_mean"],
-                                          t["save_invstd"], t["dx"], t["dgamma"], t["dbeta"]);
+        return b.batch_norm_relu_backward(t["dy"], t["y"], t["x"], t["gamma"], t["beta"],
+                                          t["save_mean"], t["save_invstd"], t["dx"], t["dgamma"],
+                                          t["dbeta"]);
       };
       v.reference = [fused](const OpTensors& t) -> Result<Values> {
         HostTensor dy = t["dy"];

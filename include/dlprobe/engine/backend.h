@@ -131,10 +131,12 @@ class Backend {
                                                    const TensorView& running_var,
                                                    const TensorView& residual, const TensorView& y,
                                                    const BatchNormParams& p);
-  // (optional) The backward of y = relu(bn(x)) (no residual) from y's gradient dy and y itself.
+  // (optional) The backward of y = relu(bn(x)) (no residual) from y's gradient dy. The ReLU's
+  // decision is y > 0; a backend may instead recompute its pre-activation bn(x) from x, gamma,
+  // beta and the saved statistics, as its forward computed it, and so read one tensor less.
   virtual Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y,
                                           const TensorView& x, const TensorView& gamma,
-                                          const TensorView& save_mean,
+                                          const TensorView& beta, const TensorView& save_mean,
                                           const TensorView& save_invstd, const TensorView& dx,
                                           const TensorView& dgamma, const TensorView& dbeta);
 

@@ -358,9 +358,10 @@ class CpuBackend final : public HostBackend {
     return Status::ok();
   }
   Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y, const TensorView& x,
-                                  const TensorView& gamma, const TensorView& save_mean,
-                                  const TensorView& save_invstd, const TensorView& dx,
-                                  const TensorView& dgamma, const TensorView& dbeta) override {
+                                  const TensorView& gamma, const TensorView& /*beta*/,
+                                  const TensorView& save_mean, const TensorView& save_invstd,
+                                  const TensorView& dx, const TensorView& dgamma,
+                                  const TensorView& dbeta) override {
     constexpr std::string_view op = "batch_norm_relu_backward";
     DLPROBE_RETURN_IF_ERROR(need_compute_dtype(op, {&dy.desc, &y.desc, &x.desc, &dx.desc}));
     DLPROBE_RETURN_IF_ERROR(need_same_desc(op, "y", y.desc, dy.desc));

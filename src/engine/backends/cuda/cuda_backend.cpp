@@ -556,9 +556,10 @@ Status forward(const KernelContext& ctx, std::string_view op, const TensorView& 
                                          saved->mean, saved->invstd, p, epi);
 }
 
-// `relu_output`: the fused forward's y, whose gradient dy is; null for the plain backward.
+// `relu_beta`: the fused forward's beta, where dy is the gradient of relu(bn(x)); null for the
+// plain backward.
 Status backward(const KernelContext& ctx, std::string_view op, const TensorView& dy,
-                const TensorView* relu_output, const TensorView& x, const TensorView& gamma,
+                const TensorView* relu_beta, const TensorView& x, const TensorView& gamma,
                 const TensorView& save_mean, const TensorView& save_invstd, const TensorView& dx,
                 const TensorView& dgamma, const TensorView& dbeta) {
   DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
@@ -567,10 +568,10 @@ Status backward(const KernelContext& ctx, std::string_view op, const TensorView&
                                             {"save_invstd", &save_invstd},
                                             {"dgamma", &dgamma},
                                             {"dbeta", &dbeta}}));
+  if (relu_beta != nullptr) DLPROBE_RETURN_IF_ERROR(need_channels(op, x, {{"beta", relu_beta}}));
   DLPROBE_RETURN_IF_ERROR(need_like(op, "dy", dy, x));
-  if (relu_output != nullptr) DLPROBE_RETURN_IF_ERROR(need_like(op, "y", *relu_output, x));
   DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
-  return launch_batch_norm_backward(ctx, dy, relu_output, x, gamma, save_mean, save_invstd, dx,
+  return launch_batch_norm_backward(ctx, dy, relu_beta, x, gamma, save_mean, save_invstd, dx,
                                     dgamma, dbeta);
 }
 
@@ -622,13 +623,15 @@ Status CudaBackend::batch_norm_backward(const TensorView& dy, const TensorView& 
                   dgamma, dbeta);
 }
 
+// The ReLU's decision is recomputed from x (launch_batch_norm_backward), so y is only checked.
 Status CudaBackend::batch_norm_relu_backward(const TensorView& dy, const TensorView& y,
                                              const TensorView& x, const TensorView& gamma,
-                                             const TensorView& save_mean,
+                                             const TensorView& beta, const TensorView& save_mean,
                                              const TensorView& save_invstd, const TensorView& dx,
                                              const TensorView& dgamma, const TensorView& dbeta) {
-  return backward(ctx(), "batch_norm_relu_backward", dy, &y, x, gamma, save_mean, save_invstd, dx,
-                  dgamma, dbeta);
+  DLPROBE_RETURN_IF_ERROR(need_like("batch_norm_relu_backward", "y", y, x));
+  return backward(ctx(), "batch_norm_relu_backward", dy, &beta, x, gamma, save_mean, save_invstd,
+                  dx, dgamma, dbeta);
 }
 
 // ---- elementwise, pooling ----

@@ -111,9 +111,10 @@ class CudaBackend final : public Backend {
                                            const TensorView& residual, const TensorView& y,
                                            const BatchNormParams& p) override;
   Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y, const TensorView& x,
-                                  const TensorView& gamma, const TensorView& save_mean,
-                                  const TensorView& save_invstd, const TensorView& dx,
-                                  const TensorView& dgamma, const TensorView& dbeta) override;
+                                  const TensorView& gamma, const TensorView& beta,
+                                  const TensorView& save_mean, const TensorView& save_invstd,
+                                  const TensorView& dx, const TensorView& dgamma,
+                                  const TensorView& dbeta) override;
   bool fuses_relu_backward_add() const override { return true; }
   Status relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
                            const TensorView& dx) override;

@@ -94,10 +94,10 @@ Status launch_batch_norm_inference_forward(const KernelContext& ctx, const Tenso
                                            const TensorView& running_mean,
                                            const TensorView& running_var, const TensorView& y,
                                            const BatchNormParams& p, const BatchNormEpilogue& epi);
-// With `relu_output` (the y of a fused y = relu(bn(x))), dy is y's gradient and passes where y > 0;
-// without it, dy is the BN output's gradient.
+// With `relu_beta` (the beta of a fused y = relu(bn(x))), dy is y's gradient and passes where
+// bn(x) > 0, recomputed from x; without it, dy is the BN output's gradient.
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,
-                                  const TensorView* relu_output, const TensorView& x,
+                                  const TensorView* relu_beta, const TensorView& x,
                                   const TensorView& gamma, const TensorView& save_mean,
                                   const TensorView& save_invstd, const TensorView& dx,
                                   const TensorView& dgamma, const TensorView& dbeta);

@@ -389,41 +389,56 @@ __global__ void apply_nchw(const T* x, const T* residual, T* y, Nchw g, std::int
 
 // ---- backward ----
 
-// The gradient reaching the BN output: dy, or with a fused ReLU dy where the ReLU's output y was
-// positive (threshold_backward's rule, on the same rounded y the forward stored).
-template <bool kRelu>
-__device__ __forceinline__ float bn_grad(float dy, float y) {
-  return kRelu ? (y > 0.0F ? dy : 0.0F) : dy;
-}
+// Per channel, what the fused ReLU's decision is recomputed from: the forward's mean, its scale
+// invstd * gamma (the same product the forward took) and beta.
+struct ReluChannels {
+  const float* mean;
+  const float* invstd;
+  const float* gamma;
+  const float* beta;
+};
 
-// The backward's operands of the P elements at `at`: g, the gradient reaching the BN output
-// (bn_grad of dy and, with the fused ReLU, y), and x.
-template <bool kRelu, class T, int P>
-__device__ __forceinline__ void load_grad(const T* dy, const T* y, const T* x, std::int64_t at,
-                                          float (&g)[P], float (&vx)[P]) {
-  float vy[P] = {};
+// The backward's operands of the P elements at `at`: g, the gradient reaching the BN output, and
+// x. With the fused ReLU, g is dy where the forward's pre-activation bn(x) was positive, computed
+// again from x by the forward's expression (bn_value) rather than read from the stored output y:
+// one tensor less to read in each pass. It differs from the rule on the rounded y only where a
+// positive pre-activation rounds to zero (below 2^-25 in fp16), where either gradient is right.
+template <bool kRelu, class T, int P, class C>
+__device__ __forceinline__ void load_grad(const T* dy, const T* x, std::int64_t at, float (&g)[P],
+                                          float (&vx)[P], const C& mean, const C& scale,
+                                          const C& beta) {
   load_pack(dy + at, g);
   load_pack(x + at, vx);
-  if constexpr (kRelu) load_pack(y + at, vy);
+  if constexpr (kRelu) {
 #pragma unroll
-  for (int k = 0; k < P; ++k) g[k] = bn_grad<kRelu>(g[k], vy[k]);
+    for (int k = 0; k < P; ++k) {
+      if (!(bn_value(vx[k], of(mean, k), of(scale, k), of(beta, k)) > 0.0F)) g[k] = 0.0F;
+    }
+  }
 }
 
 template <class T, int P, bool kRelu>
-__global__ void grad_sums_nhwc(const T* dy, const T* y, const T* x, const float* mean, Nhwc g,
+__global__ void grad_sums_nhwc(const T* dy, const T* x, ReluChannels ch, Nhwc g,
                                std::int64_t rows_per_split, GradSums* partial) {
   __shared__ GradSums tile[kBlock][P];
   const NhwcLane lane = nhwc_lane(g);
   const RowSplit rows = row_split(g, rows_per_split);
   GradSums acc[P] = {};
   if (lane.pack < g.packs) {
-    float m[P];
+    float m[P], scale[P] = {}, beta[P] = {};
 #pragma unroll
-    for (int k = 0; k < P; ++k) m[k] = mean[lane.pack * P + k];
+    for (int k = 0; k < P; ++k) {
+      const int c = lane.pack * P + k;
+      m[k] = ch.mean[c];
+      if constexpr (kRelu) {
+        scale[k] = ch.invstd[c] * ch.gamma[c];
+        beta[k] = ch.beta[c];
+      }
+    }
     for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += g.ty) {
       const std::int64_t at = r * g.channels + lane.pack * P;
       float grad[P], vx[P];
-      load_grad<kRelu>(dy, y, x, at, grad, vx);
+      load_grad<kRelu>(dy, x, at, grad, vx, m, scale, beta);
 #pragma unroll
       for (int k = 0; k < P; ++k) {
         acc[k].dy += grad[k];
@@ -437,15 +452,17 @@ __global__ void grad_sums_nhwc(const T* dy, const T* y, const T* x, const float*
 }
 
 template <class T, int P, bool kRelu>
-__global__ void grad_sums_nchw(const T* dy, const T* y, const T* x, const float* mean, Nchw g,
+__global__ void grad_sums_nchw(const T* dy, const T* x, ReluChannels ch, Nchw g,
                                std::int64_t packs_per_split, GradSums* partial) {
   const PackSplit<P> split = pack_split<P>(g, packs_per_split);
-  const float m = mean[split.c];
+  const float m = ch.mean[split.c];
+  const float scale = kRelu ? ch.invstd[split.c] * ch.gamma[split.c] : 0.0F;
+  const float beta = kRelu ? ch.beta[split.c] : 0.0F;
   GradSums acc{};
   for (std::int64_t j = split.begin + threadIdx.x; j < split.end; j += blockDim.x) {
     const std::int64_t at = split.offset(g, j);
     float grad[P], vx[P];
-    load_grad<kRelu>(dy, y, x, at, grad, vx);
+    load_grad<kRelu>(dy, x, at, grad, vx, m, scale, beta);
 #pragma unroll
     for (int k = 0; k < P; ++k) {
       acc.dy += grad[k];
@@ -469,6 +486,7 @@ __global__ void finalize_grads(const GradSums* partial, int channels, std::int64
 // What the dx pass needs per channel.
 struct GradChannels {
   const float* gamma;
+  const float* beta;  // null without the fused ReLU
   const float* mean;
   const float* invstd;
   const float* dgamma;
@@ -485,12 +503,13 @@ __device__ __forceinline__ float bn_dx(float g, float x, float mean, float invst
 }
 
 // dx of the P elements at `at`, with the per-channel values of bn_dx.
+// `scale` is gamma * invstd, which is also the forward's scale of x - mean.
 template <bool kRelu, int P, class T, class C>
-__device__ __forceinline__ void dx_pack(const T* dy, const T* y, const T* x, T* dx, std::int64_t at,
+__device__ __forceinline__ void dx_pack(const T* dy, const T* x, T* dx, std::int64_t at,
                                         const C& mean, const C& inv, const C& kb, const C& kg,
-                                        const C& scale) {
+                                        const C& scale, const C& beta) {
   float grad[P], vx[P];
-  load_grad<kRelu>(dy, y, x, at, grad, vx);
+  load_grad<kRelu>(dy, x, at, grad, vx, mean, scale, beta);
 #pragma unroll
   for (int k = 0; k < P; ++k) {
     grad[k] = bn_dx(grad[k], vx[k], of(mean, k), of(inv, k), of(kb, k), of(kg, k), of(scale, k));
@@ -499,10 +518,10 @@ __device__ __forceinline__ void dx_pack(const T* dy, const T* y, const T* x, T* 
 }
 
 template <class T, int P, bool kRelu>
-__global__ void dx_nhwc(const T* dy, const T* y, const T* x, T* dx, Nhwc g, GradChannels ch) {
+__global__ void dx_nhwc(const T* dy, const T* x, T* dx, Nhwc g, GradChannels ch) {
   const NhwcLane lane = nhwc_lane(g);
   if (lane.pack >= g.packs) return;
-  float mean[P], inv[P], kb[P], kg[P], scale[P];
+  float mean[P], inv[P], kb[P], kg[P], scale[P], beta[P] = {};
 #pragma unroll
   for (int k = 0; k < P; ++k) {
     const int c = lane.pack * P + k;
@@ -511,19 +530,20 @@ __global__ void dx_nhwc(const T* dy, const T* y, const T* x, T* dx, Nhwc g, Grad
     kb[k] = ch.dbeta[c] * ch.inv_count;
     kg[k] = ch.dgamma[c] * ch.inv_count;
     scale[k] = ch.gamma[c] * inv[k];
+    if constexpr (kRelu) beta[k] = ch.beta[c];
   }
   for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) {
-    dx_pack<kRelu, P>(dy, y, x, dx, at, mean, inv, kb, kg, scale);
+    dx_pack<kRelu, P>(dy, x, dx, at, mean, inv, kb, kg, scale, beta);
   });
 }
 
 template <class T, int P, bool kRelu>
-__global__ void dx_nchw(const T* dy, const T* y, const T* x, T* dx, Nchw g, std::int64_t packs,
+__global__ void dx_nchw(const T* dy, const T* x, T* dx, Nchw g, std::int64_t packs,
                         GradChannels ch) {
   for_each_nchw_pack<P>(g, packs, [&](std::int64_t q, int c) {
     const float inv = ch.invstd[c];
-    dx_pack<kRelu, P>(dy, y, x, dx, q * P, ch.mean[c], inv, ch.dbeta[c] * ch.inv_count,
-                      ch.dgamma[c] * ch.inv_count, ch.gamma[c] * inv);
+    dx_pack<kRelu, P>(dy, x, dx, q * P, ch.mean[c], inv, ch.dbeta[c] * ch.inv_count,
+                      ch.dgamma[c] * ch.inv_count, ch.gamma[c] * inv, kRelu ? ch.beta[c] : 0.0F);
   });
 }
 
@@ -731,21 +751,19 @@ Status launch_batch_norm_inference_forward(const KernelContext& ctx, const Tenso
 }
 
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,
-                                  const TensorView* relu_output, const TensorView& x,
+                                  const TensorView* relu_beta, const TensorView& x,
                                   const TensorView& gamma, const TensorView& save_mean,
                                   const TensorView& save_invstd, const TensorView& dx,
                                   const TensorView& dgamma, const TensorView& dbeta) {
   constexpr std::string_view op = "batch_norm_backward";
   const TensorDesc& d = x.desc;
-  const void* y_raw = relu_output != nullptr ? relu_output->data : nullptr;
   const int channels = static_cast<int>(d.dim(1));
   const auto count = static_cast<float>(d.dim(0) * d.dim(2) * d.dim(3));
-  return dispatch(op, d, {dy.data, x.data, dx.data, y_raw}, [&]<class T, int P>() -> Status {
+  return dispatch(op, d, {dy.data, x.data, dx.data}, [&]<class T, int P>() -> Status {
     DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial, partials<GradSums>(ctx, d, P, op));
     const Reduction& red = partial.red;
     GradSums* acc = partial.acc();
     const auto* dyp = static_cast<const T*>(dy.data);
-    const auto* yp = static_cast<const T*>(y_raw);
     const auto* xp = static_cast<const T*>(x.data);
     auto* dxp = static_cast<T*>(dx.data);
     const float* mean = f32(save_mean);
@@ -754,31 +772,33 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
     const bool nhwc = d.layout() == Layout::nhwc;
     const dim3 grid = elementwise_grid(ctx, d, P);
     const std::int64_t packs = d.numel() / P;
-    const GradChannels ch{f32(gamma),  mean,       f32(save_invstd),
+    const float* beta = relu_beta != nullptr ? f32(*relu_beta) : nullptr;
+    const ReluChannels relu{mean, f32(save_invstd), f32(gamma), beta};
+    const GradChannels ch{f32(gamma),  beta,       mean,        f32(save_invstd),
                           f32(dgamma), f32(dbeta), 1.0F / count};
     // The two passes, with the ReLU's mask fused in or not.
     auto passes = [&](auto relu_tag) -> Status {
       constexpr bool kRelu = decltype(relu_tag)::value;
       if (nhwc) {
         grad_sums_nhwc<T, P, kRelu>
-            <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, mean, gh, red.per_split, acc);
+            <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gh, red.per_split, acc);
       } else {
         grad_sums_nchw<T, P, kRelu>
-            <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, mean, gc, red.per_split, acc);
+            <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gc, red.per_split, acc);
       }
       DLPROBE_CUDA_CHECK_LAUNCH();
       finalize_grads<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
           acc, channels, red.splits, f32(save_invstd), f32_out(dgamma), f32_out(dbeta));
       DLPROBE_CUDA_CHECK_LAUNCH();
       if (nhwc) {
-        dx_nhwc<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, dxp, gh, ch);
+        dx_nhwc<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, xp, dxp, gh, ch);
       } else {
-        dx_nchw<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, yp, xp, dxp, gc, packs, ch);
+        dx_nchw<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, xp, dxp, gc, packs, ch);
       }
       DLPROBE_CUDA_CHECK_LAUNCH();
       return Status::ok();
     };
-    if (yp != nullptr) return passes(std::true_type{});
+    if (beta != nullptr) return passes(std::true_type{});
     return passes(std::false_type{});
   });
 }

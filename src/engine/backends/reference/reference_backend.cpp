@@ -432,9 +432,10 @@ class ReferenceBackend final : public HostBackend {
     return bn_inference(x, gamma, beta, running_mean, running_var, y, p, &residual);
   }
   Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y, const TensorView& x,
-                                  const TensorView& gamma, const TensorView& save_mean,
-                                  const TensorView& save_invstd, const TensorView& dx,
-                                  const TensorView& dgamma, const TensorView& dbeta) override {
+                                  const TensorView& gamma, const TensorView& /*beta*/,
+                                  const TensorView& save_mean, const TensorView& save_invstd,
+                                  const TensorView& dx, const TensorView& dgamma,
+                                  const TensorView& dbeta) override {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor yt, load_as<T>(y));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor masked, reference::relu_backward<T>(dyt, yt));
