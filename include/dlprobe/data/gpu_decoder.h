@@ -6,9 +6,10 @@
 //
 // A file nvJPEG's batched decoder does not take (progressive, CMYK, 4:1:0 on the hardware engine),
 // or that does not end with JPEG's end-of-image marker (a truncated file, which the hardware
-// engine would decode without an error), is decoded on the host by libjpeg-turbo and copied up; a batch nvJPEG fails on is decoded file
-// by file on the host, so that a corrupt or truncated file is skipped with its reason, as the
-// host pipeline skips it, and the rest of its batch still delivered.
+// engine would decode without an error), is decoded on the host by libjpeg-turbo and copied up; a
+// batch nvJPEG fails on is decoded file by file on the host, so that a corrupt or truncated file is
+// skipped with its reason, as the host pipeline skips it, and the rest of its batch still
+// delivered.
 #pragma once
 
 #include <cstdint>
@@ -57,8 +58,9 @@ class GpuDecoder {
                                          int fill_to = 0) = 0;
 
   // The device batch process() last wrote: delivered samples of sample_bytes(options.augment).
-  // Two buffers take turns, so that it stays as it is through the next process() (a training step
-  // may still copy from it while the next batch is decoded).
+  // Two buffers take turns (a process() that delivers nothing takes none), so that it stays as it
+  // is through the next process() (a training step may still copy from it while the next batch is
+  // decoded).
   virtual const void* device_batch() const = 0;
 };
 

@@ -130,6 +130,7 @@ class NvjpegDecoder final : public GpuDecoder {
           fmt::format("cuda:{}: this machine has {} CUDA device(s)", o.device, count));
     }
     DLPROBE_CUDA_CHECK(cudaSetDevice(o.device));
+    device_ = o.device;
     cudaDeviceProp prop{};
     DLPROBE_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
     DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -160,6 +161,8 @@ class NvjpegDecoder final : public GpuDecoder {
 
   Result<GpuBatchResult> process(const BatchView& batch, const std::vector<Sample>& samples,
                                  const LoaderOptions& options, Stage stage, int fill_to) override {
+    // Any thread may call: the caller's current device need not be this one.
+    DLPROBE_CUDA_CHECK(cudaSetDevice(device_));
     const auto n = static_cast<std::size_t>(batch.count);
     if (batch.files.size() != n) {
       return invalid_argument("GPU decode: the batch holds no files (a loader with keep_files)");
@@ -222,7 +225,11 @@ class NvjpegDecoder final : public GpuDecoder {
       result.positions.push_back(result.positions[k % decoded]);
     }
     result.delivered = static_cast<int>(result.positions.size());
-    if (stage == Stage::augment) DLPROBE_RETURN_IF_ERROR(augment(batch, options, result));
+    // Only a batch with images takes a turn of the device buffers: a caller that counts the
+    // batches it was given counts the turns.
+    if (stage == Stage::augment && result.delivered > 0) {
+      DLPROBE_RETURN_IF_ERROR(augment(batch, options, result));
+    }
     DLPROBE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return result;
   }
@@ -316,6 +323,7 @@ class NvjpegDecoder final : public GpuDecoder {
   nvjpeg::HandleRef handle_ = nullptr;
   nvjpeg::StateRef state_ = nullptr;
   nvjpeg::StreamRef parse_ = nullptr;
+  int device_ = 0;
   cudaStream_t stream_ = nullptr;
   bool hardware_ = false;
   int initialized_ = -1;  // the batch size nvJPEG's batched decoder was last initialised for
