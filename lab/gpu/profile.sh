@@ -7,9 +7,11 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
 batch=${BATCH:-256}
+# ONLY="fp16-nhwc bf16-nhwc" runs just those native configurations.
 run() {
   local tag=$1
   shift
+  [[ -n ${ONLY:-} && " $ONLY " != *" $tag "* ]] && return
   echo "== native $tag"
   timeout 150 "$bin/dlprobe" bench --overwrite --model resnet50 --batch "$batch" --mode grads --steps 20 \
     --warmup 5 --profile 3 "$@" >"$out/native-$tag.log" 2>&1
