@@ -66,6 +66,15 @@ Status Backend::batch_norm_relu_inference_forward(const TensorView&, const Tenso
   return no_fusion(*this, "batch_norm_relu_inference_forward");
 }
 
+Status Backend::cast_many(std::span<const TensorView> src, std::span<const TensorView> dst) {
+  if (src.size() != dst.size()) {
+    return invalid_argument(
+        fmt::format("cast_many: {} sources and {} destinations", src.size(), dst.size()));
+  }
+  for (std::size_t i = 0; i < src.size(); ++i) DLPROBE_RETURN_IF_ERROR(cast(src[i], dst[i]));
+  return Status::ok();
+}
+
 Status Backend::batch_norm_relu_backward(const TensorView&, const TensorView&, const TensorView&,
                                          const TensorView&, const TensorView&, const TensorView&,
                                          const TensorView&, const TensorView&, const TensorView&,

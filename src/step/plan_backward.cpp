@@ -75,7 +75,7 @@ void Planner::backward_conv(const model::Layer& l, std::size_t i, Buffer* dy) {
        [&be = be_, xin, dy, dw, p] {
          return be.conv2d_backward_weight(xin->view, dy->view, dw->view, p);
        });
-  finish_grad(entry, dw, name);
+  finish_grad(entry, dw);
   if (dx != nullptr) contribute(l.inputs[0], dx, name);
 }
 
@@ -150,8 +150,8 @@ void Planner::backward_linear(const model::Layer& l, std::size_t i, Buffer* dy) 
        [&be = be_, dy, x, w, dx, dw, db] {
          return be.linear_backward(dy->view, x->view, w->view, dx->view, dw->view, db->view);
        });
-  finish_grad(wi, dw, name);
-  finish_grad(bi, db, name);
+  finish_grad(wi, dw);
+  finish_grad(bi, db);
   contribute(l.inputs[0], dx, name);
 }
 

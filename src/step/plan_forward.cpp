@@ -65,7 +65,7 @@ Result<Buffer*> Planner::forward_conv(const model::Layer& l, std::size_t i) {
                 "input");
   }
   conv_input_[i] = x;
-  Buffer* w = weight_for_forward(entry_of(i, StateKind::conv_weight), name);
+  Buffer* w = weight_for_forward(entry_of(i, StateKind::conv_weight));
   DLPROBE_ASSIGN_OR_RETURN(Buffer * y, new_output(l));
   emit(
       name + ".forward", CallKind::conv_forward, name, {x, w, y},
@@ -92,8 +92,8 @@ Result<Buffer*> Planner::forward_add(const model::Layer& l) {
 Result<Buffer*> Planner::forward_linear(const model::Layer& l, std::size_t i) {
   const std::string& name = l.name;
   Buffer* x = value_of(l.inputs[0]);
-  Buffer* w = weight_for_forward(entry_of(i, StateKind::fc_weight), name);
-  Buffer* b = weight_for_forward(entry_of(i, StateKind::fc_bias), name);
+  Buffer* w = weight_for_forward(entry_of(i, StateKind::fc_weight));
+  Buffer* b = weight_for_forward(entry_of(i, StateKind::fc_bias));
   DLPROBE_ASSIGN_OR_RETURN(Buffer * y, new_output(l));
   emit(name + ".forward", CallKind::linear_forward, name, {x, w, b, y},
        [&be = be_, x, w, b, y] { return be.linear_forward(x->view, w->view, b->view, y->view); });

@@ -67,6 +67,7 @@ void Planner::plan_fusion() {
 
 // The layers in order, then the loss over the logits.
 Status Planner::forward_pass() {
+  cast_working_copies();
   const auto& layers = s_.model.layers();
   for (std::size_t i = 0; i < layers.size(); ++i) DLPROBE_RETURN_IF_ERROR(forward(layers[i], i));
 
@@ -116,6 +117,7 @@ Status Planner::backward_layers() {
     DLPROBE_RETURN_IF_ERROR(backward(layers[i], i));
     release_grad(layers[i].output);
   }
+  cast_gradients();
   return Status::ok();
 }
 
@@ -191,12 +193,35 @@ int Planner::entry_of(std::size_t layer, StateKind kind) const {
   return -1;
 }
 
-Buffer* Planner::weight_for_forward(int entry, const std::string& layer) {
+void Planner::emit_cast_many(std::string name, const std::string& layer, std::vector<Buffer*> src,
+                             std::vector<Buffer*> dst) {
+  if (src.empty()) return;
+  std::vector<Buffer*> uses = src;
+  uses.insert(uses.end(), dst.begin(), dst.end());
+  emit(std::move(name), CallKind::cast, layer, std::move(uses),
+       [&be = be_, src = std::move(src), dst = std::move(dst)] {
+         std::vector<TensorView> from;
+         std::vector<TensorView> to;
+         for (const Buffer* b : src) from.push_back(b->view);
+         for (const Buffer* b : dst) to.push_back(b->view);
+         return be.cast_many(from, to);
+       });
+}
+
+void Planner::cast_working_copies() {
+  std::vector<Buffer*> masters;
+  std::vector<Buffer*> working;
+  for (const StateSlot& w : s_.state) {
+    if (w.working == nullptr) continue;
+    masters.push_back(w.master);
+    working.push_back(w.working);
+  }
+  emit_cast_many("weights.cast", "weights", std::move(masters), std::move(working));
+}
+
+Buffer* Planner::weight_for_forward(int entry) const {
   const StateSlot& w = slot(entry);
-  if (w.working == nullptr) return w.master;
-  emit_cast(s_.model.state()[static_cast<std::size_t>(entry)].name + ".cast", layer, w.master,
-            w.working);
-  return w.working;
+  return w.working != nullptr ? w.working : w.master;
 }
 
 Buffer* Planner::weight_for_backward(int entry) const {
@@ -210,11 +235,17 @@ Buffer* Planner::grad_target(int entry, const std::string& layer) {
   return temporary_like(p.working, layer);
 }
 
-void Planner::finish_grad(int entry, Buffer* target, const std::string& layer) {
+void Planner::finish_grad(int entry, Buffer* target) {
   Buffer* grad = slot(entry).grad;
   if (target == grad) return;
-  emit_cast(s_.model.state()[static_cast<std::size_t>(entry)].name + ".grad.cast", layer, target,
-            grad);
+  grad_low_.push_back(target);
+  grad_high_.push_back(grad);
+}
+
+void Planner::cast_gradients() {
+  emit_cast_many("weights.grad.cast", "weights", std::move(grad_low_), std::move(grad_high_));
+  grad_low_.clear();
+  grad_high_.clear();
 }
 
 void Planner::contribute(int v, Buffer* g, const std::string& layer) {

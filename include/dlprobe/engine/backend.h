@@ -89,6 +89,9 @@ class Backend {
 
   virtual Status fill(const TensorView& t, double value) = 0;
   virtual Status cast(const TensorView& src, const TensorView& dst) = 0;
+  // cast(src[i], dst[i]) for every i (the spans of one length), where a backend may do them all
+  // at once: the working copies of every weight, or every weight gradient, in one launch.
+  virtual Status cast_many(std::span<const TensorView> src, std::span<const TensorView> dst);
 
   virtual Status conv2d_forward(const TensorView& x, const TensorView& w, const TensorView& y,
                                 const Conv2dParams& p) = 0;

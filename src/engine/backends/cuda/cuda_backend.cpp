@@ -321,6 +321,29 @@ Status CudaBackend::cast(const TensorView& src, const TensorView& dst) {
   return launch_cast(ctx(), src, dst);
 }
 
+// One launch per kCastsPerLaunch pairs where every pair has the first one's dtypes (the planner's
+// weight and gradient casts); pair by pair otherwise.
+Status CudaBackend::cast_many(std::span<const TensorView> src, std::span<const TensorView> dst) {
+  constexpr std::string_view op = "cast_many";
+  if (src.size() != dst.size()) {
+    return invalid_argument(
+        fmt::format("{}: {} sources and {} destinations", op, src.size(), dst.size()));
+  }
+  if (src.empty()) return Status::ok();
+  bool uniform = true;
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    DLPROBE_RETURN_IF_ERROR(need_activation(op, "src", src[i]));
+    DLPROBE_RETURN_IF_ERROR(need_activation(op, "dst", dst[i]));
+    DLPROBE_RETURN_IF_ERROR(need(
+        src[i].desc.shape() == dst[i].desc.shape() && src[i].desc.layout() == dst[i].desc.layout(),
+        op, fmt::format("{} cannot be cast into {}", src[i].desc.str(), dst[i].desc.str())));
+    uniform = uniform && src[i].desc.dtype() == src[0].desc.dtype() &&
+              dst[i].desc.dtype() == dst[0].desc.dtype();
+  }
+  if (!uniform) return Backend::cast_many(src, dst);
+  return launch_cast_many(ctx(), src, dst);
+}
+
 // ---- convolutions ----
 
 // The larger strict-fp32 cap only where candidates are timed: there a large workspace is taken

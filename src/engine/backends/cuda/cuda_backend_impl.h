@@ -119,6 +119,7 @@ class CudaBackend final : public Backend {
   Status relu_backward_add(const TensorView& a, const TensorView& b, const TensorView& y,
                            const TensorView& dx) override;
   Status relu_forward(const TensorView& x, const TensorView& y) override;
+  Status cast_many(std::span<const TensorView> src, std::span<const TensorView> dst) override;
   Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) override;
   Status max_pool2d_forward(const TensorView& x, const TensorView& y,
                             const MaxPool2dParams& p) override;

@@ -63,6 +63,12 @@ inline Result<Scratch> scratch(const KernelContext& ctx, std::size_t bytes, std:
 // Elementwise, on tensors of one shape and layout (numel elements in storage order).
 Status launch_fill(const KernelContext& ctx, const TensorView& t, double value);
 Status launch_cast(const KernelContext& ctx, const TensorView& src, const TensorView& dst);
+// launch_cast over pairs of one source dtype and one destination dtype, kCastsPerLaunch pairs a
+// launch: the pointers travel in the kernel's parameters (no table to upload, which a CUDA graph
+// would have to keep).
+inline constexpr std::size_t kCastsPerLaunch = 96;
+Status launch_cast_many(const KernelContext& ctx, std::span<const TensorView> src,
+                        std::span<const TensorView> dst);
 Status launch_relu_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y);
 Status launch_relu_backward(const KernelContext& ctx, const TensorView& dy, const TensorView& y,
                             const TensorView& dx);

@@ -220,6 +220,57 @@ Status launch_fill(const KernelContext& ctx, const TensorView& t, double value) 
   });
 }
 
+// Up to kCastsPerLaunch (src, dst, numel) triples: 96 * 24 bytes, within the 4 KiB of kernel
+// parameters every CUDA version takes.
+struct CastTable {
+  const void* src[kCastsPerLaunch];
+  void* dst[kCastsPerLaunch];
+  std::int64_t numel[kCastsPerLaunch];
+};
+
+// grid (blocks per tensor, tensors): blockIdx.y picks the pair, the x blocks stride over it.
+template <class Tin, class Tout>
+__global__ void cast_many_kernel(CastTable t) {
+  const auto* src = static_cast<const Tin*>(t.src[blockIdx.y]);
+  auto* dst = static_cast<Tout*>(t.dst[blockIdx.y]);
+  const std::int64_t n = t.numel[blockIdx.y];
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    dst[i] = from_float<Tout>(to_float(src[i]));
+  }
+}
+
+Status launch_cast_many(const KernelContext& ctx, std::span<const TensorView> src,
+                        std::span<const TensorView> dst) {
+  if (src.empty()) return Status::ok();
+  return dispatch_floating(src[0].desc.dtype(), [&](auto in) {
+    using Tin = typename decltype(in)::type;
+    return dispatch_floating(dst[0].desc.dtype(), [&](auto out) -> Status {
+      using Tout = typename decltype(out)::type;
+      for (std::size_t first = 0; first < src.size(); first += kCastsPerLaunch) {
+        const std::size_t count = std::min(kCastsPerLaunch, src.size() - first);
+        CastTable t{};
+        std::int64_t largest = 0;
+        for (std::size_t k = 0; k < count; ++k) {
+          t.src[k] = src[first + k].data;
+          t.dst[k] = dst[first + k].data;
+          t.numel[k] = src[first + k].desc.numel();
+          largest = std::max(largest, t.numel[k]);
+        }
+        // About 8 elements a thread for the largest tensor, at most 64 blocks on one.
+        constexpr int kThreads = 256;
+        const auto blocks = static_cast<unsigned>(
+            std::clamp<std::int64_t>((largest + 8 * kThreads - 1) / (8 * kThreads), 1, 64));
+        cast_many_kernel<Tin, Tout>
+            <<<dim3(blocks, static_cast<unsigned>(count)), kThreads, 0, ctx.stream>>>(t);
+        DLPROBE_CUDA_CHECK_LAUNCH();
+      }
+      return Status::ok();
+    });
+  });
+}
+
 Status launch_cast(const KernelContext& ctx, const TensorView& src, const TensorView& dst) {
   return dispatch_floating(src.desc.dtype(), [&](auto in) {
     using Tin = typename decltype(in)::type;
