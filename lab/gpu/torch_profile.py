@@ -16,11 +16,13 @@ from torch.profiler import ProfilerActivity, profile
 
 def group(name):
     n = name.lower()
+    # Batch norm first: cuDNN's batch-norm kernels (cudnn::batchnorm_*) would match the
+    # convolutions' "cudnn" below.
+    if "batch_norm" in n or "batchnorm" in n or "welford" in n or "bn_" in n:
+        return "batch_norm"
     # cuDNN/cutlass convolution kernels, and cuDNN's own helpers around them.
     if re.search(r"conv|wgrad|dgrad|fprop|implicit_gemm|xmma|cutlass|sm90_|cudnn", n):
         return "convolution"
-    if "batch_norm" in n or "batchnorm" in n or "welford" in n or "bn_" in n:
-        return "batch_norm"
     if re.search(r"elementwise|vectorized|threshold|relu|add|copy|fill|cast", n):
         return "elementwise"
     if "gemm" in n or "matmul" in n:
