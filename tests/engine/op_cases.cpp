@@ -696,6 +696,58 @@ std::vector<DType> cast_destinations(DType from, bool half_to_half) {
   return to;
 }
 
+// Three tensors of different sizes (one element, an odd count, a packed one) cast in one
+// cast_many call per destination dtype, then in one call whose pairs go to different dtypes
+// (the CUDA backend's pair-by-pair path).
+std::vector<Variant> cast_many(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 11000;
+  const std::vector<DType> destinations = cast_destinations(precision.dtype, false);
+  const Shape shapes[] = {{1, 1, 1, 1}, {2, 3, 7, 11}, {2, 8, 4, 4}};
+  for (Layout l : kLayouts) {
+    Variant v = variant(fmt::format("3 tensors {}", layout_name(l)), precision);
+    std::vector<std::string> inputs;
+    for (std::size_t i = 0; i < std::size(shapes); ++i) {
+      inputs.push_back(fmt::format("x{}", i));
+      v.tensors.input(inputs.back(), cast_input(shapes[i], seed += 10, l, i == 1));
+    }
+    std::vector<std::string> outputs;  // "<input>_to_<dtype>" per destination, then mixed
+    std::vector<std::pair<std::string, std::string>> pairs;
+    for (DType d : destinations) {
+      for (std::size_t i = 0; i < std::size(shapes); ++i) {
+        pairs.emplace_back(inputs[i], fmt::format("{}_to_{}", inputs[i], dtype_name(d)));
+        v.tensors.output(pairs.back().second, desc(shapes[i], d, l));
+      }
+    }
+    for (std::size_t i = 0; i < std::size(shapes); ++i) {
+      const DType d = destinations[i % destinations.size()];
+      pairs.emplace_back(inputs[i], fmt::format("{}_mixed_to_{}", inputs[i], dtype_name(d)));
+      v.tensors.output(pairs.back().second, desc(shapes[i], d, l));
+    }
+    for (const auto& [from, to] : pairs) v.checks.push_back({to, {.exact = true}});
+    const std::size_t per_call = std::size(shapes);
+    v.run = [pairs, per_call](Backend& b, BackendTensors& t) {
+      for (std::size_t first = 0; first < pairs.size(); first += per_call) {
+        std::vector<TensorView> src;
+        std::vector<TensorView> dst;
+        for (std::size_t k = first; k < first + per_call; ++k) {
+          src.push_back(t[pairs[k].first]);
+          dst.push_back(t[pairs[k].second]);
+        }
+        DLPROBE_RETURN_IF_ERROR(b.cast_many(src, dst));
+      }
+      return Status::ok();
+    };
+    v.reference = [pairs](const OpTensors& t) -> Result<Values> {
+      Values want;
+      for (const auto& [from, to] : pairs) want[to] = t[from];
+      return want;
+    };
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 // The source in the precision's dtype to other floating dtypes, rounding to nearest even exactly
 // as the host conversions do; across layouts, into NHWC and back into NCHW.
 std::vector<Variant> cast(Precision precision, bool across_layouts, bool half_to_half) {
@@ -1050,6 +1102,7 @@ const std::vector<OpCase>& op_cases() {
       {"cross_entropy_backward", P::fp32, nullptr,
        [](Precision p) { return cross_entropy(p, true); }},
       {"cast", P::storage, nullptr, [](Precision p) { return cast(p, false, false); }},
+      {"cast_many", P::storage, nullptr, [](Precision p) { return cast_many(p); }},
       {"cast_across_layouts", P::storage, &Offers::mixed_layouts,
        [](Precision p) { return cast(p, true, false); }},
       {"cast_half_to_half", P::halves, &Offers::half_to_half_casts,
