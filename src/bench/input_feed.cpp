@@ -88,7 +88,7 @@ class HostFeed final : public FeedBase {
     return Status::ok();
   }
 
-  Result<double> feed(engine::TrainingStep& step) override {
+  Result<FeedTimes> feed(engine::TrainingStep& step) override {
     const auto start = Clock::now();
     DLPROBE_ASSIGN_OR_RETURN(data::BatchView batch, next_batch());
     // The loader's buffer holds `count` samples; a batch short of skipped files repeats them.
@@ -99,9 +99,12 @@ class HostFeed final : public FeedBase {
       std::memcpy(to + static_cast<std::size_t>(i) * sample,
                   batch.data.data() + (static_cast<std::size_t>(i) % batch.count) * sample, sample);
     }
-    const double waited = seconds_since(start);
+    FeedTimes times{.ready = seconds_since(start)};
+    DLPROBE_RETURN_IF_ERROR(step.synchronize());
+    const auto upload = Clock::now();
     DLPROBE_RETURN_IF_ERROR(step.set_input(images_, filled_labels(batch.labels, n)));
-    return waited;
+    times.upload = seconds_since(upload);
+    return times;
   }
 
  private:
@@ -158,18 +161,27 @@ class GpuFeed final : public FeedBase {
     return Status::ok();
   }
 
-  Result<double> feed(engine::TrainingStep& step) override {
+  Result<FeedTimes> feed(engine::TrainingStep& step) override {
     const auto start = Clock::now();
     std::unique_lock lock(mu_);
+    if (!error_.is_ok()) return error_;
     cv_.wait(lock, [&] { return done_.contains(next_feed_); });
     Done done = std::move(done_.at(next_feed_));
     done_.erase(next_feed_);
+    if (!done.status.is_ok()) {
+      // The workers have stopped: every later call gets the same error.
+      error_ = done.status;
+      return error_;
+    }
     lock.unlock();
-    if (!done.status.is_ok()) return done.status;
     decoded_skipped_.insert(decoded_skipped_.end(), done.skipped.begin(), done.skipped.end());
-    const double waited = seconds_since(start);
-    const Status set =
-        step.set_device_input(done.images, filled_labels(done.labels, step.config().batch));
+    FeedTimes times{.ready = seconds_since(start)};
+    Status set = step.synchronize();
+    const auto upload = Clock::now();
+    if (set.is_ok()) {
+      set = step.set_device_input(done.images, filled_labels(done.labels, step.config().batch));
+    }
+    times.upload = seconds_since(upload);
     lock.lock();
     // set_device_input waited for every step before it, so the copy from the batch fed before
     // this one has run: that decoder may write its buffer again.
@@ -179,7 +191,7 @@ class GpuFeed final : public FeedBase {
     lock.unlock();
     cv_.notify_all();
     if (!set.is_ok()) return set;
-    return waited;
+    return times;
   }
 
  private:
@@ -212,19 +224,26 @@ class GpuFeed final : public FeedBase {
     Decoder& me = decoders_[d];
     Taken taken;
     for (;;) {
-      std::uint64_t ticket = 0;
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return stop_ || me.made - me.released < kBuffers; });
         if (stop_ || failed_) return;
+      }
+      std::uint64_t ticket = 0;
+      Status took;
+      {
+        // A ticket and its batch under one lock, so that batches go to tickets in the loader's
+        // order; not under mu_, so that feed() takes a finished batch while this copies one.
+        std::lock_guard lock(loader_mu_);
         ticket = next_ticket_++;
-        // Taken under the lock, so that batches go to tickets in the loader's order.
-        if (Status s = take(taken); !s.is_ok()) {
-          Done failed;
-          failed.status = std::move(s);
-          finish(ticket, std::move(failed));
-          return;
-        }
+        took = take(taken);
+      }
+      if (!took.is_ok()) {
+        Done failed;
+        failed.status = std::move(took);
+        std::lock_guard lock(mu_);
+        finish(ticket, std::move(failed));
+        return;
       }
       Done done = make(d, taken);
       std::lock_guard lock(mu_);
@@ -261,7 +280,7 @@ class GpuFeed final : public FeedBase {
             fmt::format("{}: no file gives an image on the GPU", loader_->dataset().root.string()));
         return done;
       }
-      std::lock_guard lock(mu_);
+      std::lock_guard lock(loader_mu_);
       if (Status s = take(taken); !s.is_ok()) {
         done.status = std::move(s);
         return done;
@@ -269,7 +288,7 @@ class GpuFeed final : public FeedBase {
     }
   }
 
-  // The next loader batch into `t`; under mu_.
+  // The next loader batch into `t`; under loader_mu_.
   Status take(Taken& t) {
     DLPROBE_ASSIGN_OR_RETURN(data::BatchView batch, next_batch());
     t.files.assign(batch.files.begin(), batch.files.end());
@@ -291,7 +310,8 @@ class GpuFeed final : public FeedBase {
 
   data::LoaderOptions options_;
   std::array<Decoder, kDecoders> decoders_;
-  std::mutex mu_;
+  std::mutex loader_mu_;  // the loader (one consumer) and next_ticket_
+  std::mutex mu_;         // the rest below
   std::condition_variable cv_;
   std::map<std::uint64_t, Done> done_;  // finished batches by ticket, until fed
   std::uint64_t next_ticket_ = 0;
@@ -299,6 +319,7 @@ class GpuFeed final : public FeedBase {
   std::optional<std::size_t> fed_before_;
   bool stop_ = false;
   bool failed_ = false;
+  Status error_;  // the first error feed() returned
   std::vector<std::thread> threads_;
 };
 

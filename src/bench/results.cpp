@@ -400,14 +400,15 @@ results::Finding input_finding(const results::Configuration& synthetic,
   const double got = fed.statistics ? fed.statistics->throughput : 0;
   const double share = base > 0 ? got / base : 0;
   const double batch = static_cast<double>(fed.settings.batch);
-  const double fetch_ms =
-      facts.batches > 0 ? 1e3 * facts.fetch_seconds / static_cast<double>(facts.batches) : 0;
+  const double batches = static_cast<double>(std::max<std::int64_t>(facts.batches, 1));
+  const double fetch_ms = facts.batches > 0 ? 1e3 * facts.fetch_seconds / batches : 0;
+  const double upload_ms = facts.batches > 0 ? 1e3 * facts.upload_seconds / batches : 0;
   const double step_ms = base > 0 ? 1e3 * batch / base : 0;
   f.evidence = fmt::format(
       "{:.0f} img/s from JPEGs ({}, {} loader threads) against {:.0f} img/s on the synthetic "
       "batch: {:.1f} %; making a batch took {:.1f} ms on the host's clock against a {:.1f} ms "
-      "step{}",
-      got, facts.decoder, facts.threads, base, 100 * share, fetch_ms, step_ms,
+      "step, and handing it to the step {:.1f} ms with the device idle{}",
+      got, facts.decoder, facts.threads, base, 100 * share, fetch_ms, step_ms, upload_ms,
       facts.skipped.empty() ? std::string()
                             : fmt::format("; {} file(s) gave no image", facts.skipped.size()));
   if (share >= 0.95) {
@@ -419,6 +420,37 @@ results::Finding input_finding(const results::Configuration& synthetic,
   }
   f.severity = Severity::warning;
   f.id = "input_bound";
+  // Where the batches are ready before the step before them ends, more decoding threads would
+  // not help, and saying so would send the user after the wrong fix: the loss is then the copy
+  // up (host path), or the step itself slowed by the decoding beside it (GPU path). A tenth of a
+  // step is where the copy, not the decoding, explains it.
+  const double fed_ms = got > 0 ? 1e3 * batch / got : 0;
+  const bool in_time = facts.batches > 0 && fed_ms > 0 && fetch_ms < fed_ms;
+  if (in_time && facts.input != "jpeg-gpu" && upload_ms >= 0.1 * step_ms) {
+    f.message = fmt::format(
+        "input-bound by the copy to the device: training from JPEGs runs at {:.1f} % of the "
+        "synthetic throughput; the batches are ready in time ({:.1f} ms against a {:.1f} ms "
+        "step) but the device waits {:.1f} ms a step while each is copied to it",
+        100 * share, fetch_ms, fed_ms, upload_ms);
+    f.fix =
+        "dlprobe's host path copies each batch from pageable memory once the step before has "
+        "ended: decode on the GPU (--data-decode gpu), or in a framework copy from pinned "
+        "memory while the step runs (PyTorch: DataLoader(pin_memory=True) and .to(device, "
+        "non_blocking=True); tf.data: prefetch_to_device)";
+    return f;
+  }
+  if (in_time && facts.input == "jpeg-gpu" && upload_ms < 0.1 * step_ms) {
+    f.message = fmt::format(
+        "input-bound by the decoding's share of the GPU: training from JPEGs runs at {:.1f} % "
+        "of the synthetic throughput; the batches are ready in time ({:.1f} ms) but a step "
+        "takes {:.1f} ms beside the decoding against {:.1f} ms on the synthetic batch",
+        100 * share, fetch_ms, fed_ms, step_ms);
+    f.fix =
+        "the decoding and the step share the GPU: decode on the host's cores where they keep "
+        "up (--data-decode cpu), or store smaller images (e.g. 256 pixels on the short side), "
+        "which leaves less to decode";
+    return f;
+  }
   f.message = fmt::format(
       "input-bound: training from JPEGs runs at {:.1f} % of the synthetic throughput", 100 * share);
   f.fix = facts.input == "jpeg-gpu"

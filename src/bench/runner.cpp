@@ -153,9 +153,10 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
   // The next batch from the feed, if any; its fetch time counted while `timed`.
   const auto next_input = [&](bool timed) -> Status {
     if (!feed) return Status::ok();
-    DLPROBE_ASSIGN_OR_RETURN(const double fetch, feed->feed(*step));
+    DLPROBE_ASSIGN_OR_RETURN(const FeedTimes times, feed->feed(*step));
     if (timed) {
-      r.input->fetch_seconds += fetch;
+      r.input->fetch_seconds += times.ready;
+      r.input->upload_seconds += times.upload;
       ++r.input->batches;
     }
     return Status::ok();

@@ -146,6 +146,10 @@ TensorDesc TrainingStep::input_desc() const {
   return impl_->images->view.desc;
 }
 
+Status TrainingStep::synchronize() {
+  return impl_->backend.synchronize();
+}
+
 Status TrainingStep::set_device_input(const void* images, const HostTensor& labels) {
   if (images == nullptr) return invalid_argument("set_device_input: no images");
   DLPROBE_RETURN_IF_ERROR(check_labels(labels));

@@ -414,5 +414,63 @@ TEST(CeilingDtype, OnePerPrecision) {
   EXPECT_FALSE(ceiling_dtype(engine::Precision::fp64).has_value());
 }
 
+// A configuration of `batch` images at `throughput` img/s, for the input findings.
+results::Configuration measured(std::int64_t batch, double throughput) {
+  results::Configuration c;
+  c.settings.batch = batch;
+  c.statistics.emplace();
+  c.statistics->throughput = throughput;
+  return c;
+}
+
+// Feeding facts over 100 batches: `ready_ms` and `upload_ms` a batch.
+InputFacts fed_by(std::string input, double ready_ms, double upload_ms) {
+  InputFacts f;
+  f.input = std::move(input);
+  f.decoder = f.input == "jpeg-gpu" ? "nvJPEG" : "libjpeg-turbo";
+  f.threads = 16;
+  f.batches = 100;
+  f.fetch_seconds = ready_ms / 10;
+  f.upload_seconds = upload_ms / 10;
+  return f;
+}
+
+// bs256: 7,315 img/s synthetic is a 35.0 ms step.
+TEST(InputFinding, NamesWhatBindsTheStep) {
+  const results::Configuration synthetic = measured(256, 7315);
+
+  // Within 5 %: keeps up.
+  EXPECT_EQ(input_finding(synthetic, measured(256, 7100), fed_by("jpeg-cpu", 20, 1)).id,
+            "input_keeps_up");
+
+  // The H200's host path (6de12c1): batches ready after 27.9 ms, the step at 56.4 ms, the copy of
+  // the fp32 batch from pageable memory about 19 ms: the copy binds, not the decoding.
+  const results::Finding copy =
+      input_finding(synthetic, measured(256, 4474), fed_by("jpeg-cpu", 27.9, 19));
+  EXPECT_EQ(copy.id, "input_bound");
+  EXPECT_NE(copy.message.find("by the copy to the device"), std::string::npos) << copy.message;
+  EXPECT_NE(copy.fix.find("pin_memory"), std::string::npos);
+  EXPECT_NE(copy.evidence.find("handing it to the step 19.0 ms"), std::string::npos)
+      << copy.evidence;
+
+  // The GPU path (bb02a38): ready after 27.9 ms, a 40.6 ms step, a copy of 0.1 ms: the step
+  // slows beside the decoding.
+  const results::Finding shared =
+      input_finding(synthetic, measured(256, 6300), fed_by("jpeg-gpu", 27.9, 0.1));
+  EXPECT_NE(shared.message.find("decoding's share of the GPU"), std::string::npos)
+      << shared.message;
+  EXPECT_NE(shared.fix.find("--data-decode cpu"), std::string::npos);
+
+  // Batches that come later than the step needs (60 ms against a 56 ms step): the decoding
+  // binds, whatever the copy took, and the fix is the decoding's.
+  for (const char* input : {"jpeg-cpu", "jpeg-gpu"}) {
+    const results::Finding slow =
+        input_finding(synthetic, measured(256, 4474), fed_by(input, 60, 19));
+    EXPECT_EQ(slow.message.find("by the copy"), std::string::npos) << input;
+    EXPECT_EQ(slow.message.find("share of the GPU"), std::string::npos) << input;
+    EXPECT_NE(slow.fix.find("--data-threads"), std::string::npos) << input;
+  }
+}
+
 }  // namespace
 }  // namespace dlprobe::bench

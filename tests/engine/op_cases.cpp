@@ -745,6 +745,33 @@ std::vector<Variant> cast_many(Precision precision) {
     };
     out.push_back(std::move(v));
   }
+  // More pairs than one launch takes (the CUDA backend's kCastsPerLaunch is 96).
+  Variant many = variant("100 tensors of 1 to 7 elements", precision);
+  std::vector<std::pair<std::string, std::string>> pairs;
+  const DType to = destinations.back();
+  for (int i = 0; i < 100; ++i) {
+    const Shape s{1, 1, 1, 1 + i % 7};
+    pairs.emplace_back(fmt::format("x{}", i), fmt::format("y{}", i));
+    // Range edges need four elements.
+    many.tensors.input(pairs.back().first, cast_input(s, seed += 10, Layout::nchw, s[3] >= 4));
+    many.tensors.output(pairs.back().second, desc(s, to, Layout::nchw));
+    many.checks.push_back({pairs.back().second, {.exact = true}});
+  }
+  many.run = [pairs](Backend& b, BackendTensors& t) {
+    std::vector<TensorView> src;
+    std::vector<TensorView> dst;
+    for (const auto& [from, into] : pairs) {
+      src.push_back(t[from]);
+      dst.push_back(t[into]);
+    }
+    return b.cast_many(src, dst);
+  };
+  many.reference = [pairs](const OpTensors& t) -> Result<Values> {
+    Values want;
+    for (const auto& [from, into] : pairs) want[into] = t[from];
+    return want;
+  };
+  out.push_back(std::move(many));
   return out;
 }
 

@@ -28,13 +28,20 @@ struct JpegInput {
   std::uint64_t seed = 0;  // of the shuffles, crops and flips
 };
 
+struct FeedTimes {
+  // Seconds spent getting the batch ready (waiting for the loader's workers, decoding on the
+  // GPU): the time a step waits for input when the step before it has already finished.
+  double ready = 0;
+  // Seconds spent handing it to the step after the steps queued before had ended (their wait is
+  // not counted): the copy to the device, through which the device is idle.
+  double upload = 0;
+};
+
 class InputFeed {
  public:
   virtual ~InputFeed() = default;
-  // The next batch into `step`; returns the seconds spent getting it ready (waiting for the
-  // loader's workers, decoding on the GPU) before the step's input was set: the time a step
-  // waits for input when the step before it has already finished.
-  virtual Result<double> feed(engine::TrainingStep& step) = 0;
+  // The next batch into `step`, and what it cost.
+  virtual Result<FeedTimes> feed(engine::TrainingStep& step) = 0;
   // "jpeg-gpu" or "jpeg-cpu": the configuration's input setting.
   virtual const std::string& input() const = 0;
   // "nvJPEG 13.0.1 hardware engine, NVIDIA H200" or "libjpeg-turbo".

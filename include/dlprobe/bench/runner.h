@@ -121,6 +121,9 @@ struct InputFacts {
   // over the timed steps: a step waits for its input only where this is longer than the step
   // before it.
   double fetch_seconds = 0;
+  // Seconds spent handing the batches to the step once the step before had ended (the copy to
+  // the device, from host memory or from the GPU decoder's buffer): the device waits through it.
+  double upload_seconds = 0;
   std::int64_t batches = 0;
   std::vector<data::SkippedFile> skipped;
 };

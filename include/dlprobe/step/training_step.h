@@ -82,6 +82,8 @@ class TrainingStep {
   // first waits for the steps queued before, so `images` may be written again once the next call
   // has returned.
   Status set_device_input(const void* images, const HostTensor& labels);
+  // Waits for every step queued so far (set_input() and set_device_input() do so first).
+  Status synchronize();
 
   // Queues one step. Under fp16 the scale of this step depends on whether the last one found
   // inf/NaN, so a step still pending is collected first (a synchronisation); otherwise steps

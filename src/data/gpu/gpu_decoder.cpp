@@ -69,11 +69,17 @@ class KeptBlocks {
       free_.erase(best);
       return 0;
     }
-    if (alloc(p, bytes) != cudaSuccess) return 1;
+    if (alloc(p, bytes) != cudaSuccess) {
+      // Cleared, so that the next launch's check does not report this failure, which nvJPEG
+      // answers by decoding on the host.
+      (void)cudaGetLastError();
+      return 1;
+    }
     used_.emplace(*p, bytes);
     return 0;
   }
   int give(void* p) {
+    if (p == nullptr) return 0;  // as cudaFree(nullptr)
     std::lock_guard lock(mu_);
     auto it = used_.find(p);
     if (it == used_.end()) return 1;
