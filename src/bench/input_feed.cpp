@@ -130,7 +130,8 @@ class GpuFeed final : public FeedBase {
     for (std::thread& t : threads_) t.join();
   }
 
-  Status open(const JpegInput& in, const engine::TrainingStep& step, int threads, int device) {
+  Status open(const JpegInput& in, const engine::TrainingStep& step, int threads, int device,
+              const GpuDecoderMaker& make) {
     const engine::StepConfig& c = step.config();
     const TensorDesc desc = step.input_desc();
     if (desc.dtype() != DType::fp32) {
@@ -153,7 +154,7 @@ class GpuFeed final : public FeedBase {
     g.hardware = in.hardware;
     g.max_batch = options_.batch_size;
     for (Decoder& each : decoders_) {
-      DLPROBE_ASSIGN_OR_RETURN(each.gpu, data::GpuDecoder::open(g));
+      DLPROBE_ASSIGN_OR_RETURN(each.gpu, make(g));
     }
     DLPROBE_ASSIGN_OR_RETURN(loader_, data::Loader::start(in.dataset, read));
     decoder_ = decoders_[0].gpu->name();
@@ -329,9 +330,10 @@ std::string input_setting(const JpegInput& input, const device::Device& device) 
   return device.kind == DeviceKind::cuda && input.gpu_decode ? "jpeg-gpu" : "jpeg-cpu";
 }
 
-Result<std::unique_ptr<InputFeed>> open_jpeg_feed(const JpegInput& in,
-                                                  const engine::TrainingStep& step,
-                                                  const device::Device& device) {
+namespace {
+
+// The loader threads `in` asks for, once its dataset fits the step's model.
+Result<int> feed_threads(const JpegInput& in, const engine::TrainingStep& step) {
   const engine::StepConfig& c = step.config();
   const auto classes = static_cast<std::int64_t>(in.dataset.classes.size());
   if (classes > c.model.classes) {
@@ -341,13 +343,26 @@ Result<std::unique_ptr<InputFeed>> open_jpeg_feed(const JpegInput& in,
   if (in.threads < 0 || in.threads > 1024) {
     return invalid_argument(fmt::format("data threads: {} (1 to 1024)", in.threads));
   }
-  const int threads = in.threads > 0 ? in.threads : data::usable_cores();
+  return in.threads > 0 ? in.threads : data::usable_cores();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<InputFeed>> open_gpu_feed(const JpegInput& in,
+                                                 const engine::TrainingStep& step, int device,
+                                                 const GpuDecoderMaker& make) {
+  DLPROBE_ASSIGN_OR_RETURN(const int threads, feed_threads(in, step));
+  auto feed = std::make_unique<GpuFeed>("jpeg-gpu");
+  DLPROBE_RETURN_IF_ERROR(feed->open(in, step, threads, device, make));
+  return std::unique_ptr<InputFeed>(std::move(feed));
+}
+
+Result<std::unique_ptr<InputFeed>> open_jpeg_feed(const JpegInput& in,
+                                                  const engine::TrainingStep& step,
+                                                  const device::Device& device) {
   const std::string setting = input_setting(in, device);
-  if (setting == "jpeg-gpu") {
-    auto feed = std::make_unique<GpuFeed>(setting);
-    DLPROBE_RETURN_IF_ERROR(feed->open(in, step, threads, device.index));
-    return std::unique_ptr<InputFeed>(std::move(feed));
-  }
+  if (setting == "jpeg-gpu") return open_gpu_feed(in, step, device.index, data::GpuDecoder::open);
+  DLPROBE_ASSIGN_OR_RETURN(const int threads, feed_threads(in, step));
   auto feed = std::make_unique<HostFeed>(setting);
   DLPROBE_RETURN_IF_ERROR(feed->open(in, step, threads));
   return std::unique_ptr<InputFeed>(std::move(feed));

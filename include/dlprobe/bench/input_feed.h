@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dlprobe/core/status.h"
 #include "dlprobe/data/dataset.h"
+#include "dlprobe/data/gpu_decoder.h"
 #include "dlprobe/data/loader.h"
 #include "dlprobe/device/device.h"
 #include "dlprobe/step/training_step.h"
@@ -61,5 +63,15 @@ std::string input_setting(const JpegInput& input, const device::Device& device);
 Result<std::unique_ptr<InputFeed>> open_jpeg_feed(const JpegInput& input,
                                                   const engine::TrainingStep& step,
                                                   const device::Device& device);
+
+// How a GPU-decode feed makes its decoders: data::GpuDecoder::open, or a fake where no GPU is.
+using GpuDecoderMaker =
+    std::function<Result<std::unique_ptr<data::GpuDecoder>>(const data::GpuDecoderOptions&)>;
+
+// open_jpeg_feed's GPU-decode feed on CUDA device `device`, its decoders made by `make`: several
+// decoders, each on a thread of its own, make batches at once, delivered in the loader's order.
+Result<std::unique_ptr<InputFeed>> open_gpu_feed(const JpegInput& input,
+                                                 const engine::TrainingStep& step, int device,
+                                                 const GpuDecoderMaker& make);
 
 }  // namespace dlprobe::bench
