@@ -311,13 +311,20 @@ Status CudaBackend::fill(const TensorView& t, double value) {
   return launch_fill(ctx(), t, value);
 }
 
-Status CudaBackend::cast(const TensorView& src, const TensorView& dst) {
-  constexpr std::string_view op = "cast";
+namespace {
+
+// What cast and cast_many take of each pair: activations of one shape and layout.
+Status need_castable(std::string_view op, const TensorView& src, const TensorView& dst) {
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "src", src));
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "dst", dst));
-  DLPROBE_RETURN_IF_ERROR(
-      need(src.desc.shape() == dst.desc.shape() && src.desc.layout() == dst.desc.layout(), op,
-           fmt::format("{} cannot be cast into {}", src.desc.str(), dst.desc.str())));
+  return need(src.desc.shape() == dst.desc.shape() && src.desc.layout() == dst.desc.layout(), op,
+              fmt::format("{} cannot be cast into {}", src.desc.str(), dst.desc.str()));
+}
+
+}  // namespace
+
+Status CudaBackend::cast(const TensorView& src, const TensorView& dst) {
+  DLPROBE_RETURN_IF_ERROR(need_castable("cast", src, dst));
   return launch_cast(ctx(), src, dst);
 }
 
@@ -332,11 +339,7 @@ Status CudaBackend::cast_many(std::span<const TensorView> src, std::span<const T
   if (src.empty()) return Status::ok();
   bool uniform = true;
   for (std::size_t i = 0; i < src.size(); ++i) {
-    DLPROBE_RETURN_IF_ERROR(need_activation(op, "src", src[i]));
-    DLPROBE_RETURN_IF_ERROR(need_activation(op, "dst", dst[i]));
-    DLPROBE_RETURN_IF_ERROR(need(
-        src[i].desc.shape() == dst[i].desc.shape() && src[i].desc.layout() == dst[i].desc.layout(),
-        op, fmt::format("{} cannot be cast into {}", src[i].desc.str(), dst[i].desc.str())));
+    DLPROBE_RETURN_IF_ERROR(need_castable(op, src[i], dst[i]));
     uniform = uniform && src[i].desc.dtype() == src[0].desc.dtype() &&
               dst[i].desc.dtype() == dst[0].desc.dtype();
   }
