@@ -10,7 +10,9 @@ bin=.devbuild/bin
 . scripts/gpu-env.sh
 status=0
 echo "== gpu tests" >>"$out/gpu-tests.log"
+# BINARIES="engine_cuda_test step_cuda_test" runs only those.
 for binary in $(cut -f1 .devbuild/gpu-tests.tsv | sort -u); do
+  [[ -n ${BINARIES:-} && " $BINARIES " != *" $binary "* ]] && continue
   filter=$(awk -F'\t' -v b="$binary" '$1 == b {sub("--gtest_filter=", "", $2); print $2}' \
     .devbuild/gpu-tests.tsv | paste -sd: -)
   # A binary registered whole (dlprobe_add_test ONE_PROCESS) has no filter: all of its tests run.
