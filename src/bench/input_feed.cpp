@@ -153,6 +153,7 @@ class GpuFeed final : public FeedBase {
     g.device = device;
     g.hardware = in.hardware;
     g.max_batch = options_.batch_size;
+    device_ = device;
     for (Decoder& each : decoders_) {
       DLPROBE_ASSIGN_OR_RETURN(each.gpu, make(g));
     }
@@ -277,8 +278,10 @@ class GpuFeed final : public FeedBase {
         return done;
       }
       if (tries > loader_->dataset().samples.size()) {
-        done.status = invalid_argument(
-            fmt::format("{}: no file gives an image on the GPU", loader_->dataset().root.string()));
+        done.status = invalid_argument(fmt::format(
+            "{0}: no file gives an image on the GPU (see which and why with `dlprobe pipeline "
+            "{0} --device cuda:{1}`, or decode on the host with --data-decode cpu)",
+            loader_->dataset().root.string(), device_));
         return done;
       }
       std::lock_guard lock(loader_mu_);
@@ -310,6 +313,7 @@ class GpuFeed final : public FeedBase {
   }
 
   data::LoaderOptions options_;
+  int device_ = 0;
   std::array<Decoder, kDecoders> decoders_;
   std::mutex loader_mu_;  // the loader (one consumer) and next_ticket_
   std::mutex mu_;         // the rest below

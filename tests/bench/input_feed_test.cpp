@@ -101,8 +101,6 @@ TEST(GpuFeed, DeliversEveryBatchOnceInTheLoadersOrder) {
     for (int i = 0; i < 20; ++i) {
       auto times = (*feed)->feed(*f.rig.step);
       ASSERT_TRUE(times) << times.status().message();
-      EXPECT_GE(times->ready, 0);
-      EXPECT_GE(times->upload, 0);
       ASSERT_TRUE(f.rig.step->run_step());
     }
   }  // the feed stops its threads here, some of them waiting for a free buffer
