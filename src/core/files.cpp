@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace dlprobe {
@@ -243,6 +244,21 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view con
                                              tmp.string(), std::strerror(err)));
   }
   return {};
+}
+
+Result<std::filesystem::path> xdg_file(const char* xdg_var, std::string_view home_dir,
+                                       std::string_view file, std::string_view what,
+                                       std::string_view flag) {
+  const char* xdg = std::getenv(xdg_var);
+  if (xdg != nullptr && std::filesystem::path(xdg).is_absolute()) {
+    return std::filesystem::path(xdg) / "dlprobe" / file;
+  }
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || *home == '\0') {
+    return error(Errc::not_found, fmt::format("no {} folder: neither {} nor HOME is set (give {})",
+                                              what, xdg_var, flag));
+  }
+  return std::filesystem::path(home) / home_dir / "dlprobe" / file;
 }
 
 }  // namespace dlprobe

@@ -5,10 +5,10 @@
 
 #include <cctype>
 #include <chrono>
-#include <cstdlib>
 #include <thread>
 #include <utility>
 
+#include "dlprobe/core/files.h"
 #include "dlprobe/results/table.h"
 #include "statement.h"
 
@@ -137,16 +137,7 @@ Status check_date(const std::string& date, const char* which) {
 }  // namespace
 
 Result<std::filesystem::path> default_path() {
-  const char* xdg = std::getenv("XDG_DATA_HOME");
-  if (xdg != nullptr && std::filesystem::path(xdg).is_absolute()) {
-    return std::filesystem::path(xdg) / "dlprobe" / "history.sqlite";
-  }
-  const char* home = std::getenv("HOME");
-  if (home == nullptr || *home == '\0') {
-    return error(Errc::not_found,
-                 "no history folder: neither XDG_DATA_HOME nor HOME is set (give --history FILE)");
-  }
-  return std::filesystem::path(home) / ".local" / "share" / "dlprobe" / "history.sqlite";
+  return xdg_file("XDG_DATA_HOME", ".local/share", "history.sqlite", "history", "--history FILE");
 }
 
 Entry entry_of(const results::Document& document, std::size_t index) {

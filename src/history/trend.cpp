@@ -6,13 +6,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
 #include <span>
 #include <thread>
 #include <tuple>
+
+#include "dlprobe/core/files.h"
 
 namespace dlprobe::history {
 
@@ -32,16 +33,7 @@ std::optional<double> Prices::of(const std::string& gpu) const {
 }
 
 Result<std::filesystem::path> default_config_path() {
-  const char* xdg = std::getenv("XDG_CONFIG_HOME");
-  if (xdg != nullptr && std::filesystem::path(xdg).is_absolute()) {
-    return std::filesystem::path(xdg) / "dlprobe" / "config.json";
-  }
-  const char* home = std::getenv("HOME");
-  if (home == nullptr || *home == '\0') {
-    return error(Errc::not_found,
-                 "no config folder: neither XDG_CONFIG_HOME nor HOME is set (give --config FILE)");
-  }
-  return std::filesystem::path(home) / ".config" / "dlprobe" / "config.json";
+  return xdg_file("XDG_CONFIG_HOME", ".config", "config.json", "config", "--config FILE");
 }
 
 Result<Prices> read_prices(const std::filesystem::path& config) {

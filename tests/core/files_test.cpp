@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -151,6 +152,56 @@ TEST_F(FilesTest, ReadingAFolderIsAnIoError) {
   auto r = read_whole_file(dir_.path());
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.status().code(), Errc::io_error);
+}
+
+// Sets an environment variable (or unsets it, for null) for the scope, then puts it back.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old != nullptr) old_ = old;
+    had_ = old != nullptr;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_, old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(XdgFile, TheVariableThenHomeThenAnErrorNamingTheFlag) {
+  {
+    ScopedEnv xdg("XDG_TEST_HOME", "/x/y");
+    EXPECT_EQ(xdg_file("XDG_TEST_HOME", ".test", "f.json", "test", "--f FILE").value(),
+              "/x/y/dlprobe/f.json");
+  }
+  {
+    ScopedEnv xdg("XDG_TEST_HOME", "relative");  // not absolute: ignored, as the spec says
+    ScopedEnv home("HOME", "/home/u");
+    EXPECT_EQ(xdg_file("XDG_TEST_HOME", ".local/share", "f.json", "test", "--f FILE").value(),
+              "/home/u/.local/share/dlprobe/f.json");
+  }
+  ScopedEnv xdg("XDG_TEST_HOME", nullptr);
+  ScopedEnv home("HOME", "");
+  auto none = xdg_file("XDG_TEST_HOME", ".test", "f.json", "test", "--f FILE");
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.status().code(), Errc::not_found);
+  EXPECT_EQ(none.status().message(),
+            "no test folder: neither XDG_TEST_HOME nor HOME is set (give --f FILE)");
 }
 
 }  // namespace

@@ -53,4 +53,11 @@ Status reserve_stdout();
 // written in place; "-" is standard output (see reserve_stdout()).
 Status write_file_atomic(const std::filesystem::path& path, std::string_view content);
 
+// dlprobe's file `file` in an XDG base directory: $<xdg_var>/dlprobe/<file> where that variable is
+// an absolute path, else $HOME/<home_dir>/dlprobe/<file> (the spec's default). Neither set:
+// Errc::not_found, "no <what> folder: neither <xdg_var> nor HOME is set (give <flag>)".
+Result<std::filesystem::path> xdg_file(const char* xdg_var, std::string_view home_dir,
+                                       std::string_view file, std::string_view what,
+                                       std::string_view flag);
+
 }  // namespace dlprobe
