@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "dlprobe/bench/results.h"
+#include "dlprobe/bench/text.h"
 #include "dlprobe/stats/statistics.h"
 #include "dlprobe/stats/steady_state.h"
 
@@ -161,17 +162,7 @@ std::string processes_text(const results::Document& merged,
         "  throughput  {:.2f} img/s over every process ({:.0f}% CI {:.2f} - {:.2f} within the "
         "steps)\n",
         s.throughput, s.ci_level * 100, s.throughput_ci.low, s.throughput_ci.high);
-    if (c.run_spread) {
-      std::string each;
-      for (double t : results::run_throughputs(c.samples)) {
-        each += fmt::format("{}{:.2f}", each.empty() ? "" : ", ", t);
-      }
-      out += fmt::format(
-          "  processes   {} img/s; between processes {:.0f}% t interval {:.2f} - {:.2f}, spread "
-          "{:.2f} - {:.2f}\n",
-          each, c.run_spread->level * 100, c.run_spread->ci.low, c.run_spread->ci.high,
-          c.run_spread->min, c.run_spread->max);
-    }
+    if (c.run_spread) out += fmt::format("  processes   {}\n", run_spread_text(c, "processes"));
   }
   for (std::size_t i = 0; i < processes.size(); ++i) {
     if (!processes[i].failure.empty()) out += ended_badly(processes, i) + "\n";

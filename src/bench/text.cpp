@@ -166,17 +166,7 @@ std::string detail_text(const Sweep& sweep, const results::Configuration& c,
     out += fmt::format("timed       {} steps, {:.3f} s\n", s.steps, s.total_seconds);
     out += fmt::format("throughput  {:.2f} img/s ({:.0f}% CI {:.2f} - {:.2f} within the steps)\n",
                        s.throughput, s.ci_level * 100, s.throughput_ci.low, s.throughput_ci.high);
-    if (c.run_spread) {
-      const stats::RunSpread& spread = *c.run_spread;
-      std::string each;
-      for (double t : results::run_throughputs(c.samples)) {
-        each += fmt::format("{}{:.2f}", each.empty() ? "" : ", ", t);
-      }
-      out += fmt::format(
-          "runs        {} img/s; between runs {:.0f}% t interval {:.2f} - {:.2f}, spread {:.2f} "
-          "- {:.2f}\n",
-          each, spread.level * 100, spread.ci.low, spread.ci.high, spread.min, spread.max);
-    }
+    if (c.run_spread) out += fmt::format("runs        {}\n", run_spread_text(c, "runs"));
     const std::vector<double> windows = results::window_throughputs(c.samples);
     if (windows.size() > 1) {
       std::string each;
@@ -268,6 +258,19 @@ std::string profile_text(const std::vector<CallTime>& profile) {
   out += "  slowest calls:\n";
   for (const CallTime* t : slowest) out += fmt::format("  {:9.3f} ms  {}\n", t->ms, t->name);
   return out;
+}
+
+std::string run_spread_text(const results::Configuration& c, std::string_view what) {
+  if (!c.run_spread) return {};
+  const stats::RunSpread& spread = *c.run_spread;
+  std::string each;
+  for (double t : results::run_throughputs(c.samples)) {
+    each += fmt::format("{}{:.2f}", each.empty() ? "" : ", ", t);
+  }
+  return fmt::format(
+      "{} img/s; between {} {:.0f}% t interval {:.2f} - {:.2f}, spread {:.2f} - "
+      "{:.2f}",
+      each, what, spread.level * 100, spread.ci.low, spread.ci.high, spread.min, spread.max);
 }
 
 }  // namespace dlprobe::bench

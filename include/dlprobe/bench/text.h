@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dlprobe/bench/runner.h"
@@ -30,6 +31,11 @@ std::string detail_text(const Sweep& sweep, const results::Configuration& config
 // not finish: its error says it), else the table; then the findings. Empty when nothing ran.
 std::string outcome_text(const Sweep& sweep, const SweepOutcome& outcome,
                          const std::vector<results::Finding>& findings, bool detailed);
+
+// The throughput of each of a configuration's runs and the interval and spread between them:
+// "a, b, c img/s; between <what> 95% t interval lo - hi, spread min - max" (what: "runs",
+// "processes"). Empty without a run spread.
+std::string run_spread_text(const results::Configuration& configuration, std::string_view what);
 
 // Device time per kind of call, then the slowest calls.
 std::string profile_text(const std::vector<CallTime>& profile);
