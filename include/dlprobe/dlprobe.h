@@ -34,6 +34,7 @@
 #include "dlprobe/data/augment.h"
 #include "dlprobe/data/dataset.h"
 #include "dlprobe/data/decoder.h"
+#include "dlprobe/data/device_staging.h"
 #include "dlprobe/data/gpu_decoder.h"
 #include "dlprobe/data/loader.h"
 #include "dlprobe/data/make_dataset.h"

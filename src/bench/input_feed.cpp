@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dlprobe/core/clock.h"
+#include "dlprobe/data/device_staging.h"
 #include "dlprobe/data/gpu_decoder.h"
 #include "dlprobe/data/throughput.h"
 
@@ -67,13 +68,21 @@ class FeedBase : public InputFeed {
   std::vector<data::SkippedFile> decoded_skipped_;
 };
 
-// Decode and augment on the worker threads; the batch goes up with set_input().
+// Decode and augment on the worker threads. On a CUDA device the batch goes up through
+// page-locked staging on a stream of its own while the step before runs, and into the step with a
+// copy on the device; on the CPU, with set_input().
 class HostFeed final : public FeedBase {
  public:
   using FeedBase::FeedBase;
-  Status open(const JpegInput& in, const engine::TrainingStep& step, int threads) {
+  Status open(const JpegInput& in, const engine::TrainingStep& step, int threads,
+              const device::Device& device) {
     const engine::StepConfig& c = step.config();
-    images_ = HostTensor(step.input_desc().with_dtype(DType::fp32));
+    const TensorDesc images = step.input_desc().with_dtype(DType::fp32);
+    if (device.kind == DeviceKind::cuda) {
+      DLPROBE_ASSIGN_OR_RETURN(staging_, data::DeviceStaging::open(device.index, images.bytes()));
+    } else {
+      images_ = HostTensor(images);
+    }
     data::LoaderOptions o;
     o.threads = threads;
     o.batch_size = static_cast<int>(c.batch);
@@ -93,22 +102,29 @@ class HostFeed final : public FeedBase {
     DLPROBE_ASSIGN_OR_RETURN(data::BatchView batch, next_batch());
     // The loader's buffer holds `count` samples; a batch short of skipped files repeats them.
     const std::size_t sample = batch.data.size() / static_cast<std::size_t>(batch.count);
-    auto* to = static_cast<std::byte*>(images_.data());
+    std::byte* to = staging_ ? staging_->host().data() : static_cast<std::byte*>(images_.data());
     const std::int64_t n = step.config().batch;
     for (std::int64_t i = 0; i < n; ++i) {
       std::memcpy(to + static_cast<std::size_t>(i) * sample,
                   batch.data.data() + (static_cast<std::size_t>(i) % batch.count) * sample, sample);
     }
+    const void* on_device = nullptr;
+    if (staging_) {
+      DLPROBE_ASSIGN_OR_RETURN(on_device, staging_->upload());
+    }
     FeedTimes times{.ready = seconds_since(start)};
     DLPROBE_RETURN_IF_ERROR(step.synchronize());
     const auto upload = Clock::now();
-    DLPROBE_RETURN_IF_ERROR(step.set_input(images_, filled_labels(batch.labels, n)));
+    const HostTensor labels = filled_labels(batch.labels, n);
+    DLPROBE_RETURN_IF_ERROR(on_device != nullptr ? step.set_device_input(on_device, labels)
+                                                 : step.set_input(images_, labels));
     times.upload = seconds_since(upload);
     return times;
   }
 
  private:
-  HostTensor images_;
+  std::unique_ptr<data::DeviceStaging> staging_;  // on a CUDA device
+  HostTensor images_;                             // on the CPU
 };
 
 // Read and check headers on the worker threads; decode and augment on the GPU, kDecoders batches
@@ -368,7 +384,7 @@ Result<std::unique_ptr<InputFeed>> open_jpeg_feed(const JpegInput& in,
   if (setting == "jpeg-gpu") return open_gpu_feed(in, step, device.index, data::GpuDecoder::open);
   DLPROBE_ASSIGN_OR_RETURN(const int threads, feed_threads(in, step));
   auto feed = std::make_unique<HostFeed>(setting);
-  DLPROBE_RETURN_IF_ERROR(feed->open(in, step, threads));
+  DLPROBE_RETURN_IF_ERROR(feed->open(in, step, threads, device));
   return std::unique_ptr<InputFeed>(std::move(feed));
 }
 

@@ -2,8 +2,9 @@
 // into the training step, instead of the synthetic batch that sits on the device. On a CUDA device
 // the files are read and their headers checked on worker threads and decoded and augmented on the
 // GPU (nvJPEG and a kernel), and the batch copied into the step on the device; on the CPU, or with
-// GPU decode off, the worker threads decode and augment (libjpeg-turbo) and the batch is uploaded.
-// Each batch is made while the step before runs, as a framework's prefetching loader does.
+// GPU decode off, the worker threads decode and augment (libjpeg-turbo), and on a CUDA device the
+// batch goes up from page-locked memory on a stream of its own. Each batch is made (and sent up)
+// while the step before runs, as a framework's prefetching, memory-pinning loader does.
 #pragma once
 
 #include <cstdint>
