@@ -86,6 +86,9 @@ struct Offers {
   bool fused_relu_backward_add = false;  // fuses_relu_backward_add()
   bool mixed_layouts = false;            // add and cast between NCHW and NHWC operands
   bool half_to_half_casts = false;       // casts between fp16 and bf16
+  // Batch norm on an NHWC tensor of 25.7M elements, past the size where the CUDA backend's
+  // one-launch kernels (which hold the tensor in registers) give way to its three-launch ones.
+  bool large_batch_norm = false;
 };
 
 struct BackendRow {

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "backend_ops.h"
 #include "engine/backends/reference/reference.h"
@@ -166,6 +167,9 @@ std::vector<Variant> conv_backward_weight(Precision precision) {
 const Shape kBatchNormShapes[] = {{3, 5, 4, 3},   {3, 4, 5, 2},   {4, 3, 3, 3},    {2, 6, 5, 4},
                                   {4, 3, 5, 2},   {3, 5, 7, 9},   {8, 64, 28, 28}, {16, 40, 6, 6},
                                   {4, 256, 9, 9}, {2, 2048, 3, 3}};
+// ResNet-50's layer1 at batch 32 (Offers::large_batch_norm), NHWC.
+const Shape kLargeBatchNormShapes[] = {{32, 256, 56, 56}};
+constexpr Layout kNhwc[] = {Layout::nhwc};
 
 // Values per channel: the statistics are sums over this many.
 double per_channel(const Shape& s) {
@@ -206,11 +210,13 @@ Result<HostTensor> add_relu(HostTensor y, const HostTensor* residual) {
   return reference::relu_forward<double>(y);
 }
 
-std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool residual) {
+std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool residual,
+                                      std::span<const Shape> shapes = kBatchNormShapes,
+                                      std::span<const Layout> layouts = kLayouts) {
   std::vector<Variant> out;
   std::uint64_t seed = fused ? 1500 : 1000;
-  for (const Shape& s : kBatchNormShapes) {
-    for (Layout l : kLayouts) {
+  for (const Shape& s : shapes) {
+    for (Layout l : layouts) {
       Variant v = variant(label(s, l), precision);
       // An offset mean (2 +- 1) checks that the variance does not cancel; the fused forward's
       // values straddle 0, where the ReLU cuts.
@@ -292,11 +298,13 @@ std::vector<Variant> batch_norm_inference(Precision precision, bool fused, bool 
 
 // The backward from the statistics the training forward saved for x (in fp32, as it saves
 // them); fused, the backward of relu(bn(x)) with the ReLU's mask taken from y as stored.
-std::vector<Variant> batch_norm_backward(Precision precision, bool fused) {
+std::vector<Variant> batch_norm_backward(Precision precision, bool fused,
+                                         std::span<const Shape> shapes = kBatchNormShapes,
+                                         std::span<const Layout> layouts = kLayouts) {
   std::vector<Variant> out;
   std::uint64_t seed = fused ? 3500 : 3000;
-  for (const Shape& s : kBatchNormShapes) {
-    for (Layout l : kLayouts) {
+  for (const Shape& s : shapes) {
+    for (Layout l : layouts) {
       Variant v = variant(label(s, l), precision);
       const Shape c{s[1]};
       const HostTensor& x = v.tensors.input("x", uniform(s, seed += 10, l, -2.0, 3.0));
@@ -1106,6 +1114,14 @@ const std::vector<OpCase>& op_cases() {
        [](Precision p) { return batch_norm_inference(p, true, true); }},
       {"batch_norm_relu_backward", P::activations, &Offers::fused_batch_norm_relu,
        [](Precision p) { return batch_norm_backward(p, true); }},
+      {"batch_norm_train_forward_large", P::activations, &Offers::large_batch_norm,
+       [](Precision p) { return batch_norm_train(p, false, false, kLargeBatchNormShapes, kNhwc); }},
+      {"batch_norm_add_relu_train_forward_large", P::activations, &Offers::large_batch_norm,
+       [](Precision p) { return batch_norm_train(p, true, true, kLargeBatchNormShapes, kNhwc); }},
+      {"batch_norm_backward_large", P::activations, &Offers::large_batch_norm,
+       [](Precision p) { return batch_norm_backward(p, false, kLargeBatchNormShapes, kNhwc); }},
+      {"batch_norm_relu_backward_large", P::activations, &Offers::large_batch_norm,
+       [](Precision p) { return batch_norm_backward(p, true, kLargeBatchNormShapes, kNhwc); }},
       {"relu_forward", P::activations, nullptr, relu_forward},
       {"relu_backward", P::activations, nullptr,
        [](Precision p) { return relu_backward(p, false); }},

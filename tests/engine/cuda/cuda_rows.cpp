@@ -34,7 +34,8 @@ const BackendRow& cuda_row() {
       .precisions = {kFp32, kTf32, kFp16, kBf16},
       .offers = {.fused_batch_norm_relu = true,
                  .fused_relu_backward_add = true,
-                 .half_to_half_casts = true},
+                 .half_to_half_casts = true,
+                 .large_batch_norm = true},
       .returns_scratch = false,
       .open = []() -> Result<OpenedBackend> {
         // DLPROBE_TEST_DEBUG=1 logs which cuDNN engine each convolution shape got.

@@ -89,5 +89,41 @@ TEST(ChannelReducePlan, FillsTheGpuWhenChannelsAreFew) {
   EXPECT_EQ(plan_channel_reduce(1 << 22, 2048, 132, 256).splits, 1);
 }
 
+TEST(ResidentPlan, TakesTheShallowestDepthWhoseGridFitsAtOnce) {
+  const ResidentDepth depths[] = {{4, 264}, {16, 264}};
+  // 14x14x256 at batch 32, fp16: 32 packs a row, so one tile of 8 thread rows.
+  const auto small = plan_resident_reduce(32 * 14 * 14, 1, 8, depths);
+  ASSERT_TRUE(small.has_value());
+  EXPECT_EQ(small->depth, 4);
+  EXPECT_EQ(small->splits, 196) << "6272 rows, 32 a block";
+  // 56x56x64 at batch 32 (8 packs a row: 32 thread rows): 196 blocks at depth 16.
+  const auto deep = plan_resident_reduce(32 * 56 * 56, 1, 32, depths);
+  ASSERT_TRUE(deep.has_value());
+  EXPECT_EQ(deep->depth, 16);
+  EXPECT_EQ(deep->splits, 196);
+  // 56x56x256 (8 thread rows): 3136 blocks at depth 4, 784 at depth 16; neither fits 264.
+  EXPECT_FALSE(plan_resident_reduce(32 * 56 * 56, 1, 8, depths).has_value());
+  // 7x7x2048 at batch 32: 256 packs, one thread row; 1568 rows need 392 blocks at depth 4, 98
+  // at depth 16.
+  const auto wide = plan_resident_reduce(32 * 7 * 7, 1, 1, depths);
+  ASSERT_TRUE(wide.has_value());
+  EXPECT_EQ(wide->depth, 16);
+  EXPECT_EQ(wide->splits, 98);
+  // Tiles multiply the grid: the same rows in 3 tiles of 98 splits no longer fit.
+  EXPECT_FALSE(plan_resident_reduce(32 * 7 * 7, 3, 1, depths).has_value());
+}
+
+TEST(ResidentPlan, CoversEveryRow) {
+  const ResidentDepth depths[] = {{2, 1000}, {8, 1000}};
+  for (std::int64_t rows : {1, 7, 8, 9, 1000, 4000}) {
+    const auto plan = plan_resident_reduce(rows, 2, 4, depths);
+    ASSERT_TRUE(plan.has_value()) << rows;
+    const std::int64_t per_block = 4LL * plan->depth;
+    EXPECT_GE(plan->splits * per_block, rows);
+    EXPECT_LT((plan->splits - 1) * per_block, rows) << "no empty split";
+    EXPECT_LE(2 * plan->splits, 1000);
+  }
+}
+
 }  // namespace
 }  // namespace dlprobe::cuda

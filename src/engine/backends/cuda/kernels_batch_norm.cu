@@ -12,7 +12,10 @@
 // Layouts: NHWC is rows of C channels (a row per n, h, w); a block is tx channel packs by ty rows,
 // so every thread keeps the same channels for its whole loop. NCHW is N*C planes of H*W values; a
 // statistics block covers one channel, an elementwise thread one pack of one plane.
+#include <cooperative_groups.h>
+
 #include "cuda_common.cuh"
+#include "launch_plan.h"
 
 namespace dlprobe::cuda {
 namespace {
@@ -328,19 +331,32 @@ __device__ __forceinline__ int warp_channel() {
   return static_cast<int>(blockIdx.x) * (kBlock / 32) + static_cast<int>(threadIdx.x) / 32;
 }
 
-__global__ void finalize_stats(const Welford* partial, int channels, std::int64_t splits, float eps,
-                               float momentum, float* save_mean, float* save_invstd,
-                               float* running_mean, float* running_var) {
+// Where the training forward's statistics go, per channel.
+struct StatsOut {
+  float eps;
+  float momentum;
+  float* save_mean;
+  float* save_invstd;
+  float* running_mean;
+  float* running_var;
+
+  // Channel c's merged statistics: saved for the backward pass, folded into the running ones.
+  __device__ void finish(int c, const Welford& acc) const {
+    const float var_biased = acc.m2 / acc.count;
+    const float var_unbiased = acc.m2 / (acc.count - 1.0F);
+    save_mean[c] = acc.mean;
+    save_invstd[c] = 1.0F / sqrtf(var_biased + eps);
+    running_mean[c] = (1.0F - momentum) * running_mean[c] + momentum * acc.mean;
+    running_var[c] = (1.0F - momentum) * running_var[c] + momentum * var_unbiased;
+  }
+};
+
+__global__ void finalize_stats(const Welford* partial, int channels, std::int64_t splits,
+                               StatsOut out) {
   const int c = warp_channel();
   if (c >= channels) return;
   const Welford acc = merge_splits(partial, channels, splits, c);
-  if (threadIdx.x % 32 != 0) return;
-  const float var_biased = acc.m2 / acc.count;
-  const float var_unbiased = acc.m2 / (acc.count - 1.0F);
-  save_mean[c] = acc.mean;
-  save_invstd[c] = 1.0F / sqrtf(var_biased + eps);
-  running_mean[c] = (1.0F - momentum) * running_mean[c] + momentum * acc.mean;
-  running_var[c] = (1.0F - momentum) * running_var[c] + momentum * var_unbiased;
+  if (threadIdx.x % 32 == 0) out.finish(c, acc);
 }
 
 // ---- forward elementwise pass: y = [relu]((x - mean) * invstd * gamma + beta [+ residual]) ----
@@ -403,18 +419,24 @@ struct ReluChannels {
 // again from x by the forward's expression (bn_value) rather than read from the stored output y:
 // one tensor less to read in each pass. It differs from the rule on the rounded y only where a
 // positive pre-activation rounds to zero (below 2^-25 in fp16), where either gradient is right.
-template <bool kRelu, class T, int P, class C>
-__device__ __forceinline__ void load_grad(const T* dy, const T* x, std::int64_t at, float (&g)[P],
-                                          float (&vx)[P], const C& mean, const C& scale,
-                                          const C& beta) {
-  load_pack(dy + at, g);
-  load_pack(x + at, vx);
+template <bool kRelu, int P, class C>
+__device__ __forceinline__ void relu_mask(float (&g)[P], const float (&vx)[P], const C& mean,
+                                          const C& scale, const C& beta) {
   if constexpr (kRelu) {
 #pragma unroll
     for (int k = 0; k < P; ++k) {
       if (!(bn_value(vx[k], of(mean, k), of(scale, k), of(beta, k)) > 0.0F)) g[k] = 0.0F;
     }
   }
+}
+
+template <bool kRelu, class T, int P, class C>
+__device__ __forceinline__ void load_grad(const T* dy, const T* x, std::int64_t at, float (&g)[P],
+                                          float (&vx)[P], const C& mean, const C& scale,
+                                          const C& beta) {
+  load_pack(dy + at, g);
+  load_pack(x + at, vx);
+  relu_mask<kRelu>(g, vx, mean, scale, beta);
 }
 
 template <class T, int P, bool kRelu>
@@ -473,14 +495,24 @@ __global__ void grad_sums_nchw(const T* dy, const T* x, ReluChannels ch, Nchw g,
   if (threadIdx.x == 0) partial[blockIdx.y * g.channels + split.c] = sums;
 }
 
+// Where the backward's parameter gradients go, per channel.
+struct GradsOut {
+  const float* invstd;
+  float* dgamma;
+  float* dbeta;
+
+  __device__ void finish(int c, const GradSums& acc) const {
+    dgamma[c] = acc.dy_xmu * invstd[c];
+    dbeta[c] = acc.dy;
+  }
+};
+
 __global__ void finalize_grads(const GradSums* partial, int channels, std::int64_t splits,
-                               const float* invstd, float* dgamma, float* dbeta) {
+                               GradsOut out) {
   const int c = warp_channel();
   if (c >= channels) return;
   const GradSums acc = merge_splits(partial, channels, splits, c);
-  if (threadIdx.x % 32 != 0) return;
-  dgamma[c] = acc.dy_xmu * invstd[c];
-  dbeta[c] = acc.dy;
+  if (threadIdx.x % 32 == 0) out.finish(c, acc);
 }
 
 // What the dx pass needs per channel.
@@ -547,6 +579,211 @@ __global__ void dx_nchw(const T* dy, const T* x, T* dx, Nchw g, std::int64_t pac
   });
 }
 
+// ---- resident: one launch, its operands kept in registers ----
+//
+// Where a tensor is small enough for the whole grid to hold it in registers at once (most of
+// ResNet-50's batch norms at small batches), statistics, their merge and the elementwise pass
+// are one cooperative launch: each thread loads its R rows once, the grid merges the
+// per-channel sums between two grid-wide barriers, and the same registers give the output. The
+// three-launch path above reads x twice and pays two more launches and their ramps, which is
+// what sets the time of a tensor of a few MB. Only NHWC with full packs takes this path.
+
+// The grid's warps take the channels in turn, each merging its channel's splits in a fixed order
+// (merge_splits): the same result on every run. Whole warps enter or leave together.
+template <class F>
+__device__ __forceinline__ void for_each_grid_channel(int channels, F&& f) {
+  constexpr int kWarps = kBlock / 32;
+  const std::int64_t block = static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * gridDim.y * kWarps;
+  for (std::int64_t c = block * kWarps + threadIdx.x / 32; c < channels; c += warps) {
+    f(static_cast<int>(c));
+  }
+}
+
+// At least two blocks an SM: a deeper hold at one block an SM holds no more, and hides less of
+// the memory's latency.
+constexpr int kResidentBlocksPerSm = 2;
+
+// Thread (pack, row) of block (tile, split) holds rows first + k * ty, k < R.
+template <int R>
+__device__ __forceinline__ std::int64_t resident_first_row(const Nhwc& g, const NhwcLane& lane) {
+  return static_cast<std::int64_t>(blockIdx.y) * g.ty * R + lane.row;
+}
+
+// A held pack: 16 bytes of T, as four 32-bit registers.
+template <class T>
+__device__ __forceinline__ uint4 load_held(const T* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+
+template <class T, int P>
+__device__ __forceinline__ void unpack(const uint4& held, float (&out)[P]) {
+  static_assert(sizeof(Pack<T, P>) == sizeof(uint4));
+  Pack<T, P> pk;
+  memcpy(&pk, &held, sizeof(pk));
+#pragma unroll
+  for (int k = 0; k < P; ++k) out[k] = to_float(pk.v[k]);
+}
+
+// An empty asm that claims to change the held registers, so that the compiler converts them again
+// after the grid's barrier instead of keeping the floats it converted before it alive across it:
+// twice the registers (up to 232 a thread at depth 16, one block an SM; ptxas -v).
+__device__ __forceinline__ void keep_packed(uint4& held) {
+  asm volatile("" : "+r"(held.x), "+r"(held.y), "+r"(held.z), "+r"(held.w));
+}
+
+// grid (tiles, splits) of a ResidentPlan, launched cooperatively; partial is [splits][channels].
+template <class T, int P, int R, bool kResidual, bool kRelu>
+__global__ void __launch_bounds__(kBlock, kResidentBlocksPerSm)
+    resident_forward_nhwc(const T* x, const T* residual, T* y, Nhwc g, const float* gamma,
+                          const float* beta, StatsOut out, Welford* partial) {
+  __shared__ Welford tile[kBlock][P];
+  const NhwcLane lane = nhwc_lane(g);
+  const bool active = lane.pack < g.packs;
+  const std::int64_t first = resident_first_row<R>(g, lane);
+  const std::int64_t column = static_cast<std::int64_t>(lane.pack) * P;
+  uint4 held[R];
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const std::int64_t r = first + k * g.ty;
+    if (active && r < g.rows) held[k] = load_held(x + r * g.channels + column);
+  }
+  Shifted acc[P] = {};
+  float count = 0.0F;
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    if (!active || first + k * g.ty >= g.rows) break;
+    float v[P];
+    unpack<T>(held[k], v);
+#pragma unroll
+    for (int e = 0; e < P; ++e) acc[e].push(v[e], count == 0.0F);
+    count += 1.0F;
+  }
+#pragma unroll
+  for (int e = 0; e < P; ++e) tile[threadIdx.x][e] = acc[e].welford(count);
+  merge_tile(tile, g, lane, partial);
+
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  grid.sync();
+  for_each_grid_channel(g.channels, [&](int c) {
+    const Welford merged = merge_splits(partial, g.channels, gridDim.y, c);
+    if (threadIdx.x % 32 == 0) out.finish(c, merged);
+  });
+  grid.sync();
+
+  if (!active) return;
+  float mean[P], scale[P], shift[P];
+#pragma unroll
+  for (int e = 0; e < P; ++e) {
+    const auto c = static_cast<int>(column) + e;
+    mean[e] = out.save_mean[c];
+    scale[e] = out.save_invstd[c] * gamma[c];
+    shift[e] = beta[c];
+  }
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const std::int64_t r = first + k * g.ty;
+    if (r >= g.rows) break;
+    const std::int64_t at = r * g.channels + column;
+    keep_packed(held[k]);
+    float v[P];
+    unpack<T>(held[k], v);
+    float res[P] = {};
+    if constexpr (kResidual) load_pack(residual + at, res);
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      float o = bn_value(v[e], mean[e], scale[e], shift[e]);
+      if constexpr (kResidual) o += res[e];
+      v[e] = kRelu ? relu(o) : o;
+    }
+    store_pack(y + at, v);
+  }
+}
+
+// The backward in one launch: dy and x held, their sums merged across the grid, then dx.
+template <class T, int P, int R, bool kRelu>
+__global__ void __launch_bounds__(kBlock, kResidentBlocksPerSm)
+    resident_backward_nhwc(const T* dy, const T* x, T* dx, Nhwc g, ReluChannels relu_ch,
+                           float inv_count, GradsOut out, GradSums* partial) {
+  __shared__ GradSums tile[kBlock][P];
+  const NhwcLane lane = nhwc_lane(g);
+  const bool active = lane.pack < g.packs;
+  const std::int64_t first = resident_first_row<R>(g, lane);
+  const std::int64_t column = static_cast<std::int64_t>(lane.pack) * P;
+  uint4 held_dy[R];
+  uint4 held_x[R];
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const std::int64_t r = first + k * g.ty;
+    if (active && r < g.rows) {
+      const std::int64_t at = r * g.channels + column;
+      held_dy[k] = load_held(dy + at);
+      held_x[k] = load_held(x + at);
+    }
+  }
+  float mean[P] = {}, scale[P] = {}, shift[P] = {};
+  if (active) {
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const auto c = static_cast<int>(column) + e;
+      mean[e] = relu_ch.mean[c];
+      scale[e] = relu_ch.invstd[c] * relu_ch.gamma[c];
+      if constexpr (kRelu) shift[e] = relu_ch.beta[c];
+    }
+  }
+  GradSums acc[P] = {};
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    if (!active || first + k * g.ty >= g.rows) break;
+    float grad[P], vx[P];
+    unpack<T>(held_dy[k], grad);
+    unpack<T>(held_x[k], vx);
+    relu_mask<kRelu>(grad, vx, mean, scale, shift);
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      acc[e].dy += grad[e];
+      acc[e].dy_xmu += grad[e] * (vx[e] - mean[e]);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < P; ++e) tile[threadIdx.x][e] = acc[e];
+  merge_tile(tile, g, lane, partial);
+
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  grid.sync();
+  for_each_grid_channel(g.channels, [&](int c) {
+    const GradSums merged = merge_splits(partial, g.channels, gridDim.y, c);
+    if (threadIdx.x % 32 == 0) out.finish(c, merged);
+  });
+  grid.sync();
+
+  if (!active) return;
+  float inv[P], kb[P], kg[P];
+#pragma unroll
+  for (int e = 0; e < P; ++e) {
+    const auto c = static_cast<int>(column) + e;
+    inv[e] = relu_ch.invstd[c];
+    kb[e] = out.dbeta[c] * inv_count;
+    kg[e] = out.dgamma[c] * inv_count;
+  }
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const std::int64_t r = first + k * g.ty;
+    if (r >= g.rows) break;
+    keep_packed(held_dy[k]);
+    keep_packed(held_x[k]);
+    float grad[P], vx[P];
+    unpack<T>(held_dy[k], grad);
+    unpack<T>(held_x[k], vx);
+    relu_mask<kRelu>(grad, vx, mean, scale, shift);
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      grad[e] = bn_dx(grad[e], vx[e], mean[e], inv[e], kb[e], kg[e], scale[e]);
+    }
+    store_pack(dx + r * g.channels + column, grad);
+  }
+}
+
 // ---- host side ----
 
 const float* f32(const TensorView& t) {
@@ -579,13 +816,14 @@ Status check_size(const TensorDesc& d, std::string_view op) {
                                       " has more elements than the CUDA kernels index (2^32)");
 }
 
-Nhwc nhwc_of(const TensorDesc& d, int pack) {
+// `max_tx`: the most packs of a row a block covers.
+Nhwc nhwc_of(const TensorDesc& d, int pack, int max_tx = kBlock) {
   Nhwc g{};
   g.rows = d.dim(0) * d.dim(2) * d.dim(3);
   g.channels = static_cast<int>(d.dim(1));
   g.packs = static_cast<int>(d.dim(1) / pack);
   g.tx = 1;
-  while (g.tx < g.packs && g.tx < kBlock) g.tx *= 2;
+  while (g.tx < g.packs && g.tx < max_tx) g.tx *= 2;
   g.ty = kBlock / g.tx;
   return g;
 }
@@ -684,22 +922,77 @@ void launch_apply(const KernelContext& ctx, const TensorDesc& d, const T* x, con
   }
 }
 
+// f.operator()<kResidual, kRelu>() for the epilogue the step asked for. The residual sum always
+// meets a ReLU in ResNet; BatchNormEpilogue says so.
+template <class F>
+auto with_epilogue(const BatchNormEpilogue& epi, F&& f) {
+  if (epi.residual != nullptr) return f.template operator()<true, true>();
+  if (epi.relu) return f.template operator()<false, true>();
+  return f.template operator()<false, false>();
+}
+
 // The forward's elementwise pass, with the epilogue the step asked for.
 template <class T, int P>
 Status apply(const KernelContext& ctx, const TensorDesc& d, const TensorView& x,
              const BatchNormEpilogue& epi, const TensorView& y, const Channels& ch) {
   const auto* xp = static_cast<const T*>(x.data);
+  const auto* residual =
+      epi.residual != nullptr ? static_cast<const T*>(epi.residual->data) : nullptr;
   auto* yp = static_cast<T*>(y.data);
-  if (epi.residual != nullptr) {
-    // The residual sum always meets a ReLU in ResNet; BatchNormEpilogue says so.
-    launch_apply<T, P, true, true>(ctx, d, xp, static_cast<const T*>(epi.residual->data), yp, ch);
-  } else if (epi.relu) {
-    launch_apply<T, P, false, true>(ctx, d, xp, nullptr, yp, ch);
-  } else {
-    launch_apply<T, P, false, false>(ctx, d, xp, nullptr, yp, ch);
-  }
+  with_epilogue(epi, [&]<bool kResidual, bool kRelu>() {
+    launch_apply<T, P, kResidual, kRelu>(ctx, d, xp, residual, yp, ch);
+  });
   DLPROBE_CUDA_CHECK_LAUNCH();
   return Status::ok();
+}
+
+// Blocks of `kernel` the GPU runs at once: what a cooperative launch of it may have.
+template <class... Params>
+Result<std::int64_t> resident_blocks(const KernelContext& ctx, void (*kernel)(Params...)) {
+  int per_sm = 0;
+  DLPROBE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
+  return static_cast<std::int64_t>(per_sm) * ctx.sm_count;
+}
+
+// The resident kernels' blocks cover at most a warp's width of packs (512 bytes of a row) and so
+// at least 8 rows: a channel's partials number its rows / (8 R) rather than rows / R, which for
+// 2048 channels at 256 packs a block made 392 partials a channel to merge (ResNet-50's layer4 at
+// batch 32: 64 us for a 6 MB tensor).
+constexpr int kResidentTx = 32;
+
+Nhwc resident_nhwc_of(const TensorDesc& d, int pack) {
+  return nhwc_of(d, pack, kResidentTx);
+}
+
+// The resident kernel of the two depths (rows a thread holds) that fits g, launched
+// cooperatively with its partials; false where neither fits (the caller takes the three-launch
+// path). A shallow depth spreads a small tensor over more blocks; a deep one holds a larger one.
+template <class Acc, int kShallow, int kDeep, class... Params, class... Args>
+Result<bool> launch_resident(const KernelContext& ctx, const Nhwc& g, std::string_view op,
+                             void (*shallow)(Params...), void (*deep)(Params...), Args&&... args) {
+  const int tiles = (g.packs + g.tx - 1) / g.tx;
+  DLPROBE_ASSIGN_OR_RETURN(const std::int64_t shallow_blocks, resident_blocks(ctx, shallow));
+  DLPROBE_ASSIGN_OR_RETURN(const std::int64_t deep_blocks, resident_blocks(ctx, deep));
+  const ResidentDepth depths[] = {{kShallow, shallow_blocks}, {kDeep, deep_blocks}};
+  const std::optional<ResidentPlan> plan = plan_resident_reduce(g.rows, tiles, g.ty, depths);
+  if (!plan) return false;
+  DLPROBE_ASSIGN_OR_RETURN(
+      Scratch partial,
+      scratch(ctx, static_cast<std::size_t>(g.channels * plan->splits) * sizeof(Acc), op));
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(plan->splits));
+  config.blockDim = dim3(kBlock);
+  config.stream = ctx.stream;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  // The partials' buffer is the kernels' last argument.
+  DLPROBE_CUDA_CHECK(cudaLaunchKernelEx(&config, plan->depth == kShallow ? shallow : deep,
+                                        std::forward<Args>(args)...,
+                                        static_cast<Acc*>(partial.data())));
+  return true;
 }
 
 const void* residual_data(const BatchNormEpilogue& epi) {
@@ -717,20 +1010,37 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
   constexpr std::string_view op = "batch_norm_train_forward";
   const TensorDesc& d = x.desc;
   const int channels = static_cast<int>(d.dim(1));
+  const StatsOut out{static_cast<float>(p.eps), static_cast<float>(p.momentum),
+                     f32_out(save_mean),        f32_out(save_invstd),
+                     f32_out(running_mean),     f32_out(running_var)};
   return dispatch(op, d, {x.data, y.data, residual_data(epi)}, [&]<class T, int P>() -> Status {
+    const auto* xp = static_cast<const T*>(x.data);
+    if constexpr (P == kPack<T>) {
+      if (d.layout() == Layout::nhwc) {
+        const auto* residual = static_cast<const T*>(residual_data(epi));
+        auto* yp = static_cast<T*>(y.data);
+        DLPROBE_ASSIGN_OR_RETURN(const bool done,
+                                 with_epilogue(epi, [&]<bool kResidual, bool kRelu>() {
+                                   const Nhwc g = resident_nhwc_of(d, P);
+                                   return launch_resident<Welford, 4, 16>(
+                                       ctx, g, op, resident_forward_nhwc<T, P, 4, kResidual, kRelu>,
+                                       resident_forward_nhwc<T, P, 16, kResidual, kRelu>, xp,
+                                       residual, yp, g, f32(gamma), f32(beta), out);
+                                 }));
+        if (done) return Status::ok();
+      }
+    }
     DLPROBE_ASSIGN_OR_RETURN(const Partials<Welford> partial, partials<Welford>(ctx, d, P, op));
     const Reduction& red = partial.red;
     Welford* acc = partial.acc();
-    const auto* xp = static_cast<const T*>(x.data);
     if (d.layout() == Layout::nhwc) {
       stats_nhwc<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
     } else {
       stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
     }
     DLPROBE_CUDA_CHECK_LAUNCH();
-    finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
-        acc, channels, red.splits, static_cast<float>(p.eps), static_cast<float>(p.momentum),
-        f32_out(save_mean), f32_out(save_invstd), f32_out(running_mean), f32_out(running_var));
+    finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
+                                                                       out);
     DLPROBE_CUDA_CHECK_LAUNCH();
     const Channels ch{f32(save_mean), f32(save_invstd), nullptr, 0.0F, f32(gamma), f32(beta)};
     return apply<T, P>(ctx, d, x, epi, y, ch);
@@ -760,9 +1070,6 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
   const int channels = static_cast<int>(d.dim(1));
   const auto count = static_cast<float>(d.dim(0) * d.dim(2) * d.dim(3));
   return dispatch(op, d, {dy.data, x.data, dx.data}, [&]<class T, int P>() -> Status {
-    DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial, partials<GradSums>(ctx, d, P, op));
-    const Reduction& red = partial.red;
-    GradSums* acc = partial.acc();
     const auto* dyp = static_cast<const T*>(dy.data);
     const auto* xp = static_cast<const T*>(x.data);
     auto* dxp = static_cast<T*>(dx.data);
@@ -776,9 +1083,24 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
     const ReluChannels relu{mean, f32(save_invstd), f32(gamma), beta};
     const GradChannels ch{f32(gamma),  beta,       mean,        f32(save_invstd),
                           f32(dgamma), f32(dbeta), 1.0F / count};
+    const GradsOut out{f32(save_invstd), f32_out(dgamma), f32_out(dbeta)};
     // The two passes, with the ReLU's mask fused in or not.
     auto passes = [&](auto relu_tag) -> Status {
       constexpr bool kRelu = decltype(relu_tag)::value;
+      if constexpr (P == kPack<T>) {
+        if (nhwc) {
+          DLPROBE_ASSIGN_OR_RETURN(
+              const bool done,
+              (launch_resident<GradSums, 4, 8>(ctx, resident_nhwc_of(d, P), op,
+                                               resident_backward_nhwc<T, P, 4, kRelu>,
+                                               resident_backward_nhwc<T, P, 8, kRelu>, dyp, xp, dxp,
+                                               resident_nhwc_of(d, P), relu, ch.inv_count, out)));
+          if (done) return Status::ok();
+        }
+      }
+      DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial, partials<GradSums>(ctx, d, P, op));
+      const Reduction& red = partial.red;
+      GradSums* acc = partial.acc();
       if (nhwc) {
         grad_sums_nhwc<T, P, kRelu>
             <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gh, red.per_split, acc);
@@ -787,8 +1109,8 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
             <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gc, red.per_split, acc);
       }
       DLPROBE_CUDA_CHECK_LAUNCH();
-      finalize_grads<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(
-          acc, channels, red.splits, f32(save_invstd), f32_out(dgamma), f32_out(dbeta));
+      finalize_grads<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
+                                                                         out);
       DLPROBE_CUDA_CHECK_LAUNCH();
       if (nhwc) {
         dx_nhwc<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, xp, dxp, gh, ch);

@@ -47,4 +47,16 @@ ChannelReducePlan plan_channel_reduce(std::int64_t rows, std::int64_t tiles, int
   return {splits, per};
 }
 
+std::optional<ResidentPlan> plan_resident_reduce(std::int64_t rows, std::int64_t tiles, int ty,
+                                                 std::span<const ResidentDepth> depths) {
+  assert(rows > 0 && tiles > 0 && ty > 0);
+  for (const ResidentDepth& d : depths) {
+    const std::int64_t per_block = static_cast<std::int64_t>(ty) * d.depth;
+    const std::int64_t splits = (rows + per_block - 1) / per_block;
+    if (splits <= 65535 && tiles * splits <= d.resident_blocks)
+      return ResidentPlan{d.depth, splits};
+  }
+  return std::nullopt;
+}
+
 }  // namespace dlprobe::cuda

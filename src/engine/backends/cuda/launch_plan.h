@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -57,5 +58,23 @@ struct ChannelReducePlan {
 // with at least `min_rows` elements per split so each block has enough work to hide latency.
 ChannelReducePlan plan_channel_reduce(std::int64_t rows, std::int64_t tiles, int sm_count,
                                       std::int64_t min_rows);
+
+// A per-channel reduction whose operands stay in registers from their load until their use after
+// the reduction (one launch: load, reduce, merge across the grid, use): each thread holds `depth`
+// rows of its channels, and `splits` blocks of `ty` thread rows cover a channel tile's rows.
+struct ResidentPlan {
+  int depth = 0;
+  std::int64_t splits = 0;
+};
+// One depth a kernel is built for, with the blocks of it the GPU runs at once (its occupancy
+// times the SMs): a grid-wide merge needs every block of the grid resident.
+struct ResidentDepth {
+  int depth = 0;
+  std::int64_t resident_blocks = 0;
+};
+// The shallowest of `depths` (given shallowest first) whose grid, `tiles` by the splits it needs,
+// fits at once; none when the rows are too many for every depth.
+std::optional<ResidentPlan> plan_resident_reduce(std::int64_t rows, std::int64_t tiles, int ty,
+                                                 std::span<const ResidentDepth> depths);
 
 }  // namespace dlprobe::cuda
