@@ -434,10 +434,10 @@ results::Finding input_finding(const results::Configuration& synthetic,
         "step) but the device waits {:.1f} ms a step while each is copied to it",
         100 * share, fetch_ms, fed_ms, upload_ms);
     f.fix =
-        "dlprobe's host path copies each batch from pageable memory once the step before has "
-        "ended: decode on the GPU (--data-decode gpu), or in a framework copy from pinned "
-        "memory while the step runs (PyTorch: DataLoader(pin_memory=True) and .to(device, "
-        "non_blocking=True); tf.data: prefetch_to_device)";
+        "copy each batch from pinned memory on a stream of its own while the step before runs "
+        "(as dlprobe's host path on a CUDA device does; PyTorch: DataLoader(pin_memory=True) "
+        "and .to(device, non_blocking=True); tf.data: prefetch_to_device), or decode on the GPU "
+        "(--data-decode gpu)";
     return f;
   }
   if (in_time && facts.input == "jpeg-gpu" && !copy_counts) {

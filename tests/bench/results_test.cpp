@@ -443,8 +443,9 @@ TEST(InputFinding, NamesWhatBindsTheStep) {
   EXPECT_EQ(input_finding(synthetic, measured(256, 7100), fed_by("jpeg-cpu", 20, 1)).id,
             "input_keeps_up");
 
-  // The H200's host path (6de12c1): batches ready after 27.9 ms, the step at 56.4 ms, the copy of
-  // the fp32 batch from pageable memory about 19 ms: the copy binds, not the decoding.
+  // The H200's host path before its batches went up through page-locked staging (6de12c1):
+  // batches ready after 27.9 ms, the step at 56.4 ms, the copy of the fp32 batch from pageable
+  // memory after the step before about 19 ms: the copy binds, not the decoding.
   const results::Finding copy =
       input_finding(synthetic, measured(256, 4474), fed_by("jpeg-cpu", 27.9, 19));
   EXPECT_EQ(copy.id, "input_bound");
