@@ -167,8 +167,10 @@ std::vector<Variant> conv_backward_weight(Precision precision) {
 const Shape kBatchNormShapes[] = {{3, 5, 4, 3},   {3, 4, 5, 2},   {4, 3, 3, 3},    {2, 6, 5, 4},
                                   {4, 3, 5, 2},   {3, 5, 7, 9},   {8, 64, 28, 28}, {16, 40, 6, 6},
                                   {4, 256, 9, 9}, {2, 2048, 3, 3}};
-// ResNet-50's layer1 at batch 32 (Offers::large_batch_norm), NHWC.
-const Shape kLargeBatchNormShapes[] = {{32, 256, 56, 56}};
+// ResNet-50's at batch 32 (Offers::gpu_sized_batch_norm), NHWC: on an H200 the first takes the
+// one-launch fp16 and bf16 backward 8 rows deep (and the fp32 forward 16 deep), the second the
+// fp16 and bf16 forward 16 deep, the third three launches in every dtype.
+const Shape kGpuSizedBatchNormShapes[] = {{32, 128, 28, 28}, {32, 64, 56, 56}, {32, 256, 56, 56}};
 constexpr Layout kNhwc[] = {Layout::nhwc};
 
 // Values per channel: the statistics are sums over this many.
@@ -1114,14 +1116,18 @@ const std::vector<OpCase>& op_cases() {
        [](Precision p) { return batch_norm_inference(p, true, true); }},
       {"batch_norm_relu_backward", P::activations, &Offers::fused_batch_norm_relu,
        [](Precision p) { return batch_norm_backward(p, true); }},
-      {"batch_norm_train_forward_large", P::activations, &Offers::large_batch_norm,
-       [](Precision p) { return batch_norm_train(p, false, false, kLargeBatchNormShapes, kNhwc); }},
-      {"batch_norm_add_relu_train_forward_large", P::activations, &Offers::large_batch_norm,
-       [](Precision p) { return batch_norm_train(p, true, true, kLargeBatchNormShapes, kNhwc); }},
-      {"batch_norm_backward_large", P::activations, &Offers::large_batch_norm,
-       [](Precision p) { return batch_norm_backward(p, false, kLargeBatchNormShapes, kNhwc); }},
-      {"batch_norm_relu_backward_large", P::activations, &Offers::large_batch_norm,
-       [](Precision p) { return batch_norm_backward(p, true, kLargeBatchNormShapes, kNhwc); }},
+      {"batch_norm_train_forward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
+       [](Precision p) {
+         return batch_norm_train(p, false, false, kGpuSizedBatchNormShapes, kNhwc);
+       }},
+      {"batch_norm_add_relu_train_forward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
+       [](Precision p) {
+         return batch_norm_train(p, true, true, kGpuSizedBatchNormShapes, kNhwc);
+       }},
+      {"batch_norm_backward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
+       [](Precision p) { return batch_norm_backward(p, false, kGpuSizedBatchNormShapes, kNhwc); }},
+      {"batch_norm_relu_backward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
+       [](Precision p) { return batch_norm_backward(p, true, kGpuSizedBatchNormShapes, kNhwc); }},
       {"relu_forward", P::activations, nullptr, relu_forward},
       {"relu_backward", P::activations, nullptr,
        [](Precision p) { return relu_backward(p, false); }},

@@ -35,7 +35,7 @@ const BackendRow& cuda_row() {
       .offers = {.fused_batch_norm_relu = true,
                  .fused_relu_backward_add = true,
                  .half_to_half_casts = true,
-                 .large_batch_norm = true},
+                 .gpu_sized_batch_norm = true},
       .returns_scratch = false,
       .open = []() -> Result<OpenedBackend> {
         // DLPROBE_TEST_DEBUG=1 logs which cuDNN engine each convolution shape got.

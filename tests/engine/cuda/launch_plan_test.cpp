@@ -103,14 +103,14 @@ TEST(ResidentPlan, TakesTheShallowestDepthWhoseGridFitsAtOnce) {
   EXPECT_EQ(deep->splits, 196);
   // 56x56x256 (8 thread rows): 3136 blocks at depth 4, 784 at depth 16; neither fits 264.
   EXPECT_FALSE(plan_resident_reduce(32 * 56 * 56, 1, 8, depths).has_value());
-  // 7x7x2048 at batch 32: 256 packs, one thread row; 1568 rows need 392 blocks at depth 4, 98
-  // at depth 16.
-  const auto wide = plan_resident_reduce(32 * 7 * 7, 1, 1, depths);
+  // 7x7x2048 at batch 32, blocks of 32 packs (the kernels' widest): 8 tiles of 8 thread rows;
+  // 1568 rows need 49 splits at depth 4 (392 blocks), 13 at depth 16 (104 blocks).
+  const auto wide = plan_resident_reduce(32 * 7 * 7, 8, 8, depths);
   ASSERT_TRUE(wide.has_value());
   EXPECT_EQ(wide->depth, 16);
-  EXPECT_EQ(wide->splits, 98);
-  // Tiles multiply the grid: the same rows in 3 tiles of 98 splits no longer fit.
-  EXPECT_FALSE(plan_resident_reduce(32 * 7 * 7, 3, 1, depths).has_value());
+  EXPECT_EQ(wide->splits, 13);
+  // Tiles multiply the grid: the same rows in 21 tiles of 13 splits no longer fit.
+  EXPECT_FALSE(plan_resident_reduce(32 * 7 * 7, 21, 8, depths).has_value());
 }
 
 TEST(ResidentPlan, CoversEveryRow) {

@@ -164,6 +164,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
                                    options.max_fp32_conv_workspace_bytes);
     DLPROBE_CUDA_CHECK(
         cudaDeviceGetAttribute(&b->sm_count_, cudaDevAttrMultiProcessorCount, device));
+    int cooperative = 0;
+    DLPROBE_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+    b->cooperative_ = cooperative != 0;
     cudaStream_t stream = nullptr;
     DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     b->stream_.reset(stream);

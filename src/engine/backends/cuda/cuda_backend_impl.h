@@ -166,7 +166,7 @@ class CudaBackend final : public Backend {
 
   KernelContext ctx() const {
     return {stream_.get(), sm_count_, &allocator_,
-            recording_ != nullptr ? &recording_->scratch : nullptr};
+            recording_ != nullptr ? &recording_->scratch : nullptr, cooperative_};
   }
   // Workspace for one cuDNN or cuBLASLt call: from the allocator for this call, or while
   // recording a graph, the one workspace the graph's calls share (they run in order).
@@ -187,6 +187,7 @@ class CudaBackend final : public Backend {
   memory::CachingAllocator& allocator_;
   CudaBackendOptions options_;
   int sm_count_ = 1;
+  bool cooperative_ = false;
   std::string tuning_stamp_;  // GPU, cuDNN and workspace limit, for the tuning cache's keys
   StreamPtr stream_;
   CudnnPtr cudnn_;

@@ -27,6 +27,8 @@ struct KernelContext {
   int sm_count = 1;
   memory::CachingAllocator* allocator = nullptr;
   ScratchPool* pool = nullptr;  // while a graph is being recorded
+  // The device takes cooperative launches (grid-wide barriers); under MPS it may not.
+  bool cooperative = false;
 };
 
 // Scratch memory for one op: given back when it goes out of scope (after the launch is queued;

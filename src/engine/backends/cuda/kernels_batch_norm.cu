@@ -601,7 +601,8 @@ __device__ __forceinline__ void for_each_grid_channel(int channels, F&& f) {
 }
 
 // At least two blocks an SM: a deeper hold at one block an SM holds no more, and hides less of
-// the memory's latency.
+// the memory's latency. At this bound the deeper backward (8 rows of x and of dy) spills up to
+// 176 bytes a thread in fp16 and bf16 (ptxas -v).
 constexpr int kResidentBlocksPerSm = 2;
 
 // Thread (pack, row) of block (tile, split) holds rows first + k * ty, k < R.
@@ -626,8 +627,8 @@ __device__ __forceinline__ void unpack(const uint4& held, float (&out)[P]) {
 }
 
 // An empty asm that claims to change the held registers, so that the compiler converts them again
-// after the grid's barrier instead of keeping the floats it converted before it alive across it:
-// twice the registers (up to 232 a thread at depth 16, one block an SM; ptxas -v).
+// after the grid's barrier instead of keeping the floats it converted before it alive across it,
+// which doubles the registers a held row takes (and halves the rows a grid can hold).
 __device__ __forceinline__ void keep_packed(uint4& held) {
   asm volatile("" : "+r"(held.x), "+r"(held.y), "+r"(held.z), "+r"(held.w));
 }
@@ -946,18 +947,20 @@ Status apply(const KernelContext& ctx, const TensorDesc& d, const TensorView& x,
   return Status::ok();
 }
 
-// Blocks of `kernel` the GPU runs at once: what a cooperative launch of it may have.
+// Blocks of `kernel` the GPU runs at once: what a cooperative launch of it may have. None where
+// the device takes no cooperative launch.
 template <class... Params>
 Result<std::int64_t> resident_blocks(const KernelContext& ctx, void (*kernel)(Params...)) {
+  if (!ctx.cooperative) return 0;
   int per_sm = 0;
   DLPROBE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
   return static_cast<std::int64_t>(per_sm) * ctx.sm_count;
 }
 
 // The resident kernels' blocks cover at most a warp's width of packs (512 bytes of a row) and so
-// at least 8 rows: a channel's partials number its rows / (8 R) rather than rows / R, which for
-// 2048 channels at 256 packs a block made 392 partials a channel to merge (ResNet-50's layer4 at
-// batch 32: 64 us for a 6 MB tensor).
+// at least 8 rows: a channel has rows / (ty R) partials, and every one of them is written, read
+// and merged between the grid's two barriers, so a block one row tall would make the merge, not
+// the tensor, set the time.
 constexpr int kResidentTx = 32;
 
 Nhwc resident_nhwc_of(const TensorDesc& d, int pack) {
@@ -1089,12 +1092,12 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
       constexpr bool kRelu = decltype(relu_tag)::value;
       if constexpr (P == kPack<T>) {
         if (nhwc) {
+          const Nhwc g = resident_nhwc_of(d, P);
           DLPROBE_ASSIGN_OR_RETURN(
               const bool done,
-              (launch_resident<GradSums, 4, 8>(ctx, resident_nhwc_of(d, P), op,
-                                               resident_backward_nhwc<T, P, 4, kRelu>,
+              (launch_resident<GradSums, 4, 8>(ctx, g, op, resident_backward_nhwc<T, P, 4, kRelu>,
                                                resident_backward_nhwc<T, P, 8, kRelu>, dyp, xp, dxp,
-                                               resident_nhwc_of(d, P), relu, ch.inv_count, out)));
+                                               g, relu, ch.inv_count, out)));
           if (done) return Status::ok();
         }
       }
