@@ -77,8 +77,14 @@ class HostFeed final : public FeedBase {
   Status open(const JpegInput& in, const engine::TrainingStep& step, int threads,
               const device::Device& device) {
     const engine::StepConfig& c = step.config();
+    // The pipeline gives fp32; set_input converts to the step's dtype, set_device_input does not.
     const TensorDesc images = step.input_desc().with_dtype(DType::fp32);
     if (device.kind == DeviceKind::cuda) {
+      if (step.input_desc().dtype() != DType::fp32) {
+        return invalid_argument(
+            fmt::format("the host pipeline gives fp32 input on the device; this step takes {}",
+                        dtype_name(step.input_desc().dtype())));
+      }
       DLPROBE_ASSIGN_OR_RETURN(staging_, data::DeviceStaging::open(device.index, images.bytes()));
     } else {
       images_ = HostTensor(images);

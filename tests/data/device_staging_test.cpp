@@ -5,8 +5,10 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace dlprobe::data {
@@ -60,6 +62,7 @@ TEST(DeviceStaging, RefusesABadDeviceAndAnEmptyBuffer) {
   ASSERT_FALSE(empty);
   EXPECT_NE(empty.status().message().find("0 bytes"), std::string::npos)
       << empty.status().message();
+  EXPECT_EQ(empty.status().message().find('\n'), std::string::npos);
 }
 
 }  // namespace

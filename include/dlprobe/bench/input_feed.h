@@ -33,10 +33,11 @@ struct JpegInput {
 
 struct FeedTimes {
   // Seconds spent getting the batch ready (waiting for the loader's workers, decoding on the
-  // GPU): the time a step waits for input when the step before it has already finished.
+  // GPU, or on a CUDA device sending the host's batch up on its own stream while the step before
+  // runs): the time a step waits for input when the step before it has already finished.
   double ready = 0;
   // Seconds spent handing it to the step after the steps queued before had ended (their wait is
-  // not counted): the copy to the device, through which the device is idle.
+  // not counted): the copy into the step's input, through which the device is idle.
   double upload = 0;
 };
 

@@ -1,7 +1,7 @@
 // A host-made batch's way to the GPU beside a running step: a page-locked host buffer the caller
 // fills, copied on a stream of its own into one of two device buffers that take turns. From
 // pageable memory a copy runs at a fraction of the link's speed and through the CPU (the 154 MB
-// fp32 batch of ResNet-50 at 256 took about 19 ms at the 8 GB/s `dlprobe doctor` measured on an
+// fp32 batch of ResNet-50 at 256: about 19 ms at the 8 GB/s `dlprobe doctor` measured on an
 // H200 machine), and a step's set_input makes it after the step before has ended, so the GPU
 // waits for it; from page-locked memory on its own stream it overlaps the step before.
 #pragma once
