@@ -605,6 +605,21 @@ __device__ __forceinline__ void for_each_grid_channel(int channels, F&& f) {
 // 176 bytes a thread in fp16 and bf16 (ptxas -v).
 constexpr int kResidentBlocksPerSm = 2;
 
+// Every channel's partials (one a split: gridDim.y of them) merged by the grid's warps and
+// finished by `out`, between two grid-wide barriers: the first waits for every block's partials,
+// the second makes every channel's result visible to every block.
+template <class Acc, class Out>
+__device__ __forceinline__ void merge_across_grid(const Acc* partial, int channels,
+                                                  const Out& out) {
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  grid.sync();
+  for_each_grid_channel(channels, [&](int c) {
+    const Acc merged = merge_splits(partial, channels, gridDim.y, c);
+    if (threadIdx.x % 32 == 0) out.finish(c, merged);
+  });
+  grid.sync();
+}
+
 // Thread (pack, row) of block (tile, split) holds rows first + k * ty, k < R.
 template <int R>
 __device__ __forceinline__ std::int64_t resident_first_row(const Nhwc& g, const NhwcLane& lane) {
@@ -663,14 +678,7 @@ __global__ void __launch_bounds__(kBlock, kResidentBlocksPerSm)
 #pragma unroll
   for (int e = 0; e < P; ++e) tile[threadIdx.x][e] = acc[e].welford(count);
   merge_tile(tile, g, lane, partial);
-
-  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
-  grid.sync();
-  for_each_grid_channel(g.channels, [&](int c) {
-    const Welford merged = merge_splits(partial, g.channels, gridDim.y, c);
-    if (threadIdx.x % 32 == 0) out.finish(c, merged);
-  });
-  grid.sync();
+  merge_across_grid(partial, g.channels, out);
 
   if (!active) return;
   float mean[P], scale[P], shift[P];
@@ -749,14 +757,7 @@ __global__ void __launch_bounds__(kBlock, kResidentBlocksPerSm)
 #pragma unroll
   for (int e = 0; e < P; ++e) tile[threadIdx.x][e] = acc[e];
   merge_tile(tile, g, lane, partial);
-
-  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
-  grid.sync();
-  for_each_grid_channel(g.channels, [&](int c) {
-    const GradSums merged = merge_splits(partial, g.channels, gridDim.y, c);
-    if (threadIdx.x % 32 == 0) out.finish(c, merged);
-  });
-  grid.sync();
+  merge_across_grid(partial, g.channels, out);
 
   if (!active) return;
   float inv[P], kb[P], kg[P];
