@@ -36,6 +36,7 @@ struct PipelineFlags {
   bool no_flip = false;
   bool strict = false;
   std::string device = "cpu";
+  std::string decode = "auto";
   bool cuda_decoder = false;
   std::string json;
   bool overwrite = false;
@@ -91,13 +92,24 @@ Result<data::ThroughputOptions> options_from(const PipelineFlags& f) {
   l.augment.flip = !f.no_flip;
   l.strict = f.strict;
   DLPROBE_ASSIGN_OR_RETURN(auto where, for_flag("--device", device::parse_device(f.device)));
-  if (where.kind == DeviceKind::cuda) {
+  if (f.decode != "auto" && f.decode != "gpu" && f.decode != "cpu") {
+    return invalid_argument(
+        fmt::format("--decode: unknown choice '{}' (gpu, cpu or auto)", f.decode));
+  }
+  const bool on_gpu = where.kind == DeviceKind::cuda && f.decode != "cpu";
+  if (f.decode == "gpu" && where.kind != DeviceKind::cuda) {
+    return invalid_argument("--decode gpu: needs --device cuda:N");
+  }
+  if (f.cuda_decoder && !on_gpu) {
+    return invalid_argument("--cuda-decoder: only with --device cuda:N, decoding on the GPU");
+  }
+  if (on_gpu) {
     data::GpuDecoderOptions g;
     g.device = where.index;
     g.hardware = !f.cuda_decoder;
     o.gpu = g;
-  } else if (f.cuda_decoder) {
-    return invalid_argument("--cuda-decoder: only with --device cuda:N");
+  } else if (where.kind == DeviceKind::cuda) {
+    o.upload_device = where.index;
   }
   return o;
 }
@@ -191,8 +203,12 @@ Command add_pipeline_command(CLI::App& app) {
   sub->add_flag("--strict", flags->strict,
                 "Stop at the first file that gives no image (by default it is skipped and listed)");
   option(*sub, "--device", flags->device,
-         "Where to decode and augment: cpu (libjpeg-turbo on the worker threads) or cuda:N "
-         "(nvJPEG and a kernel on that GPU; the threads read the files)");
+         "Where the batches go: cpu, or cuda:N (decoded and augmented there by nvJPEG and a "
+         "kernel, the threads reading the files; or with --decode cpu, made on the threads and "
+         "copied there)");
+  option(*sub, "--decode", flags->decode,
+         "With --device cuda:N: gpu (nvJPEG and a kernel), cpu (libjpeg-turbo on the threads, "
+         "each batch then copied to the device from page-locked memory), or auto: gpu");
   sub->add_flag("--cuda-decoder", flags->cuda_decoder,
                 "On the GPU, decode with nvJPEG's CUDA decoder even where the GPU has a hardware "
                 "JPEG engine");

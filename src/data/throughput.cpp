@@ -13,6 +13,7 @@
 
 #include "dlprobe/core/json_optional.h"
 #include "dlprobe/core/units.h"
+#include "dlprobe/data/device_staging.h"
 
 namespace dlprobe::data {
 
@@ -91,17 +92,26 @@ ThroughputPoint point_of(Stage stage, int threads) {
   return point;
 }
 
+// `staging`: where the augment stage's batches go up to the device (null: they stay on the host).
 Result<ThroughputPoint> measure_point(const Dataset& dataset, LoaderOptions loader, Stage stage,
                                       int threads, std::chrono::nanoseconds min_time,
-                                      const DecoderFactory& decoders,
+                                      const DecoderFactory& decoders, DeviceStaging* staging,
                                       std::map<std::string, SkippedFile>& skipped) {
   loader.stage = stage;
   DLPROBE_ASSIGN_OR_RETURN(auto running, start_loader(dataset, loader, threads, decoders));
   ThroughputPoint point = point_of(stage, threads);
+  if (stage != Stage::augment) staging = nullptr;
+  point.uploaded = staging != nullptr;
   // Warm-up: every worker past its start (a decoder made, buffers touched) before timing.
   DLPROBE_RETURN_IF_ERROR(time_point(point, threads, min_time, [&]() -> Result<BatchCount> {
     DLPROBE_ASSIGN_OR_RETURN(auto batch, running->next());
     if (!batch) return error(Errc::internal, "an endless loader ended");
+    if (staging != nullptr) {
+      // The batch's samples (those its files gave) into the page-locked buffer, then up.
+      std::copy(batch->data.begin(), batch->data.end(), staging->host().begin());
+      // Not DLPROBE_RETURN_IF_ERROR: this lambda is inside one, whose status it would shadow.
+      if (auto sent = staging->upload(); !sent) return sent.status();
+    }
     return BatchCount{batch->count, batch->bytes_read, 0};
   }));
   for (SkippedFile& f : running->skipped()) skipped.emplace(f.path.string(), std::move(f));
@@ -161,6 +171,21 @@ Result<ThroughputReport> measure_throughput(const Dataset& dataset,
   for (int t : threads) {
     if (t < 1 || t > 1024) return invalid_argument(fmt::format("threads: {} (1 to 1024)", t));
   }
+  std::unique_ptr<DeviceStaging> staging;
+  if (options.upload_device) {
+    if (options.gpu) {
+      return invalid_argument(
+          "sending batches to the device is for the host path: the GPU path makes them there");
+    }
+    if (std::find(options.stages.begin(), options.stages.end(), Stage::augment) ==
+        options.stages.end()) {
+      return invalid_argument("sending batches to the device needs the augment stage");
+    }
+    const std::size_t bytes =
+        static_cast<std::size_t>(options.loader.batch_size) * sample_bytes(options.loader.augment);
+    DLPROBE_ASSIGN_OR_RETURN(staging, DeviceStaging::open(*options.upload_device, bytes));
+    report.upload_device = options.upload_device;
+  }
   std::unique_ptr<GpuDecoder> gpu;
   if (options.gpu) {
     for (Stage stage : options.stages) {
@@ -199,7 +224,7 @@ Result<ThroughputReport> measure_throughput(const Dataset& dataset,
       auto measured = gpu ? measure_gpu_point(dataset, options.loader, *gpu, stage, t,
                                               options.min_time, decoders, skipped)
                           : measure_point(dataset, options.loader, stage, t, options.min_time,
-                                          decoders, skipped);
+                                          decoders, staging.get(), skipped);
       DLPROBE_ASSIGN_OR_RETURN(auto point, std::move(measured));
       if (options.on_point) options.on_point(point);
       report.points.push_back(point);
@@ -235,18 +260,22 @@ std::string render_text(const ThroughputReport& r) {
   const AugmentOptions& a = r.loader.augment;
   std::string out = fmt::format(
       "dataset   {}: {} images, {} classes, {}, {}\n"
-      "host      {} cores, decoder {}{}\n"
+      "host      {} cores, decoder {}{}{}\n"
       "output    {}x{} {} {}, batch {}, DCT scaling {}, cache {}, seed {}\n\n",
       r.root, r.images, r.classes, format_size(r.dataset_bytes),
       r.page_cache_warmed ? "read once before timing" : "not read before timing", r.cores,
-      r.decoder, r.gpu ? fmt::format(" (cuda:{}; the threads read the files)", *r.gpu) : "", a.size,
-      a.size, sample_type_name(a.type), sample_layout_name(a.layout), r.loader.batch_size,
+      r.decoder, r.gpu ? fmt::format(" (cuda:{}; the threads read the files)", *r.gpu) : "",
+      r.upload_device
+          ? fmt::format("; batches copied to cuda:{} from page-locked memory", *r.upload_device)
+          : "",
+      a.size, a.size, sample_type_name(a.type), sample_layout_name(a.layout), r.loader.batch_size,
       r.loader.dct_scaling ? "on" : "off",
       r.loader.cache_bytes ? format_size(r.loader.cache_bytes) : std::string("off"), r.loader.seed);
   out += fmt::format("{:<20}{:>8}{:>12}{:>14}{:>14}{:>12}\n", "stage", "threads", "img/s",
                      "img/s/thread", "img/CPU-s", "MB/s read");
   for (const ThroughputPoint& p : r.points) {
-    const std::string stage = fmt::format("{}{}", p.gpu ? "gpu " : "", stage_name(p.stage));
+    const std::string stage =
+        fmt::format("{}{}{}", p.gpu ? "gpu " : "", stage_name(p.stage), p.uploaded ? "+copy" : "");
     out += fmt::format("{:<20}{:>8}{:>12}{:>14}{:>14}{:>12}\n", stage, p.threads,
                        format_grouped(p.images_per_second(), 1),
                        format_grouped(p.images_per_second() / p.threads, 1),
@@ -280,6 +309,7 @@ nlohmann::json to_json(const ThroughputReport& r) {
     points.push_back({{"stage", stage_name(p.stage)},
                       {"threads", p.threads},
                       {"gpu", p.gpu},
+                      {"uploaded", p.uploaded},
                       {"host_decoded", p.host_decoded},
                       {"images", p.images},
                       {"bytes_read", p.bytes},
@@ -312,7 +342,11 @@ nlohmann::json to_json(const ThroughputReport& r) {
             {"classes", r.classes},
             {"bytes", r.dataset_bytes},
             {"page_cache_warmed", r.page_cache_warmed}}},
-          {"host", {{"cores", r.cores}, {"decoder", r.decoder}, {"gpu", r.gpu}}},
+          {"host",
+           {{"cores", r.cores},
+            {"decoder", r.decoder},
+            {"gpu", r.gpu},
+            {"upload_device", r.upload_device}}},
           {"options",
            {{"size", a.size},
             {"dtype", sample_type_name(a.type)},

@@ -95,8 +95,27 @@ TEST_F(PipelineCli, RefusesBadInputWithOneLine) {
   expect_error("make-dataset " + quote((dir_ / "x").string()) + " --images 0", "--images");
   expect_error(quote(data_) + " --device tpu:0", "--device: unknown device 'tpu:0'");
   expect_error(quote(data_) + " --cuda-decoder", "--cuda-decoder: only with --device cuda:N");
+  expect_error(quote(data_) + " --device cuda:0 --decode cpu --cuda-decoder",
+               "--cuda-decoder: only with --device cuda:N, decoding on the GPU");
+  expect_error(quote(data_) + " --decode gpu", "--decode gpu: needs --device cuda:N");
+  expect_error(quote(data_) + " --decode fpga", "--decode: unknown choice 'fpga'");
+  expect_error(quote(data_) + " --device cuda:0 --decode cpu --stages decode",
+               "sending batches to the device needs the augment stage");
   expect_error(quote(data_) + " --device cuda:0 --stages read", "the read stage has no GPU form");
   expect_error(quote(data_) + " --device cuda:0 --cache 1GiB", "for the host path only");
+}
+
+// Here (no GPU, or no CUDA in the build) the host path's copy to a device is refused with what is
+// missing, before any point is measured.
+TEST_F(PipelineCli, CopyToADeviceWithoutAGpuIsOneLine) {
+  const testing::ProcessResult r =
+      run(quote(data_) + " --device cuda:0 --decode cpu --min-time 10ms");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(error_lines(r.output), 1) << r.output;
+  EXPECT_TRUE(r.output.find("built without CUDA") != std::string::npos ||
+              r.output.find("CUDA") != std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.out.find("decode+augment"), std::string::npos) << "no point measured: " << r.out;
 }
 
 // Here (no GPU, no nvJPEG; or no CUDA in the build) the GPU path is refused with what is missing.

@@ -1,5 +1,6 @@
 // The host path's staging to the GPU: what goes up is what was written, each device buffer stays
-// as it was through the next upload, and bad requests are one-line errors.
+// as it was through the next upload, bad requests are one-line errors, and `dlprobe pipeline`'s
+// host batches counted once they are on the device.
 #include "dlprobe/data/device_staging.h"
 
 #include <cuda_runtime_api.h>
@@ -10,6 +11,10 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "common/temp_folder.h"
+#include "dlprobe/data/make_dataset.h"
+#include "dlprobe/data/throughput.h"
 
 namespace dlprobe::data {
 namespace {
@@ -63,6 +68,33 @@ TEST(DeviceStaging, RefusesABadDeviceAndAnEmptyBuffer) {
   EXPECT_NE(empty.status().message().find("0 bytes"), std::string::npos)
       << empty.status().message();
   EXPECT_EQ(empty.status().message().find('\n'), std::string::npos);
+}
+
+TEST(DeviceStaging, PipelineCountsHostBatchesOnTheDevice) {
+  testing::TempFolder dir;
+  MakeDatasetOptions m;
+  m.images = 24;
+  m.classes = 2;
+  ASSERT_TRUE(make_dataset(dir / "set", m));
+  auto dataset = list_dataset(dir / "set");
+  ASSERT_TRUE(dataset) << dataset.status().message();
+  ThroughputOptions o;
+  o.threads = {2};
+  o.stages = {Stage::decode, Stage::augment};
+  o.min_time = std::chrono::milliseconds(50);
+  o.loader.batch_size = 8;
+  o.loader.augment.size = 32;
+  o.upload_device = 0;
+  auto report = measure_throughput(*dataset, o);
+  ASSERT_TRUE(report) << report.status().message();
+  ASSERT_EQ(report->points.size(), 2U);
+  EXPECT_FALSE(report->points[0].uploaded) << "the decode stage has no batch to send";
+  EXPECT_TRUE(report->points[1].uploaded);
+  EXPECT_GT(report->points[1].images, 0);
+  EXPECT_EQ(report->upload_device, 0);
+  const std::string text = render_text(*report);
+  EXPECT_NE(text.find("decode+augment+copy"), std::string::npos) << text;
+  EXPECT_NE(text.find("copied to cuda:0"), std::string::npos) << text;
 }
 
 }  // namespace

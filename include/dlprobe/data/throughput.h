@@ -1,5 +1,6 @@
 // How fast the host input pipeline runs on this machine: images per second for the decode alone
-// and for the whole host pipeline (decode and augmentation into the batch buffer), over a curve of
+// and for the whole host pipeline (decode and augmentation into the batch buffer, and where asked
+// the batch sent to a GPU), over a curve of
 // worker thread counts, with the bytes read per second, the images per CPU-second (a core's worth,
 // whatever else the machine runs) and the cores it takes to feed a training step of R images per
 // second. `dlprobe pipeline` prints it; the JSON form is schema dlprobe.pipeline/1.
@@ -38,6 +39,10 @@ struct ThroughputOptions {
   // Decode (and augment) on this GPU: the worker threads then read the files and check their
   // headers, and each point's batches are decoded by nvJPEG and augmented on the device.
   std::optional<GpuDecoderOptions> gpu;
+  // On the host path, send each augmented batch to this CUDA device (DeviceStaging: page-locked
+  // memory, a stream of its own) before the next is taken: the augment stage's images then count
+  // once they are on the device, as training from the host's cores gets them.
+  std::optional<int> upload_device;
   // Called after each point, for progress lines.
   std::function<void(const ThroughputPoint&)> on_point;
 };
@@ -56,6 +61,7 @@ struct ThroughputPoint {
   double seconds = 0;
   double cpu_seconds = 0;  // the process's CPU time over the timed window
   bool gpu = false;        // decoded (and augmented) on the GPU
+  bool uploaded = false;   // host batches sent to the device (ThroughputOptions::upload_device)
   // On the GPU path: images nvJPEG's batched decoder did not take, decoded on the host instead.
   std::int64_t host_decoded = 0;
   double images_per_second() const {
@@ -85,7 +91,8 @@ struct ThroughputReport {
   bool page_cache_warmed = false;  // every file read once before the points
   int cores = 0;                   // CPUs this process may use
   std::string decoder;
-  std::optional<int> gpu;  // the CUDA device that decoded, if any
+  std::optional<int> gpu;            // the CUDA device that decoded, if any
+  std::optional<int> upload_device;  // the CUDA device the host's batches were sent to, if any
   LoaderOptions loader;
   std::vector<ThroughputPoint> points;
   std::vector<SkippedFile> skipped;  // each file once
