@@ -448,8 +448,9 @@ results::Finding input_finding(const results::Configuration& synthetic,
         100 * share, fetch_ms, fed_ms, step_ms);
     f.fix =
         "the decoding and the step share the GPU: decode on the host's cores where they keep "
-        "up (--data-decode cpu), or store smaller images (e.g. 256 pixels on the short side), "
-        "which leaves less to decode";
+        "up (--data-decode cpu; `dlprobe pipeline DIR --device cuda:N --decode cpu` measures "
+        "their rate delivered to the GPU), or store smaller images (e.g. 256 pixels on the "
+        "short side), which leaves less to decode";
     return f;
   }
   f.message = fmt::format(

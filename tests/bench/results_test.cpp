@@ -461,6 +461,7 @@ TEST(InputFinding, NamesWhatBindsTheStep) {
   EXPECT_NE(shared.message.find("decoding's share of the GPU"), std::string::npos)
       << shared.message;
   EXPECT_NE(shared.fix.find("--data-decode cpu"), std::string::npos);
+  EXPECT_NE(shared.fix.find("--device cuda:N --decode cpu"), std::string::npos) << shared.fix;
 
   // Batches that come later than the step needs (60 ms against a 56 ms step): the decoding
   // binds, whatever the copy took, and the fix is the decoding's.
