@@ -117,12 +117,13 @@ struct InputFacts {
   std::string input;    // "jpeg-gpu", "jpeg-cpu"
   std::string decoder;  // the feed's decoder
   int threads = 0;
-  // Seconds the host spent getting batches ready (waiting for the loader, decoding on the GPU),
-  // over the timed steps: a step waits for its input only where this is longer than the step
-  // before it.
+  // Seconds the host spent getting batches ready (waiting for the loader, decoding on the GPU,
+  // sending a host batch up through the staging on a CUDA device), over the timed steps: a step
+  // waits for its input only where this is longer than the step before it.
   double fetch_seconds = 0;
-  // Seconds spent handing the batches to the step once the step before had ended (the copy to
-  // the device, from host memory or from the GPU decoder's buffer): the device waits through it.
+  // Seconds spent handing the batches to the step once the step before had ended (a copy on the
+  // device from the staging or the GPU decoder's buffer; on the CPU, set_input's copy): the
+  // device waits through it.
   double upload_seconds = 0;
   std::int64_t batches = 0;
   std::vector<data::SkippedFile> skipped;
