@@ -80,6 +80,7 @@ Result<std::shared_ptr<const Api>> load(const std::string& path) {
   resolve(library, "nvjpegDecodeBatchedSupported", api->decode_batched_supported, missing);
   resolve(library, "nvjpegDecodeBatchedInitialize", api->decode_batched_initialize, missing);
   resolve(library, "nvjpegDecodeBatched", api->decode_batched, missing);
+  resolve(library, "nvjpegDecodeBatchedPreAllocate", api->decode_batched_pre_allocate, missing);
   if (!missing.empty()) {
     dlclose(library);
     return error(

@@ -33,6 +33,7 @@ enum Backend : int {
   kBackendHardware = 3
 };
 enum OutputFormat : int { kOutputRgbInterleaved = 5 };
+enum ChromaSubsampling : int { kCss444 = 0 };
 enum Property : int { kMajorVersion = 0, kMinorVersion = 1, kPatchLevel = 2 };
 
 // nvjpegDevAllocator_t and nvjpegPinnedAllocator_t: how nvJPEG takes device and pinned memory.
@@ -67,6 +68,8 @@ struct Api {
                                       OutputFormat);
   Status (*decode_batched)(HandleRef, StateRef, const unsigned char* const* data,
                            const std::size_t* lengths, Image* destinations, cudaStream_t);
+  Status (*decode_batched_pre_allocate)(HandleRef, StateRef, int batch_size, int width, int height,
+                                        ChromaSubsampling, OutputFormat);
   std::string path;     // the library loaded
   std::string version;  // "13.0.1"
   void* library = nullptr;
