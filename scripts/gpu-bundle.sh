@@ -26,6 +26,11 @@ done
 find build-gpu -maxdepth 3 -type f \( -name 'libfake_nvml*.so' -o -name 'dlprobe_*workload*' \) \
   -exec cp {} .devbuild/lib/ \;
 strip --strip-unneeded .devbuild/bin/*
+# lab/gpu/slow-calls.sh's CUDA injection library, with the CUPTI it was built against.
+g++ -std=c++20 -O2 -shared -fPIC -Wall -Wextra -Werror -I/usr/local/cuda/include \
+  lab/gpu/slow_calls.cpp -L/usr/local/cuda/lib -lcupti -Wl,-rpath,'$ORIGIN' \
+  -o .devbuild/lib/libslow_calls.so
+cp -L /usr/local/cuda/lib/libcupti.so.13 .devbuild/lib/
 # Shared libraries from Debian that Ubuntu's image may lack (cpp-httplib, fmt, RE2, TurboJPEG,
 # SQLite); the CUDA ones are there.
 for lib in $(ldd .devbuild/bin/* 2>/dev/null | awk '/=> \/(usr\/)?lib.*(httplib|libfmt|libre2|libturbojpeg|libsqlite3)/ {print $3}' | sort -u); do
