@@ -6,3 +6,11 @@ out=${OUT:-gpu-check-out}
 mkdir -p "$out"
 bin=$PWD/.devbuild/bin
 . scripts/gpu-env.sh
+# The JPEG folder of the data scripts, in $data: PIPELINE_DATA, else one of IMAGES JPEGs (default
+# 4,000) made on first use and kept for the scripts after it in the same call.
+jpeg_dataset() {
+  data=${PIPELINE_DATA:-/tmp/dlprobe-jpegs}
+  if [ ! -d "$data" ]; then
+    "$bin/dlprobe" pipeline make-dataset "$data" --images "${IMAGES:-4000}" --classes 10 | tail -n 1
+  fi
+}

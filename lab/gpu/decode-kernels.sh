@@ -7,10 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
-data=${PIPELINE_DATA:-/tmp/dlprobe-jpegs}
-if [ ! -d "$data" ]; then
-  "$bin/dlprobe" pipeline make-dataset "$data" --images "${IMAGES:-4000}" --classes 10 | tail -n 1
-fi
+jpeg_dataset
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 # Skip the first batches' launches (allocation, first use); then a fixed number of launches.
 timeout 240 "$ncu" --target-processes all --clock-control none --launch-skip "${SKIP:-60}" \

@@ -9,10 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
-data=${PIPELINE_DATA:-/tmp/dlprobe-jpegs}
-if [ ! -d "$data" ]; then
-  "$bin/dlprobe" pipeline make-dataset "$data" --images "${IMAGES:-4000}" --classes 10 | tail -n 1
-fi
+jpeg_dataset
 echo "== data_gpu_test"
 timeout 120 "$bin/data_gpu_test" 2>&1 | tail -n 25 | tee "$out/data_gpu_test.txt"
 echo "== dlprobe pipeline --device cuda:0"

@@ -6,10 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
-data=${PIPELINE_DATA:-/tmp/dlprobe-jpegs}
-if [ ! -d "$data" ]; then
-  "$bin/dlprobe" pipeline make-dataset "$data" --images "${IMAGES:-4000}" --classes 10 | tail -n 1
-fi
+jpeg_dataset
 CUDA_INJECTION64_PATH=$PWD/.devbuild/lib/libslow_calls.so SLOW_CALLS_MS=${SLOW_CALLS_MS:-2} \
   SLOW_CALLS_OUT=$out/slow-calls.txt timeout 200 "$bin/dlprobe" bench --model resnet50 \
   --batch 256 --precision fp16 --mode grads --steps 30 --min-time 3s --data "$data" \
