@@ -26,11 +26,17 @@ done
 find build-gpu -maxdepth 3 -type f \( -name 'libfake_nvml*.so' -o -name 'dlprobe_*workload*' \) \
   -exec cp {} .devbuild/lib/ \;
 strip --strip-unneeded .devbuild/bin/*
-# lab/gpu/slow-calls.sh's CUDA injection library, with the CUPTI it was built against.
-g++ -std=c++20 -O2 -shared -fPIC -Wall -Wextra -Werror -I/usr/local/cuda/include \
-  lab/gpu/slow_calls.cpp -L/usr/local/cuda/lib -lcupti -Wl,-rpath,'$ORIGIN' \
-  -o .devbuild/lib/libslow_calls.so
-cp -L /usr/local/cuda/lib/libcupti.so.13 .devbuild/lib/
+# lab/gpu/slow-calls.sh's CUDA injection library, with the CUPTI it was built against, where
+# this machine has CUPTI (only that lab script needs it).
+cupti=$(ls /usr/local/cuda/lib64/libcupti.so.* /usr/local/cuda/lib/libcupti.so.* 2>/dev/null | head -n 1)
+if [ -n "$cupti" ]; then
+  g++ -std=c++20 -O2 -shared -fPIC -Wall -Wextra -Werror -I/usr/local/cuda/include \
+    lab/gpu/slow_calls.cpp -L"$(dirname "$cupti")" -lcupti -Wl,-rpath,'$ORIGIN' \
+    -o .devbuild/lib/libslow_calls.so
+  cp -L "$cupti" .devbuild/lib/
+else
+  echo "gpu-bundle: no CUPTI under /usr/local/cuda; lab/gpu/slow-calls.sh will not run" >&2
+fi
 # Shared libraries from Debian that Ubuntu's image may lack (cpp-httplib, fmt, RE2, TurboJPEG,
 # SQLite); the CUDA ones are there.
 for lib in $(ldd .devbuild/bin/* 2>/dev/null | awk '/=> \/(usr\/)?lib.*(httplib|libfmt|libre2|libturbojpeg|libsqlite3)/ {print $3}' | sort -u); do

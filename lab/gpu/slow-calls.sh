@@ -12,6 +12,9 @@ CUDA_INJECTION64_PATH=$PWD/.devbuild/lib/libslow_calls.so SLOW_CALLS_MS=${SLOW_C
   --batch 256 --precision fp16 --mode grads --steps 30 --min-time 3s --data "$data" \
   --data-decode gpu --no-ceiling --json "$out/bench.json" --overwrite >"$out/bench.txt" \
   2>"$out/bench.err"
-echo "exit $?"
+code=$?
+echo "exit $code"
 head -n 4 "$out/bench.txt"
-cat "$out/slow-calls.txt"
+# The list is written when the process exits normally; a killed one leaves none.
+cat "$out/slow-calls.txt" 2>/dev/null || echo "no list: dlprobe did not exit normally"
+exit "$code"

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,21 +34,23 @@ double now_ms() {
       .count();
 }
 
-// Entry times per domain: a runtime call holds driver calls inside it.
-thread_local double entered[2] = {0, 0};
-
-void CUPTIAPI on_call(void*, CUpti_CallbackDomain domain, CUpti_CallbackId,
-                      const CUpti_CallbackData* info) {
-  const int d = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? 0 : 1;
+// CUPTI's callback: the entry time goes into the call's own correlation slot, so that nested
+// calls and calls already running when tracing began pair up correctly (a call with no recorded
+// entry is not counted).
+void CUPTIAPI on_call(void*, CUpti_CallbackDomain domain, CUpti_CallbackId, const void* data) {
+  const auto* info = static_cast<const CUpti_CallbackData*>(data);
   if (info->callbackSite == CUPTI_API_ENTER) {
-    entered[d] = now_ms();
+    if (info->correlationData != nullptr)
+      *info->correlationData = std::bit_cast<std::uint64_t>(now_ms());
     return;
   }
-  const double took = now_ms() - entered[d];
+  if (info->correlationData == nullptr || *info->correlationData == 0) return;
+  const double took = now_ms() - std::bit_cast<double>(*info->correlationData);
   if (took < threshold_ms) return;
   const long tid = syscall(SYS_gettid);
   std::lock_guard lock(mu);
-  Slow& s = (*slow)[{d == 0 ? "runtime" : "driver", info->functionName, tid}];
+  Slow& s = (*slow)[{domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "runtime" : "driver",
+                     info->functionName, tid}];
   ++s.count;
   s.total_ms += took;
   if (took > s.max_ms) s.max_ms = took;
@@ -65,7 +68,7 @@ void report() {
                  std::get<1>(key).c_str(), std::get<2>(key), s.count, s.total_ms,
                  s.total_ms / static_cast<double>(s.count), s.max_ms);
   }
-  std::fclose(f);
+  if (f != stderr) std::fclose(f);
 }
 
 }  // namespace
@@ -74,13 +77,12 @@ extern "C" int InitializeInjection() {
   if (const char* ms = std::getenv("SLOW_CALLS_MS")) threshold_ms = std::atof(ms);
   slow = new std::map<std::tuple<std::string, std::string, long>, Slow>;
   CUpti_SubscriberHandle subscriber = nullptr;
-  if (cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(on_call), nullptr) !=
-      CUPTI_SUCCESS) {
-    std::fprintf(stderr, "slow_calls: cuptiSubscribe failed\n");
+  if (cuptiSubscribe(&subscriber, on_call, nullptr) != CUPTI_SUCCESS ||
+      cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API) != CUPTI_SUCCESS ||
+      cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API) != CUPTI_SUCCESS) {
+    std::fprintf(stderr, "slow_calls: CUPTI's callbacks could not be enabled\n");
     return 0;
   }
-  cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
-  cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
   std::atexit(report);
   return 1;
 }

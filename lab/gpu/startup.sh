@@ -7,7 +7,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
-cache=$(mktemp -d)/tuning.json
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cache=$work/tuning.json
+: >"$out/startup.txt"
 for run in no-cache cache; do
   start=$(date +%s.%N)
   timeout 120 "$bin/dlprobe" bench --model resnet50 --batch "${BATCH:-256}" --precision fp16 \

@@ -175,6 +175,7 @@ class GpuFeed final : public FeedBase {
     data::GpuDecoderOptions g;
     g.device = device;
     g.hardware = in.hardware;
+    g.pixels = in.gpu_pixels;
     g.max_batch = options_.batch_size;
     device_ = device;
     for (Decoder& each : decoders_) {

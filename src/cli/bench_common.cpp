@@ -229,13 +229,15 @@ void add_data_flags(CLI::App& sub, DataFlags& flags) {
   option(sub, "--data-decode", flags.decode,
          "Where --data decodes: gpu (nvJPEG and a kernel; the threads read), cpu (libjpeg-turbo "
          "on the threads), or auto: gpu on a CUDA device");
+  option(sub, "--data-gpu-pixels", flags.gpu_pixels, kGpuPixelsHelp);
 }
 
 Result<std::optional<bench::JpegInput>> data_input(const DataFlags& flags,
                                                    const device::Device& device) {
   if (flags.dir.empty()) {
-    if (flags.threads != "0" || flags.decode != "auto") {
-      return invalid_argument("--data-threads and --data-decode: only with --data DIR");
+    if (flags.threads != "0" || flags.decode != "auto" || flags.gpu_pixels != "rgb") {
+      return invalid_argument(
+          "--data-threads, --data-decode and --data-gpu-pixels: only with --data DIR");
     }
     return std::optional<bench::JpegInput>();
   }
@@ -256,6 +258,8 @@ Result<std::optional<bench::JpegInput>> data_input(const DataFlags& flags,
     return invalid_argument(
         fmt::format("--data-decode: unknown choice '{}' (gpu, cpu or auto)", flags.decode));
   }
+  DLPROBE_ASSIGN_OR_RETURN(in.gpu_pixels,
+                           parse_gpu_pixels(flags.gpu_pixels, "--data-gpu-pixels", in.gpu_decode));
   DLPROBE_ASSIGN_OR_RETURN(in.dataset, for_flag("--data", data::list_dataset(flags.dir)));
   return std::optional<bench::JpegInput>(std::move(in));
 }

@@ -77,8 +77,10 @@ struct DataFlags {
   std::string dir;
   std::string threads = "0";
   std::string decode = "auto";
+  std::string gpu_pixels = "rgb";
 };
 void add_data_flags(CLI::App& sub, DataFlags& flags);
+
 // Nothing without --data; else the dataset listed (a missing or empty folder is a one-line error)
 // and where it decodes on `device`.
 Result<std::optional<bench::JpegInput>> data_input(const DataFlags& flags,

@@ -38,6 +38,7 @@ struct PipelineFlags {
   std::string device = "cpu";
   std::string decode = "auto";
   bool cuda_decoder = false;
+  std::string gpu_pixels = "rgb";
   std::string json;
   bool overwrite = false;
 };
@@ -103,10 +104,13 @@ Result<data::ThroughputOptions> options_from(const PipelineFlags& f) {
   if (f.cuda_decoder && !on_gpu) {
     return invalid_argument("--cuda-decoder: only with --device cuda:N, decoding on the GPU");
   }
+  DLPROBE_ASSIGN_OR_RETURN(const data::GpuPixels planes,
+                           parse_gpu_pixels(f.gpu_pixels, "--gpu-pixels", on_gpu));
   if (on_gpu) {
     data::GpuDecoderOptions g;
     g.device = where.index;
     g.hardware = !f.cuda_decoder;
+    g.pixels = planes;
     o.gpu = g;
   } else if (where.kind == DeviceKind::cuda) {
     o.upload_device = where.index;
@@ -212,6 +216,7 @@ Command add_pipeline_command(CLI::App& app) {
   sub->add_flag("--cuda-decoder", flags->cuda_decoder,
                 "On the GPU, decode with nvJPEG's CUDA decoder even where the GPU has a hardware "
                 "JPEG engine");
+  option(*sub, "--gpu-pixels", flags->gpu_pixels, kGpuPixelsHelp);
   sub->add_option("--json", flags->json, "Write the results as JSON (schema dlprobe.pipeline/1)");
   add_overwrite_flag(*sub, flags->overwrite);
 

@@ -120,4 +120,16 @@ Status prepare_outputs(std::initializer_list<NamedOutput> outputs, bool overwrit
   return to_stdout ? reserve_stdout() : Status::ok();
 }
 
+Result<data::GpuPixels> parse_gpu_pixels(const std::string& text, std::string_view flag,
+                                         bool on_gpu) {
+  if (text != "rgb" && text != "ycbcr") {
+    return invalid_argument(fmt::format("{}: unknown choice '{}' (rgb or ycbcr)", flag, text));
+  }
+  if (text == "ycbcr" && !on_gpu) {
+    return invalid_argument(
+        fmt::format("{} ycbcr: only when the images are decoded on the GPU", flag));
+  }
+  return text == "ycbcr" ? data::GpuPixels::ycbcr : data::GpuPixels::rgb;
+}
+
 }  // namespace dlprobe::cli

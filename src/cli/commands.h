@@ -12,6 +12,7 @@
 
 #include "dlprobe/core/files.h"
 #include "dlprobe/core/status.h"
+#include "dlprobe/data/gpu_decoder.h"
 
 namespace dlprobe::cli {
 
@@ -90,5 +91,14 @@ Result<T> for_flag(std::string_view flag, Result<T> parsed) {
   if (!parsed.has_value()) return parsed.status().with_context(flag);
   return parsed;
 }
+
+// What nvJPEG hands the GPU augmentation (data::GpuPixels): `text` is rgb or ycbcr, for `flag`;
+// anything but rgb is an error unless the images are decoded on the GPU (`on_gpu`).
+Result<data::GpuPixels> parse_gpu_pixels(const std::string& text, std::string_view flag,
+                                         bool on_gpu);
+inline constexpr const char* kGpuPixelsHelp =
+    "What nvJPEG hands the GPU augmentation: rgb (nvJPEG converts each image, a kernel launch an "
+    "image) or ycbcr (the file's own planes, converted at the pixels the crop samples, "
+    "libjpeg-turbo's arithmetic, in the augmentation's one launch a batch)";
 
 }  // namespace dlprobe::cli

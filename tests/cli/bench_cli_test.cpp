@@ -65,6 +65,11 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
   expect_error(kSmall + "--data /tmp --data-decode gpu",
                "--data-decode gpu: needs a CUDA --device");
   expect_error(kSmall + "--data /tmp --data-decode disk", "--data-decode: unknown choice 'disk'");
+  expect_error(kSmall + "--data-gpu-pixels ycbcr", "only with --data DIR");
+  expect_error(kSmall + "--data /tmp --data-gpu-pixels ycbcr",
+               "--data-gpu-pixels ycbcr: only when the images are decoded on the GPU");
+  expect_error(kSmall + "--data /tmp --data-gpu-pixels yuv",
+               "--data-gpu-pixels: unknown choice 'yuv' (rgb or ycbcr)");
   expect_error(kSmall + "--image-size 0", "--image-size");
   expect_error(kSmall + "--steps 0", "--steps");
   expect_error(kSmall + "--batch two", "--batch");

@@ -98,6 +98,11 @@ TEST_F(PipelineCli, RefusesBadInputWithOneLine) {
   expect_error(quote(data_) + " --device cuda:0 --decode cpu --cuda-decoder",
                "--cuda-decoder: only with --device cuda:N, decoding on the GPU");
   expect_error(quote(data_) + " --decode gpu", "--decode gpu: needs --device cuda:N");
+  expect_error(quote(data_) + " --gpu-pixels ycbcr",
+               "--gpu-pixels ycbcr: only when the images are decoded on the GPU");
+  expect_error(quote(data_) + " --device cuda:0 --decode cpu --gpu-pixels ycbcr",
+               "--gpu-pixels ycbcr: only when the images are decoded on the GPU");
+  expect_error(quote(data_) + " --gpu-pixels nv12", "--gpu-pixels: unknown choice 'nv12'");
   expect_error(quote(data_) + " --decode fpga", "--decode: unknown choice 'fpga'");
   expect_error(quote(data_) + " --device cuda:0 --decode cpu --stages decode",
                "sending batches to the device needs the augment stage");

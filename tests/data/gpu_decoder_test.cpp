@@ -184,7 +184,11 @@ std::map<std::size_t, std::vector<float>> host_samples(const Dataset& dataset, L
   return out;
 }
 
-TEST(GpuDecoder, SamplesAgreeWithTheHostPipelineAndBadFilesAreSkippedForTheSameReasons) {
+// Each form nvJPEG hands the augmentation: its RGB, and the files' YCbCr planes converted in the
+// kernel (the host-decoded files of the same batches stay RGB).
+class GpuDecoderPixels : public ::testing::TestWithParam<GpuPixels> {};
+
+TEST_P(GpuDecoderPixels, SamplesAgreeWithTheHostPipelineAndBadFilesAreSkippedForTheSameReasons) {
   auto folder = make_folder(true);
   const LoaderOptions o = options_for(SampleType::fp32);
   const auto host = host_samples(folder->dataset, o);
@@ -197,7 +201,9 @@ TEST(GpuDecoder, SamplesAgreeWithTheHostPipelineAndBadFilesAreSkippedForTheSameR
     for (const SkippedFile& f : (*loader)->skipped()) host_skipped[f.path.filename()] = f.failure;
   }
 
-  auto gpu = GpuDecoder::open({});
+  GpuDecoderOptions g;
+  g.pixels = GetParam();
+  auto gpu = GpuDecoder::open(g);
   ASSERT_TRUE(gpu) << gpu.status().message();
   std::printf("GPU decoder: %s\n", (*gpu)->name().c_str());
   LoaderOptions read = o;
@@ -249,6 +255,12 @@ TEST(GpuDecoder, SamplesAgreeWithTheHostPipelineAndBadFilesAreSkippedForTheSameR
               compared, mean, worst);
   EXPECT_LT(mean, 0.03);
 }
+
+INSTANTIATE_TEST_SUITE_P(Pixels, GpuDecoderPixels,
+                         ::testing::Values(GpuPixels::rgb, GpuPixels::ycbcr),
+                         [](const ::testing::TestParamInfo<GpuPixels>& p) {
+                           return std::string(p.param == GpuPixels::rgb ? "Rgb" : "Ycbcr");
+                         });
 
 }  // namespace
 }  // namespace dlprobe::data

@@ -28,6 +28,7 @@ struct JpegInput {
   int threads = 0;         // loader worker threads; 0: every CPU this process may use
   bool gpu_decode = true;  // on a CUDA device: decode and augment there
   bool hardware = true;    // nvJPEG's hardware engine where the GPU has one
+  data::GpuPixels gpu_pixels = data::GpuPixels::rgb;
   std::uint64_t seed = 0;  // of the shuffles, crops and flips
 };
 

@@ -23,10 +23,17 @@
 
 namespace dlprobe::data {
 
+// What nvJPEG hands the augmentation: interleaved RGB, which nvJPEG converts each image to with a
+// kernel launch of its own (256 a batch of 256); or the file's own Y, Cb and Cr planes, which the
+// augmentation converts at the pixels it samples, libjpeg-turbo's arithmetic exactly, in its one
+// launch a batch. Baseline files in 4:4:4, 4:2:2, 4:2:0 or 4:4:0 take the planes; others RGB.
+enum class GpuPixels { rgb, ycbcr };
+
 struct GpuDecoderOptions {
   int device = 0;
   // Prefer nvJPEG's hardware JPEG engine (A100, H100 and later) to its CUDA decoder.
   bool hardware = true;
+  GpuPixels pixels = GpuPixels::rgb;
   int max_batch = 256;
   // libnvjpeg to load (empty: the usual names; a test names one that is not there).
   std::string library;

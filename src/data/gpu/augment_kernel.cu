@@ -54,6 +54,18 @@ __device__ __nv_bfloat16 convert<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
+// Pixel (x, y)'s RGB levels.
+__device__ void texel(const AugmentJob& job, int x, int y, float rgb[3]) {
+  const std::uint8_t* row = job.pixels + static_cast<std::int64_t>(y) * job.pitch;
+  if (job.ycbcr == 0) {
+    for (int c = 0; c < 3; ++c) rgb[c] = row[x * 3 + c];
+    return;
+  }
+  int v[3];
+  ycbcr_to_rgb(row[x], upsampled(job.cb, x, y), upsampled(job.cr, x, y), v);
+  for (int c = 0; c < 3; ++c) rgb[c] = static_cast<float>(v[c]);
+}
+
 struct Coefficients {
   float scale[3];
   float shift[3];
@@ -71,16 +83,16 @@ __global__ void augment_kernel(const AugmentJob* jobs, int size, Coefficients k,
   // The flip reverses the horizontal taps, as the host reverses its tap list.
   const Tap tx = tap(job.x, job.region_width, n, job.width, job.flip ? n - 1 - ox : ox);
   const Tap ty = tap(job.y, job.region_height, n, job.height, oy);
-  const std::uint8_t* r0 = job.pixels + static_cast<std::int64_t>(ty.i0) * job.pitch;
-  const std::uint8_t* r1 = job.pixels + static_cast<std::int64_t>(ty.i1) * job.pitch;
+  // The four pixels around the sample, as RGB levels.
+  float a0[3], b0[3], a1[3], b1[3];
+  texel(job, tx.i0, ty.i0, a0);
+  texel(job, tx.i1, ty.i0, b0);
+  texel(job, tx.i0, ty.i1, a1);
+  texel(job, tx.i1, ty.i1, b1);
   T* sample = out + static_cast<std::int64_t>(blockIdx.y) * 3 * n * n;
   for (int c = 0; c < 3; ++c) {
-    const float a0 = r0[tx.i0 * 3 + c];
-    const float b0 = r0[tx.i1 * 3 + c];
-    const float a1 = r1[tx.i0 * 3 + c];
-    const float b1 = r1[tx.i1 * 3 + c];
-    const float top = a0 + tx.w * (b0 - a0);
-    const float bottom = a1 + tx.w * (b1 - a1);
+    const float top = a0[c] + tx.w * (b0[c] - a0[c]);
+    const float bottom = a1[c] + tx.w * (b1[c] - a1[c]);
     const float v = (top + ty.w * (bottom - top)) * k.scale[c] + k.shift[c];
     const std::int64_t at = Nchw ? static_cast<std::int64_t>(c) * n * n + pixel
                                  : static_cast<std::int64_t>(pixel) * 3 + c;

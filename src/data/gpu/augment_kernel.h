@@ -1,9 +1,10 @@
 // The augmentation on the GPU: each sample's crop of its decoded image (8-bit interleaved RGB on
-// the device) resized to size x size, flipped, normalised and written into the batch in the
-// step's element type and layout, one launch per batch. The arithmetic is the host's
-// (resize_normalize in augment.cpp: half-pixel bilinear taps computed in double, edges clamped to
-// the crop, horizontal blend then vertical, one multiply-add to normalise), so that the two paths
-// give the same sample from the same pixels.
+// the device, or JPEG's Y, Cb and Cr planes converted at each pixel read as ycbcr.h does) resized
+// to size x size, flipped, normalised and written into the batch in the step's element type and
+// layout, one launch per batch. The arithmetic is the host's (resize_normalize in augment.cpp:
+// half-pixel bilinear taps computed in double, edges clamped to the crop, horizontal blend then
+// vertical, one multiply-add to normalise), so that the two paths give the same sample from the
+// same pixels.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,14 +12,19 @@
 #include <array>
 #include <cstdint>
 
+#include "data/gpu/ycbcr.h"
 #include "dlprobe/data/augment.h"
 
 namespace dlprobe::data::gpu {
 
 // One sample: where its decoded pixels are and what to take from them.
 struct AugmentJob {
-  const std::uint8_t* pixels = nullptr;  // device memory, rows of `pitch` bytes
+  // Device memory, rows of `pitch` bytes: interleaved RGB, or with `ycbcr` the Y plane.
+  const std::uint8_t* pixels = nullptr;
   std::int64_t pitch = 0;
+  int ycbcr = 0;
+  ChromaPlane cb;  // with `ycbcr`
+  ChromaPlane cr;
   int width = 0;
   int height = 0;
   double x = 0;  // the region of the image, in its pixels

@@ -156,8 +156,10 @@ class NvjpegDecoder final : public GpuDecoder {
     DLPROBE_NVJPEG_CHECK(api_->state_create(handle_, &state_));
     DLPROBE_NVJPEG_CHECK(api_->stream_create(handle_, &parse_));
     DLPROBE_ASSIGN_OR_RETURN(host_, make_host_decoder());
-    name_ = fmt::format("nvJPEG {} {}, {}", api_->version,
-                        hardware_ ? "hardware engine" : "CUDA decoder", prop.name);
+    ycbcr_ = o.pixels == GpuPixels::ycbcr;
+    name_ = fmt::format("nvJPEG {} {}{}, {}", api_->version,
+                        hardware_ ? "hardware engine" : "CUDA decoder",
+                        ycbcr_ ? " (YCbCr planes)" : "", prop.name);
     max_batch_ = o.max_batch;
     return Status::ok();
   }
@@ -190,8 +192,10 @@ class NvjpegDecoder final : public GpuDecoder {
     // nvJPEG's batched decode for the files it takes, the host for the others.
     on_gpu_.clear();
     on_host_.clear();
+    chroma_.assign(n, gpu::ChromaPlane{});
+    planar_.assign(n, false);
     for (std::size_t i = 0; i < n; ++i) {
-      (takes(batch.files[i]) ? on_gpu_ : on_host_).push_back(i);
+      (takes(i, batch.files[i]) ? on_gpu_ : on_host_).push_back(i);
     }
     GpuBatchResult result;
     std::vector<bool> ok(n, false);
@@ -241,23 +245,62 @@ class NvjpegDecoder final : public GpuDecoder {
   }
 
  private:
-  // Whether nvJPEG's batched decoder takes this file: the hardware engine says per file (baseline
-  // only, no 4:1:0 or 4:1:1); the CUDA decoder takes baseline and progressive YCbCr.
-  bool takes(const EncodedFile& f) {
+  // Whether nvJPEG's batched decoder takes file i: the hardware engine says per file (baseline
+  // only, no 4:1:0 or 4:1:1); the CUDA decoder takes baseline and progressive YCbCr. For YCbCr
+  // planes, only the subsamplings ycbcr.h upsamples; chroma_[i] gets their geometry.
+  bool takes(std::size_t i, const EncodedFile& f) {
     if (f.info.components != 3) return false;
     // A file that does not end with the end-of-image marker goes to libjpeg-turbo, which finds a
     // truncation: nvJPEG's hardware engine decodes a truncated file without an error, leaving the
     // missing rows grey (seen on an H200).
     const std::vector<std::uint8_t>& b = f.bytes;
     if (b.size() < 2 || b[b.size() - 2] != 0xFF || b[b.size() - 1] != 0xD9) return false;
-    if (!hardware_) return true;
+    if (!hardware_ && !ycbcr_) return true;
     if (api_->stream_parse_header(handle_, f.bytes.data(), f.bytes.size(), parse_) !=
         nvjpeg::kSuccess) {
       return false;
     }
     int supported = -1;
-    return api_->decode_batched_supported(handle_, parse_, &supported) == nvjpeg::kSuccess &&
-           supported == 0;
+    if (hardware_ &&
+        (api_->decode_batched_supported(handle_, parse_, &supported) != nvjpeg::kSuccess ||
+         supported != 0)) {
+      return false;
+    }
+    return !ycbcr_ || chroma_of(i, f.info);
+  }
+
+  // The chroma planes' geometry of the file parse_ holds, into chroma_[i]; false for a
+  // subsampling ycbcr.h does not upsample or planes that do not cover the image as it says.
+  bool chroma_of(std::size_t i, const JpegInfo& info) {
+    nvjpeg::ChromaSubsampling css = nvjpeg::kCss444;
+    unsigned width = 0;
+    unsigned height = 0;
+    if (api_->stream_get_chroma_subsampling(parse_, &css) != nvjpeg::kSuccess ||
+        api_->stream_get_component_dimensions(parse_, 1, &width, &height) != nvjpeg::kSuccess) {
+      return false;
+    }
+    gpu::ChromaPlane& p = chroma_[i];
+    switch (css) {
+      case nvjpeg::kCss444:
+        break;
+      case nvjpeg::kCss422:
+        p.shift_x = 1;
+        break;
+      case nvjpeg::kCss420:
+        p.shift_x = 1;
+        p.shift_y = 1;
+        break;
+      case nvjpeg::kCss440:
+        p.shift_y = 1;
+        break;
+      default:
+        return false;
+    }
+    p.width = static_cast<int>(width);
+    p.height = static_cast<int>(height);
+    p.pitch = p.width;
+    return p.width == (info.width + p.shift_x) >> p.shift_x &&
+           p.height == (info.height + p.shift_y) >> p.shift_y;
   }
 
   // nvJPEG's batched decode of on_gpu_ into the pixel buffer; false when nvJPEG failed it.
@@ -271,13 +314,27 @@ class NvjpegDecoder final : public GpuDecoder {
       data_.push_back(f.bytes.data());
       lengths_.push_back(f.bytes.size());
       nvjpeg::Image image{};
-      image.channel[0] = reinterpret_cast<unsigned char*>(pixels_.data() + offsets_[i]);
-      image.pitch[0] = static_cast<std::size_t>(f.info.width) * 3;
+      auto* base = reinterpret_cast<unsigned char*>(pixels_.data() + offsets_[i]);
+      const auto width = static_cast<std::size_t>(f.info.width);
+      if (ycbcr_) {
+        // The three planes one after another, within the image's 3 x width x height bytes.
+        const gpu::ChromaPlane& p = chroma_[i];
+        const std::size_t luma = width * static_cast<std::size_t>(f.info.height);
+        const auto chroma = static_cast<std::size_t>(p.width) * static_cast<std::size_t>(p.height);
+        image.channel[0] = base;
+        image.pitch[0] = width;
+        image.channel[1] = base + luma;
+        image.pitch[1] = static_cast<std::size_t>(p.width);
+        image.channel[2] = base + luma + chroma;
+        image.pitch[2] = static_cast<std::size_t>(p.width);
+      } else {
+        image.channel[0] = base;
+        image.pitch[0] = width * 3;
+      }
       images_.push_back(image);
     }
     if (initialized_ != k) {
-      if (api_->decode_batched_initialize(handle_, state_, k, 1, nvjpeg::kOutputRgbInterleaved) !=
-          nvjpeg::kSuccess) {
+      if (api_->decode_batched_initialize(handle_, state_, k, 1, output()) != nvjpeg::kSuccess) {
         return false;
       }
       initialized_ = k;
@@ -289,37 +346,45 @@ class NvjpegDecoder final : public GpuDecoder {
                              stream_) != nvjpeg::kSuccess) {
       return false;
     }
-    for (std::size_t i : on_gpu_) ok[i] = true;
+    for (std::size_t i : on_gpu_) {
+      ok[i] = true;
+      planar_[i] = ycbcr_;
+    }
     return true;
+  }
+
+  nvjpeg::OutputFormat output() const {
+    return ycbcr_ ? nvjpeg::kOutputYuv : nvjpeg::kOutputRgbInterleaved;
   }
 
   // The hardware engine's working memory, sized ahead for k images as large as the largest seen
   // so far (rounded up). Left to itself nvJPEG frees and takes that memory again whenever a
   // batch's images outgrow it, and cudaFree waits for the whole device: beside a training step
-  // (H200, fp16 ResNet-50 bs256) a third of the batches then waited for the step in flight to
-  // end, and every CUDA call of the process with them, so that the step ran at 88 % of its rate.
-  // Growing here happens once per new largest image, not per batch. Beyond kMaxReserve the
-  // memory is left to nvJPEG rather than held for a few outsized files.
+  // (H200, fp16 ResNet-50 bs256) 36 of about 85 batches waited for the step in flight to end, and
+  // every CUDA call of the process with them (lab/gpu/slow-calls.sh). Growing here happens once
+  // per new largest image, not per batch. Beyond kMaxReserve (an estimate at four bytes a pixel:
+  // nvJPEG's conversion on the H200 reads RGBA) the memory is left to nvJPEG rather than held for
+  // a few outsized files.
   void reserve_hardware(const BatchView& batch, int k) {
     constexpr std::size_t kMaxReserve = std::size_t{4} << 30;
     constexpr int kRound = 128;
-    int width = reserved_width_;
-    int height = reserved_height_;
     for (std::size_t i : on_gpu_) {
-      width = std::max(width, batch.files[i].info.width);
-      height = std::max(height, batch.files[i].info.height);
+      seen_width_ = std::max(seen_width_, batch.files[i].info.width);
+      seen_height_ = std::max(seen_height_, batch.files[i].info.height);
     }
-    if (width <= reserved_width_ && height <= reserved_height_) return;
-    width = (width + kRound - 1) / kRound * kRound;
-    height = (height + kRound - 1) / kRound * kRound;
-    // Four bytes a pixel: the engine writes RGBA before nvJPEG packs it as RGB.
+    const int width = (seen_width_ + kRound - 1) / kRound * kRound;
+    const int height = (seen_height_ + kRound - 1) / kRound * kRound;
+    if (api_->decode_batched_pre_allocate == nullptr ||
+        (width <= reserved_width_ && height <= reserved_height_)) {
+      return;
+    }
     const std::size_t bytes = static_cast<std::size_t>(k) * static_cast<std::size_t>(width) *
                               static_cast<std::size_t>(height) * 4;
     if (bytes > kMaxReserve) return;
     // 4:4:4, the layout that needs the most memory, so that any subsampling fits. A refusal
     // leaves the memory to nvJPEG as before: slower beside a step, not wrong.
     if (api_->decode_batched_pre_allocate(handle_, state_, k, width, height, nvjpeg::kCss444,
-                                          nvjpeg::kOutputRgbInterleaved) == nvjpeg::kSuccess) {
+                                          output()) == nvjpeg::kSuccess) {
       reserved_width_ = width;
       reserved_height_ = height;
     }
@@ -340,6 +405,15 @@ class NvjpegDecoder final : public GpuDecoder {
       gpu::AugmentJob job;
       job.pixels = reinterpret_cast<const std::uint8_t*>(pixels_.data() + offsets_[i]);
       job.pitch = static_cast<std::int64_t>(info.width) * 3;
+      if (planar_[i]) {
+        const std::int64_t luma = static_cast<std::int64_t>(info.width) * info.height;
+        job.pitch = info.width;
+        job.ycbcr = 1;
+        job.cb = chroma_[i];
+        job.cb.data = job.pixels + luma;
+        job.cr = chroma_[i];
+        job.cr.data = job.cb.data + job.cb.pitch * job.cb.height;
+      }
       job.width = info.width;
       job.height = info.height;
       job.x = draw.crop.x;
@@ -367,9 +441,14 @@ class NvjpegDecoder final : public GpuDecoder {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   bool hardware_ = false;
-  int initialized_ = -1;    // the batch size nvJPEG's batched decoder was last initialised for
-  int reserved_width_ = 0;  // the image size the hardware engine's memory is reserved for
+  bool ycbcr_ = false;    // nvJPEG writes YCbCr planes (GpuPixels::ycbcr)
+  int initialized_ = -1;  // the batch size nvJPEG's batched decoder was last initialised for
+  // The image size the hardware engine's memory is reserved for since the last initialisation,
+  // and the largest image nvJPEG was given.
+  int reserved_width_ = 0;
   int reserved_height_ = 0;
+  int seen_width_ = 0;
+  int seen_height_ = 0;
   int max_batch_ = 0;
   std::unique_ptr<Decoder> host_;
   std::string name_;
@@ -381,6 +460,8 @@ class NvjpegDecoder final : public GpuDecoder {
   std::vector<std::size_t> offsets_;
   std::vector<std::size_t> on_gpu_;
   std::vector<std::size_t> on_host_;
+  std::vector<gpu::ChromaPlane> chroma_;  // per file, its planes' geometry (YCbCr planes)
+  std::vector<bool> planar_;              // per file, decoded to YCbCr planes
   std::vector<const unsigned char*> data_;
   std::vector<std::size_t> lengths_;
   std::vector<nvjpeg::Image> images_;

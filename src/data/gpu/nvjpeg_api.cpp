@@ -78,9 +78,15 @@ Result<std::shared_ptr<const Api>> load(const std::string& path) {
   resolve(library, "nvjpegJpegStreamDestroy", api->stream_destroy, missing);
   resolve(library, "nvjpegJpegStreamParseHeader", api->stream_parse_header, missing);
   resolve(library, "nvjpegDecodeBatchedSupported", api->decode_batched_supported, missing);
+  resolve(library, "nvjpegJpegStreamGetChromaSubsampling", api->stream_get_chroma_subsampling,
+          missing);
+  resolve(library, "nvjpegJpegStreamGetComponentDimensions", api->stream_get_component_dimensions,
+          missing);
   resolve(library, "nvjpegDecodeBatchedInitialize", api->decode_batched_initialize, missing);
   resolve(library, "nvjpegDecodeBatched", api->decode_batched, missing);
-  resolve(library, "nvjpegDecodeBatchedPreAllocate", api->decode_batched_pre_allocate, missing);
+  // Optional: the decoder reserves the hardware engine's memory ahead where the library can.
+  api->decode_batched_pre_allocate = reinterpret_cast<decltype(api->decode_batched_pre_allocate)>(
+      dlsym(library, "nvjpegDecodeBatchedPreAllocate"));
   if (!missing.empty()) {
     dlclose(library);
     return error(

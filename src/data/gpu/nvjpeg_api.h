@@ -32,8 +32,8 @@ enum Backend : int {
   kBackendGpuHybrid = 2,
   kBackendHardware = 3
 };
-enum OutputFormat : int { kOutputRgbInterleaved = 5 };
-enum ChromaSubsampling : int { kCss444 = 0 };
+enum OutputFormat : int { kOutputYuv = 1, kOutputRgbInterleaved = 5 };
+enum ChromaSubsampling : int { kCss444 = 0, kCss422 = 1, kCss420 = 2, kCss440 = 3 };
 enum Property : int { kMajorVersion = 0, kMinorVersion = 1, kPatchLevel = 2 };
 
 // nvjpegDevAllocator_t and nvjpegPinnedAllocator_t: how nvJPEG takes device and pinned memory.
@@ -64,10 +64,14 @@ struct Api {
   Status (*stream_destroy)(StreamRef);
   Status (*stream_parse_header)(HandleRef, const unsigned char*, std::size_t, StreamRef);
   Status (*decode_batched_supported)(HandleRef, StreamRef, int* is_supported);
+  Status (*stream_get_chroma_subsampling)(StreamRef, ChromaSubsampling*);
+  Status (*stream_get_component_dimensions)(StreamRef, unsigned component, unsigned* width,
+                                            unsigned* height);
   Status (*decode_batched_initialize)(HandleRef, StateRef, int batch_size, int max_cpu_threads,
                                       OutputFormat);
   Status (*decode_batched)(HandleRef, StateRef, const unsigned char* const* data,
                            const std::size_t* lengths, Image* destinations, cudaStream_t);
+  // Null where the library lacks it.
   Status (*decode_batched_pre_allocate)(HandleRef, StateRef, int batch_size, int width, int height,
                                         ChromaSubsampling, OutputFormat);
   std::string path;     // the library loaded
