@@ -137,10 +137,9 @@ class HostFeed final : public FeedBase {
 // at once, each by its own nvJPEG decoder on its own thread and stream.
 //
 // Why several: beside a training step one batch's decode took 40.7 ms against 9 ms alone (H200,
-// fp16 ResNet-50 bs256, a 35 ms step). nvJPEG waits for its own GPU work, which there shares the
-// SMs with the step's: 256 small kernels a batch, one an image, after the hardware engine (about
-// 28 ms of waiting a batch, lab/gpu/slow-calls.sh). With two at once a batch was ready after 27.9
-// ms of waiting, against 40.7.
+// fp16 ResNet-50 bs256, a 35 ms step); nvJPEG there waits about 28 ms a batch for its own GPU
+// work (lab/gpu/slow-calls.sh), which with RGB output ends in a small kernel per image. With two
+// at once a batch was ready after 27.9 ms of waiting, against 40.7.
 class GpuFeed final : public FeedBase {
  public:
   using FeedBase::FeedBase;
