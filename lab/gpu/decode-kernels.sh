@@ -3,7 +3,7 @@
 # launches and how long each runs (Nsight Compute over `dlprobe pipeline --device cuda:0`, one
 # thread, decode and augment), to weigh the SM time a batch takes from a training step beside it.
 # Kernel table in $OUT (or ./gpu-check-out)/decode-kernels.txt.
-#   IMAGES=4000 lab/gpu/decode-kernels.sh
+#   IMAGES=4000 GPU_PIXELS=ycbcr lab/gpu/decode-kernels.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
@@ -14,7 +14,7 @@ timeout 240 "$ncu" --target-processes all --clock-control none --launch-skip "${
   --launch-count "${COUNT:-150}" --metrics \
   gpu__time_duration.sum,launch__grid_size,launch__block_size,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed \
   --csv --page raw "$bin/dlprobe" pipeline "$data" --device cuda:0 --batch 256 --dtype fp32 \
-  --layout nhwc --threads 1 --min-time 2s >"$out/decode-kernels.csv" 2>"$out/decode-kernels.err"
+  --layout nhwc --threads 1 --min-time 2s --gpu-pixels "${GPU_PIXELS:-rgb}" >"$out/decode-kernels.csv" 2>"$out/decode-kernels.err"
 echo "ncu exit $?"
 tail -n 5 "$out/decode-kernels.err"
 python3 - "$out/decode-kernels.csv" <<'PY' | tee "$out/decode-kernels.txt"
