@@ -200,7 +200,8 @@ TEST(Evaluate, BadInputIsOneLine) {
         std::string("--tuning-cache /nonexistent/dir/t.json"),
         std::string("--data /nonexistent/jpegs"), std::string("--data-threads 4"),
         std::string("--device cpu --data-decode gpu --data /nonexistent/jpegs"),
-        std::string("--data-decode fast --data /nonexistent/jpegs")}) {
+        std::string("--data-decode fast --data /nonexistent/jpegs"),
+        std::string("--device cpu --data-gpu-pixels ycbcr --data /nonexistent/jpegs")}) {
     const ProcessResult r =
         run_dlprobe(split_args("evaluate " + args + " --out " + quote((dir / "x").string())));
     EXPECT_EQ(r.exit_code, 2) << args;
