@@ -28,7 +28,7 @@ num = lambda s: float(s.replace(",", ""))  # ncu writes thousands with commas
 for r in rows[head + 2:]:
     if len(r) != len(names):
         continue
-    k = r[col["Kernel Name"]][:90]
+    k = r[col["Kernel Name"]]
     a = agg.setdefault(k, [0, 0.0, r[col["launch__grid_size"]], r[col["launch__block_size"]], 0.0, 0.0])
     a[0] += 1
     a[1] += num(r[col["gpu__time_duration.sum"]])
@@ -37,5 +37,5 @@ for r in rows[head + 2:]:
 print(f"unit of time: {rows[head + 1][col['gpu__time_duration.sum']]}")
 print(f"{'kernel':90} {'calls':>5} {'total':>10} {'mean':>9} {'grid':>6} {'block':>5} {'SM%':>5} {'DRAM%':>5}")
 for k, (n, t, g, b, sm, dr) in agg.items():
-    print(f"{k:90} {n:5d} {t:10.0f} {t / n:9.0f} {g:>6} {b:>5} {sm / n:5.1f} {dr / n:5.1f}")
+    print(f"{k[:90]:90} {n:5d} {t:10.0f} {t / n:9.0f} {g:>6} {b:>5} {sm / n:5.1f} {dr / n:5.1f}")
 PY

@@ -259,7 +259,8 @@ Result<std::optional<bench::JpegInput>> data_input(const DataFlags& flags,
         fmt::format("--data-decode: unknown choice '{}' (gpu, cpu or auto)", flags.decode));
   }
   DLPROBE_ASSIGN_OR_RETURN(in.gpu_pixels,
-                           parse_gpu_pixels(flags.gpu_pixels, "--data-gpu-pixels", in.gpu_decode));
+                           parse_gpu_pixels(flags.gpu_pixels, "--data-gpu-pixels", in.gpu_decode,
+                                            "a CUDA --device with --data-decode gpu or auto"));
   DLPROBE_ASSIGN_OR_RETURN(in.dataset, for_flag("--data", data::list_dataset(flags.dir)));
   return std::optional<bench::JpegInput>(std::move(in));
 }

@@ -105,7 +105,8 @@ Result<data::ThroughputOptions> options_from(const PipelineFlags& f) {
     return invalid_argument("--cuda-decoder: only with --device cuda:N, decoding on the GPU");
   }
   DLPROBE_ASSIGN_OR_RETURN(const data::GpuPixels planes,
-                           parse_gpu_pixels(f.gpu_pixels, "--gpu-pixels", on_gpu));
+                           parse_gpu_pixels(f.gpu_pixels, "--gpu-pixels", on_gpu,
+                                            "--device cuda:N with --decode gpu or auto"));
   if (on_gpu) {
     data::GpuDecoderOptions g;
     g.device = where.index;

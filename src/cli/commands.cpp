@@ -121,13 +121,13 @@ Status prepare_outputs(std::initializer_list<NamedOutput> outputs, bool overwrit
 }
 
 Result<data::GpuPixels> parse_gpu_pixels(const std::string& text, std::string_view flag,
-                                         bool on_gpu) {
+                                         bool on_gpu, std::string_view how) {
   if (text != "rgb" && text != "ycbcr") {
     return invalid_argument(fmt::format("{}: unknown choice '{}' (rgb or ycbcr)", flag, text));
   }
   if (text == "ycbcr" && !on_gpu) {
     return invalid_argument(
-        fmt::format("{} ycbcr: only when the images are decoded on the GPU", flag));
+        fmt::format("{} ycbcr: only when the images are decoded on the GPU ({})", flag, how));
   }
   return text == "ycbcr" ? data::GpuPixels::ycbcr : data::GpuPixels::rgb;
 }

@@ -93,9 +93,10 @@ Result<T> for_flag(std::string_view flag, Result<T> parsed) {
 }
 
 // What nvJPEG hands the GPU augmentation (data::GpuPixels): `text` is rgb or ycbcr, for `flag`;
-// anything but rgb is an error unless the images are decoded on the GPU (`on_gpu`).
+// anything but rgb is an error unless the images are decoded on the GPU (`on_gpu`; `how` says
+// which flags do that).
 Result<data::GpuPixels> parse_gpu_pixels(const std::string& text, std::string_view flag,
-                                         bool on_gpu);
+                                         bool on_gpu, std::string_view how);
 inline constexpr const char* kGpuPixelsHelp =
     "What nvJPEG hands the GPU augmentation: rgb (nvJPEG converts each image, a kernel launch an "
     "image) or ycbcr (the file's own planes, converted at the pixels the crop samples, "

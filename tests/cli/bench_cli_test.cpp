@@ -67,7 +67,8 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
   expect_error(kSmall + "--data /tmp --data-decode disk", "--data-decode: unknown choice 'disk'");
   expect_error(kSmall + "--data-gpu-pixels ycbcr", "only with --data DIR");
   expect_error(kSmall + "--data /tmp --data-gpu-pixels ycbcr",
-               "--data-gpu-pixels ycbcr: only when the images are decoded on the GPU");
+               "--data-gpu-pixels ycbcr: only when the images are decoded on the GPU (a CUDA "
+               "--device with --data-decode gpu or auto)");
   expect_error(kSmall + "--data /tmp --data-gpu-pixels yuv",
                "--data-gpu-pixels: unknown choice 'yuv' (rgb or ycbcr)");
   expect_error(kSmall + "--image-size 0", "--image-size");

@@ -99,9 +99,11 @@ TEST_F(PipelineCli, RefusesBadInputWithOneLine) {
                "--cuda-decoder: only with --device cuda:N, decoding on the GPU");
   expect_error(quote(data_) + " --decode gpu", "--decode gpu: needs --device cuda:N");
   expect_error(quote(data_) + " --gpu-pixels ycbcr",
-               "--gpu-pixels ycbcr: only when the images are decoded on the GPU");
+               "--gpu-pixels ycbcr: only when the images are decoded on the GPU (--device cuda:N "
+               "with --decode gpu or auto)");
   expect_error(quote(data_) + " --device cuda:0 --decode cpu --gpu-pixels ycbcr",
-               "--gpu-pixels ycbcr: only when the images are decoded on the GPU");
+               "--gpu-pixels ycbcr: only when the images are decoded on the GPU (--device cuda:N "
+               "with --decode gpu or auto)");
   expect_error(quote(data_) + " --gpu-pixels nv12", "--gpu-pixels: unknown choice 'nv12'");
   expect_error(quote(data_) + " --decode fpga", "--decode: unknown choice 'fpga'");
   expect_error(quote(data_) + " --device cuda:0 --decode cpu --stages decode",

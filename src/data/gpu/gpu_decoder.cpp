@@ -358,13 +358,13 @@ class NvjpegDecoder final : public GpuDecoder {
   }
 
   // The hardware engine's working memory, sized ahead for k images as large as the largest seen
-  // so far (rounded up). Left to itself nvJPEG frees and takes that memory again whenever a
-  // batch's images outgrow it, and cudaFree waits for the whole device: beside a training step
-  // (H200, fp16 ResNet-50 bs256) 36 of about 85 batches waited for the step in flight to end, and
-  // every CUDA call of the process with them (lab/gpu/slow-calls.sh). Growing here happens once
-  // per new largest image, not per batch. Beyond kMaxReserve (an estimate at four bytes a pixel:
-  // nvJPEG's conversion on the H200 reads RGBA) the memory is left to nvJPEG rather than held for
-  // a few outsized files.
+  // so far (rounded up). Left to itself nvJPEG frees and takes that memory again from batch to
+  // batch as their images change, and cudaFree waits for the whole device: beside a training step
+  // (H200, fp16 ResNet-50 bs256) 36 frees in a run that fed 81 batches each waited for the step
+  // in flight to end, and every CUDA call of the process with them (lab/gpu/slow-calls.sh). Growing
+  // here happens once per new largest image, not per batch. Beyond kMaxReserve (an estimate at four
+  // bytes a pixel: nvJPEG's conversion on the H200 reads RGBA) the memory is left to nvJPEG rather
+  // than held for a few outsized files.
   void reserve_hardware(const BatchView& batch, int k) {
     constexpr std::size_t kMaxReserve = std::size_t{4} << 30;
     constexpr int kRound = 128;
