@@ -420,6 +420,14 @@ results::Finding input_finding(const results::Configuration& synthetic,
   }
   f.severity = Severity::warning;
   f.id = "input_bound";
+  // Few hardware queues put the decoders' work behind the step's: the first thing to mend.
+  const std::string queues =
+      facts.input == "jpeg-gpu" && facts.cuda_queues
+          ? fmt::format(
+                "unset CUDA_DEVICE_MAX_CONNECTIONS or set it to 32 (it is {} here: with fewer "
+                "hardware queues the decoders' work waits behind the step's); ",
+                *facts.cuda_queues)
+          : std::string();
   // Where the batches are ready before the step before them ends, more decoding threads would
   // not help, and saying so would send the user after the wrong fix: the loss is then the copy
   // up (host path), or the step itself slowed by the decoding beside it (GPU path). A tenth of a
@@ -446,23 +454,25 @@ results::Finding input_finding(const results::Configuration& synthetic,
         "of the synthetic throughput; the batches are ready in time ({:.1f} ms) but a step "
         "takes {:.1f} ms beside the decoding against {:.1f} ms on the synthetic batch",
         100 * share, fetch_ms, fed_ms, step_ms);
-    f.fix =
-        "the decoding and the step share the GPU: decode on the host's cores where they keep "
-        "up (--data-decode cpu; `dlprobe pipeline DIR --device cuda:N --decode cpu` measures "
-        "their rate delivered to the GPU), or store smaller images (e.g. 256 pixels on the "
-        "short side), which leaves less to decode";
+    f.fix = queues +
+            "the decoding and the step share the GPU: decode on the host's cores where they keep "
+            "up (--data-decode cpu; `dlprobe pipeline DIR --device cuda:N --decode cpu` measures "
+            "their rate delivered to the GPU), or store smaller images (e.g. 256 pixels on the "
+            "short side), which leaves less to decode";
     return f;
   }
   f.message = fmt::format(
       "input-bound: training from JPEGs runs at {:.1f} % of the synthetic throughput", 100 * share);
-  f.fix = facts.input == "jpeg-gpu"
-              ? "more loader threads (--data-threads) if the readers cannot keep up; nvJPEG's "
+  f.fix =
+      facts.input == "jpeg-gpu"
+          ? queues +
+                "more loader threads (--data-threads) if the readers cannot keep up; nvJPEG's "
                 "hardware engine where the GPU has one (drop --cuda-decoder); smaller stored "
                 "images (e.g. 256 pixels on the short side); a faster disk if the files are not "
                 "in the page cache"
-              : "decode on the GPU (--data-decode gpu); more loader threads (--data-threads) or "
-                "cores; keep decoded images in memory (a cache, as tf.data's cache()); smaller "
-                "stored images (e.g. 256 pixels on the short side)";
+          : "decode on the GPU (--data-decode gpu); more loader threads (--data-threads) or "
+            "cores; keep decoded images in memory (a cache, as tf.data's cache()); smaller "
+            "stored images (e.g. 256 pixels on the short side)";
   return f;
 }
 

@@ -8,6 +8,7 @@
 
 #include "dlprobe/bench/host_cpu.h"
 #include "dlprobe/core/clock.h"
+#include "dlprobe/data/cuda_queues.h"
 #include "dlprobe/engine/safetensors.h"
 #include "dlprobe/models/resnet.h"
 
@@ -149,6 +150,7 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
     r.input->input = feed->input();
     r.input->decoder = feed->decoder();
     r.input->threads = feed->threads();
+    if (r.input->input == "jpeg-gpu") r.input->cuda_queues = data::narrow_cuda_queues();
   }
   // The next batch from the feed, if any; its fetch time counted while `timed`.
   const auto next_input = [&](bool timed) -> Status {

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "dlprobe/core/units.h"
+#include "dlprobe/data/cuda_queues.h"
 #include "dlprobe/device/availability.h"
 #include "dlprobe/device/conv_options.h"
 
@@ -230,6 +231,10 @@ void add_data_flags(CLI::App& sub, DataFlags& flags) {
          "Where --data decodes: gpu (nvJPEG and a kernel; the threads read), cpu (libjpeg-turbo "
          "on the threads), or auto: gpu on a CUDA device");
   option(sub, "--data-gpu-pixels", flags.gpu_pixels, kGpuPixelsHelp);
+}
+
+void prepare_data_decode(const DataFlags& flags) {
+  if (!flags.dir.empty() && flags.decode != "cpu") data::widen_cuda_queues();
 }
 
 Result<std::optional<bench::JpegInput>> data_input(const DataFlags& flags,

@@ -81,6 +81,10 @@ struct DataFlags {
 };
 void add_data_flags(CLI::App& sub, DataFlags& flags);
 
+// Before the command's first CUDA call: where --data may decode on the GPU, the hardware work
+// queues that keep the decoders from waiting for the training step (dlprobe/data/cuda_queues.h).
+void prepare_data_decode(const DataFlags& flags);
+
 // Nothing without --data; else the dataset listed (a missing or empty folder is a one-line error)
 // and where it decodes on `device`.
 Result<std::optional<bench::JpegInput>> data_input(const DataFlags& flags,

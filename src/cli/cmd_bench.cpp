@@ -77,6 +77,7 @@ Result<std::optional<bool>> parse_graph(const std::string& text) {
 }
 
 Result<BenchPlan> plan_from(const BenchFlags& f) {
+  prepare_data_decode(f.data);
   BenchPlan p;
   bench::SweepAxes axes;
   DLPROBE_ASSIGN_OR_RETURN(

@@ -36,6 +36,7 @@ struct EvaluateFlags {
 int run_evaluate(const EvaluateFlags& flags) {
   evaluate::EvaluateOptions options;
   options.quick = flags.quick;
+  prepare_data_decode(flags.data);
   // Bad input is refused before anything is measured.
   if (flags.device != "auto") {
     auto device = for_flag("--device", device::parse_device(flags.device));

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "dlprobe/core/log.h"
+#include "dlprobe/core/process_env.h"
 
 extern char** environ;
 
@@ -69,7 +70,8 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::spawn(const SpawnOptions& op
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view entry(*e);
     const std::string key(entry.substr(0, entry.find('=')));
-    if (options.env_set.count(key) == 0) env_storage.emplace_back(entry);
+    // What dlprobe set for its own GPU work is not the workload's (process_env.h).
+    if (options.env_set.count(key) == 0 && !set_by_dlprobe(key)) env_storage.emplace_back(entry);
   }
   for (const auto& [key, value] : options.env_set) env_storage.push_back(key + "=" + value);
   std::vector<char*> envp;

@@ -463,6 +463,23 @@ TEST(InputFinding, NamesWhatBindsTheStep) {
   EXPECT_NE(shared.fix.find("--data-decode cpu"), std::string::npos);
   EXPECT_NE(shared.fix.find("--device cuda:N --decode cpu"), std::string::npos) << shared.fix;
 
+  EXPECT_EQ(shared.fix.find("CUDA_DEVICE_MAX_CONNECTIONS"), std::string::npos) << shared.fix;
+
+  // The user's environment asked for 8 hardware queues: that comes first in the GPU path's fixes
+  // (the H200's GPU path at 89 to 92 % with 8, 98.5 % with 32), and not in the host path's.
+  for (const double ready_ms : {27.9, 60.0}) {
+    InputFacts few = fed_by("jpeg-gpu", ready_ms, 0.1);
+    few.cuda_queues = 8;
+    const results::Finding queued = input_finding(synthetic, measured(256, 6300), few);
+    EXPECT_EQ(queued.fix.find("unset CUDA_DEVICE_MAX_CONNECTIONS or set it to 32 (it is 8 here"),
+              0U)
+        << queued.fix;
+  }
+  InputFacts host = fed_by("jpeg-cpu", 60, 0.1);
+  host.cuda_queues = 8;
+  EXPECT_EQ(input_finding(synthetic, measured(256, 4474), host).fix.find("CUDA_DEVICE"),
+            std::string::npos);
+
   // Batches that come later than the step needs (60 ms against a 56 ms step): the decoding
   // binds, whatever the copy took, and the fix is the decoding's.
   for (const char* input : {"jpeg-cpu", "jpeg-gpu"}) {

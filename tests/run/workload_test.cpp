@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dlprobe/core/process_env.h"
 #include "dlprobe/run/runner.h"
 #include "dlprobe/run/session.h"
 #include "monitor/fake_script.h"
@@ -168,6 +169,22 @@ TEST(RunWorkload, ChildSeesNvlsOffUnlessTheUserSetIt) {
   ASSERT_FALSE(r.stdout_tail.empty());
   EXPECT_EQ(r.stdout_tail.front(), "nvls=2");
   if (before != nullptr) setenv("NCCL_NVLS_ENABLE", saved.c_str(), 1);
+}
+
+// What dlprobe sets for its own GPU work (CUDA_DEVICE_MAX_CONNECTIONS where it decodes on the
+// GPU) stays out of the workload's environment; --env still sets it.
+TEST(RunWorkload, ChildGoesWithoutWhatDlprobeSetForItself) {
+  ASSERT_TRUE(set_default_env("DLPROBE_TEST_OWN_SETTING", "32"));
+  RunOptions o = options({});
+  o.argv = {"sh", "-c", "echo own=${DLPROBE_TEST_OWN_SETTING-unset}"};
+  RunResult r = run_ok(o);
+  ASSERT_FALSE(r.stdout_tail.empty());
+  EXPECT_EQ(r.stdout_tail.front(), "own=unset");
+
+  o.env_set["DLPROBE_TEST_OWN_SETTING"] = "5";
+  r = run_ok(o);
+  ASSERT_FALSE(r.stdout_tail.empty());
+  EXPECT_EQ(r.stdout_tail.front(), "own=5");
 }
 
 TEST(RunWorkload, LaunchError) {

@@ -127,6 +127,9 @@ struct InputFacts {
   double upload_seconds = 0;
   std::int64_t batches = 0;
   std::vector<data::SkippedFile> skipped;
+  // GPU decoding: CUDA_DEVICE_MAX_CONNECTIONS where the user's environment asks for fewer hardware
+  // queues than decoding beside a step needs (dlprobe/data/cuda_queues.h).
+  std::optional<int> cuda_queues;
 };
 
 struct Window {
