@@ -7,10 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DLPROBE_TARGETS=all DLPROBE_BUILD_DIR=build-gpu ./scripts/build.sh -DCMAKE_BUILD_TYPE=Release -DDLPROBE_WITH_ONEDNN=OFF \
-  -DDLPROBE_BUILD_BENCH=OFF "$@"
+  -DDLPROBE_BUILD_BENCH=ON "$@"
 
 rm -rf .devbuild && mkdir -p .devbuild/bin .devbuild/lib
 cp build-gpu/dlprobe .devbuild/bin/
+# The GPU microbenchmarks (lab/gpu/conv-fusion.sh runs them).
+cp build-gpu/microbench/bench_conv_fusion_gpu .devbuild/bin/
 # Tests labelled gpu, as "binary<TAB>gtest filter" lines.
 ctest --test-dir build-gpu -L gpu --show-only=json-v1 | python3 -c '
 import json, os, sys
@@ -38,8 +40,8 @@ else
   echo "gpu-bundle: no CUPTI under /usr/local/cuda; lab/gpu/slow-calls.sh will not run" >&2
 fi
 # Shared libraries from Debian that Ubuntu's image may lack (cpp-httplib, fmt, RE2, TurboJPEG,
-# SQLite); the CUDA ones are there.
-for lib in $(ldd .devbuild/bin/* 2>/dev/null | awk '/=> \/(usr\/)?lib.*(httplib|libfmt|libre2|libturbojpeg|libsqlite3)/ {print $3}' | sort -u); do
+# SQLite, Google Benchmark); the CUDA ones are there.
+for lib in $(ldd .devbuild/bin/* 2>/dev/null | awk '/=> \/(usr\/)?lib.*(httplib|libfmt|libre2|libturbojpeg|libsqlite3|libbenchmark)/ {print $3}' | sort -u); do
   cp -L "$lib" .devbuild/lib/
 done
 du -sh .devbuild

@@ -18,10 +18,12 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 UBSAN_OPTI
   ctest --test-dir build-test -LE gpu --output-on-failure -j "$jobs"
 
 # Where a CUDA toolkit is installed, ./build compiles every CUDA source (the backend's kernels and
-# host code, and its GPU tests; warnings are errors there too) and runs the host-side tests, which
-# need no GPU. The tool itself is the quick start's build. DLPROBE_TEST_CUDA=0 leaves this out.
+# host code, its GPU tests and GPU microbenchmarks; warnings are errors there too) and runs the
+# host-side tests, which need no GPU. The tool itself is the quick start's build.
+# DLPROBE_TEST_CUDA=0 leaves this out.
 if [ "${DLPROBE_TEST_CUDA:-1}" != 0 ] && { [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; }; then
   echo "== build (the CUDA backend and its tests) =="
-  DLPROBE_TARGETS="dlprobe_cuda_backend engine_cuda_host_test engine_cuda_test" ./scripts/build.sh
+  DLPROBE_TARGETS="dlprobe_cuda_backend engine_cuda_host_test engine_cuda_test bench_conv_fusion_gpu" \
+    ./scripts/build.sh
   ctest --test-dir build -L cuda_host --output-on-failure -j "$jobs"
 fi

@@ -1,9 +1,13 @@
 // The CUDA backend's convolution plans beyond their numerics (the table in backend_ops_test checks
 // those): a plan per shape, built once; an autotuned plan; and the tuning cache replaying a choice
 // in a fresh backend.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <vector>
 
 #include "common/temp_folder.h"
 #include "cuda_rows.h"
@@ -126,6 +130,81 @@ TEST_F(CudaConv, TuningCacheReplaysTheChoice) {
   // Heuristic choices are cuDNN's first and cost nothing to make: not recorded.
   run(ConvEngineChoice::heuristic);
   EXPECT_EQ((*cache)->size(), 2U);
+}
+
+// cuDNN's runtime fusion of a batch norm's apply and ReLU into the convolution after it, with the
+// next batch norm's statistics from its output, against the fp64 reference of the three steps.
+// The output must also differ from a convolution without the prologue and from one without the
+// ReLU: a fusion that dropped either would fail here.
+TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
+  struct Case {
+    std::int64_t c, k, size, kernel, stride, pad;
+  };
+  for (const Case& c :
+       {Case{32, 64, 10, 3, 1, 1}, Case{64, 32, 9, 1, 1, 0}, Case{32, 32, 12, 3, 2, 1}}) {
+    SCOPED_TRACE(fmt::format("C={} K={} {}x{} stride {}", c.c, c.k, c.kernel, c.kernel, c.stride));
+    const std::int64_t n = 4;
+    const Conv2dParams p{{c.stride, c.stride}, {c.pad, c.pad}, {1, 1}, 1};
+    const HostTensor x = rand({n, c.c, c.size, c.size}, 31, DType::fp16, Layout::nhwc, -2, 2);
+    const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 32, DType::fp16, Layout::nhwc);
+    const HostTensor scale = rand({c.c}, 33, DType::fp16, Layout::nchw, 0.5, 1.5);
+    const HostTensor bias = rand({c.c}, 34, DType::fp16, Layout::nchw, -0.5, 0.5);
+    const std::int64_t out = (c.size + 2 * c.pad - c.kernel) / c.stride + 1;
+    const TensorDesc y_desc = desc({n, c.k, out, out}, DType::fp16, Layout::nhwc);
+
+    const BackendTensor x_in = to_backend(env(), x);
+    const BackendTensor w_in = to_backend(env(), w);
+    const BackendTensor scale_in = to_backend(env(), scale);
+    const BackendTensor bias_in = to_backend(env(), bias);
+    BackendTensor y = backend_output(env(), y_desc);
+    BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
+    BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
+    const Status ran =
+        shared().conv2d_forward_bn_relu_stats(x_in.view(), scale_in.view(), bias_in.view(),
+                                              w_in.view(), y.view(), sum.view(), sqsum.view(), p);
+    ASSERT_TRUE(ran.is_ok()) << ran.message();
+
+    // x * scale + bias per channel in fp64, with and without the ReLU, rounded to fp16 as the
+    // tensor cores read it.
+    auto prologue = [&](bool relu) {
+      HostTensor a(desc(x.desc().shape(), DType::fp64, Layout::nhwc));
+      for_each_index(x.desc().shape(), [&](std::array<std::int64_t, 4> i) {
+        const double v = value_at(x, i) * scale.get(i[1]) + bias.get(i[1]);
+        a.set(offset_of(a.desc(), i), relu ? std::max(v, 0.0) : v);
+      });
+      return f64(a.to_dtype(DType::fp16).value());
+    };
+    const HostTensor y_ref = reference::conv2d_forward<double>(prologue(true), f64(w), p).value();
+    const HostTensor y_got = to_host(env(), y.view());
+    const Check check{.terms = static_cast<double>(c.c * c.kernel * c.kernel)};
+    EXPECT_TRUE(matches(y_got, y_ref, kFp16, check));
+    EXPECT_FALSE(
+        matches(y_got, reference::conv2d_forward<double>(f64(x), f64(w), p).value(), kFp16, check))
+        << "the prologue made no difference";
+    EXPECT_FALSE(matches(
+        y_got, reference::conv2d_forward<double>(prologue(false), f64(w), p).value(), kFp16, check))
+        << "the ReLU made no difference";
+
+    // The statistics of y per channel, against the reference's; a sum's error grows with the
+    // magnitudes summed.
+    const HostTensor sums = to_host(env(), sum.view());
+    const HostTensor squares = to_host(env(), sqsum.view());
+    std::vector<double> want_sum(static_cast<std::size_t>(c.k));
+    std::vector<double> want_sq(static_cast<std::size_t>(c.k));
+    std::vector<double> magnitude(static_cast<std::size_t>(c.k));
+    for_each_index(y_desc.shape(), [&](std::array<std::int64_t, 4> i) {
+      const double v = value_at(y_ref, i);
+      const auto ch = static_cast<std::size_t>(i[1]);
+      want_sum[ch] += v;
+      want_sq[ch] += v * v;
+      magnitude[ch] += std::abs(v);
+    });
+    for (std::int64_t ch = 0; ch < c.k; ++ch) {
+      const auto u = static_cast<std::size_t>(ch);
+      EXPECT_NEAR(sums.get(ch), want_sum[u], 1e-2 * magnitude[u] + 1e-3) << "channel " << ch;
+      EXPECT_NEAR(squares.get(ch), want_sq[u], 1e-2 * want_sq[u] + 1e-3) << "channel " << ch;
+    }
+  }
 }
 
 }  // namespace

@@ -507,6 +507,79 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
   return execute_plan(cudnn_.get(), *plan, uids, ptrs, ws);
 }
 
+Status CudaBackend::conv2d_forward_bn_relu_stats(const TensorView& x, const TensorView& scale,
+                                                 const TensorView& bias, const TensorView& w,
+                                                 const TensorView& y, const TensorView& sum,
+                                                 const TensorView& sqsum, const Conv2dParams& p) {
+  constexpr std::string_view op = "conv2d_forward_bn_relu_stats";
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "w", w));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "y", y));
+  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sum", sum));
+  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sqsum", sqsum));
+  const DType t = x.desc.dtype();
+  DLPROBE_RETURN_IF_ERROR(need((t == DType::fp16 || t == DType::bf16) && w.desc.dtype() == t &&
+                                   y.desc.dtype() == t && scale.desc.dtype() == t &&
+                                   bias.desc.dtype() == t,
+                               op, "x, w, y, scale and bias: all fp16 or all bf16"));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.layout() == Layout::nhwc && w.desc.layout() == Layout::nhwc &&
+                                   y.desc.layout() == Layout::nhwc,
+                               op, "x, w and y: NHWC"));
+  const std::int64_t c = x.desc.dim(1);
+  const std::int64_t k = y.desc.dim(1);
+  DLPROBE_RETURN_IF_ERROR(need(scale.desc.numel() == c && bias.desc.numel() == c &&
+                                   sum.desc.numel() == k && sqsum.desc.numel() == k,
+                               op, "scale and bias: x's channels; sum and sqsum: y's channels"));
+  constexpr std::int64_t kUidScale = 4;
+  constexpr std::int64_t kUidBias = 5;
+  constexpr std::int64_t kUidSum = 6;
+  constexpr std::int64_t kUidSqsum = 7;
+  FusedConvSpec spec;
+  spec.conv.direction = ConvDirection::forward;
+  DLPROBE_ASSIGN_OR_RETURN(spec.conv.x, tensor_spec(kUidX, x));
+  DLPROBE_ASSIGN_OR_RETURN(spec.conv.w, tensor_spec(kUidW, w));
+  DLPROBE_ASSIGN_OR_RETURN(spec.conv.y, tensor_spec(kUidY, y));
+  for (int i = 0; i < 2; ++i) {
+    spec.conv.pad[i] = p.pad[static_cast<std::size_t>(i)];
+    spec.conv.stride[i] = p.stride[static_cast<std::size_t>(i)];
+    spec.conv.dilation[i] = p.dilation[static_cast<std::size_t>(i)];
+  }
+  spec.conv.compute = CUDNN_DATA_FLOAT;
+  spec.conv.deterministic = options_.deterministic;
+  // A per-channel vector as cuDNN's [1, n, 1, 1], channels innermost.
+  auto channels = [](std::int64_t uid, const TensorView& v, std::int64_t n) -> Result<TensorSpec> {
+    DLPROBE_ASSIGN_OR_RETURN(cudnnDataType_t type, cudnn_type(v.desc.dtype()));
+    TensorSpec s;
+    s.uid = uid;
+    s.dtype = type;
+    s.dims = {1, n, 1, 1};
+    s.strides = {n, 1, n, n};
+    s.alignment = alignment_of(v.data, 16);
+    return s;
+  };
+  DLPROBE_ASSIGN_OR_RETURN(spec.scale, channels(kUidScale, scale, c));
+  DLPROBE_ASSIGN_OR_RETURN(spec.bias, channels(kUidBias, bias, c));
+  DLPROBE_ASSIGN_OR_RETURN(spec.sum, channels(kUidSum, sum, k));
+  DLPROBE_ASSIGN_OR_RETURN(spec.sqsum, channels(kUidSqsum, sqsum, k));
+
+  const std::string key = fused_conv_key(spec);
+  const ExecutionPlan* plan = conv_plans_.find(key);
+  if (plan == nullptr) {
+    DLPROBE_ASSIGN_OR_RETURN(ExecutionPlan built,
+                             build_fused_conv_plan(cudnn_.get(), spec, ConvEngineChoice::heuristic,
+                                                   options_.max_workspace_bytes));
+    log_debug("{}: {} for {}", op, built.engine_name, key);
+    plan = &conv_plans_.insert(key, std::move(built));
+  }
+  last_conv_engine_ = plan->engine_name;
+  memory::DeviceBuffer holder;
+  DLPROBE_ASSIGN_OR_RETURN(void* ws,
+                           workspace(static_cast<std::size_t>(plan->workspace_bytes), op, holder));
+  const std::int64_t uids[] = {kUidX, kUidW, kUidY, kUidScale, kUidBias, kUidSum, kUidSqsum};
+  void* const ptrs[] = {x.data, w.data, y.data, scale.data, bias.data, sum.data, sqsum.data};
+  return execute_plan(cudnn_.get(), *plan, uids, ptrs, ws);
+}
+
 Status CudaBackend::conv2d_forward(const TensorView& x, const TensorView& w, const TensorView& y,
                                    const Conv2dParams& p) {
   return conv(ConvDirection::forward, x, w, y, p, "conv2d_forward");

@@ -146,6 +146,18 @@ class CudaBackend final : public Backend {
   Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step,
                     const TensorView& found_inf) override;
 
+  // cuDNN's runtime fusion of a forward convolution with the batch norms around it
+  // (cudnn_graph.h's FusedConvSpec): y = conv(relu(x * scale + bias), w), and y's per-channel sum
+  // and sum of squares in fp32. NHWC fp16 or bf16; scale and bias [C] in x's dtype, sum and sqsum
+  // [K] fp32. The plan is the first engine cuDNN's heuristics offer that builds: runtime-fusion
+  // engines compile their kernels when the plan is built, seconds each, which timing every
+  // candidate would multiply. Not part of Backend: no step uses it yet (the fused step's first
+  // piece, measured by microbench/conv_fusion_gpu_bench.cpp).
+  Status conv2d_forward_bn_relu_stats(const TensorView& x, const TensorView& scale,
+                                      const TensorView& bias, const TensorView& w,
+                                      const TensorView& y, const TensorView& sum,
+                                      const TensorView& sqsum, const Conv2dParams& p);
+
   // Cached cuDNN execution plans and cuBLASLt algorithms (one per distinct shape key).
   std::size_t conv_plan_count() const { return conv_plans_.size(); }
   // Plans built from the tuning cache's record rather than by timing candidates.

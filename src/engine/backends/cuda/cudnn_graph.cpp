@@ -322,29 +322,142 @@ std::string conv_key(const ConvSpec& s) {
                      s.allow_transforms ? 1 : 0);
 }
 
+std::string fused_conv_key(const FusedConvSpec& s) {
+  auto tensor = [](const TensorSpec& t) {
+    return fmt::format("{}:[{}]@{}", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
+                       t.alignment);
+  };
+  return fmt::format("bn-relu>{} scale{} bias{} sum{} sqsum{}", conv_key(s.conv), tensor(s.scale),
+                     tensor(s.bias), tensor(s.sum), tensor(s.sqsum));
+}
+
 namespace {
 
-// The operation graph of one convolution. The tensor and operation descriptors stay alive with
-// the graph that refers to them.
-struct ConvGraph {
-  BackendDescriptor x, w, y, conv, op, graph;
+// An operation graph and every descriptor it refers to, kept alive with it.
+struct OpGraph {
+  std::vector<BackendDescriptor> parts;
+  BackendDescriptor graph;
 };
 
-Result<ConvGraph> make_conv_graph(cudnnHandle_t handle, const ConvSpec& spec) {
+// The graph of `ops` (their descriptors move into the result's parts).
+Result<OpGraph> finish_graph(cudnnHandle_t handle, std::vector<BackendDescriptor> parts,
+                             std::span<const std::size_t> ops) {
+  OpGraph g{std::move(parts), {}};
+  std::vector<cudnnBackendDescriptor_t> raws;
+  for (std::size_t i : ops) raws.push_back(g.parts[i].get());
+  DLPROBE_ASSIGN_OR_RETURN(g.graph,
+                           BackendDescriptor::create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
+  DLPROBE_RETURN_IF_ERROR(g.graph.set(kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle));
+  DLPROBE_RETURN_IF_ERROR(g.graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                      static_cast<std::int64_t>(raws.size()), raws.data()));
+  DLPROBE_RETURN_IF_ERROR(g.graph.finalize());
+  return g;
+}
+
+Result<OpGraph> make_conv_graph(cudnnHandle_t handle, const ConvSpec& spec) {
+  std::vector<BackendDescriptor> parts;
   DLPROBE_ASSIGN_OR_RETURN(auto x, make_tensor(spec.x));
   DLPROBE_ASSIGN_OR_RETURN(auto w, make_tensor(spec.w));
   DLPROBE_ASSIGN_OR_RETURN(auto y, make_tensor(spec.y));
   DLPROBE_ASSIGN_OR_RETURN(auto conv, make_conv_desc(spec));
   DLPROBE_ASSIGN_OR_RETURN(auto op, make_conv_op(spec, x, w, y, conv));
-  DLPROBE_ASSIGN_OR_RETURN(auto graph,
-                           BackendDescriptor::create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
-  cudnnBackendDescriptor_t op_raw = op.get();
-  DLPROBE_RETURN_IF_ERROR(graph.set(kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle));
+  parts.push_back(std::move(op));
+  parts.push_back(std::move(x));
+  parts.push_back(std::move(w));
+  parts.push_back(std::move(y));
+  parts.push_back(std::move(conv));
+  const std::size_t ops[] = {0};
+  return finish_graph(handle, std::move(parts), ops);
+}
+
+// y = x <mode> b (b absent for a unary mode), computed in fp32.
+Result<BackendDescriptor> make_pointwise_op(cudnnPointwiseMode_t mode, const BackendDescriptor& x,
+                                            const BackendDescriptor* b, const BackendDescriptor& y,
+                                            std::vector<BackendDescriptor>& parts) {
+  DLPROBE_ASSIGN_OR_RETURN(auto pw, BackendDescriptor::create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
+  const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+  DLPROBE_RETURN_IF_ERROR(pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
   DLPROBE_RETURN_IF_ERROR(
-      graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op_raw));
-  DLPROBE_RETURN_IF_ERROR(graph.finalize());
-  return ConvGraph{std::move(x),    std::move(w),  std::move(y),
-                   std::move(conv), std::move(op), std::move(graph)};
+      pw.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision));
+  DLPROBE_RETURN_IF_ERROR(pw.finalize());
+  DLPROBE_ASSIGN_OR_RETURN(auto op,
+                           BackendDescriptor::create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR));
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw));
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x));
+  if (b != nullptr) {
+    DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b));
+  }
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y));
+  DLPROBE_RETURN_IF_ERROR(op.finalize());
+  parts.push_back(std::move(pw));
+  return op;
+}
+
+// Uids of the fused graph's virtual tensors, above any the caller gives its tensors.
+constexpr std::int64_t kUidScaled = 1'000'001;
+constexpr std::int64_t kUidBiased = 1'000'002;
+constexpr std::int64_t kUidActivated = 1'000'003;
+
+Result<OpGraph> make_fused_conv_graph(cudnnHandle_t handle, const FusedConvSpec& spec) {
+  if (spec.conv.direction != ConvDirection::forward) {
+    return error(Errc::internal, "a fused batch-norm convolution runs forward only");
+  }
+  std::vector<BackendDescriptor> parts;
+  // The prologue's intermediates stay in fp32, in registers: virtual tensors shaped as x.
+  auto intermediate = [&](std::int64_t uid) {
+    TensorSpec t = spec.conv.x;
+    t.uid = uid;
+    t.dtype = CUDNN_DATA_FLOAT;
+    t.is_virtual = true;
+    return make_tensor(t);
+  };
+  DLPROBE_ASSIGN_OR_RETURN(auto x, make_tensor(spec.conv.x));
+  DLPROBE_ASSIGN_OR_RETURN(auto scale, make_tensor(spec.scale));
+  DLPROBE_ASSIGN_OR_RETURN(auto bias, make_tensor(spec.bias));
+  DLPROBE_ASSIGN_OR_RETURN(auto scaled, intermediate(kUidScaled));
+  DLPROBE_ASSIGN_OR_RETURN(auto biased, intermediate(kUidBiased));
+  DLPROBE_ASSIGN_OR_RETURN(auto activated, intermediate(kUidActivated));
+  DLPROBE_ASSIGN_OR_RETURN(auto w, make_tensor(spec.conv.w));
+  DLPROBE_ASSIGN_OR_RETURN(auto y, make_tensor(spec.conv.y));
+  DLPROBE_ASSIGN_OR_RETURN(auto sum, make_tensor(spec.sum));
+  DLPROBE_ASSIGN_OR_RETURN(auto sqsum, make_tensor(spec.sqsum));
+  DLPROBE_ASSIGN_OR_RETURN(auto conv, make_conv_desc(spec.conv));
+
+  std::vector<BackendDescriptor> ops;
+  DLPROBE_ASSIGN_OR_RETURN(auto mul,
+                           make_pointwise_op(CUDNN_POINTWISE_MUL, x, &scale, scaled, parts));
+  DLPROBE_ASSIGN_OR_RETURN(auto add,
+                           make_pointwise_op(CUDNN_POINTWISE_ADD, scaled, &bias, biased, parts));
+  DLPROBE_ASSIGN_OR_RETURN(
+      auto relu, make_pointwise_op(CUDNN_POINTWISE_RELU_FWD, biased, nullptr, activated, parts));
+  DLPROBE_ASSIGN_OR_RETURN(auto fwd, make_conv_op(spec.conv, activated, w, y, conv));
+  DLPROBE_ASSIGN_OR_RETURN(auto stats,
+                           BackendDescriptor::create(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR));
+  const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
+  const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+  DLPROBE_RETURN_IF_ERROR(
+      stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &mode));
+  DLPROBE_RETURN_IF_ERROR(
+      stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision));
+  DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y));
+  DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum));
+  DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum));
+  DLPROBE_RETURN_IF_ERROR(stats.finalize());
+
+  // The operations first (the graph lists them by position), then what they refer to.
+  std::vector<BackendDescriptor> all;
+  all.push_back(std::move(mul));
+  all.push_back(std::move(add));
+  all.push_back(std::move(relu));
+  all.push_back(std::move(fwd));
+  all.push_back(std::move(stats));
+  for (BackendDescriptor* d :
+       {&x, &scale, &bias, &scaled, &biased, &activated, &w, &y, &sum, &sqsum, &conv}) {
+    all.push_back(std::move(*d));
+  }
+  for (auto& d : parts) all.push_back(std::move(d));
+  const std::size_t op_positions[] = {0, 1, 2, 3, 4};
+  return finish_graph(handle, std::move(all), op_positions);
 }
 
 // Engine `index` of cuDNN's global list with these knob choices (none: its defaults), or nullopt
@@ -417,11 +530,13 @@ Result<std::optional<ExecutionPlan>> make_plan(
 
 }  // namespace
 
-Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
-                                      ConvEngineChoice choice, std::int64_t max_workspace_bytes,
-                                      const PlanTimer& timer) {
-  DLPROBE_ASSIGN_OR_RETURN(const ConvGraph g, make_conv_graph(handle, spec));
+namespace {
 
+// The plan for graph `g`, as build_conv_plan describes; `spec` is the convolution whose numerical
+// policy the engines must meet, `key` names the graph in errors.
+Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, const ConvSpec& spec,
+                                     const std::string& key, ConvEngineChoice choice,
+                                     std::int64_t max_workspace_bytes, const PlanTimer& timer) {
   // Heuristics mode A ranks the engines; the fallback list adds the ones A leaves out.
   std::vector<BackendDescriptor> configs;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
@@ -555,15 +670,33 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
   }
   if (best) return std::move(*best);
   return error(Errc::unsupported,
-               fmt::format("cuDNN has no engine for {} within {} bytes of workspace",
-                           conv_key(spec), max_workspace_bytes));
+               fmt::format("cuDNN has no engine for {} within {} bytes of workspace", key,
+                           max_workspace_bytes));
+}
+
+}  // namespace
+
+Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
+                                      ConvEngineChoice choice, std::int64_t max_workspace_bytes,
+                                      const PlanTimer& timer) {
+  DLPROBE_ASSIGN_OR_RETURN(const OpGraph g, make_conv_graph(handle, spec));
+  return plan_for_graph(handle, g, spec, conv_key(spec), choice, max_workspace_bytes, timer);
+}
+
+Result<ExecutionPlan> build_fused_conv_plan(cudnnHandle_t handle, const FusedConvSpec& spec,
+                                            ConvEngineChoice choice,
+                                            std::int64_t max_workspace_bytes,
+                                            const PlanTimer& timer) {
+  DLPROBE_ASSIGN_OR_RETURN(const OpGraph g, make_fused_conv_graph(handle, spec));
+  return plan_for_graph(handle, g, spec.conv, fused_conv_key(spec), choice, max_workspace_bytes,
+                        timer);
 }
 
 Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const ConvSpec& spec,
                                                  std::int64_t engine_index,
                                                  const std::vector<ConvKnob>& knobs,
                                                  std::int64_t max_workspace_bytes) {
-  DLPROBE_ASSIGN_OR_RETURN(const ConvGraph g, make_conv_graph(handle, spec));
+  DLPROBE_ASSIGN_OR_RETURN(const OpGraph g, make_conv_graph(handle, spec));
   const auto unavailable = [&](std::string_view why) {
     return error(Errc::unsupported,
                  fmt::format("cuDNN engine {} {} for {}", engine_index, why, conv_key(spec)));

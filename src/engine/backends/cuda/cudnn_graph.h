@@ -80,6 +80,18 @@ struct ConvSpec {
 // Text that identifies a ConvSpec for the plan cache.
 std::string conv_key(const ConvSpec& spec);
 
+// A forward convolution with what the batch norms around it need, in one graph of cuDNN's runtime
+// fusion (Ampere and later; NHWC fp16 or bf16): on the way in x' = relu(x * scale + bias) per input
+// channel, the batch norm before the convolution applied with its ReLU, so that no normalised copy
+// of x is written and read again; on the way out the per-channel sum and sum of squares of y, the
+// statistics of the batch norm after it, without reading y again.
+struct FusedConvSpec {
+  ConvSpec conv;           // forward; conv.x is the tensor before the batch norm
+  TensorSpec scale, bias;  // [1, C, 1, 1] in conv.x's dtype
+  TensorSpec sum, sqsum;   // [1, K, 1, 1] fp32
+};
+std::string fused_conv_key(const FusedConvSpec& spec);
+
 // fp32 operands and sums with TF32 off: no tensor-core engine may run it.
 bool strict_fp32(const ConvSpec& spec);
 
@@ -103,6 +115,13 @@ using PlanTimer = std::function<Result<float>(const ExecutionPlan&, float best_m
 Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
                                       ConvEngineChoice choice, std::int64_t max_workspace_bytes,
                                       const PlanTimer& timer = {});
+
+// The same for a FusedConvSpec. Only runtime-fusion engines take such a graph, and they compile
+// their kernels when the plan is built (seconds each).
+Result<ExecutionPlan> build_fused_conv_plan(cudnnHandle_t handle, const FusedConvSpec& spec,
+                                            ConvEngineChoice choice,
+                                            std::int64_t max_workspace_bytes,
+                                            const PlanTimer& timer = {});
 
 // The plan of one engine configuration, by cuDNN's global index and knob choices (a choice
 // recorded by an earlier tuning), with the same checks: the engine takes the graph and the

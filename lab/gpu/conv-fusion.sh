@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On a GPU machine over the bundle (scripts/gpu-bundle.sh): cuDNN's runtime fusion of a batch
+# norm's apply and ReLU into the convolution after it (with the next batch norm's statistics in
+# its epilogue). First its test against the fp64 reference (engine_cuda_test), then
+# microbench/conv_fusion_gpu_bench.cpp over ResNet-50's bottleneck shapes: the convolution alone,
+# batch norm + ReLU then the convolution (today's step), and the fused graph, at batch 256 and
+# 32; then a table of what the fusion saves per shape and over the blocks that have those shapes.
+# Output in $OUT (or ./gpu-check-out).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. lab/gpu/common.sh
+echo "== engine_cuda_test: the fused convolution against the reference"
+timeout 300 "$bin/engine_cuda_test" --gtest_filter='*Fused*' 2>&1 | tail -n 30 | tee "$out/fused-test.txt"
+echo "== bench_conv_fusion_gpu"
+timeout 400 "$bin/bench_conv_fusion_gpu" --benchmark_format=json \
+  --benchmark_out="$out/conv-fusion.json" --benchmark_out_format=json \
+  ${FILTER:+--benchmark_filter="$FILTER"} >/dev/null 2>"$out/conv-fusion.err"
+echo "exit $?"
+tail -n 5 "$out/conv-fusion.err"
+python3 - "$out/conv-fusion.json" <<'PY' | tee "$out/conv-fusion.txt"
+import json, sys, collections
+runs = json.load(open(sys.argv[1])).get("benchmarks", [])
+# us per call by (label, variant); label "layer1 3x3 C=64 K=64 bs256".
+t = collections.defaultdict(dict)
+errors = []
+for r in runs:
+    variant = r["name"].split("/")[0]
+    if r.get("error_occurred"):
+        errors.append(f'{variant} {r.get("label", r["name"])}: {r.get("error_message", "")}')
+        continue
+    t[r["label"]][variant] = r["real_time"]
+# Blocks per stage whose convolutions have these shapes (each stage's later blocks, stride 1).
+blocks = {"layer1": 2, "layer2": 3, "layer3": 5, "layer4": 2}
+print(f'{"shape":34} {"conv us":>9} {"bn+relu, conv us":>17} {"fused us":>9} {"saved us":>9} {"fused/unfused":>13}')
+total = collections.defaultdict(lambda: [0.0, 0.0])
+for label, v in t.items():
+    if not {"conv_alone", "bn_relu_then_conv", "fused"} <= v.keys():
+        continue
+    saved = v["bn_relu_then_conv"] - v["fused"]
+    print(f'{label:34} {v["conv_alone"]:9.1f} {v["bn_relu_then_conv"]:17.1f} {v["fused"]:9.1f} {saved:9.1f} {v["fused"] / v["bn_relu_then_conv"]:13.3f}')
+    batch = label.split()[-1]
+    k = blocks[label.split()[0]]
+    total[batch][0] += k * v["bn_relu_then_conv"]
+    total[batch][1] += k * v["fused"]
+for batch, (unfused, fused) in total.items():
+    print(f'{batch}: over the stride-1 blocks after each stage\'s first, {unfused / 1e3:.2f} ms unfused '
+          f'against {fused / 1e3:.2f} ms fused, forward ({(unfused - fused) / 1e3:.2f} ms saved)')
+for e in errors:
+    print("error:", e)
+PY

@@ -1,0 +1,167 @@
+// What cuDNN's runtime fusion of a batch norm into the convolution after it would save in
+// ResNet-50's bottlenecks, shape by shape on the GPU: the convolution alone; the unfused pair the
+// step runs today (dlprobe's batch norm with ReLU: statistics and apply over x, writing the
+// normalised copy, then the convolution reading it); and the fused graph
+// (CudaBackend::conv2d_forward_bn_relu_stats: the apply and ReLU in the convolution's prologue,
+// the next batch norm's statistics in its epilogue). fp16 NHWC, ResNet-50's blocks after each
+// stage's first, batch 256 and 32. Each figure is the mean of a run of calls timed with CUDA
+// events on the backend's stream.
+//   bench_conv_fusion_gpu --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "dlprobe/allocator/caching_allocator.h"
+#include "dlprobe/allocator/memory_source.h"
+#include "engine/backends/cuda/cuda_backend_impl.h"
+
+namespace dlprobe {
+namespace {
+
+// One convolution after a batch norm and ReLU in a ResNet-50 bottleneck (stride 1).
+struct BottleneckConv {
+  const char* name;
+  std::int64_t c, k, size, kernel;
+};
+constexpr BottleneckConv kShapes[] = {
+    {"layer1 3x3", 64, 64, 56, 3},   {"layer1 1x1", 64, 256, 56, 1},
+    {"layer2 3x3", 128, 128, 28, 3}, {"layer2 1x1", 128, 512, 28, 1},
+    {"layer3 3x3", 256, 256, 14, 3}, {"layer3 1x1", 256, 1024, 14, 1},
+    {"layer4 3x3", 512, 512, 7, 3},  {"layer4 1x1", 512, 2048, 7, 1},
+};
+
+struct Gpu {
+  std::unique_ptr<memory::CachingAllocator> allocator;
+  std::unique_ptr<cuda::CudaBackend> backend;
+};
+
+// The backend every benchmark shares; a machine without a usable GPU ends the run with one line.
+Gpu& gpu() {
+  static Gpu* g = [] {
+    auto* made = new Gpu;
+    auto source = memory::make_cuda_memory_source(0);
+    if (!source) {
+      std::fprintf(stderr, "bench_conv_fusion_gpu: %s\n", source.status().message().c_str());
+      std::exit(2);
+    }
+    auto allocator = memory::CachingAllocator::create(std::move(*source));
+    if (!allocator) {
+      std::fprintf(stderr, "bench_conv_fusion_gpu: %s\n", allocator.status().message().c_str());
+      std::exit(2);
+    }
+    made->allocator = std::move(*allocator);
+    auto backend = cuda::CudaBackend::create(0, *made->allocator, {});
+    if (!backend) {
+      std::fprintf(stderr, "bench_conv_fusion_gpu: %s\n", backend.status().message().c_str());
+      std::exit(2);
+    }
+    made->backend = std::move(*backend);
+    return made;
+  }();
+  return *g;
+}
+
+struct Tensor {
+  memory::DeviceBuffer buffer;
+  TensorView view;
+};
+
+Tensor tensor(const Shape& s, DType t, Layout l, double value) {
+  const TensorDesc d = TensorDesc::make(s, t, l).value();
+  Tensor out{gpu().allocator->allocate_buffer(d.bytes(), memory::Category::temporaries).value(),
+             {}};
+  out.view = TensorView{d, out.buffer.data()};
+  const Status s_fill = gpu().backend->fill(out.view, value);
+  if (!s_fill.is_ok()) std::fprintf(stderr, "fill: %s\n", s_fill.message().c_str());
+  return out;
+}
+
+enum class Variant { conv, unfused, fused };
+
+void run(benchmark::State& state, Variant variant) {
+  const BottleneckConv& s = kShapes[state.range(0)];
+  const std::int64_t n = state.range(1);
+  state.SetLabel(fmt::format("{} C={} K={} bs{}", s.name, s.c, s.k, n));
+  cuda::CudaBackend& b = *gpu().backend;
+  const Conv2dParams p{{1, 1}, {s.kernel / 2, s.kernel / 2}, {1, 1}, 1};
+  Tensor x = tensor({n, s.c, s.size, s.size}, DType::fp16, Layout::nhwc, 0.25);
+  Tensor a = tensor({n, s.c, s.size, s.size}, DType::fp16, Layout::nhwc, 0);
+  Tensor w = tensor({s.k, s.c, s.kernel, s.kernel}, DType::fp16, Layout::nhwc, 0.01);
+  Tensor y = tensor({n, s.k, s.size, s.size}, DType::fp16, Layout::nhwc, 0);
+  Tensor scale = tensor({s.c}, DType::fp16, Layout::nchw, 1);
+  Tensor bias = tensor({s.c}, DType::fp16, Layout::nchw, 0.1);
+  Tensor gamma = tensor({s.c}, DType::fp32, Layout::nchw, 1);
+  Tensor beta = tensor({s.c}, DType::fp32, Layout::nchw, 0.1);
+  Tensor mean = tensor({s.c}, DType::fp32, Layout::nchw, 0);
+  Tensor var = tensor({s.c}, DType::fp32, Layout::nchw, 1);
+  Tensor save_mean = tensor({s.c}, DType::fp32, Layout::nchw, 0);
+  Tensor save_invstd = tensor({s.c}, DType::fp32, Layout::nchw, 0);
+  Tensor sum = tensor({s.k}, DType::fp32, Layout::nchw, 0);
+  Tensor sqsum = tensor({s.k}, DType::fp32, Layout::nchw, 0);
+  const TensorView no_residual{};
+  auto once = [&]() -> Status {
+    switch (variant) {
+      case Variant::conv:
+        return b.conv2d_forward(x.view, w.view, y.view, p);
+      case Variant::unfused:
+        DLPROBE_RETURN_IF_ERROR(b.batch_norm_relu_train_forward(
+            x.view, gamma.view, beta.view, mean.view, var.view, no_residual, a.view, save_mean.view,
+            save_invstd.view, {}));
+        return b.conv2d_forward(a.view, w.view, y.view, p);
+      case Variant::fused:
+        return b.conv2d_forward_bn_relu_stats(x.view, scale.view, bias.view, w.view, y.view,
+                                              sum.view, sqsum.view, p);
+    }
+    return Status::ok();
+  };
+  // The first call builds the plan (a runtime-fusion engine compiles then).
+  if (Status s0 = once(); !s0.is_ok() || !(s0 = b.synchronize()).is_ok()) {
+    state.SkipWithError(s0.message().c_str());
+    return;
+  }
+  constexpr int kCalls = 20;
+  for (auto _ : state) {
+    Status ok = b.mark(0);
+    for (int i = 0; i < kCalls && ok.is_ok(); ++i) ok = once();
+    if (ok.is_ok()) ok = b.mark(1);
+    auto ms = ok.is_ok() ? b.elapsed_ms(0, 1) : Result<double>(ok);
+    if (!ms) {
+      state.SkipWithError(ms.status().message().c_str());
+      return;
+    }
+    state.SetIterationTime(*ms / 1e3 / kCalls);
+  }
+}
+
+void register_all() {
+  for (const auto& [name, variant] :
+       {std::pair{"conv_alone", Variant::conv}, std::pair{"bn_relu_then_conv", Variant::unfused},
+        std::pair{"fused", Variant::fused}}) {
+    auto* bm =
+        benchmark::RegisterBenchmark(name, [v = variant](benchmark::State& st) { run(st, v); });
+    for (std::int64_t batch : {256, 32}) {
+      for (std::int64_t i = 0; i < static_cast<std::int64_t>(std::size(kShapes)); ++i) {
+        bm->Args({i, batch});
+      }
+    }
+    bm->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+  }
+}
+
+}  // namespace
+}  // namespace dlprobe
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  dlprobe::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
