@@ -3,7 +3,10 @@
 // step runs today (dlprobe's batch norm with ReLU: statistics and apply over x, writing the
 // normalised copy, then the convolution reading it); and the fused graph
 // (CudaBackend::conv2d_forward_bn_relu_stats: the apply and ReLU in the convolution's prologue,
-// the next batch norm's statistics in its epilogue). fp16 NHWC, ResNet-50's blocks after each
+// the next batch norm's statistics in its epilogue). The same for the weight gradient, whose input
+// a step that keeps only the pre-norm tensor must recompute: the gradient alone on the normalised
+// input; the batch norm's apply and ReLU (running statistics) then the gradient; and the fused
+// graph (CudaBackend::conv2d_backward_weight_bn_relu). fp16 NHWC, ResNet-50's blocks after each
 // stage's first, batch 256 and 32. Each figure is the mean of a run of calls timed with CUDA
 // events on the backend's stream.
 //   bench_conv_fusion_gpu --benchmark_counters_tabular=true
@@ -82,7 +85,7 @@ Tensor tensor(const Shape& s, DType t, Layout l, double value) {
   return out;
 }
 
-enum class Variant { conv, unfused, fused };
+enum class Variant { conv, unfused, fused, wgrad, apply_then_wgrad, wgrad_fused };
 
 void run(benchmark::State& state, Variant variant) {
   const BottleneckConv& s = kShapes[state.range(0)];
@@ -117,6 +120,15 @@ void run(benchmark::State& state, Variant variant) {
       case Variant::fused:
         return b.conv2d_forward_bn_relu_stats(x.view, scale.view, bias.view, w.view, y.view,
                                               sum.view, sqsum.view, p);
+      // The weight gradient, y as its dy and w as its dw.
+      case Variant::wgrad:
+        return b.conv2d_backward_weight(a.view, y.view, w.view, p);
+      case Variant::apply_then_wgrad:
+        DLPROBE_RETURN_IF_ERROR(b.batch_norm_relu_inference_forward(
+            x.view, gamma.view, beta.view, mean.view, var.view, no_residual, a.view, {}));
+        return b.conv2d_backward_weight(a.view, y.view, w.view, p);
+      case Variant::wgrad_fused:
+        return b.conv2d_backward_weight_bn_relu(x.view, scale.view, bias.view, y.view, w.view, p);
     }
     return Status::ok();
   };
@@ -142,7 +154,9 @@ void run(benchmark::State& state, Variant variant) {
 void register_all() {
   for (const auto& [name, variant] :
        {std::pair{"conv_alone", Variant::conv}, std::pair{"bn_relu_then_conv", Variant::unfused},
-        std::pair{"fused", Variant::fused}}) {
+        std::pair{"fused", Variant::fused}, std::pair{"wgrad_alone", Variant::wgrad},
+        std::pair{"bn_relu_apply_then_wgrad", Variant::apply_then_wgrad},
+        std::pair{"wgrad_fused", Variant::wgrad_fused}}) {
     auto* bm =
         benchmark::RegisterBenchmark(name, [v = variant](benchmark::State& st) { run(st, v); });
     for (std::int64_t batch : {256, 32}) {

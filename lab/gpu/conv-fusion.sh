@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # On a GPU machine over the bundle (scripts/gpu-bundle.sh): cuDNN's runtime fusion of a batch
 # norm's apply and ReLU into the convolution after it (with the next batch norm's statistics in
-# its epilogue). First its test against the fp64 reference (engine_cuda_test), then
-# microbench/conv_fusion_gpu_bench.cpp over ResNet-50's bottleneck shapes: the convolution alone,
-# batch norm + ReLU then the convolution (today's step), and the fused graph, at batch 256 and
-# 32; then a table of what the fusion saves per shape and over the blocks that have those shapes.
+# its epilogue) and into that convolution's weight gradient. First its test against the fp64
+# reference (engine_cuda_test), then microbench/conv_fusion_gpu_bench.cpp over ResNet-50's
+# bottleneck shapes: each operation alone, with the batch norm's passes before it (today's step;
+# for the gradient, the recompute a step keeping only pre-norm tensors needs), and fused, at batch
+# 256 and 32 (FILTER picks benchmarks by Google Benchmark's regex); then tables of what the fusion
+# saves per shape and over the blocks that have those shapes.
 # Output in $OUT (or ./gpu-check-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,20 +33,24 @@ for r in runs:
     t[r["label"]][variant] = r["real_time"]
 # Blocks per stage whose convolutions have these shapes (each stage's later blocks, stride 1).
 blocks = {"layer1": 2, "layer2": 3, "layer3": 5, "layer4": 2}
-print(f'{"shape":34} {"conv us":>9} {"bn+relu, conv us":>17} {"fused us":>9} {"saved us":>9} {"fused/unfused":>13}')
-total = collections.defaultdict(lambda: [0.0, 0.0])
-for label, v in t.items():
-    if not {"conv_alone", "bn_relu_then_conv", "fused"} <= v.keys():
-        continue
-    saved = v["bn_relu_then_conv"] - v["fused"]
-    print(f'{label:34} {v["conv_alone"]:9.1f} {v["bn_relu_then_conv"]:17.1f} {v["fused"]:9.1f} {saved:9.1f} {v["fused"] / v["bn_relu_then_conv"]:13.3f}')
-    batch = label.split()[-1]
-    k = blocks[label.split()[0]]
-    total[batch][0] += k * v["bn_relu_then_conv"]
-    total[batch][1] += k * v["fused"]
-for batch, (unfused, fused) in total.items():
-    print(f'{batch}: over the stride-1 blocks after each stage\'s first, {unfused / 1e3:.2f} ms unfused '
-          f'against {fused / 1e3:.2f} ms fused, forward ({(unfused - fused) / 1e3:.2f} ms saved)')
+def table(title, alone, unfused, fused):
+    print(f'{title}\n{"shape":34} {"alone us":>9} {"unfused us":>11} {"fused us":>9} {"saved us":>9} {"fused/unfused":>13}')
+    total = collections.defaultdict(lambda: [0.0, 0.0])
+    for label, v in t.items():
+        if not {alone, unfused, fused} <= v.keys():
+            continue
+        print(f'{label:34} {v[alone]:9.1f} {v[unfused]:11.1f} {v[fused]:9.1f} {v[unfused] - v[fused]:9.1f} {v[fused] / v[unfused]:13.3f}')
+        k = blocks[label.split()[0]]
+        total[label.split()[-1]][0] += k * v[unfused]
+        total[label.split()[-1]][1] += k * v[fused]
+    for batch, (u, f) in total.items():
+        print(f'{batch}: over the stride-1 blocks after each stage\'s first, {u / 1e3:.2f} ms unfused '
+              f'against {f / 1e3:.2f} ms fused ({(u - f) / 1e3:.2f} ms saved)')
+    print()
+table("forward: the convolution alone; batch norm + ReLU (statistics and apply) then the convolution; fused",
+      "conv_alone", "bn_relu_then_conv", "fused")
+table("weight gradient: alone on the normalised input; its apply (running statistics) then the gradient; fused",
+      "wgrad_alone", "bn_relu_apply_then_wgrad", "wgrad_fused")
 for e in errors:
     print("error:", e)
 PY

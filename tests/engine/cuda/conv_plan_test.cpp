@@ -133,9 +133,9 @@ TEST_F(CudaConv, TuningCacheReplaysTheChoice) {
 }
 
 // cuDNN's runtime fusion of a batch norm's apply and ReLU into the convolution after it, with the
-// next batch norm's statistics from its output, against the fp64 reference of the three steps.
-// The output must also differ from a convolution without the prologue and from one without the
-// ReLU: a fusion that dropped either would fail here.
+// next batch norm's statistics from its output, and into its weight gradient, against the fp64
+// reference of the steps. The outputs must also differ from a convolution without the prologue
+// and from one without the ReLU: a fusion that dropped either would fail here.
 TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
   struct Case {
     std::int64_t c, k, size, kernel, stride, pad;
@@ -184,6 +184,25 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
     EXPECT_FALSE(matches(
         y_got, reference::conv2d_forward<double>(prologue(false), f64(w), p).value(), kFp16, check))
         << "the ReLU made no difference";
+
+    // The weight gradient with the same prologue, the normalised input recomputed from x.
+    const HostTensor dy = rand(y_desc.shape(), 35, DType::fp16, Layout::nhwc);
+    const BackendTensor dy_in = to_backend(env(), dy);
+    BackendTensor dw = backend_output(env(), w.desc());
+    const Status grad = shared().conv2d_backward_weight_bn_relu(
+        x_in.view(), scale_in.view(), bias_in.view(), dy_in.view(), dw.view(), p);
+    ASSERT_TRUE(grad.is_ok()) << grad.message();
+    const HostTensor dw_got = to_host(env(), dw.view());
+    const Check sums_over_images{.terms = static_cast<double>(n * out * out)};
+    const TensorDesc dw_ref_desc = desc(w.desc().shape(), DType::fp64, Layout::nhwc);
+    EXPECT_TRUE(matches(
+        dw_got,
+        reference::conv2d_backward_weight<double>(prologue(true), f64(dy), dw_ref_desc, p).value(),
+        kFp16, sums_over_images));
+    EXPECT_FALSE(matches(
+        dw_got, reference::conv2d_backward_weight<double>(f64(x), f64(dy), dw_ref_desc, p).value(),
+        kFp16, sums_over_images))
+        << "the weight gradient's prologue made no difference";
 
     // The statistics of y per channel, against the reference's; a sum's error grows with the
     // magnitudes summed.

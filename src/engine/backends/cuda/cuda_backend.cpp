@@ -512,11 +512,29 @@ Status CudaBackend::conv2d_forward_bn_relu_stats(const TensorView& x, const Tens
                                                  const TensorView& y, const TensorView& sum,
                                                  const TensorView& sqsum, const Conv2dParams& p) {
   constexpr std::string_view op = "conv2d_forward_bn_relu_stats";
+  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sum", sum));
+  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sqsum", sqsum));
+  DLPROBE_RETURN_IF_ERROR(
+      need(sum.desc.numel() == y.desc.dim(1) && sqsum.desc.numel() == y.desc.dim(1), op,
+           "sum and sqsum: y's channels"));
+  return fused_conv(ConvDirection::forward, x, scale, bias, w, y, &sum, &sqsum, p, op);
+}
+
+Status CudaBackend::conv2d_backward_weight_bn_relu(const TensorView& x, const TensorView& scale,
+                                                   const TensorView& bias, const TensorView& dy,
+                                                   const TensorView& dw, const Conv2dParams& p) {
+  return fused_conv(ConvDirection::backward_filter, x, scale, bias, dw, dy, nullptr, nullptr, p,
+                    "conv2d_backward_weight_bn_relu");
+}
+
+// w is dw and y is dy for the weight gradient; sum and sqsum forward only.
+Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
+                               const TensorView& scale, const TensorView& bias, const TensorView& w,
+                               const TensorView& y, const TensorView* sum, const TensorView* sqsum,
+                               const Conv2dParams& p, std::string_view op) {
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "w", w));
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "y", y));
-  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sum", sum));
-  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sqsum", sqsum));
   const DType t = x.desc.dtype();
   DLPROBE_RETURN_IF_ERROR(need((t == DType::fp16 || t == DType::bf16) && w.desc.dtype() == t &&
                                    y.desc.dtype() == t && scale.desc.dtype() == t &&
@@ -526,16 +544,14 @@ Status CudaBackend::conv2d_forward_bn_relu_stats(const TensorView& x, const Tens
                                    y.desc.layout() == Layout::nhwc,
                                op, "x, w and y: NHWC"));
   const std::int64_t c = x.desc.dim(1);
-  const std::int64_t k = y.desc.dim(1);
-  DLPROBE_RETURN_IF_ERROR(need(scale.desc.numel() == c && bias.desc.numel() == c &&
-                                   sum.desc.numel() == k && sqsum.desc.numel() == k,
-                               op, "scale and bias: x's channels; sum and sqsum: y's channels"));
+  DLPROBE_RETURN_IF_ERROR(
+      need(scale.desc.numel() == c && bias.desc.numel() == c, op, "scale and bias: x's channels"));
   constexpr std::int64_t kUidScale = 4;
   constexpr std::int64_t kUidBias = 5;
   constexpr std::int64_t kUidSum = 6;
   constexpr std::int64_t kUidSqsum = 7;
   FusedConvSpec spec;
-  spec.conv.direction = ConvDirection::forward;
+  spec.conv.direction = direction;
   DLPROBE_ASSIGN_OR_RETURN(spec.conv.x, tensor_spec(kUidX, x));
   DLPROBE_ASSIGN_OR_RETURN(spec.conv.w, tensor_spec(kUidW, w));
   DLPROBE_ASSIGN_OR_RETURN(spec.conv.y, tensor_spec(kUidY, y));
@@ -559,8 +575,14 @@ Status CudaBackend::conv2d_forward_bn_relu_stats(const TensorView& x, const Tens
   };
   DLPROBE_ASSIGN_OR_RETURN(spec.scale, channels(kUidScale, scale, c));
   DLPROBE_ASSIGN_OR_RETURN(spec.bias, channels(kUidBias, bias, c));
-  DLPROBE_ASSIGN_OR_RETURN(spec.sum, channels(kUidSum, sum, k));
-  DLPROBE_ASSIGN_OR_RETURN(spec.sqsum, channels(kUidSqsum, sqsum, k));
+  std::vector<std::int64_t> uids = {kUidX, kUidW, kUidY, kUidScale, kUidBias};
+  std::vector<void*> ptrs = {x.data, w.data, y.data, scale.data, bias.data};
+  if (sum != nullptr && sqsum != nullptr) {
+    DLPROBE_ASSIGN_OR_RETURN(spec.sum, channels(kUidSum, *sum, sum->desc.numel()));
+    DLPROBE_ASSIGN_OR_RETURN(spec.sqsum, channels(kUidSqsum, *sqsum, sqsum->desc.numel()));
+    uids.insert(uids.end(), {kUidSum, kUidSqsum});
+    ptrs.insert(ptrs.end(), {sum->data, sqsum->data});
+  }
 
   const std::string key = fused_conv_key(spec);
   const ExecutionPlan* plan = conv_plans_.find(key);
@@ -575,8 +597,6 @@ Status CudaBackend::conv2d_forward_bn_relu_stats(const TensorView& x, const Tens
   memory::DeviceBuffer holder;
   DLPROBE_ASSIGN_OR_RETURN(void* ws,
                            workspace(static_cast<std::size_t>(plan->workspace_bytes), op, holder));
-  const std::int64_t uids[] = {kUidX, kUidW, kUidY, kUidScale, kUidBias, kUidSum, kUidSqsum};
-  void* const ptrs[] = {x.data, w.data, y.data, scale.data, bias.data, sum.data, sqsum.data};
   return execute_plan(cudnn_.get(), *plan, uids, ptrs, ws);
 }
 

@@ -151,12 +151,17 @@ class CudaBackend final : public Backend {
   // and sum of squares in fp32. NHWC fp16 or bf16; scale and bias [C] in x's dtype, sum and sqsum
   // [K] fp32. The plan is the first engine cuDNN's heuristics offer that builds: runtime-fusion
   // engines compile their kernels when the plan is built, seconds each, which timing every
-  // candidate would multiply. Not part of Backend: no step uses it yet (the fused step's first
-  // piece, measured by microbench/conv_fusion_gpu_bench.cpp).
+  // candidate would multiply. Not part of Backend: no step uses these yet (the fused step's
+  // first pieces, measured by microbench/conv_fusion_gpu_bench.cpp).
   Status conv2d_forward_bn_relu_stats(const TensorView& x, const TensorView& scale,
                                       const TensorView& bias, const TensorView& w,
                                       const TensorView& y, const TensorView& sum,
                                       const TensorView& sqsum, const Conv2dParams& p);
+  // The weight gradient with the same prologue: dw = conv_wgrad(relu(x * scale + bias), dy),
+  // the normalised input recomputed from the stored x inside the gradient's kernel.
+  Status conv2d_backward_weight_bn_relu(const TensorView& x, const TensorView& scale,
+                                        const TensorView& bias, const TensorView& dy,
+                                        const TensorView& dw, const Conv2dParams& p);
 
   // Cached cuDNN execution plans and cuBLASLt algorithms (one per distinct shape key).
   std::size_t conv_plan_count() const { return conv_plans_.size(); }
@@ -183,6 +188,10 @@ class CudaBackend final : public Backend {
   // Workspace for one cuDNN or cuBLASLt call: from the allocator for this call, or while
   // recording a graph, the one workspace the graph's calls share (they run in order).
   Result<void*> workspace(std::size_t bytes, std::string_view op, memory::DeviceBuffer& holder);
+  Status fused_conv(ConvDirection direction, const TensorView& x, const TensorView& scale,
+                    const TensorView& bias, const TensorView& w, const TensorView& y,
+                    const TensorView* sum, const TensorView* sqsum, const Conv2dParams& p,
+                    std::string_view op);
   Status conv(ConvDirection direction, const TensorView& x, const TensorView& w,
               const TensorView& y, const Conv2dParams& p, std::string_view op);
   // The stem's images are padded to this many channels (see needs_channel_pad).

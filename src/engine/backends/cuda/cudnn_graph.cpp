@@ -327,8 +327,11 @@ std::string fused_conv_key(const FusedConvSpec& s) {
     return fmt::format("{}:[{}]@{}", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
                        t.alignment);
   };
-  return fmt::format("bn-relu>{} scale{} bias{} sum{} sqsum{}", conv_key(s.conv), tensor(s.scale),
-                     tensor(s.bias), tensor(s.sum), tensor(s.sqsum));
+  const std::string stats = s.conv.direction == ConvDirection::forward
+                                ? fmt::format(" sum{} sqsum{}", tensor(s.sum), tensor(s.sqsum))
+                                : std::string();
+  return fmt::format("bn-relu>{} scale{} bias{}{}", conv_key(s.conv), tensor(s.scale),
+                     tensor(s.bias), stats);
 }
 
 namespace {
@@ -399,8 +402,10 @@ constexpr std::int64_t kUidBiased = 1'000'002;
 constexpr std::int64_t kUidActivated = 1'000'003;
 
 Result<OpGraph> make_fused_conv_graph(cudnnHandle_t handle, const FusedConvSpec& spec) {
-  if (spec.conv.direction != ConvDirection::forward) {
-    return error(Errc::internal, "a fused batch-norm convolution runs forward only");
+  const bool forward = spec.conv.direction == ConvDirection::forward;
+  if (!forward && spec.conv.direction != ConvDirection::backward_filter) {
+    return error(Errc::internal,
+                 "a fused batch-norm convolution runs forward or as a weight gradient");
   }
   std::vector<BackendDescriptor> parts;
   // The prologue's intermediates stay in fp32, in registers: virtual tensors shaped as x.
@@ -419,44 +424,48 @@ Result<OpGraph> make_fused_conv_graph(cudnnHandle_t handle, const FusedConvSpec&
   DLPROBE_ASSIGN_OR_RETURN(auto activated, intermediate(kUidActivated));
   DLPROBE_ASSIGN_OR_RETURN(auto w, make_tensor(spec.conv.w));
   DLPROBE_ASSIGN_OR_RETURN(auto y, make_tensor(spec.conv.y));
-  DLPROBE_ASSIGN_OR_RETURN(auto sum, make_tensor(spec.sum));
-  DLPROBE_ASSIGN_OR_RETURN(auto sqsum, make_tensor(spec.sqsum));
   DLPROBE_ASSIGN_OR_RETURN(auto conv, make_conv_desc(spec.conv));
-
-  std::vector<BackendDescriptor> ops;
-  DLPROBE_ASSIGN_OR_RETURN(auto mul,
-                           make_pointwise_op(CUDNN_POINTWISE_MUL, x, &scale, scaled, parts));
-  DLPROBE_ASSIGN_OR_RETURN(auto add,
-                           make_pointwise_op(CUDNN_POINTWISE_ADD, scaled, &bias, biased, parts));
-  DLPROBE_ASSIGN_OR_RETURN(
-      auto relu, make_pointwise_op(CUDNN_POINTWISE_RELU_FWD, biased, nullptr, activated, parts));
-  DLPROBE_ASSIGN_OR_RETURN(auto fwd, make_conv_op(spec.conv, activated, w, y, conv));
-  DLPROBE_ASSIGN_OR_RETURN(auto stats,
-                           BackendDescriptor::create(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR));
-  const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
-  const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
-  DLPROBE_RETURN_IF_ERROR(
-      stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &mode));
-  DLPROBE_RETURN_IF_ERROR(
-      stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision));
-  DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y));
-  DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum));
-  DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum));
-  DLPROBE_RETURN_IF_ERROR(stats.finalize());
 
   // The operations first (the graph lists them by position), then what they refer to.
   std::vector<BackendDescriptor> all;
+  DLPROBE_ASSIGN_OR_RETURN(auto mul,
+                           make_pointwise_op(CUDNN_POINTWISE_MUL, x, &scale, scaled, parts));
   all.push_back(std::move(mul));
+  DLPROBE_ASSIGN_OR_RETURN(auto add,
+                           make_pointwise_op(CUDNN_POINTWISE_ADD, scaled, &bias, biased, parts));
   all.push_back(std::move(add));
+  DLPROBE_ASSIGN_OR_RETURN(
+      auto relu, make_pointwise_op(CUDNN_POINTWISE_RELU_FWD, biased, nullptr, activated, parts));
   all.push_back(std::move(relu));
-  all.push_back(std::move(fwd));
-  all.push_back(std::move(stats));
-  for (BackendDescriptor* d :
-       {&x, &scale, &bias, &scaled, &biased, &activated, &w, &y, &sum, &sqsum, &conv}) {
+  // Forward: y = conv(activated, w). Weight gradient: w is dw and y is dy.
+  DLPROBE_ASSIGN_OR_RETURN(auto main_op, make_conv_op(spec.conv, activated, w, y, conv));
+  all.push_back(std::move(main_op));
+  if (forward) {
+    DLPROBE_ASSIGN_OR_RETURN(auto sum, make_tensor(spec.sum));
+    DLPROBE_ASSIGN_OR_RETURN(auto sqsum, make_tensor(spec.sqsum));
+    DLPROBE_ASSIGN_OR_RETURN(
+        auto stats, BackendDescriptor::create(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR));
+    const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
+    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    DLPROBE_RETURN_IF_ERROR(
+        stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &mode));
+    DLPROBE_RETURN_IF_ERROR(
+        stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision));
+    DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y));
+    DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum));
+    DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum));
+    DLPROBE_RETURN_IF_ERROR(stats.finalize());
+    all.push_back(std::move(stats));
+    parts.push_back(std::move(sum));
+    parts.push_back(std::move(sqsum));
+  }
+  const std::size_t op_count = all.size();
+  for (BackendDescriptor* d : {&x, &scale, &bias, &scaled, &biased, &activated, &w, &y, &conv}) {
     all.push_back(std::move(*d));
   }
   for (auto& d : parts) all.push_back(std::move(d));
-  const std::size_t op_positions[] = {0, 1, 2, 3, 4};
+  std::vector<std::size_t> op_positions(op_count);
+  for (std::size_t i = 0; i < op_count; ++i) op_positions[i] = i;
   return finish_graph(handle, std::move(all), op_positions);
 }
 

@@ -80,15 +80,17 @@ struct ConvSpec {
 // Text that identifies a ConvSpec for the plan cache.
 std::string conv_key(const ConvSpec& spec);
 
-// A forward convolution with what the batch norms around it need, in one graph of cuDNN's runtime
-// fusion (Ampere and later; NHWC fp16 or bf16): on the way in x' = relu(x * scale + bias) per input
-// channel, the batch norm before the convolution applied with its ReLU, so that no normalised copy
-// of x is written and read again; on the way out the per-channel sum and sum of squares of y, the
-// statistics of the batch norm after it, without reading y again.
+// A convolution with what the batch norms around it need, in one graph of cuDNN's runtime fusion
+// (Ampere and later; NHWC fp16 or bf16). On the way in x' = relu(x * scale + bias) per input
+// channel: the batch norm before the convolution applied with its ReLU, so that no normalised copy
+// of x is written and read again. Forward, on the way out, the per-channel sum and sum of squares
+// of y: the statistics of the batch norm after it, without reading y again. As a weight gradient
+// (conv.direction backward_filter: conv.w is dw, conv.y is dy), the same prologue recomputes the
+// normalised input the gradient needs from the stored x.
 struct FusedConvSpec {
-  ConvSpec conv;           // forward; conv.x is the tensor before the batch norm
+  ConvSpec conv;           // forward or backward_filter; conv.x is the tensor before the batch norm
   TensorSpec scale, bias;  // [1, C, 1, 1] in conv.x's dtype
-  TensorSpec sum, sqsum;   // [1, K, 1, 1] fp32
+  TensorSpec sum, sqsum;   // forward only: [1, K, 1, 1] fp32
 };
 std::string fused_conv_key(const FusedConvSpec& spec);
 
