@@ -448,22 +448,7 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
   if (direction != ConvDirection::backward_data && needs_channel_pad(x, w, p)) {
     return padded_conv(direction, x, w, y, p, op);
   }
-  ConvSpec spec;
-  spec.direction = direction;
-  DLPROBE_ASSIGN_OR_RETURN(spec.x, tensor_spec(kUidX, x));
-  DLPROBE_ASSIGN_OR_RETURN(spec.w, tensor_spec(kUidW, w));
-  DLPROBE_ASSIGN_OR_RETURN(spec.y, tensor_spec(kUidY, y));
-  for (int i = 0; i < 2; ++i) {
-    spec.pad[i] = p.pad[static_cast<std::size_t>(i)];
-    spec.stride[i] = p.stride[static_cast<std::size_t>(i)];
-    spec.dilation[i] = p.dilation[static_cast<std::size_t>(i)];
-  }
-  // fp32 accumulation for every dtype, as autocast's convolutions.
-  spec.compute = CUDNN_DATA_FLOAT;
-  spec.allow_tf32 = options_.math_mode == MathMode::tf32;
-  spec.deterministic = options_.deterministic;
-  spec.allow_transforms = options_.transform_engines;
-
+  DLPROBE_ASSIGN_OR_RETURN(const ConvSpec spec, conv_spec(direction, x, w, y, p));
   const std::string key = conv_key(spec);
   const ExecutionPlan* plan = conv_plans_.find(key);
   if (plan == nullptr) {
@@ -498,13 +483,9 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
     log_debug("{}: {} for {}", op, built.engine_name, key);
     plan = &conv_plans_.insert(key, std::move(built));
   }
-  last_conv_engine_ = plan->engine_name;
-  memory::DeviceBuffer holder;
-  DLPROBE_ASSIGN_OR_RETURN(void* ws,
-                           workspace(static_cast<std::size_t>(plan->workspace_bytes), op, holder));
   const std::int64_t uids[] = {kUidX, kUidW, kUidY};
   void* const ptrs[] = {x.data, w.data, y.data};
-  return execute_plan(cudnn_.get(), *plan, uids, ptrs, ws);
+  return run_conv_plan(*plan, uids, ptrs, op);
 }
 
 Status CudaBackend::conv2d_forward_bn_relu_stats(const TensorView& x, const TensorView& scale,
@@ -551,17 +532,7 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
   constexpr std::int64_t kUidSum = 6;
   constexpr std::int64_t kUidSqsum = 7;
   FusedConvSpec spec;
-  spec.conv.direction = direction;
-  DLPROBE_ASSIGN_OR_RETURN(spec.conv.x, tensor_spec(kUidX, x));
-  DLPROBE_ASSIGN_OR_RETURN(spec.conv.w, tensor_spec(kUidW, w));
-  DLPROBE_ASSIGN_OR_RETURN(spec.conv.y, tensor_spec(kUidY, y));
-  for (int i = 0; i < 2; ++i) {
-    spec.conv.pad[i] = p.pad[static_cast<std::size_t>(i)];
-    spec.conv.stride[i] = p.stride[static_cast<std::size_t>(i)];
-    spec.conv.dilation[i] = p.dilation[static_cast<std::size_t>(i)];
-  }
-  spec.conv.compute = CUDNN_DATA_FLOAT;
-  spec.conv.deterministic = options_.deterministic;
+  DLPROBE_ASSIGN_OR_RETURN(spec.conv, conv_spec(direction, x, w, y, p));
   // A per-channel vector as cuDNN's [1, n, 1, 1], channels innermost.
   auto channels = [](std::int64_t uid, const TensorView& v, std::int64_t n) -> Result<TensorSpec> {
     DLPROBE_ASSIGN_OR_RETURN(cudnnDataType_t type, cudnn_type(v.desc.dtype()));
@@ -593,11 +564,37 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
     log_debug("{}: {} for {}", op, built.engine_name, key);
     plan = &conv_plans_.insert(key, std::move(built));
   }
-  last_conv_engine_ = plan->engine_name;
+  return run_conv_plan(*plan, uids, ptrs, op);
+}
+
+Result<ConvSpec> CudaBackend::conv_spec(ConvDirection direction, const TensorView& x,
+                                        const TensorView& w, const TensorView& y,
+                                        const Conv2dParams& p) const {
+  ConvSpec spec;
+  spec.direction = direction;
+  DLPROBE_ASSIGN_OR_RETURN(spec.x, tensor_spec(kUidX, x));
+  DLPROBE_ASSIGN_OR_RETURN(spec.w, tensor_spec(kUidW, w));
+  DLPROBE_ASSIGN_OR_RETURN(spec.y, tensor_spec(kUidY, y));
+  for (int i = 0; i < 2; ++i) {
+    spec.pad[i] = p.pad[static_cast<std::size_t>(i)];
+    spec.stride[i] = p.stride[static_cast<std::size_t>(i)];
+    spec.dilation[i] = p.dilation[static_cast<std::size_t>(i)];
+  }
+  // fp32 accumulation for every dtype, as autocast's convolutions.
+  spec.compute = CUDNN_DATA_FLOAT;
+  spec.allow_tf32 = options_.math_mode == MathMode::tf32;
+  spec.deterministic = options_.deterministic;
+  spec.allow_transforms = options_.transform_engines;
+  return spec;
+}
+
+Status CudaBackend::run_conv_plan(const ExecutionPlan& plan, std::span<const std::int64_t> uids,
+                                  std::span<void* const> ptrs, std::string_view op) {
+  last_conv_engine_ = plan.engine_name;
   memory::DeviceBuffer holder;
   DLPROBE_ASSIGN_OR_RETURN(void* ws,
-                           workspace(static_cast<std::size_t>(plan->workspace_bytes), op, holder));
-  return execute_plan(cudnn_.get(), *plan, uids, ptrs, ws);
+                           workspace(static_cast<std::size_t>(plan.workspace_bytes), op, holder));
+  return execute_plan(cudnn_.get(), plan, uids, ptrs, ws);
 }
 
 Status CudaBackend::conv2d_forward(const TensorView& x, const TensorView& w, const TensorView& y,

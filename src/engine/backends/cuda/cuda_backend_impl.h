@@ -188,6 +188,12 @@ class CudaBackend final : public Backend {
   // Workspace for one cuDNN or cuBLASLt call: from the allocator for this call, or while
   // recording a graph, the one workspace the graph's calls share (they run in order).
   Result<void*> workspace(std::size_t bytes, std::string_view op, memory::DeviceBuffer& holder);
+  // The ConvSpec of a convolution over these operands, with the backend's numerical policy.
+  Result<ConvSpec> conv_spec(ConvDirection direction, const TensorView& x, const TensorView& w,
+                             const TensorView& y, const Conv2dParams& p) const;
+  // Runs `plan` (a uid and pointer for each of its tensors) with workspace from `op`'s account.
+  Status run_conv_plan(const ExecutionPlan& plan, std::span<const std::int64_t> uids,
+                       std::span<void* const> ptrs, std::string_view op);
   Status fused_conv(ConvDirection direction, const TensorView& x, const TensorView& scale,
                     const TensorView& bias, const TensorView& w, const TensorView& y,
                     const TensorView* sum, const TensorView* sqsum, const Conv2dParams& p,
