@@ -139,8 +139,8 @@ class HostFeed final : public FeedBase {
 // Why several: with CUDA's default of 8 hardware queues one batch's decode beside a training step
 // took 40.7 ms against 9 ms alone (H200, fp16 ResNet-50 bs256, a 35 ms step), and with two at once
 // a batch was ready after 27.9 ms of waiting. nvJPEG's work was queued behind the step's
-// (data/cuda_queues.h): bench and evaluate now ask for 32 queues, and with them two decoders
-// keep up with the step (98.5 % of the synthetic throughput).
+// (data/cuda_queues.h): with the 32 queues bench and evaluate ask for, two decoders keep up with
+// the step (98.6 % of the synthetic throughput); whether one would, with 32, is not measured.
 class GpuFeed final : public FeedBase {
  public:
   using FeedBase::FeedBase;

@@ -234,6 +234,8 @@ void add_data_flags(CLI::App& sub, DataFlags& flags) {
 }
 
 void prepare_data_decode(const DataFlags& flags) {
+  // Before the device is resolved (which may call CUDA): `auto` may still decode on the host, where
+  // more queues change nothing the step does.
   if (!flags.dir.empty() && flags.decode != "cpu") data::widen_cuda_queues();
 }
 

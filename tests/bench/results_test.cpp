@@ -466,7 +466,7 @@ TEST(InputFinding, NamesWhatBindsTheStep) {
   EXPECT_EQ(shared.fix.find("CUDA_DEVICE_MAX_CONNECTIONS"), std::string::npos) << shared.fix;
 
   // The user's environment asked for 8 hardware queues: that comes first in the GPU path's fixes
-  // (the H200's GPU path at 89 to 92 % with 8, 98.5 % with 32), and not in the host path's.
+  // (the H200's GPU path at 89 to 93 % with 8, 98.6 % with 32), and not in the host path's.
   for (const double ready_ms : {27.9, 60.0}) {
     InputFacts few = fed_by("jpeg-gpu", ready_ms, 0.1);
     few.cuda_queues = 8;

@@ -1,8 +1,9 @@
 // Environment variables dlprobe sets in its own process for its own GPU work, unless the user's
-// environment already has them (the user's value stands). The programs dlprobe starts (`run`'s
-// and `evaluate`'s workloads) get the user's environment as it was given, without these: what
+// environment already has them (the user's value stands). Workloads started through
+// run::ChildProcess (`run`'s) get the user's environment as it was given, without these: what
 // suits dlprobe's own step need not suit theirs, and a measurement of their script must not
-// change it.
+// change it. The commands that set one (bench and evaluate with --data) start no such workload;
+// the guard keeps a library caller that does both from passing dlprobe's settings on.
 #pragma once
 
 #include <string_view>

@@ -1,6 +1,7 @@
 // The CUDA backend's convolution plans beyond their numerics (the table in backend_ops_test checks
-// those): a plan per shape, built once; an autotuned plan; and the tuning cache replaying a choice
-// in a fresh backend.
+// those): a plan per shape, built once; an autotuned plan; the tuning cache replaying a choice in
+// a fresh backend; and the runtime-fusion graphs with a batch norm's apply and ReLU, which only
+// this backend has, against the fp64 reference.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -203,6 +204,11 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
         dw_got, reference::conv2d_backward_weight<double>(f64(x), f64(dy), dw_ref_desc, p).value(),
         kFp16, sums_over_images))
         << "the weight gradient's prologue made no difference";
+    EXPECT_FALSE(matches(
+        dw_got,
+        reference::conv2d_backward_weight<double>(prologue(false), f64(dy), dw_ref_desc, p).value(),
+        kFp16, sums_over_images))
+        << "the weight gradient's ReLU made no difference";
 
     // The statistics of y per channel, against the reference's; a sum's error grows with the
     // magnitudes summed.

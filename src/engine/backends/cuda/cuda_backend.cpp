@@ -106,6 +106,11 @@ Result<TensorSpec> tensor_spec(std::int64_t uid, const TensorView& v) {
 constexpr std::int64_t kUidX = 1;
 constexpr std::int64_t kUidW = 2;
 constexpr std::int64_t kUidY = 3;
+// The fused convolutions' per-channel tensors.
+constexpr std::int64_t kUidScale = 4;
+constexpr std::int64_t kUidBias = 5;
+constexpr std::int64_t kUidSum = 6;
+constexpr std::int64_t kUidSqsum = 7;
 
 // ---- cuBLASLt ----
 
@@ -524,13 +529,17 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
   DLPROBE_RETURN_IF_ERROR(need(x.desc.layout() == Layout::nhwc && w.desc.layout() == Layout::nhwc &&
                                    y.desc.layout() == Layout::nhwc,
                                op, "x, w and y: NHWC"));
+  // These calls come from the backend's users directly, not through ops.h's shape checks.
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4 && w.desc.rank() == 4 && y.desc.rank() == 4 &&
+                                   scale.desc.rank() == 1 && bias.desc.rank() == 1,
+                               op, "x, w and y of rank 4, scale and bias of rank 1"));
   const std::int64_t c = x.desc.dim(1);
+  DLPROBE_RETURN_IF_ERROR(need(
+      w.desc.dim(1) == c && y.desc.dim(1) == w.desc.dim(0) && y.desc.dim(0) == x.desc.dim(0), op,
+      fmt::format("x {}, w {} and y {} do not make a convolution", x.desc.str(), w.desc.str(),
+                  y.desc.str())));
   DLPROBE_RETURN_IF_ERROR(
       need(scale.desc.numel() == c && bias.desc.numel() == c, op, "scale and bias: x's channels"));
-  constexpr std::int64_t kUidScale = 4;
-  constexpr std::int64_t kUidBias = 5;
-  constexpr std::int64_t kUidSum = 6;
-  constexpr std::int64_t kUidSqsum = 7;
   FusedConvSpec spec;
   DLPROBE_ASSIGN_OR_RETURN(spec.conv, conv_spec(direction, x, w, y, p));
   // A per-channel vector as cuDNN's [1, n, 1, 1], channels innermost.
