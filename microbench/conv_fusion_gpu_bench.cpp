@@ -7,8 +7,8 @@
 // a step that keeps only the pre-norm tensor must recompute: the gradient alone on the normalised
 // input; the batch norm's apply and ReLU (running statistics) then the gradient; and the fused
 // graph (CudaBackend::conv2d_backward_weight_bn_relu). fp16 NHWC, ResNet-50's blocks after each
-// stage's first, batch 256 and 32. Each figure is the mean of a run of calls timed with CUDA
-// events on the backend's stream.
+// stage's first, batch 256 and 32, random operands. Each figure is the mean of a run of calls
+// timed with CUDA events on the backend's stream.
 //   bench_conv_fusion_gpu --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
@@ -59,7 +59,10 @@ Gpu& gpu() {
       std::exit(2);
     }
     made->allocator = std::move(*allocator);
-    auto backend = cuda::CudaBackend::create(0, *made->allocator, {});
+    // Autotuned plain convolutions, as `dlprobe bench` runs them; the fused graphs take cuDNN's
+    // first choice (their engines compile at plan time).
+    auto backend =
+        cuda::CudaBackend::create(0, *made->allocator, {.conv_engine = ConvEngineChoice::autotune});
     if (!backend) {
       std::fprintf(stderr, "bench_conv_fusion_gpu: %s\n", backend.status().message().c_str());
       std::exit(2);
@@ -75,13 +78,16 @@ struct Tensor {
   TensorView view;
 };
 
-Tensor tensor(const Shape& s, DType t, Layout l, double value) {
+// Uniform in [lo, hi]: random operands, as a step's, rather than constants, which can let the
+// tensor cores draw less power and clock higher.
+Tensor tensor(const Shape& s, DType t, Layout l, double lo, double hi, std::uint64_t seed) {
   const TensorDesc d = TensorDesc::make(s, t, l).value();
   Tensor out{gpu().allocator->allocate_buffer(d.bytes(), memory::Category::temporaries).value(),
              {}};
   out.view = TensorView{d, out.buffer.data()};
-  const Status s_fill = gpu().backend->fill(out.view, value);
-  if (!s_fill.is_ok()) std::fprintf(stderr, "fill: %s\n", s_fill.message().c_str());
+  const HostTensor host = HostTensor::random(d, seed, lo, hi);
+  const Status up = gpu().backend->upload(out.view.data, host.data(), d.bytes());
+  if (!up.is_ok()) std::fprintf(stderr, "upload: %s\n", up.message().c_str());
   return out;
 }
 
@@ -93,20 +99,20 @@ void run(benchmark::State& state, Variant variant) {
   state.SetLabel(fmt::format("{} C={} K={} bs{}", s.name, s.c, s.k, n));
   cuda::CudaBackend& b = *gpu().backend;
   const Conv2dParams p{{1, 1}, {s.kernel / 2, s.kernel / 2}, {1, 1}, 1};
-  Tensor x = tensor({n, s.c, s.size, s.size}, DType::fp16, Layout::nhwc, 0.25);
-  Tensor a = tensor({n, s.c, s.size, s.size}, DType::fp16, Layout::nhwc, 0);
-  Tensor w = tensor({s.k, s.c, s.kernel, s.kernel}, DType::fp16, Layout::nhwc, 0.01);
-  Tensor y = tensor({n, s.k, s.size, s.size}, DType::fp16, Layout::nhwc, 0);
-  Tensor scale = tensor({s.c}, DType::fp16, Layout::nchw, 1);
-  Tensor bias = tensor({s.c}, DType::fp16, Layout::nchw, 0.1);
-  Tensor gamma = tensor({s.c}, DType::fp32, Layout::nchw, 1);
-  Tensor beta = tensor({s.c}, DType::fp32, Layout::nchw, 0.1);
-  Tensor mean = tensor({s.c}, DType::fp32, Layout::nchw, 0);
-  Tensor var = tensor({s.c}, DType::fp32, Layout::nchw, 1);
-  Tensor save_mean = tensor({s.c}, DType::fp32, Layout::nchw, 0);
-  Tensor save_invstd = tensor({s.c}, DType::fp32, Layout::nchw, 0);
-  Tensor sum = tensor({s.k}, DType::fp32, Layout::nchw, 0);
-  Tensor sqsum = tensor({s.k}, DType::fp32, Layout::nchw, 0);
+  Tensor x = tensor({n, s.c, s.size, s.size}, DType::fp16, Layout::nhwc, -2, 2, 1);
+  Tensor a = tensor({n, s.c, s.size, s.size}, DType::fp16, Layout::nhwc, 0, 2, 2);
+  Tensor w = tensor({s.k, s.c, s.kernel, s.kernel}, DType::fp16, Layout::nhwc, -0.05, 0.05, 3);
+  Tensor y = tensor({n, s.k, s.size, s.size}, DType::fp16, Layout::nhwc, -1, 1, 4);
+  Tensor scale = tensor({s.c}, DType::fp16, Layout::nchw, 0.5, 1.5, 5);
+  Tensor bias = tensor({s.c}, DType::fp16, Layout::nchw, -0.5, 0.5, 6);
+  Tensor gamma = tensor({s.c}, DType::fp32, Layout::nchw, 0.5, 1.5, 7);
+  Tensor beta = tensor({s.c}, DType::fp32, Layout::nchw, -0.5, 0.5, 8);
+  Tensor mean = tensor({s.c}, DType::fp32, Layout::nchw, -0.1, 0.1, 9);
+  Tensor var = tensor({s.c}, DType::fp32, Layout::nchw, 0.5, 1.5, 10);
+  Tensor save_mean = tensor({s.c}, DType::fp32, Layout::nchw, 0, 0, 11);
+  Tensor save_invstd = tensor({s.c}, DType::fp32, Layout::nchw, 0, 0, 12);
+  Tensor sum = tensor({s.k}, DType::fp32, Layout::nchw, 0, 0, 13);
+  Tensor sqsum = tensor({s.k}, DType::fp32, Layout::nchw, 0, 0, 14);
   const TensorView no_residual{};
   auto once = [&]() -> Status {
     switch (variant) {
