@@ -1,12 +1,13 @@
 // What cuDNN's runtime fusion of a batch norm into the convolution after it would save in
-// ResNet-50's bottlenecks, shape by shape on the GPU: the convolution alone; the unfused pair the
-// step runs today (dlprobe's batch norm with ReLU: statistics and apply over x, writing the
-// normalised copy, then the convolution reading it); and the fused graph
+// ResNet-50's bottlenecks, shape by shape on the GPU. Forward: the convolution alone; the unfused
+// pair the step runs today (dlprobe's batch norm with ReLU: statistics and apply over x, writing
+// the normalised copy, then the convolution reading it); the fused graph
 // (CudaBackend::conv2d_forward_bn_relu_stats: the apply and ReLU in the convolution's prologue,
-// the next batch norm's statistics in its epilogue). The same for the weight gradient, whose input
-// a step that keeps only the pre-norm tensor must recompute: the gradient alone on the normalised
-// input; the batch norm's apply and ReLU (running statistics) then the gradient; and the fused
-// graph (CudaBackend::conv2d_backward_weight_bn_relu). fp16 NHWC, ResNet-50's blocks after each
+// the next batch norm's statistics in its epilogue); and the convolution with only the statistics
+// epilogue (conv2d_forward_stats, as a block's first convolution would run). Weight gradient,
+// whose input a step that keeps only the pre-norm tensor must recompute: the gradient alone on
+// the normalised input; the batch norm's apply and ReLU (running statistics) then the gradient;
+// and the fused graph (conv2d_backward_weight_bn_relu). fp16 NHWC, ResNet-50's blocks after each
 // stage's first, batch 256 and 32, random operands. Each figure is the mean of a run of calls
 // timed with CUDA events on the backend's stream.
 //   bench_conv_fusion_gpu --benchmark_counters_tabular=true
@@ -91,7 +92,7 @@ Tensor tensor(const Shape& s, DType t, Layout l, double lo, double hi, std::uint
   return out;
 }
 
-enum class Variant { conv, unfused, fused, wgrad, apply_then_wgrad, wgrad_fused };
+enum class Variant { conv, conv_stats, unfused, fused, wgrad, apply_then_wgrad, wgrad_fused };
 
 void run(benchmark::State& state, Variant variant) {
   const BottleneckConv& s = kShapes[state.range(0)];
@@ -118,6 +119,8 @@ void run(benchmark::State& state, Variant variant) {
     switch (variant) {
       case Variant::conv:
         return b.conv2d_forward(x.view, w.view, y.view, p);
+      case Variant::conv_stats:
+        return b.conv2d_forward_stats(x.view, w.view, y.view, sum.view, sqsum.view, p);
       case Variant::unfused:
         DLPROBE_RETURN_IF_ERROR(b.batch_norm_relu_train_forward(
             x.view, gamma.view, beta.view, mean.view, var.view, no_residual, a.view, save_mean.view,
@@ -159,8 +162,9 @@ void run(benchmark::State& state, Variant variant) {
 
 void register_all() {
   for (const auto& [name, variant] :
-       {std::pair{"conv_alone", Variant::conv}, std::pair{"bn_relu_then_conv", Variant::unfused},
-        std::pair{"fused", Variant::fused}, std::pair{"wgrad_alone", Variant::wgrad},
+       {std::pair{"conv_alone", Variant::conv}, std::pair{"conv_stats", Variant::conv_stats},
+        std::pair{"bn_relu_then_conv", Variant::unfused}, std::pair{"fused", Variant::fused},
+        std::pair{"wgrad_alone", Variant::wgrad},
         std::pair{"bn_relu_apply_then_wgrad", Variant::apply_then_wgrad},
         std::pair{"wgrad_fused", Variant::wgrad_fused}}) {
     auto* bm =

@@ -49,6 +49,12 @@ def table(title, alone, unfused, fused):
     print()
 table("forward: the convolution alone; batch norm + ReLU (statistics and apply) then the convolution; fused",
       "conv_alone", "bn_relu_then_conv", "fused")
+print("statistics epilogue: the convolution alone, and with its output's sum and sum of squares")
+print(f'{"shape":34} {"alone us":>9} {"with stats us":>14} {"added us":>9}')
+for label, v in t.items():
+    if {"conv_alone", "conv_stats"} <= v.keys():
+        print(f'{label:34} {v["conv_alone"]:9.1f} {v["conv_stats"]:14.1f} {v["conv_stats"] - v["conv_alone"]:9.1f}')
+print()
 table("weight gradient: alone on the normalised input; its apply (running statistics) then the gradient; fused",
       "wgrad_alone", "bn_relu_apply_then_wgrad", "wgrad_fused")
 for e in errors:

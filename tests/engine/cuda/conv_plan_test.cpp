@@ -152,6 +152,26 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
     const HostTensor bias = rand({c.c}, 34, DType::fp16, Layout::nchw, -0.5, 0.5);
     const std::int64_t out = (c.size + 2 * c.pad - c.kernel) / c.stride + 1;
     const TensorDesc y_desc = desc({n, c.k, out, out}, DType::fp16, Layout::nhwc);
+    // Per-channel sum and sum of squares against those of the reference's y; a sum's error grows
+    // with the magnitudes summed.
+    auto expect_statistics = [&](const HostTensor& y_ref, const HostTensor& sums,
+                                 const HostTensor& squares) {
+      std::vector<double> want_sum(static_cast<std::size_t>(c.k));
+      std::vector<double> want_sq(static_cast<std::size_t>(c.k));
+      std::vector<double> magnitude(static_cast<std::size_t>(c.k));
+      for_each_index(y_desc.shape(), [&](std::array<std::int64_t, 4> i) {
+        const double v = value_at(y_ref, i);
+        const auto ch = static_cast<std::size_t>(i[1]);
+        want_sum[ch] += v;
+        want_sq[ch] += v * v;
+        magnitude[ch] += std::abs(v);
+      });
+      for (std::int64_t ch = 0; ch < c.k; ++ch) {
+        const auto u = static_cast<std::size_t>(ch);
+        EXPECT_NEAR(sums.get(ch), want_sum[u], 1e-2 * magnitude[u] + 1e-3) << "channel " << ch;
+        EXPECT_NEAR(squares.get(ch), want_sq[u], 1e-2 * want_sq[u] + 1e-3) << "channel " << ch;
+      }
+    };
 
     const BackendTensor x_in = to_backend(env(), x);
     const BackendTensor w_in = to_backend(env(), w);
@@ -186,6 +206,22 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
         y_got, reference::conv2d_forward<double>(prologue(false), f64(w), p).value(), kFp16, check))
         << "the ReLU made no difference";
 
+    // Without the prologue (a block's first convolution): the plain convolution and its
+    // statistics.
+    BackendTensor y_plain = backend_output(env(), y_desc);
+    BackendTensor sum_plain = backend_output(env(), desc({c.k}, DType::fp32));
+    BackendTensor sqsum_plain = backend_output(env(), desc({c.k}, DType::fp32));
+    const Status plain = shared().conv2d_forward_stats(x_in.view(), w_in.view(), y_plain.view(),
+                                                       sum_plain.view(), sqsum_plain.view(), p);
+    ASSERT_TRUE(plain.is_ok()) << plain.message();
+    const HostTensor y_plain_ref = reference::conv2d_forward<double>(f64(x), f64(w), p).value();
+    const HostTensor y_plain_got = to_host(env(), y_plain.view());
+    EXPECT_TRUE(matches(y_plain_got, y_plain_ref, kFp16, check));
+    EXPECT_FALSE(matches(y_plain_got, y_ref, kFp16, check)) << "a prologue ran without one asked";
+    const HostTensor plain_sums = to_host(env(), sum_plain.view());
+    const HostTensor plain_squares = to_host(env(), sqsum_plain.view());
+    expect_statistics(y_plain_ref, plain_sums, plain_squares);
+
     // The weight gradient with the same prologue, the normalised input recomputed from x.
     const HostTensor dy = rand(y_desc.shape(), 35, DType::fp16, Layout::nhwc);
     const BackendTensor dy_in = to_backend(env(), dy);
@@ -210,25 +246,7 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
         kFp16, sums_over_images))
         << "the weight gradient's ReLU made no difference";
 
-    // The statistics of y per channel, against the reference's; a sum's error grows with the
-    // magnitudes summed.
-    const HostTensor sums = to_host(env(), sum.view());
-    const HostTensor squares = to_host(env(), sqsum.view());
-    std::vector<double> want_sum(static_cast<std::size_t>(c.k));
-    std::vector<double> want_sq(static_cast<std::size_t>(c.k));
-    std::vector<double> magnitude(static_cast<std::size_t>(c.k));
-    for_each_index(y_desc.shape(), [&](std::array<std::int64_t, 4> i) {
-      const double v = value_at(y_ref, i);
-      const auto ch = static_cast<std::size_t>(i[1]);
-      want_sum[ch] += v;
-      want_sq[ch] += v * v;
-      magnitude[ch] += std::abs(v);
-    });
-    for (std::int64_t ch = 0; ch < c.k; ++ch) {
-      const auto u = static_cast<std::size_t>(ch);
-      EXPECT_NEAR(sums.get(ch), want_sum[u], 1e-2 * magnitude[u] + 1e-3) << "channel " << ch;
-      EXPECT_NEAR(squares.get(ch), want_sq[u], 1e-2 * want_sq[u] + 1e-3) << "channel " << ch;
-    }
+    expect_statistics(y_ref, to_host(env(), sum.view()), to_host(env(), sqsum.view()));
   }
 }
 

@@ -497,51 +497,67 @@ Status CudaBackend::conv2d_forward_bn_relu_stats(const TensorView& x, const Tens
                                                  const TensorView& bias, const TensorView& w,
                                                  const TensorView& y, const TensorView& sum,
                                                  const TensorView& sqsum, const Conv2dParams& p) {
-  constexpr std::string_view op = "conv2d_forward_bn_relu_stats";
-  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sum", sum));
-  DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sqsum", sqsum));
-  DLPROBE_RETURN_IF_ERROR(
-      need(sum.desc.numel() == y.desc.dim(1) && sqsum.desc.numel() == y.desc.dim(1), op,
-           "sum and sqsum: y's channels"));
-  return fused_conv(ConvDirection::forward, x, scale, bias, w, y, &sum, &sqsum, p, op);
+  return fused_conv(ConvDirection::forward, x, &scale, &bias, w, y, &sum, &sqsum, p,
+                    "conv2d_forward_bn_relu_stats");
+}
+
+Status CudaBackend::conv2d_forward_stats(const TensorView& x, const TensorView& w,
+                                         const TensorView& y, const TensorView& sum,
+                                         const TensorView& sqsum, const Conv2dParams& p) {
+  return fused_conv(ConvDirection::forward, x, nullptr, nullptr, w, y, &sum, &sqsum, p,
+                    "conv2d_forward_stats");
 }
 
 Status CudaBackend::conv2d_backward_weight_bn_relu(const TensorView& x, const TensorView& scale,
                                                    const TensorView& bias, const TensorView& dy,
                                                    const TensorView& dw, const Conv2dParams& p) {
-  return fused_conv(ConvDirection::backward_filter, x, scale, bias, dw, dy, nullptr, nullptr, p,
+  return fused_conv(ConvDirection::backward_filter, x, &scale, &bias, dw, dy, nullptr, nullptr, p,
                     "conv2d_backward_weight_bn_relu");
 }
 
-// w is dw and y is dy for the weight gradient; sum and sqsum forward only.
+// w is dw and y is dy for the weight gradient; scale and bias (the prologue) absent or both there;
+// sum and sqsum for the forward.
 Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
-                               const TensorView& scale, const TensorView& bias, const TensorView& w,
+                               const TensorView* scale, const TensorView* bias, const TensorView& w,
                                const TensorView& y, const TensorView* sum, const TensorView* sqsum,
                                const Conv2dParams& p, std::string_view op) {
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "w", w));
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "y", y));
   const DType t = x.desc.dtype();
-  DLPROBE_RETURN_IF_ERROR(need((t == DType::fp16 || t == DType::bf16) && w.desc.dtype() == t &&
-                                   y.desc.dtype() == t && scale.desc.dtype() == t &&
-                                   bias.desc.dtype() == t,
-                               op, "x, w, y, scale and bias: all fp16 or all bf16"));
+  const bool prologue = scale != nullptr && bias != nullptr;
+  DLPROBE_RETURN_IF_ERROR(
+      need((t == DType::fp16 || t == DType::bf16) && w.desc.dtype() == t && y.desc.dtype() == t &&
+               (!prologue || (scale->desc.dtype() == t && bias->desc.dtype() == t)),
+           op, "x, w, y, scale and bias: all fp16 or all bf16"));
   DLPROBE_RETURN_IF_ERROR(need(x.desc.layout() == Layout::nhwc && w.desc.layout() == Layout::nhwc &&
                                    y.desc.layout() == Layout::nhwc,
                                op, "x, w and y: NHWC"));
   // These calls come from the backend's users directly, not through ops.h's shape checks.
-  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4 && w.desc.rank() == 4 && y.desc.rank() == 4 &&
-                                   scale.desc.rank() == 1 && bias.desc.rank() == 1,
-                               op, "x, w and y of rank 4, scale and bias of rank 1"));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4 && w.desc.rank() == 4 && y.desc.rank() == 4, op,
+                               "x, w and y of rank 4"));
   const std::int64_t c = x.desc.dim(1);
-  DLPROBE_RETURN_IF_ERROR(need(
-      w.desc.dim(1) == c && y.desc.dim(1) == w.desc.dim(0) && y.desc.dim(0) == x.desc.dim(0), op,
-      fmt::format("x {}, w {} and y {} do not make a convolution", x.desc.str(), w.desc.str(),
-                  y.desc.str())));
+  const std::int64_t k = w.desc.dim(0);
   DLPROBE_RETURN_IF_ERROR(
-      need(scale.desc.numel() == c && bias.desc.numel() == c, op, "scale and bias: x's channels"));
+      need(w.desc.dim(1) == c && y.desc.dim(1) == k && y.desc.dim(0) == x.desc.dim(0), op,
+           fmt::format("x {}, w {} and y {} do not make a convolution", x.desc.str(), w.desc.str(),
+                       y.desc.str())));
+  if (prologue) {
+    DLPROBE_RETURN_IF_ERROR(need(scale->desc.rank() == 1 && scale->desc.numel() == c &&
+                                     bias->desc.rank() == 1 && bias->desc.numel() == c,
+                                 op, "scale and bias: one value per channel of x"));
+  }
+  const bool stats = sum != nullptr && sqsum != nullptr;
+  if (stats) {
+    DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sum", *sum));
+    DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sqsum", *sqsum));
+    DLPROBE_RETURN_IF_ERROR(need(sum->desc.rank() == 1 && sum->desc.numel() == k &&
+                                     sqsum->desc.rank() == 1 && sqsum->desc.numel() == k,
+                                 op, "sum and sqsum: one value per channel of y"));
+  }
   FusedConvSpec spec;
   DLPROBE_ASSIGN_OR_RETURN(spec.conv, conv_spec(direction, x, w, y, p));
+  spec.prologue = prologue;
   // A per-channel vector as cuDNN's [1, n, 1, 1], channels innermost.
   auto channels = [](std::int64_t uid, const TensorView& v, std::int64_t n) -> Result<TensorSpec> {
     DLPROBE_ASSIGN_OR_RETURN(cudnnDataType_t type, cudnn_type(v.desc.dtype()));
@@ -553,13 +569,17 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
     s.alignment = alignment_of(v.data, 16);
     return s;
   };
-  DLPROBE_ASSIGN_OR_RETURN(spec.scale, channels(kUidScale, scale, c));
-  DLPROBE_ASSIGN_OR_RETURN(spec.bias, channels(kUidBias, bias, c));
-  std::vector<std::int64_t> uids = {kUidX, kUidW, kUidY, kUidScale, kUidBias};
-  std::vector<void*> ptrs = {x.data, w.data, y.data, scale.data, bias.data};
-  if (sum != nullptr && sqsum != nullptr) {
-    DLPROBE_ASSIGN_OR_RETURN(spec.sum, channels(kUidSum, *sum, sum->desc.numel()));
-    DLPROBE_ASSIGN_OR_RETURN(spec.sqsum, channels(kUidSqsum, *sqsum, sqsum->desc.numel()));
+  std::vector<std::int64_t> uids = {kUidX, kUidW, kUidY};
+  std::vector<void*> ptrs = {x.data, w.data, y.data};
+  if (prologue) {
+    DLPROBE_ASSIGN_OR_RETURN(spec.scale, channels(kUidScale, *scale, c));
+    DLPROBE_ASSIGN_OR_RETURN(spec.bias, channels(kUidBias, *bias, c));
+    uids.insert(uids.end(), {kUidScale, kUidBias});
+    ptrs.insert(ptrs.end(), {scale->data, bias->data});
+  }
+  if (stats) {
+    DLPROBE_ASSIGN_OR_RETURN(spec.sum, channels(kUidSum, *sum, k));
+    DLPROBE_ASSIGN_OR_RETURN(spec.sqsum, channels(kUidSqsum, *sqsum, k));
     uids.insert(uids.end(), {kUidSum, kUidSqsum});
     ptrs.insert(ptrs.end(), {sum->data, sqsum->data});
   }

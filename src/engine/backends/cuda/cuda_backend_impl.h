@@ -157,6 +157,11 @@ class CudaBackend final : public Backend {
                                       const TensorView& bias, const TensorView& w,
                                       const TensorView& y, const TensorView& sum,
                                       const TensorView& sqsum, const Conv2dParams& p);
+  // The same without the prologue: y = conv(x, w) and y's statistics (a block's first
+  // convolution, whose input is no batch norm's output).
+  Status conv2d_forward_stats(const TensorView& x, const TensorView& w, const TensorView& y,
+                              const TensorView& sum, const TensorView& sqsum,
+                              const Conv2dParams& p);
   // The weight gradient with the same prologue: dw = conv_wgrad(relu(x * scale + bias), dy),
   // the normalised input recomputed from the stored x inside the gradient's kernel.
   Status conv2d_backward_weight_bn_relu(const TensorView& x, const TensorView& scale,
@@ -194,8 +199,8 @@ class CudaBackend final : public Backend {
   // Runs `plan` (a uid and pointer for each of its tensors) with workspace from `op`'s account.
   Status run_conv_plan(const ExecutionPlan& plan, std::span<const std::int64_t> uids,
                        std::span<void* const> ptrs, std::string_view op);
-  Status fused_conv(ConvDirection direction, const TensorView& x, const TensorView& scale,
-                    const TensorView& bias, const TensorView& w, const TensorView& y,
+  Status fused_conv(ConvDirection direction, const TensorView& x, const TensorView* scale,
+                    const TensorView* bias, const TensorView& w, const TensorView& y,
                     const TensorView* sum, const TensorView* sqsum, const Conv2dParams& p,
                     std::string_view op);
   Status conv(ConvDirection direction, const TensorView& x, const TensorView& w,

@@ -327,11 +327,14 @@ std::string fused_conv_key(const FusedConvSpec& s) {
     return fmt::format("{}:[{}]@{}", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
                        t.alignment);
   };
-  const std::string stats = s.conv.direction == ConvDirection::forward
-                                ? fmt::format(" sum{} sqsum{}", tensor(s.sum), tensor(s.sqsum))
-                                : std::string();
-  return fmt::format("bn-relu>{} scale{} bias{}{}", conv_key(s.conv), tensor(s.scale),
-                     tensor(s.bias), stats);
+  const std::string prologue =
+      s.prologue ? fmt::format("bn-relu scale{} bias{}>", tensor(s.scale), tensor(s.bias))
+                 : std::string();
+  const std::string stats =
+      s.conv.direction == ConvDirection::forward
+          ? fmt::format(">stats sum{} sqsum{}", tensor(s.sum), tensor(s.sqsum))
+          : std::string();
+  return fmt::format("{}{}{}", prologue, conv_key(s.conv), stats);
 }
 
 namespace {
@@ -403,43 +406,50 @@ constexpr std::int64_t kUidActivated = 1'000'003;
 
 Result<OpGraph> make_fused_conv_graph(cudnnHandle_t handle, const FusedConvSpec& spec) {
   const bool forward = spec.conv.direction == ConvDirection::forward;
-  if (!forward && spec.conv.direction != ConvDirection::backward_filter) {
+  if (!(forward || (spec.prologue && spec.conv.direction == ConvDirection::backward_filter))) {
     return error(Errc::internal,
-                 "a fused batch-norm convolution runs forward or as a weight gradient");
+                 "a fused batch-norm convolution runs forward, or as a weight gradient with the "
+                 "batch norm's apply");
   }
+  // The operations first (the graph lists them by position), then what they refer to.
+  std::vector<BackendDescriptor> ops;
   std::vector<BackendDescriptor> parts;
-  // The prologue's intermediates stay in fp32, in registers: virtual tensors shaped as x.
-  auto intermediate = [&](std::int64_t uid) {
-    TensorSpec t = spec.conv.x;
-    t.uid = uid;
-    t.dtype = CUDNN_DATA_FLOAT;
-    t.is_virtual = true;
-    return make_tensor(t);
-  };
   DLPROBE_ASSIGN_OR_RETURN(auto x, make_tensor(spec.conv.x));
-  DLPROBE_ASSIGN_OR_RETURN(auto scale, make_tensor(spec.scale));
-  DLPROBE_ASSIGN_OR_RETURN(auto bias, make_tensor(spec.bias));
-  DLPROBE_ASSIGN_OR_RETURN(auto scaled, intermediate(kUidScaled));
-  DLPROBE_ASSIGN_OR_RETURN(auto biased, intermediate(kUidBiased));
-  DLPROBE_ASSIGN_OR_RETURN(auto activated, intermediate(kUidActivated));
   DLPROBE_ASSIGN_OR_RETURN(auto w, make_tensor(spec.conv.w));
   DLPROBE_ASSIGN_OR_RETURN(auto y, make_tensor(spec.conv.y));
   DLPROBE_ASSIGN_OR_RETURN(auto conv, make_conv_desc(spec.conv));
-
-  // The operations first (the graph lists them by position), then what they refer to.
-  std::vector<BackendDescriptor> all;
-  DLPROBE_ASSIGN_OR_RETURN(auto mul,
-                           make_pointwise_op(CUDNN_POINTWISE_MUL, x, &scale, scaled, parts));
-  all.push_back(std::move(mul));
-  DLPROBE_ASSIGN_OR_RETURN(auto add,
-                           make_pointwise_op(CUDNN_POINTWISE_ADD, scaled, &bias, biased, parts));
-  all.push_back(std::move(add));
-  DLPROBE_ASSIGN_OR_RETURN(
-      auto relu, make_pointwise_op(CUDNN_POINTWISE_RELU_FWD, biased, nullptr, activated, parts));
-  all.push_back(std::move(relu));
-  // Forward: y = conv(activated, w). Weight gradient: w is dw and y is dy.
-  DLPROBE_ASSIGN_OR_RETURN(auto main_op, make_conv_op(spec.conv, activated, w, y, conv));
-  all.push_back(std::move(main_op));
+  // What the convolution reads: x, or relu(x * scale + bias) with the prologue, whose
+  // intermediates stay in fp32, in registers (virtual tensors shaped as x).
+  const BackendDescriptor* input = &x;
+  BackendDescriptor activated;
+  if (spec.prologue) {
+    auto intermediate = [&](std::int64_t uid) {
+      TensorSpec t = spec.conv.x;
+      t.uid = uid;
+      t.dtype = CUDNN_DATA_FLOAT;
+      t.is_virtual = true;
+      return make_tensor(t);
+    };
+    DLPROBE_ASSIGN_OR_RETURN(auto scale, make_tensor(spec.scale));
+    DLPROBE_ASSIGN_OR_RETURN(auto bias, make_tensor(spec.bias));
+    DLPROBE_ASSIGN_OR_RETURN(auto scaled, intermediate(kUidScaled));
+    DLPROBE_ASSIGN_OR_RETURN(auto biased, intermediate(kUidBiased));
+    DLPROBE_ASSIGN_OR_RETURN(activated, intermediate(kUidActivated));
+    DLPROBE_ASSIGN_OR_RETURN(auto mul,
+                             make_pointwise_op(CUDNN_POINTWISE_MUL, x, &scale, scaled, parts));
+    DLPROBE_ASSIGN_OR_RETURN(auto add,
+                             make_pointwise_op(CUDNN_POINTWISE_ADD, scaled, &bias, biased, parts));
+    DLPROBE_ASSIGN_OR_RETURN(
+        auto relu, make_pointwise_op(CUDNN_POINTWISE_RELU_FWD, biased, nullptr, activated, parts));
+    ops.push_back(std::move(mul));
+    ops.push_back(std::move(add));
+    ops.push_back(std::move(relu));
+    for (BackendDescriptor* d : {&scale, &bias, &scaled, &biased}) parts.push_back(std::move(*d));
+    input = &activated;
+  }
+  // Forward: y = conv(input, w). Weight gradient: w is dw and y is dy.
+  DLPROBE_ASSIGN_OR_RETURN(auto main_op, make_conv_op(spec.conv, *input, w, y, conv));
+  ops.push_back(std::move(main_op));
   if (forward) {
     DLPROBE_ASSIGN_OR_RETURN(auto sum, make_tensor(spec.sum));
     DLPROBE_ASSIGN_OR_RETURN(auto sqsum, make_tensor(spec.sqsum));
@@ -455,14 +465,13 @@ Result<OpGraph> make_fused_conv_graph(cudnnHandle_t handle, const FusedConvSpec&
     DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum));
     DLPROBE_RETURN_IF_ERROR(stats.set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum));
     DLPROBE_RETURN_IF_ERROR(stats.finalize());
-    all.push_back(std::move(stats));
+    ops.push_back(std::move(stats));
     parts.push_back(std::move(sum));
     parts.push_back(std::move(sqsum));
   }
-  const std::size_t op_count = all.size();
-  for (BackendDescriptor* d : {&x, &scale, &bias, &scaled, &biased, &activated, &w, &y, &conv}) {
-    all.push_back(std::move(*d));
-  }
+  const std::size_t op_count = ops.size();
+  std::vector<BackendDescriptor> all = std::move(ops);
+  for (BackendDescriptor* d : {&x, &w, &y, &conv, &activated}) all.push_back(std::move(*d));
   for (auto& d : parts) all.push_back(std::move(d));
   std::vector<std::size_t> op_positions(op_count);
   for (std::size_t i = 0; i < op_count; ++i) op_positions[i] = i;

@@ -81,15 +81,17 @@ struct ConvSpec {
 std::string conv_key(const ConvSpec& spec);
 
 // A convolution with what the batch norms around it need, in one graph of cuDNN's runtime fusion
-// (Ampere and later; NHWC fp16 or bf16). On the way in x' = relu(x * scale + bias) per input
-// channel: the batch norm before the convolution applied with its ReLU, so that no normalised copy
-// of x is written and read again. Forward, on the way out, the per-channel sum and sum of squares
-// of y: the statistics of the batch norm after it, without reading y again. As a weight gradient
-// (conv.direction backward_filter: conv.w is dw, conv.y is dy), the same prologue recomputes the
-// normalised input the gradient needs from the stored x.
+// (Ampere and later; NHWC fp16 or bf16). With the prologue, on the way in x' = relu(x * scale +
+// bias) per input channel: the batch norm before the convolution applied with its ReLU, so that no
+// normalised copy of x is written and read again. Forward, on the way out, the per-channel sum and
+// sum of squares of y: the statistics of the batch norm after it, without reading y again (a
+// block's first convolution, whose input is no batch norm's, takes these without the prologue).
+// As a weight gradient (conv.direction backward_filter: conv.w is dw, conv.y is dy; prologue
+// required), the prologue recomputes the normalised input the gradient needs from the stored x.
 struct FusedConvSpec {
-  ConvSpec conv;           // forward or backward_filter; conv.x is the tensor before the batch norm
-  TensorSpec scale, bias;  // [1, C, 1, 1] in conv.x's dtype
+  ConvSpec conv;  // forward or backward_filter; conv.x is the tensor before the batch norm
+  bool prologue = true;
+  TensorSpec scale, bias;  // with the prologue: [1, C, 1, 1] in conv.x's dtype
   TensorSpec sum, sqsum;   // forward only: [1, K, 1, 1] fp32
 };
 std::string fused_conv_key(const FusedConvSpec& spec);
