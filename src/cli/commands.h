@@ -98,8 +98,8 @@ Result<T> for_flag(std::string_view flag, Result<T> parsed) {
 Result<data::GpuPixels> parse_gpu_pixels(const std::string& text, std::string_view flag,
                                          bool on_gpu, std::string_view how);
 inline constexpr const char* kGpuPixelsHelp =
-    "What nvJPEG hands the GPU augmentation: rgb (nvJPEG converts each image, a kernel launch an "
-    "image) or ycbcr (the file's own planes, converted at the pixels the crop samples, "
-    "libjpeg-turbo's arithmetic, in the augmentation's one launch a batch)";
+    "What nvJPEG hands the GPU augmentation: rgb (nvJPEG converts each image; the faster) or "
+    "ycbcr (the file's own planes, converted at the pixels the crop samples with libjpeg-turbo's "
+    "arithmetic: samples identical to the host pipeline's)";
 
 }  // namespace dlprobe::cli

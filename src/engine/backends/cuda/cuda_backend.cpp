@@ -587,9 +587,9 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
   const std::string key = fused_conv_key(spec);
   const ExecutionPlan* plan = conv_plans_.find(key);
   if (plan == nullptr) {
-    DLPROBE_ASSIGN_OR_RETURN(ExecutionPlan built,
-                             build_fused_conv_plan(cudnn_.get(), spec, ConvEngineChoice::heuristic,
-                                                   options_.max_workspace_bytes));
+    DLPROBE_ASSIGN_OR_RETURN(
+        ExecutionPlan built,
+        build_fused_conv_plan(cudnn_.get(), spec, options_.max_workspace_bytes));
     log_debug("{}: {} for {}", op, built.engine_name, key);
     plan = &conv_plans_.insert(key, std::move(built));
   }

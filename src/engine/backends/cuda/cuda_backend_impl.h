@@ -149,10 +149,9 @@ class CudaBackend final : public Backend {
   // cuDNN's runtime fusion of a forward convolution with the batch norms around it
   // (cudnn_graph.h's FusedConvSpec): y = conv(relu(x * scale + bias), w), and y's per-channel sum
   // and sum of squares in fp32. NHWC fp16 or bf16; scale and bias [C] in x's dtype, sum and sqsum
-  // [K] fp32. The plan is the first engine cuDNN's heuristics offer that builds: runtime-fusion
-  // engines compile their kernels when the plan is built, seconds each, which timing every
-  // candidate would multiply. Not part of Backend: no step uses these yet (the fused step's
-  // first pieces, measured by microbench/conv_fusion_gpu_bench.cpp).
+  // [K] fp32. The plan is cuDNN's first choice (build_fused_conv_plan). Not part of Backend: no
+  // step uses these yet (the fused step's first pieces, measured by
+  // microbench/conv_fusion_gpu_bench.cpp).
   Status conv2d_forward_bn_relu_stats(const TensorView& x, const TensorView& scale,
                                       const TensorView& bias, const TensorView& w,
                                       const TensorView& y, const TensorView& sum,

@@ -702,12 +702,10 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
 }
 
 Result<ExecutionPlan> build_fused_conv_plan(cudnnHandle_t handle, const FusedConvSpec& spec,
-                                            ConvEngineChoice choice,
-                                            std::int64_t max_workspace_bytes,
-                                            const PlanTimer& timer) {
+                                            std::int64_t max_workspace_bytes) {
   DLPROBE_ASSIGN_OR_RETURN(const OpGraph g, make_fused_conv_graph(handle, spec));
-  return plan_for_graph(handle, g, spec.conv, fused_conv_key(spec), choice, max_workspace_bytes,
-                        timer);
+  return plan_for_graph(handle, g, spec.conv, fused_conv_key(spec), ConvEngineChoice::heuristic,
+                        max_workspace_bytes, {});
 }
 
 Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const ConvSpec& spec,

@@ -120,12 +120,11 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
                                       ConvEngineChoice choice, std::int64_t max_workspace_bytes,
                                       const PlanTimer& timer = {});
 
-// The same for a FusedConvSpec. Only runtime-fusion engines take such a graph, and they compile
-// their kernels when the plan is built (seconds each).
+// The plan for a FusedConvSpec: the first engine cuDNN's heuristics offer that builds within the
+// workspace. Only runtime-fusion engines take such a graph, and they compile their kernels when
+// the plan is built (seconds each), which timing every candidate would multiply.
 Result<ExecutionPlan> build_fused_conv_plan(cudnnHandle_t handle, const FusedConvSpec& spec,
-                                            ConvEngineChoice choice,
-                                            std::int64_t max_workspace_bytes,
-                                            const PlanTimer& timer = {});
+                                            std::int64_t max_workspace_bytes);
 
 // The plan of one engine configuration, by cuDNN's global index and knob choices (a choice
 // recorded by an earlier tuning), with the same checks: the engine takes the graph and the
