@@ -2,13 +2,13 @@
 // ResNet-50's bottlenecks, shape by shape on the GPU. Forward: the convolution alone; the unfused
 // pair the step runs today (dlprobe's batch norm with ReLU: statistics and apply over x, writing
 // the normalised copy, then the convolution reading it); the fused graph
-// (CudaBackend::conv2d_forward_bn_relu_stats: the apply and ReLU in the convolution's prologue,
+// (Backend::conv2d_forward_fused: the apply and ReLU in the convolution's prologue,
 // the next batch norm's statistics in its epilogue); and the convolution with only the statistics
-// epilogue (conv2d_forward_stats, as a block's first convolution would run). Weight gradient,
-// whose input a step that keeps only the pre-norm tensor must recompute: the gradient alone on
-// the normalised input; the batch norm's apply and ReLU (running statistics) then the gradient;
-// and the fused graph (conv2d_backward_weight_bn_relu). fp16 NHWC, ResNet-50's blocks after each
-// stage's first, batch 256 and 32, random operands. Each figure is the mean of a run of calls
+// epilogue (the same call without scale and bias, as a block's first convolution would run). Weight
+// gradient, whose input a step that keeps only the pre-norm tensor must recompute: the gradient
+// alone on the normalised input; the batch norm's apply and ReLU (running statistics) then the
+// gradient; and the fused graph (conv2d_backward_weight_fused). fp16 NHWC, ResNet-50's blocks after
+// each stage's first, batch 256 and 32, random operands. Each figure is the mean of a run of calls
 // timed with CUDA events on the backend's stream.
 //   bench_conv_fusion_gpu --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
@@ -120,15 +120,15 @@ void run(benchmark::State& state, Variant variant) {
       case Variant::conv:
         return b.conv2d_forward(x.view, w.view, y.view, p);
       case Variant::conv_stats:
-        return b.conv2d_forward_stats(x.view, w.view, y.view, sum.view, sqsum.view, p);
+        return b.conv2d_forward_fused(x.view, {}, {}, w.view, y.view, sum.view, sqsum.view, p);
       case Variant::unfused:
         DLPROBE_RETURN_IF_ERROR(b.batch_norm_relu_train_forward(
             x.view, gamma.view, beta.view, mean.view, var.view, no_residual, a.view, save_mean.view,
             save_invstd.view, {}));
         return b.conv2d_forward(a.view, w.view, y.view, p);
       case Variant::fused:
-        return b.conv2d_forward_bn_relu_stats(x.view, scale.view, bias.view, w.view, y.view,
-                                              sum.view, sqsum.view, p);
+        return b.conv2d_forward_fused(x.view, scale.view, bias.view, w.view, y.view, sum.view,
+                                      sqsum.view, p);
       // The weight gradient, y as its dy and w as its dw.
       case Variant::wgrad:
         return b.conv2d_backward_weight(a.view, y.view, w.view, p);
@@ -137,7 +137,7 @@ void run(benchmark::State& state, Variant variant) {
             x.view, gamma.view, beta.view, mean.view, var.view, no_residual, a.view, {}));
         return b.conv2d_backward_weight(a.view, y.view, w.view, p);
       case Variant::wgrad_fused:
-        return b.conv2d_backward_weight_bn_relu(x.view, scale.view, bias.view, y.view, w.view, p);
+        return b.conv2d_backward_weight_fused(x.view, scale.view, bias.view, y.view, w.view, p);
     }
     return Status::ok();
   };

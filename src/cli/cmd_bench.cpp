@@ -47,6 +47,7 @@ struct BenchFlags {
   std::string conv_engines = "any";
   std::string gpu_memory = "auto";
   std::string graph = "auto";
+  std::string fusion = "all";
   std::string profile = "0";
   std::string batch_start = "16";
   std::string batch_limit = "4096";
@@ -74,6 +75,17 @@ Result<std::optional<bool>> parse_graph(const std::string& text) {
   if (text == "off") return std::optional<bool>(false);
   return invalid_argument(
       fmt::format("--graph: unknown choice '{}' (expected auto, on or off)", text));
+}
+
+// --fusion into the step's two switches.
+Status parse_fusion(const std::string& text, engine::StepConfig& step) {
+  if (text == "all" || text == "batch-norm" || text == "none") {
+    step.fuse = text != "none";
+    step.fuse_conv = text == "all";
+    return Status::ok();
+  }
+  return invalid_argument(
+      fmt::format("--fusion: unknown choice '{}' (expected all, batch-norm or none)", text));
 }
 
 Result<BenchPlan> plan_from(const BenchFlags& f) {
@@ -114,6 +126,7 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
     DLPROBE_ASSIGN_OR_RETURN(axes.memory, memory::parse_gpu_memory(f.gpu_memory, "--gpu-memory"));
   }
   DLPROBE_ASSIGN_OR_RETURN(axes.graph, parse_graph(f.graph));
+  DLPROBE_RETURN_IF_ERROR(parse_fusion(f.fusion, axes.base));
 
   bench::Sweep& s = p.sweep;
   DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.where));
@@ -279,6 +292,10 @@ Command add_bench_command(CLI::App& app) {
       ->expected(0, 1)
       ->default_str("on")
       ->option_text("[auto|on|off]=auto");
+  option(*sub, "--fusion", flags->fusion,
+         "all: batch norm with its ReLU and residual add, and inside the convolutions where "
+         "the backend can (cuDNN's runtime fusion: fp16 and bf16, NHWC, training); batch-norm: "
+         "only with its ReLU and add; none: every layer its own call");
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "
                   "kind of call and the slowest calls (one configuration only)");

@@ -49,6 +49,12 @@ Status no_fusion(const Backend& b, std::string_view op) {
                fmt::format("{}: the {} backend does not fuse batch norm and ReLU", op, b.name()));
 }
 
+Status no_conv_fusion(const Backend& b, std::string_view op) {
+  return error(
+      Errc::unsupported,
+      fmt::format("{}: the {} backend does not fuse batch norm into convolutions", op, b.name()));
+}
+
 }  // namespace
 
 Status Backend::batch_norm_relu_train_forward(const TensorView&, const TensorView&,
@@ -80,6 +86,31 @@ Status Backend::batch_norm_relu_backward(const TensorView&, const TensorView&, c
                                          const TensorView&, const TensorView&, const TensorView&,
                                          const TensorView&) {
   return no_fusion(*this, "batch_norm_relu_backward");
+}
+
+Status Backend::conv2d_forward_fused(const TensorView&, const TensorView&, const TensorView&,
+                                     const TensorView&, const TensorView&, const TensorView&,
+                                     const TensorView&, const Conv2dParams&) {
+  return no_conv_fusion(*this, "conv2d_forward_fused");
+}
+
+Status Backend::conv2d_backward_weight_fused(const TensorView&, const TensorView&,
+                                             const TensorView&, const TensorView&,
+                                             const TensorView&, const Conv2dParams&) {
+  return no_conv_fusion(*this, "conv2d_backward_weight_fused");
+}
+
+Status Backend::batch_norm_finalize(const TensorView&, const TensorView&, std::int64_t,
+                                    const TensorView&, const TensorView&, const TensorView&,
+                                    const TensorView&, const TensorView&, const TensorView&,
+                                    const TensorView&, const TensorView&, const BatchNormParams&) {
+  return no_conv_fusion(*this, "batch_norm_finalize");
+}
+
+Status Backend::batch_norm_apply(const TensorView&, const TensorView&, const TensorView&,
+                                 const TensorView&, const TensorView&, const TensorView&,
+                                 const TensorView&, bool) {
+  return no_conv_fusion(*this, "batch_norm_apply");
 }
 
 Status Backend::relu_backward_add(const TensorView&, const TensorView&, const TensorView&,

@@ -8,7 +8,7 @@ class DryBackend final : public Backend {
   using View = const TensorView&;
 
  public:
-  explicit DryBackend(bool fuses) : fuses_(fuses) {}
+  DryBackend(bool fuses, bool fuses_conv) : fuses_(fuses), fuses_conv_(fuses_conv) {}
 
   std::string_view name() const override { return "dry"; }
   DeviceKind device() const override { return DeviceKind::cpu; }
@@ -47,6 +47,22 @@ class DryBackend final : public Backend {
     return {};
   }
   bool fuses_relu_backward_add() const override { return fuses_; }
+  bool fuses_conv_batch_norm(DType activation, Layout layout) const override {
+    return fuses_conv_ && layout == Layout::nhwc &&
+           (activation == DType::fp16 || activation == DType::bf16);
+  }
+  Status conv2d_forward_fused(View, View, View, View, View, View, View,
+                              const Conv2dParams&) override {
+    return {};
+  }
+  Status conv2d_backward_weight_fused(View, View, View, View, View, const Conv2dParams&) override {
+    return {};
+  }
+  Status batch_norm_finalize(View, View, std::int64_t, View, View, View, View, View, View, View,
+                             View, const BatchNormParams&) override {
+    return {};
+  }
+  Status batch_norm_apply(View, View, View, View, View, View, View, bool) override { return {}; }
   Status relu_backward_add(View, View, View, View) override { return {}; }
   Status relu_forward(View, View) override { return {}; }
   Status relu_backward(View, View, View) override { return {}; }
@@ -70,12 +86,13 @@ class DryBackend final : public Backend {
 
  private:
   bool fuses_;
+  bool fuses_conv_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_dry_backend(bool fuses) {
-  return std::make_unique<DryBackend>(fuses);
+std::unique_ptr<Backend> make_dry_backend(bool fuses, bool fuses_conv) {
+  return std::make_unique<DryBackend>(fuses, fuses_conv);
 }
 
 }  // namespace dlprobe::memory

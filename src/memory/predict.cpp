@@ -33,7 +33,8 @@ Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* 
       CachingAllocator::create(std::make_unique<FakeMemorySource>(source), o.allocator));
   // Planned as the calibrated backend plans; without a calibration, as the CUDA backend does.
   const std::unique_ptr<Backend> backend =
-      make_dry_backend(calibration == nullptr || calibration->fused);
+      make_dry_backend(calibration == nullptr || calibration->fused,
+                       calibration == nullptr || calibration->fused_conv);
   DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
                            engine::TrainingStep::create(o.step, *backend, *allocator));
   // The calibration's workspace: per call where its profile was measured on this call list, else

@@ -83,6 +83,14 @@ std::string_view call_kind_name(CallKind kind) {
       return "conv_backward_data";
     case CallKind::conv_backward_weight:
       return "conv_backward_weight";
+    case CallKind::conv_forward_fused:
+      return "conv_forward_fused";
+    case CallKind::conv_backward_weight_fused:
+      return "conv_backward_weight_fused";
+    case CallKind::batch_norm_finalize:
+      return "batch_norm_finalize";
+    case CallKind::batch_norm_apply:
+      return "batch_norm_apply";
     case CallKind::batch_norm_train_forward:
       return "batch_norm_train_forward";
     case CallKind::batch_norm_inference_forward:

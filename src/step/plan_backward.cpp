@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <vector>
 
 #include "planner.h"
 
@@ -63,18 +64,32 @@ void Planner::backward_conv(const model::Layer& l, std::size_t i, Buffer* dy) {
   Buffer* dx = nullptr;
   // The images need no gradient, so conv1 skips its data gradient as autograd does.
   if (l.inputs[0] != model::kImages) {
-    Buffer* x = value_of(l.inputs[0]);
-    dx = temporary_like(x, name);
+    // Where this convolution applied a batch norm, its input was never stored; the batch norm's
+    // input has its shape and dtype.
+    dx = temporary_like(applies_[i] >= 0 ? xin : value_of(l.inputs[0]), name);
     emit(name + ".backward_data", CallKind::conv_backward_data, name, {dy, w, dx},
          [&be = be_, dy, w, dx, p] {
            return be.conv2d_backward_data(dy->view, w->view, dx->view, p);
          });
   }
   Buffer* dw = grad_target(entry, name);
-  emit(name + ".backward_weight", CallKind::conv_backward_weight, name, {xin, dy, dw},
-       [&be = be_, xin, dy, dw, p] {
-         return be.conv2d_backward_weight(xin->view, dy->view, dw->view, p);
-       });
+  if (applies_[i] >= 0) {
+    // The normalised input recomputed from the batch norm's input as the gradient loads it.
+    const auto bn = static_cast<std::size_t>(applies_[i]);
+    Buffer* scale = bn_scale_[bn];
+    Buffer* bias = bn_bias_[bn];
+    emit(name + ".backward_weight+" + s_.model.layers()[bn].name,
+         CallKind::conv_backward_weight_fused, name, {xin, scale, bias, dy, dw},
+         [&be = be_, xin, scale, bias, dy, dw, p] {
+           return be.conv2d_backward_weight_fused(xin->view, scale->view, bias->view, dy->view,
+                                                  dw->view, p);
+         });
+  } else {
+    emit(name + ".backward_weight", CallKind::conv_backward_weight, name, {xin, dy, dw},
+         [&be = be_, xin, dy, dw, p] {
+           return be.conv2d_backward_weight(xin->view, dy->view, dw->view, p);
+         });
+  }
   finish_grad(entry, dw);
   if (dx != nullptr) contribute(l.inputs[0], dx, name);
 }
@@ -90,15 +105,17 @@ void Planner::backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* 
   Buffer* si = bn_invstd_[i];
   Buffer* dx = temporary_like(x, name);
   if (fusion_[i] == Fusion::relu) {
-    // dy is the gradient of the ReLU's output y, which the ReLU's backward passed on as is.
+    // dy is the gradient of the ReLU's output y, which the ReLU's backward passed on as is. Where
+    // a convolution applied the pair, y was never stored and the backend recomputes it.
     Buffer* y = value_of(s_.model.layers()[i + 1].output);
     Buffer* beta = slot(entry_of(i, StateKind::bn_bias)).master;
-    emit(name + ".backward+relu", CallKind::batch_norm_relu_backward, name,
-         {dy, y, x, gamma, beta, sm, si, dx, dgamma, dbeta},
+    std::vector<Buffer*> uses = {dy, x, gamma, beta, sm, si, dx, dgamma, dbeta};
+    if (y != nullptr) uses.push_back(y);
+    emit(name + ".backward+relu", CallKind::batch_norm_relu_backward, name, std::move(uses),
          [&be = be_, dy, y, x, gamma, beta, sm, si, dx, dgamma, dbeta] {
-           return be.batch_norm_relu_backward(dy->view, y->view, x->view, gamma->view, beta->view,
-                                              sm->view, si->view, dx->view, dgamma->view,
-                                              dbeta->view);
+           return be.batch_norm_relu_backward(dy->view, y != nullptr ? y->view : TensorView{},
+                                              x->view, gamma->view, beta->view, sm->view, si->view,
+                                              dx->view, dgamma->view, dbeta->view);
          });
   } else {
     emit(name + ".backward", CallKind::batch_norm_backward, name,

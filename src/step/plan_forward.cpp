@@ -2,6 +2,7 @@
 // it, else a temporary; under mixed precision conv and fc read working copies of their parameters,
 // cast from the masters at each forward as autocast does.
 #include <string>
+#include <vector>
 
 #include "planner.h"
 
@@ -59,17 +60,57 @@ Result<Buffer*> Planner::new_output(const model::Layer& l) {
 Result<Buffer*> Planner::forward_conv(const model::Layer& l, std::size_t i) {
   const auto in = static_cast<std::size_t>(l.inputs[0]);
   const std::string& name = l.name;
-  Buffer* x = value_[in];
-  if (x->view.desc.dtype() != s_.act()) {
-    x = cast_to(x, s_.act(), saved_[in] ? Category::activations : Category::temporaries, name,
-                "input");
+  const int applied = applies_[i];
+  const int summed = sums_for_[i];
+  Buffer* x = nullptr;
+  Buffer* scale = nullptr;
+  Buffer* bias = nullptr;
+  if (applied >= 0) {
+    // The batch norm's input, normalised as the convolution loads it.
+    const auto bn = static_cast<std::size_t>(applied);
+    x = value_of(s_.model.layers()[bn].inputs[0]);
+    scale = bn_scale_[bn];
+    bias = bn_bias_[bn];
+  } else {
+    x = value_[in];
+    if (x->view.desc.dtype() != s_.act()) {
+      x = cast_to(x, s_.act(), saved_[in] ? Category::activations : Category::temporaries, name,
+                  "input");
+    }
   }
   conv_input_[i] = x;
   Buffer* w = weight_for_forward(entry_of(i, StateKind::conv_weight));
   DLPROBE_ASSIGN_OR_RETURN(Buffer * y, new_output(l));
-  emit(
-      name + ".forward", CallKind::conv_forward, name, {x, w, y},
-      [&be = be_, x, w, y, p = l.conv] { return be.conv2d_forward(x->view, w->view, y->view, p); });
+  if (applied < 0 && summed < 0) {
+    emit(name + ".forward", CallKind::conv_forward, name, {x, w, y},
+         [&be = be_, x, w, y, p = l.conv] {
+           return be.conv2d_forward(x->view, w->view, y->view, p);
+         });
+    return y;
+  }
+  Buffer* sum = nullptr;
+  Buffer* sqsum = nullptr;
+  std::vector<Buffer*> uses = {x, w, y};
+  if (applied >= 0) uses.insert(uses.end(), {scale, bias});
+  if (summed >= 0) {
+    // Per channel of y, in the statistics' dtype; the batch norm's finalize reads them.
+    const auto bn = static_cast<std::size_t>(summed);
+    const TensorDesc& channels = master_of(bn, StateKind::bn_weight)->view.desc;
+    sum = s_.transient(channels, Category::temporaries, name);
+    sqsum = s_.transient(channels, Category::temporaries, name);
+    bn_sum_[bn] = sum;
+    bn_sqsum_[bn] = sqsum;
+    uses.insert(uses.end(), {sum, sqsum});
+  }
+  std::string call = name + ".forward";
+  if (applied >= 0) call += "+" + s_.model.layers()[static_cast<std::size_t>(applied)].name;
+  if (summed >= 0) call += "+sums";
+  auto view = [](const Buffer* b) { return b != nullptr ? b->view : TensorView{}; };
+  emit(std::move(call), CallKind::conv_forward_fused, name, std::move(uses),
+       [&be = be_, x, w, y, scale, bias, sum, sqsum, view, p = l.conv] {
+         return be.conv2d_forward_fused(x->view, view(scale), view(bias), w->view, y->view,
+                                        view(sum), view(sqsum), p);
+       });
   return y;
 }
 
@@ -139,6 +180,14 @@ Status Planner::forward_batch_norm(const model::Layer& l, std::size_t i) {
   a.var = master_of(i, StateKind::running_var);
   a.p = l.batch_norm;
   a.fused = f != Fusion::none;
+  if (summed_[i]) {
+    if (!applied_[i]) {
+      DLPROBE_ASSIGN_OR_RETURN(a.y, new_output(last));
+    }
+    batch_norm_from_sums(l, i, a);
+    value_[static_cast<std::size_t>(last.output)] = a.y;  // none where a convolution applies it
+    return Status::ok();
+  }
   DLPROBE_ASSIGN_OR_RETURN(a.y, new_output(last));
   if (s_.training()) {
     batch_norm_train_forward(l, i, a);
@@ -173,6 +222,48 @@ void Planner::batch_norm_train_forward(const model::Layer& l, std::size_t i,
          return be.batch_norm_relu_train_forward(a.x->view, a.gamma->view, a.beta->view,
                                                  a.mean->view, a.var->view, a.residual_view(),
                                                  a.y->view, sm->view, si->view, a.p);
+       });
+}
+
+void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
+                                   const BatchNormForward& a) {
+  Buffer* sm = s_.transient(a.gamma->view.desc, Category::activations, l.name);
+  Buffer* si = s_.transient(a.gamma->view.desc, Category::activations, l.name);
+  bn_mean_[i] = sm;
+  bn_invstd_[i] = si;
+  Buffer* sum = bn_sum_[i];
+  Buffer* sqsum = bn_sqsum_[i];
+  Buffer* scale = nullptr;
+  Buffer* bias = nullptr;
+  std::vector<Buffer*> uses = {sum, sqsum, a.gamma, a.beta, a.mean, a.var, sm, si};
+  if (applied_[i]) {
+    // The prologue in the activation dtype; the weight gradient of the convolution that applies
+    // it reads it again.
+    const TensorDesc d = a.gamma->view.desc.with_dtype(s_.act());
+    scale = s_.transient(d, Category::activations, l.name);
+    bias = s_.transient(d, Category::activations, l.name);
+    bn_scale_[i] = scale;
+    bn_bias_[i] = bias;
+    uses.insert(uses.end(), {scale, bias});
+  }
+  const Shape& in = a.x->view.desc.shape();
+  const std::int64_t count = in[0] * in[2] * in[3];
+  auto view = [](const Buffer* b) { return b != nullptr ? b->view : TensorView{}; };
+  emit(l.name + ".finalize", CallKind::batch_norm_finalize, l.name, std::move(uses),
+       [&be = be_, a, sum, sqsum, count, sm, si, scale, bias, view] {
+         return be.batch_norm_finalize(sum->view, sqsum->view, count, a.gamma->view, a.beta->view,
+                                       a.mean->view, a.var->view, sm->view, si->view, view(scale),
+                                       view(bias), a.p);
+       });
+  if (applied_[i]) return;
+  std::vector<Buffer*> apply_uses = {a.x, a.gamma, a.beta, sm, si, a.y};
+  if (a.residual != nullptr) apply_uses.push_back(a.residual);
+  std::string call = a.name;
+  call.replace(call.find(".forward"), 8, ".apply");
+  emit(std::move(call), CallKind::batch_norm_apply, l.name, std::move(apply_uses),
+       [&be = be_, a, sm, si] {
+         return be.batch_norm_apply(a.x->view, a.gamma->view, a.beta->view, sm->view, si->view,
+                                    a.residual_view(), a.y->view, a.fused);
        });
 }
 

@@ -38,6 +38,7 @@ void Planner::prepare(const std::vector<Shape>& shapes) {
   }
   value_[model::kImages] = s_.images;
   plan_fusion();
+  plan_conv_fusion();
 }
 
 void Planner::plan_fusion() {
@@ -62,6 +63,53 @@ void Planner::plan_fusion() {
       folded_[i + 1] = true;
       folded_[i + 2] = true;
     }
+  }
+}
+
+// A batch norm reading a convolution's output, which nothing else reads, takes its sums from that
+// convolution. Where it also takes its ReLU (Fusion::relu) and the ReLU's output is read by one
+// convolution alone, that convolution applies both to its input.
+void Planner::plan_conv_fusion() {
+  const auto& layers = s_.model.layers();
+  const std::size_t n = layers.size();
+  sums_for_.assign(n, -1);
+  applies_.assign(n, -1);
+  summed_.assign(n, false);
+  applied_.assign(n, false);
+  bn_sum_.assign(n, nullptr);
+  bn_sqsum_.assign(n, nullptr);
+  bn_scale_.assign(n, nullptr);
+  bn_bias_.assign(n, nullptr);
+  if (!s_.config.fuse || !s_.config.fuse_conv || !s_.training() ||
+      !be_.fuses_conv_batch_norm(s_.act(), s_.config.layout)) {
+    return;
+  }
+  std::vector<int> producer(shapes_.size(), -1);
+  for (std::size_t i = 0; i < n; ++i)
+    producer[static_cast<std::size_t>(layers[i].output)] = static_cast<int>(i);
+  auto only_reader_of = [&](int value) -> int {
+    if (consumers_[static_cast<std::size_t>(value)] != 1) return -1;
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto& in = layers[k].inputs;
+      if (std::find(in.begin(), in.end(), value) != in.end()) return static_cast<int>(k);
+    }
+    return -1;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    if (layers[i].kind != LayerKind::batch_norm) continue;
+    const int input = layers[i].inputs[0];
+    const int conv = producer[static_cast<std::size_t>(input)];
+    if (conv < 0 || layers[static_cast<std::size_t>(conv)].kind != LayerKind::conv ||
+        only_reader_of(input) != static_cast<int>(i)) {
+      continue;
+    }
+    sums_for_[static_cast<std::size_t>(conv)] = static_cast<int>(i);
+    summed_[i] = true;
+    if (fusion_[i] != Fusion::relu) continue;
+    const int next = only_reader_of(layers[i + 1].output);
+    if (next < 0 || layers[static_cast<std::size_t>(next)].kind != LayerKind::conv) continue;
+    applies_[static_cast<std::size_t>(next)] = static_cast<int>(i);
+    applied_[i] = true;
   }
 }
 

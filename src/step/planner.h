@@ -42,6 +42,10 @@ class Planner {
   // ReLU reads takes that ReLU; a BN whose output only a residual add reads, the add's output only
   // a ReLU, takes both (the add's other operand is computed earlier in the layer order).
   void plan_fusion();
+  // Under StepConfig::fuse_conv, which batch norms take their statistics from the convolution
+  // before them, and which BN + ReLU pairs the convolution after them applies (plan_fusion's
+  // second half).
+  void plan_conv_fusion();
   Status forward_pass();
   Status backward_pass();
   Status backward_layers();  // backward_pass's calls; backward_pass marks what they make
@@ -52,6 +56,9 @@ class Planner {
   Status forward_batch_norm(const model::Layer& l, std::size_t i);
   struct BatchNormForward;
   void batch_norm_train_forward(const model::Layer& l, std::size_t i, const BatchNormForward& a);
+  // A batch norm whose statistics the convolution before it summed: the finalize, then the
+  // elementwise pass unless the convolution after it applies the BN (its prologue).
+  void batch_norm_from_sums(const model::Layer& l, std::size_t i, const BatchNormForward& a);
   void batch_norm_inference_forward(const model::Layer& l, const BatchNormForward& a);
   Result<Buffer*> forward_conv(const model::Layer& l, std::size_t i);
   Result<Buffer*> forward_add(const model::Layer& l);
@@ -138,6 +145,13 @@ class Planner {
   };
   Sum last_sum_;              // the latest gradient accumulation contribute() emitted
   std::vector<bool> folded_;  // per layer: a ReLU or add run inside the batch norm before it
+  // Batch norm inside the convolutions (plan_conv_fusion), indexed by layer; -1 for none.
+  std::vector<int> sums_for_;  // per conv: the batch norm whose input it sums
+  std::vector<int> applies_;   // per conv: the batch norm (+ ReLU) it applies to its input
+  std::vector<bool> summed_;   // per batch norm: its statistics come from a convolution's sums
+  std::vector<bool> applied_;  // per batch norm: a convolution applies it; its output never stored
+  std::vector<Buffer*> bn_sum_, bn_sqsum_;   // per batch norm: the sums, until its finalize
+  std::vector<Buffer*> bn_scale_, bn_bias_;  // per applied batch norm: its prologue
 };
 
 }  // namespace dlprobe::engine::step_impl

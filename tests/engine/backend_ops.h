@@ -86,6 +86,10 @@ struct Offers {
   bool fused_relu_backward_add = false;  // fuses_relu_backward_add()
   bool mixed_layouts = false;            // add and cast between NCHW and NHWC operands
   bool half_to_half_casts = false;       // casts between fp16 and bf16
+  // fuses_conv_batch_norm(fp16, NHWC): batch_norm_finalize, batch_norm_apply and the ReLU's
+  // backward without a stored y run in every precision and layout; the fused convolutions
+  // themselves are tested per backend (tests/engine/cuda/conv_plan_test.cpp).
+  bool fused_conv_batch_norm = false;
   // Batch norm on NHWC tensors of ResNet-50's sizes at batch 32: those that reach the CUDA
   // backend's one-launch kernels at their deeper holds (3.2 M and 6.4 M elements on an H200) and
   // one past every hold (25.7 M), where its three-launch kernels run. A row that sets this runs

@@ -17,7 +17,8 @@ BackendRow reference_row() {
       .offers = {.fused_batch_norm_relu = true,
                  .fused_relu_backward_add = true,
                  .mixed_layouts = true,
-                 .half_to_half_casts = true},
+                 .half_to_half_casts = true,
+                 .fused_conv_batch_norm = true},
       .returns_scratch = true,
       .open = []() -> Result<OpenedBackend> {
         OpenedBackend b;

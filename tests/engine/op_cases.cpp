@@ -300,9 +300,12 @@ std::vector<Variant> batch_norm_inference(Precision precision, bool fused, bool 
 
 // The backward from the statistics the training forward saved for x (in fp32, as it saves
 // them); fused, the backward of relu(bn(x)) with the ReLU's mask taken from y as stored.
+// With `stored_y` false the fused backward gets no y, as where a convolution applied the pair,
+// and must recompute the mask.
 std::vector<Variant> batch_norm_backward(Precision precision, bool fused,
                                          std::span<const Shape> shapes = kBatchNormShapes,
-                                         std::span<const Layout> layouts = kLayouts) {
+                                         std::span<const Layout> layouts = kLayouts,
+                                         bool stored_y = true) {
   std::vector<Variant> out;
   std::uint64_t seed = fused ? 3500 : 3000;
   for (const Shape& s : shapes) {
@@ -324,14 +327,14 @@ std::vector<Variant> batch_norm_backward(Precision precision, bool fused,
       v.tensors.output("dbeta", c, Layout::nchw, Role::fp32);
       const Check sums{.terms = per_channel(s)};
       v.checks = {{"dx", sums}, {"dgamma", sums}, {"dbeta", sums}};
-      v.run = [fused](Backend& b, BackendTensors& t) {
+      v.run = [fused, stored_y](Backend& b, BackendTensors& t) {
         if (!fused) {
           return b.batch_norm_backward(t["dy"], t["x"], t["gamma"], t["save_mean"],
                                        t["save_invstd"], t["dx"], t["dgamma"], t["dbeta"]);
         }
-        return b.batch_norm_relu_backward(t["dy"], t["y"], t["x"], t["gamma"], t["beta"],
-                                          t["save_mean"], t["save_invstd"], t["dx"], t["dgamma"],
-                                          t["dbeta"]);
+        return b.batch_norm_relu_backward(t["dy"], stored_y ? t["y"] : TensorView{}, t["x"],
+                                          t["gamma"], t["beta"], t["save_mean"], t["save_invstd"],
+                                          t["dx"], t["dgamma"], t["dbeta"]);
       };
       v.reference = [fused](const OpTensors& t) -> Result<Values> {
         HostTensor dy = t["dy"];
@@ -346,6 +349,124 @@ std::vector<Variant> batch_norm_backward(Precision precision, bool fused,
                       {"dbeta", std::move(g.dbeta)}};
       };
       out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
+// ---- batch norm around the convolutions ----
+
+// The finalize from a channel's sum and sum of squares (fp32, as a convolution's epilogue gives
+// them) against the training forward's two-pass statistics of the same values; with the
+// prologue, also scale = gamma * invstd and bias = beta - mean * scale in the activation dtype.
+// An offset mean (2 +- 1) checks that the sums' variance does not cancel.
+std::vector<Variant> batch_norm_finalize(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 4000;
+  for (const Shape& s : {Shape{2, 4, 3, 3}, Shape{4, 24, 5, 7}}) {
+    for (const bool prologue : {false, true}) {
+      Variant v = variant(s.str() + (prologue ? " with prologue" : ""), precision);
+      const Shape c{s[1]};
+      const HostTensor x = uniform(s, seed += 10, Layout::nchw, 1.0, 3.0);
+      HostTensor sum = filled(c, 0.0);
+      HostTensor sqsum = filled(c, 0.0);
+      for (std::int64_t n = 0; n < s[0]; ++n)
+        for (std::int64_t ch = 0; ch < s[1]; ++ch)
+          for (std::int64_t h = 0; h < s[2]; ++h)
+            for (std::int64_t w = 0; w < s[3]; ++w) {
+              const double e = x.get(x.desc().offset(n, ch, h, w));
+              sum.set(ch, sum.get(ch) + e);
+              sqsum.set(ch, sqsum.get(ch) + e * e);
+            }
+      v.tensors.input("sum", sum, Role::fp32);
+      v.tensors.input("sqsum", sqsum, Role::fp32);
+      batch_norm_parameters(v.tensors, s, seed + 1);
+      v.tensors.output("save_mean", c, Layout::nchw, Role::fp32);
+      v.tensors.output("save_invstd", c, Layout::nchw, Role::fp32);
+      const Check sums{.terms = per_channel(s)};
+      v.checks = {{"save_mean", sums},
+                  {"save_invstd", sums},
+                  {"running_mean", sums},
+                  {"running_var", sums}};
+      if (prologue) {
+        v.tensors.output("scale", c);
+        v.tensors.output("bias", c);
+        v.checks.insert(v.checks.end(), {{"scale", sums}, {"bias", sums}});
+      }
+      const std::int64_t count = static_cast<std::int64_t>(per_channel(s));
+      v.run = [prologue, count](Backend& b, BackendTensors& t) {
+        return b.batch_norm_finalize(t["sum"], t["sqsum"], count, t["gamma"], t["beta"],
+                                     t["running_mean"], t["running_var"], t["save_mean"],
+                                     t["save_invstd"], prologue ? t["scale"] : TensorView{},
+                                     prologue ? t["bias"] : TensorView{}, kTrain);
+      };
+      v.reference = [x, prologue](const OpTensors& t) -> Result<Values> {
+        DLPROBE_ASSIGN_OR_RETURN(
+            reference::BatchNormTrainOutput r,
+            reference::batch_norm_train_forward<double>(x, t["gamma"], t["beta"], t["running_mean"],
+                                                        t["running_var"], kTrain));
+        Values want;
+        if (prologue) {
+          HostTensor scale = r.save_invstd;
+          HostTensor bias = r.save_invstd;
+          for (std::int64_t ch = 0; ch < scale.numel(); ++ch) {
+            scale.set(ch, t["gamma"].get(ch) * r.save_invstd.get(ch));
+            bias.set(ch, t["beta"].get(ch) - r.save_mean.get(ch) * scale.get(ch));
+          }
+          want["scale"] = std::move(scale);
+          want["bias"] = std::move(bias);
+        }
+        want["save_mean"] = std::move(r.save_mean);
+        want["save_invstd"] = std::move(r.save_invstd);
+        want["running_mean"] = std::move(r.running_mean);
+        want["running_var"] = std::move(r.running_var);
+        return want;
+      };
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
+// The training forward's elementwise pass from given statistics (those the forward of x saves),
+// plain, with the ReLU, and with the residual and the ReLU.
+std::vector<Variant> batch_norm_apply(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 4500;
+  for (const Shape& s : kBatchNormShapes) {
+    for (Layout l : kLayouts) {
+      for (const int form : {0, 1, 2}) {
+        const bool relu = form > 0;
+        const bool residual = form == 2;
+        Variant v = variant(label(s, l) + (residual ? " +residual relu"
+                                           : relu   ? " relu"
+                                                    : ""),
+                            precision);
+        const HostTensor& x = v.tensors.input("x", uniform(s, seed += 10, l, -1.0, 3.0));
+        batch_norm_parameters(v.tensors, s, seed + 1);
+        const auto fwd = reference::batch_norm_train_forward<double>(
+                             x, v.tensors["gamma"], v.tensors["beta"], v.tensors["running_mean"],
+                             v.tensors["running_var"], kTrain)
+                             .value();
+        v.tensors.input("save_mean", fwd.save_mean, Role::fp32);
+        v.tensors.input("save_invstd", fwd.save_invstd, Role::fp32);
+        if (residual) v.tensors.input("residual", uniform(s, seed + 5, l));
+        v.tensors.output("y", s, l);
+        v.checks = {{"y", {}}};
+        v.run = [relu, residual](Backend& b, BackendTensors& t) {
+          return b.batch_norm_apply(t["x"], t["gamma"], t["beta"], t["save_mean"], t["save_invstd"],
+                                    residual ? t["residual"] : TensorView{}, t["y"], relu);
+        };
+        v.reference = [relu, residual, y = fwd.y](const OpTensors& t) -> Result<Values> {
+          HostTensor want = y;
+          if (relu) {
+            DLPROBE_ASSIGN_OR_RETURN(
+                want, add_relu(std::move(want), residual ? &t["residual"] : nullptr));
+          }
+          return Values{{"y", std::move(want)}};
+        };
+        out.push_back(std::move(v));
+      }
     }
   }
   return out;
@@ -1116,6 +1237,10 @@ const std::vector<OpCase>& op_cases() {
        [](Precision p) { return batch_norm_inference(p, true, true); }},
       {"batch_norm_relu_backward", P::activations, &Offers::fused_batch_norm_relu,
        [](Precision p) { return batch_norm_backward(p, true); }},
+      {"batch_norm_relu_backward_recomputed", P::activations, &Offers::fused_conv_batch_norm,
+       [](Precision p) { return batch_norm_backward(p, true, kBatchNormShapes, kLayouts, false); }},
+      {"batch_norm_finalize", P::activations, &Offers::fused_conv_batch_norm, batch_norm_finalize},
+      {"batch_norm_apply", P::activations, &Offers::fused_conv_batch_norm, batch_norm_apply},
       {"batch_norm_train_forward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
        [](Precision p) {
          return batch_norm_train(p, false, false, kGpuSizedBatchNormShapes, kNhwc);

@@ -136,12 +136,49 @@ class Backend {
                                                    const BatchNormParams& p);
   // (optional) The backward of y = relu(bn(x)) (no residual) from y's gradient dy. The ReLU's
   // decision is y > 0; a backend may instead recompute its pre-activation bn(x) from x, gamma,
-  // beta and the saved statistics, as its forward computed it, and so read one tensor less.
+  // beta and the saved statistics, as its forward computed it, and so read one tensor less. A y
+  // without data (never stored: a convolution's prologue computed it, see below) asks for the
+  // recompute.
   virtual Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y,
                                           const TensorView& x, const TensorView& gamma,
                                           const TensorView& beta, const TensorView& save_mean,
                                           const TensorView& save_invstd, const TensorView& dx,
                                           const TensorView& dgamma, const TensorView& dbeta);
+
+  // (optional) Batch norm computed around the convolutions, as cuDNN's runtime fusion does: the
+  // convolution that produces a batch norm's input also sums it; a finalize turns the sums into
+  // the statistics; and the ReLU(BN) of a tensor that only the next convolution reads is applied
+  // inside that convolution as it loads its input (its prologue), so it is never stored. Planned
+  // only where fuses_conv_batch_norm(activation dtype, layout) is true; the defaults refuse.
+  virtual bool fuses_conv_batch_norm(DType /*activation*/, Layout /*layout*/) const {
+    return false;
+  }
+  // y = conv(relu(x * scale + bias), w), or conv(x, w) where scale and bias have no data; and
+  // where sum and sqsum have data, y's per-channel sum and sum of squares. scale and bias [C] in
+  // x's dtype; sum and sqsum [K] in the dtype of the batch-norm statistics.
+  virtual Status conv2d_forward_fused(const TensorView& x, const TensorView& scale,
+                                      const TensorView& bias, const TensorView& w,
+                                      const TensorView& y, const TensorView& sum,
+                                      const TensorView& sqsum, const Conv2dParams& p);
+  // dw = conv2d_backward_weight(relu(x * scale + bias), dy): the input recomputed from x.
+  virtual Status conv2d_backward_weight_fused(const TensorView& x, const TensorView& scale,
+                                              const TensorView& bias, const TensorView& dy,
+                                              const TensorView& dw, const Conv2dParams& p);
+  // From the sums over `count` values per channel: save_mean, save_invstd and the running
+  // statistics as batch_norm_train_forward gives them; and where scale and bias have data, the
+  // prologue's scale = gamma * invstd and bias = beta - mean * scale, in their dtype.
+  virtual Status batch_norm_finalize(const TensorView& sum, const TensorView& sqsum,
+                                     std::int64_t count, const TensorView& gamma,
+                                     const TensorView& beta, const TensorView& running_mean,
+                                     const TensorView& running_var, const TensorView& save_mean,
+                                     const TensorView& save_invstd, const TensorView& scale,
+                                     const TensorView& bias, const BatchNormParams& p);
+  // y = bn(x) with the saved statistics (the elementwise pass of batch_norm_train_forward), then
+  // + residual where it has data, then a ReLU where `relu`.
+  virtual Status batch_norm_apply(const TensorView& x, const TensorView& gamma,
+                                  const TensorView& beta, const TensorView& save_mean,
+                                  const TensorView& save_invstd, const TensorView& residual,
+                                  const TensorView& y, bool relu);
 
   virtual Status relu_forward(const TensorView& x, const TensorView& y) = 0;
   // From the forward's output y: the gradient passes where y > 0.

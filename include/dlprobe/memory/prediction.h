@@ -44,6 +44,9 @@ struct Calibration {
   // Whether the measured backend fused batch norm with its ReLU (Backend::fuses_batch_norm_relu):
   // the call list, so the profile, depends on it. A file without the key reads as true.
   bool fused = true;
+  // Whether it ran batch norm inside the convolutions (Backend::fuses_conv_batch_norm at the
+  // measured precision and layout). A file without the key came from before that fusion: false.
+  bool fused_conv = false;
   // NVML's figure for the process less the allocator's reserved bytes, read together after the
   // step: CUDA context, library handles, lazily loaded kernels. None without NVML (and on a CPU).
   std::optional<std::int64_t> outside_allocator_bytes;

@@ -71,6 +71,12 @@ struct StepConfig {
   // call where the backend can (Backend::fuses_batch_norm_relu): one pass over the activation
   // instead of two or three, and the BN output never stored. The same math, rounded once.
   bool fuse = true;
+  // With `fuse`, also run batch norm inside the convolutions where the backend can
+  // (Backend::fuses_conv_batch_norm, training steps): a convolution that feeds a batch norm sums
+  // its output for the statistics as it writes it; and a BN + ReLU whose output only the next
+  // convolution reads is applied as that convolution loads its input, never stored, and
+  // recomputed for the convolution's weight gradient and the ReLU's backward.
+  bool fuse_conv = true;
   MemoryPlan memory_plan = MemoryPlan::dynamic;
   // Record the step once as a graph (a CUDA graph) and replay it, so the host launches one graph
   // instead of every call. Needs MemoryPlan::planned (the same addresses every step) and mode

@@ -181,8 +181,8 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
     BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
     BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
     const Status ran =
-        shared().conv2d_forward_bn_relu_stats(x_in.view(), scale_in.view(), bias_in.view(),
-                                              w_in.view(), y.view(), sum.view(), sqsum.view(), p);
+        shared().conv2d_forward_fused(x_in.view(), scale_in.view(), bias_in.view(), w_in.view(),
+                                      y.view(), sum.view(), sqsum.view(), p);
     ASSERT_TRUE(ran.is_ok()) << ran.message();
 
     // x * scale + bias per channel in fp64, with and without the ReLU, rounded to fp16 as the
@@ -211,8 +211,8 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
     BackendTensor y_plain = backend_output(env(), y_desc);
     BackendTensor sum_plain = backend_output(env(), desc({c.k}, DType::fp32));
     BackendTensor sqsum_plain = backend_output(env(), desc({c.k}, DType::fp32));
-    const Status plain = shared().conv2d_forward_stats(x_in.view(), w_in.view(), y_plain.view(),
-                                                       sum_plain.view(), sqsum_plain.view(), p);
+    const Status plain = shared().conv2d_forward_fused(
+        x_in.view(), {}, {}, w_in.view(), y_plain.view(), sum_plain.view(), sqsum_plain.view(), p);
     ASSERT_TRUE(plain.is_ok()) << plain.message();
     const HostTensor y_plain_ref = reference::conv2d_forward<double>(f64(x), f64(w), p).value();
     const HostTensor y_plain_got = to_host(env(), y_plain.view());
@@ -226,7 +226,7 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
     const HostTensor dy = rand(y_desc.shape(), 35, DType::fp16, Layout::nhwc);
     const BackendTensor dy_in = to_backend(env(), dy);
     BackendTensor dw = backend_output(env(), w.desc());
-    const Status grad = shared().conv2d_backward_weight_bn_relu(
+    const Status grad = shared().conv2d_backward_weight_fused(
         x_in.view(), scale_in.view(), bias_in.view(), dy_in.view(), dw.view(), p);
     ASSERT_TRUE(grad.is_ok()) << grad.message();
     const HostTensor dw_got = to_host(env(), dw.view());

@@ -35,6 +35,7 @@ const BackendRow& cuda_row() {
       .offers = {.fused_batch_norm_relu = true,
                  .fused_relu_backward_add = true,
                  .half_to_half_casts = true,
+                 .fused_conv_batch_norm = true,
                  .gpu_sized_batch_norm = true},
       .returns_scratch = false,
       .open = []() -> Result<OpenedBackend> {

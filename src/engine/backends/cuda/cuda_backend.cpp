@@ -172,6 +172,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
     int cooperative = 0;
     DLPROBE_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
     b->cooperative_ = cooperative != 0;
+    b->runtime_fusion_ = prop.major >= 8;
     cudaStream_t stream = nullptr;
     DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     b->stream_.reset(stream);
@@ -493,26 +494,27 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
   return run_conv_plan(*plan, uids, ptrs, op);
 }
 
-Status CudaBackend::conv2d_forward_bn_relu_stats(const TensorView& x, const TensorView& scale,
-                                                 const TensorView& bias, const TensorView& w,
-                                                 const TensorView& y, const TensorView& sum,
-                                                 const TensorView& sqsum, const Conv2dParams& p) {
-  return fused_conv(ConvDirection::forward, x, &scale, &bias, w, y, &sum, &sqsum, p,
-                    "conv2d_forward_bn_relu_stats");
-}
-
-Status CudaBackend::conv2d_forward_stats(const TensorView& x, const TensorView& w,
+Status CudaBackend::conv2d_forward_fused(const TensorView& x, const TensorView& scale,
+                                         const TensorView& bias, const TensorView& w,
                                          const TensorView& y, const TensorView& sum,
                                          const TensorView& sqsum, const Conv2dParams& p) {
-  return fused_conv(ConvDirection::forward, x, nullptr, nullptr, w, y, &sum, &sqsum, p,
-                    "conv2d_forward_stats");
+  constexpr std::string_view op = "conv2d_forward_fused";
+  const bool prologue = scale.data != nullptr;
+  const bool stats = sum.data != nullptr;
+  DLPROBE_RETURN_IF_ERROR(
+      need(prologue == (bias.data != nullptr) && stats == (sqsum.data != nullptr), op,
+           "scale and bias come together, and so do sum and sqsum"));
+  if (!prologue && !stats) return conv2d_forward(x, w, y, p);
+  return fused_conv(ConvDirection::forward, x, prologue ? &scale : nullptr,
+                    prologue ? &bias : nullptr, w, y, stats ? &sum : nullptr,
+                    stats ? &sqsum : nullptr, p, op);
 }
 
-Status CudaBackend::conv2d_backward_weight_bn_relu(const TensorView& x, const TensorView& scale,
-                                                   const TensorView& bias, const TensorView& dy,
-                                                   const TensorView& dw, const Conv2dParams& p) {
+Status CudaBackend::conv2d_backward_weight_fused(const TensorView& x, const TensorView& scale,
+                                                 const TensorView& bias, const TensorView& dy,
+                                                 const TensorView& dw, const Conv2dParams& p) {
   return fused_conv(ConvDirection::backward_filter, x, &scale, &bias, dw, dy, nullptr, nullptr, p,
-                    "conv2d_backward_weight_bn_relu");
+                    "conv2d_backward_weight_fused");
 }
 
 // w is dw and y is dy for the weight gradient; scale and bias (the prologue) absent or both there;
@@ -771,15 +773,70 @@ Status CudaBackend::batch_norm_backward(const TensorView& dy, const TensorView& 
                   dgamma, dbeta);
 }
 
-// The ReLU's decision is recomputed from x (launch_batch_norm_backward), so y is only checked.
+// The ReLU's decision is recomputed from x (launch_batch_norm_backward), so y, where stored, is
+// only checked.
 Status CudaBackend::batch_norm_relu_backward(const TensorView& dy, const TensorView& y,
                                              const TensorView& x, const TensorView& gamma,
                                              const TensorView& beta, const TensorView& save_mean,
                                              const TensorView& save_invstd, const TensorView& dx,
                                              const TensorView& dgamma, const TensorView& dbeta) {
-  DLPROBE_RETURN_IF_ERROR(need_like("batch_norm_relu_backward", "y", y, x));
+  if (y.data != nullptr) DLPROBE_RETURN_IF_ERROR(need_like("batch_norm_relu_backward", "y", y, x));
   return backward(ctx(), "batch_norm_relu_backward", dy, &beta, x, gamma, save_mean, save_invstd,
                   dx, dgamma, dbeta);
+}
+
+Status CudaBackend::batch_norm_finalize(const TensorView& sum, const TensorView& sqsum,
+                                        std::int64_t count, const TensorView& gamma,
+                                        const TensorView& beta, const TensorView& running_mean,
+                                        const TensorView& running_var, const TensorView& save_mean,
+                                        const TensorView& save_invstd, const TensorView& scale,
+                                        const TensorView& bias, const BatchNormParams& p) {
+  constexpr std::string_view op = "batch_norm_finalize";
+  const std::int64_t channels = gamma.desc.numel();
+  DLPROBE_RETURN_IF_ERROR(
+      need(count >= 2, op, fmt::format("{} values a channel (at least 2)", count)));
+  for (const auto& [name, t] : NamedTensors{{"sum", &sum},
+                                            {"sqsum", &sqsum},
+                                            {"gamma", &gamma},
+                                            {"beta", &beta},
+                                            {"running_mean", &running_mean},
+                                            {"running_var", &running_var},
+                                            {"save_mean", &save_mean},
+                                            {"save_invstd", &save_invstd}}) {
+    DLPROBE_RETURN_IF_ERROR(need_fp32(op, name, *t));
+    DLPROBE_RETURN_IF_ERROR(
+        need(t->desc.numel() == channels, op,
+             fmt::format("{} has {} elements for {} channels", name, t->desc.numel(), channels)));
+  }
+  const bool prologue = scale.data != nullptr;
+  DLPROBE_RETURN_IF_ERROR(
+      need(prologue == (bias.data != nullptr), op, "scale and bias come together"));
+  if (prologue) {
+    DLPROBE_RETURN_IF_ERROR(need(scale.desc.numel() == channels && bias.desc.numel() == channels &&
+                                     scale.desc.dtype() == bias.desc.dtype(),
+                                 op, "scale and bias: one value per channel, of one dtype"));
+  }
+  return launch_batch_norm_finalize(ctx(), sum, sqsum, count, gamma, beta, running_mean,
+                                    running_var, save_mean, save_invstd,
+                                    prologue ? &scale : nullptr, prologue ? &bias : nullptr, p);
+}
+
+Status CudaBackend::batch_norm_apply(const TensorView& x, const TensorView& gamma,
+                                     const TensorView& beta, const TensorView& save_mean,
+                                     const TensorView& save_invstd, const TensorView& residual,
+                                     const TensorView& y, bool relu) {
+  constexpr std::string_view op = "batch_norm_apply";
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"beta", &beta},
+                                            {"save_mean", &save_mean},
+                                            {"save_invstd", &save_invstd}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
+  DLPROBE_RETURN_IF_ERROR(
+      need(residual.data == nullptr || relu, op, "a residual comes only with the ReLU"));
+  if (residual.data != nullptr) DLPROBE_RETURN_IF_ERROR(need_like(op, "residual", residual, x));
+  const BatchNormEpilogue epi = relu ? relu_epilogue(residual) : BatchNormEpilogue{nullptr, false};
+  return launch_batch_norm_apply(ctx(), x, gamma, beta, save_mean, save_invstd, y, epi);
 }
 
 // ---- elementwise, pooling ----

@@ -146,26 +146,29 @@ class CudaBackend final : public Backend {
   Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step,
                     const TensorView& found_inf) override;
 
-  // cuDNN's runtime fusion of a forward convolution with the batch norms around it
-  // (cudnn_graph.h's FusedConvSpec): y = conv(relu(x * scale + bias), w), and y's per-channel sum
-  // and sum of squares in fp32. NHWC fp16 or bf16; scale and bias [C] in x's dtype, sum and sqsum
-  // [K] fp32. The plan is cuDNN's first choice (build_fused_conv_plan). Not part of Backend: no
-  // step uses these yet (the fused step's first pieces, measured by
-  // microbench/conv_fusion_gpu_bench.cpp).
-  Status conv2d_forward_bn_relu_stats(const TensorView& x, const TensorView& scale,
-                                      const TensorView& bias, const TensorView& w,
-                                      const TensorView& y, const TensorView& sum,
-                                      const TensorView& sqsum, const Conv2dParams& p);
-  // The same without the prologue: y = conv(x, w) and y's statistics (a block's first
-  // convolution, whose input is no batch norm's output).
-  Status conv2d_forward_stats(const TensorView& x, const TensorView& w, const TensorView& y,
-                              const TensorView& sum, const TensorView& sqsum,
-                              const Conv2dParams& p);
-  // The weight gradient with the same prologue: dw = conv_wgrad(relu(x * scale + bias), dy),
-  // the normalised input recomputed from the stored x inside the gradient's kernel.
-  Status conv2d_backward_weight_bn_relu(const TensorView& x, const TensorView& scale,
-                                        const TensorView& bias, const TensorView& dy,
-                                        const TensorView& dw, const Conv2dParams& p);
+  // cuDNN's runtime fusion of a convolution with the batch norms around it (cudnn_graph.h's
+  // FusedConvSpec, from cuDNN's first choice of engine: build_fused_conv_plan): NHWC fp16 or
+  // bf16, scale and bias in x's dtype, sum and sqsum fp32, on GPUs of compute capability 8.0 and
+  // later (runtime fusion's engines need them).
+  bool fuses_conv_batch_norm(DType activation, Layout layout) const override {
+    return runtime_fusion_ && layout == Layout::nhwc &&
+           (activation == DType::fp16 || activation == DType::bf16);
+  }
+  Status conv2d_forward_fused(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                              const TensorView& w, const TensorView& y, const TensorView& sum,
+                              const TensorView& sqsum, const Conv2dParams& p) override;
+  Status conv2d_backward_weight_fused(const TensorView& x, const TensorView& scale,
+                                      const TensorView& bias, const TensorView& dy,
+                                      const TensorView& dw, const Conv2dParams& p) override;
+  Status batch_norm_finalize(const TensorView& sum, const TensorView& sqsum, std::int64_t count,
+                             const TensorView& gamma, const TensorView& beta,
+                             const TensorView& running_mean, const TensorView& running_var,
+                             const TensorView& save_mean, const TensorView& save_invstd,
+                             const TensorView& scale, const TensorView& bias,
+                             const BatchNormParams& p) override;
+  Status batch_norm_apply(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                          const TensorView& save_mean, const TensorView& save_invstd,
+                          const TensorView& residual, const TensorView& y, bool relu) override;
 
   // Cached cuDNN execution plans and cuBLASLt algorithms (one per distinct shape key).
   std::size_t conv_plan_count() const { return conv_plans_.size(); }
@@ -219,7 +222,8 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   int sm_count_ = 1;
   bool cooperative_ = false;
-  std::string tuning_stamp_;  // GPU, cuDNN and workspace limit, for the tuning cache's keys
+  bool runtime_fusion_ = false;  // compute capability 8.0 or later
+  std::string tuning_stamp_;     // GPU, cuDNN and workspace limit, for the tuning cache's keys
   StreamPtr stream_;
   CudnnPtr cudnn_;
   LtPtr lt_;

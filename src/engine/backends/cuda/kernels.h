@@ -102,6 +102,21 @@ Status launch_batch_norm_inference_forward(const KernelContext& ctx, const Tenso
                                            const TensorView& running_mean,
                                            const TensorView& running_var, const TensorView& y,
                                            const BatchNormParams& p, const BatchNormEpilogue& epi);
+// The statistics from a convolution's per-channel sums over `count` values, and where `scale`
+// and `bias` are given, the next convolution's prologue in their dtype (Backend::
+// batch_norm_finalize).
+Status launch_batch_norm_finalize(const KernelContext& ctx, const TensorView& sum,
+                                  const TensorView& sqsum, std::int64_t count,
+                                  const TensorView& gamma, const TensorView& beta,
+                                  const TensorView& running_mean, const TensorView& running_var,
+                                  const TensorView& save_mean, const TensorView& save_invstd,
+                                  const TensorView* scale, const TensorView* bias,
+                                  const BatchNormParams& p);
+// The training forward's elementwise pass alone, with the saved statistics.
+Status launch_batch_norm_apply(const KernelContext& ctx, const TensorView& x,
+                               const TensorView& gamma, const TensorView& beta,
+                               const TensorView& save_mean, const TensorView& save_invstd,
+                               const TensorView& y, const BatchNormEpilogue& epi);
 // With `relu_beta` (the beta of a fused y = relu(bn(x))), dy is y's gradient and passes where
 // bn(x) > 0, recomputed from x; without it, dy is the BN output's gradient.
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,

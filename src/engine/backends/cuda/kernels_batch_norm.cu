@@ -359,6 +359,33 @@ __global__ void finalize_stats(const Welford* partial, int channels, std::int64_
   if (threadIdx.x % 32 == 0) out.finish(c, acc);
 }
 
+// From a convolution's per-channel sums (cuDNN's statistics epilogue): the statistics as
+// StatsOut::finish gives them, and the next convolution's prologue scale = gamma * invstd and
+// bias = beta - mean * scale in its dtype T (none where `scale` is null). The variance from the
+// sums, E[x^2] - E[x]^2, is taken in double: in fp32 it cancels where the mean is large against
+// the deviation.
+template <class T>
+__global__ void finalize_sums(const float* sum, const float* sqsum, int channels, double count,
+                              const float* gamma, const float* beta, StatsOut out, T* scale,
+                              T* bias) {
+  const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (c >= channels) return;
+  const double mean = static_cast<double>(sum[c]) / count;
+  const double var = fmax(static_cast<double>(sqsum[c]) / count - mean * mean, 0.0);
+  const auto var_biased = static_cast<float>(var);
+  const auto var_unbiased = static_cast<float>(var * count / (count - 1.0));
+  const float invstd = 1.0F / sqrtf(var_biased + out.eps);
+  out.save_mean[c] = static_cast<float>(mean);
+  out.save_invstd[c] = invstd;
+  out.running_mean[c] =
+      (1.0F - out.momentum) * out.running_mean[c] + out.momentum * static_cast<float>(mean);
+  out.running_var[c] = (1.0F - out.momentum) * out.running_var[c] + out.momentum * var_unbiased;
+  if (scale == nullptr) return;
+  const float k = gamma[c] * invstd;
+  scale[c] = from_float<T>(k);
+  bias[c] = from_float<T>(beta[c] - static_cast<float>(mean) * k);
+}
+
 // ---- forward elementwise pass: y = [relu]((x - mean) * invstd * gamma + beta [+ residual]) ----
 
 template <bool kResidual, bool kRelu, int P, class T, class C>
@@ -1060,6 +1087,41 @@ Status launch_batch_norm_inference_forward(const KernelContext& ctx, const Tenso
                   [&]<class T, int P>() -> Status {
                     const Channels ch{f32(running_mean),         nullptr,    f32(running_var),
                                       static_cast<float>(p.eps), f32(gamma), f32(beta)};
+                    return apply<T, P>(ctx, x.desc, x, epi, y, ch);
+                  });
+}
+
+Status launch_batch_norm_finalize(const KernelContext& ctx, const TensorView& sum,
+                                  const TensorView& sqsum, std::int64_t count,
+                                  const TensorView& gamma, const TensorView& beta,
+                                  const TensorView& running_mean, const TensorView& running_var,
+                                  const TensorView& save_mean, const TensorView& save_invstd,
+                                  const TensorView* scale, const TensorView* bias,
+                                  const BatchNormParams& p) {
+  const auto channels = static_cast<int>(gamma.desc.numel());
+  const StatsOut out{static_cast<float>(p.eps), static_cast<float>(p.momentum),
+                     f32_out(save_mean),        f32_out(save_invstd),
+                     f32_out(running_mean),     f32_out(running_var)};
+  const dim3 grid(static_cast<unsigned>((channels + kBlock - 1) / kBlock));
+  const DType t = scale != nullptr ? scale->desc.dtype() : DType::fp32;
+  return dispatch_floating(t, [&]<class T>(TypeTag<T>) -> Status {
+    finalize_sums<T><<<grid, kBlock, 0, ctx.stream>>>(
+        f32(sum), f32(sqsum), channels, static_cast<double>(count), f32(gamma), f32(beta), out,
+        scale != nullptr ? static_cast<T*>(scale->data) : nullptr,
+        bias != nullptr ? static_cast<T*>(bias->data) : nullptr);
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    return Status::ok();
+  });
+}
+
+Status launch_batch_norm_apply(const KernelContext& ctx, const TensorView& x,
+                               const TensorView& gamma, const TensorView& beta,
+                               const TensorView& save_mean, const TensorView& save_invstd,
+                               const TensorView& y, const BatchNormEpilogue& epi) {
+  return dispatch("batch_norm_apply", x.desc, {x.data, y.data, residual_data(epi)},
+                  [&]<class T, int P>() -> Status {
+                    const Channels ch{f32(save_mean), f32(save_invstd), nullptr,
+                                      0.0F,           f32(gamma),       f32(beta)};
                     return apply<T, P>(ctx, x.desc, x, epi, y, ch);
                   });
 }

@@ -14,6 +14,7 @@
 // whole-model copies the pure-function form costs. The tests compare both against the reference.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -121,6 +122,16 @@ void write_elem(const TensorView& v, std::int64_t i, double x) {
       static_cast<std::int64_t*>(v.data)[k] = static_cast<std::int64_t>(x);
       return;
   }
+}
+
+// Calls f(storage offset, channel) for every element of a rank-4 tensor.
+template <class F>
+void for_each_channel(const TensorDesc& d, F&& f) {
+  const Shape& s = d.shape();
+  for (std::int64_t n = 0; n < s[0]; ++n)
+    for (std::int64_t c = 0; c < s[1]; ++c)
+      for (std::int64_t h = 0; h < s[2]; ++h)
+        for (std::int64_t w = 0; w < s[3]; ++w) f(d.offset(n, c, h, w), c);
 }
 
 // Calls f(src_offset, dst_offset) for every logical index of two tensors of one shape.
@@ -432,12 +443,19 @@ class ReferenceBackend final : public HostBackend {
     return bn_inference(x, gamma, beta, running_mean, running_var, y, p, &residual);
   }
   Status batch_norm_relu_backward(const TensorView& dy, const TensorView& y, const TensorView& x,
-                                  const TensorView& gamma, const TensorView& /*beta*/,
+                                  const TensorView& gamma, const TensorView& beta,
                                   const TensorView& save_mean, const TensorView& save_invstd,
                                   const TensorView& dx, const TensorView& dgamma,
                                   const TensorView& dbeta) override {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
-    DLPROBE_ASSIGN_OR_RETURN(HostTensor yt, load_as<T>(y));
+    HostTensor yt;
+    if (y.data != nullptr) {
+      DLPROBE_ASSIGN_OR_RETURN(yt, load_as<T>(y));
+    } else {
+      // Never stored: the ReLU's input recomputed from x, as the forward computed it.
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+      DLPROBE_ASSIGN_OR_RETURN(yt, normalise(xt, gamma, beta, save_mean, save_invstd));
+    }
     DLPROBE_ASSIGN_OR_RETURN(HostTensor masked, reference::relu_backward<T>(dyt, yt));
     return bn_backward(masked, x, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
   }
@@ -451,6 +469,107 @@ class ReferenceBackend final : public HostBackend {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor yt, load_as<T>(y));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::relu_backward<T>(sum, yt));
     return store(std::move(out), dx);
+  }
+
+  // The conv-fusion slots compose the plain ones: the prologue's input is computed in T and
+  // rounded to x's dtype, as a fused kernel feeds its tensor cores, and the sums are taken over y
+  // as stored.
+  bool fuses_conv_batch_norm(DType /*activation*/, Layout /*layout*/) const override {
+    return true;
+  }
+  Status conv2d_forward_fused(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                              const TensorView& w, const TensorView& y, const TensorView& sum,
+                              const TensorView& sqsum, const Conv2dParams& p) override {
+    constexpr std::string_view op = "conv2d_forward_fused";
+    DLPROBE_RETURN_IF_ERROR(check_pair(op, "scale", scale, "bias", bias));
+    DLPROBE_RETURN_IF_ERROR(check_pair(op, "sum", sum, "sqsum", sqsum));
+    HostTensor normalised;
+    TensorView in = x;
+    if (scale.data != nullptr) {
+      DLPROBE_ASSIGN_OR_RETURN(normalised, prologue(op, x, scale, bias));
+      in = normalised.view();
+    }
+    DLPROBE_RETURN_IF_ERROR(conv2d_forward(in, w, y, p));
+    if (sum.data == nullptr) return Status::ok();
+    if (sum.desc.numel() != y.desc.dim(1) || sqsum.desc.numel() != y.desc.dim(1)) {
+      return invalid_argument(
+          fmt::format("{}: sum and sqsum need one value per channel of y {}", op, y.desc.str()));
+    }
+    std::vector<double> sums(static_cast<std::size_t>(y.desc.dim(1)), 0.0);
+    std::vector<double> squares(sums.size(), 0.0);
+    for_each_channel(y.desc, [&](std::int64_t i, std::int64_t c) {
+      const double v = read_elem(y, i);
+      sums[static_cast<std::size_t>(c)] += v;
+      squares[static_cast<std::size_t>(c)] += v * v;
+    });
+    for (std::size_t c = 0; c < sums.size(); ++c) {
+      write_elem(sum, static_cast<std::int64_t>(c), sums[c]);
+      write_elem(sqsum, static_cast<std::int64_t>(c), squares[c]);
+    }
+    return Status::ok();
+  }
+  Status conv2d_backward_weight_fused(const TensorView& x, const TensorView& scale,
+                                      const TensorView& bias, const TensorView& dy,
+                                      const TensorView& dw, const Conv2dParams& p) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor normalised,
+                             prologue("conv2d_backward_weight_fused", x, scale, bias));
+    return conv2d_backward_weight(normalised.view(), dy, dw, p);
+  }
+  Status batch_norm_finalize(const TensorView& sum, const TensorView& sqsum, std::int64_t count,
+                             const TensorView& gamma, const TensorView& beta,
+                             const TensorView& running_mean, const TensorView& running_var,
+                             const TensorView& save_mean, const TensorView& save_invstd,
+                             const TensorView& scale, const TensorView& bias,
+                             const BatchNormParams& p) override {
+    constexpr std::string_view op = "batch_norm_finalize";
+    DLPROBE_RETURN_IF_ERROR(check_pair(op, "scale", scale, "bias", bias));
+    if (count < 2) {
+      return invalid_argument(fmt::format("{}: {} values a channel (at least 2)", op, count));
+    }
+    const std::int64_t channels = gamma.desc.numel();
+    for (const TensorView* v :
+         {&sum, &sqsum, &beta, &running_mean, &running_var, &save_mean, &save_invstd}) {
+      if (v->desc.numel() != channels) {
+        return invalid_argument(
+            fmt::format("{}: {} does not have gamma's {} channels", op, v->desc.str(), channels));
+      }
+    }
+    const auto n = static_cast<T>(count);
+    const auto eps = static_cast<T>(p.eps);
+    const auto momentum = static_cast<T>(p.momentum);
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const auto mean = static_cast<T>(read_elem(sum, c)) / n;
+      // The sums' form of the variance cancels where the mean is large against the deviation;
+      // clamped at zero so that rounding cannot make it negative.
+      const T var_biased = std::max(static_cast<T>(read_elem(sqsum, c)) / n - mean * mean, T{0});
+      const T var_unbiased = var_biased * n / (n - T{1});
+      const T invstd = T{1} / std::sqrt(var_biased + eps);
+      write_elem(save_mean, c, static_cast<double>(mean));
+      write_elem(save_invstd, c, static_cast<double>(invstd));
+      write_elem(
+          running_mean, c,
+          static_cast<double>((T{1} - momentum) * static_cast<T>(read_elem(running_mean, c)) +
+                              momentum * mean));
+      write_elem(running_var, c,
+                 static_cast<double>((T{1} - momentum) * static_cast<T>(read_elem(running_var, c)) +
+                                     momentum * var_unbiased));
+      if (scale.data == nullptr) continue;
+      const T k = static_cast<T>(read_elem(gamma, c)) * invstd;
+      write_elem(scale, c, static_cast<double>(k));
+      write_elem(bias, c, static_cast<double>(static_cast<T>(read_elem(beta, c)) - mean * k));
+    }
+    return Status::ok();
+  }
+  Status batch_norm_apply(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                          const TensorView& save_mean, const TensorView& save_invstd,
+                          const TensorView& residual, const TensorView& y, bool relu) override {
+    if (residual.data != nullptr && !relu) {
+      return invalid_argument("batch_norm_apply: a residual comes only with the ReLU");
+    }
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor bn, normalise(xt, gamma, beta, save_mean, save_invstd));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, epilogue(std::move(bn), relu ? &residual : nullptr));
+    return store(std::move(out), y);
   }
 
   Status relu_forward(const TensorView& x, const TensorView& y) override {
@@ -622,6 +741,49 @@ class ReferenceBackend final : public HostBackend {
   }
 
  private:
+  // Two optional operands that come together: both with data or neither.
+  static Status check_pair(std::string_view op, std::string_view a_name, const TensorView& a,
+                           std::string_view b_name, const TensorView& b) {
+    if ((a.data == nullptr) == (b.data == nullptr)) return Status::ok();
+    return invalid_argument(fmt::format("{}: {} and {} come together", op, a_name, b_name));
+  }
+  // (x - mean) * invstd * gamma + beta per channel in T, x already in T: the forward's formula.
+  static Result<HostTensor> normalise(const HostTensor& x, const TensorView& gamma,
+                                      const TensorView& beta, const TensorView& save_mean,
+                                      const TensorView& save_invstd) {
+    if (x.desc().rank() != 4 || gamma.desc.numel() != x.desc().dim(1)) {
+      return invalid_argument(
+          fmt::format("batch norm: gamma {} does not fit x {}", gamma.desc.str(), x.desc().str()));
+    }
+    HostTensor out(x.desc());
+    const std::span<const T> in = x.values<T>();
+    const std::span<T> values = out.values<T>();
+    for_each_channel(x.desc(), [&](std::int64_t i, std::int64_t c) {
+      const auto k = static_cast<std::size_t>(i);
+      values[k] = (in[k] - static_cast<T>(read_elem(save_mean, c))) *
+                      static_cast<T>(read_elem(save_invstd, c)) *
+                      static_cast<T>(read_elem(gamma, c)) +
+                  static_cast<T>(read_elem(beta, c));
+    });
+    return out;
+  }
+  // relu(x * scale + bias) per channel in T, rounded to x's dtype and layout.
+  static Result<HostTensor> prologue(std::string_view op, const TensorView& x,
+                                     const TensorView& scale, const TensorView& bias) {
+    if (x.desc.rank() != 4 || scale.data == nullptr || bias.data == nullptr ||
+        scale.desc.numel() != x.desc.dim(1) || bias.desc.numel() != x.desc.dim(1)) {
+      return invalid_argument(
+          fmt::format("{}: scale and bias need one value per channel of x {}", op, x.desc.str()));
+    }
+    HostTensor out(x.desc);
+    const TensorView v = out.view();
+    for_each_channel(x.desc, [&](std::int64_t i, std::int64_t c) {
+      const T a = static_cast<T>(read_elem(x, i)) * static_cast<T>(read_elem(scale, c)) +
+                  static_cast<T>(read_elem(bias, c));
+      write_elem(v, i, static_cast<double>(std::max(a, T{0})));
+    });
+    return out;
+  }
   // The batch-norm output as the plain slots store it (`relu_input` null), or under the fused
   // slots relu(bn + residual), or relu(bn) for a residual without data, in the compute type.
   static Result<HostTensor> epilogue(HostTensor bn, const TensorView* relu_input) {
