@@ -6,7 +6,9 @@
 # gradients-only steps in both forms, alternating, per CONFIGS (PRECISION:BATCH list, default
 # fp16:256,fp16:32), ROUNDS times (default 2); img/s and peak allocated per run in fusion.txt.
 # Then, where PEERS names any (eager, compile, jax), the peers beside dlprobe's default through
-# lab/peers/speed.py for PEER_CONFIGS (default fp16:256). Output in $OUT (or ./gpu-check-out).
+# lab/peers/speed.py for PEER_CONFIGS (default fp16:256); where PROFILE is set, before that,
+# `--profile 3` of both forms, eager, per PROFILE_CONFIGS (default fp16:256). Output in $OUT (or
+# ./gpu-check-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
@@ -46,6 +48,22 @@ PY
     done
   done
 done
+if [ -n "${PROFILE:-}" ]; then
+  # Eager steps with a mark around every call: device time per kind of call, both forms.
+  for config in ${PROFILE_CONFIGS:-fp16:256}; do
+    precision=${config%%:*}
+    batch=${config##*:}
+    for fusion in all batch-norm; do
+      tag=profile-$precision-bs$batch-$fusion
+      echo "== $tag"
+      timeout 200 "$bin/dlprobe" bench --model resnet50 --mode grads --precision "$precision" \
+        --batch "$batch" --steps 20 --no-ceiling --graph off --profile 3 --fusion "$fusion" \
+        >"$out/$tag.txt" 2>"$out/$tag.err"
+      echo "exit $?" >>"$out/$tag.err"
+      grep -v '^$' "$out/$tag.txt" | tail -n 45
+    done
+  done
+fi
 if [ -n "${PEERS:-}" ]; then
   echo "== peers: ${PEERS} at ${PEER_CONFIGS:-fp16:256}"
   ${PYTHON:-python3} lab/peers/speed.py --dlprobe "$bin/dlprobe" --out "$out/speed" \

@@ -294,7 +294,7 @@ Command add_bench_command(CLI::App& app) {
       ->option_text("[auto|on|off]=auto");
   option(*sub, "--fusion", flags->fusion,
          "all: batch norm with its ReLU and residual add, and inside the convolutions where "
-         "the backend can (cuDNN's runtime fusion: fp16 and bf16, NHWC, training); batch-norm: "
+         "the backend can (cuDNN's runtime fusion: fp16 NHWC, training); batch-norm: "
          "only with its ReLU and add; none: every layer its own call");
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "

@@ -47,10 +47,7 @@ class DryBackend final : public Backend {
     return {};
   }
   bool fuses_relu_backward_add() const override { return fuses_; }
-  bool fuses_conv_batch_norm(DType activation, Layout layout) const override {
-    return fuses_conv_ && layout == Layout::nhwc &&
-           (activation == DType::fp16 || activation == DType::bf16);
-  }
+  bool fuses_conv_batch_norm(DType, Layout) const override { return fuses_conv_; }
   Status conv2d_forward_fused(View, View, View, View, View, View, View,
                               const Conv2dParams&) override {
     return {};

@@ -13,7 +13,8 @@ namespace dlprobe::memory {
 
 // `fuses`: plan batch norm with its ReLU (and the two-term ReLU backward) fused, as the CUDA and
 // reference backends do, or apart, as oneDNN's does; `fuses_conv`: plan batch norm inside the
-// convolutions where the CUDA backend does (fp16 and bf16, NHWC). The call list follows both.
+// convolutions (Backend::fuses_conv_batch_norm) for the step's precision and layout. The call list
+// follows both.
 std::unique_ptr<Backend> make_dry_backend(bool fuses, bool fuses_conv);
 
 }  // namespace dlprobe::memory

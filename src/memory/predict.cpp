@@ -32,9 +32,12 @@ Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* 
       std::unique_ptr<CachingAllocator> allocator,
       CachingAllocator::create(std::make_unique<FakeMemorySource>(source), o.allocator));
   // Planned as the calibrated backend plans; without a calibration, as the CUDA backend does.
+  // Without a calibration, the CUDA backend's rule for batch norm inside the convolutions.
+  const bool fuses_conv = calibration != nullptr ? calibration->fused_conv
+                                                 : o.step.precision == engine::Precision::fp16 &&
+                                                       o.step.layout == Layout::nhwc;
   const std::unique_ptr<Backend> backend =
-      make_dry_backend(calibration == nullptr || calibration->fused,
-                       calibration == nullptr || calibration->fused_conv);
+      make_dry_backend(calibration == nullptr || calibration->fused, fuses_conv);
   DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
                            engine::TrainingStep::create(o.step, *backend, *allocator));
   // The calibration's workspace: per call where its profile was measured on this call list, else

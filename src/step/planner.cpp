@@ -99,7 +99,11 @@ void Planner::plan_conv_fusion() {
     if (layers[i].kind != LayerKind::batch_norm) continue;
     const int input = layers[i].inputs[0];
     const int conv = producer[static_cast<std::size_t>(input)];
+    // The stem's convolution reads the 3-channel images, for which cuDNN's fused engine ran
+    // 3.47 ms against 0.97 ms for the plain one (ResNet-50, fp16 bs256, H200): its batch norm
+    // keeps its own statistics pass.
     if (conv < 0 || layers[static_cast<std::size_t>(conv)].kind != LayerKind::conv ||
+        layers[static_cast<std::size_t>(conv)].inputs[0] == model::kImages ||
         only_reader_of(input) != static_cast<int>(i)) {
       continue;
     }

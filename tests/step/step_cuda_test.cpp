@@ -44,6 +44,34 @@ TEST(StepCudaTest, Fp32TrainAdamW) {
   testing::compare_training(Precision::fp32, OptimizerKind::adamw, make_cuda_rig, "cuda");
 }
 
+// Batch norm inside the convolutions runs where the engines may differ between runs (bench's
+// default, --conv-engines any), and its whole fp16 step passes the same comparison with fp64.
+testing::Rig make_fusing_cuda_rig(const StepConfig& c) {
+  return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
+                              [](memory::CachingAllocator& allocator) {
+                                CudaBackendOptions o;
+                                o.deterministic = false;
+                                return make_cuda_backend(0, allocator, o);
+                              });
+}
+
+int fused_convolutions(const testing::Rig& r) {
+  int n = 0;
+  for (const Call& call : r.step->calls()) n += call.kind == CallKind::conv_forward_fused ? 1 : 0;
+  return n;
+}
+
+TEST(StepCudaTest, Fp16GradientsNhwcWithBatchNormInsideTheConvolutions) {
+  const StepConfig c = config(Precision::fp16, Layout::nhwc, StepMode::grads);
+  testing::Rig fusing = make_fusing_cuda_rig(c);
+  testing::Rig exact = make_cuda_rig(c);
+  ASSERT_TRUE(fusing.step && exact.step);
+  // ResNet-18: every convolution but the stem's sums its output.
+  EXPECT_EQ(fused_convolutions(fusing), 19);
+  EXPECT_EQ(fused_convolutions(exact), 0) << "deterministic engines: no runtime fusion";
+  testing::compare_gradients(Precision::fp16, Layout::nhwc, make_fusing_cuda_rig, "cuda fused");
+}
+
 // A planned step recorded as a CUDA graph and replayed computes what the eager step computes, to
 // the bit (the same deterministic kernels on the same addresses).
 TEST(StepCudaTest, GraphReplayMatchesEagerSteps) {

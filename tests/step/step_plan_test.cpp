@@ -78,14 +78,17 @@ TEST(StepPlanTest, FusesBatchNormWithReluAndResidualAdd) {
   EXPECT_EQ(kinds[CallKind::alloc], kinds[CallKind::free]);
 }
 
-// Batch norm inside the convolutions (the reference backend offers it in every precision). All 20
-// batch norms read a convolution's output alone, so every convolution sums its output and every
-// batch norm finalizes from those sums. The 8 blocks' first BN + ReLU feed only the block's
-// second convolution, which applies them as it loads its input: those 8 take no elementwise pass,
-// their output is never stored, and the convolution's weight gradient recomputes its input. The
-// stem's BN + ReLU feeds the max pool and stays a pass (12 in all).
+// Batch norm inside the convolutions (the reference backend offers it in NHWC in every
+// precision). All 20
+// batch norms read a convolution's output alone; every convolution but the stem's (which reads
+// the images) sums its output, and those 19 batch norms finalize from the sums. The 8 blocks'
+// first BN + ReLU feed only the block's second convolution, which applies them as it loads its
+// input: those 8 take no elementwise pass, their output is never stored, and the convolution's
+// weight gradient recomputes its input. The other 11 take one elementwise pass each; the stem's
+// BN + ReLU keeps its own statistics.
 TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
   StepConfig c = tiny_config();
+  c.layout = Layout::nhwc;
   testing::Rig r = make_rig(c);
   ASSERT_TRUE(r.step);
   std::map<std::string, int> names;
@@ -94,12 +97,12 @@ TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
     ++names[call.name];
     ++kinds[call.kind];
   }
-  EXPECT_EQ(kinds[CallKind::conv_forward], 0);
-  EXPECT_EQ(kinds[CallKind::conv_forward_fused], 20);
-  EXPECT_EQ(kinds[CallKind::batch_norm_finalize], 20);
-  EXPECT_EQ(kinds[CallKind::batch_norm_apply], 12);
+  EXPECT_EQ(kinds[CallKind::conv_forward], 1);
+  EXPECT_EQ(kinds[CallKind::conv_forward_fused], 19);
+  EXPECT_EQ(kinds[CallKind::batch_norm_finalize], 19);
+  EXPECT_EQ(kinds[CallKind::batch_norm_apply], 11);
   EXPECT_EQ(kinds[CallKind::batch_norm_train_forward], 0);
-  EXPECT_EQ(kinds[CallKind::batch_norm_relu_train_forward], 0);
+  EXPECT_EQ(kinds[CallKind::batch_norm_relu_train_forward], 1);
   EXPECT_EQ(kinds[CallKind::conv_backward_weight_fused], 8);
   EXPECT_EQ(kinds[CallKind::conv_backward_weight], 12);
   EXPECT_EQ(kinds[CallKind::batch_norm_relu_backward], 9);
@@ -108,7 +111,7 @@ TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
   EXPECT_EQ(names["layer1.0.conv2.backward_weight+layer1.0.bn1"], 1);
   EXPECT_EQ(names["layer1.0.bn1.finalize"], 1);
   EXPECT_EQ(names["layer1.0.bn2.apply+add+relu"], 1);
-  EXPECT_EQ(names["bn1.apply+relu"], 1);
+  EXPECT_EQ(names["bn1.forward+relu"], 1);
   EXPECT_EQ(kinds[CallKind::alloc], kinds[CallKind::free]);
 
   // The 8 normalised tensors are not kept: the forward's activations peak lower by at least
@@ -137,6 +140,7 @@ TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
 TEST(StepPlanTest, FusedAndUnfusedStepsAgree) {
   StepConfig c = tiny_config();
   c.precision = Precision::fp64;
+  c.layout = Layout::nhwc;
   testing::Rig fused = make_rig(c, DType::fp64);
   c.fuse_conv = false;
   testing::Rig bn_relu = make_rig(c, DType::fp64);
@@ -216,9 +220,8 @@ TEST(StepPlanTest, MemoryIsAccountedByCategoryAndFreedAfterTheStep) {
   EXPECT_EQ(s[Category::temporaries].allocated_bytes, 512);  // the loss
   EXPECT_GT(s[Category::activations].allocated_bytes_peak, 0);
   // Temporaries (activation gradients, unsaved outputs) die at their last use, so a few are
-  // alive at a time, while every saved activation is alive at the end of the forward pass (under
-  // batch norm inside the convolutions, 2.9 times the temporaries' peak here).
-  EXPECT_LT(s[Category::temporaries].allocated_bytes_peak * 2,
+  // alive at a time, while every saved activation is alive at the end of the forward pass.
+  EXPECT_LT(s[Category::temporaries].allocated_bytes_peak * 3,
             s[Category::activations].allocated_bytes_peak);
   EXPECT_FALSE(s.peak.owner.empty());
 }
