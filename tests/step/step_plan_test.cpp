@@ -15,18 +15,27 @@ using testing::make_rig;
 using testing::run;
 using testing::tiny_config;
 
+// How many calls of the plan have each name and each kind.
+struct CallCounts {
+  std::map<std::string, int> names;
+  std::map<CallKind, int> kinds;
+};
+CallCounts count_calls(const TrainingStep& step) {
+  CallCounts c;
+  for (const Call& call : step.calls()) {
+    ++c.names[call.name];
+    ++c.kinds[call.kind];
+  }
+  return c;
+}
+
 TEST(StepPlanTest, CallListNamesEveryOpAndPairsAllocationsWithFrees) {
   StepConfig c = tiny_config();
   c.fuse = false;
   testing::Rig r = make_rig(c);
   ASSERT_TRUE(r.step);
-  std::map<std::string, int> names;
-  std::map<CallKind, int> kinds;
-  for (const Call& call : r.step->calls()) {
-    ++names[call.name];
-    ++kinds[call.kind];
-    EXPECT_FALSE(call.layer.empty()) << call.name;
-  }
+  auto [names, kinds] = count_calls(*r.step);
+  for (const Call& call : r.step->calls()) EXPECT_FALSE(call.layer.empty()) << call.name;
   EXPECT_EQ(names["layer1.0.conv1.forward"], 1);
   EXPECT_EQ(names["layer1.0.conv1.backward_data"], 1);
   EXPECT_EQ(names["conv1.backward_data"], 0);  // the images need no gradient
@@ -56,12 +65,7 @@ TEST(StepPlanTest, FusesBatchNormWithReluAndResidualAdd) {
   c.fuse_conv = false;
   testing::Rig r = make_rig(c);
   ASSERT_TRUE(r.step);
-  std::map<std::string, int> names;
-  std::map<CallKind, int> kinds;
-  for (const Call& call : r.step->calls()) {
-    ++names[call.name];
-    ++kinds[call.kind];
-  }
+  auto [names, kinds] = count_calls(*r.step);
   EXPECT_EQ(kinds[CallKind::batch_norm_train_forward], 3);
   EXPECT_EQ(kinds[CallKind::batch_norm_relu_train_forward], 17);
   EXPECT_EQ(kinds[CallKind::relu_forward], 0);
@@ -91,12 +95,7 @@ TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
   c.layout = Layout::nhwc;
   testing::Rig r = make_rig(c);
   ASSERT_TRUE(r.step);
-  std::map<std::string, int> names;
-  std::map<CallKind, int> kinds;
-  for (const Call& call : r.step->calls()) {
-    ++names[call.name];
-    ++kinds[call.kind];
-  }
+  auto [names, kinds] = count_calls(*r.step);
   EXPECT_EQ(kinds[CallKind::conv_forward], 1);
   EXPECT_EQ(kinds[CallKind::conv_forward_fused], 19);
   EXPECT_EQ(kinds[CallKind::batch_norm_finalize], 19);
@@ -170,12 +169,7 @@ TEST(StepPlanTest, MixedPrecisionCastsWorkingCopiesAndGradients) {
   c.precision = Precision::fp16;
   testing::Rig r = make_rig(c);
   ASSERT_TRUE(r.step);
-  std::map<std::string, int> names;
-  std::map<CallKind, int> kinds;
-  for (const Call& call : r.step->calls()) {
-    ++names[call.name];
-    ++kinds[call.kind];
-  }
+  auto [names, kinds] = count_calls(*r.step);
   // Every working copy in one call, every gradient in one call.
   EXPECT_EQ(names["weights.cast"], 1);
   EXPECT_EQ(names["weights.grad.cast"], 1);
