@@ -105,11 +105,10 @@ Result<Buffer*> Planner::forward_conv(const model::Layer& l, std::size_t i) {
   std::string call = name + ".forward";
   if (applied >= 0) call += "+" + s_.model.layers()[static_cast<std::size_t>(applied)].name;
   if (summed >= 0) call += "+sums";
-  auto view = [](const Buffer* b) { return b != nullptr ? b->view : TensorView{}; };
   emit(std::move(call), CallKind::conv_forward_fused, name, std::move(uses),
-       [&be = be_, x, w, y, scale, bias, sum, sqsum, view, p = l.conv] {
-         return be.conv2d_forward_fused(x->view, view(scale), view(bias), w->view, y->view,
-                                        view(sum), view(sqsum), p);
+       [&be = be_, x, w, y, scale, bias, sum, sqsum, p = l.conv] {
+         return be.conv2d_forward_fused(x->view, view_or_none(scale), view_or_none(bias), w->view,
+                                        y->view, view_or_none(sum), view_or_none(sqsum), p);
        });
   return y;
 }
@@ -248,12 +247,11 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
   }
   const Shape& in = a.x->view.desc.shape();
   const std::int64_t count = in[0] * in[2] * in[3];
-  auto view = [](const Buffer* b) { return b != nullptr ? b->view : TensorView{}; };
   emit(l.name + ".finalize", CallKind::batch_norm_finalize, l.name, std::move(uses),
-       [&be = be_, a, sum, sqsum, count, sm, si, scale, bias, view] {
+       [&be = be_, a, sum, sqsum, count, sm, si, scale, bias] {
          return be.batch_norm_finalize(sum->view, sqsum->view, count, a.gamma->view, a.beta->view,
-                                       a.mean->view, a.var->view, sm->view, si->view, view(scale),
-                                       view(bias), a.p);
+                                       a.mean->view, a.var->view, sm->view, si->view,
+                                       view_or_none(scale), view_or_none(bias), a.p);
        });
   if (applied_[i]) return;
   std::vector<Buffer*> apply_uses = {a.x, a.gamma, a.beta, sm, si, a.y};

@@ -25,6 +25,11 @@ using memory::Category;
 using model::LayerKind;
 using model::StateKind;
 
+// A buffer's view, or a view without data (an operand the call goes without) for none.
+inline TensorView view_or_none(const Buffer* b) {
+  return b != nullptr ? b->view : TensorView{};
+}
+
 class Planner {
  public:
   explicit Planner(StepState& s) : s_(s), be_(s.backend) {}
