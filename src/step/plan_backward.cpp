@@ -113,9 +113,9 @@ void Planner::backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* 
     if (y != nullptr) uses.push_back(y);
     emit(name + ".backward+relu", CallKind::batch_norm_relu_backward, name, std::move(uses),
          [&be = be_, dy, y, x, gamma, beta, sm, si, dx, dgamma, dbeta] {
-           return be.batch_norm_relu_backward(dy->view, y != nullptr ? y->view : TensorView{},
-                                              x->view, gamma->view, beta->view, sm->view, si->view,
-                                              dx->view, dgamma->view, dbeta->view);
+           return be.batch_norm_relu_backward(dy->view, view_or_none(y), x->view, gamma->view,
+                                              beta->view, sm->view, si->view, dx->view,
+                                              dgamma->view, dbeta->view);
          });
   } else {
     emit(name + ".backward", CallKind::batch_norm_backward, name,
