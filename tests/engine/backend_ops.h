@@ -86,9 +86,11 @@ struct Offers {
   bool fused_relu_backward_add = false;  // fuses_relu_backward_add()
   bool mixed_layouts = false;            // add and cast between NCHW and NHWC operands
   bool half_to_half_casts = false;       // casts between fp16 and bf16
-  // fuses_conv_batch_norm(fp16, NHWC): batch_norm_finalize, batch_norm_apply and the ReLU's
-  // backward without a stored y run in every precision and layout; the fused convolutions
-  // themselves are tested per backend (tests/engine/cuda/conv_plan_test.cpp).
+  // The batch-norm ops of batch norm inside the convolutions: batch_norm_finalize,
+  // batch_norm_apply and the ReLU's backward without a stored y, in every precision and layout.
+  // Not checked against fuses_conv_batch_norm, which on the CUDA backend also depends on its
+  // options (deterministic engines: no fusion); the fused convolutions themselves are tested per
+  // backend (tests/engine/cuda/conv_plan_test.cpp).
   bool fused_conv_batch_norm = false;
   // Batch norm on NHWC tensors of ResNet-50's sizes at batch 32: those that reach the CUDA
   // backend's one-launch kernels at their deeper holds (3.2 M and 6.4 M elements on an H200) and

@@ -65,8 +65,6 @@ TEST_P(BackendRows, OfferWhatTheirRowSays) {
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->backend->fuses_batch_norm_relu(), row.offers.fused_batch_norm_relu);
   EXPECT_EQ(b->backend->fuses_relu_backward_add(), row.offers.fused_relu_backward_add);
-  EXPECT_EQ(b->backend->fuses_conv_batch_norm(DType::fp16, Layout::nhwc),
-            row.offers.fused_conv_batch_norm);
 }
 
 std::vector<const BackendRow*> rows() {
