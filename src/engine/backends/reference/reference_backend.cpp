@@ -473,11 +473,11 @@ class ReferenceBackend final : public HostBackend {
 
   // The conv-fusion slots compose the plain ones: the prologue's input is computed in T and
   // rounded to x's dtype, as a fused kernel feeds its tensor cores, and the sums are taken over y
-  // as stored. Offered in NHWC, the CUDA backend's layout for it, in every precision, so that the
-  // step tests plan it in fp32 and fp64 too; NCHW steps keep the plan the CUDA backend gives
-  // them, which memory predictions without a device assume.
-  bool fuses_conv_batch_norm(DType /*activation*/, Layout layout) const override {
-    return layout == Layout::nhwc;
+  // as stored. Offered for fp64 NHWC steps, which the step tests plan it in; every other step
+  // keeps the plan that memory predictions without a device assume and that the CLI tests
+  // compare across layouts.
+  bool fuses_conv_batch_norm(DType activation, Layout layout) const override {
+    return activation == DType::fp64 && layout == Layout::nhwc;
   }
   Status conv2d_forward_fused(const TensorView& x, const TensorView& scale, const TensorView& bias,
                               const TensorView& w, const TensorView& y, const TensorView& sum,
