@@ -359,11 +359,11 @@ __global__ void finalize_stats(const Welford* partial, int channels, std::int64_
   if (threadIdx.x % 32 == 0) out.finish(c, acc);
 }
 
-// From a convolution's per-channel sums (cuDNN's statistics epilogue): the statistics as
-// StatsOut::finish gives them, and the next convolution's prologue scale = gamma * invstd and
-// bias = beta - mean * scale in its dtype T (none where `scale` is null). The variance from the
-// sums, E[x^2] - E[x]^2, is taken in double: in fp32 it cancels where the mean is large against
-// the deviation.
+// From a convolution's per-channel sums (cuDNN's statistics epilogue): the channel's (count,
+// mean, M2) handed to StatsOut::finish as the statistics pass's would be, and the next
+// convolution's prologue scale = gamma * invstd and bias = beta - mean * scale in its dtype T
+// (none where `scale` is null). The variance from the sums, E[x^2] - E[x]^2, is taken in double:
+// in fp32 it cancels where the mean is large against the deviation.
 template <class T>
 __global__ void finalize_sums(const float* sum, const float* sqsum, int channels, double count,
                               const float* gamma, const float* beta, StatsOut out, T* scale,
@@ -372,16 +372,10 @@ __global__ void finalize_sums(const float* sum, const float* sqsum, int channels
   if (c >= channels) return;
   const double mean = static_cast<double>(sum[c]) / count;
   const double var = fmax(static_cast<double>(sqsum[c]) / count - mean * mean, 0.0);
-  const auto var_biased = static_cast<float>(var);
-  const auto var_unbiased = static_cast<float>(var * count / (count - 1.0));
-  const float invstd = 1.0F / sqrtf(var_biased + out.eps);
-  out.save_mean[c] = static_cast<float>(mean);
-  out.save_invstd[c] = invstd;
-  out.running_mean[c] =
-      (1.0F - out.momentum) * out.running_mean[c] + out.momentum * static_cast<float>(mean);
-  out.running_var[c] = (1.0F - out.momentum) * out.running_var[c] + out.momentum * var_unbiased;
+  out.finish(c, Welford{static_cast<float>(count), static_cast<float>(mean),
+                        static_cast<float>(var * count)});
   if (scale == nullptr) return;
-  const float k = gamma[c] * invstd;
+  const float k = gamma[c] * out.save_invstd[c];
   scale[c] = from_float<T>(k);
   bias[c] = from_float<T>(beta[c] - static_cast<float>(mean) * k);
 }
