@@ -165,9 +165,7 @@ Status Planner::forward_batch_norm(const model::Layer& l, std::size_t i) {
                              : f == Fusion::add_relu ? layers[i + 2]
                                                      : l;
   BatchNormForward a;
-  a.name = l.name + (f == Fusion::relu       ? ".forward+relu"
-                     : f == Fusion::add_relu ? ".forward+add+relu"
-                                             : ".forward");
+  a.name = l.name + ".forward" + fusion_suffix(f);
   a.x = value_of(l.inputs[0]);
   if (f == Fusion::add_relu) {
     const model::Layer& add = layers[i + 1];
@@ -256,10 +254,8 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
   if (applied_[i]) return;
   std::vector<Buffer*> apply_uses = {a.x, a.gamma, a.beta, sm, si, a.y};
   if (a.residual != nullptr) apply_uses.push_back(a.residual);
-  std::string call = a.name;
-  call.replace(call.find(".forward"), 8, ".apply");
-  emit(std::move(call), CallKind::batch_norm_apply, l.name, std::move(apply_uses),
-       [&be = be_, a, sm, si] {
+  emit(l.name + ".apply" + fusion_suffix(fusion_[i]), CallKind::batch_norm_apply, l.name,
+       std::move(apply_uses), [&be = be_, a, sm, si] {
          return be.batch_norm_apply(a.x->view, a.gamma->view, a.beta->view, sm->view, si->view,
                                     a.residual_view(), a.y->view, a.fused);
        });

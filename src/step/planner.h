@@ -40,6 +40,10 @@ class Planner {
 
  private:
   enum class Fusion : std::uint8_t { none, relu, add_relu };
+  // What a batch norm's call names take after ".forward" or ".apply": "+relu", "+add+relu".
+  static const char* fusion_suffix(Fusion f) {
+    return f == Fusion::relu ? "+relu" : f == Fusion::add_relu ? "+add+relu" : "";
+  }
 
   // The passes, in the order run() takes them.
   void prepare(const std::vector<Shape>& shapes);
