@@ -141,6 +141,12 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   }
   a.calibration_batch = f.calibration_batch;
   DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
+  DLPROBE_ASSIGN_OR_RETURN(const device::ConvEngines engines,
+                           for_flag("--conv-engines", device::parse_conv_engines(f.conv_engines)));
+  // The CUDA backend runs batch norm inside the convolutions only where non-deterministic engines
+  // may compete (CudaBackend::fuses_conv_batch_norm); a prediction without a device plans the
+  // step the device would run under the same flag.
+  a.base.fuse_conv = engines == device::ConvEngines::any;
   if (!f.predict_only) {
     memory::SessionOptions& so = a.session.emplace();
     DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, noted_device_choice(f.where, "memory"));
@@ -148,8 +154,7 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
     so.backend = where.backend;
     so.conv.algo = tuning.algo;
     so.conv.tuning = tuning.cache;
-    DLPROBE_ASSIGN_OR_RETURN(
-        so.conv.engines, for_flag("--conv-engines", device::parse_conv_engines(f.conv_engines)));
+    so.conv.engines = engines;
   }
   if (!f.calibration.empty()) {
     Result<std::vector<memory::Calibration>> read = memory::read_calibrations(f.calibration);

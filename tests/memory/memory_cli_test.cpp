@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "analysis_test_util.h"
@@ -85,6 +86,37 @@ TEST(MemoryCli, PredictsWithoutADevice) {
         "largest batch predicted to fit 256 MiB"}) {
     EXPECT_TRUE(has(r.output, part)) << part << "\n" << r.output;
   }
+}
+
+// The activations line of a printed breakdown, in bytes ("    activations   151 KiB").
+double activations_bytes(const std::string& output) {
+  const std::size_t at = output.find("    activations");
+  if (at == std::string::npos) return -1;
+  std::istringstream line(output.substr(at + 15));
+  double value = -1;
+  std::string unit;
+  line >> value >> unit;
+  const double scale = unit == "GiB"   ? 1024.0 * 1024 * 1024
+                       : unit == "MiB" ? 1024.0 * 1024
+                       : unit == "KiB" ? 1024.0
+                                       : 1.0;
+  return value * scale;
+}
+
+// Without a device the prediction plans the step the same --conv-engines would run: with any,
+// batch norm inside the convolutions (fp16 NHWC), so block 1's normalised tensors are not kept.
+TEST(MemoryCli, PredictionFollowsTheConvolutionEnginesFusion) {
+  const std::string tail =
+      "memory --model resnet18 --width 16 --image-size 32 --classes 10 --precision fp16 "
+      "--layout nhwc --batch 4 --mode grads --predict-only";
+  const CliRun fused = run(tail + " --conv-engines any");
+  const CliRun apart = run(tail);
+  ASSERT_EQ(fused.exit_code, 0) << fused.output;
+  ASSERT_EQ(apart.exit_code, 0) << apart.output;
+  const double a = activations_bytes(fused.output);
+  const double b = activations_bytes(apart.output);
+  ASSERT_GT(a, 0) << fused.output;
+  EXPECT_LT(a, b) << fused.output << "\n" << apart.output;
 }
 
 TEST(MemoryCli, PicksTheFastestSettingsAndSaysSo) {
