@@ -4,7 +4,7 @@
 # (`--fusion batch-norm`). First the fused step's GPU tests (step_cuda_test against the fp64
 # reference; the finalize, apply and recomputed-mask ops of the op table), then ResNet-50
 # gradients-only steps in both forms, alternating, per CONFIGS (PRECISION:BATCH list, default
-# fp16:256,fp16:32), ROUNDS times (default 2); img/s and peak allocated per run in fusion.txt.
+# fp16:256,fp16:32), ROUNDS times (default 2); img/s and peak allocated per run in ab.txt.
 # Then, where PEERS names any (eager, compile, jax), the peers beside dlprobe's default through
 # lab/peers/speed.py for PEER_CONFIGS (default fp16:256); where PROFILE is set, before that,
 # `--profile 3` of both forms, eager, per PROFILE_CONFIGS (default fp16:256). Output in $OUT (or
@@ -23,34 +23,7 @@ timeout 120 "$bin/engine_cuda_test" \
 grep -E '^\[ +(FAILED|PASSED) |Failure|tests ran' "$out/op-tests.log" | head -n 40 |
   tee "$out/op-tests.txt"
 echo "== dlprobe bench, --fusion all against batch-norm"
-: >"$out/fusion.txt"
-for round in $(seq 1 "${ROUNDS:-2}"); do
-  for config in ${CONFIGS:-fp16:256 fp16:32}; do
-    precision=${config%%:*}
-    batch=${config##*:}
-    for fusion in all batch-norm; do
-      tag=$precision-bs$batch-$fusion-r$round
-      timeout 200 "$bin/dlprobe" bench --model resnet50 --mode grads --precision "$precision" \
-        --batch "$batch" --steps 30 --no-ceiling --fusion "$fusion" --json "$out/$tag.json" \
-        --overwrite >"$out/$tag.txt" 2>"$out/$tag.err"
-      echo "exit $?" >>"$out/$tag.err"
-      python3 - "$out/$tag.json" "$tag" <<'PY' | tee -a "$out/fusion.txt"
-import json, sys
-try:
-    c = json.load(open(sys.argv[1]))["configurations"][0]
-except (OSError, ValueError, KeyError, IndexError) as e:
-    print(f"{sys.argv[2]}: no result ({e.__class__.__name__})")
-    sys.exit(0)
-s = c.get("statistics") or {}
-a = (c.get("memory") or {}).get("allocator_stats") or {}
-peak = a.get("peak.allocated_bytes")
-print(f'{sys.argv[2]}: {s.get("throughput") or 0:.1f} img/s '
-      f'(CI {s.get("throughput_ci_low") or 0:.1f}-{s.get("throughput_ci_high") or 0:.1f}), '
-      f'peak allocated {peak / 2**30 if peak else 0:.2f} GiB, status {c.get("status")} {c.get("error") or ""}')
-PY
-    done
-  done
-done
+bench_ab --fusion all batch-norm
 if [ -n "${PROFILE:-}" ]; then
   # Eager steps with a mark around every call: device time per kind of call, both forms.
   for config in ${PROFILE_CONFIGS:-fp16:256}; do

@@ -61,9 +61,13 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
     }
     out.gpu_memory = planned ? "planned" : "grow";
   }
+  if (axes.streams > 1 && !planned) {
+    return invalid_argument("a second stream needs the planned memory");
+  }
 
   device::Picks layouts;
   device::Picks graphs;
+  device::Picks streams;
   for (const model::Arch arch : axes.models) {
     for (const engine::Precision precision : axes.precisions) {
       for (const engine::StepMode mode : axes.modes) {
@@ -75,6 +79,11 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
         }
         const bool graph = axes.graph.value_or(best.graph && planned);
         if (!axes.graph) graphs.add(graph ? "on" : "off", engine::step_mode_name(mode));
+        const int stream_count = axes.streams.value_or(planned ? best.streams : 1);
+        // The CPU backends have one stream: no choice to tell of there.
+        if (!axes.streams && device == DeviceKind::cuda) {
+          streams.add(fmt::format("{}", stream_count), engine::precision_name(precision));
+        }
         for (const Layout layout : each) {
           SweepGroup g;
           g.step = axes.base;
@@ -84,6 +93,7 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
           g.step.layout = layout;
           g.step.memory_plan = planned ? engine::MemoryPlan::planned : engine::MemoryPlan::dynamic;
           g.step.graph = graph;
+          g.step.streams = stream_count;
           g.batches = axes.batches;
           g.auto_batch = axes.auto_batch;
           out.groups.push_back(std::move(g));
@@ -95,6 +105,7 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
   if (!layouts.empty()) picked.push_back("layout " + layouts.text());
   if (!axes.memory) picked.push_back("gpu-memory " + out.gpu_memory);
   if (!graphs.empty()) picked.push_back("graph " + graphs.text());
+  if (!streams.empty()) picked.push_back("streams " + streams.text());
   out.picked = fmt::format("{}", fmt::join(picked, ", "));
   return out;
 }

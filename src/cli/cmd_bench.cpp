@@ -48,6 +48,7 @@ struct BenchFlags {
   std::string gpu_memory = "auto";
   std::string graph = "auto";
   std::string fusion = "all";
+  std::string streams = "auto";
   std::string profile = "0";
   std::string batch_start = "16";
   std::string batch_limit = "4096";
@@ -127,6 +128,14 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
   }
   DLPROBE_ASSIGN_OR_RETURN(axes.graph, parse_graph(f.graph));
   DLPROBE_RETURN_IF_ERROR(parse_fusion(f.fusion, axes.base));
+  if (f.streams != "auto") {
+    DLPROBE_ASSIGN_OR_RETURN(const std::int64_t streams,
+                             parse_int(f.streams, "--streams (auto, 1 or 2)", 1, 2));
+    axes.streams = static_cast<int>(streams);
+    if (streams > 1 && axes.memory && !axes.memory->planned) {
+      return invalid_argument("--streams: 2 needs planned memory (--gpu-memory planned)");
+    }
+  }
 
   bench::Sweep& s = p.sweep;
   DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, device_choice(f.where));
@@ -296,6 +305,10 @@ Command add_bench_command(CLI::App& app) {
          "all: batch norm with its ReLU and residual add, and inside the convolutions where "
          "the backend can (cuDNN's runtime fusion: fp16 NHWC, training); batch-norm: "
          "only with its ReLU and add; none: every layer its own call");
+  option(*sub, "--streams", flags->streams,
+         "2: each convolution's weight gradient runs on a second CUDA stream beside the rest "
+         "of the backward pass (needs planned memory); 1: every call on one stream; auto: the "
+         "fastest (2 on a GPU with planned memory). --profile's steps run on one");
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "
                   "kind of call and the slowest calls (one configuration only)");

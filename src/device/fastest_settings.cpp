@@ -20,6 +20,7 @@ FastestSettings fastest_settings(DeviceKind device, engine::Precision precision,
                    : Layout::nhwc;
     s.planned = true;
     s.graph = mode != engine::StepMode::train;
+    s.streams = 2;
     return s;
   }
   // oneDNN's NHWC convolutions are its brgconv / jit kernels, NCHW's im2col and SGEMM

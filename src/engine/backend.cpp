@@ -42,6 +42,14 @@ void Backend::release_graph(std::size_t /*graph*/) {}  // the defaults record no
 
 void Backend::reset_call_workspace_peak() {}  // nor do they keep workspace
 
+Status Backend::on_stream(int stream, const std::function<Status()>& run) {
+  if (stream < 0 || stream >= streams()) {
+    return invalid_argument(
+        fmt::format("the {} backend has no stream {} ({} in all)", name(), stream, streams()));
+  }
+  return run();
+}
+
 namespace {
 
 Status no_fusion(const Backend& b, std::string_view op) {

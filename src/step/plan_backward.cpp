@@ -90,6 +90,8 @@ void Planner::backward_conv(const model::Layer& l, std::size_t i, Buffer* dy) {
            return be.conv2d_backward_weight(xin->view, dy->view, dw->view, p);
          });
   }
+  // Nothing in the backward pass reads a weight gradient: it can run beside what follows.
+  to_second_stream({dw});
   finish_grad(entry, dw);
   if (dx != nullptr) contribute(l.inputs[0], dx, name);
 }

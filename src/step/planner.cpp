@@ -192,7 +192,8 @@ void Planner::update() {
     drafts_.insert(drafts_.begin(),
                    Draft{Call{"grad_scaler.reset_found_inf", CallKind::fill, "grad_scaler",
                               [&be = be_, flag] { return be.fill(flag->view, 0.0); }},
-                         {flag}});
+                         {flag},
+                         {}});
     emit("grad_scaler.unscale", CallKind::unscale_gradients, "grad_scaler", {},
          [&be = be_, grads, scale = &s_.scale, found_inf] {
            return be.unscale_gradients(grads, 1.0 / *scale, found_inf);
@@ -214,7 +215,14 @@ void Planner::update() {
 
 void Planner::emit(std::string name, CallKind kind, const std::string& layer,
                    std::vector<Buffer*> uses, std::function<Status()> fn) {
-  drafts_.push_back({Call{std::move(name), kind, layer, std::move(fn)}, std::move(uses)});
+  drafts_.push_back({Call{std::move(name), kind, layer, std::move(fn)}, std::move(uses), {}});
+}
+
+void Planner::to_second_stream(std::vector<Buffer*> writes) {
+  if (s_.config.streams < 2 || be_.streams() < 2) return;
+  Draft& d = drafts_.back();
+  d.call.stream = 1;
+  d.writes = std::move(writes);
 }
 
 void Planner::emit_unary(std::string name, CallKind kind, const std::string& layer, UnaryOp op,

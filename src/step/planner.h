@@ -84,6 +84,9 @@ class Planner {
 
   void emit(std::string name, CallKind kind, const std::string& layer, std::vector<Buffer*> uses,
             std::function<Status()> fn);
+  // StepConfig::streams: the draft emitted last goes to the backend's second stream, where it has
+  // one; it writes `writes` and only reads its other buffers.
+  void to_second_stream(std::vector<Buffer*> writes);
   // A call of an op that reads one tensor and writes another.
   using UnaryOp = Status (Backend::*)(const TensorView&, const TensorView&);
   void emit_unary(std::string name, CallKind kind, const std::string& layer, UnaryOp op, Buffer* x,

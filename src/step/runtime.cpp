@@ -32,19 +32,32 @@ Status StepState::enqueue(const std::size_t* marks, const std::function<Status()
     }
   }
   ++eager_runs;
+  // Timing marks time calls one after another: a profiled step runs them all on one stream.
+  const bool streams = marks == nullptr;
   for (std::size_t i = 0; i < calls.size(); ++i) {
     if (marks != nullptr) DLPROBE_RETURN_IF_ERROR(backend.mark(*marks + i));
     current_call = i;
-    const Status st = calls[i].run();
+    const Status st = run_call(calls[i], streams);
     if (!st.is_ok()) {
+      // Whatever the second stream still holds must not run into the next step.
+      if (streams) (void)backend.join();
       release_transients();
       pending = false;
       return st.with_context(calls[i].name);
     }
   }
+  if (streams) DLPROBE_RETURN_IF_ERROR(backend.join());
   if (marks != nullptr) DLPROBE_RETURN_IF_ERROR(backend.mark(*marks + calls.size()));
   pending = true;
   return Status::ok();
+}
+
+Status StepState::run_call(const Call& call, bool streams) {
+  if (!streams) return call.run();
+  if (call.join) DLPROBE_RETURN_IF_ERROR(backend.join());
+  if (call.fork) DLPROBE_RETURN_IF_ERROR(backend.fork());
+  if (call.stream == 0) return call.run();
+  return backend.on_stream(call.stream, call.run);
 }
 
 Result<bool> StepState::replay_graph() {
@@ -52,10 +65,10 @@ Result<bool> StepState::replay_graph() {
   if (!graph && eager_runs > 0) {
     Result<std::size_t> recorded = backend.capture([this]() -> Status {
       for (const Call& call : calls) {
-        const Status st = call.run();
+        const Status st = run_call(call, true);
         if (!st.is_ok()) return st.with_context(call.name);
       }
-      return Status::ok();
+      return backend.join();
     });
     if (recorded.has_value()) {
       graph = *recorded;

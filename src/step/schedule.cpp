@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <map>
+#include <set>
 
 #include "dlprobe/allocator/arena_plan.h"
 
@@ -34,6 +35,48 @@ Lifetimes lifetimes_of(const std::vector<Draft>& drafts) {
     }
   }
   return t;
+}
+
+// StepConfig::streams: the waits between the backend's two streams, and how long the memory of
+// what a stream-1 call touches is kept: until the join after it, as the device may run the call
+// any time before. Stream 0 joins before
+//   - a stream-1 call while another is pending, so one weight gradient at a time runs beside
+//     stream 0 and the arena keeps the operands of that one only;
+//   - a call that uses a buffer a pending call writes, or that lists no buffers (the optimizer's
+//     calls, which reach every gradient);
+//   - the step's end (the runtime's).
+// A stream-0 call that only reads what a pending call reads needs no wait: the planner writes a
+// gradient once, before the backward of the layer that reads it, and the backward pass writes no
+// activation, so what stream 1 reads does not change under it.
+void place_stream_waits(std::vector<Draft>& drafts, Lifetimes& t) {
+  std::vector<std::size_t> pending;
+  std::set<const Buffer*> written;
+  auto join_before = [&](std::size_t j) {
+    if (pending.empty()) return;
+    if (j < drafts.size()) drafts[j].call.join = true;
+    const std::size_t until = j - 1;
+    for (const std::size_t k : pending) {
+      for (Buffer* b : drafts[k].uses) {
+        if (b->transient) t.last[b] = std::max(t.last[b], until);
+      }
+    }
+    pending.clear();
+    written.clear();
+  };
+  for (std::size_t i = 0; i < drafts.size(); ++i) {
+    Draft& d = drafts[i];
+    if (d.call.stream == 1) {
+      join_before(i);
+      d.call.fork = true;
+      pending.push_back(i);
+      written.insert(d.writes.begin(), d.writes.end());
+      continue;
+    }
+    const bool reads_pending = std::any_of(d.uses.begin(), d.uses.end(),
+                                           [&](const Buffer* b) { return written.contains(b); });
+    if (d.uses.empty() || reads_pending) join_before(i);
+  }
+  join_before(drafts.size());
 }
 
 // One arena for every transient buffer, each at a fixed offset.
@@ -113,8 +156,9 @@ std::vector<Call> schedule_dynamic(StepState& s, std::vector<Draft> drafts, cons
 }  // namespace
 
 Result<std::vector<Call>> schedule(StepState& s, std::vector<Draft> drafts) {
-  const Lifetimes t = lifetimes_of(drafts);
+  Lifetimes t = lifetimes_of(drafts);
   if (s.config.memory_plan == MemoryPlan::planned) {
+    place_stream_waits(drafts, t);
     return schedule_planned(s, std::move(drafts), t);
   }
   return schedule_dynamic(s, std::move(drafts), t);

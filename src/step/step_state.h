@@ -34,6 +34,8 @@ struct Buffer {
 struct Draft {
   Call call;
   std::vector<Buffer*> uses;
+  // A call on stream 1 (call.stream): the buffers of `uses` it writes; it only reads the others.
+  std::vector<Buffer*> writes;
 };
 
 // A state entry's buffers. Parameters have a master copy, a gradient (train/grads) and optimizer
@@ -121,6 +123,8 @@ struct StepState {
   // StepConfig::graph: records the step at its second run and replays it from then on. Whether
   // this step ran as a replay.
   Result<bool> replay_graph();
+  // One call, on its stream with the waits before it; or with `streams` false on stream 0.
+  Status run_call(const Call& call, bool streams);
   Buffer* add_buffer(const TensorDesc& desc, memory::Category category, std::string owner,
                      bool transient);
 };

@@ -26,6 +26,12 @@ Status check_config(const StepConfig& c) {
   if (c.graph && c.mode == StepMode::train) {
     return invalid_argument("a graph replay runs modes grads and infer, not train");
   }
+  if (c.streams != 1 && c.streams != 2) {
+    return invalid_argument(fmt::format("streams must be 1 or 2, got {}", c.streams));
+  }
+  if (c.streams > 1 && c.memory_plan != MemoryPlan::planned) {
+    return invalid_argument("a second stream needs the planned memory plan");
+  }
   if (c.mode == StepMode::train) {
     DLPROBE_RETURN_IF_ERROR(c.optimizer == OptimizerKind::sgd ? sgd_check(c.sgd)
                                                               : adamw_check(c.adamw));

@@ -57,6 +57,7 @@ TEST(Expand, ModelsOutermostBatchesInnermost) {
   a.base.model.image_size = 64;
   a.memory = memory::parse_gpu_memory("prealloc:0.5").value();
   a.graph = false;
+  a.streams = 1;
   const Result<Expanded> e = expand(a, DeviceKind::cuda);
   ASSERT_TRUE(e.has_value()) << e.status().message();
   EXPECT_EQ(e->picked, "");  // nothing was left open
@@ -95,6 +96,7 @@ TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
     EXPECT_EQ(c.layout, layout) << i;
     EXPECT_EQ(c.memory_plan, engine::MemoryPlan::planned) << i;
     EXPECT_EQ(c.graph, graph) << i;
+    EXPECT_EQ(c.streams, 2) << i;
   };
   expect(0, Layout::nchw, false);  // fp32 train
   expect(1, Layout::nchw, true);   // fp32 grads
@@ -104,18 +106,23 @@ TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
   EXPECT_EQ(gpu->allocation.mode, memory::Mode::growth);
   EXPECT_EQ(gpu->picked,
             "layout nchw for fp32 and nhwc for fp16, gpu-memory planned, graph off for train and "
-            "on for grads");
+            "on for grads, streams 2");
 
   SweepAxes one = fp32_and_fp16_train_and_grads();
   one.precisions = {engine::Precision::bf16};
   one.modes = {engine::StepMode::grads};
-  EXPECT_EQ(expand(one, DeviceKind::cuda)->picked, "layout nhwc, gpu-memory planned, graph on");
+  EXPECT_EQ(expand(one, DeviceKind::cuda)->picked,
+            "layout nhwc, gpu-memory planned, graph on, streams 2");
   // A choice given is kept, and the open ones follow it: no graph over grown memory.
   one.memory = memory::parse_gpu_memory("grow").value();
   const Result<Expanded> grown = expand(one, DeviceKind::cuda);
   ASSERT_TRUE(grown.has_value());
-  EXPECT_EQ(grown->picked, "layout nhwc, graph off");
+  EXPECT_EQ(grown->picked, "layout nhwc, graph off, streams 1");
   EXPECT_FALSE(grown->groups[0].step.graph);
+  EXPECT_EQ(grown->groups[0].step.streams, 1);
+  // Two streams asked for over grown memory: an error, as a graph is.
+  one.streams = 2;
+  EXPECT_NE(expand(one, DeviceKind::cuda).status().message().find("planned"), std::string::npos);
   EXPECT_EQ(grown->groups[0].step.memory_plan, engine::MemoryPlan::dynamic);
 }
 

@@ -133,6 +133,58 @@ TEST(StepCudaTest, GraphReplayMatchesEagerSteps) {
   }
 }
 
+// Weight gradients on a second stream (StepConfig::streams): with deterministic engines the same
+// values to the bit as on one stream, eagerly and replayed as a graph (whose capture forks and
+// joins the streams); and the fused fp16 step and SGD training pass the fp64 comparison.
+testing::Rig on_two_streams(StepConfig c, const testing::RigFactory& make) {
+  c.streams = 2;
+  c.memory_plan = MemoryPlan::planned;
+  return make(c);
+}
+
+TEST(StepCudaTest, TwoStreamsMatchOneStream) {
+  for (const Precision precision : {Precision::fp32, Precision::fp16}) {
+    StepConfig c = config(precision, Layout::nhwc, StepMode::grads);
+    c.memory_plan = MemoryPlan::planned;
+    testing::Rig one = make_cuda_rig(c);
+    testing::Rig two = on_two_streams(c, make_cuda_rig);
+    c.graph = true;
+    testing::Rig graph = on_two_streams(c, make_cuda_rig);
+    ASSERT_TRUE(one.step && two.step && graph.step);
+    int second = 0;
+    for (const Call& call : two.step->calls()) second += call.stream;
+    EXPECT_EQ(second, 20) << "ResNet-18's weight gradients";
+    for (int i = 0; i < 3; ++i) {  // eager; recorded and replayed; replayed
+      const double want = testing::run(one);
+      EXPECT_EQ(testing::run(two), want) << "step " << i;
+      EXPECT_EQ(testing::run(graph), want) << "step " << i;
+    }
+    EXPECT_TRUE(graph.step->graph_recorded()) << precision_name(precision);
+    for (const char* name :
+         {"conv1.weight", "layer1.0.conv1.weight", "layer3.0.downsample.0.weight",
+          "layer4.1.conv2.weight", "fc.weight"}) {
+      const HostTensor want = one.step->gradient(name).value();
+      EXPECT_TRUE(dlprobe::testing::identical(two.step->gradient(name).value(), want))
+          << name << " (" << precision_name(precision) << ", eager)";
+      EXPECT_TRUE(dlprobe::testing::identical(graph.step->gradient(name).value(), want))
+          << name << " (" << precision_name(precision) << ", graph)";
+    }
+  }
+}
+
+TEST(StepCudaTest, Fp16GradientsOnTwoStreamsWithBatchNormInsideTheConvolutions) {
+  testing::compare_gradients(
+      Precision::fp16, Layout::nhwc,
+      [](const StepConfig& c) { return on_two_streams(c, make_fusing_cuda_rig); },
+      "cuda fused, two streams");
+}
+
+TEST(StepCudaTest, Fp16TrainSgdOnTwoStreams) {
+  testing::compare_training(
+      Precision::fp16, OptimizerKind::sgd,
+      [](const StepConfig& c) { return on_two_streams(c, make_cuda_rig); }, "cuda, two streams");
+}
+
 TEST(StepCudaTest, InferLoss) {
   const StepConfig c = config(Precision::fp32, Layout::nhwc, StepMode::infer);
   testing::Rigs r = testing::make_rigs(c, make_cuda_rig);

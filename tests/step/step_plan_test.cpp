@@ -1,4 +1,5 @@
 // The planned call list, memory accounting, the whole-network gradient check, and state dicts.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -164,6 +165,83 @@ TEST(StepPlanTest, FusedAndUnfusedStepsAgree) {
   }
 }
 
+// The step over two streams on the reference backend, whose second stream runs its work at the
+// next join: a wait left out, or an operand's memory reused before the join, changes the values.
+testing::Rig two_stream_rig(StepConfig c, int streams) {
+  c.streams = streams;
+  c.memory_plan = MemoryPlan::planned;
+  return testing::make_rig_on(
+      c, std::unique_ptr<memory::MemorySource>(std::make_unique<memory::HostMemorySource>()),
+      [streams](memory::CachingAllocator&) {
+        return make_reference_backend(DType::fp64, streams);
+      });
+}
+
+TEST(StepPlanTest, WeightGradientsRunOnTheSecondStream) {
+  StepConfig c = tiny_config();
+  c.precision = Precision::fp64;
+  c.layout = Layout::nhwc;
+  c.mode = StepMode::grads;
+  testing::Rig r = two_stream_rig(c, 2);
+  ASSERT_TRUE(r.step);
+  int second = 0;
+  int joins = 0;
+  for (const Call& call : r.step->calls()) {
+    const bool weight_grad = call.kind == CallKind::conv_backward_weight ||
+                             call.kind == CallKind::conv_backward_weight_fused;
+    EXPECT_EQ(call.stream, weight_grad ? 1 : 0) << call.name;
+    EXPECT_EQ(call.fork, weight_grad) << call.name;
+    second += call.stream;
+    joins += call.join ? 1 : 0;
+  }
+  EXPECT_EQ(second, 20);  // ResNet-18's convolutions
+  // One before each weight gradient but the first (one at a time beside stream 0); the last
+  // joins at the step's end.
+  EXPECT_EQ(joins, second - 1);
+  // One stream: no call leaves stream 0.
+  testing::Rig one = two_stream_rig(c, 1);
+  ASSERT_TRUE(one.step);
+  for (const Call& call : one.step->calls())
+    EXPECT_FALSE(call.stream != 0 || call.fork || call.join);
+}
+
+TEST(StepPlanTest, TwoStreamStepsAgreeWithOneStream) {
+  struct Case {
+    Precision precision;
+    Layout layout;
+    StepMode mode;
+  };
+  // fp16: the weight gradients go to low-precision temporaries, which one cast reads at the end.
+  for (const Case& k : {Case{Precision::fp64, Layout::nhwc, StepMode::grads},
+                        Case{Precision::fp64, Layout::nhwc, StepMode::train},
+                        Case{Precision::fp64, Layout::nchw, StepMode::train},
+                        Case{Precision::fp16, Layout::nhwc, StepMode::grads}}) {
+    StepConfig c = tiny_config();
+    c.precision = k.precision;
+    c.layout = k.layout;
+    c.mode = k.mode;
+    c.scaler.init_scale = 1.0;  // fp16 gradients times 65536 overflow at this size
+    testing::Rig one = two_stream_rig(c, 1);
+    testing::Rig two = two_stream_rig(c, 2);
+    ASSERT_TRUE(one.step && two.step);
+    const std::string what = fmt::format("{} {} {}", precision_name(k.precision),
+                                         layout_name(k.layout), step_mode_name(k.mode));
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(run(two), run(one)) << what;
+    const bool train = k.mode == StepMode::train;
+    for (const char* name : {"conv1.weight", "layer1.0.conv2.weight", "layer2.0.conv1.weight",
+                             "layer2.0.downsample.0.weight", "layer4.1.conv2.weight"}) {
+      const HostTensor want =
+          train ? one.step->tensor(name).value() : one.step->gradient(name).value();
+      const HostTensor got =
+          train ? two.step->tensor(name).value() : two.step->gradient(name).value();
+      ASSERT_EQ(got.numel(), want.numel());
+      for (std::int64_t j = 0; j < got.numel(); ++j) {
+        ASSERT_EQ(got.get(j), want.get(j)) << what << " " << name << " [" << j << "]";
+      }
+    }
+  }
+}
+
 TEST(StepPlanTest, MixedPrecisionCastsWorkingCopiesAndGradients) {
   StepConfig c = tiny_config();
   c.precision = Precision::fp16;
@@ -244,6 +322,12 @@ TEST(StepPlanTest, RefusesBadConfigurationsWithOneLine) {
   c.precision = Precision::fp16;
   c.scaler.growth_factor = 0.5;
   fails(c, "growth factor");
+  c = tiny_config();
+  c.streams = 3;
+  fails(c, "streams must be 1 or 2");
+  c = tiny_config();
+  c.streams = 2;
+  fails(c, "a second stream needs the planned memory plan");
   // The library names the value and the choices; which flag it came from is the caller's to say.
   EXPECT_EQ(parse_precision("fp8").status().message(),
             "unknown precision 'fp8' (expected one of fp32, tf32, fp16, bf16, fp64)");

@@ -60,6 +60,8 @@ struct SweepAxes {
   std::optional<memory::GpuMemoryOption> memory;
   // Replay each step as a graph; nullopt: wherever the mode allows one and the arena is planned.
   std::optional<bool> graph;
+  // StepConfig::streams; nullopt: the fastest where the arena is planned, else 1.
+  std::optional<int> streams;
   engine::StepConfig base;  // image size, classes, optimizer, seeds
 };
 
@@ -75,7 +77,8 @@ struct Expanded {
   std::string picked;
 };
 // A graph asked for over memory that is not planned, or in train mode, is an error (the step
-// replays fixed addresses, and train's optimizer uploads its table each step).
+// replays fixed addresses, and train's optimizer uploads its table each step); so are two streams
+// over memory that is not planned.
 Result<Expanded> expand(const SweepAxes& axes, DeviceKind device);
 
 struct Sweep {

@@ -18,6 +18,7 @@ struct FastestSettings {
   Layout layout = Layout::nchw;
   bool planned = false;  // engine::MemoryPlan::planned: one arena laid out from the lifetimes
   bool graph = false;    // StepConfig::graph: the step recorded once and replayed
+  int streams = 1;       // StepConfig::streams, where the arena is planned
 };
 
 // A pure function of what it is given, so that a test pins every default.

@@ -87,6 +87,18 @@ class Backend {
   // workspace from that count. A step calls it before the eager run its capture follows.
   virtual void reset_call_workspace_peak();
 
+  // (optional) Streams: queues whose work may run at the same time, so that a call that takes
+  // few of the device's cores leaves the rest to another. streams() is how many the backend has;
+  // with one (the default) every call runs in the order it was made. on_stream(s, run) calls
+  // `run`, whose backend calls go to stream s; a backend may run them any time until the next
+  // join(). fork(): stream 1's later work waits for everything queued on stream 0 so far.
+  // join(): stream 0's later work waits for everything queued on stream 1 so far. The caller
+  // keeps every buffer stream 1's work reads or writes untouched until it has joined.
+  virtual int streams() const { return 1; }
+  virtual Status on_stream(int stream, const std::function<Status()>& run);
+  virtual Status fork() { return Status::ok(); }
+  virtual Status join() { return Status::ok(); }
+
   virtual Status fill(const TensorView& t, double value) = 0;
   virtual Status cast(const TensorView& src, const TensorView& dst) = 0;
   // cast(src[i], dst[i]) for every i (the spans of one length), where a backend may do them all

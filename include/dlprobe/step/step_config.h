@@ -84,6 +84,11 @@ struct StepConfig {
   // loss scale between steps). A backend that cannot record runs the step eagerly, with a
   // warning.
   bool graph = false;
+  // 2: each convolution's weight gradient runs on a second stream of the backend
+  // (Backend::streams), beside the data gradients and batch norms that follow it, where the
+  // backend has one; 1: every call in order on one. Needs MemoryPlan::planned, whose arena keeps
+  // what the second stream reads until the first waits for it.
+  int streams = 1;
 };
 
 }  // namespace dlprobe::engine

@@ -55,6 +55,11 @@ struct Call {
   CallKind kind = CallKind::fill;
   std::string layer;  // owner: a model layer, "loss", "optimizer", "grad_scaler"
   std::function<Status()> run;
+  // StepConfig::streams: the backend stream the call goes to, and the waits before it: `join`,
+  // stream 0 waits for stream 1's work so far; `fork`, stream 1 waits for stream 0's.
+  int stream = 0;
+  bool join = false;
+  bool fork = false;
 };
 
 // An activation or temporary of the plan, and which entries of calls() it lives across: under

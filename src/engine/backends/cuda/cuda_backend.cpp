@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -176,6 +177,14 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
     cudaStream_t stream = nullptr;
     DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     b->stream_.reset(stream);
+    cudaStream_t side = nullptr;
+    DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    b->side_stream_.reset(side);
+    for (EventPtr* e : {&b->fork_, &b->join_}) {
+      cudaEvent_t raw = nullptr;
+      DLPROBE_CUDA_CHECK(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming));
+      e->reset(raw);
+    }
     cudnnHandle_t cudnn = nullptr;
     DLPROBE_CUDNN_CHECK(cudnnCreate(&cudnn));
     b->cudnn_.reset(cudnn);
@@ -198,6 +207,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
 CudaBackend::~CudaBackend() {
   // Queued work may still use scratch blocks and plans; let it finish before they go.
   if (stream_) (void)cudaStreamSynchronize(stream_.get());
+  if (side_stream_) (void)cudaStreamSynchronize(side_stream_.get());
 }
 
 Status CudaBackend::upload(void* dst, const void* src, std::size_t bytes) {
@@ -218,6 +228,29 @@ Status CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
 
 Status CudaBackend::synchronize() {
   DLPROBE_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  DLPROBE_CUDA_CHECK(cudaStreamSynchronize(side_stream_.get()));
+  return Status::ok();
+}
+
+Status CudaBackend::on_stream(int stream, const std::function<Status()>& run) {
+  if (stream != 1 || stream_index_ == 1) return Backend::on_stream(stream, run);
+  DLPROBE_CUDNN_CHECK(cudnnSetStream(cudnn_.get(), side_stream_.get()));
+  stream_index_ = 1;
+  const Status ran = run();
+  stream_index_ = 0;
+  DLPROBE_CUDNN_CHECK(cudnnSetStream(cudnn_.get(), stream_.get()));
+  return ran;
+}
+
+Status CudaBackend::fork() {
+  DLPROBE_CUDA_CHECK(cudaEventRecord(fork_.get(), stream_.get()));
+  DLPROBE_CUDA_CHECK(cudaStreamWaitEvent(side_stream_.get(), fork_.get(), 0));
+  return Status::ok();
+}
+
+Status CudaBackend::join() {
+  DLPROBE_CUDA_CHECK(cudaEventRecord(join_.get(), side_stream_.get()));
+  DLPROBE_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), join_.get(), 0));
   return Status::ok();
 }
 
@@ -253,12 +286,18 @@ Result<double> CudaBackend::elapsed_ms(std::size_t from, std::size_t to) {
 }
 
 Result<void*> CudaBackend::workspace(std::size_t bytes, std::string_view op,
-                                     memory::DeviceBuffer& holder) {
+                                     std::optional<Scratch>& holder) {
+  if (stream_index_ == 1) {
+    // Stream 1's own pool (see ctx()): a block the allocator took back could go to a stream-0
+    // call while this one still runs.
+    DLPROBE_ASSIGN_OR_RETURN(Scratch ws, scratch(ctx(), bytes, op));
+    return holder.emplace(std::move(ws)).data();
+  }
   if (recording_ == nullptr) {
     eager_workspace_bytes_ = std::max(eager_workspace_bytes_, bytes);
-    DLPROBE_ASSIGN_OR_RETURN(holder,
+    DLPROBE_ASSIGN_OR_RETURN(memory::DeviceBuffer ws,
                              allocator_.allocate_buffer(bytes, memory::Category::workspace, op));
-    return holder.data();
+    return holder.emplace(std::move(ws), nullptr).data();
   }
   if (bytes > recording_->workspace.size()) {
     return error(Errc::internal,
@@ -283,7 +322,10 @@ Result<std::size_t> CudaBackend::capture(const std::function<Status()>& record) 
       allocator_.allocate_buffer(ws, memory::Category::workspace, "graph workspace"));
   DLPROBE_CUDA_CHECK(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeRelaxed));
   recording_ = graph.get();
-  const Status recorded = record();
+  Status recorded = record();
+  // A capture ends only with every stream it reached joined into the one it began on, also when
+  // the recording stopped half way.
+  if (const Status joined = join(); recorded.is_ok()) recorded = joined;
   recording_ = nullptr;
   cudaGraph_t raw = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_.get(), &raw);
@@ -470,11 +512,11 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
           auto ws, allocator_.allocate_buffer(static_cast<std::size_t>(candidate.workspace_bytes),
                                               memory::Category::workspace, op));
       auto time_runs = [&](int runs) -> Result<float> {
-        DLPROBE_CUDA_CHECK(cudaEventRecord(start_.get(), stream_.get()));
+        DLPROBE_CUDA_CHECK(cudaEventRecord(start_.get(), stream()));
         for (int i = 0; i < runs; ++i) {
           DLPROBE_RETURN_IF_ERROR(execute_plan(cudnn_.get(), candidate, uids, ptrs, ws.data()));
         }
-        DLPROBE_CUDA_CHECK(cudaEventRecord(stop_.get(), stream_.get()));
+        DLPROBE_CUDA_CHECK(cudaEventRecord(stop_.get(), stream()));
         DLPROBE_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
         float ms = 0;
         DLPROBE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
@@ -622,7 +664,7 @@ Result<ConvSpec> CudaBackend::conv_spec(ConvDirection direction, const TensorVie
 Status CudaBackend::run_conv_plan(const ExecutionPlan& plan, std::span<const std::int64_t> uids,
                                   std::span<void* const> ptrs, std::string_view op) {
   last_conv_engine_ = plan.engine_name;
-  memory::DeviceBuffer holder;
+  std::optional<Scratch> holder;
   DLPROBE_ASSIGN_OR_RETURN(void* ws,
                            workspace(static_cast<std::size_t>(plan.workspace_bytes), op, holder));
   return execute_plan(cudnn_.get(), plan, uids, ptrs, ws);
@@ -992,13 +1034,13 @@ Status CudaBackend::matmul(const Gemm& g, std::string_view op) {
     found = matmul_algos_.emplace(key, result).first;
   }
   const cublasLtMatmulHeuristicResult_t& algo = found->second;
-  memory::DeviceBuffer holder;
+  std::optional<Scratch> holder;
   DLPROBE_ASSIGN_OR_RETURN(void* ws, workspace(algo.workspaceSize, op, holder));
   const float alpha = 1.0F;
   const float beta = 0.0F;
   DLPROBE_CUBLAS_CHECK(cublasLtMatmul(lt_.get(), desc.get(), &alpha, g.a, a.get(), g.b, b.get(),
                                       &beta, g.d, d.get(), g.d, d.get(), &algo.algo, ws,
-                                      algo.workspaceSize, stream_.get()));
+                                      algo.workspaceSize, stream()));
   return Status::ok();
 }
 

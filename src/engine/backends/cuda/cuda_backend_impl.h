@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -73,6 +74,11 @@ class CudaBackend final : public Backend {
   Status replay(std::size_t graph) override;
   void release_graph(std::size_t graph) override;
   void reset_call_workspace_peak() override { eager_workspace_bytes_ = 0; }
+  // Stream 1 runs weight gradients beside stream 0's work (StepConfig::streams).
+  int streams() const override { return 2; }
+  Status on_stream(int stream, const std::function<Status()>& run) override;
+  Status fork() override;
+  Status join() override;
 
   Status fill(const TensorView& t, double value) override;
   Status cast(const TensorView& src, const TensorView& dst) override;
@@ -180,7 +186,8 @@ class CudaBackend final : public Backend {
   // Plans built from the tuning cache's record rather than by timing candidates.
   std::size_t conv_plans_replayed() const { return conv_plans_replayed_; }
   std::size_t matmul_algo_count() const { return matmul_algos_.size(); }
-  cudaStream_t stream() const { return stream_.get(); }
+  // The stream calls go to now (see on_stream()).
+  cudaStream_t stream() const { return stream_index_ == 1 ? side_stream_.get() : stream_.get(); }
   // The cuDNN engine of the latest convolution ("eng12 [tensor_core]"), for reports and tests.
   const std::string& last_conv_engine() const { return last_conv_engine_; }
   // While a graph is being recorded, the workspace its calls share (else null): tests overwrite
@@ -193,13 +200,21 @@ class CudaBackend final : public Backend {
   CudaBackend(memory::CachingAllocator& allocator, const CudaBackendOptions& options)
       : allocator_(allocator), options_(options) {}
 
-  KernelContext ctx() const {
-    return {stream_.get(), sm_count_, &allocator_,
-            recording_ != nullptr ? &recording_->scratch : nullptr, cooperative_};
+  // Stream 1's scratch always comes from a pool of its own, which keeps its blocks: given back
+  // to the allocator, a block could go to a stream-0 call while the stream-1 call still runs.
+  KernelContext ctx() {
+    ScratchPool* pool = nullptr;
+    if (stream_index_ == 1) {
+      pool = recording_ != nullptr ? &recording_->side_scratch : &side_scratch_;
+    } else if (recording_ != nullptr) {
+      pool = &recording_->scratch;
+    }
+    return {stream(), sm_count_, &allocator_, pool, cooperative_};
   }
-  // Workspace for one cuDNN or cuBLASLt call: from the allocator for this call, or while
-  // recording a graph, the one workspace the graph's calls share (they run in order).
-  Result<void*> workspace(std::size_t bytes, std::string_view op, memory::DeviceBuffer& holder);
+  // Workspace for one cuDNN or cuBLASLt call, held by `holder` until the call is queued: on
+  // stream 0 from the allocator for this call, or while recording a graph, the one workspace the
+  // graph's stream-0 calls share (they run in order); on stream 1 from its pool.
+  Result<void*> workspace(std::size_t bytes, std::string_view op, std::optional<Scratch>& holder);
   // The ConvSpec of a convolution over these operands, with the backend's numerical policy.
   Result<ConvSpec> conv_spec(ConvDirection direction, const TensorView& x, const TensorView& w,
                              const TensorView& y, const Conv2dParams& p) const;
@@ -230,6 +245,11 @@ class CudaBackend final : public Backend {
   bool runtime_fusion_ = false;  // compute capability 8.0 or later
   std::string tuning_stamp_;     // GPU, cuDNN and workspace limit, for the tuning cache's keys
   StreamPtr stream_;
+  StreamPtr side_stream_;  // stream 1
+  EventPtr fork_;
+  EventPtr join_;
+  int stream_index_ = 0;
+  ScratchPool side_scratch_;  // stream 1's eager scratch and workspace
   CudnnPtr cudnn_;
   LtPtr lt_;
   EventPtr start_;
@@ -239,7 +259,8 @@ class CudaBackend final : public Backend {
   struct Graph {
     Owned<cudaGraphExec_t, cudaGraphExecDestroy> exec;
     memory::DeviceBuffer workspace;
-    ScratchPool scratch;  // every kernel scratch buffer the recorded calls use
+    ScratchPool scratch;       // every kernel scratch buffer the recorded calls use
+    ScratchPool side_scratch;  // ... and stream 1's scratch and workspace
   };
   std::vector<std::unique_ptr<Graph>> graphs_;
   Graph* recording_ = nullptr;  // the graph being recorded

@@ -18,7 +18,9 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "dlprobe/engine/reference_backend.h"
@@ -322,8 +324,24 @@ void set_elem(const TensorView& v, std::size_t i, T value) {
 template <class T>
 class ReferenceBackend final : public HostBackend {
  public:
+  explicit ReferenceBackend(int streams) : streams_(streams) {}
+
   std::string_view name() const override { return "reference"; }
   Status synchronize() override { return Status::ok(); }
+
+  // Stream 1's work runs at the next join(), the latest a device may run it, so a caller that
+  // reads its results, or reuses its operands' memory, before joining computes wrong values.
+  int streams() const override { return streams_; }
+  Status on_stream(int stream, const std::function<Status()>& run) override {
+    if (stream != 1 || streams_ < 2) return Backend::on_stream(stream, run);
+    late_.push_back(run);
+    return Status::ok();
+  }
+  Status join() override {
+    std::vector<std::function<Status()>> late = std::exchange(late_, {});
+    for (const auto& run : late) DLPROBE_RETURN_IF_ERROR(run());
+    return Status::ok();
+  }
 
   Status fill(const TensorView& t, double value) override {
     for (std::int64_t i = 0; i < t.desc.numel(); ++i) write_elem(t, i, value);
@@ -743,6 +761,9 @@ class ReferenceBackend final : public HostBackend {
   }
 
  private:
+  int streams_;
+  std::vector<std::function<Status()>> late_;  // stream 1's work since the last join
+
   // Two optional operands that come together: both with data or neither.
   static Status check_pair(std::string_view op, std::string_view a_name, const TensorView& a,
                            std::string_view b_name, const TensorView& b) {
@@ -857,9 +878,15 @@ class ReferenceBackend final : public HostBackend {
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> make_reference_backend(DType compute) {
-  if (compute == DType::fp32) return std::unique_ptr<Backend>(new ReferenceBackend<float>());
-  if (compute == DType::fp64) return std::unique_ptr<Backend>(new ReferenceBackend<double>());
+Result<std::unique_ptr<Backend>> make_reference_backend(DType compute, int streams) {
+  if (streams != 1 && streams != 2) {
+    return invalid_argument(
+        fmt::format("the reference backend has one or two streams, not {}", streams));
+  }
+  if (compute == DType::fp32) return std::unique_ptr<Backend>(new ReferenceBackend<float>(streams));
+  if (compute == DType::fp64) {
+    return std::unique_ptr<Backend>(new ReferenceBackend<double>(streams));
+  }
   return invalid_argument(
       fmt::format("the reference backend computes in fp32 or fp64, not {}", dtype_name(compute)));
 }
