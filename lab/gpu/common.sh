@@ -19,7 +19,8 @@ jpeg_dataset() {
 # CONFIGS (PRECISION:BATCH list, default "fp16:256 fp16:32"), ROUNDS times (default 2),
 # alternating so that drift between runs falls on every value alike; img/s and peak allocated per
 # run appended to $out/ab.txt, each run's output in $out/<tag>.{txt,err,json}. BENCH_FLAGS go to
-# every run (e.g. a --tuning-cache shared by the runs).
+# every run (e.g. a --tuning-cache shared by the runs); DLPROBE names another build of the binary,
+# TAG a prefix for its runs' names.
 bench_ab() {
   local flag=$1
   shift
@@ -29,8 +30,8 @@ bench_ab() {
       precision=${config%%:*}
       batch=${config##*:}
       for value in "$@"; do
-        tag=$precision-bs$batch-${MODE:-grads}${flag#-}$value-r$round
-        timeout 200 "$bin/dlprobe" bench --model resnet50 --mode "${MODE:-grads}" --precision "$precision" \
+        tag=${TAG:-}$precision-bs$batch-${MODE:-grads}${flag#-}$value-r$round
+        timeout 200 "${DLPROBE:-$bin/dlprobe}" bench --model resnet50 --mode "${MODE:-grads}" --precision "$precision" \
           --batch "$batch" --steps 30 --no-ceiling ${BENCH_FLAGS:-} "$flag" "$value" \
           --json "$out/$tag.json" \
           --overwrite >"$out/$tag.txt" 2>"$out/$tag.err"

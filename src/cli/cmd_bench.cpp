@@ -223,8 +223,8 @@ int run_bench_command(const BenchFlags& flags) {
   ProgressLine line(flags.quiet);
   if (!plan->device.empty()) line.note("dlprobe bench: " + plan->device);
   if (!plan->picked.empty()) {
-    line.note(
-        fmt::format("picked: {} (override with --layout/--gpu-memory/--graph)", plan->picked));
+    line.note(fmt::format("picked: {} (override with --layout/--gpu-memory/--graph/--streams)",
+                          plan->picked));
   }
 
   std::shared_ptr<nvml::Library> nvml;

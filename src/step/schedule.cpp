@@ -40,14 +40,16 @@ Lifetimes lifetimes_of(const std::vector<Draft>& drafts) {
 // StepConfig::streams: the waits between the backend's two streams, and how long the memory of
 // what a stream-1 call touches is kept: until the join after it, as the device may run the call
 // any time before. Stream 0 joins before
-//   - a stream-1 call while another is pending, so one weight gradient at a time runs beside
-//     stream 0 and the arena keeps the operands of that one only;
+//   - a stream-1 call while kPending others are, so that the arena keeps the operands of that many
+//     weight gradients only;
 //   - a call that uses a buffer a pending call writes, or that lists no buffers (the optimizer's
 //     calls, which reach every gradient);
 //   - the step's end (the runtime's).
 // A stream-0 call that only reads what a pending call reads needs no wait: the planner writes a
 // gradient once, before the backward of the layer that reads it, and the backward pass writes no
 // activation, so what stream 1 reads does not change under it.
+constexpr std::size_t kPending = 1;
+
 void place_stream_waits(std::vector<Draft>& drafts, Lifetimes& t) {
   std::vector<std::size_t> pending;
   std::set<const Buffer*> written;
@@ -66,7 +68,7 @@ void place_stream_waits(std::vector<Draft>& drafts, Lifetimes& t) {
   for (std::size_t i = 0; i < drafts.size(); ++i) {
     Draft& d = drafts[i];
     if (d.call.stream == 1) {
-      join_before(i);
+      if (pending.size() >= kPending) join_before(i);
       d.call.fork = true;
       pending.push_back(i);
       written.insert(d.writes.begin(), d.writes.end());

@@ -428,8 +428,9 @@ TEST(BenchCliTest, DefaultsPickTheFastestAndSaySo) {
   ASSERT_EQ(picked.exit_code, 0) << picked.output;
   EXPECT_NE(picked.output.find("picked: layout "), std::string::npos) << picked.output;
   EXPECT_NE(picked.output.find("gpu-memory "), std::string::npos) << picked.output;
-  EXPECT_NE(picked.output.find(", graph off (override with --layout/--gpu-memory/--graph)\n"),
-            std::string::npos)
+  EXPECT_NE(
+      picked.output.find(", graph off (override with --layout/--gpu-memory/--graph/--streams)\n"),
+      std::string::npos)
       << picked.output;
   const CliRun given = run(quick + "--layout nhwc --gpu-memory planned --graph off");
   ASSERT_EQ(given.exit_code, 0) << given.output;

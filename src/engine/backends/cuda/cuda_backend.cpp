@@ -245,12 +245,18 @@ Status CudaBackend::on_stream(int stream, const std::function<Status()>& run) {
 Status CudaBackend::fork() {
   DLPROBE_CUDA_CHECK(cudaEventRecord(fork_.get(), stream_.get()));
   DLPROBE_CUDA_CHECK(cudaStreamWaitEvent(side_stream_.get(), fork_.get(), 0));
+  forked_ = true;
   return Status::ok();
 }
 
+// Only after a fork: while a graph is recorded, stream 1 takes part only from its first wait on
+// stream 0, and a wait on its work from before the recording is refused
+// (cudaErrorStreamCaptureIsolation).
 Status CudaBackend::join() {
+  if (!forked_) return Status::ok();
   DLPROBE_CUDA_CHECK(cudaEventRecord(join_.get(), side_stream_.get()));
   DLPROBE_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), join_.get(), 0));
+  forked_ = false;
   return Status::ok();
 }
 
@@ -330,6 +336,12 @@ Result<std::size_t> CudaBackend::capture(const std::function<Status()>& record) 
   cudaGraph_t raw = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_.get(), &raw);
   const Owned<cudaGraph_t, cudaGraphDestroy> captured(raw);
+  forked_ = false;
+  if (!recorded.is_ok() || ended != cudaSuccess) {
+    // The failed call's error stays the runtime's last error, and the eager steps that follow
+    // would read it as their own launch's.
+    (void)cudaGetLastError();
+  }
   if (!recorded.is_ok()) return recorded.with_context("recording a CUDA graph");
   DLPROBE_CUDA_CHECK(ended);
   cudaGraphExec_t exec = nullptr;

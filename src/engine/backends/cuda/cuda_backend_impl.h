@@ -249,6 +249,7 @@ class CudaBackend final : public Backend {
   EventPtr fork_;
   EventPtr join_;
   int stream_index_ = 0;
+  bool forked_ = false;       // stream 1 has waited on stream 0 since the last join
   ScratchPool side_scratch_;  // stream 1's eager scratch and workspace
   CudnnPtr cudnn_;
   LtPtr lt_;
