@@ -42,12 +42,13 @@ void Backend::release_graph(std::size_t /*graph*/) {}  // the defaults record no
 
 void Backend::reset_call_workspace_peak() {}  // nor do they keep workspace
 
-Status Backend::on_stream(int stream, const std::function<Status()>& run) {
+Result<std::size_t> Backend::on_stream(int stream, const std::function<Status()>& run) {
   if (stream < 0 || stream >= streams()) {
     return invalid_argument(
         fmt::format("the {} backend has no stream {} ({} in all)", name(), stream, streams()));
   }
-  return run();
+  DLPROBE_RETURN_IF_ERROR(run());
+  return std::size_t{0};  // the work is done: nothing to join
 }
 
 namespace {

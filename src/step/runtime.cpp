@@ -37,7 +37,7 @@ Status StepState::enqueue(const std::size_t* marks, const std::function<Status()
   for (std::size_t i = 0; i < calls.size(); ++i) {
     if (marks != nullptr) DLPROBE_RETURN_IF_ERROR(backend.mark(*marks + i));
     current_call = i;
-    const Status st = run_call(calls[i], streams);
+    const Status st = run_call(i, streams);
     if (!st.is_ok()) {
       // Whatever the second stream still holds must not run into the next step.
       if (streams) (void)backend.join();
@@ -52,21 +52,27 @@ Status StepState::enqueue(const std::size_t* marks, const std::function<Status()
   return Status::ok();
 }
 
-Status StepState::run_call(const Call& call, bool streams) {
+Status StepState::run_call(std::size_t i, bool streams) {
+  const Call& call = calls[i];
   if (!streams) return call.run();
-  if (call.join) DLPROBE_RETURN_IF_ERROR(backend.join());
+  if (call.join_through >= 0) {
+    DLPROBE_RETURN_IF_ERROR(
+        backend.join_through(tickets.at(static_cast<std::size_t>(call.join_through))));
+  }
   if (call.fork) DLPROBE_RETURN_IF_ERROR(backend.fork());
   if (call.stream == 0) return call.run();
-  return backend.on_stream(call.stream, call.run);
+  if (tickets.size() != calls.size()) tickets.resize(calls.size());
+  DLPROBE_ASSIGN_OR_RETURN(tickets[i], backend.on_stream(call.stream, call.run));
+  return Status::ok();
 }
 
 Result<bool> StepState::replay_graph() {
   // The first run builds the backend's plans eagerly; the second is recorded.
   if (!graph && eager_runs > 0) {
     Result<std::size_t> recorded = backend.capture([this]() -> Status {
-      for (const Call& call : calls) {
-        const Status st = run_call(call, true);
-        if (!st.is_ok()) return st.with_context(call.name);
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        const Status st = run_call(i, true);
+        if (!st.is_ok()) return st.with_context(calls[i].name);
       }
       return backend.join();
     });

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <deque>
 #include <map>
-#include <set>
 
 #include "dlprobe/allocator/arena_plan.h"
 
@@ -38,12 +38,14 @@ Lifetimes lifetimes_of(const std::vector<Draft>& drafts) {
 }
 
 // StepConfig::streams: the waits between the backend's two streams, and how long the memory of
-// what a stream-1 call touches is kept: until the join after it, as the device may run the call
-// any time before. Stream 0 joins before
-//   - a stream-1 call while kPending others are, so that the arena keeps the operands of that many
-//     weight gradients only;
-//   - a call that uses a buffer a pending call writes, or that lists no buffers (the optimizer's
-//     calls, which reach every gradient);
+// what a stream-1 call touches is kept: until stream 0 has waited for that call, as the device may
+// run it any time before. Stream 0 waits for a pending stream-1 call (and so for every one before
+// it, the stream runs them in order) before
+//   - the stream-1 call kPending calls after it, so that the arena keeps the operands of that many
+//     weight gradients only (on an H200, waiting before the next one cost 2.6 % of the step at
+//     batch 32 against one stream: stream 0 stalled behind each weight gradient);
+//   - a call that uses a buffer it writes, or that lists no buffers (the optimizer's calls,
+//     which reach every gradient);
 //   - the step's end (the runtime's).
 // A stream-0 call that only reads what a pending call reads needs no wait: the planner writes a
 // gradient once, before the backward of the layer that reads it, and the backward pass writes no
@@ -51,34 +53,43 @@ Lifetimes lifetimes_of(const std::vector<Draft>& drafts) {
 constexpr std::size_t kPending = 1;
 
 void place_stream_waits(std::vector<Draft>& drafts, Lifetimes& t) {
-  std::vector<std::size_t> pending;
-  std::set<const Buffer*> written;
-  auto join_before = [&](std::size_t j) {
-    if (pending.empty()) return;
-    if (j < drafts.size()) drafts[j].call.join = true;
-    const std::size_t until = j - 1;
-    for (const std::size_t k : pending) {
-      for (Buffer* b : drafts[k].uses) {
-        if (b->transient) t.last[b] = std::max(t.last[b], until);
+  std::deque<std::size_t> pending;  // stream-1 drafts not waited for, oldest first
+  // Before draft j, stream 0 waits for the oldest `count` pending drafts.
+  auto wait_before = [&](std::size_t j, std::size_t count) {
+    if (count == 0) return;
+    if (j < drafts.size())
+      drafts[j].call.join_through = static_cast<std::int64_t>(pending[count - 1]);
+    for (std::size_t k = 0; k < count; ++k) {
+      for (Buffer* b : drafts[pending[k]].uses) {
+        if (b->transient) t.last[b] = std::max(t.last[b], j - 1);
       }
     }
-    pending.clear();
-    written.clear();
+    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(count));
   };
   for (std::size_t i = 0; i < drafts.size(); ++i) {
     Draft& d = drafts[i];
     if (d.call.stream == 1) {
-      if (pending.size() >= kPending) join_before(i);
+      if (pending.size() >= kPending) wait_before(i, pending.size() - kPending + 1);
       d.call.fork = true;
       pending.push_back(i);
-      written.insert(d.writes.begin(), d.writes.end());
       continue;
     }
-    const bool reads_pending = std::any_of(d.uses.begin(), d.uses.end(),
-                                           [&](const Buffer* b) { return written.contains(b); });
-    if (d.uses.empty() || reads_pending) join_before(i);
+    if (d.uses.empty()) {
+      wait_before(i, pending.size());
+      continue;
+    }
+    // Through the newest pending call that writes what this one uses.
+    std::size_t count = 0;
+    for (std::size_t k = 0; k < pending.size(); ++k) {
+      const std::vector<Buffer*>& w = drafts[pending[k]].writes;
+      const bool uses_it = std::any_of(d.uses.begin(), d.uses.end(), [&](const Buffer* b) {
+        return std::find(w.begin(), w.end(), b) != w.end();
+      });
+      if (uses_it) count = k + 1;
+    }
+    wait_before(i, count);
   }
-  join_before(drafts.size());
+  wait_before(drafts.size(), pending.size());
 }
 
 // One arena for every transient buffer, each at a fixed offset.

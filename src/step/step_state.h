@@ -70,6 +70,8 @@ struct StepState {
   memory::DeviceBuffer arena;
   std::optional<ArenaLayout> arena_layout;
   std::size_t current_call = 0;
+  // Per call: the backend's ticket for a stream-1 call's work this step (Backend::on_stream).
+  std::vector<std::size_t> tickets;
 
   Buffer* images = nullptr;
   Buffer* labels = nullptr;
@@ -123,8 +125,8 @@ struct StepState {
   // StepConfig::graph: records the step at its second run and replays it from then on. Whether
   // this step ran as a replay.
   Result<bool> replay_graph();
-  // One call, on its stream with the waits before it; or with `streams` false on stream 0.
-  Status run_call(const Call& call, bool streams);
+  // Call i, on its stream with the waits before it; or with `streams` false on stream 0.
+  Status run_call(std::size_t i, bool streams);
   Buffer* add_buffer(const TensorDesc& desc, memory::Category category, std::string owner,
                      bool transient);
 };

@@ -90,13 +90,17 @@ class Backend {
   // (optional) Streams: queues whose work may run at the same time, so that a call that takes
   // few of the device's cores leaves the rest to another. streams() is how many the backend has;
   // with one (the default) every call runs in the order it was made. on_stream(s, run) calls
-  // `run`, whose backend calls go to stream s; a backend may run them any time until the next
-  // join(). fork(): stream 1's later work waits for everything queued on stream 0 so far.
-  // join(): stream 0's later work waits for everything queued on stream 1 so far. The caller
-  // keeps every buffer stream 1's work reads or writes untouched until it has joined.
+  // `run`, whose backend calls go to stream s, and returns a ticket for them; a backend may run
+  // them any time until a join that covers the ticket. fork(): stream 1's later work waits for
+  // everything queued on stream 0 so far. join_through(ticket): stream 0's later work waits for
+  // stream 1's up to and including the ticket's (one of the latest kStreamTickets); join(): for
+  // all of stream 1's so far. The caller keeps every buffer stream 1's work reads or writes
+  // untouched until it has joined.
+  static constexpr std::size_t kStreamTickets = 64;
   virtual int streams() const { return 1; }
-  virtual Status on_stream(int stream, const std::function<Status()>& run);
+  virtual Result<std::size_t> on_stream(int stream, const std::function<Status()>& run);
   virtual Status fork() { return Status::ok(); }
+  virtual Status join_through(std::size_t /*ticket*/) { return Status::ok(); }
   virtual Status join() { return Status::ok(); }
 
   virtual Status fill(const TensorView& t, double value) = 0;

@@ -55,10 +55,11 @@ struct Call {
   CallKind kind = CallKind::fill;
   std::string layer;  // owner: a model layer, "loss", "optimizer", "grad_scaler"
   std::function<Status()> run;
-  // StepConfig::streams: the backend stream the call goes to, and the waits before it: `join`,
-  // stream 0 waits for stream 1's work so far; `fork`, stream 1 waits for stream 0's.
+  // StepConfig::streams: the backend stream the call goes to, and the waits before it: stream 0
+  // for stream 1's work up to and including the call of index `join_through` in the list (-1:
+  // none); with `fork`, stream 1 for stream 0's work so far.
   int stream = 0;
-  bool join = false;
+  std::int64_t join_through = -1;
   bool fork = false;
 };
 

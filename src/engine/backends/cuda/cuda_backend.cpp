@@ -232,14 +232,32 @@ Status CudaBackend::synchronize() {
   return Status::ok();
 }
 
-Status CudaBackend::on_stream(int stream, const std::function<Status()>& run) {
+Result<std::size_t> CudaBackend::on_stream(int stream, const std::function<Status()>& run) {
   if (stream != 1 || stream_index_ == 1) return Backend::on_stream(stream, run);
   DLPROBE_CUDNN_CHECK(cudnnSetStream(cudnn_.get(), side_stream_.get()));
   stream_index_ = 1;
   const Status ran = run();
   stream_index_ = 0;
   DLPROBE_CUDNN_CHECK(cudnnSetStream(cudnn_.get(), stream_.get()));
-  return ran;
+  DLPROBE_RETURN_IF_ERROR(ran);
+  const std::size_t ticket = next_ticket_++;
+  EventPtr& done = done_[ticket % kStreamTickets];
+  if (!done) {
+    cudaEvent_t e = nullptr;
+    DLPROBE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    done.reset(e);
+  }
+  DLPROBE_CUDA_CHECK(cudaEventRecord(done.get(), side_stream_.get()));
+  return ticket;
+}
+
+Status CudaBackend::join_through(std::size_t ticket) {
+  if (ticket >= next_ticket_ || next_ticket_ - ticket > kStreamTickets) {
+    return invalid_argument(
+        fmt::format("join_through: ticket {} is not one of the latest {}", ticket, kStreamTickets));
+  }
+  DLPROBE_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), done_[ticket % kStreamTickets].get(), 0));
+  return Status::ok();
 }
 
 Status CudaBackend::fork() {

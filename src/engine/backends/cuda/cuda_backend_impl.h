@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -76,8 +77,9 @@ class CudaBackend final : public Backend {
   void reset_call_workspace_peak() override { eager_workspace_bytes_ = 0; }
   // Stream 1 runs weight gradients beside stream 0's work (StepConfig::streams).
   int streams() const override { return 2; }
-  Status on_stream(int stream, const std::function<Status()>& run) override;
+  Result<std::size_t> on_stream(int stream, const std::function<Status()>& run) override;
   Status fork() override;
+  Status join_through(std::size_t ticket) override;
   Status join() override;
 
   Status fill(const TensorView& t, double value) override;
@@ -205,7 +207,7 @@ class CudaBackend final : public Backend {
   KernelContext ctx() {
     ScratchPool* pool = nullptr;
     if (stream_index_ == 1) {
-      pool = recording_ != nullptr ? &recording_->side_scratch : &side_scratch_;
+      pool = &side_scratch_;
     } else if (recording_ != nullptr) {
       pool = &recording_->scratch;
     }
@@ -249,8 +251,14 @@ class CudaBackend final : public Backend {
   EventPtr fork_;
   EventPtr join_;
   int stream_index_ = 0;
-  bool forked_ = false;       // stream 1 has waited on stream 0 since the last join
-  ScratchPool side_scratch_;  // stream 1's eager scratch and workspace
+  bool forked_ = false;  // stream 1 has waited on stream 0 since the last join
+  // Recorded on stream 1 after the work of each ticket (on_stream), by ticket modulo their count.
+  std::array<EventPtr, kStreamTickets> done_;
+  std::size_t next_ticket_ = 0;
+  // Stream 1's scratch and workspace, eager and recorded alike: its blocks are never given back
+  // while the backend lives, so a graph may keep their addresses; and an eager stream-1 call
+  // (after a fork) and a replay (on stream 0) never overlap.
+  ScratchPool side_scratch_;
   CudnnPtr cudnn_;
   LtPtr lt_;
   EventPtr start_;
@@ -260,8 +268,7 @@ class CudaBackend final : public Backend {
   struct Graph {
     Owned<cudaGraphExec_t, cudaGraphExecDestroy> exec;
     memory::DeviceBuffer workspace;
-    ScratchPool scratch;       // every kernel scratch buffer the recorded calls use
-    ScratchPool side_scratch;  // ... and stream 1's scratch and workspace
+    ScratchPool scratch;  // every kernel scratch buffer the recorded calls use
   };
   std::vector<std::unique_ptr<Graph>> graphs_;
   Graph* recording_ = nullptr;  // the graph being recorded

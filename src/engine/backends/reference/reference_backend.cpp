@@ -18,6 +18,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <tuple>
 #include <utility>
@@ -329,19 +330,23 @@ class ReferenceBackend final : public HostBackend {
   std::string_view name() const override { return "reference"; }
   Status synchronize() override { return Status::ok(); }
 
-  // Stream 1's work runs at the next join(), the latest a device may run it, so a caller that
-  // reads its results, or reuses its operands' memory, before joining computes wrong values.
+  // Stream 1's work runs at the join that covers it, the latest a device may run it, so a caller
+  // that reads its results, or reuses its operands' memory, before joining computes wrong values.
   int streams() const override { return streams_; }
-  Status on_stream(int stream, const std::function<Status()>& run) override {
+  Result<std::size_t> on_stream(int stream, const std::function<Status()>& run) override {
     if (stream != 1 || streams_ < 2) return Backend::on_stream(stream, run);
-    late_.push_back(run);
+    late_.emplace_back(next_ticket_, run);
+    return next_ticket_++;
+  }
+  Status join_through(std::size_t ticket) override {
+    while (!late_.empty() && late_.front().first <= ticket) {
+      const std::function<Status()> run = std::move(late_.front().second);
+      late_.pop_front();
+      DLPROBE_RETURN_IF_ERROR(run());
+    }
     return Status::ok();
   }
-  Status join() override {
-    std::vector<std::function<Status()>> late = std::exchange(late_, {});
-    for (const auto& run : late) DLPROBE_RETURN_IF_ERROR(run());
-    return Status::ok();
-  }
+  Status join() override { return late_.empty() ? Status::ok() : join_through(late_.back().first); }
 
   Status fill(const TensorView& t, double value) override {
     for (std::int64_t i = 0; i < t.desc.numel(); ++i) write_elem(t, i, value);
@@ -762,7 +767,8 @@ class ReferenceBackend final : public HostBackend {
 
  private:
   int streams_;
-  std::vector<std::function<Status()>> late_;  // stream 1's work since the last join
+  std::size_t next_ticket_ = 0;
+  std::deque<std::pair<std::size_t, std::function<Status()>>> late_;  // stream 1's, not joined
 
   // Two optional operands that come together: both with data or neither.
   static Status check_pair(std::string_view op, std::string_view a_name, const TensorView& a,
