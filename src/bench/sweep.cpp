@@ -79,10 +79,11 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
         }
         const bool graph = axes.graph.value_or(best.graph && planned);
         if (!axes.graph) graphs.add(graph ? "on" : "off", engine::step_mode_name(mode));
-        const int stream_count = axes.streams.value_or(planned ? best.streams : 1);
+        const std::int64_t two_up_to = !axes.streams && planned ? best.two_streams_up_to : 0;
         // The CPU backends have one stream: no choice to tell of there.
         if (!axes.streams && device == DeviceKind::cuda) {
-          streams.add(fmt::format("{}", stream_count), engine::precision_name(precision));
+          streams.add(two_up_to > 0 ? fmt::format("2 up to batch {}, 1 above", two_up_to) : "1",
+                      engine::precision_name(precision));
         }
         for (const Layout layout : each) {
           SweepGroup g;
@@ -93,7 +94,8 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
           g.step.layout = layout;
           g.step.memory_plan = planned ? engine::MemoryPlan::planned : engine::MemoryPlan::dynamic;
           g.step.graph = graph;
-          g.step.streams = stream_count;
+          g.step.streams = axes.streams.value_or(1);
+          g.two_streams_up_to = two_up_to;
           g.batches = axes.batches;
           g.auto_batch = axes.auto_batch;
           out.groups.push_back(std::move(g));
@@ -181,8 +183,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
       }
       ++index;
       Measured m;
-      m.step = group.step;
-      m.step.batch = batches[b];
+      m.step = group.step_at(batches[b]);
       m.device = sweep.device;
       m.backend = sweep.backend;
       m.gpu_memory = sweep.gpu_memory;

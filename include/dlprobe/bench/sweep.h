@@ -31,7 +31,17 @@ namespace dlprobe::bench {
 
 // Everything of a configuration but the batch, and the batches to run it at.
 struct SweepGroup {
-  engine::StepConfig step;            // step.batch is ignored
+  engine::StepConfig step;  // step.batch is ignored; so is step.streams under two_streams_up_to
+  // StepConfig::streams left open: 2 at batches up to this one, else 1 (0: step.streams holds).
+  std::int64_t two_streams_up_to = 0;
+
+  // The step of the configuration at `batch`, its stream choice settled.
+  engine::StepConfig step_at(std::int64_t batch) const {
+    engine::StepConfig s = step;
+    s.batch = batch;
+    if (two_streams_up_to > 0) s.streams = batch <= two_streams_up_to ? 2 : 1;
+    return s;
+  }
   std::vector<std::int64_t> batches;  // in order; ignored when auto_batch
   bool auto_batch = false;
 };

@@ -18,7 +18,8 @@ struct FastestSettings {
   Layout layout = Layout::nchw;
   bool planned = false;  // engine::MemoryPlan::planned: one arena laid out from the lifetimes
   bool graph = false;    // StepConfig::graph: the step recorded once and replayed
-  int streams = 1;       // StepConfig::streams, where the arena is planned
+  // StepConfig::streams 2 at batches up to this one where the arena is planned, else 1.
+  std::int64_t two_streams_up_to = 0;
 };
 
 // A pure function of what it is given, so that a test pins every default.
