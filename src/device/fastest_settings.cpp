@@ -20,10 +20,10 @@ FastestSettings fastest_settings(DeviceKind device, engine::Precision precision,
                    : Layout::nhwc;
     s.planned = true;
     s.graph = mode != engine::StepMode::train;
-    // The weight gradients on a second stream: fp16 ResNet-50 gradients ran 4,880 against 4,769
-    // img/s at batch 32 and 6,145 against 6,000 at 64, but at 256 7,853 against 7,791 for 12.2
-    // against 9.26 GiB (its operands are kept until the gradients are read).
-    s.two_streams_up_to = 64;
+    // The weight gradients on a second stream: fp16 ResNet-50 gradients ran 1.0 % faster at batch
+    // 32, 2.4 % at 64 and 2.0 % at 128, but 0.7 % at 256 for 11.85 against 9.26 GiB (their
+    // operands are kept until the gradients are read).
+    s.two_streams_up_to = 128;
     return s;
   }
   // oneDNN's NHWC convolutions are its brgconv / jit kernels, NCHW's im2col and SGEMM

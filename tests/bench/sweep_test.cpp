@@ -96,10 +96,10 @@ TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
     EXPECT_EQ(c.layout, layout) << i;
     EXPECT_EQ(c.memory_plan, engine::MemoryPlan::planned) << i;
     EXPECT_EQ(c.graph, graph) << i;
-    EXPECT_EQ(gpu->groups[i].two_streams_up_to, 64) << i;
-    EXPECT_EQ(gpu->groups[i].step_at(64).streams, 2) << i;
-    EXPECT_EQ(gpu->groups[i].step_at(128).streams, 1) << i;
-    EXPECT_EQ(gpu->groups[i].step_at(128).batch, 128) << i;
+    EXPECT_EQ(gpu->groups[i].two_streams_up_to, 128) << i;
+    EXPECT_EQ(gpu->groups[i].step_at(128).streams, 2) << i;
+    EXPECT_EQ(gpu->groups[i].step_at(256).streams, 1) << i;
+    EXPECT_EQ(gpu->groups[i].step_at(256).batch, 256) << i;
   };
   expect(0, Layout::nchw, false);  // fp32 train
   expect(1, Layout::nchw, true);   // fp32 grads
@@ -109,13 +109,13 @@ TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
   EXPECT_EQ(gpu->allocation.mode, memory::Mode::growth);
   EXPECT_EQ(gpu->picked,
             "layout nchw for fp32 and nhwc for fp16, gpu-memory planned, graph off for train and "
-            "on for grads, streams 2 up to batch 64, 1 above");
+            "on for grads, streams 2 up to batch 128, 1 above");
 
   SweepAxes one = fp32_and_fp16_train_and_grads();
   one.precisions = {engine::Precision::bf16};
   one.modes = {engine::StepMode::grads};
   EXPECT_EQ(expand(one, DeviceKind::cuda)->picked,
-            "layout nhwc, gpu-memory planned, graph on, streams 2 up to batch 64, 1 above");
+            "layout nhwc, gpu-memory planned, graph on, streams 2 up to batch 128, 1 above");
   // A choice given is kept, and the open ones follow it: no graph over grown memory.
   one.memory = memory::parse_gpu_memory("grow").value();
   const Result<Expanded> grown = expand(one, DeviceKind::cuda);

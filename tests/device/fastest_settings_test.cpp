@@ -68,7 +68,7 @@ TEST(FastestSettings, EveryDevicePrecisionAndMode) {
     EXPECT_EQ(s.graph, c.graph) << what;
     // The weight gradients beside the rest on a GPU at small batches; the CPU backends have one
     // stream.
-    EXPECT_EQ(s.two_streams_up_to, c.device == gpu ? 64 : 0) << what;
+    EXPECT_EQ(s.two_streams_up_to, c.device == gpu ? 128 : 0) << what;
   }
 }
 
