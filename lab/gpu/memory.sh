@@ -10,6 +10,9 @@
 #      (the found batch runs a full step, the next fails) with NVML's figure for the process
 #   4. one HTML report of all of it
 # ONLY=predicted|planned|maxbatch runs that part alone (the report then covers what is in $OUT).
+# Part 3 takes MAXBATCH_SPECS (PRECISION:LAYOUT list, default "fp32:nchw fp16:nhwc"),
+# MAXBATCH_MEMORY (default grow,planned) and MAXBATCH_FLAGS (more flags of dlprobe memory, e.g.
+# "--conv-engines any", under which the step runs batch norm inside the convolutions).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
@@ -57,11 +60,12 @@ fi
 if want maxbatch; then
 # cuDNN heuristic engines, so each trial plans in seconds; each precision in its layout (strict
 # fp32's NHWC data gradient is 28 times slower than NCHW's).
-for spec in fp32:nchw fp16:nhwc; do
+for spec in ${MAXBATCH_SPECS:-fp32:nchw fp16:nhwc}; do
   precision=${spec%%:*}
   echo "== max batch under 16 GiB, $precision"
   timeout 300 "$bin/dlprobe" memory --overwrite --model resnet50 --max-batch --limit 16GiB \
-    --precision "$precision" --layout "${spec##*:}" --gpu-memory grow,planned --conv-algo heuristic \
+    --precision "$precision" --layout "${spec##*:}" --gpu-memory "${MAXBATCH_MEMORY:-grow,planned}" \
+    --conv-algo heuristic ${MAXBATCH_FLAGS:-} \
     --json "$out/memory-maxbatch-$precision.json" >"$out/memory-maxbatch-$precision.txt" \
     2>"$out/memory-maxbatch-$precision.err" || status=1
   grep -E "^(==|predicted|found|  batch|largest| )" "$out/memory-maxbatch-$precision.txt"

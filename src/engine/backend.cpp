@@ -127,4 +127,11 @@ Status Backend::relu_backward_add(const TensorView&, const TensorView&, const Te
   return no_fusion(*this, "relu_backward_add");
 }
 
+Status Backend::max_pool2d_backward_recomputed(const TensorView&, const TensorView&,
+                                               const TensorView&, const TensorView&,
+                                               const TensorView&, const TensorView&,
+                                               const TensorView&, const MaxPool2dParams&) {
+  return no_fusion(*this, "max_pool2d_backward_recomputed");
+}
+
 }  // namespace dlprobe

@@ -8,7 +8,8 @@ class DryBackend final : public Backend {
   using View = const TensorView&;
 
  public:
-  DryBackend(bool fuses, bool fuses_conv) : fuses_(fuses), fuses_conv_(fuses_conv) {}
+  DryBackend(bool fuses, bool fuses_conv, bool recomputes_pool)
+      : fuses_(fuses), fuses_conv_(fuses_conv), recomputes_pool_(recomputes_pool) {}
 
   std::string_view name() const override { return "dry"; }
   DeviceKind device() const override { return DeviceKind::cpu; }
@@ -48,6 +49,11 @@ class DryBackend final : public Backend {
   }
   bool fuses_relu_backward_add() const override { return fuses_; }
   bool fuses_conv_batch_norm(DType, Layout) const override { return fuses_conv_; }
+  bool recomputes_max_pool_input() const override { return recomputes_pool_; }
+  Status max_pool2d_backward_recomputed(View, View, View, View, View, View, View,
+                                        const MaxPool2dParams&) override {
+    return {};
+  }
   Status conv2d_forward_fused(View, View, View, View, View, View, View,
                               const Conv2dParams&) override {
     return {};
@@ -84,12 +90,13 @@ class DryBackend final : public Backend {
  private:
   bool fuses_;
   bool fuses_conv_;
+  bool recomputes_pool_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_dry_backend(bool fuses, bool fuses_conv) {
-  return std::make_unique<DryBackend>(fuses, fuses_conv);
+std::unique_ptr<Backend> make_dry_backend(bool fuses, bool fuses_conv, bool recomputes_pool) {
+  return std::make_unique<DryBackend>(fuses, fuses_conv, recomputes_pool);
 }
 
 }  // namespace dlprobe::memory

@@ -14,7 +14,8 @@ namespace dlprobe::memory {
 // `fuses`: plan batch norm with its ReLU (and the two-term ReLU backward) fused, as the CUDA and
 // reference backends do, or apart, as oneDNN's does; `fuses_conv`: plan batch norm inside the
 // convolutions (Backend::fuses_conv_batch_norm) for the step's precision and layout. The call list
-// follows both.
-std::unique_ptr<Backend> make_dry_backend(bool fuses, bool fuses_conv);
+// follows both; `recomputes_pool`: the max pool's backward recomputes its input
+// (Backend::recomputes_max_pool_input), which the step then never stores.
+std::unique_ptr<Backend> make_dry_backend(bool fuses, bool fuses_conv, bool recomputes_pool);
 
 }  // namespace dlprobe::memory

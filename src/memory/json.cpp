@@ -131,6 +131,7 @@ json to_json(const Calibration& c) {
   plain_fields(c, [&j](const char* key, const auto& value) { j[key] = value; });
   j["fused"] = c.fused;
   j["fused_conv"] = c.fused_conv;
+  j["recomputed_pool"] = c.recomputed_pool;
   j["workspace_by_call"] = std::move(by_call);
   j["outside_allocator_bytes"] = c.outside_allocator_bytes;
   return j;
@@ -200,6 +201,10 @@ Result<Calibration> calibration_from_json(const json& j, std::string_view path) 
   // Added after the first calibrations were written, which came from fusing backends.
   if (j.contains("fused")) DLPROBE_RETURN_IF_ERROR(read(j, path, "fused", c.fused));
   if (j.contains("fused_conv")) DLPROBE_RETURN_IF_ERROR(read(j, path, "fused_conv", c.fused_conv));
+  c.recomputed_pool = false;
+  if (j.contains("recomputed_pool")) {
+    DLPROBE_RETURN_IF_ERROR(read(j, path, "recomputed_pool", c.recomputed_pool));
+  }
   const auto by_call = j.find("workspace_by_call");
   if (by_call == j.end() || !by_call->is_array()) {
     return invalid_argument(fmt::format("{}.workspace_by_call: expected an array", path));

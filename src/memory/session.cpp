@@ -150,6 +150,7 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   m.calibration.fused = s.backend->fuses_batch_norm_relu();
   m.calibration.fused_conv =
       s.backend->fuses_conv_batch_norm(engine::activation_dtype(config.precision), config.layout);
+  m.calibration.recomputed_pool = s.backend->recomputes_max_pool_input();
   // The profile over the calls that compute (see Calibration::workspace_by_call).
   std::vector<std::int64_t> computing;
   for (std::size_t i : computing_calls(step->calls())) {

@@ -29,6 +29,23 @@ Status Planner::backward(const model::Layer& l, std::size_t i) {
     case LayerKind::max_pool: {
       Buffer* y = value_of(l.output);
       Buffer* dx = temporary_like(x, name);
+      if (pool_from_bn_[i] >= 0) {
+        const auto bn = static_cast<std::size_t>(pool_from_bn_[i]);
+        const model::Layer& b = s_.model.layers()[bn];
+        Buffer* bn_x = value_of(b.inputs[0]);
+        Buffer* gamma = master_of(bn, StateKind::bn_weight);
+        Buffer* beta = master_of(bn, StateKind::bn_bias);
+        Buffer* sm = bn_mean_[bn];
+        Buffer* si = bn_invstd_[bn];
+        emit(name + ".backward+" + b.name, CallKind::max_pool_backward, name,
+             {dy, bn_x, gamma, beta, sm, si, dx},
+             [&be = be_, dy, bn_x, gamma, beta, sm, si, dx, p = l.pool] {
+               return be.max_pool2d_backward_recomputed(
+                   dy->view, bn_x->view, gamma->view, beta->view, sm->view, si->view, dx->view, p);
+             });
+        contribute(l.inputs[0], dx, name);
+        break;
+      }
       emit(name + ".backward", CallKind::max_pool_backward, name, {dy, x, y, dx},
            [&be = be_, dy, x, y, dx, p = l.pool] {
              return be.max_pool2d_backward(dy->view, x->view, y->view, dx->view, p);
@@ -109,7 +126,9 @@ void Planner::backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* 
   if (fusion_[i] == Fusion::relu) {
     // dy is the gradient of the ReLU's output y, which the ReLU's backward passed on as is. Where
     // a convolution applied the pair, y was never stored and the backend recomputes it.
-    Buffer* y = value_of(s_.model.layers()[i + 1].output);
+    // Nor is it where nothing else keeps it for the backward (a max pool that recomputes it).
+    const int relu_out = s_.model.layers()[i + 1].output;
+    Buffer* y = saved_[static_cast<std::size_t>(relu_out)] ? value_of(relu_out) : nullptr;
     Buffer* beta = slot(entry_of(i, StateKind::bn_bias)).master;
     std::vector<Buffer*> uses = {dy, x, gamma, beta, sm, si, dx, dgamma, dbeta};
     if (y != nullptr) uses.push_back(y);

@@ -39,6 +39,23 @@ void Planner::prepare(const std::vector<Shape>& shapes) {
   value_[model::kImages] = s_.images;
   plan_fusion();
   plan_conv_fusion();
+  plan_pool_recompute();
+}
+
+void Planner::plan_pool_recompute() {
+  const auto& layers = s_.model.layers();
+  pool_from_bn_.assign(layers.size(), -1);
+  if (!s_.training() || !be_.recomputes_max_pool_input()) return;
+  for (std::size_t i = 2; i < layers.size(); ++i) {
+    const int in = layers[i].inputs[0];
+    if (layers[i].kind != LayerKind::max_pool || !folded_[i - 1] ||
+        fusion_[i - 2] != Fusion::relu || layers[i - 1].output != in ||
+        consumers_[static_cast<std::size_t>(in)] != 1) {
+      continue;
+    }
+    pool_from_bn_[i] = static_cast<int>(i - 2);
+    saved_[static_cast<std::size_t>(in)] = false;
+  }
 }
 
 void Planner::plan_fusion() {

@@ -55,6 +55,10 @@ class Planner {
   // before them, and which BN + ReLU pairs the convolution after them applies (plan_fusion's
   // second half).
   void plan_conv_fusion();
+  // A max pool whose input only a batch norm + ReLU wrote and nothing else reads finds its
+  // backward's maxima in that input computed again from the batch norm's input (which the batch
+  // norm's backward keeps anyway), where the backend can: the input is never stored.
+  void plan_pool_recompute();
   Status forward_pass();
   Status backward_pass();
   Status backward_layers();  // backward_pass's calls; backward_pass marks what they make
@@ -164,6 +168,7 @@ class Planner {
   std::vector<bool> applied_;  // per batch norm: a convolution applies it; its output never stored
   std::vector<Buffer*> bn_sum_, bn_sqsum_;   // per batch norm: the sums, until its finalize
   std::vector<Buffer*> bn_scale_, bn_bias_;  // per applied batch norm: its prologue
+  std::vector<int> pool_from_bn_;  // per max pool: the batch norm its input is recomputed from
 };
 
 }  // namespace dlprobe::engine::step_impl

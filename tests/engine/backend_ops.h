@@ -97,6 +97,7 @@ struct Offers {
   // one past every hold (25.7 M), where its three-launch kernels run. A row that sets this runs
   // those cases; they are too large for the host rows' reference loops to be quick.
   bool gpu_sized_batch_norm = false;
+  bool recomputed_max_pool = false;  // recomputes_max_pool_input()
 };
 
 struct BackendRow {

@@ -65,6 +65,7 @@ TEST_P(BackendRows, OfferWhatTheirRowSays) {
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->backend->fuses_batch_norm_relu(), row.offers.fused_batch_norm_relu);
   EXPECT_EQ(b->backend->fuses_relu_backward_add(), row.offers.fused_relu_backward_add);
+  EXPECT_EQ(b->backend->recomputes_max_pool_input(), row.offers.recomputed_max_pool);
 }
 
 std::vector<const BackendRow*> rows() {

@@ -18,7 +18,8 @@ BackendRow reference_row() {
                  .fused_relu_backward_add = true,
                  .mixed_layouts = true,
                  .half_to_half_casts = true,
-                 .fused_conv_batch_norm = true},
+                 .fused_conv_batch_norm = true,
+                 .recomputed_max_pool = true},
       .returns_scratch = true,
       .open = []() -> Result<OpenedBackend> {
         OpenedBackend b;

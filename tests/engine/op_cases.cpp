@@ -655,6 +655,64 @@ std::vector<Variant> max_pool(Precision precision, bool backward) {
   return out;
 }
 
+// The max pool's backward with its input relu(bn(bn_x)) computed again from the batch norm's
+// input. The input is a multiple of 1/64 in [-2, 2) and the statistics and parameters are binary
+// fractions, so bn(bn_x) is exact in fp32 as in fp64 and every dtype rounds the same value: the
+// windows' maxima (and their ties, at ReLU's zeros) are the reference's.
+std::vector<Variant> max_pool_recomputed(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 6900;
+  for (const PoolCase& c : kPoolCases) {
+    for (Layout l : kLayouts) {
+      Variant v = variant(pool_label(c, l), precision);
+      HostTensor bn_x = uniform(c.x, seed += 10, l, -2.0, 2.0);
+      for (double& e : bn_x.values<double>()) e = std::floor(e * 64.0) / 64.0;
+      v.tensors.input("bn_x", bn_x);
+      const Shape ch{c.x[1]};
+      HostTensor gamma = filled(ch, 1.0);
+      HostTensor beta = filled(ch, 0.125);
+      for (std::int64_t k = 0; k < ch[0]; ++k) {
+        constexpr double kGammas[] = {1.0, -0.5, 0.5, -1.0};
+        gamma.set(k, kGammas[k % 4]);
+        if (k % 3 == 1) beta.set(k, -0.25);
+      }
+      v.tensors.input("gamma", gamma, Role::fp32);
+      v.tensors.input("beta", beta, Role::fp32);
+      v.tensors.input("save_mean", filled(ch, 0.25), Role::fp32);
+      v.tensors.input("save_invstd", filled(ch, 2.0), Role::fp32);
+      const Shape ys = max_pool2d_output_shape(c.x, c.p).value();
+      v.tensors.input("dy", uniform(ys, seed + 1, l));
+      v.tensors.output("dx", c.x, l);
+      v.checks = {{"dx", {.terms = 4}}};
+      v.run = [p = c.p](Backend& b, BackendTensors& t) {
+        return b.max_pool2d_backward_recomputed(t["dy"], t["bn_x"], t["gamma"], t["beta"],
+                                                t["save_mean"], t["save_invstd"], t["dx"], p);
+      };
+      v.reference = [p = c.p, dtype = v.tensors.dtype(Role::activation)](
+                        const OpTensors& t) -> Result<Values> {
+        HostTensor x = t["bn_x"];
+        const TensorDesc& d = x.desc();
+        const std::int64_t channels = d.dim(1);
+        const std::int64_t plane = d.dim(2) * d.dim(3);
+        std::span<double> xs = x.values<double>();
+        for (std::size_t at = 0; at < xs.size(); ++at) {
+          const auto i = static_cast<std::int64_t>(at);
+          const std::int64_t k = d.layout() == Layout::nhwc ? i % channels : (i / plane) % channels;
+          const double bn =
+              (xs[at] - t["save_mean"].get(k)) * t["save_invstd"].get(k) * t["gamma"].get(k) +
+              t["beta"].get(k);
+          xs[at] = std::max(bn, 0.0);
+        }
+        DLPROBE_ASSIGN_OR_RETURN(
+            HostTensor dx, reference::max_pool2d_backward<double>(t["dy"], rounded(x, dtype), p));
+        return Values{{"dx", std::move(dx)}};
+      };
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
 const Shape kAvgPoolShapes[] = {
     {3, 5, 7, 6}, {2, 7, 7, 7}, {4, 64, 3, 5}, {2, 3, 3, 2}, {2, 6, 5, 4}};
 
@@ -1265,6 +1323,8 @@ const std::vector<OpCase>& op_cases() {
        [](Precision p) { return max_pool(p, false); }},
       {"max_pool2d_backward", P::activations, nullptr,
        [](Precision p) { return max_pool(p, true); }},
+      {"max_pool2d_backward_recomputed", P::activations, &Offers::recomputed_max_pool,
+       max_pool_recomputed},
       {"global_avg_pool_forward", P::activations, nullptr,
        [](Precision p) { return global_avg_pool(p, false); }},
       {"global_avg_pool_backward", P::activations, nullptr,

@@ -211,6 +211,17 @@ class Backend {
                                     const MaxPool2dParams& p) = 0;
   virtual Status max_pool2d_backward(const TensorView& dy, const TensorView& x, const TensorView& y,
                                      const TensorView& dx, const MaxPool2dParams& p) = 0;
+  // (optional) The max pool's backward where its input x = relu(bn(bn_x)), written by
+  // batch_norm_relu_train_forward, was never stored: x is computed again from the batch norm's
+  // input bn_x, gamma, beta and saved statistics as that forward computed it, rounded to bn_x's
+  // dtype, so each window's maximum is found where the forward found it. The planner calls it only
+  // where recomputes_max_pool_input() is true; the default refuses.
+  virtual bool recomputes_max_pool_input() const { return false; }
+  virtual Status max_pool2d_backward_recomputed(const TensorView& dy, const TensorView& bn_x,
+                                                const TensorView& gamma, const TensorView& beta,
+                                                const TensorView& save_mean,
+                                                const TensorView& save_invstd, const TensorView& dx,
+                                                const MaxPool2dParams& p);
 
   // y = a + b; `y` may alias `a` or `b`.
   virtual Status add(const TensorView& a, const TensorView& b, const TensorView& y) = 0;

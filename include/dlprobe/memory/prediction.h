@@ -47,6 +47,10 @@ struct Calibration {
   // Whether it ran batch norm inside the convolutions (Backend::fuses_conv_batch_norm at the
   // measured precision and layout). A file without the key came from before that fusion: false.
   bool fused_conv = false;
+  // Whether its max pool's backward recomputed its input (Backend::recomputes_max_pool_input), so
+  // the step never stored it, as the CUDA and reference backends do. A file without the key came
+  // from before that and reads as false.
+  bool recomputed_pool = true;
   // NVML's figure for the process less the allocator's reserved bytes, read together after the
   // step: CUDA context, library handles, lazily loaded kernels. None without NVML (and on a CPU).
   std::optional<std::int64_t> outside_allocator_bytes;

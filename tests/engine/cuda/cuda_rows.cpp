@@ -36,7 +36,8 @@ const BackendRow& cuda_row() {
                  .fused_relu_backward_add = true,
                  .half_to_half_casts = true,
                  .fused_conv_batch_norm = true,
-                 .gpu_sized_batch_norm = true},
+                 .gpu_sized_batch_norm = true,
+                 .recomputed_max_pool = true},
       .returns_scratch = false,
       .open = []() -> Result<OpenedBackend> {
         // DLPROBE_TEST_DEBUG=1 logs which cuDNN engine each convolution shape got.

@@ -977,6 +977,25 @@ Status CudaBackend::max_pool2d_backward(const TensorView& dy, const TensorView& 
   return launch_max_pool2d_backward(ctx(), dy, x, dx, p);
 }
 
+Status CudaBackend::max_pool2d_backward_recomputed(const TensorView& dy, const TensorView& bn_x,
+                                                   const TensorView& gamma, const TensorView& beta,
+                                                   const TensorView& save_mean,
+                                                   const TensorView& save_invstd,
+                                                   const TensorView& dx, const MaxPool2dParams& p) {
+  constexpr std::string_view op = "max_pool2d_backward_recomputed";
+  DLPROBE_RETURN_IF_ERROR(need_max_pool(op, "bn_x", bn_x, "dy", dy));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, bn_x));
+  DLPROBE_RETURN_IF_ERROR(need_channels(op, bn_x,
+                                        {{"gamma", &gamma},
+                                         {"beta", &beta},
+                                         {"save_mean", &save_mean},
+                                         {"save_invstd", &save_invstd}}));
+  const PoolInputFromBatchNorm from_bn{
+      static_cast<const float*>(save_mean.data), static_cast<const float*>(save_invstd.data),
+      static_cast<const float*>(gamma.data), static_cast<const float*>(beta.data)};
+  return launch_max_pool2d_backward(ctx(), dy, bn_x, dx, p, &from_bn);
+}
+
 Status CudaBackend::add(const TensorView& a, const TensorView& b, const TensorView& y) {
   DLPROBE_RETURN_IF_ERROR(need_elementwise("add", {{"a", &a}, {"b", &b}, {"y", &y}}));
   return launch_add(ctx(), a, b, y);

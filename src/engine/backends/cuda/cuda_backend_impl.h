@@ -133,6 +133,11 @@ class CudaBackend final : public Backend {
                             const MaxPool2dParams& p) override;
   Status max_pool2d_backward(const TensorView& dy, const TensorView& x, const TensorView& y,
                              const TensorView& dx, const MaxPool2dParams& p) override;
+  bool recomputes_max_pool_input() const override { return true; }
+  Status max_pool2d_backward_recomputed(const TensorView& dy, const TensorView& bn_x,
+                                        const TensorView& gamma, const TensorView& beta,
+                                        const TensorView& save_mean, const TensorView& save_invstd,
+                                        const TensorView& dx, const MaxPool2dParams& p) override;
   Status add(const TensorView& a, const TensorView& b, const TensorView& y) override;
   Status global_avg_pool_forward(const TensorView& x, const TensorView& y) override;
   Status global_avg_pool_backward(const TensorView& dy, const TensorView& dx) override;

@@ -44,6 +44,17 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
+// A batch norm's output before rounding: (x - mean) * (invstd * gamma) + beta (+ residual), then
+// ReLU. The batch-norm backward and the max pool's backward recompute it from the same expression,
+// so it is written with explicit fused multiply-adds: the compiler may not contract it differently
+// in two kernels.
+__device__ __forceinline__ float bn_value(float x, float mean, float scale, float beta) {
+  return __fmaf_rn(x - mean, scale, beta);
+}
+__device__ __forceinline__ float relu(float v) {
+  return v < 0.0F ? 0.0F : v;  // NaN passes, as torch.relu
+}
+
 template <class T>
 struct TypeTag {
   using type = T;

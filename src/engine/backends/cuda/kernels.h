@@ -127,9 +127,19 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
 
 Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y,
                                  const MaxPool2dParams& p);
+// Where the max pool's input was never stored (Backend::max_pool2d_backward_recomputed), what it
+// is computed again from: per channel relu((x - mean) * (invstd * gamma) + beta), rounded to x's
+// dtype, x being the batch norm's input.
+struct PoolInputFromBatchNorm {
+  const float* mean;
+  const float* invstd;
+  const float* gamma;
+  const float* beta;
+};
 Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy,
                                   const TensorView& x, const TensorView& dx,
-                                  const MaxPool2dParams& p);
+                                  const MaxPool2dParams& p,
+                                  const PoolInputFromBatchNorm* from_bn = nullptr);
 
 Status launch_global_avg_pool_forward(const KernelContext& ctx, const TensorView& x,
                                       const TensorView& y);

@@ -238,16 +238,6 @@ struct Channels {
   }
 };
 
-// The forward's output before rounding: (x - mean) * (invstd * gamma) + beta (+ residual), then
-// ReLU. The backward recomputes the ReLU's decision from the same expression, so it is written
-// with explicit fused multiply-adds: the compiler may not contract it differently in two kernels.
-__device__ __forceinline__ float bn_value(float x, float mean, float scale, float beta) {
-  return __fmaf_rn(x - mean, scale, beta);
-}
-__device__ __forceinline__ float relu(float v) {
-  return v < 0.0F ? 0.0F : v;  // NaN passes, as torch.relu
-}
-
 // ---- statistics (training forward) ----
 
 // grid (ceil(packs / tx), splits); partial is [splits][channels].

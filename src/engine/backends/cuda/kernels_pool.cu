@@ -1,7 +1,9 @@
 // Max pooling. The forward keeps no indices: the backward finds each window's maximum again in x,
 // with the same rule as the forward and PyTorch (start below every value, move on a strictly
 // greater value or a NaN, so the first maximum wins), then each input element gathers the
-// gradients of the windows whose maximum it is (see the backward's two passes below).
+// gradients of the windows whose maximum it is (see the backward's two passes below). Where x,
+// a batch norm's ReLU output, was never stored, the first pass computes it again from the batch
+// norm's input.
 #include "cuda_common.cuh"
 
 namespace dlprobe::cuda {
@@ -86,6 +88,18 @@ __device__ void store_window(T* y, std::uint8_t* where, std::int64_t out, const 
   }
 }
 
+// The value a window pass compares: x as stored, or with kFromBn the max pool's input computed
+// again from the batch norm's input x as batch_norm_relu_train_forward wrote it (rounded to T).
+template <bool kFromBn, class T>
+__device__ __forceinline__ float pool_input(float x, const PoolInputFromBatchNorm& bn, int c) {
+  if constexpr (kFromBn) {
+    const float v = relu(bn_value(x, bn.mean[c], bn.invstd[c] * bn.gamma[c], bn.beta[c]));
+    return to_float(from_float<T>(v));
+  } else {
+    return x;
+  }
+}
+
 // A thread's element in an NHWC grid (N * rows, ceil(cols * packs / kBlock)): image n, its row and
 // column, and the channel pack pk; false for a thread past the last column.
 struct NhwcPlace {
@@ -103,8 +117,9 @@ __device__ __forceinline__ bool nhwc_place(int rows, int cols, int packs, NhwcPl
 }
 
 // NHWC, P channels a thread: grid (N * OH, ceil(OW * C/P / kBlock)).
-template <class T, int P, bool kWhere>
-__global__ void pool_window_nhwc(const T* x, T* y, std::uint8_t* where, PoolGeom g) {
+template <class T, int P, bool kWhere, bool kFromBn = false>
+__global__ void pool_window_nhwc(const T* x, T* y, std::uint8_t* where, PoolGeom g,
+                                 PoolInputFromBatchNorm bn = {}) {
   NhwcPlace place;
   if (!nhwc_place(g.oh, g.ow, g.c / P, place)) return;
   const int oh = place.row;
@@ -114,15 +129,21 @@ __global__ void pool_window_nhwc(const T* x, T* y, std::uint8_t* where, PoolGeom
   float best[P];
   int pos[P];
   window_max<P>(
-      g, oh, ow, [&](int h, int w, float(&v)[P]) { load_pack(plane + (h * g.w + w) * g.c, v); },
+      g, oh, ow,
+      [&](int h, int w, float(&v)[P]) {
+        load_pack(plane + (h * g.w + w) * g.c, v);
+#pragma unroll
+        for (int k = 0; k < P; ++k) v[k] = pool_input<kFromBn, T>(v[k], bn, pk * P + k);
+      },
       best, pos);
   store_window<kWhere>(y, where, (static_cast<std::int64_t>(blockIdx.x) * g.ow + ow) * g.c + pk * P,
                        best, pos);
 }
 
 // NCHW, one element a thread: grid (N * C planes, ceil(OH * OW / kBlock)).
-template <class T, bool kWhere>
-__global__ void pool_window_nchw(const T* x, T* y, std::uint8_t* where, PoolGeom g) {
+template <class T, bool kWhere, bool kFromBn = false>
+__global__ void pool_window_nchw(const T* x, T* y, std::uint8_t* where, PoolGeom g,
+                                 PoolInputFromBatchNorm bn = {}) {
   const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   if (i >= g.oh * g.ow) return;
   const int oh = i / g.ow;
@@ -130,9 +151,13 @@ __global__ void pool_window_nchw(const T* x, T* y, std::uint8_t* where, PoolGeom
   const T* plane = x + static_cast<std::int64_t>(blockIdx.x) * g.h * g.w;
   float best[1];
   int at[1];
+  const int c = static_cast<int>(blockIdx.x % static_cast<unsigned>(g.c));
   window_max<1>(
-      g, oh, ow, [&](int h, int w, float(&v)[1]) { v[0] = to_float(plane[h * g.w + w]); }, best,
-      at);
+      g, oh, ow,
+      [&](int h, int w, float(&v)[1]) {
+        v[0] = pool_input<kFromBn, T>(to_float(plane[h * g.w + w]), bn, c);
+      },
+      best, at);
   store_window<kWhere>(y, where, static_cast<std::int64_t>(blockIdx.x) * g.oh * g.ow + i, best, at);
 }
 
@@ -254,7 +279,7 @@ Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, 
 
 Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy,
                                   const TensorView& x, const TensorView& dx,
-                                  const MaxPool2dParams& p) {
+                                  const MaxPool2dParams& p, const PoolInputFromBatchNorm* from_bn) {
   DLPROBE_RETURN_IF_ERROR(check_pool_size(x.desc, "max_pool2d_backward"));
   const PoolGeom g = geom_of(x.desc, dy.desc, p);
   if (g.kh * g.kw > 255) {
@@ -271,12 +296,17 @@ Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy
     const auto* xp = static_cast<const T*>(x.data);
     auto* dxp = static_cast<T*>(dx.data);
     const auto n = static_cast<unsigned>(x.desc.dim(0));
+    const PoolInputFromBatchNorm bn = from_bn != nullptr ? *from_bn : PoolInputFromBatchNorm{};
     if (nhwc) {
       auto passes = [&](auto pack_tag) {
         constexpr int P = decltype(pack_tag)::value;
-        pool_window_nhwc<T, P, true>
-            <<<dim3(n * static_cast<unsigned>(g.oh), blocks_for(std::int64_t{g.ow} * g.c / P)),
-               kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g);
+        const dim3 grid(n * static_cast<unsigned>(g.oh), blocks_for(std::int64_t{g.ow} * g.c / P));
+        if (from_bn != nullptr) {
+          pool_window_nhwc<T, P, true, true>
+              <<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g, bn);
+        } else {
+          pool_window_nhwc<T, P, true><<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g);
+        }
         pool_gather_nhwc<T, P>
             <<<dim3(n * static_cast<unsigned>(g.h), blocks_for(std::int64_t{g.w} * g.c / P)),
                kBlock, 0, ctx.stream>>>(dyp, wp, dxp, g);
@@ -288,9 +318,12 @@ Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy
       }
     } else {
       const unsigned planes = n * static_cast<unsigned>(g.c);
-      pool_window_nchw<T, true>
-          <<<dim3(planes, blocks_for(std::int64_t{g.oh} * g.ow)), kBlock, 0, ctx.stream>>>(
-              xp, nullptr, wp, g);
+      const dim3 grid(planes, blocks_for(std::int64_t{g.oh} * g.ow));
+      if (from_bn != nullptr) {
+        pool_window_nchw<T, true, true><<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g, bn);
+      } else {
+        pool_window_nchw<T, true><<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g);
+      }
       pool_gather_nchw<T>
           <<<dim3(planes, blocks_for(std::int64_t{g.h} * g.w)), kBlock, 0, ctx.stream>>>(dyp, wp,
                                                                                          dxp, g);

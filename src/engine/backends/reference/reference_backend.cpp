@@ -619,6 +619,23 @@ class ReferenceBackend final : public HostBackend {
         dy, x);
   }
 
+  bool recomputes_max_pool_input() const override { return true; }
+  Status max_pool2d_backward_recomputed(const TensorView& dy, const TensorView& bn_x,
+                                        const TensorView& gamma, const TensorView& beta,
+                                        const TensorView& save_mean, const TensorView& save_invstd,
+                                        const TensorView& dx, const MaxPool2dParams& p) override {
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor xt, load_as<T>(bn_x));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor bn, normalise(xt, gamma, beta, save_mean, save_invstd));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor relu, reference::relu_forward<T>(bn));
+    // Rounded to the dtype the forward stored it in.
+    HostTensor stored(bn_x.desc);
+    DLPROBE_RETURN_IF_ERROR(store(std::move(relu), stored.view()));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor x, load_as<T>(stored.view()));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
+    DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::max_pool2d_backward<T>(dyt, x, p));
+    return store(std::move(out), dx);
+  }
+
   Status add(const TensorView& a, const TensorView& b, const TensorView& y) override {
     return run_reference<T>(y, reference::add<T>, a, b);
   }
