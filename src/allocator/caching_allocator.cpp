@@ -428,13 +428,18 @@ std::string OomReport::message() const {
       unsigned_bytes(largest_free_block_bytes) < rounded_bytes) {
     fragmented = "the free cache is fragmented; ";
   }
+  // A planned arena taken or being taken: that mode is already in use.
+  const bool planned =
+      category == Category::arena || allocated_by_category[index_of(Category::arena)] > 0;
   return fmt::format(
       "cannot allocate {} for {}: {}; allocated {}, reserved {}, largest free block {}{} ({} "
-      "mode, {}); {}try a smaller batch, mixed precision (bf16/fp16) or the planned memory mode",
+      "mode, {}); {}try a smaller batch{}",
       format_size(requested_bytes), who, reason, format_size(unsigned_bytes(allocated_bytes)),
       format_size(unsigned_bytes(reserved_bytes)),
       format_size(unsigned_bytes(largest_free_block_bytes)), device_part, mode_name(mode), source,
-      fragmented);
+      fragmented,
+      planned ? " or mixed precision (bf16/fp16)"
+              : ", mixed precision (bf16/fp16) or the planned memory mode");
 }
 
 nlohmann::json to_flat_json(const MemoryStats& stats) {

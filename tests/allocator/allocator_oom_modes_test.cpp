@@ -81,6 +81,19 @@ TEST(AllocatorOom, ReportsEverythingAndStaysUsable) {
   EXPECT_EQ(al.stats().all.live_count, 0);
 }
 
+// With a planned arena live, the planned memory mode is in use already: not offered as a remedy.
+TEST(AllocatorOom, DoesNotOfferThePlannedModeToAPlannedStep) {
+  auto a = make_fake_allocator({.capacity_bytes = 32 * MiB});
+  auto& al = *a.allocator;
+  void* arena = must_allocate(al, 20 * MiB, Category::arena, "planned arena");
+  auto r = al.allocate(16 * MiB, Category::workspace, "conv2d_forward");
+  ASSERT_FALSE(r.has_value());
+  const std::string& message = r.status().message();
+  EXPECT_TRUE(contains(message, "try a smaller batch or mixed precision (bf16/fp16)")) << message;
+  EXPECT_FALSE(contains(message, "planned memory mode")) << message;
+  must_free(al, arena);
+}
+
 TEST(AllocatorOom, SaysWhenTheCacheIsFragmented) {
   auto a = make_fake_allocator({.capacity_bytes = 40 * MiB});
   auto& al = *a.allocator;
