@@ -168,6 +168,8 @@ results::Settings settings_of(const engine::StepConfig& step, const device::Devi
   s.classes = step.model.classes;
   s.width = step.model.width;
   s.backend = std::string(device::backend_kind_name(backend));
+  // The CPU backends have one stream, whatever the step asked for.
+  s.streams = step.streams > 1 && backend == device::BackendKind::cuda ? step.streams : 0;
   return s;
 }
 

@@ -363,6 +363,10 @@ TEST(Results, WindowThroughputsAndSeriesLabels) {
   n.image_size = 224;
   n.backend = "onednn";  // the CPU's own backend is not named
   EXPECT_EQ(describe(Kind::native, n), "resnet18 bs=8 fp32 train nchw cpu sgd");
+  n.device = "cuda:0";
+  n.backend = "cuda";
+  n.streams = 2;
+  EXPECT_EQ(describe(Kind::native, n), "resnet18 bs=8 fp32 train nchw cuda:0 sgd streams=2");
   Settings e;
   e.command = "python t.py";
   e.sweep = {{"batch", "8"}, {"precision", "bf16"}};
@@ -385,6 +389,7 @@ Configuration full_native_configuration() {
   c.settings.image_size = 64;
   c.settings.classes = 10;
   c.settings.backend = "reference";
+  c.settings.streams = 2;
   c.status = RunStatus::interrupted;
   c.error = "interrupted after 4 steps";
   stats::Summary s;

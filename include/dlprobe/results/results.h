@@ -143,6 +143,9 @@ struct Settings {
   // Where the step's images came from: "" (read as "synthetic": one batch kept on the device),
   // "jpeg-gpu" (JPEGs decoded and augmented on the GPU) or "jpeg-cpu" (on the host's threads).
   std::string input;
+  // The backend streams the step ran on (StepConfig::streams) where more than one; 0 (and files
+  // without the key): one.
+  std::int64_t streams = 0;
 
   std::string command;                       // as the user gave it
   std::map<std::string, std::string> sweep;  // the sweep's keys and this run's values
