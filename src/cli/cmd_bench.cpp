@@ -308,7 +308,8 @@ Command add_bench_command(CLI::App& app) {
   option(*sub, "--streams", flags->streams,
          "2: each convolution's weight gradient runs on a second CUDA stream beside the rest "
          "of the backward pass (needs planned memory); 1: every call on one stream; auto: the "
-         "fastest (2 on a GPU with planned memory). --profile's steps run on one");
+         "fastest measured (2 for fp16 up to batch 128 on a GPU with planned memory, else 1). "
+         "--profile's steps run on one");
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "
                   "kind of call and the slowest calls (one configuration only)");

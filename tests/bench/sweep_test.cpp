@@ -91,31 +91,30 @@ TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
   const Result<Expanded> gpu = expand(fp32_and_fp16_train_and_grads(), DeviceKind::cuda);
   ASSERT_TRUE(gpu.has_value()) << gpu.status().message();
   ASSERT_EQ(gpu->groups.size(), 4u);
-  const auto expect = [&](std::size_t i, Layout layout, bool graph) {
+  const auto expect = [&](std::size_t i, Layout layout, bool graph, int small_batch_streams) {
     const engine::StepConfig& c = gpu->groups[i].step;
     EXPECT_EQ(c.layout, layout) << i;
     EXPECT_EQ(c.memory_plan, engine::MemoryPlan::planned) << i;
     EXPECT_EQ(c.graph, graph) << i;
-    EXPECT_EQ(gpu->groups[i].two_streams_up_to, 128) << i;
-    EXPECT_EQ(gpu->groups[i].step_at(128).streams, 2) << i;
+    EXPECT_EQ(gpu->groups[i].step_at(128).streams, small_batch_streams) << i;
     EXPECT_EQ(gpu->groups[i].step_at(256).streams, 1) << i;
     EXPECT_EQ(gpu->groups[i].step_at(256).batch, 256) << i;
   };
-  expect(0, Layout::nchw, false);  // fp32 train
-  expect(1, Layout::nchw, true);   // fp32 grads
-  expect(2, Layout::nhwc, false);  // fp16 train
-  expect(3, Layout::nhwc, true);   // fp16 grads
+  expect(0, Layout::nchw, false, 1);  // fp32 train
+  expect(1, Layout::nchw, true, 1);   // fp32 grads
+  expect(2, Layout::nhwc, false, 2);  // fp16 train
+  expect(3, Layout::nhwc, true, 2);   // fp16 grads
   EXPECT_EQ(gpu->gpu_memory, "planned");
   EXPECT_EQ(gpu->allocation.mode, memory::Mode::growth);
   EXPECT_EQ(gpu->picked,
             "layout nchw for fp32 and nhwc for fp16, gpu-memory planned, graph off for train and "
-            "on for grads, streams 2 up to batch 128, 1 above");
+            "on for grads, streams 1 for fp32 and 2 up to batch 128, 1 above for fp16");
 
   SweepAxes one = fp32_and_fp16_train_and_grads();
   one.precisions = {engine::Precision::bf16};
   one.modes = {engine::StepMode::grads};
   EXPECT_EQ(expand(one, DeviceKind::cuda)->picked,
-            "layout nhwc, gpu-memory planned, graph on, streams 2 up to batch 128, 1 above");
+            "layout nhwc, gpu-memory planned, graph on, streams 1");
   // A choice given is kept, and the open ones follow it: no graph over grown memory.
   one.memory = memory::parse_gpu_memory("grow").value();
   const Result<Expanded> grown = expand(one, DeviceKind::cuda);
