@@ -62,7 +62,8 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
     out.gpu_memory = planned ? "planned" : "grow";
   }
   if (axes.streams > 1 && !planned) {
-    return invalid_argument("a second stream needs the planned memory");
+    return invalid_argument(
+        "a second stream needs the planned memory: plan it, or take one stream");
   }
 
   device::Picks layouts;

@@ -30,7 +30,8 @@ Status check_config(const StepConfig& c) {
     return invalid_argument(fmt::format("streams must be 1 or 2, got {}", c.streams));
   }
   if (c.streams > 1 && c.memory_plan != MemoryPlan::planned) {
-    return invalid_argument("a second stream needs the planned memory plan");
+    return invalid_argument(
+        "a second stream needs the planned memory plan (MemoryPlan::planned), or streams = 1");
   }
   if (c.mode == StepMode::train) {
     DLPROBE_RETURN_IF_ERROR(c.optimizer == OptimizerKind::sgd ? sgd_check(c.sgd)

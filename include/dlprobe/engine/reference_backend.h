@@ -17,8 +17,8 @@
 namespace dlprobe {
 
 // `compute` is DType::fp32 or DType::fp64; anything else is an error. With two `streams`, work
-// sent to stream 1 runs at the next join() (see Backend::streams): the tests' check that a
-// schedule over two streams waits where it must.
+// sent to stream 1 runs at the join that covers it (see Backend::streams), the latest a device may
+// run it: the tests' check that a schedule over two streams waits where it must.
 Result<std::unique_ptr<Backend>> make_reference_backend(DType compute = DType::fp32,
                                                         int streams = 1);
 
