@@ -65,6 +65,12 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
     return invalid_argument(
         "a second stream needs the planned memory: plan it, or take one stream");
   }
+  const bool recompute = axes.base.recompute_block_outputs;
+  if (axes.streams > 1 && recompute) {
+    return invalid_argument(
+        "a second stream keeps recomputed block outputs to the end of the backward pass: take "
+        "one stream, or keep the outputs");
+  }
 
   device::Picks layouts;
   device::Picks graphs;
@@ -80,7 +86,8 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
         }
         const bool graph = axes.graph.value_or(best.graph && planned);
         if (!axes.graph) graphs.add(graph ? "on" : "off", engine::step_mode_name(mode));
-        const std::int64_t two_up_to = !axes.streams && planned ? best.two_streams_up_to : 0;
+        const std::int64_t two_up_to =
+            !axes.streams && planned && !recompute ? best.two_streams_up_to : 0;
         // The CPU backends have one stream: no choice to tell of there.
         if (!axes.streams && device == DeviceKind::cuda) {
           streams.add(two_up_to > 0 ? fmt::format("2 up to batch {}, 1 above", two_up_to) : "1",

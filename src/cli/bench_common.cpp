@@ -56,6 +56,23 @@ void add_model_flag(CLI::App& sub, std::string& model, std::string_view more) {
       ->capture_default_str();
 }
 
+void add_recompute_flag(CLI::App& sub, std::string& recompute) {
+  option(sub, "--recompute", recompute,
+         "block-outputs: keep no residual block's output for the backward pass, which "
+         "computes each again from what it keeps anyway (batch norm inside the convolutions: "
+         "fp16 NHWC on a GPU); about a third fewer activations for one more elementwise pass "
+         "a block; none: keep them");
+}
+
+Status parse_recompute(const std::string& text, engine::StepConfig& step) {
+  if (text != "none" && text != "block-outputs") {
+    return invalid_argument(
+        fmt::format("--recompute: unknown choice '{}' (expected none or block-outputs)", text));
+  }
+  step.recompute_block_outputs = text == "block-outputs";
+  return Status::ok();
+}
+
 void add_device_flags(CLI::App& sub, DeviceFlags& flags, std::string_view reference_note) {
   option(sub, "--device", flags.device,
          "auto (the first usable GPU, else the CPU; said on stderr), cpu or cuda:N");

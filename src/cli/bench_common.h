@@ -72,6 +72,11 @@ struct WorkloadFlags {
 // --model, its help the models there are and then `more` ("a comma list sweeps").
 void add_model_flag(CLI::App& sub, std::string& model, std::string_view more = "");
 
+// --recompute, as bench and memory take it: none, or block-outputs
+// (StepConfig::recompute_block_outputs).
+void add_recompute_flag(CLI::App& sub, std::string& recompute);
+Status parse_recompute(const std::string& text, engine::StepConfig& step);
+
 // --data, --data-threads and --data-decode: train from a JPEG dataset beside the synthetic batch.
 struct DataFlags {
   std::string dir;

@@ -49,6 +49,7 @@ struct BenchFlags {
   std::string graph = "auto";
   std::string fusion = "all";
   std::string streams = "auto";
+  std::string recompute = "none";
   std::string profile = "0";
   std::string batch_start = "16";
   std::string batch_limit = "4096";
@@ -128,12 +129,18 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
   }
   DLPROBE_ASSIGN_OR_RETURN(axes.graph, parse_graph(f.graph));
   DLPROBE_RETURN_IF_ERROR(parse_fusion(f.fusion, axes.base));
+  DLPROBE_RETURN_IF_ERROR(parse_recompute(f.recompute, axes.base));
   if (f.streams != "auto") {
     DLPROBE_ASSIGN_OR_RETURN(const std::int64_t streams,
                              parse_int(f.streams, "--streams (auto, 1 or 2)", 1, 2));
     axes.streams = static_cast<int>(streams);
     if (streams > 1 && axes.memory && !axes.memory->planned) {
       return invalid_argument("--streams: 2 needs planned memory (--gpu-memory planned)");
+    }
+    if (streams > 1 && axes.base.recompute_block_outputs) {
+      return invalid_argument(
+          "--streams: 2 keeps the outputs --recompute block-outputs would save to the end of "
+          "the backward pass (take --streams 1 or auto)");
     }
   }
 
@@ -310,6 +317,7 @@ Command add_bench_command(CLI::App& app) {
          "of the backward pass (needs planned memory); 1: every call on one stream; auto: the "
          "fastest measured (2 for fp16 up to batch 128 on a GPU with planned memory, else 1). "
          "--profile's steps run on one");
+  add_recompute_flag(*sub, flags->recompute);
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "
                   "kind of call and the slowest calls (one configuration only)");

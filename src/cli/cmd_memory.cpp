@@ -51,6 +51,7 @@ struct MemoryFlags {
   bool overwrite = false;
   TuningFlags tuning;
   std::string conv_engines = "deterministic";
+  std::string recompute = "none";
   HistoryFlags history;
 };
 
@@ -147,6 +148,7 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   // may compete (CudaBackend::fuses_conv_batch_norm); a prediction without a device plans the
   // step the device would run under the same flag.
   a.base.fuse_conv = engines == device::ConvEngines::any;
+  DLPROBE_RETURN_IF_ERROR(parse_recompute(f.recompute, a.base));
   if (!f.predict_only) {
     memory::SessionOptions& so = a.session.emplace();
     DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, noted_device_choice(f.where, "memory"));
@@ -293,6 +295,7 @@ Command add_memory_command(CLI::App& app) {
   option(*sub, "--conv-engines", f->conv_engines,
          "CUDA: which convolution engines compete: deterministic (the same workspaces every run), "
          "exact, or any (also non-deterministic, FFT and Winograd ones, as bench)");
+  add_recompute_flag(*sub, f->recompute);
   return {sub, [f] {
             if (Status s = prepare_outputs({{"--json", f->json}}, f->overwrite); !s) {
               return report_error(s);

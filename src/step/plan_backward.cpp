@@ -77,6 +77,7 @@ void Planner::backward_conv(const model::Layer& l, std::size_t i, Buffer* dy) {
   const int entry = entry_of(i, StateKind::conv_weight);
   Buffer* w = weight_for_backward(entry);
   Buffer* xin = conv_input_[i];
+  if (applies_[i] < 0 && xin == value_of(l.inputs[0])) xin = kept(l.inputs[0]);
   const Conv2dParams p = l.conv;
   Buffer* dx = nullptr;
   // The images need no gradient, so conv1 skips its data gradient as autograd does.
@@ -155,13 +156,15 @@ void Planner::backward_relu(const model::Layer& l, std::size_t i, Buffer* dy) {
     contribute(l.inputs[0], dy, name);  // the batch norm's fused backward applies the mask
     return;
   }
-  Buffer* y = value_of(l.output);
+  // ResNet's block output feeds the next block and its shortcut, so its gradient arrives as a
+  // sum: one pass adds and masks instead of writing the sum and reading it back. The sum is taken
+  // out before y is read, which may emit y's recomputation.
+  const bool add_in = s_.config.fuse && be_.fuses_relu_backward_add() && pending_sum(dy);
+  if (add_in) drafts_.pop_back();
+  Buffer* y = kept(l.output);
   // Shaped like y: under add+ReLU fusion the input (the sum) was never stored.
   Buffer* dx = temporary_like(y, name);
-  if (s_.config.fuse && be_.fuses_relu_backward_add() && pending_sum(dy)) {
-    // ResNet's block output feeds the next block and its shortcut, so its gradient arrives as a
-    // sum: one pass adds and masks instead of writing the sum and reading it back.
-    drafts_.pop_back();
+  if (add_in) {
     Buffer* a = last_sum_.a;
     Buffer* b = last_sum_.b;
     emit(name + ".backward+grad_accumulate", CallKind::relu_backward_add, name, {a, b, y, dx},
@@ -173,6 +176,33 @@ void Planner::backward_relu(const model::Layer& l, std::size_t i, Buffer* dy) {
          [&be = be_, dy, y, dx] { return be.relu_backward(dy->view, y->view, dx->view); });
   }
   contribute(l.inputs[0], dx, name);
+}
+
+Buffer* Planner::kept(int v) {
+  const auto k = static_cast<std::size_t>(v);
+  if (recompute_from_[k] < 0) return value_[k];
+  if (recomputed_[k] != nullptr) return recomputed_[k];
+  const auto& layers = s_.model.layers();
+  const auto bn = static_cast<std::size_t>(recompute_from_[k]);
+  const model::Layer& add = layers[bn + 1];
+  const int shortcut = add.inputs[0] == layers[bn].output ? add.inputs[1] : add.inputs[0];
+  const auto sc = static_cast<std::size_t>(shortcut);
+  Buffer* residual = nullptr;
+  if (recompute_from_[sc] >= 0 || saved_[sc]) {
+    residual = kept(shortcut);
+  } else {
+    // The projection shortcut's batch norm, applied again for this one read.
+    const auto from = static_cast<std::size_t>(producer_[sc]);
+    residual = s_.transient(value_[sc]->view.desc, Category::temporaries, layers[from].name);
+    recompute_buffers_.push_back(residual);
+    emit_batch_norm_apply(from, layers[from].name + ".apply.recompute", nullptr, residual);
+  }
+  Buffer* y = s_.transient(value_[k]->view.desc, Category::activations, layers[bn + 2].name);
+  recompute_buffers_.push_back(y);
+  emit_batch_norm_apply(bn, layers[bn].name + ".apply" + fusion_suffix(fusion_[bn]) + ".recompute",
+                        residual, y);
+  recomputed_[k] = y;
+  return y;
 }
 
 void Planner::backward_linear(const model::Layer& l, std::size_t i, Buffer* dy) {

@@ -53,7 +53,9 @@ Status Planner::forward(const model::Layer& l, std::size_t i) {
 
 Result<Buffer*> Planner::new_output(const model::Layer& l) {
   const auto out = static_cast<std::size_t>(l.output);
-  const Category category = saved_[out] ? Category::activations : Category::temporaries;
+  // A value the backward recomputes lives only as long as the forward reads it.
+  const bool kept = saved_[out] && recompute_from_[out] < 0;
+  const Category category = kept ? Category::activations : Category::temporaries;
   return new_value(l.name, category, shapes_[out], s_.act());
 }
 
@@ -252,12 +254,23 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
                                        view_or_none(scale), view_or_none(bias), a.p);
        });
   if (applied_[i]) return;
-  std::vector<Buffer*> apply_uses = {a.x, a.gamma, a.beta, sm, si, a.y};
-  if (a.residual != nullptr) apply_uses.push_back(a.residual);
-  emit(l.name + ".apply" + fusion_suffix(fusion_[i]), CallKind::batch_norm_apply, l.name,
-       std::move(apply_uses), [&be = be_, a, sm, si] {
-         return be.batch_norm_apply(a.x->view, a.gamma->view, a.beta->view, sm->view, si->view,
-                                    a.residual_view(), a.y->view, a.fused);
+  emit_batch_norm_apply(i, l.name + ".apply" + fusion_suffix(fusion_[i]), a.residual, a.y);
+}
+
+void Planner::emit_batch_norm_apply(std::size_t i, std::string name, Buffer* residual, Buffer* y) {
+  const model::Layer& l = s_.model.layers()[i];
+  Buffer* x = value_of(l.inputs[0]);
+  Buffer* gamma = master_of(i, StateKind::bn_weight);
+  Buffer* beta = master_of(i, StateKind::bn_bias);
+  Buffer* sm = bn_mean_[i];
+  Buffer* si = bn_invstd_[i];
+  const bool fused = fusion_[i] != Fusion::none;
+  std::vector<Buffer*> uses = {x, gamma, beta, sm, si, y};
+  if (residual != nullptr) uses.push_back(residual);
+  emit(std::move(name), CallKind::batch_norm_apply, l.name, std::move(uses),
+       [&be = be_, x, gamma, beta, sm, si, residual, y, fused] {
+         return be.batch_norm_apply(x->view, gamma->view, beta->view, sm->view, si->view,
+                                    view_or_none(residual), y->view, fused);
        });
 }
 

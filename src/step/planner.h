@@ -59,6 +59,11 @@ class Planner {
   // backward's maxima in that input computed again from the batch norm's input (which the batch
   // norm's backward keeps anyway), where the backend can: the input is never stored.
   void plan_pool_recompute();
+  // StepConfig::recompute_block_outputs: which block outputs (a summed batch norm's output with
+  // the residual add and ReLU taken in) the forward does not keep, because the backward can
+  // compute them again: their shortcut is kept, recomputed itself, or a summed batch norm's
+  // output (the projection shortcut) that can be applied again.
+  void plan_block_recompute();
   Status forward_pass();
   Status backward_pass();
   Status backward_layers();  // backward_pass's calls; backward_pass marks what they make
@@ -67,6 +72,9 @@ class Planner {
   // One layer's forward (plan_forward.cpp).
   Status forward(const model::Layer& l, std::size_t i);
   Status forward_batch_norm(const model::Layer& l, std::size_t i);
+  // The elementwise pass of batch norm `i` from its convolution's sums, with the residual add and
+  // ReLU where it takes them in: in the forward, and again where its output is recomputed.
+  void emit_batch_norm_apply(std::size_t i, std::string name, Buffer* residual, Buffer* y);
   struct BatchNormForward;
   void batch_norm_train_forward(const model::Layer& l, std::size_t i, const BatchNormForward& a);
   // A batch norm whose statistics the convolution before it summed: the finalize, then the
@@ -85,6 +93,9 @@ class Planner {
   void backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* dy);
   void backward_relu(const model::Layer& l, std::size_t i, Buffer* dy);
   void backward_linear(const model::Layer& l, std::size_t i, Buffer* dy);
+  // The buffer the backward reads for value v: the forward's, or where plan_block_recompute left
+  // it out, the value computed again on its first read (with its shortcut before it).
+  Buffer* kept(int v);
 
   void emit(std::string name, CallKind kind, const std::string& layer, std::vector<Buffer*> uses,
             std::function<Status()> fn);
@@ -169,6 +180,12 @@ class Planner {
   std::vector<Buffer*> bn_sum_, bn_sqsum_;   // per batch norm: the sums, until its finalize
   std::vector<Buffer*> bn_scale_, bn_bias_;  // per applied batch norm: its prologue
   std::vector<int> pool_from_bn_;  // per max pool: the batch norm its input is recomputed from
+  std::vector<int> producer_;      // per value: the layer that writes it (-1 for the images)
+  // plan_block_recompute, per value: the batch norm whose output (+add+ReLU) is recomputed, or -1;
+  // and the buffer it was recomputed into, once the backward has read it.
+  std::vector<int> recompute_from_;
+  std::vector<Buffer*> recomputed_;
+  std::vector<Buffer*> recompute_buffers_;  // every buffer the recomputation writes: no gradients
 };
 
 }  // namespace dlprobe::engine::step_impl

@@ -33,6 +33,13 @@ Status check_config(const StepConfig& c) {
     return invalid_argument(
         "a second stream needs the planned memory plan (MemoryPlan::planned), or streams = 1");
   }
+  if (c.streams > 1 && c.recompute_block_outputs) {
+    // The second stream's weight gradients keep their operands, the recomputed outputs among
+    // them, to the end of the backward pass: nothing would be saved.
+    return invalid_argument(
+        "recomputed block outputs need one stream (a second keeps them to the end of the "
+        "backward pass)");
+  }
   if (c.mode == StepMode::train) {
     DLPROBE_RETURN_IF_ERROR(c.optimizer == OptimizerKind::sgd ? sgd_check(c.sgd)
                                                               : adamw_check(c.adamw));

@@ -129,6 +129,23 @@ TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
   EXPECT_EQ(grown->groups[0].step.memory_plan, engine::MemoryPlan::dynamic);
 }
 
+// Recomputed block outputs save nothing on two streams (the second keeps its operands to the end
+// of the backward pass): open streams take one at every batch, and two asked for are refused.
+TEST(Expand, RecomputedBlockOutputsTakeOneStream) {
+  SweepAxes a = fp32_and_fp16_train_and_grads();
+  a.base.recompute_block_outputs = true;
+  const Result<Expanded> gpu = expand(a, DeviceKind::cuda);
+  ASSERT_TRUE(gpu.has_value()) << gpu.status().message();
+  for (const SweepGroup& g : gpu->groups) {
+    EXPECT_EQ(g.step_at(32).streams, 1);
+    EXPECT_TRUE(g.step_at(32).recompute_block_outputs);
+  }
+  EXPECT_NE(gpu->picked.find("streams 1"), std::string::npos) << gpu->picked;
+  a.streams = 2;
+  EXPECT_NE(expand(a, DeviceKind::cuda).status().message().find("recomputed block outputs"),
+            std::string::npos);
+}
+
 TEST(Expand, AGraphAskedForNeedsPlannedMemoryAndNoTraining) {
   SweepAxes a = fp32_and_fp16_train_and_grads();
   a.graph = true;

@@ -72,6 +72,10 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
   expect_error(kSmall + "--data /tmp --data-gpu-pixels yuv",
                "--data-gpu-pixels: unknown choice 'yuv' (rgb or ycbcr)");
   expect_error(kSmall + "--image-size 0", "--image-size");
+  expect_error(kSmall + "--recompute outputs",
+               "--recompute: unknown choice 'outputs' (expected none or block-outputs)");
+  expect_error(kSmall + "--recompute block-outputs --streams 2",
+               "--streams: 2 keeps the outputs --recompute block-outputs would save");
   expect_error(kSmall + "--steps 0", "--steps");
   expect_error(kSmall + "--batch two", "--batch");
   // One image of 16x16 leaves layer3's batch norm a single value per channel.

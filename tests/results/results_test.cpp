@@ -367,6 +367,10 @@ TEST(Results, WindowThroughputsAndSeriesLabels) {
   n.backend = "cuda";
   n.streams = 2;
   EXPECT_EQ(describe(Kind::native, n), "resnet18 bs=8 fp32 train nchw cuda:0 sgd streams=2");
+  n.streams = 0;
+  n.recompute = "block-outputs";
+  EXPECT_EQ(describe(Kind::native, n),
+            "resnet18 bs=8 fp32 train nchw cuda:0 sgd recompute=block-outputs");
   Settings e;
   e.command = "python t.py";
   e.sweep = {{"batch", "8"}, {"precision", "bf16"}};
@@ -390,6 +394,7 @@ Configuration full_native_configuration() {
   c.settings.classes = 10;
   c.settings.backend = "reference";
   c.settings.streams = 2;
+  c.settings.recompute = "block-outputs";
   c.status = RunStatus::interrupted;
   c.error = "interrupted after 4 steps";
   stats::Summary s;

@@ -185,6 +185,29 @@ TEST(StepCudaTest, Fp16TrainSgdOnTwoStreams) {
       [](const StepConfig& c) { return on_two_streams(c, make_cuda_rig); }, "cuda, two streams");
 }
 
+// Block outputs recomputed in the backward pass (StepConfig::recompute_block_outputs) over the
+// fused fp16 step: the gradients pass the fp64 comparison, and the plan recomputes.
+testing::Rig recomputing(StepConfig c) {
+  c.recompute_block_outputs = true;
+  c.memory_plan = MemoryPlan::planned;
+  return make_fusing_cuda_rig(c);
+}
+
+TEST(StepCudaTest, Fp16GradientsWithRecomputedBlockOutputs) {
+  testing::Rig r = recomputing(config(Precision::fp16, Layout::nhwc, StepMode::grads));
+  ASSERT_TRUE(r.step);
+  int recomputed = 0;
+  for (const Call& call : r.step->calls()) recomputed += call.name.ends_with(".recompute") ? 1 : 0;
+  EXPECT_EQ(recomputed, 10) << "ResNet-18: 7 block outputs and 3 projection shortcuts";
+  testing::compare_gradients(Precision::fp16, Layout::nhwc, recomputing,
+                             "cuda fused, recomputed block outputs");
+}
+
+TEST(StepCudaTest, Fp16TrainSgdWithRecomputedBlockOutputs) {
+  testing::compare_training(Precision::fp16, OptimizerKind::sgd, recomputing,
+                            "cuda fused, recomputed block outputs");
+}
+
 TEST(StepCudaTest, InferLoss) {
   const StepConfig c = config(Precision::fp32, Layout::nhwc, StepMode::infer);
   testing::Rigs r = testing::make_rigs(c, make_cuda_rig);

@@ -269,6 +269,77 @@ TEST(StepPlanTest, MaxPoolRecomputesItsInputFromTheBatchNorm) {
   }
 }
 
+// The most bytes of activations and temporaries live at one call.
+std::uint64_t transient_peak(const TrainingStep& step) {
+  std::uint64_t peak = 0;
+  for (std::size_t i = 0; i < step.calls().size(); ++i) {
+    std::uint64_t live = 0;
+    for (const TransientBuffer& t : step.transients()) {
+      if (t.first_call <= i && i <= t.last_call) live += t.bytes;
+    }
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+// Block outputs recomputed in the backward pass (fp64 NHWC, where the reference backend runs
+// batch norm inside the convolutions): the same losses and values to the bit as the step that
+// keeps them, over planned memory (whose arena hands a dead buffer's bytes to the next) and over
+// memory taken per buffer.
+TEST(StepPlanTest, RecomputedBlockOutputsAgreeToTheBitAndKeepFewerActivations) {
+  for (const StepMode mode : {StepMode::grads, StepMode::train}) {
+    for (const bool planned : {true, false}) {
+      StepConfig c = tiny_config();
+      c.precision = Precision::fp64;
+      c.layout = Layout::nhwc;
+      c.mode = mode;
+      auto rig = [&](bool recompute) {
+        c.recompute_block_outputs = recompute;
+        return planned ? two_stream_rig(c, 1) : make_rig(c, DType::fp64);
+      };
+      testing::Rig kept = rig(false);
+      testing::Rig again = rig(true);
+      ASSERT_TRUE(kept.step && again.step);
+      const std::string what =
+          fmt::format("{}, {}", step_mode_name(mode), planned ? "planned" : "dynamic");
+      // ResNet-18's 8 blocks: the last one's output is kept (no activation is kept after it to
+      // make room for its chain); the other 7 are recomputed, and with those of layers 2 to 4's
+      // first blocks the batch norm of their projection shortcut (in ResNet-18 bn2, whose output
+      // the shortcut's batch norm takes in).
+      const CallCounts calls = count_calls(*again.step);
+      int recomputed = 0;
+      for (const auto& [name, n] : calls.names) {
+        if (name.ends_with(".recompute")) recomputed += n;
+      }
+      EXPECT_EQ(recomputed, 10) << what;
+      EXPECT_EQ(calls.names.count("layer1.0.bn2.apply+add+relu.recompute"), 1u) << what;
+      EXPECT_EQ(calls.names.count("layer2.0.downsample.1.apply+add+relu.recompute"), 1u) << what;
+      EXPECT_EQ(calls.names.count("layer2.0.bn2.apply.recompute"), 1u) << what;
+      EXPECT_EQ(calls.names.count("layer4.1.bn2.apply+add+relu.recompute"), 0u) << what;
+      EXPECT_EQ(count_calls(*kept.step).kinds[CallKind::batch_norm_apply],
+                calls.kinds.at(CallKind::batch_norm_apply) - 10)
+          << what;
+      // Lower by more than a tenth at this size; a backward that read the forward's buffers
+      // would keep them to the end and hold as much as the step that keeps them.
+      EXPECT_LT(transient_peak(*again.step), transient_peak(*kept.step) * 9 / 10) << what;
+      for (int i = 0; i < 2; ++i) EXPECT_EQ(run(again), run(kept)) << what;
+      const bool train = mode == StepMode::train;
+      for (const char* name : {"conv1.weight", "layer1.0.conv1.weight", "layer1.1.bn2.weight",
+                               "layer2.0.downsample.0.weight", "layer2.1.conv1.weight",
+                               "layer3.0.conv1.weight", "layer4.0.downsample.1.bias"}) {
+        const HostTensor want =
+            train ? kept.step->tensor(name).value() : kept.step->gradient(name).value();
+        const HostTensor got =
+            train ? again.step->tensor(name).value() : again.step->gradient(name).value();
+        ASSERT_EQ(got.numel(), want.numel());
+        for (std::int64_t j = 0; j < got.numel(); ++j) {
+          ASSERT_EQ(got.get(j), want.get(j)) << what << " " << name << " [" << j << "]";
+        }
+      }
+    }
+  }
+}
+
 TEST(StepPlanTest, MixedPrecisionCastsWorkingCopiesAndGradients) {
   StepConfig c = tiny_config();
   c.precision = Precision::fp16;
@@ -355,6 +426,10 @@ TEST(StepPlanTest, RefusesBadConfigurationsWithOneLine) {
   c = tiny_config();
   c.streams = 2;
   fails(c, "a second stream needs the planned memory plan");
+  // A second stream keeps its operands, recomputed outputs among them, to the end of the backward.
+  c.memory_plan = MemoryPlan::planned;
+  c.recompute_block_outputs = true;
+  fails(c, "recomputed block outputs need one stream");
   // The library names the value and the choices; which flag it came from is the caller's to say.
   EXPECT_EQ(parse_precision("fp8").status().message(),
             "unknown precision 'fp8' (expected one of fp32, tf32, fp16, bf16, fp64)");

@@ -146,6 +146,9 @@ struct Settings {
   // The backend streams the step ran on (StepConfig::streams) where more than one; 0 (and files
   // without the key): one.
   std::int64_t streams = 0;
+  // What the backward pass computed again instead of keeping (StepConfig::recompute_block_outputs):
+  // "block-outputs"; empty (and files before it) for nothing.
+  std::string recompute;
 
   std::string command;                       // as the user gave it
   std::map<std::string, std::string> sweep;  // the sweep's keys and this run's values
