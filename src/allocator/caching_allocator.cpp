@@ -135,6 +135,7 @@ struct CachingAllocator::Impl {
   MemoryStats stats;
   std::optional<OomReport> last_oom;
   AllocationHook hook;
+  OomAdvice advice;
 
   Pool& pool(PoolKind kind) { return pools[static_cast<std::size_t>(kind)]; }
 
@@ -322,6 +323,7 @@ struct CachingAllocator::Impl {
       report.allocated_by_category[i] = stats.by_category[i].allocated_bytes;
     }
     report.device = source->memory_info();
+    report.advice = advice;
     ++stats.oom_count;
     Status status = error(Errc::out_of_memory, report.message());
     last_oom = std::move(report);
@@ -431,15 +433,20 @@ std::string OomReport::message() const {
   // A planned arena taken or being taken: that mode is already in use.
   const bool planned =
       category == Category::arena || allocated_by_category[index_of(Category::arena)] > 0;
+  std::vector<std::string> tries = {"a smaller batch"};
+  if (!advice.mixed_precision) tries.emplace_back("mixed precision (bf16/fp16)");
+  if (!planned && !advice.planned) tries.emplace_back("the planned memory mode");
+  if (!advice.also.empty()) tries.push_back(advice.also);
+  std::string try_text = tries.front();
+  for (std::size_t i = 1; i < tries.size(); ++i)
+    try_text += (i + 1 == tries.size() ? " or " : ", ") + tries[i];
   return fmt::format(
       "cannot allocate {} for {}: {}; allocated {}, reserved {}, largest free block {}{} ({} "
-      "mode, {}); {}try a smaller batch{}",
+      "mode, {}); {}try {}",
       format_size(requested_bytes), who, reason, format_size(unsigned_bytes(allocated_bytes)),
       format_size(unsigned_bytes(reserved_bytes)),
       format_size(unsigned_bytes(largest_free_block_bytes)), device_part, mode_name(mode), source,
-      fragmented,
-      planned ? " or mixed precision (bf16/fp16)"
-              : ", mixed precision (bf16/fp16) or the planned memory mode");
+      fragmented, try_text);
 }
 
 nlohmann::json to_flat_json(const MemoryStats& stats) {
@@ -671,6 +678,11 @@ std::vector<SegmentInfo> CachingAllocator::segments() const {
 void CachingAllocator::set_hook(AllocationHook hook) {
   std::lock_guard lock(impl_->mutex);
   impl_->hook = std::move(hook);
+}
+
+void CachingAllocator::set_oom_advice(OomAdvice advice) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->advice = std::move(advice);
 }
 
 Status CachingAllocator::set_overhead_bytes(std::uint64_t overhead_bytes) {

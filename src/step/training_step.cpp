@@ -74,6 +74,7 @@ TrainingStep::~TrainingStep() {
   // by its twentieth configuration).
   if (impl_->graph) impl_->backend.release_graph(*impl_->graph);
   impl_->release_transients();
+  impl_->allocator.set_oom_advice({});
 }
 
 Result<std::unique_ptr<TrainingStep>> TrainingStep::create(const StepConfig& config,
@@ -83,6 +84,17 @@ Result<std::unique_ptr<TrainingStep>> TrainingStep::create(const StepConfig& con
   DLPROBE_ASSIGN_OR_RETURN(model::Model m, model::Model::create(config.model));
   DLPROBE_ASSIGN_OR_RETURN(std::vector<Shape> shapes,
                            m.value_shapes(config.batch, config.mode != StepMode::infer));
+  // What an out-of-memory message should suggest for this step, beside a smaller batch.
+  memory::OomAdvice advice;
+  advice.mixed_precision =
+      config.precision == Precision::fp16 || config.precision == Precision::bf16;
+  advice.planned = config.memory_plan == MemoryPlan::planned;
+  const bool recomputable =
+      config.mode != StepMode::infer && config.fuse && config.fuse_conv && config.streams == 1 &&
+      backend.fuses_conv_batch_norm(activation_dtype(config.precision), config.layout);
+  if (recomputable && !config.recompute_block_outputs)
+    advice.also = "recomputing the block outputs";
+  allocator.set_oom_advice(std::move(advice));
   auto impl = std::make_unique<Impl>(config, std::move(m), backend, allocator);
   backend.set_math_mode(config.precision == Precision::tf32 ? MathMode::tf32
                                                             : MathMode::strict_fp32);

@@ -94,6 +94,26 @@ TEST(AllocatorOom, DoesNotOfferThePlannedModeToAPlannedStep) {
   must_free(al, arena);
 }
 
+// The owner's advice: no mixed precision to a step already in it, and one more thing to try.
+TEST(AllocatorOom, SuggestsWhatItsOwnerAdvises) {
+  auto a = make_fake_allocator({.capacity_bytes = 32 * MiB});
+  auto& al = *a.allocator;
+  al.set_oom_advice({.mixed_precision = true, .also = "recomputing the block outputs"});
+  auto r = al.allocate(40 * MiB, Category::activations, "layer1.0.conv1");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_TRUE(contains(r.status().message(),
+                       "try a smaller batch, the planned memory mode or recomputing the block "
+                       "outputs"))
+      << r.status().message();
+  EXPECT_FALSE(contains(r.status().message(), "mixed precision")) << r.status().message();
+  al.set_oom_advice({.mixed_precision = true, .also = ""});
+  void* arena = must_allocate(al, 20 * MiB, Category::arena, "planned arena");
+  r = al.allocate(16 * MiB, Category::workspace, "conv2d_forward");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_TRUE(r.status().message().ends_with("try a smaller batch")) << r.status().message();
+  must_free(al, arena);
+}
+
 TEST(AllocatorOom, SaysWhenTheCacheIsFragmented) {
   auto a = make_fake_allocator({.capacity_bytes = 40 * MiB});
   auto& al = *a.allocator;

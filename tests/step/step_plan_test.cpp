@@ -438,6 +438,48 @@ TEST(StepPlanTest, RefusesBadConfigurationsWithOneLine) {
   EXPECT_EQ(parse_optimizer("adamw").value(), OptimizerKind::adamw);
 }
 
+// Out of memory, the step's message suggests what this step could still change: mixed precision
+// only to a step not in it, recomputing the block outputs only where the step can and does not.
+TEST(StepPlanTest, OutOfMemorySuggestsWhatTheStepCanStillChange) {
+  const auto message = [](const StepConfig& c, DType compute) {
+    auto backend = make_reference_backend(compute).value();
+    // Under a limit that the step's long-lived buffers fit and its arena does not.
+    auto grown =
+        memory::CachingAllocator::create(std::make_unique<memory::HostMemorySource>()).value();
+    std::uint64_t limit = 0;
+    {
+      auto fits = TrainingStep::create(c, *backend, *grown).value();
+      const std::uint64_t arena = fits->arena()->bytes;
+      limit = static_cast<std::uint64_t>(grown->stats().all.allocated_bytes) - arena / 2;
+    }
+    memory::AllocatorOptions o;
+    o.mode = memory::Mode::limit;
+    o.limit_bytes = limit;
+    auto allocator =
+        memory::CachingAllocator::create(std::make_unique<memory::HostMemorySource>(), o).value();
+    Result<std::unique_ptr<TrainingStep>> s = TrainingStep::create(c, *backend, *allocator);
+    EXPECT_FALSE(s.has_value());
+    return s.has_value() ? std::string() : s.status().message();
+  };
+  StepConfig c = tiny_config();
+  c.precision = Precision::fp64;
+  c.layout = Layout::nhwc;
+  c.memory_plan = MemoryPlan::planned;
+  std::string m = message(c, DType::fp64);
+  EXPECT_TRUE(
+      m.ends_with("try a smaller batch, mixed precision (bf16/fp16) or recomputing the "
+                  "block outputs"))
+      << m;
+  c.recompute_block_outputs = true;
+  m = message(c, DType::fp64);
+  EXPECT_TRUE(m.ends_with("try a smaller batch or mixed precision (bf16/fp16)")) << m;
+  c = tiny_config();
+  c.precision = Precision::fp16;
+  c.memory_plan = MemoryPlan::planned;
+  m = message(c, DType::fp32);
+  EXPECT_TRUE(m.ends_with("try a smaller batch")) << m;
+}
+
 TEST(StepPlanTest, InputIsCheckedAndRequired) {
   StepConfig c = tiny_config();
   auto allocator =

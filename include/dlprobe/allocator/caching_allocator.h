@@ -157,6 +157,14 @@ struct MemoryStats {
 nlohmann::json to_flat_json(const MemoryStats& stats);
 
 // Everything known when an allocation failed for lack of memory.
+// What the allocator's owner knows of the work that an out-of-memory message should suggest: the
+// allocator itself sees bytes, not precisions or plans.
+struct OomAdvice {
+  bool mixed_precision = false;  // already mixed precision: not worth suggesting
+  bool planned = false;          // already the planned memory mode, its arena taken or not yet
+  std::string also;              // one more thing to try, e.g. "recomputing the block outputs"
+};
+
 struct OomReport {
   std::uint64_t requested_bytes = 0;
   std::uint64_t rounded_bytes = 0;
@@ -171,6 +179,7 @@ struct OomReport {
   std::int64_t largest_free_block_bytes = 0;
   std::array<std::int64_t, kCategoryCount> allocated_by_category{};
   std::optional<DeviceMemoryInfo> device;  // at the time of failure, when the source can tell
+  OomAdvice advice;                        // as set_oom_advice left it
   // One line: what was asked for, why it failed, where memory is, and what to try.
   std::string message() const;
 };
@@ -277,6 +286,10 @@ class CachingAllocator {
   // Every later successful allocation and free is reported to `hook` until it is replaced; an
   // empty hook stops the reports.
   void set_hook(AllocationHook hook);
+
+  // What a later out-of-memory message suggests beside a smaller batch (and the planned mode where
+  // no arena is live), until replaced; the default suggests mixed precision and nothing more.
+  void set_oom_advice(OomAdvice advice);
 
   // Limit mode only: replaces overhead_bytes with a newer measurement of what the process holds
   // outside the allocator (CUDA loads library kernels and workspaces lazily, on first use, so the
