@@ -15,6 +15,16 @@ jpeg_dataset() {
   fi
 }
 
+# `step_tests FILTER`: step_cuda_test's tests matching FILTER (a gtest filter), within TEST_TIMEOUT
+# seconds (default 150); the whole log in $out/step-tests.log, each test's line and each failure's
+# in $out/step-tests.txt and on stdout.
+step_tests() {
+  echo "== step_cuda_test"
+  timeout "${TEST_TIMEOUT:-150}" "$bin/step_cuda_test" --gtest_filter="$1" >"$out/step-tests.log" 2>&1
+  grep -E '^\[ +(OK|FAILED|PASSED) |Failure' "$out/step-tests.log" | head -n 60 |
+    tee "$out/step-tests.txt"
+}
+
 # `bench_ab FLAG A B ...`: ResNet-50 steps (MODE, default grads) with FLAG at each value in turn, per
 # CONFIGS (PRECISION:BATCH list, default "fp16:256 fp16:32"), ROUNDS times (default 2),
 # alternating so that drift between runs falls on every value alike; img/s and peak allocated per

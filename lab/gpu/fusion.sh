@@ -12,11 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
-echo "== step_cuda_test"
-# The whole log is kept (step-tests.log); the summary names each test and each failure's line.
-timeout "${TEST_TIMEOUT:-150}" "$bin/step_cuda_test" >"$out/step-tests.log" 2>&1
-grep -E '^\[ +(OK|FAILED|PASSED) |Failure' "$out/step-tests.log" | head -n 60 |
-  tee "$out/step-tests.txt"
+step_tests '*'
 echo "== engine_cuda_test: the batch-norm ops of the fused step"
 timeout 120 "$bin/engine_cuda_test" \
   --gtest_filter='*finalize*:*batch_norm_apply*:*recomputed*:*Offer*:*Fused*' >"$out/op-tests.log" 2>&1

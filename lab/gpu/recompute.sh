@@ -10,11 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
-echo "== step_cuda_test"
-timeout "${TEST_TIMEOUT:-150}" "$bin/step_cuda_test" --gtest_filter="${TESTS:-*Recompute*}" \
-  >"$out/step-tests.log" 2>&1
-grep -E '^\[ +(OK|FAILED|PASSED) |Failure' "$out/step-tests.log" | head -n 60 |
-  tee "$out/step-tests.txt"
+step_tests "${TESTS:-*Recompute*}"
 echo "== dlprobe bench, --recompute block-outputs against none"
 CONFIGS=${CONFIGS:-fp16:256} BENCH_FLAGS="--tuning-cache $out/tuning.json" \
   bench_ab --recompute block-outputs none

@@ -12,11 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . lab/gpu/common.sh
-echo "== step_cuda_test"
-timeout "${TEST_TIMEOUT:-150}" "$bin/step_cuda_test" --gtest_filter="${TESTS:-*}" \
-  >"$out/step-tests.log" 2>&1
-grep -E '^\[ +(OK|FAILED|PASSED) |Failure' "$out/step-tests.log" | head -n 60 |
-  tee "$out/step-tests.txt"
+step_tests "${TESTS:-*}"
 echo "== dlprobe bench, --streams 2 against 1"
 CONFIGS=${CONFIGS:-fp16:256 fp16:64 fp16:32} BENCH_FLAGS="--tuning-cache $out/tuning.json" \
   bench_ab --streams 2 1

@@ -31,13 +31,8 @@ Status Planner::backward(const model::Layer& l, std::size_t i) {
       Buffer* dx = temporary_like(x, name);
       if (pool_from_bn_[i] >= 0) {
         const auto bn = static_cast<std::size_t>(pool_from_bn_[i]);
-        const model::Layer& b = s_.model.layers()[bn];
-        Buffer* bn_x = value_of(b.inputs[0]);
-        Buffer* gamma = master_of(bn, StateKind::bn_weight);
-        Buffer* beta = master_of(bn, StateKind::bn_bias);
-        Buffer* sm = bn_mean_[bn];
-        Buffer* si = bn_invstd_[bn];
-        emit(name + ".backward+" + b.name, CallKind::max_pool_backward, name,
+        const auto [bn_x, gamma, beta, sm, si] = batch_norm_saved(bn);
+        emit(name + ".backward+" + s_.model.layers()[bn].name, CallKind::max_pool_backward, name,
              {dy, bn_x, gamma, beta, sm, si, dx},
              [&be = be_, dy, bn_x, gamma, beta, sm, si, dx, p = l.pool] {
                return be.max_pool2d_backward_recomputed(

@@ -257,13 +257,14 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
   emit_batch_norm_apply(i, l.name + ".apply" + fusion_suffix(fusion_[i]), a.residual, a.y);
 }
 
+Planner::BatchNormSaved Planner::batch_norm_saved(std::size_t i) const {
+  return {value_of(s_.model.layers()[i].inputs[0]), master_of(i, StateKind::bn_weight),
+          master_of(i, StateKind::bn_bias), bn_mean_[i], bn_invstd_[i]};
+}
+
 void Planner::emit_batch_norm_apply(std::size_t i, std::string name, Buffer* residual, Buffer* y) {
   const model::Layer& l = s_.model.layers()[i];
-  Buffer* x = value_of(l.inputs[0]);
-  Buffer* gamma = master_of(i, StateKind::bn_weight);
-  Buffer* beta = master_of(i, StateKind::bn_bias);
-  Buffer* sm = bn_mean_[i];
-  Buffer* si = bn_invstd_[i];
+  const auto [x, gamma, beta, sm, si] = batch_norm_saved(i);
   const bool fused = fusion_[i] != Fusion::none;
   std::vector<Buffer*> uses = {x, gamma, beta, sm, si, y};
   if (residual != nullptr) uses.push_back(residual);

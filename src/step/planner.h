@@ -72,6 +72,16 @@ class Planner {
   // One layer's forward (plan_forward.cpp).
   Status forward(const model::Layer& l, std::size_t i);
   Status forward_batch_norm(const model::Layer& l, std::size_t i);
+  // What a batch norm's output is computed again from: its input, parameters and the saved batch
+  // statistics.
+  struct BatchNormSaved {
+    Buffer* x;
+    Buffer* gamma;
+    Buffer* beta;
+    Buffer* mean;
+    Buffer* invstd;
+  };
+  BatchNormSaved batch_norm_saved(std::size_t i) const;
   // The elementwise pass of batch norm `i` from its convolution's sums, with the residual add and
   // ReLU where it takes them in: in the forward, and again where its output is recomputed.
   void emit_batch_norm_apply(std::size_t i, std::string name, Buffer* residual, Buffer* y);
