@@ -168,6 +168,13 @@ void print_breakdown(const memory::Outcome& o) {
   }
 }
 
+// Where recomputing the block outputs would fit a larger batch, says so and how.
+void print_recompute_hint(std::optional<std::int64_t> recomputed) {
+  if (!recomputed) return;
+  std::printf("recompute   with --recompute block-outputs, batch %lld is predicted to fit\n",
+              static_cast<long long>(*recomputed));
+}
+
 void print_max_batch(const memory::Outcome& o) {
   const memory::MaxBatchResult& r = *o.max_batch;
   std::printf("== max batch under %s: %s %s, --gpu-memory %s\n", format_size(r.limit_bytes).c_str(),
@@ -198,6 +205,7 @@ void print_max_batch(const memory::Outcome& o) {
               static_cast<long long>(r.found),
               r.next_fails ? fmt::format(", {} does not", r.found + 1).c_str()
                            : ", at the search's upper bound");
+  print_recompute_hint(r.predicted_recomputed);
 }
 
 }  // namespace
@@ -250,6 +258,7 @@ void print_predicted_max_batch(const memory::PredictedMaxBatch& r) {
               std::string(engine::precision_name(r.step.precision)).c_str(),
               r.gpu_memory.text.c_str(),
               r.calibrated ? "" : "; no calibration: allocator categories only");
+  print_recompute_hint(r.recomputed);
 }
 
 void MemorySummary::add(const memory::Outcome& o) {

@@ -143,6 +143,8 @@ class Analysis {
     const Calibration* cal = find_calibration(o_.calibrations, r.step);
     r.calibrated = cal != nullptr;
     DLPROBE_ASSIGN_OR_RETURN(r.largest, predict_max_batch(r.step, limit, cal));
+    DLPROBE_ASSIGN_OR_RETURN(r.recomputed,
+                             predict_max_batch_recomputed(r.step, limit, cal, r.largest));
     observer_.predicted(r);
     return Status::ok();
   }

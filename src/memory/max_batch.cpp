@@ -6,6 +6,19 @@
 
 namespace dlprobe::memory {
 
+Result<std::optional<std::int64_t>> predict_max_batch_recomputed(
+    const engine::StepConfig& step, std::uint64_t limit_bytes, const Calibration* calibration,
+    std::int64_t without, std::optional<std::int64_t> upper) {
+  if (step.recompute_block_outputs || step.mode == engine::StepMode::infer || step.streams > 1) {
+    return std::optional<std::int64_t>();
+  }
+  engine::StepConfig again = step;
+  again.recompute_block_outputs = true;
+  DLPROBE_ASSIGN_OR_RETURN(const std::int64_t largest,
+                           predict_max_batch(again, limit_bytes, calibration, upper));
+  return largest > without ? std::optional(largest) : std::nullopt;
+}
+
 Result<MaxBatchResult> find_max_batch(Session& session, const engine::StepConfig& step,
                                       std::uint64_t limit_bytes, const Calibration* calibration,
                                       std::optional<std::int64_t> upper, int warmup) {
@@ -17,6 +30,9 @@ Result<MaxBatchResult> find_max_batch(Session& session, const engine::StepConfig
   MaxBatchResult r;
   r.limit_bytes = limit_bytes;
   DLPROBE_ASSIGN_OR_RETURN(r.predicted, predict_max_batch(step, limit_bytes, calibration, upper));
+  DLPROBE_ASSIGN_OR_RETURN(
+      r.predicted_recomputed,
+      predict_max_batch_recomputed(step, limit_bytes, calibration, r.predicted, upper));
   auto fits = [&](std::int64_t batch) -> Result<bool> {
     engine::StepConfig at = step;
     at.batch = batch;

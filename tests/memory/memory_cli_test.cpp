@@ -136,6 +136,28 @@ TEST(MemoryCli, RecomputedBlockOutputsLowerThePredictedPeak) {
   EXPECT_LT(a, 0.75 * b) << again.output << "\n" << kept.output;
 }
 
+// The largest batch says what recomputing the block outputs would fit, where the step can and
+// does not already: fp16 with batch norm inside the convolutions, not fp32.
+TEST(MemoryCli, MaxBatchSaysWhatRecomputingWouldFit) {
+  const std::string tail =
+      "memory --model resnet50 --width 16 --image-size 64 --max-batch --predict-only "
+      "--device-memory 1GiB --conv-engines any --precision ";
+  const std::string hint = "recompute   with --recompute block-outputs, batch ";
+  const CliRun fp16 = run(tail + "fp16");
+  ASSERT_EQ(fp16.exit_code, 0) << fp16.output;
+  EXPECT_TRUE(has(fp16.output, hint)) << fp16.output;
+  const CliRun again = run(tail + "fp16 --recompute block-outputs");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_FALSE(has(again.output, hint)) << again.output;
+  // The batch the hint names is the one the recomputing step is predicted to fit.
+  const std::size_t at = fp16.output.find(hint) + hint.size();
+  const std::string batch = fp16.output.substr(at, fp16.output.find(' ', at) - at);
+  EXPECT_TRUE(has(again.output, "1.00 GiB: " + batch + " (")) << batch << "\n" << again.output;
+  const CliRun fp32 = run(tail + "fp32");
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  EXPECT_FALSE(has(fp32.output, hint)) << fp32.output;
+}
+
 TEST(MemoryCli, PicksTheFastestSettingsAndSaysSo) {
   // Nothing named: each precision's fastest layout and the plan for the GPU predicted for.
   const CliRun r = run(kSmall + "--predict-only --batch 4 --precision fp32,fp16");

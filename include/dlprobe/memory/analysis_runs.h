@@ -81,6 +81,7 @@ struct PredictedMaxBatch {
   std::uint64_t limit_bytes = 0;
   std::int64_t largest = 0;
   bool calibrated = false;  // with a calibration's workspace and outside-allocator bytes
+  std::optional<std::int64_t> recomputed;  // predict_max_batch_recomputed()
 };
 
 class AnalysisObserver {

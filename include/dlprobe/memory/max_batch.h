@@ -40,6 +40,13 @@ Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint
                                        const Calibration* calibration,
                                        std::optional<std::int64_t> upper = std::nullopt);
 
+// For a training step that keeps its block outputs: the largest batch predicted with
+// StepConfig::recompute_block_outputs, where that is larger (the step can recompute them); else
+// nullopt.
+Result<std::optional<std::int64_t>> predict_max_batch_recomputed(
+    const engine::StepConfig& step, std::uint64_t limit_bytes, const Calibration* calibration,
+    std::int64_t without, std::optional<std::int64_t> upper = std::nullopt);
+
 // The largest batch predicted and then verified by measured runs.
 struct MaxBatchTrial {
   std::int64_t batch = 0;
@@ -51,7 +58,9 @@ struct MaxBatchTrial {
 };
 struct MaxBatchResult {
   std::uint64_t limit_bytes = 0;
-  std::int64_t predicted = 0;         // from simulations; 0 when not even batch 1 fits
+  std::int64_t predicted = 0;  // from simulations; 0 when not even batch 1 fits
+  // predict_max_batch_recomputed(): larger with the block outputs recomputed, where it is.
+  std::optional<std::int64_t> predicted_recomputed;
   std::int64_t found = 0;             // measured: `found` ran and found + 1 did not
   bool next_fails = false;            // false only when `found` is the search's upper bound
   std::vector<MaxBatchTrial> trials;  // in the order they ran
