@@ -179,8 +179,7 @@ Buffer* Planner::kept(int v) {
   if (recomputed_[k] != nullptr) return recomputed_[k];
   const auto& layers = s_.model.layers();
   const auto bn = static_cast<std::size_t>(recompute_from_[k]);
-  const model::Layer& add = layers[bn + 1];
-  const int shortcut = add.inputs[0] == layers[bn].output ? add.inputs[1] : add.inputs[0];
+  const int shortcut = shortcut_of(bn);
   const auto sc = static_cast<std::size_t>(shortcut);
   Buffer* residual = nullptr;
   if (recompute_from_[sc] >= 0 || saved_[sc]) {

@@ -169,10 +169,7 @@ Status Planner::forward_batch_norm(const model::Layer& l, std::size_t i) {
   BatchNormForward a;
   a.name = l.name + ".forward" + fusion_suffix(f);
   a.x = value_of(l.inputs[0]);
-  if (f == Fusion::add_relu) {
-    const model::Layer& add = layers[i + 1];
-    a.residual = value_of(add.inputs[0] == l.output ? add.inputs[1] : add.inputs[0]);
-  }
+  if (f == Fusion::add_relu) a.residual = value_of(shortcut_of(i));
   a.gamma = master_of(i, StateKind::bn_weight);
   a.beta = master_of(i, StateKind::bn_bias);
   a.mean = master_of(i, StateKind::running_mean);

@@ -70,9 +70,7 @@ void Planner::plan_block_recompute() {
   // In layer order, so that a block's shortcut (the block before it) is decided first.
   for (std::size_t i = 0; i + 2 < layers.size(); ++i) {
     if (fusion_[i] != Fusion::add_relu || !summed_[i]) continue;
-    const model::Layer& add = layers[i + 1];
-    const int shortcut = add.inputs[0] == layers[i].output ? add.inputs[1] : add.inputs[0];
-    const auto sc = static_cast<std::size_t>(shortcut);
+    const auto sc = static_cast<std::size_t>(shortcut_of(i));
     const int from = producer_[sc];
     const bool projection = from >= 0 && summed_[static_cast<std::size_t>(from)] &&
                             fusion_[static_cast<std::size_t>(from)] == Fusion::none &&
@@ -89,12 +87,8 @@ void Planner::plan_block_recompute() {
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto out = static_cast<std::size_t>(layers[i].output);
     if (recompute_from_[out] < 0) continue;
-    const model::Layer& add = layers[i - 1];
-    const int bn = recompute_from_[out];
-    const int shortcut = add.inputs[0] == layers[static_cast<std::size_t>(bn)].output
-                             ? add.inputs[1]
-                             : add.inputs[0];
-    const auto sc = static_cast<std::size_t>(shortcut);
+    const auto sc =
+        static_cast<std::size_t>(shortcut_of(static_cast<std::size_t>(recompute_from_[out])));
     chain[out] = shapes_[out].numel() + (recompute_from_[sc] >= 0 ? chain[sc] : 0);
     if (recompute_from_[sc] >= 0) extended[sc] = true;
   }
@@ -103,7 +97,11 @@ void Planner::plan_block_recompute() {
     if (recompute_from_[v] < 0 || extended[v]) continue;
     std::int64_t after = 0;
     for (std::size_t w = 0; w < shapes_.size(); ++w) {
-      if (producer_[w] > producer_[v] && saved_[w] && recompute_from_[w] < 0) {
+      // A BN + ReLU output that a convolution applies is never stored.
+      const int p = producer_[w];
+      const bool applied = p > 0 && folded_[static_cast<std::size_t>(p)] &&
+                           applied_[static_cast<std::size_t>(p - 1)];
+      if (p > producer_[v] && saved_[w] && recompute_from_[w] < 0 && !applied) {
         after += shapes_[w].numel();
       }
     }

@@ -103,6 +103,12 @@ class Planner {
   void backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* dy);
   void backward_relu(const model::Layer& l, std::size_t i, Buffer* dy);
   void backward_linear(const model::Layer& l, std::size_t i, Buffer* dy);
+  // The shortcut of the residual add after batch norm `bn` (Fusion::add_relu): its other operand.
+  int shortcut_of(std::size_t bn) const {
+    const auto& layers = s_.model.layers();
+    const model::Layer& add = layers[bn + 1];
+    return add.inputs[0] == layers[bn].output ? add.inputs[1] : add.inputs[0];
+  }
   // The buffer the backward reads for value v: the forward's, or where plan_block_recompute left
   // it out, the value computed again on its first read (with its shortcut before it).
   Buffer* kept(int v);
