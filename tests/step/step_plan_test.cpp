@@ -165,6 +165,22 @@ TEST(StepPlanTest, FusedAndUnfusedStepsAgree) {
   }
 }
 
+// The named state entries of two steps agree to the bit: after training their weights, else
+// their gradients.
+void expect_same_state(const testing::Rig& got, const testing::Rig& want, StepMode mode,
+                       std::initializer_list<const char*> names, const std::string& what) {
+  const bool train = mode == StepMode::train;
+  for (const char* name : names) {
+    const HostTensor w =
+        train ? want.step->tensor(name).value() : want.step->gradient(name).value();
+    const HostTensor g = train ? got.step->tensor(name).value() : got.step->gradient(name).value();
+    ASSERT_EQ(g.numel(), w.numel());
+    for (std::int64_t j = 0; j < g.numel(); ++j) {
+      ASSERT_EQ(g.get(j), w.get(j)) << what << " " << name << " [" << j << "]";
+    }
+  }
+}
+
 // The step over two streams on the reference backend, whose second stream runs its work at the
 // next join: a wait left out, or an operand's memory reused before the join, changes the values.
 testing::Rig two_stream_rig(StepConfig c, int streams) {
@@ -236,18 +252,10 @@ TEST(StepPlanTest, TwoStreamStepsAgreeWithOneStream) {
     const std::string what = fmt::format("{} {} {}", precision_name(k.precision),
                                          layout_name(k.layout), step_mode_name(k.mode));
     for (int i = 0; i < 2; ++i) EXPECT_EQ(run(two), run(one)) << what;
-    const bool train = k.mode == StepMode::train;
-    for (const char* name : {"conv1.weight", "layer1.0.conv2.weight", "layer2.0.conv1.weight",
-                             "layer2.0.downsample.0.weight", "layer4.1.conv2.weight"}) {
-      const HostTensor want =
-          train ? one.step->tensor(name).value() : one.step->gradient(name).value();
-      const HostTensor got =
-          train ? two.step->tensor(name).value() : two.step->gradient(name).value();
-      ASSERT_EQ(got.numel(), want.numel());
-      for (std::int64_t j = 0; j < got.numel(); ++j) {
-        ASSERT_EQ(got.get(j), want.get(j)) << what << " " << name << " [" << j << "]";
-      }
-    }
+    expect_same_state(two, one, k.mode,
+                      {"conv1.weight", "layer1.0.conv2.weight", "layer2.0.conv1.weight",
+                       "layer2.0.downsample.0.weight", "layer4.1.conv2.weight"},
+                      what);
   }
 }
 
@@ -323,19 +331,11 @@ TEST(StepPlanTest, RecomputedBlockOutputsAgreeToTheBitAndKeepFewerActivations) {
       // would keep them to the end and hold as much as the step that keeps them.
       EXPECT_LT(transient_peak(*again.step), transient_peak(*kept.step) * 9 / 10) << what;
       for (int i = 0; i < 2; ++i) EXPECT_EQ(run(again), run(kept)) << what;
-      const bool train = mode == StepMode::train;
-      for (const char* name : {"conv1.weight", "layer1.0.conv1.weight", "layer1.1.bn2.weight",
-                               "layer2.0.downsample.0.weight", "layer2.1.conv1.weight",
-                               "layer3.0.conv1.weight", "layer4.0.downsample.1.bias"}) {
-        const HostTensor want =
-            train ? kept.step->tensor(name).value() : kept.step->gradient(name).value();
-        const HostTensor got =
-            train ? again.step->tensor(name).value() : again.step->gradient(name).value();
-        ASSERT_EQ(got.numel(), want.numel());
-        for (std::int64_t j = 0; j < got.numel(); ++j) {
-          ASSERT_EQ(got.get(j), want.get(j)) << what << " " << name << " [" << j << "]";
-        }
-      }
+      expect_same_state(again, kept, mode,
+                        {"conv1.weight", "layer1.0.conv1.weight", "layer1.1.bn2.weight",
+                         "layer2.0.downsample.0.weight", "layer2.1.conv1.weight",
+                         "layer3.0.conv1.weight", "layer4.0.downsample.1.bias"},
+                        what);
     }
   }
 }
