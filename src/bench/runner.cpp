@@ -8,6 +8,7 @@
 
 #include "dlprobe/bench/host_cpu.h"
 #include "dlprobe/core/clock.h"
+#include "dlprobe/core/log.h"
 #include "dlprobe/data/cuda_queues.h"
 #include "dlprobe/engine/safetensors.h"
 #include "dlprobe/models/resnet.h"
@@ -255,6 +256,13 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
   }
   r.memory = e.allocator().stats();
   r.graph_replayed = step->graph_recorded();
+  r.recomputed_block_outputs = step->config().recompute_block_outputs;
+  if (o.step.recompute_block_outputs && !r.recomputed_block_outputs) {
+    log_warn(
+        "{} {}: the step keeps its block outputs: recomputing them needs batch norm inside "
+        "the convolutions, which this backend does not run here",
+        engine::precision_name(c.precision), layout_name(c.layout));
+  }
   if (feed) r.input->skipped = feed->skipped();
 
   if (o.profile_steps > 0 && !r.interrupted) {

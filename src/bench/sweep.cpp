@@ -277,6 +277,8 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
         runs.push_back(std::move(run).value());
       }
       for (const BenchResult& r : runs) m.runs.push_back(&r);
+      // The results say what ran: no recomputation where the step had none to do.
+      if (!runs.empty()) m.step.recompute_block_outputs = runs.front().recomputed_block_outputs;
       if (!failure.is_ok()) {
         const bool oom = failure.code() == Errc::out_of_memory;
         m.status = oom ? results::RunStatus::oom : results::RunStatus::failed;

@@ -31,6 +31,7 @@ results::Settings settings_of(const engine::StepConfig& c, const GpuMemoryOption
   s.image_size = c.model.image_size;
   s.classes = c.model.classes;
   s.width = c.model.width;
+  s.recompute = c.recompute_block_outputs ? "block-outputs" : "";
   return s;
 }
 

@@ -139,7 +139,7 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   }
 
   Measurement m;
-  m.step = config;
+  m.step = step->config();  // as it ran: without a recomputation it had nothing to do
   DLPROBE_ASSIGN_OR_RETURN(m.memory, follow_step(*step, allocator));
   m.stats = allocator.stats();
   m.calibration.device = s.label;

@@ -7,6 +7,7 @@
 // plan_forward.cpp and plan_backward.cpp the call of each layer kind.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -37,6 +38,12 @@ class Planner {
   // `shapes`: every value's shape, as model::Model::value_shapes gives them.
   Status run(const std::vector<Shape>& shapes);
   std::vector<Draft> take() { return std::move(drafts_); }
+  // Whether plan_block_recompute left any block output out (StepConfig::recompute_block_outputs
+  // takes effect only where batch norm runs inside the convolutions).
+  bool recomputes_block_outputs() const {
+    return std::any_of(recompute_from_.begin(), recompute_from_.end(),
+                       [](int bn) { return bn >= 0; });
+  }
 
  private:
   enum class Fusion : std::uint8_t { none, relu, add_relu };

@@ -103,6 +103,9 @@ Result<std::unique_ptr<TrainingStep>> TrainingStep::create(const StepConfig& con
   DLPROBE_RETURN_IF_ERROR(impl->upload_initial_state());
   step_impl::Planner planner(*impl);
   DLPROBE_RETURN_IF_ERROR(planner.run(shapes));
+  // config() then says what runs, and results made from it claim no recomputation where the
+  // backend had none to do (no batch norm inside the convolutions).
+  if (!planner.recomputes_block_outputs()) impl->config.recompute_block_outputs = false;
   DLPROBE_ASSIGN_OR_RETURN(impl->calls, step_impl::schedule(*impl, planner.take()));
   return std::unique_ptr<TrainingStep>(new TrainingStep(std::move(impl)));
 }

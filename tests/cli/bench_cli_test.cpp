@@ -209,6 +209,30 @@ TEST(BenchCliTest, OutOfMemoryInASweepIsRecordedAndTheSweepGoesOn) {
   std::filesystem::remove(json);
 }
 
+// --recompute block-outputs is recorded where the step recomputed (the reference backend runs
+// batch norm inside the convolutions in fp64 NHWC) and not where it had nothing to recompute
+// (fp32), which a warning says.
+TEST(BenchCliTest, RecomputeIsRecordedWhereItRan) {
+  const std::string json = ::testing::TempDir() + "bench_cli_recompute.json";
+  const CliRun r = run(kSmall +
+                       "--backend reference --precision fp64,fp32 --layout nhwc --mode grads "
+                       "--recompute block-outputs --steps 1 --min-time 0s --warmup 0 "
+                       "--warmup-time 0s --json " +
+                       json);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto doc = dlprobe::results::read_file(json);
+  ASSERT_TRUE(doc.has_value()) << doc.status().message();
+  ASSERT_EQ(doc->configurations.size(), 2u);
+  EXPECT_EQ(doc->configurations[0].settings.precision, "fp64");
+  EXPECT_EQ(doc->configurations[0].settings.recompute, "block-outputs");
+  EXPECT_EQ(doc->configurations[1].settings.precision, "fp32");
+  EXPECT_EQ(doc->configurations[1].settings.recompute, "");
+  EXPECT_NE(r.output.find("fp32 NHWC: the step keeps its block outputs"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("fp64 NHWC: the step keeps"), std::string::npos) << r.output;
+  std::filesystem::remove(json);
+}
+
 TEST(BenchCliTest, AutoBatchEndsAtTheFirstOutOfMemoryAndSucceeds) {
   const std::string json = ::testing::TempDir() + "bench_cli_auto.json";
   // The walk's first batch is already too large: one configuration, out of memory, exit 0.

@@ -340,6 +340,21 @@ TEST(StepPlanTest, RecomputedBlockOutputsAgreeToTheBitAndKeepFewerActivations) {
   }
 }
 
+// Where batch norm does not run inside the convolutions (the reference backend: fp32) nothing
+// can be recomputed: the step keeps its outputs and its config says so.
+TEST(StepPlanTest, RecomputeWithoutBatchNormInsideTheConvolutionsKeepsTheOutputs) {
+  StepConfig c = tiny_config();
+  c.layout = Layout::nhwc;
+  c.recompute_block_outputs = true;
+  testing::Rig fp32 = make_rig(c);
+  c.precision = Precision::fp64;
+  testing::Rig fp64 = make_rig(c, DType::fp64);
+  ASSERT_TRUE(fp32.step && fp64.step);
+  EXPECT_FALSE(fp32.step->config().recompute_block_outputs);
+  EXPECT_TRUE(fp64.step->config().recompute_block_outputs);
+  for (const Call& call : fp32.step->calls()) EXPECT_FALSE(call.name.ends_with(".recompute"));
+}
+
 TEST(StepPlanTest, MixedPrecisionCastsWorkingCopiesAndGradients) {
   StepConfig c = tiny_config();
   c.precision = Precision::fp16;

@@ -156,7 +156,6 @@ struct MemoryStats {
 //   peak.category   peak.owner   peak.requested_bytes
 nlohmann::json to_flat_json(const MemoryStats& stats);
 
-// Everything known when an allocation failed for lack of memory.
 // What the allocator's owner knows of the work that an out-of-memory message should suggest: the
 // allocator itself sees bytes, not precisions or plans.
 struct OomAdvice {
@@ -165,6 +164,7 @@ struct OomAdvice {
   std::string also;              // one more thing to try, e.g. "recomputing the block outputs"
 };
 
+// Everything known when an allocation failed for lack of memory.
 struct OomReport {
   std::uint64_t requested_bytes = 0;
   std::uint64_t rounded_bytes = 0;

@@ -157,6 +157,9 @@ struct BenchResult {
   // StepConfig::graph: the timed steps ran as graph replays (false: the capture failed, and the
   // step ran eagerly after a warning saying why).
   bool graph_replayed = false;
+  // StepConfig::recompute_block_outputs as the step ran it: false where it had nothing to
+  // recompute.
+  bool recomputed_block_outputs = false;
   std::optional<InputFacts> input;  // with BenchOptions::data
 
   std::int64_t timed_steps() const;
