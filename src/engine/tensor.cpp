@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+
+#include "dlprobe/core/parallel.h"
 
 namespace dlprobe {
 
@@ -108,10 +112,14 @@ bool operator==(const TensorDesc& a, const TensorDesc& b) {
 
 namespace {
 
+constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+
 // SplitMix64 (Steele, Lea, Flood 2014), written out because std::uniform_real_distribution's
-// output differs between standard libraries, and test inputs must be the same everywhere.
+// output differs between standard libraries, and test inputs must be the same everywhere. Its
+// state only ever grows by kGolden, so the value of draw i is known without the draws before it,
+// and a tensor's elements can be drawn by several threads with the same result.
 std::uint64_t splitmix64(std::uint64_t& state) {
-  state += 0x9E3779B97F4A7C15ull;
+  state += kGolden;
   std::uint64_t z = state;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -122,6 +130,51 @@ std::uint64_t splitmix64(std::uint64_t& state) {
 double unit_uniform(std::uint64_t& state) {
   return static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
 }
+
+// Calls f(std::type_identity<T>{}) with T the element type of `dtype`.
+template <class F>
+void with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::fp64:
+      return f(std::type_identity<double>{});
+    case DType::fp32:
+      return f(std::type_identity<float>{});
+    case DType::fp16:
+      return f(std::type_identity<Half>{});
+    case DType::bf16:
+      return f(std::type_identity<BFloat16>{});
+    case DType::int32:
+      return f(std::type_identity<std::int32_t>{});
+    case DType::int64:
+      return f(std::type_identity<std::int64_t>{});
+  }
+}
+
+// An element from a double as set() stores it, and back as get() reads it.
+template <class T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return float_to_half(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return float_to_bf16(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+template <class T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return half_to_float(v);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return bf16_to_float(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+// Elements a thread takes at least, in the whole-tensor loops below: enough to outweigh
+// starting it.
+constexpr std::int64_t kGrain = std::int64_t{1} << 18;
 
 }  // namespace
 
@@ -138,80 +191,101 @@ HostTensor HostTensor::zeros(const TensorDesc& desc) {
 
 HostTensor HostTensor::random(const TensorDesc& desc, std::uint64_t seed, double lo, double hi) {
   HostTensor t(desc);
-  std::uint64_t state = seed;
   const bool floating = dtype_is_floating(desc.dtype());
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    const double u = unit_uniform(state);
-    t.set(i, floating ? lo + (hi - lo) * u : lo + std::floor((hi - lo) * u));
-  }
+  with_element_type(desc.dtype(), [&]<class T>(std::type_identity<T>) {
+    const std::span<T> out = t.values<T>();
+    parallel_for(t.numel(), kGrain, [&](std::int64_t begin, std::int64_t end) {
+      // Element i is draw i + 1 of the sequence from `seed`.
+      std::uint64_t state = seed + static_cast<std::uint64_t>(begin) * kGolden;
+      for (std::int64_t i = begin; i < end; ++i) {
+        const double u = unit_uniform(state);
+        out[static_cast<std::size_t>(i)] =
+            from_double<T>(floating ? lo + (hi - lo) * u : lo + std::floor((hi - lo) * u));
+      }
+    });
+  });
   return t;
 }
 
 void HostTensor::fill(double value) {
-  for (std::int64_t i = 0; i < numel(); ++i) set(i, value);
+  with_element_type(dtype(), [&]<class T>(std::type_identity<T>) {
+    const std::span<T> out = values<T>();
+    const T v = from_double<T>(value);
+    parallel_for(numel(), kGrain * 4, [&](std::int64_t begin, std::int64_t end) {
+      std::fill(out.begin() + begin, out.begin() + end, v);
+    });
+  });
 }
 
 double HostTensor::get(std::int64_t i) const {
-  const auto k = static_cast<std::size_t>(i);
-  switch (dtype()) {
-    case DType::fp64:
-      return values<double>()[k];
-    case DType::fp32:
-      return values<float>()[k];
-    case DType::fp16:
-      return half_to_float(values<Half>()[k]);
-    case DType::bf16:
-      return bf16_to_float(values<BFloat16>()[k]);
-    case DType::int32:
-      return values<std::int32_t>()[k];
-    case DType::int64:
-      return static_cast<double>(values<std::int64_t>()[k]);
-  }
-  return 0.0;
+  double v = 0.0;
+  with_element_type(dtype(), [&]<class T>(std::type_identity<T>) {
+    v = to_double(values<T>()[static_cast<std::size_t>(i)]);
+  });
+  return v;
 }
 
 void HostTensor::set(std::int64_t i, double value) {
-  const auto k = static_cast<std::size_t>(i);
-  switch (dtype()) {
-    case DType::fp64:
-      values<double>()[k] = value;
-      return;
-    case DType::fp32:
-      values<float>()[k] = static_cast<float>(value);
-      return;
-    case DType::fp16:
-      values<Half>()[k] = float_to_half(static_cast<float>(value));
-      return;
-    case DType::bf16:
-      values<BFloat16>()[k] = float_to_bf16(static_cast<float>(value));
-      return;
-    case DType::int32:
-      values<std::int32_t>()[k] = static_cast<std::int32_t>(value);
-      return;
-    case DType::int64:
-      values<std::int64_t>()[k] = static_cast<std::int64_t>(value);
-      return;
-  }
+  with_element_type(dtype(), [&]<class T>(std::type_identity<T>) {
+    values<T>()[static_cast<std::size_t>(i)] = from_double<T>(value);
+  });
 }
 
-HostTensor HostTensor::to_layout(Layout layout) const {
-  const TensorDesc out_desc = desc_.with_layout(layout);
-  HostTensor out(out_desc);
-  if (out_desc.layout() == desc_.layout()) {
-    out.storage_ = storage_;
-    return out;
-  }
-  const std::size_t elem = dtype_size(dtype());
-  for (std::int64_t n = 0; n < desc_.dim(0); ++n) {
-    for (std::int64_t c = 0; c < desc_.dim(1); ++c) {
-      for (std::int64_t h = 0; h < desc_.dim(2); ++h) {
-        for (std::int64_t w = 0; w < desc_.dim(3); ++w) {
-          const auto src = static_cast<std::size_t>(desc_.offset(n, c, h, w)) * elem;
-          const auto dst = static_cast<std::size_t>(out_desc.offset(n, c, h, w)) * elem;
-          for (std::size_t b = 0; b < elem; ++b) out.storage_[dst + b] = storage_[src + b];
+namespace {
+
+// An unsigned integer as wide as an element: layout changes move elements without reading them.
+template <std::size_t Bytes>
+using Bits = std::conditional_t<
+    Bytes == 1, std::uint8_t,
+    std::conditional_t<Bytes == 2, std::uint16_t,
+                       std::conditional_t<Bytes == 4, std::uint32_t, std::uint64_t>>>;
+
+template <class T>
+void copy_layout(const TensorDesc& from, const T* src, const TensorDesc& to, T* dst) {
+  parallel_for(from.dim(0), 1, [&](std::int64_t n_begin, std::int64_t n_end) {
+    for (std::int64_t n = n_begin; n < n_end; ++n) {
+      for (std::int64_t c = 0; c < from.dim(1); ++c) {
+        for (std::int64_t h = 0; h < from.dim(2); ++h) {
+          const std::int64_t s = from.offset(n, c, h, 0);
+          const std::int64_t d = to.offset(n, c, h, 0);
+          for (std::int64_t w = 0; w < from.dim(3); ++w) {
+            dst[d + w * to.stride(3)] = src[s + w * from.stride(3)];
+          }
         }
       }
     }
+  });
+}
+
+}  // namespace
+
+HostTensor HostTensor::to_layout(Layout layout) const {
+  const TensorDesc out_desc = desc_.with_layout(layout);
+  if (out_desc.layout() == desc_.layout()) {
+    HostTensor out;
+    out.desc_ = out_desc;
+    out.storage_ = storage_;
+    return out;
+  }
+  HostTensor out(out_desc);
+  const auto move = [&]<std::size_t Bytes>(std::integral_constant<std::size_t, Bytes>) {
+    using B = Bits<Bytes>;
+    copy_layout(desc_, reinterpret_cast<const B*>(storage_.data()), out_desc,
+                reinterpret_cast<B*>(out.storage_.data()));
+  };
+  switch (dtype_size(dtype())) {
+    case 1:
+      move(std::integral_constant<std::size_t, 1>{});
+      break;
+    case 2:
+      move(std::integral_constant<std::size_t, 2>{});
+      break;
+    case 4:
+      move(std::integral_constant<std::size_t, 4>{});
+      break;
+    default:
+      move(std::integral_constant<std::size_t, 8>{});
+      break;
   }
   return out;
 }
@@ -226,7 +300,18 @@ Result<HostTensor> HostTensor::to_dtype(DType dtype) const {
   }
   HostTensor out(desc_.with_dtype(dtype));
   if (from_float) {
-    for (std::int64_t i = 0; i < numel(); ++i) out.set(i, get(i));
+    with_element_type(this->dtype(), [&]<class S>(std::type_identity<S>) {
+      with_element_type(dtype, [&]<class D>(std::type_identity<D>) {
+        const std::span<const S> in = values<S>();
+        const std::span<D> to = out.values<D>();
+        parallel_for(numel(), kGrain, [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t i = begin; i < end; ++i) {
+            const auto k = static_cast<std::size_t>(i);
+            to[k] = from_double<D>(to_double(in[k]));
+          }
+        });
+      });
+    });
     return out;
   }
   for (std::int64_t i = 0; i < numel(); ++i) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -87,6 +88,42 @@ TEST(HostTensor, RandomIsDeterministicAndInRange) {
     ++seen[static_cast<std::size_t>(v)];
   }
   for (int s : seen) EXPECT_GT(s, 50);
+}
+
+// Whole-tensor loops run on several threads (parallel_for); on tensors of several threads'
+// worth, the values are still those of one pass in storage order: draw i + 1 of SplitMix64 for
+// element i, each element converted alone, each moved to its own index.
+TEST(HostTensor, ThreadedLoopsGiveTheValuesOfOnePass) {
+  const TensorDesc d = desc({64, 8, 32, 32}, DType::fp32);  // 2^19 elements: several threads'
+  const HostTensor a = HostTensor::random(d, 11, -2.0, 2.0);
+  std::uint64_t state = 11;
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    state += 0x9E3779B97F4A7C15ull;
+    std::uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const double u = static_cast<double>(z >> 11) * 0x1.0p-53;
+    ASSERT_EQ(a.values<float>()[static_cast<std::size_t>(i)], static_cast<float>(-2.0 + 4.0 * u))
+        << "element " << i;
+  }
+  const HostTensor h = a.to_dtype(DType::fp16).value();
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    ASSERT_EQ(h.values<Half>()[k], float_to_half(a.values<float>()[k])) << "element " << i;
+  }
+  const HostTensor n = h.to_layout(Layout::nhwc);
+  for (std::int64_t b = 0; b < 64; b += 9) {
+    for (std::int64_t c = 0; c < 8; ++c) {
+      for (std::int64_t y = 0; y < 32; y += 5) {
+        for (std::int64_t x = 0; x < 32; ++x) {
+          ASSERT_EQ(n.at<Half>(b, c, y, x), h.at<Half>(b, c, y, x)) << b << c << y << x;
+        }
+      }
+    }
+  }
+  const HostTensor nan(d);
+  for (float v : nan.values<float>()) ASSERT_TRUE(std::isnan(v));
 }
 
 TEST(HostTensor, LayoutConversionKeepsLogicalValues) {

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -295,6 +298,43 @@ TEST(ModelTest, InitialisationIsSeededAndDeterministic) {
   EXPECT_EQ(a[i].get(0), b[i].get(0));
   EXPECT_EQ(a[i].get(100), b[i].get(100));
   EXPECT_NE(a[i].get(0), c[i].get(0));
+}
+
+// initial_state draws a large tensor on several threads; the values must still be those of one
+// generator drawn through the entries in turn: SplitMix64 from the seed, two draws per normal
+// value (Box-Muller), one per uniform one. A thread that started at the wrong draw fails here.
+TEST(ModelTest, InitialisationIsOneSequenceOnAnyNumberOfThreads) {
+  const Model m = make(Arch::resnet18);
+  const std::vector<HostTensor> init = initial_state(m, 5);
+  std::uint64_t state = 5;
+  const auto uniform = [&state] {
+    state += 0x9E3779B97F4A7C15ull;
+    std::uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  };
+  for (std::size_t e = 0; e < m.state().size(); ++e) {
+    const StateEntry& entry = m.state()[e];
+    const std::span<const float> got =
+        entry.init == Init::kaiming_normal_fan_out || entry.init == Init::linear_uniform
+            ? init[e].values<float>()
+            : std::span<const float>();
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      double want = 0;
+      if (entry.init == Init::kaiming_normal_fan_out) {
+        const double std =
+            std::sqrt(2.0 / static_cast<double>(entry.shape[0] * entry.shape[2] * entry.shape[3]));
+        const double u1 = 1.0 - uniform();
+        const double u2 = uniform();
+        want = std * (std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+      } else {
+        want = 1.0 / std::sqrt(static_cast<double>(entry.fan_in)) * (2.0 * uniform() - 1.0);
+      }
+      ASSERT_EQ(got[i], static_cast<float>(want)) << entry.name << " element " << i;
+    }
+  }
 }
 
 TEST(ModelTest, ZeroInitResidualZeroesTheLastBnOfEachBlock) {
