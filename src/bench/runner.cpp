@@ -144,6 +144,7 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
   const HostTensor labels =
       HostTensor::random(label_desc, o.data_seed + 1, 0.0, static_cast<double>(c.model.classes));
   DLPROBE_RETURN_IF_ERROR(step->set_input(images, labels));
+  log_debug("bench: input drawn and uploaded");
   std::unique_ptr<InputFeed> feed;
   if (o.data != nullptr) {
     DLPROBE_ASSIGN_OR_RETURN(feed, open_jpeg_feed(*o.data, *step, e.device()));

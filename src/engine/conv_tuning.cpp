@@ -74,8 +74,11 @@ std::string ConvTuningCache::serialize(const std::map<std::string, ConvTuningEnt
                 {"label", e.label},
                 {"ms", e.ms},
                 {"workspace_bytes", e.workspace_bytes}};
+    if (!e.plan.empty()) out[key]["plan"] = e.plan;
   }
-  return j.dump(1) + "\n";
+  // cuDNN's serialized plans are JSON text; should one ever hold bytes that are not UTF-8, they
+  // are replaced rather than thrown on: such a plan then fails to load and is built again.
+  return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 Result<std::map<std::string, ConvTuningEntry>> ConvTuningCache::parse(std::string_view text,
@@ -105,11 +108,12 @@ Result<std::map<std::string, ConvTuningEntry>> ConvTuningCache::parse(std::strin
         std::all_of(v["knobs"].begin(), v["knobs"].end(), pair_of_ints) && v.contains("label") &&
         v["label"].is_string() && v.contains("ms") && v["ms"].is_number() &&
         v.contains("workspace_bytes") && v["workspace_bytes"].is_number_integer() &&
-        v["workspace_bytes"].get<std::int64_t>() >= 0;
+        v["workspace_bytes"].get<std::int64_t>() >= 0 &&
+        (!v.contains("plan") || v["plan"].is_string());
     if (!ok) {
       return bad(
           fmt::format("entry \"{}\" needs engine >= 0, knobs as [type, value] pairs, "
-                      "label, ms and workspace_bytes >= 0",
+                      "label, ms, workspace_bytes >= 0 and, if any, a plan as text",
                       key));
     }
     ConvTuningEntry e;
@@ -120,6 +124,7 @@ Result<std::map<std::string, ConvTuningEntry>> ConvTuningCache::parse(std::strin
     e.label = v["label"].get<std::string>();
     e.ms = v["ms"].get<double>();
     e.workspace_bytes = v["workspace_bytes"].get<std::int64_t>();
+    if (v.contains("plan")) e.plan = v["plan"].get<std::string>();
     entries[key] = std::move(e);
   }
   return entries;

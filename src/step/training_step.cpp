@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dlprobe/core/log.h"
 #include "planner.h"
 #include "schedule.h"
 #include "step_state.h"
@@ -101,12 +102,15 @@ Result<std::unique_ptr<TrainingStep>> TrainingStep::create(const StepConfig& con
   impl->scale = impl->scaling() ? config.scaler.init_scale : 1.0;
   DLPROBE_RETURN_IF_ERROR(impl->allocate_state());
   DLPROBE_RETURN_IF_ERROR(impl->upload_initial_state());
+  log_debug("step: initial state drawn and uploaded");
   step_impl::Planner planner(*impl);
   DLPROBE_RETURN_IF_ERROR(planner.run(shapes));
+  log_debug("step: planned");
   // config() then says what runs, and results made from it claim no recomputation where the
   // backend had none to do (no batch norm inside the convolutions).
   if (!planner.recomputes_block_outputs()) impl->config.recompute_block_outputs = false;
   DLPROBE_ASSIGN_OR_RETURN(impl->calls, step_impl::schedule(*impl, planner.take()));
+  log_debug("step: scheduled, {} calls", impl->calls.size());
   return std::unique_ptr<TrainingStep>(new TrainingStep(std::move(impl)));
 }
 

@@ -24,8 +24,8 @@ class ConvTuningTest : public ::testing::Test {
   testing::TempFolder dir_;
 };
 
-const ConvTuningEntry kEntry{
-    42, {{3, 1}, {7, 64}}, "eng42 [tensor_core] {3=1,7=64}", 0.125, 1 << 20};
+const ConvTuningEntry kEntry{42,    {{3, 1}, {7, 64}}, "eng42 [tensor_core] {3=1,7=64}",
+                             0.125, 1 << 20,           {}};
 
 TEST_F(ConvTuningTest, InMemoryFindsWhatWasRecorded) {
   ConvTuningCache cache;
@@ -48,7 +48,7 @@ TEST_F(ConvTuningTest, FileKeepsEveryRecordForTheNextProcess) {
   EXPECT_TRUE(std::filesystem::exists(file()));  // created empty at once
   ASSERT_TRUE((*first)->record("H200 sm_90 | autotune | conv0 a", kEntry).is_ok());
   ASSERT_TRUE(
-      (*first)->record("H200 sm_90 | autotune | conv1 b", {7, {}, "eng7 []", 2.5, 0}).is_ok());
+      (*first)->record("H200 sm_90 | autotune | conv1 b", {7, {}, "eng7 []", 2.5, 0, {}}).is_ok());
   auto second = ConvTuningCache::open(file());
   ASSERT_TRUE(second.has_value()) << second.status().message();
   EXPECT_EQ((*second)->size(), 2U);
@@ -60,16 +60,21 @@ TEST_F(ConvTuningTest, FileKeepsEveryRecordForTheNextProcess) {
 }
 
 TEST_F(ConvTuningTest, SerializeAndParseRoundTrip) {
+  // A fused graph's entry carries cuDNN's serialized plan, JSON text of its own.
+  const std::string plan = R"({"engine": 5, "kernel": "\u0001binary\"quoted\""})";
   const std::map<std::string, ConvTuningEntry> entries{{"a \"quoted\" key", kEntry},
-                                                       {"b", {0, {}, "", 0.0, 0}}};
+                                                       {"b", {0, {}, "", 0.0, 0, {}}},
+                                                       {"fused", {5, {}, "", 0, 0, plan}}};
   auto back = ConvTuningCache::parse(ConvTuningCache::serialize(entries), "x");
   ASSERT_TRUE(back.has_value()) << back.status().message();
-  ASSERT_EQ(back->size(), 2U);
+  ASSERT_EQ(back->size(), 3U);
   EXPECT_EQ(back->at("a \"quoted\" key").engine, 42);
   EXPECT_EQ(back->at("a \"quoted\" key").workspace_bytes, 1 << 20);
   EXPECT_EQ(back->at("a \"quoted\" key").knobs, kEntry.knobs);
   EXPECT_TRUE(back->at("b").knobs.empty());
   EXPECT_EQ(back->at("b").engine, 0);
+  EXPECT_TRUE(back->at("b").plan.empty());
+  EXPECT_EQ(back->at("fused").plan, plan);
 }
 
 TEST_F(ConvTuningTest, FilesThatAreNotACacheAreOneLineErrorsNamingTheFile) {
@@ -87,6 +92,9 @@ TEST_F(ConvTuningTest, FilesThatAreNotACacheAreOneLineErrorsNamingTheFile) {
        "knobs as [type, value] pairs"},
       {R"({"schema": "dlprobe.conv-tuning", "version": 2, "entries": {"k": {"engine": 3}}})",
        "entry \"k\""},
+      {R"({"schema": "dlprobe.conv-tuning", "version": 2, "entries": {"k": {"engine": 1,
+         "knobs": [], "label": "", "ms": 1, "workspace_bytes": 0, "plan": {}}}})",
+       "a plan as text"},
   };
   for (const auto& [text, expected] : cases) {
     write(text);

@@ -1,7 +1,7 @@
 // The CUDA backend's convolution plans beyond their numerics (the table in backend_ops_test checks
 // those): a plan per shape, built once; an autotuned plan; the tuning cache replaying a choice in
-// a fresh backend; and the runtime-fusion graphs with a batch norm's apply and ReLU, which only
-// this backend has, against the fp64 reference.
+// a fresh backend, and loading a fused graph's plan whole; and the runtime-fusion graphs with a
+// batch norm's apply and ReLU, which only this backend has, against the fp64 reference.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -131,6 +131,72 @@ TEST_F(CudaConv, TuningCacheReplaysTheChoice) {
   // Heuristic choices are cuDNN's first and cost nothing to make: not recorded.
   run(ConvEngineChoice::heuristic);
   EXPECT_EQ((*cache)->size(), 2U);
+}
+
+// A fused graph's plan, which cuDNN compiles when it is built, is kept whole (serialized) in the
+// tuning cache: a fresh backend with the file (as a later process) loads it instead of compiling,
+// and it computes the same bits. A plan cuDNN does not take back is built again and replaced.
+TEST_F(CudaConv, FusedPlansLoadFromTheTuningCache) {
+  const TempFolder dir;
+  const std::filesystem::path file = dir / "tuning.json";
+  auto cache = ConvTuningCache::open(file);
+  ASSERT_TRUE(cache.has_value()) << cache.status().message();
+  const Conv2dParams p{{1, 1}, {1, 1}, {1, 1}, 1};
+  const BackendTensor x = to_backend(env(), rand({4, 32, 10, 10}, 41, DType::fp16, Layout::nhwc));
+  const BackendTensor w = to_backend(env(), rand({64, 32, 3, 3}, 42, DType::fp16, Layout::nhwc));
+  const BackendTensor scale =
+      to_backend(env(), rand({32}, 43, DType::fp16, Layout::nchw, 0.5, 1.5));
+  const BackendTensor bias =
+      to_backend(env(), rand({32}, 44, DType::fp16, Layout::nchw, -0.5, 0.5));
+  ASSERT_TRUE(shared().synchronize().is_ok());
+  struct Ran {
+    HostTensor y;
+    std::string engine;
+    std::size_t loaded = 0;
+  };
+  auto run = [&](const std::shared_ptr<ConvTuningCache>& tuning) -> Ran {
+    auto made = cuda::CudaBackend::create(0, allocator(), {.tuning = tuning});
+    EXPECT_TRUE(made.has_value()) << made.status().message();
+    if (!made.has_value()) return {};
+    BackendTensor y = backend_output(env(), desc({4, 64, 10, 10}, DType::fp16, Layout::nhwc));
+    BackendTensor sum = backend_output(env(), desc({64}, DType::fp32));
+    BackendTensor sqsum = backend_output(env(), desc({64}, DType::fp32));
+    const Status s = (*made)->conv2d_forward_fused(x.view(), scale.view(), bias.view(), w.view(),
+                                                   y.view(), sum.view(), sqsum.view(), p);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    EXPECT_TRUE((*made)->synchronize().is_ok());
+    return {to_host(env(), y.view()), (*made)->last_conv_engine(), (*made)->fused_plans_loaded()};
+  };
+  const Ran built = run(*cache);
+  EXPECT_EQ(built.loaded, 0U);
+  ASSERT_EQ((*cache)->size(), 1U);
+  std::string key;
+  {
+    auto text = read_whole_file(file);
+    ASSERT_TRUE(text.has_value()) << text.status().message();
+    auto entries = ConvTuningCache::parse(*text, file.string());
+    ASSERT_TRUE(entries.has_value()) << entries.status().message();
+    ASSERT_EQ(entries->size(), 1U);
+    key = entries->begin()->first;
+    EXPECT_FALSE(entries->begin()->second.plan.empty()) << key;
+  }
+  auto reread = ConvTuningCache::open(file);
+  ASSERT_TRUE(reread.has_value()) << reread.status().message();
+  const Ran loaded = run(*reread);
+  EXPECT_EQ(loaded.loaded, 1U);
+  EXPECT_EQ(loaded.engine, built.engine);
+  EXPECT_TRUE(identical(loaded.y, built.y));
+
+  // Half a plan: cuDNN refuses it, the graph is compiled again and the cache holds the new plan.
+  ConvTuningEntry damaged = *(*reread)->find(key);
+  damaged.plan.resize(damaged.plan.size() / 2);
+  auto broken = std::make_shared<ConvTuningCache>();
+  ASSERT_TRUE(broken->record(key, damaged).is_ok());
+  const Ran rebuilt = run(broken);
+  EXPECT_EQ(rebuilt.loaded, 0U);
+  EXPECT_TRUE(identical(rebuilt.y, built.y));
+  ASSERT_TRUE(broken->find(key).has_value());
+  EXPECT_NE(broken->find(key)->plan, damaged.plan);
 }
 
 // cuDNN's runtime fusion of a batch norm's apply and ReLU into the convolution after it, with the

@@ -185,6 +185,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
       DLPROBE_CUDA_CHECK(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming));
       e->reset(raw);
     }
+    // cuDNN and cuBLASLt load their libraries (gigabytes on disk) when the handles are made: the
+    // two lines bracket that part of start-up in a --verbose log.
+    log_debug("cuda backend: device {} ready; creating the cuDNN and cuBLASLt handles", device);
     cudnnHandle_t cudnn = nullptr;
     DLPROBE_CUDNN_CHECK(cudnnCreate(&cudnn));
     b->cudnn_.reset(cudnn);
@@ -192,6 +195,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
     cublasLtHandle_t lt = nullptr;
     DLPROBE_CUBLAS_CHECK(cublasLtCreate(&lt));
     b->lt_.reset(lt);
+    log_debug("cuda backend: cuDNN and cuBLASLt handles ready");
     cudaEvent_t start = nullptr;
     cudaEvent_t stop = nullptr;
     DLPROBE_CUDA_CHECK(cudaEventCreate(&start));
@@ -467,9 +471,12 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
                                                                 conv_workspace_cap(spec), timer));
   if (cached && built.time_ms > 0) {
     // A cache that cannot be written loses only the saving on the next run: say so, go on.
-    if (Status s =
-            options_.tuning->record(tuning_key, {built.engine_index, built.knobs, built.engine_name,
-                                                 built.time_ms, built.workspace_bytes});
+    if (Status s = options_.tuning->record(tuning_key, {built.engine_index,
+                                                        built.knobs,
+                                                        built.engine_name,
+                                                        built.time_ms,
+                                                        built.workspace_bytes,
+                                                        {}});
         !s.is_ok()) {
       log_warn("{}", s.message());
     }
@@ -661,13 +668,46 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
   const std::string key = fused_conv_key(spec);
   const ExecutionPlan* plan = conv_plans_.find(key);
   if (plan == nullptr) {
-    DLPROBE_ASSIGN_OR_RETURN(
-        ExecutionPlan built,
-        build_fused_conv_plan(cudnn_.get(), spec, options_.max_workspace_bytes));
+    DLPROBE_ASSIGN_OR_RETURN(ExecutionPlan built, fused_conv_plan(spec, key, op));
     log_debug("{}: {} for {}", op, built.engine_name, key);
     plan = &conv_plans_.insert(key, std::move(built));
   }
   return run_conv_plan(*plan, uids, ptrs, op);
+}
+
+// The plan of a fused graph not planned yet: loaded from the tuning cache where it holds the
+// serialized plan (no compilation), else built with the heuristics' choice and, with a cache,
+// recorded there whole.
+Result<ExecutionPlan> CudaBackend::fused_conv_plan(const FusedConvSpec& spec,
+                                                   const std::string& key, std::string_view op) {
+  const std::string tuning_key =
+      options_.tuning ? fmt::format("{} | fused | {}", tuning_stamp_, key) : std::string();
+  if (options_.tuning) {
+    if (auto entry = options_.tuning->find(tuning_key); entry && !entry->plan.empty()) {
+      auto plan =
+          load_fused_conv_plan(cudnn_.get(), spec, entry->plan, options_.max_workspace_bytes);
+      if (plan) {
+        ++fused_plans_loaded_;
+        return plan;
+      }
+      log_warn("{}: the tuning cache's plan does not load ({}); building it again", op,
+               plan.status().message());
+      options_.tuning->forget(tuning_key);
+    }
+  }
+  DLPROBE_ASSIGN_OR_RETURN(ExecutionPlan built,
+                           build_fused_conv_plan(cudnn_.get(), spec, options_.max_workspace_bytes));
+  if (options_.tuning) {
+    // A plan cuDNN does not serialize, or a cache that cannot be written, loses only the saving
+    // on the next run: say so, go on.
+    auto text = serialize_plan(built);
+    const Status s = text ? options_.tuning->record(
+                                tuning_key, {built.engine_index, built.knobs, built.engine_name, 0,
+                                             built.workspace_bytes, std::move(*text)})
+                          : text.status();
+    if (!s.is_ok()) log_warn("{}: the plan is not kept in the tuning cache: {}", op, s.message());
+  }
+  return built;
 }
 
 Result<ConvSpec> CudaBackend::conv_spec(ConvDirection direction, const TensorView& x,

@@ -192,6 +192,8 @@ class CudaBackend final : public Backend {
   std::size_t conv_plan_count() const { return conv_plans_.size(); }
   // Plans built from the tuning cache's record rather than by timing candidates.
   std::size_t conv_plans_replayed() const { return conv_plans_replayed_; }
+  // Fused graphs' plans loaded whole from the tuning cache rather than compiled.
+  std::size_t fused_plans_loaded() const { return fused_plans_loaded_; }
   std::size_t matmul_algo_count() const { return matmul_algos_.size(); }
   // The stream calls go to now (see on_stream()).
   cudaStream_t stream() const { return stream_index_ == 1 ? side_stream_.get() : stream_.get(); }
@@ -239,6 +241,8 @@ class CudaBackend final : public Backend {
   bool needs_channel_pad(const TensorView& x, const TensorView& w, const Conv2dParams& p) const;
   Status padded_conv(ConvDirection direction, const TensorView& x, const TensorView& w,
                      const TensorView& y, const Conv2dParams& p, std::string_view op);
+  Result<ExecutionPlan> fused_conv_plan(const FusedConvSpec& spec, const std::string& key,
+                                        std::string_view op);
   Result<ExecutionPlan> tuned_conv_plan(const ConvSpec& spec, const std::string& key,
                                         std::string_view op, const PlanTimer& timer);
   // The workspace one convolution's engine may take (see CudaBackendOptions).
@@ -284,6 +288,7 @@ class CudaBackend final : public Backend {
   std::map<std::string, cublasLtMatmulHeuristicResult_t> matmul_algos_;
   std::string last_conv_engine_;
   std::size_t conv_plans_replayed_ = 0;
+  std::size_t fused_plans_loaded_ = 0;
 };
 
 }  // namespace dlprobe::cuda

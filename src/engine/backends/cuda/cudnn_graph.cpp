@@ -730,6 +730,61 @@ Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const Con
   return std::move(*plan);
 }
 
+Result<std::string> serialize_plan(const ExecutionPlan& plan) {
+  std::int64_t size = 0;
+  DLPROBE_CUDNN_CHECK(cudnnBackendGetAttribute(plan.plan.get(),
+                                               CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                                               CUDNN_TYPE_CHAR, 0, &size, nullptr));
+  std::string text(static_cast<std::size_t>(size), '\0');
+  DLPROBE_CUDNN_CHECK(cudnnBackendGetAttribute(plan.plan.get(),
+                                               CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                                               CUDNN_TYPE_CHAR, size, &size, text.data()));
+  // The count includes the terminating NUL, which the text does not keep.
+  text.resize(std::min(text.size(), static_cast<std::size_t>(size)));
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  return text;
+}
+
+Result<ExecutionPlan> load_fused_conv_plan(cudnnHandle_t handle, const FusedConvSpec& spec,
+                                           std::string_view text,
+                                           std::int64_t max_workspace_bytes) {
+  const auto unavailable = [&](std::string_view why) {
+    return error(Errc::unsupported,
+                 fmt::format("the serialized plan {} for {}", why, fused_conv_key(spec)));
+  };
+  DLPROBE_ASSIGN_OR_RETURN(auto plan_desc,
+                           BackendDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
+  if (!plan_desc
+           .set(CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                static_cast<std::int64_t>(text.size()), text.data())
+           .is_ok() ||
+      !plan_desc.set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle).is_ok() ||
+      !plan_desc.finalize().is_ok()) {
+    return unavailable("is not one cuDNN takes here");
+  }
+  // The engine configuration inside the plan: its engine's notes and the knob choices.
+  DLPROBE_ASSIGN_OR_RETURN(auto cfg, BackendDescriptor::create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+  cudnnBackendDescriptor_t cfg_raw = cfg.get();
+  std::int64_t n = 0;
+  DLPROBE_CUDNN_CHECK(cudnnBackendGetAttribute(plan_desc.get(),
+                                               CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &cfg_raw));
+  std::int64_t index = -1;
+  bool runtime_compiled = false;
+  DLPROBE_ASSIGN_OR_RETURN(auto notes, engine_notes(cfg, index, runtime_compiled));
+  if (!engine_allowed(spec.conv, notes)) return unavailable("runs an engine not allowed");
+  std::vector<ConvKnob> knobs = read_knobs(cfg);
+  std::string label = config_label(index, notes, knobs);
+  ExecutionPlan plan{std::move(plan_desc), 0, std::move(label), index, 0, std::move(knobs)};
+  if (cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                               CUDNN_TYPE_INT64, 1, &n,
+                               &plan.workspace_bytes) != CUDNN_STATUS_SUCCESS ||
+      plan.workspace_bytes > max_workspace_bytes) {
+    return unavailable("needs more workspace than allowed");
+  }
+  return plan;
+}
+
 Status execute_plan(cudnnHandle_t handle, const ExecutionPlan& plan,
                     std::span<const std::int64_t> uids, std::span<void* const> pointers,
                     void* workspace) {

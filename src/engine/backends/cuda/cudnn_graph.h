@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dlprobe/core/status.h"
@@ -125,6 +126,18 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
 // the plan is built (seconds each), which timing every candidate would multiply.
 Result<ExecutionPlan> build_fused_conv_plan(cudnnHandle_t handle, const FusedConvSpec& spec,
                                             std::int64_t max_workspace_bytes);
+
+// cuDNN's serialized form of a plan (its JSON representation, with the compiled kernels), which
+// load_fused_conv_plan turns back into the plan without compiling again. cuDNN serializes the
+// plans of runtime-compiled engines only, which are the ones whose building costs: a fused
+// graph's plan takes tens to hundreds of milliseconds to compile.
+Result<std::string> serialize_plan(const ExecutionPlan& plan);
+
+// The plan serialize_plan wrote, for `spec` (whose key the caller looked it up by), on the same
+// GPU model and cuDNN: the same checks as a built plan (the engine's numerical notes, the
+// workspace). Errc::unsupported when cuDNN does not take the text or a check fails.
+Result<ExecutionPlan> load_fused_conv_plan(cudnnHandle_t handle, const FusedConvSpec& spec,
+                                           std::string_view text, std::int64_t max_workspace_bytes);
 
 // The plan of one engine configuration, by cuDNN's global index and knob choices (a choice
 // recorded by an earlier tuning), with the same checks: the engine takes the graph and the
