@@ -934,6 +934,37 @@ std::vector<Variant> cast_many(Precision precision) {
     };
     out.push_back(std::move(v));
   }
+  // Pairs of several blocks each between one-block ones (the CUDA backend gives a pair blocks in
+  // proportion to its size, 4,096 elements a block, and a block finds its pair by search), one
+  // of an odd count of elements.
+  {
+    Variant v = variant("4 tensors of 1 to 13,653 elements", precision);
+    const Shape sizes[] = {{1, 1, 1, 5}, {2, 16, 20, 20}, {1, 1, 1, 1}, {3, 3, 37, 41}};
+    const DType d = destinations.back();
+    std::vector<std::pair<std::string, std::string>> wide;
+    for (std::size_t i = 0; i < std::size(sizes); ++i) {
+      wide.emplace_back(fmt::format("x{}", i), fmt::format("y{}", i));
+      v.tensors.input(wide.back().first,
+                      cast_input(sizes[i], seed += 10, Layout::nchw, sizes[i][3] >= 4));
+      v.tensors.output(wide.back().second, desc(sizes[i], d, Layout::nchw));
+      v.checks.push_back({wide.back().second, {.exact = true}});
+    }
+    v.run = [wide](Backend& b, BackendTensors& t) {
+      std::vector<TensorView> src;
+      std::vector<TensorView> dst;
+      for (const auto& [from, into] : wide) {
+        src.push_back(t[from]);
+        dst.push_back(t[into]);
+      }
+      return b.cast_many(src, dst);
+    };
+    v.reference = [wide](const OpTensors& t) -> Result<Values> {
+      Values want;
+      for (const auto& [from, into] : wide) want[into] = t[from];
+      return want;
+    };
+    out.push_back(std::move(v));
+  }
   // More pairs than one launch takes (the CUDA backend's kCastsPerLaunch is 96).
   Variant many = variant("100 tensors of 1 to 7 elements", precision);
   std::vector<std::pair<std::string, std::string>> pairs;

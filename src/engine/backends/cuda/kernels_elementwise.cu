@@ -220,23 +220,57 @@ Status launch_fill(const KernelContext& ctx, const TensorView& t, double value) 
   });
 }
 
-// Up to kCastsPerLaunch (src, dst, numel) triples: 96 * 24 bytes, within the 4 KiB of kernel
-// parameters every CUDA version takes.
+// Up to kCastsPerLaunch (src, dst, numel) triples and the blocks of each: 96 * 28 bytes and 97
+// ints, within the 4 KiB of kernel parameters every CUDA version takes.
 struct CastTable {
   const void* src[kCastsPerLaunch];
   void* dst[kCastsPerLaunch];
   std::int64_t numel[kCastsPerLaunch];
+  // Pair k has the blocks [first_block[k], first_block[k + 1]).
+  int first_block[kCastsPerLaunch + 1];
+  int count;
 };
 
-// grid (blocks per tensor, tensors): blockIdx.y picks the pair, the x blocks stride over it.
-template <class Tin, class Tout>
+// Elements a thread moves at most per pass of its pair, in packs: a pair has blocks in proportion
+// to its size, about this many elements a thread.
+constexpr int kCastElementsPerThread = 16;
+
+// A one-dimensional grid over every pair: a block finds its pair by binary search in first_block,
+// then its threads stride over the pair in packs of P wherever both pointers allow it. ResNet-50's
+// fp16 weight cast (55 tensors, 25.5 M elements) took 0.32 ms a step with a block grid sized by
+// the largest tensor for every pair and one element per access: well under the copy bandwidth.
+template <int P, class Tin, class Tout>
 __global__ void cast_many_kernel(CastTable t) {
-  const auto* src = static_cast<const Tin*>(t.src[blockIdx.y]);
-  auto* dst = static_cast<Tout*>(t.dst[blockIdx.y]);
-  const std::int64_t n = t.numel[blockIdx.y];
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
+  const int block = static_cast<int>(blockIdx.x);
+  int lo = 0;
+  int hi = t.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (t.first_block[mid] <= block) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const auto* src = static_cast<const Tin*>(t.src[lo]);
+  auto* dst = static_cast<Tout*>(t.dst[lo]);
+  const std::int64_t n = t.numel[lo];
+  const std::int64_t stride =
+      static_cast<std::int64_t>(t.first_block[lo + 1] - t.first_block[lo]) * blockDim.x;
+  const std::int64_t first =
+      static_cast<std::int64_t>(block - t.first_block[lo]) * blockDim.x + threadIdx.x;
+  std::int64_t done = 0;
+  if (reinterpret_cast<std::uintptr_t>(src) % (P * sizeof(Tin)) == 0 &&
+      reinterpret_cast<std::uintptr_t>(dst) % (P * sizeof(Tout)) == 0) {
+    const std::int64_t packs = n / P;
+    for (std::int64_t q = first; q < packs; q += stride) {
+      float v[P];
+      load_pack<Tin, P>(src + q * P, v);
+      store_pack<Tout, P>(dst + q * P, v);
+    }
+    done = packs * P;
+  }
+  for (std::int64_t i = done + first; i < n; i += stride) {
     dst[i] = from_float<Tout>(to_float(src[i]));
   }
 }
@@ -248,22 +282,26 @@ Status launch_cast_many(const KernelContext& ctx, std::span<const TensorView> sr
     using Tin = typename decltype(in)::type;
     return dispatch_floating(dst[0].desc.dtype(), [&](auto out) -> Status {
       using Tout = typename decltype(out)::type;
+      constexpr int P = kMapPack<Tout, Tin, Tin>;
+      constexpr int kThreads = 256;
       for (std::size_t first = 0; first < src.size(); first += kCastsPerLaunch) {
         const std::size_t count = std::min(kCastsPerLaunch, src.size() - first);
         CastTable t{};
-        std::int64_t largest = 0;
+        t.count = static_cast<int>(count);
+        int blocks = 0;
         for (std::size_t k = 0; k < count; ++k) {
           t.src[k] = src[first + k].data;
           t.dst[k] = dst[first + k].data;
           t.numel[k] = src[first + k].desc.numel();
-          largest = std::max(largest, t.numel[k]);
+          t.first_block[k] = blocks;
+          // At least one block, so that every pair's range is non-empty for the search.
+          constexpr std::int64_t kPerBlock = std::int64_t{kThreads} * kCastElementsPerThread;
+          blocks += static_cast<int>(
+              std::clamp<std::int64_t>((t.numel[k] + kPerBlock - 1) / kPerBlock, 1, 1 << 16));
         }
-        // About 8 elements a thread for the largest tensor, at most 64 blocks on one.
-        constexpr int kThreads = 256;
-        const auto blocks = static_cast<unsigned>(
-            std::clamp<std::int64_t>((largest + 8 * kThreads - 1) / (8 * kThreads), 1, 64));
-        cast_many_kernel<Tin, Tout>
-            <<<dim3(blocks, static_cast<unsigned>(count)), kThreads, 0, ctx.stream>>>(t);
+        t.first_block[count] = blocks;
+        cast_many_kernel<P, Tin, Tout>
+            <<<static_cast<unsigned>(blocks), kThreads, 0, ctx.stream>>>(t);
         DLPROBE_CUDA_CHECK_LAUNCH();
       }
       return Status::ok();
