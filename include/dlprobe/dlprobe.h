@@ -28,6 +28,7 @@
 #include "dlprobe/core/launcher.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/named.h"
+#include "dlprobe/core/parallel.h"
 #include "dlprobe/core/process_env.h"
 #include "dlprobe/core/severity.h"
 #include "dlprobe/core/status.h"
