@@ -888,6 +888,36 @@ std::vector<DType> cast_destinations(DType from, bool half_to_half) {
   return to;
 }
 
+// One cast_many call over NCHW tensors of these shapes, all into `to`: x<i> to y<i>, each exact.
+// Tensors of four elements or more hold the range's edges.
+Variant one_cast_many_call(const std::string& name, Precision precision,
+                           const std::vector<Shape>& shapes, DType to, std::uint64_t& seed) {
+  Variant v = variant(name, precision);
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    pairs.emplace_back(fmt::format("x{}", i), fmt::format("y{}", i));
+    v.tensors.input(pairs.back().first,
+                    cast_input(shapes[i], seed += 10, Layout::nchw, shapes[i][3] >= 4));
+    v.tensors.output(pairs.back().second, desc(shapes[i], to, Layout::nchw));
+    v.checks.push_back({pairs.back().second, {.exact = true}});
+  }
+  v.run = [pairs](Backend& b, BackendTensors& t) {
+    std::vector<TensorView> src;
+    std::vector<TensorView> dst;
+    for (const auto& [from, into] : pairs) {
+      src.push_back(t[from]);
+      dst.push_back(t[into]);
+    }
+    return b.cast_many(src, dst);
+  };
+  v.reference = [pairs](const OpTensors& t) -> Result<Values> {
+    Values want;
+    for (const auto& [from, into] : pairs) want[into] = t[from];
+    return want;
+  };
+  return v;
+}
+
 // Three tensors of different sizes (one element, an odd count, a packed one) cast in one
 // cast_many call per destination dtype, then in one call whose pairs go to different dtypes
 // (the CUDA backend's pair-by-pair path).
@@ -940,61 +970,14 @@ std::vector<Variant> cast_many(Precision precision) {
   // Pairs of several blocks each between one-block ones (the CUDA backend gives a pair blocks in
   // proportion to its size, 4,096 elements a block, and a block finds its pair by search), one
   // of an odd count of elements.
-  {
-    Variant v = variant("4 tensors of 1 to 13,653 elements", precision);
-    const Shape sizes[] = {{1, 1, 1, 5}, {2, 16, 20, 20}, {1, 1, 1, 1}, {3, 3, 37, 41}};
-    const DType d = destinations.back();
-    std::vector<std::pair<std::string, std::string>> wide;
-    for (std::size_t i = 0; i < std::size(sizes); ++i) {
-      wide.emplace_back(fmt::format("x{}", i), fmt::format("y{}", i));
-      v.tensors.input(wide.back().first,
-                      cast_input(sizes[i], seed += 10, Layout::nchw, sizes[i][3] >= 4));
-      v.tensors.output(wide.back().second, desc(sizes[i], d, Layout::nchw));
-      v.checks.push_back({wide.back().second, {.exact = true}});
-    }
-    v.run = [wide](Backend& b, BackendTensors& t) {
-      std::vector<TensorView> src;
-      std::vector<TensorView> dst;
-      for (const auto& [from, into] : wide) {
-        src.push_back(t[from]);
-        dst.push_back(t[into]);
-      }
-      return b.cast_many(src, dst);
-    };
-    v.reference = [wide](const OpTensors& t) -> Result<Values> {
-      Values want;
-      for (const auto& [from, into] : wide) want[into] = t[from];
-      return want;
-    };
-    out.push_back(std::move(v));
-  }
+  out.push_back(one_cast_many_call("4 tensors of 1 to 13,653 elements", precision,
+                                   {{1, 1, 1, 5}, {2, 16, 20, 20}, {1, 1, 1, 1}, {3, 3, 37, 41}},
+                                   destinations.back(), seed));
   // More pairs than one launch takes (the CUDA backend's kCastsPerLaunch is 96).
-  Variant many = variant("100 tensors of 1 to 7 elements", precision);
-  std::vector<std::pair<std::string, std::string>> pairs;
-  const DType to = destinations.back();
-  for (int i = 0; i < 100; ++i) {
-    const Shape s{1, 1, 1, 1 + i % 7};
-    pairs.emplace_back(fmt::format("x{}", i), fmt::format("y{}", i));
-    // Range edges need four elements.
-    many.tensors.input(pairs.back().first, cast_input(s, seed += 10, Layout::nchw, s[3] >= 4));
-    many.tensors.output(pairs.back().second, desc(s, to, Layout::nchw));
-    many.checks.push_back({pairs.back().second, {.exact = true}});
-  }
-  many.run = [pairs](Backend& b, BackendTensors& t) {
-    std::vector<TensorView> src;
-    std::vector<TensorView> dst;
-    for (const auto& [from, into] : pairs) {
-      src.push_back(t[from]);
-      dst.push_back(t[into]);
-    }
-    return b.cast_many(src, dst);
-  };
-  many.reference = [pairs](const OpTensors& t) -> Result<Values> {
-    Values want;
-    for (const auto& [from, into] : pairs) want[into] = t[from];
-    return want;
-  };
-  out.push_back(std::move(many));
+  std::vector<Shape> small;
+  for (int i = 0; i < 100; ++i) small.push_back(Shape{1, 1, 1, 1 + i % 7});
+  out.push_back(one_cast_many_call("100 tensors of 1 to 7 elements", precision, small,
+                                   destinations.back(), seed));
   return out;
 }
 
