@@ -4,7 +4,7 @@
 # warm-up): without a tuning cache, then with the cache that run wrote. A bound: each figure is
 # the process's run time less its timed window (so it also holds the teardown). Then ROUNDS (2)
 # rounds of two runs, alternating: with that cache, and with it less the fused graphs' plans (so
-# that they are compiled again, as before the cache kept them). Output in $OUT (or
+# that they are built again, as before the cache kept them). Output in $OUT (or
 # ./gpu-check-out)/startup.txt. Last, one run with the cache and --verbose, each line of its log
 # stamped with the seconds since its start (startup-trace.txt): where the time goes.
 set -uo pipefail

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dlprobe/core/clock.h"
+#include "dlprobe/core/parallel.h"
 #include "dlprobe/data/device_staging.h"
 #include "dlprobe/data/gpu_decoder.h"
 #include "dlprobe/data/throughput.h"
@@ -371,7 +372,7 @@ Result<int> feed_threads(const JpegInput& in, const engine::TrainingStep& step) 
   if (in.threads < 0 || in.threads > 1024) {
     return invalid_argument(fmt::format("data threads: {} (1 to 1024)", in.threads));
   }
-  return in.threads > 0 ? in.threads : data::usable_cores();
+  return in.threads > 0 ? in.threads : usable_cores();
 }
 
 }  // namespace

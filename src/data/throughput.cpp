@@ -1,7 +1,6 @@
 #include "dlprobe/data/throughput.h"
 
 #include <fmt/format.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <ctime>
@@ -9,9 +8,9 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <thread>
 
 #include "dlprobe/core/json_optional.h"
+#include "dlprobe/core/parallel.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/data/device_staging.h"
 
@@ -22,13 +21,6 @@ std::vector<int> default_thread_counts(int cores) {
   for (int t = 1; t < cores; t *= 2) counts.push_back(t);
   counts.push_back(std::max(cores, 1));
   return counts;
-}
-
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(CPU_COUNT(&set), 1);
-  return std::max(static_cast<int>(std::thread::hardware_concurrency()), 1);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dlprobe/core/files.h"
+#include "dlprobe/core/log.h"
 
 namespace dlprobe {
 namespace {
@@ -48,7 +49,16 @@ Status ConvTuningCache::record(const std::string& key, ConvTuningEntry entry) {
   const std::lock_guard lock(mutex_);
   entries_[key] = std::move(entry);
   if (!path_) return Status::ok();
-  return write_file_atomic(*path_, serialize(entries_)).with_context("tuning cache");
+  std::string text = serialize(entries_);
+  if (text.size() > kMaxFileBytes) {
+    // A file past the bound could not be opened again. The kept plans only save start-up time
+    // (each can be built again from its graph), so they go, and the engine choices stay.
+    log_warn("tuning cache {}: past {} MiB; the fused graphs' kept plans are dropped",
+             path_->string(), kMaxFileBytes >> 20);
+    for (auto& [k, e] : entries_) e.plan.clear();
+    text = serialize(entries_);
+  }
+  return write_file_atomic(*path_, text).with_context("tuning cache");
 }
 
 void ConvTuningCache::forget(const std::string& key) {

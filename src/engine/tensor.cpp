@@ -233,13 +233,7 @@ void HostTensor::set(std::int64_t i, double value) {
 
 namespace {
 
-// An unsigned integer as wide as an element: layout changes move elements without reading them.
-template <std::size_t Bytes>
-using Bits = std::conditional_t<
-    Bytes == 1, std::uint8_t,
-    std::conditional_t<Bytes == 2, std::uint16_t,
-                       std::conditional_t<Bytes == 4, std::uint32_t, std::uint64_t>>>;
-
+// Moves every element of `src` (laid out as `from`) to its place in `dst` (laid out as `to`).
 template <class T>
 void copy_layout(const TensorDesc& from, const T* src, const TensorDesc& to, T* dst) {
   parallel_for(from.dim(0), 1, [&](std::int64_t n_begin, std::int64_t n_end) {
@@ -268,25 +262,9 @@ HostTensor HostTensor::to_layout(Layout layout) const {
     return out;
   }
   HostTensor out(out_desc);
-  const auto move = [&]<std::size_t Bytes>(std::integral_constant<std::size_t, Bytes>) {
-    using B = Bits<Bytes>;
-    copy_layout(desc_, reinterpret_cast<const B*>(storage_.data()), out_desc,
-                reinterpret_cast<B*>(out.storage_.data()));
-  };
-  switch (dtype_size(dtype())) {
-    case 1:
-      move(std::integral_constant<std::size_t, 1>{});
-      break;
-    case 2:
-      move(std::integral_constant<std::size_t, 2>{});
-      break;
-    case 4:
-      move(std::integral_constant<std::size_t, 4>{});
-      break;
-    default:
-      move(std::integral_constant<std::size_t, 8>{});
-      break;
-  }
+  with_element_type(dtype(), [&]<class T>(std::type_identity<T>) {
+    copy_layout(desc_, values<T>().data(), out_desc, out.values<T>().data());
+  });
   return out;
 }
 

@@ -2,7 +2,6 @@
 #include "dlprobe/core/clock.h"
 
 #include <fmt/format.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -170,17 +169,6 @@ TreeReading TreeTracker::poll() {
   last_ns_ = reading.timestamp_ns;
   reading.pids = std::move(pids);
   return reading;
-}
-
-unsigned usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return static_cast<unsigned>(n);
-  }
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<unsigned>(n) : 1U;
 }
 
 }  // namespace dlprobe::run

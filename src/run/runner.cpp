@@ -10,6 +10,7 @@
 
 #include "dlprobe/core/launcher.h"
 #include "dlprobe/core/log.h"
+#include "dlprobe/core/parallel.h"
 #include "dlprobe/monitor/sampler.h"
 #include "dlprobe/run/process_tree.h"
 #include "dlprobe/run/runner.h"
@@ -803,7 +804,7 @@ void Run::compute_gpu_figures() {
 
 void Run::compute_host_figures() {
   HostFigures& h = r_.host;
-  h.cores = usable_cores();
+  h.cores = static_cast<unsigned>(usable_cores());
   // The medians over the measured steps, as the GPU's utilisation is taken (a framework that
   // compiles or autotunes at full CPU for a minute would otherwise look host-bound during steps
   // that leave the CPU idle); peaks over the whole run.

@@ -77,6 +77,23 @@ TEST_F(ConvTuningTest, SerializeAndParseRoundTrip) {
   EXPECT_EQ(back->at("fused").plan, plan);
 }
 
+// The kept plans only save start-up time: a file that would grow past what open() reads drops
+// them, keeps the engine choices, and opens again.
+TEST_F(ConvTuningTest, PlansAreDroppedBeforeTheFileOutgrowsItsBound) {
+  auto cache = ConvTuningCache::open(file());
+  ASSERT_TRUE(cache.has_value()) << cache.status().message();
+  ASSERT_TRUE((*cache)->record("plain", kEntry).is_ok());
+  ConvTuningEntry fused{5, {}, "eng5 []", 0, 0, std::string(65U << 20, 'p')};
+  ASSERT_TRUE((*cache)->record("fused", fused).is_ok());
+  auto again = ConvTuningCache::open(file());
+  ASSERT_TRUE(again.has_value()) << again.status().message();
+  ASSERT_TRUE((*again)->find("fused").has_value());
+  EXPECT_TRUE((*again)->find("fused")->plan.empty());
+  EXPECT_EQ((*again)->find("fused")->engine, 5);
+  EXPECT_EQ((*again)->find("plain")->engine, 42);
+  EXPECT_TRUE((*cache)->find("fused")->plan.empty());  // and in memory, as in the file
+}
+
 TEST_F(ConvTuningTest, FilesThatAreNotACacheAreOneLineErrorsNamingTheFile) {
   const std::pair<const char*, const char*> cases[] = {
       {"{not json", "invalid JSON"},

@@ -47,9 +47,6 @@ struct ThroughputOptions {
   std::function<void(const ThroughputPoint&)> on_point;
 };
 
-// The CPUs this process may run on (a container's or taskset's share, not the machine's).
-int usable_cores();
-
 // 1, 2, 4 ... up to `cores`, and `cores` itself.
 std::vector<int> default_thread_counts(int cores);
 

@@ -2,8 +2,8 @@
 // kept in memory and optionally in a JSON file, so that a later process on the same GPU and cuDNN
 // builds the chosen plan directly instead of timing every candidate again. Like XLA's autotune
 // cache directory; PyTorch's cudnn.benchmark keeps its choices for the process only. The plans of
-// fused graphs, which cuDNN compiles when they are built, are kept whole (serialized), so that a
-// later process loads them instead of compiling again.
+// fused graphs (a convolution with batch norm inside) are kept whole, as cuDNN serializes them,
+// so that a later process loads them instead of querying the heuristics and building candidates.
 //
 // Two runs that share a cache run the same engines, so a comparison between them measures the
 // environment and not which engine each run's timing noise happened to favour.
@@ -54,8 +54,8 @@ struct ConvTuningEntry {
   std::string label;                 // "eng<index> [notes] {knobs}", for logs
   double ms = 0;                     // its time when it was chosen
   std::int64_t workspace_bytes = 0;  // what its plan asked for
-  // cuDNN's serialized plan, for the runtime-compiled graphs whose building is the cost (a
-  // convolution with batch norm inside); empty for a choice that is rebuilt from engine and knobs.
+  // cuDNN's serialized plan of a fused graph (a convolution with batch norm inside): the operation
+  // graph and the engine configuration; empty for a choice rebuilt from engine and knobs.
   std::string plan;
 };
 

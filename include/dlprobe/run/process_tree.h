@@ -79,7 +79,4 @@ class TreeTracker {
   double ticks_per_s_ = 100.0;
 };
 
-// CPU cores this process may run on (its affinity mask), which is what the workload can use.
-unsigned usable_cores();
-
 }  // namespace dlprobe::run

@@ -133,9 +133,9 @@ TEST_F(CudaConv, TuningCacheReplaysTheChoice) {
   EXPECT_EQ((*cache)->size(), 2U);
 }
 
-// A fused graph's plan, which cuDNN compiles when it is built, is kept whole (serialized) in the
-// tuning cache: a fresh backend with the file (as a later process) loads it instead of compiling,
-// and it computes the same bits. A plan cuDNN does not take back is built again and replaced.
+// A fused graph's plan is kept whole (serialized) in the tuning cache: a fresh backend with the
+// file (as a later process) loads it instead of building it, and it computes the same bits. A plan
+// cuDNN does not take back is built again and replaced.
 TEST_F(CudaConv, FusedPlansLoadFromTheTuningCache) {
   const TempFolder dir;
   const std::filesystem::path file = dir / "tuning.json";

@@ -675,13 +675,19 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
   return run_conv_plan(*plan, uids, ptrs, op);
 }
 
+// A kept plan is cuDNN's whole operation graph (its tensors' uids, its pointwise operations) as
+// make_fused_conv_graph built it, which the spec's key does not name: a dlprobe that builds the
+// graph otherwise must not load an older one, so this goes up with every such change.
+constexpr int kFusedGraphVersion = 1;
+
 // The plan of a fused graph not planned yet: loaded from the tuning cache where it holds the
-// serialized plan (no compilation), else built with the heuristics' choice and, with a cache,
-// recorded there whole.
+// serialized plan (no heuristics query, no search over candidates), else built with the
+// heuristics' choice and, with a cache, recorded there whole.
 Result<ExecutionPlan> CudaBackend::fused_conv_plan(const FusedConvSpec& spec,
                                                    const std::string& key, std::string_view op) {
   const std::string tuning_key =
-      options_.tuning ? fmt::format("{} | fused | {}", tuning_stamp_, key) : std::string();
+      options_.tuning ? fmt::format("{} | fused v{} | {}", tuning_stamp_, kFusedGraphVersion, key)
+                      : std::string();
   if (options_.tuning) {
     if (auto entry = options_.tuning->find(tuning_key); entry && !entry->plan.empty()) {
       auto plan =
@@ -701,10 +707,13 @@ Result<ExecutionPlan> CudaBackend::fused_conv_plan(const FusedConvSpec& spec,
     // A plan cuDNN does not serialize, or a cache that cannot be written, loses only the saving
     // on the next run: say so, go on.
     auto text = serialize_plan(built);
-    const Status s = text ? options_.tuning->record(
-                                tuning_key, {built.engine_index, built.knobs, built.engine_name, 0,
-                                             built.workspace_bytes, std::move(*text)})
-                          : text.status();
+    Status s = text.status();
+    if (s.is_ok() && text->empty()) {
+      s = error(Errc::unsupported, "cuDNN serialized it as nothing");
+    } else if (s.is_ok()) {
+      s = options_.tuning->record(tuning_key, {built.engine_index, built.knobs, built.engine_name,
+                                               0, built.workspace_bytes, std::move(*text)});
+    }
     if (!s.is_ok()) log_warn("{}: the plan is not kept in the tuning cache: {}", op, s.message());
   }
   return built;

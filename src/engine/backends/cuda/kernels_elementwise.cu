@@ -220,8 +220,9 @@ Status launch_fill(const KernelContext& ctx, const TensorView& t, double value) 
   });
 }
 
-// Up to kCastsPerLaunch (src, dst, numel) triples and the blocks of each: 96 * 28 bytes and 97
-// ints, within the 4 KiB of kernel parameters every CUDA version takes.
+// Up to kCastsPerLaunch (src, dst, numel) triples and the blocks of each: 96 * 24 bytes, 97 block
+// offsets and the count (2,696 bytes), within the 4 KiB of kernel parameters every CUDA version
+// takes.
 struct CastTable {
   const void* src[kCastsPerLaunch];
   void* dst[kCastsPerLaunch];
