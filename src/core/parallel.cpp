@@ -20,7 +20,12 @@ void parallel_for(std::int64_t n, std::int64_t grain,
                   const std::function<void(std::int64_t begin, std::int64_t end)>& body) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(grain, 1);
-  const std::int64_t ranges = std::clamp<std::int64_t>(n / grain, 1, usable_cores());
+  if (n / grain < 2) {
+    // Most calls (small tensors) end here, without asking the kernel for the affinity mask.
+    body(0, n);
+    return;
+  }
+  const std::int64_t ranges = std::min<std::int64_t>(n / grain, usable_cores());
   const auto begin_of = [&](std::int64_t r) { return n * r / ranges; };
   std::vector<std::jthread> threads;
   threads.reserve(static_cast<std::size_t>(ranges - 1));
