@@ -185,8 +185,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
       DLPROBE_CUDA_CHECK(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming));
       e->reset(raw);
     }
-    // cuDNN and cuBLASLt load their libraries (gigabytes on disk) when the handles are made: the
-    // two lines bracket that part of start-up in a --verbose log.
+    // The two lines bracket the handles' creation in a --verbose log, one of start-up's parts (5 ms
+    // on the H200 machine; docs/performance.md has the others).
     log_debug("cuda backend: device {} ready; creating the cuDNN and cuBLASLt handles", device);
     cudnnHandle_t cudnn = nullptr;
     DLPROBE_CUDNN_CHECK(cudnnCreate(&cudnn));
