@@ -11,8 +11,8 @@ DLPROBE_TARGETS=all DLPROBE_BUILD_DIR=build-gpu ./scripts/build.sh -DCMAKE_BUILD
 
 rm -rf .devbuild && mkdir -p .devbuild/bin .devbuild/lib
 cp build-gpu/dlprobe .devbuild/bin/
-# The GPU microbenchmarks (lab/gpu/conv-fusion.sh runs them).
-cp build-gpu/microbench/bench_conv_fusion_gpu .devbuild/bin/
+# The GPU microbenchmarks (lab/gpu/conv-fusion.sh and stem.sh run them).
+cp build-gpu/microbench/bench_conv_fusion_gpu build-gpu/microbench/bench_stem_conv_gpu .devbuild/bin/
 # Tests labelled gpu, as "binary<TAB>gtest filter" lines.
 ctest --test-dir build-gpu -L gpu --show-only=json-v1 | python3 -c '
 import json, os, sys

@@ -294,7 +294,8 @@ Command add_bench_command(CLI::App& app) {
   add_data_flags(*sub, flags->data);
   option(*sub, "--conv-engines", flags->conv_engines,
          "Which cuDNN engines may compete: any (as cudnn.benchmark: also "
-         "non-deterministic, FFT and Winograd), deterministic, exact (deterministic "
+         "non-deterministic, FFT, Winograd and reduced-precision reductions), deterministic, exact "
+         "(deterministic "
          "direct sums)");
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "

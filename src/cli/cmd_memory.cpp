@@ -292,9 +292,10 @@ Command add_memory_command(CLI::App& app) {
   add_overwrite_flag(*sub, f->overwrite);
   add_history_flags(*sub, f->history);
   add_tuning_flags(*sub, f->tuning);
-  option(*sub, "--conv-engines", f->conv_engines,
-         "CUDA: which convolution engines compete: deterministic (the same workspaces every run), "
-         "exact, or any (also non-deterministic, FFT and Winograd ones, as bench)");
+  option(
+      *sub, "--conv-engines", f->conv_engines,
+      "CUDA: which convolution engines compete: deterministic (the same workspaces every run), "
+      "exact, or any (also non-deterministic, FFT, Winograd and reduced-precision ones, as bench)");
   add_recompute_flag(*sub, f->recompute);
   return {sub, [f] {
             if (Status s = prepare_outputs({{"--json", f->json}}, f->overwrite); !s) {

@@ -205,7 +205,8 @@ Command add_step_command(CLI::App& app) {
   add_tuning_flags(*sub, flags->tuning);
   option(*sub, "--conv-engines", flags->conv_engines,
          "Convolution engines allowed: exact (deterministic direct sums, the default: "
-         "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd)");
+         "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd, "
+         "reduced-precision reductions)");
   sub->add_option("--loss-scale", flags->loss_scale,
                   "fp16: the loss scale of this step (as GradScaler's initial scale)")
       ->default_str("65536");

@@ -22,6 +22,7 @@ Result<std::unique_ptr<Backend>> open_cuda_backend(int index, memory::CachingAll
   cuda.tuning = conv.tuning;
   cuda.deterministic = conv.engines != ConvEngines::any;
   cuda.transform_engines = conv.engines == ConvEngines::any;
+  cuda.reduced_precision_reductions = conv.engines == ConvEngines::any;
   return make_cuda_backend(index, allocator, cuda);
 }
 

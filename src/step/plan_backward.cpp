@@ -73,6 +73,12 @@ void Planner::backward_conv(const model::Layer& l, std::size_t i, Buffer* dy) {
   Buffer* w = weight_for_backward(entry);
   Buffer* xin = conv_input_[i];
   if (applies_[i] < 0 && xin == value_of(l.inputs[0])) xin = kept(l.inputs[0]);
+  if (recast_[i]) {
+    Buffer* src = value_of(l.inputs[0]);
+    xin = s_.transient(src->view.desc.with_dtype(s_.act()), Category::activations, name);
+    recompute_buffers_.push_back(xin);
+    emit_cast(name + ".input.cast.recompute", name, src, xin);
+  }
   const Conv2dParams p = l.conv;
   Buffer* dx = nullptr;
   // The images need no gradient, so conv1 skips its data gradient as autograd does.
@@ -112,7 +118,7 @@ void Planner::backward_conv(const model::Layer& l, std::size_t i, Buffer* dy) {
 void Planner::backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* dy) {
   const std::string& name = l.name;
   const StateSlot& g = slot(entry_of(i, StateKind::bn_weight));
-  Buffer* x = value_of(l.inputs[0]);
+  Buffer* x = kept(l.inputs[0]);
   Buffer* gamma = g.master;
   Buffer* dgamma = g.grad;
   Buffer* dbeta = slot(entry_of(i, StateKind::bn_bias)).grad;
@@ -175,13 +181,15 @@ void Planner::backward_relu(const model::Layer& l, std::size_t i, Buffer* dy) {
 
 Buffer* Planner::kept(int v) {
   const auto k = static_cast<std::size_t>(v);
-  if (recompute_from_[k] < 0) return value_[k];
   if (recomputed_[k] != nullptr) return recomputed_[k];
+  if (rerun_[k]) return rerun_conv(k);
+  if (recompute_from_[k] < 0) return value_[k];
   const auto& layers = s_.model.layers();
   const auto bn = static_cast<std::size_t>(recompute_from_[k]);
   const int shortcut = shortcut_of(bn);
   const auto sc = static_cast<std::size_t>(shortcut);
   Buffer* residual = nullptr;
+  kept(layers[bn].inputs[0]);  // emit_batch_norm_apply reads it (batch_norm_saved)
   if (recompute_from_[sc] >= 0 || saved_[sc]) {
     residual = kept(shortcut);
   } else {
@@ -196,6 +204,28 @@ Buffer* Planner::kept(int v) {
   emit_batch_norm_apply(bn, layers[bn].name + ".apply" + fusion_suffix(fusion_[bn]) + ".recompute",
                         residual, y);
   recomputed_[k] = y;
+  return y;
+}
+
+Buffer* Planner::rerun_conv(std::size_t v) {
+  const auto i = static_cast<std::size_t>(producer_[v]);
+  const model::Layer& l = s_.model.layers()[i];
+  Buffer* x = conv_input_[i];
+  if (x == value_of(l.inputs[0])) x = kept(l.inputs[0]);
+  Buffer* y = s_.transient(value_[v]->view.desc, Category::activations, l.name);
+  recompute_buffers_.push_back(y);
+  Buffer* sum = nullptr;
+  Buffer* sqsum = nullptr;
+  if (sums_for_[i] >= 0) {
+    // The statistics were taken in the forward; these sums are thrown away.
+    const TensorDesc& channels =
+        master_of(static_cast<std::size_t>(sums_for_[i]), StateKind::bn_weight)->view.desc;
+    sum = s_.transient(channels, Category::temporaries, l.name);
+    sqsum = s_.transient(channels, Category::temporaries, l.name);
+    recompute_buffers_.insert(recompute_buffers_.end(), {sum, sqsum});
+  }
+  emit_conv_forward(i, x, y, sum, sqsum, ".recompute");
+  recomputed_[v] = y;
   return y;
 }
 

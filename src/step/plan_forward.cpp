@@ -54,7 +54,7 @@ Status Planner::forward(const model::Layer& l, std::size_t i) {
 Result<Buffer*> Planner::new_output(const model::Layer& l) {
   const auto out = static_cast<std::size_t>(l.output);
   // A value the backward recomputes lives only as long as the forward reads it.
-  const bool kept = saved_[out] && recompute_from_[out] < 0;
+  const bool kept = saved_[out] && recompute_from_[out] < 0 && !rerun_[out];
   const Category category = kept ? Category::activations : Category::temporaries;
   return new_value(l.name, category, shapes_[out], s_.act());
 }
@@ -65,35 +65,25 @@ Result<Buffer*> Planner::forward_conv(const model::Layer& l, std::size_t i) {
   const int applied = applies_[i];
   const int summed = sums_for_[i];
   Buffer* x = nullptr;
-  Buffer* scale = nullptr;
-  Buffer* bias = nullptr;
   if (applied >= 0) {
     // The batch norm's input, normalised as the convolution loads it.
-    const auto bn = static_cast<std::size_t>(applied);
-    x = value_of(s_.model.layers()[bn].inputs[0]);
-    scale = bn_scale_[bn];
-    bias = bn_bias_[bn];
+    x = value_of(s_.model.layers()[static_cast<std::size_t>(applied)].inputs[0]);
   } else {
     x = value_[in];
     if (x->view.desc.dtype() != s_.act()) {
-      x = cast_to(x, s_.act(), saved_[in] ? Category::activations : Category::temporaries, name,
+      // Where the step recomputes its block outputs, the cast is made again for the weight
+      // gradient too: a cast of the images costs less than keeping it through the backward
+      // (ResNet-50 at batch 256 in fp16: 74 MiB).
+      recast_[i] = saved_[in] && recomputes_block_outputs();
+      x = cast_to(x, s_.act(),
+                  saved_[in] && !recast_[i] ? Category::activations : Category::temporaries, name,
                   "input");
     }
   }
   conv_input_[i] = x;
-  Buffer* w = weight_for_forward(entry_of(i, StateKind::conv_weight));
   DLPROBE_ASSIGN_OR_RETURN(Buffer * y, new_output(l));
-  if (applied < 0 && summed < 0) {
-    emit(name + ".forward", CallKind::conv_forward, name, {x, w, y},
-         [&be = be_, x, w, y, p = l.conv] {
-           return be.conv2d_forward(x->view, w->view, y->view, p);
-         });
-    return y;
-  }
   Buffer* sum = nullptr;
   Buffer* sqsum = nullptr;
-  std::vector<Buffer*> uses = {x, w, y};
-  if (applied >= 0) uses.insert(uses.end(), {scale, bias});
   if (summed >= 0) {
     // Per channel of y, in the statistics' dtype; the batch norm's finalize reads them.
     const auto bn = static_cast<std::size_t>(summed);
@@ -102,17 +92,45 @@ Result<Buffer*> Planner::forward_conv(const model::Layer& l, std::size_t i) {
     sqsum = s_.transient(channels, Category::temporaries, name);
     bn_sum_[bn] = sum;
     bn_sqsum_[bn] = sqsum;
-    uses.insert(uses.end(), {sum, sqsum});
   }
+  emit_conv_forward(i, x, y, sum, sqsum, "");
+  return y;
+}
+
+void Planner::emit_conv_forward(std::size_t i, Buffer* x, Buffer* y, Buffer* sum, Buffer* sqsum,
+                                const std::string& suffix) {
+  const model::Layer& l = s_.model.layers()[i];
+  const std::string& name = l.name;
+  const int applied = applies_[i];
+  // Also where the backward runs the convolution again: weight_for_backward() is the same buffer.
+  Buffer* w = weight_for_forward(entry_of(i, StateKind::conv_weight));
+  if (applied < 0 && sum == nullptr) {
+    emit(name + ".forward" + suffix, CallKind::conv_forward, name, {x, w, y},
+         [&be = be_, x, w, y, p = l.conv] {
+           return be.conv2d_forward(x->view, w->view, y->view, p);
+         });
+    return;
+  }
+  Buffer* scale = nullptr;
+  Buffer* bias = nullptr;
+  std::vector<Buffer*> uses = {x, w, y};
   std::string call = name + ".forward";
-  if (applied >= 0) call += "+" + s_.model.layers()[static_cast<std::size_t>(applied)].name;
-  if (summed >= 0) call += "+sums";
-  emit(std::move(call), CallKind::conv_forward_fused, name, std::move(uses),
+  if (applied >= 0) {
+    const auto bn = static_cast<std::size_t>(applied);
+    scale = bn_scale_[bn];
+    bias = bn_bias_[bn];
+    uses.insert(uses.end(), {scale, bias});
+    call += "+" + s_.model.layers()[bn].name;
+  }
+  if (sum != nullptr) {
+    uses.insert(uses.end(), {sum, sqsum});
+    call += "+sums";
+  }
+  emit(call + suffix, CallKind::conv_forward_fused, name, std::move(uses),
        [&be = be_, x, w, y, scale, bias, sum, sqsum, p = l.conv] {
          return be.conv2d_forward_fused(x->view, view_or_none(scale), view_or_none(bias), w->view,
                                         y->view, view_or_none(sum), view_or_none(sqsum), p);
        });
-  return y;
 }
 
 Result<Buffer*> Planner::forward_add(const model::Layer& l) {
@@ -255,8 +273,11 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
 }
 
 Planner::BatchNormSaved Planner::batch_norm_saved(std::size_t i) const {
-  return {value_of(s_.model.layers()[i].inputs[0]), master_of(i, StateKind::bn_weight),
-          master_of(i, StateKind::bn_bias), bn_mean_[i], bn_invstd_[i]};
+  // In the backward, the input as kept() last gave it where the forward's was not kept.
+  const auto in = static_cast<std::size_t>(s_.model.layers()[i].inputs[0]);
+  return {recomputed_[in] != nullptr ? recomputed_[in] : value_[in],
+          master_of(i, StateKind::bn_weight), master_of(i, StateKind::bn_bias), bn_mean_[i],
+          bn_invstd_[i]};
 }
 
 void Planner::emit_batch_norm_apply(std::size_t i, std::string name, Buffer* residual, Buffer* y) {

@@ -69,7 +69,9 @@ class Planner {
   // StepConfig::recompute_block_outputs: which block outputs (a summed batch norm's output with
   // the residual add and ReLU taken in) the forward does not keep, because the backward can
   // compute them again: their shortcut is kept, recomputed itself, or a summed batch norm's
-  // output (the projection shortcut) that can be applied again.
+  // output (the projection shortcut) that can be applied again. In such a block with a projection,
+  // the shortcut's convolution output (the input of the batch norm that takes in the add) is not
+  // kept either: the backward runs that convolution again.
   void plan_block_recompute();
   Status forward_pass();
   Status backward_pass();
@@ -103,6 +105,10 @@ class Planner {
   Result<Buffer*> forward_linear(const model::Layer& l, std::size_t i);
   // The buffer a layer's forward writes its output to.
   Result<Buffer*> new_output(const model::Layer& l);
+  // Convolution `i`'s forward call from x into y, with the batch norm it applies (scale, bias)
+  // and the sums it takes where the plan says so; `suffix` ends the call's name.
+  void emit_conv_forward(std::size_t i, Buffer* x, Buffer* y, Buffer* sum, Buffer* sqsum,
+                         const std::string& suffix);
 
   // One layer's backward (plan_backward.cpp).
   Status backward(const model::Layer& l, std::size_t i);
@@ -119,6 +125,9 @@ class Planner {
   // The buffer the backward reads for value v: the forward's, or where plan_block_recompute left
   // it out, the value computed again on its first read (with its shortcut before it).
   Buffer* kept(int v);
+  // kept() for a convolution output left out: the convolution run again, with the forward's own
+  // call (its sums thrown away), so the values are the same to the bit.
+  Buffer* rerun_conv(std::size_t v);
 
   void emit(std::string name, CallKind kind, const std::string& layer, std::vector<Buffer*> uses,
             std::function<Status()> fn);
@@ -182,6 +191,9 @@ class Planner {
   std::vector<bool> saved_;          // value saved for backward
   std::vector<int> consumers_;       // layers reading the value
   std::vector<Buffer*> conv_input_;  // per layer: what a conv read (the cast images for conv1)
+  // Per layer: a conv whose input's cast (the images in the activation dtype) is not kept for its
+  // weight gradient but made again there, where the step recomputes its block outputs.
+  std::vector<bool> recast_;
   std::vector<Buffer*> bn_mean_, bn_invstd_;
   std::vector<Buffer*> grad_;
   std::vector<Buffer*> grad_low_, grad_high_;  // gradients finish_grad() queued for their cast
@@ -207,6 +219,7 @@ class Planner {
   // plan_block_recompute, per value: the batch norm whose output (+add+ReLU) is recomputed, or -1;
   // and the buffer it was recomputed into, once the backward has read it.
   std::vector<int> recompute_from_;
+  std::vector<bool> rerun_;  // per value: a convolution output the backward computes again
   std::vector<Buffer*> recomputed_;
   std::vector<Buffer*> recompute_buffers_;  // every buffer the recomputation writes: no gradients
 };

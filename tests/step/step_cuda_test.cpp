@@ -51,6 +51,7 @@ testing::Rig make_fusing_cuda_rig(const StepConfig& c) {
                               [](memory::CachingAllocator& allocator) {
                                 CudaBackendOptions o;
                                 o.deterministic = false;
+                                o.reduced_precision_reductions = true;
                                 return make_cuda_backend(0, allocator, o);
                               });
 }
@@ -197,8 +198,14 @@ TEST(StepCudaTest, Fp16GradientsWithRecomputedBlockOutputs) {
   testing::Rig r = recomputing(config(Precision::fp16, Layout::nhwc, StepMode::grads));
   ASSERT_TRUE(r.step);
   int recomputed = 0;
-  for (const Call& call : r.step->calls()) recomputed += call.name.ends_with(".recompute") ? 1 : 0;
-  EXPECT_EQ(recomputed, 10) << "ResNet-18: 7 block outputs and 3 projection shortcuts";
+  int recast = 0;
+  for (const Call& call : r.step->calls()) {
+    recomputed += call.name.ends_with(".recompute") ? 1 : 0;
+    recast += call.name == "conv1.input.cast.recompute" ? 1 : 0;
+  }
+  EXPECT_EQ(recomputed, 11)
+      << "ResNet-18: 7 block outputs, 3 projection shortcuts and the images' fp16 cast";
+  EXPECT_EQ(recast, 1) << "conv1's weight gradient casts the images again";
   testing::compare_gradients(Precision::fp16, Layout::nhwc, recomputing,
                              "cuda fused, recomputed block outputs");
 }

@@ -313,7 +313,8 @@ TEST(StepPlanTest, RecomputedBlockOutputsAgreeToTheBitAndKeepFewerActivations) {
       // ResNet-18's 8 blocks: the last one's output is kept (no activation is kept after it to
       // make room for its chain); the other 7 are recomputed, and with those of layers 2 to 4's
       // first blocks the batch norm of their projection shortcut (in ResNet-18 bn2, whose output
-      // the shortcut's batch norm takes in).
+      // the shortcut's batch norm takes in). Their shortcut's convolutions are not run again:
+      // each reads a block output that is itself recomputed.
       const CallCounts calls = count_calls(*again.step);
       int recomputed = 0;
       for (const auto& [name, n] : calls.names) {
@@ -337,6 +338,44 @@ TEST(StepPlanTest, RecomputedBlockOutputsAgreeToTheBitAndKeepFewerActivations) {
                          "layer3.0.conv1.weight", "layer4.0.downsample.1.bias"},
                         what);
     }
+  }
+}
+
+// A bottleneck ResNet's first block (layer1.0) reads the max pool's output, which the step keeps:
+// with the block outputs recomputed, the backward runs its projection's convolution again rather
+// than keep that output, with the forward's own call, so the gradients stay the same to the bit.
+// So does layer4.0, whose input (layer3's output) the planner keeps; layer2.0's and layer3.0's
+// projections read recomputed outputs and their outputs are kept.
+TEST(StepPlanTest, ProjectionConvolutionRunAgainAgreesToTheBit) {
+  for (const bool planned : {true, false}) {
+    StepConfig c = tiny_config();
+    c.model = {model::Arch::resnet50, 32, 10, false, 8};
+    c.precision = Precision::fp64;
+    c.layout = Layout::nhwc;
+    c.mode = StepMode::grads;
+    auto rig = [&](bool recompute) {
+      c.recompute_block_outputs = recompute;
+      return planned ? two_stream_rig(c, 1) : make_rig(c, DType::fp64);
+    };
+    testing::Rig kept = rig(false);
+    testing::Rig again = rig(true);
+    ASSERT_TRUE(kept.step && again.step);
+    const std::string what = planned ? "planned" : "dynamic";
+    const CallCounts calls = count_calls(*again.step);
+    for (const char* stage : {"layer1.0", "layer2.0", "layer3.0", "layer4.0"}) {
+      const bool input_kept = stage == std::string("layer1.0") || stage == std::string("layer4.0");
+      EXPECT_EQ(calls.names.count(fmt::format("{}.downsample.0.forward+sums.recompute", stage)),
+                input_kept ? 1u : 0u)
+          << what << " " << stage;
+    }
+    EXPECT_EQ(count_calls(*kept.step).kinds.at(CallKind::conv_forward_fused),
+              calls.kinds.at(CallKind::conv_forward_fused) - 2)
+        << what;
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(run(again), run(kept)) << what;
+    expect_same_state(again, kept, StepMode::grads,
+                      {"conv1.weight", "layer1.0.conv1.weight", "layer1.0.downsample.0.weight",
+                       "layer1.0.downsample.1.weight", "layer4.0.downsample.0.weight"},
+                      what);
   }
 }
 

@@ -43,6 +43,13 @@ struct CudaBackendOptions {
   // FFT and Winograd engines may compete (as under cudnn.benchmark): faster for some fp32
   // shapes, at about ten times the rounding error of a direct sum.
   bool transform_engines = false;
+  // fp16 and bf16 plain convolutions: engines that cuDNN notes for reduced-precision reductions
+  // may compete, as under cudnn.benchmark (PyTorch filters no such note); cuDNN's first-layer
+  // engine for images of up to four channels is one (ResNet-50's stem on an H200: 0.42 ms forward
+  // and 0.40 ms weight gradient, against 0.84 and 1.11 ms for the best engines with fp32 sums).
+  // False keeps every engine's sums in fp32. fp32 and TF32 convolutions always do, and so do the
+  // fused graphs (batch norm inside the convolution), whose choice is cuDNN's first, not timed.
+  bool reduced_precision_reductions = false;
   // Where autotuned choices are looked up first and recorded (null: this backend's plans only).
   // Shared by backends and processes on the same GPU and cuDNN; keys name both.
   std::shared_ptr<ConvTuningCache> tuning = nullptr;

@@ -487,11 +487,14 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
 // cuDNN runs convolutions over images of fewer than four channels (the RGB stem of every ImageNet
 // model) far below its other shapes in NHWC fp16/bf16: its first-layer kernels take four
 // channels. On an H200, PyTorch's profile of ResNet-50's stem showed cuDNN's
-// "image_first_layer ... c4r7s7" kernels at 0.40 ms forward and 0.40 ms weight gradient, where
-// our three-channel plans took 1.56 and 1.13 ms. So the image and the weights are copied into
+// "image_first_layer ... c4r7s7" kernels at 0.40 ms forward and 0.40 ms weight gradient (engine
+// 63 of cuDNN 9.19, which pads a three-channel image itself), where the best three-channel plans
+// under fp32 sums took 1.56 and 1.13 ms. So the image and the weights are copied into
 // four-channel buffers whose extra channels are zero, which leaves every output value as it was;
-// the weight gradient's extra channels are dropped. The data gradient (never needed for an
-// input image) runs unpadded.
+// the weight gradient's extra channels are dropped. Engine 63 takes the four-channel graph too,
+// where reduced-precision reductions may compete (its forward: 0.41 ms on four channels, 0.55 ms
+// on three with its own padding; microbench/stem_conv_gpu_bench.cpp). The data gradient (never
+// needed for an input image) runs unpadded.
 bool CudaBackend::needs_channel_pad(const TensorView& x, const TensorView& w,
                                     const Conv2dParams& p) const {
   const DType t = x.desc.dtype();
@@ -533,7 +536,10 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
   if (direction != ConvDirection::backward_data && needs_channel_pad(x, w, p)) {
     return padded_conv(direction, x, w, y, p, op);
   }
-  DLPROBE_ASSIGN_OR_RETURN(const ConvSpec spec, conv_spec(direction, x, w, y, p));
+  DLPROBE_ASSIGN_OR_RETURN(ConvSpec spec, conv_spec(direction, x, w, y, p));
+  // fp32 and TF32 keep fp32 sums: "strict fp32" means what it says.
+  spec.allow_reduced_precision = options_.reduced_precision_reductions &&
+                                 (x.desc.dtype() == DType::fp16 || x.desc.dtype() == DType::bf16);
   const std::string key = conv_key(spec);
   const ExecutionPlan* plan = conv_plans_.find(key);
   if (plan == nullptr) {

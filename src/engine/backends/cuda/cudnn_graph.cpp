@@ -203,8 +203,8 @@ Result<std::vector<cudnnBackendNumericalNote_t>> engine_notes(const BackendDescr
   return notes;
 }
 
-// Whether an engine with these numerical notes may run `spec`. Never reduced-precision reductions
-// (16-bit partial sums: the engine must accumulate in fp32 as autocast does). FFT and Winograd,
+// Whether an engine with these numerical notes may run `spec`. Reduced-precision reductions (16-bit
+// partial sums) only when the spec allows them, as cudnn.benchmark does. FFT and Winograd,
 // whose transformed operands carry rounding error beyond that of a direct sum, and
 // non-deterministic engines only when the spec allows them. Strict fp32 also rules out tensor
 // cores (TF32) and down-converted inputs.
@@ -212,7 +212,8 @@ bool engine_allowed(const ConvSpec& spec, const std::vector<cudnnBackendNumerica
   for (cudnnBackendNumericalNote_t n : notes) {
     switch (n) {
       case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
-        return false;
+        if (!spec.allow_reduced_precision) return false;
+        break;
       case CUDNN_NUMERICAL_NOTE_FFT:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD:
       case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
@@ -315,11 +316,11 @@ std::string conv_key(const ConvSpec& s) {
     return fmt::format("{}:[{}]/[{}]@{}", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
                        fmt::join(t.strides, ","), t.alignment);
   };
-  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={} det={} tr={}",
+  return fmt::format("conv{} x{} w{} y{} p{},{} s{},{} d{},{} c{} tf32={} det={} tr={} rp={}",
                      static_cast<int>(s.direction), tensor(s.x), tensor(s.w), tensor(s.y), s.pad[0],
                      s.pad[1], s.stride[0], s.stride[1], s.dilation[0], s.dilation[1],
                      static_cast<int>(s.compute), s.allow_tf32 ? 1 : 0, s.deterministic ? 1 : 0,
-                     s.allow_transforms ? 1 : 0);
+                     s.allow_transforms ? 1 : 0, s.allow_reduced_precision ? 1 : 0);
 }
 
 std::string fused_conv_key(const FusedConvSpec& s) {
@@ -555,9 +556,14 @@ namespace {
 Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, const ConvSpec& spec,
                                      const std::string& key, ConvEngineChoice choice,
                                      std::int64_t max_workspace_bytes, const PlanTimer& timer) {
-  // Heuristics mode A ranks the engines; the fallback list adds the ones A leaves out.
+  // Heuristics mode A ranks the engines; when they are to be timed, mode B (a costlier model of
+  // the same engines, which may rank other knob choices) and the fallback list add the
+  // configurations A leaves out.
   std::vector<BackendDescriptor> configs;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+  std::vector<cudnnBackendHeurMode_t> modes{CUDNN_HEUR_MODE_A};
+  if (choice != ConvEngineChoice::heuristic && timer) modes.push_back(CUDNN_HEUR_MODE_B);
+  modes.push_back(CUDNN_HEUR_MODE_FALLBACK);
+  for (cudnnBackendHeurMode_t mode : modes) {
     DLPROBE_ASSIGN_OR_RETURN(auto heur,
                              BackendDescriptor::create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
     DLPROBE_RETURN_IF_ERROR(heur.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, g.graph));
@@ -620,6 +626,7 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
   struct Candidate {
     const BackendDescriptor* cfg;
     std::int64_t index;
+    std::vector<ConvKnob> knobs;
     std::vector<cudnnBackendNumericalNote_t> notes;
     bool ranked;       // offered by the heuristics, not only by the exhaustive list
     bool last_resort;  // tried only when no other engine builds (below)
@@ -631,15 +638,18 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
     bool runtime_compiled = false;
     auto notes = engine_notes(cfg, index, runtime_compiled);
     if (!notes) continue;
+    // One engine runs different kernels under different knob choices (tile sizes, split counts),
+    // so a configuration is a candidate of its own unless both its engine and its knobs were seen.
+    std::vector<ConvKnob> knobs = read_knobs(cfg);
     if (std::any_of(candidates.begin(), candidates.end(),
-                    [&](const Candidate& c) { return c.index == index; })) {
+                    [&](const Candidate& c) { return c.index == index && c.knobs == knobs; })) {
       continue;
     }
     if (!engine_allowed(spec, *notes)) continue;
     const bool strict_nan = std::find(notes->begin(), notes->end(),
                                       CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP) != notes->end();
-    candidates.push_back({&cfg, index, std::move(notes).value(), k < ranked_configs,
-                          runtime_compiled || strict_nan});
+    candidates.push_back({&cfg, index, std::move(knobs), std::move(notes).value(),
+                          k < ranked_configs, runtime_compiled || strict_nan});
   }
   if (!strict_fp32(spec)) {
     std::stable_partition(candidates.begin(), candidates.end(), [](const Candidate& c) {
@@ -657,6 +667,13 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
   //   untimed runs as long again).
   std::stable_partition(candidates.begin(), candidates.end(),
                         [](const Candidate& c) { return !c.last_resort; });
+  if (log_level() <= LogLevel::debug) {
+    std::vector<std::string> labels;
+    for (const Candidate& c : candidates) {
+      labels.push_back(config_label(c.index, c.notes, c.knobs) + (c.last_resort ? " (last)" : ""));
+    }
+    log_debug("conv candidates ({}): {}", candidates.size(), fmt::join(labels, "; "));
+  }
 
   std::optional<ExecutionPlan> best;
   float best_ms = std::numeric_limits<float>::infinity();
