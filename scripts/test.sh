@@ -23,7 +23,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 UBSAN_OPTI
 # DLPROBE_TEST_CUDA=0 leaves this out.
 if [ "${DLPROBE_TEST_CUDA:-1}" != 0 ] && { [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; }; then
   echo "== build (the CUDA backend and its tests) =="
-  DLPROBE_TARGETS="dlprobe_cuda_backend engine_cuda_host_test engine_cuda_test bench_conv_fusion_gpu" \
+  DLPROBE_TARGETS="dlprobe_cuda_backend engine_cuda_host_test engine_cuda_test bench_conv_fusion_gpu bench_stem_conv_gpu" \
     ./scripts/build.sh
   ctest --test-dir build -L cuda_host --output-on-failure -j "$jobs"
 fi
