@@ -290,6 +290,23 @@ std::uint64_t transient_peak(const TrainingStep& step) {
   return peak;
 }
 
+// Step `c` in fp64 NHWC (where the reference backend runs batch norm inside the convolutions),
+// keeping its block outputs and recomputing them, over the planned arena (one stream) or not.
+struct KeptAndRecomputed {
+  testing::Rig kept;
+  testing::Rig again;
+};
+KeptAndRecomputed kept_and_recomputed(StepConfig c, bool planned) {
+  c.precision = Precision::fp64;
+  c.layout = Layout::nhwc;
+  auto rig = [&](bool recompute) {
+    c.recompute_block_outputs = recompute;
+    return planned ? two_stream_rig(c, 1) : make_rig(c, DType::fp64);
+  };
+  KeptAndRecomputed r{rig(false), rig(true)};
+  return r;
+}
+
 // Block outputs recomputed in the backward pass (fp64 NHWC, where the reference backend runs
 // batch norm inside the convolutions): the same losses and values to the bit as the step that
 // keeps them, over planned memory (whose arena hands a dead buffer's bytes to the next) and over
@@ -298,15 +315,8 @@ TEST(StepPlanTest, RecomputedBlockOutputsAgreeToTheBitAndKeepFewerActivations) {
   for (const StepMode mode : {StepMode::grads, StepMode::train}) {
     for (const bool planned : {true, false}) {
       StepConfig c = tiny_config();
-      c.precision = Precision::fp64;
-      c.layout = Layout::nhwc;
       c.mode = mode;
-      auto rig = [&](bool recompute) {
-        c.recompute_block_outputs = recompute;
-        return planned ? two_stream_rig(c, 1) : make_rig(c, DType::fp64);
-      };
-      testing::Rig kept = rig(false);
-      testing::Rig again = rig(true);
+      auto [kept, again] = kept_and_recomputed(c, planned);
       ASSERT_TRUE(kept.step && again.step);
       const std::string what =
           fmt::format("{}, {}", step_mode_name(mode), planned ? "planned" : "dynamic");
@@ -350,15 +360,8 @@ TEST(StepPlanTest, ProjectionConvolutionRunAgainAgreesToTheBit) {
   for (const bool planned : {true, false}) {
     StepConfig c = tiny_config();
     c.model = {model::Arch::resnet50, 32, 10, false, 8};
-    c.precision = Precision::fp64;
-    c.layout = Layout::nhwc;
     c.mode = StepMode::grads;
-    auto rig = [&](bool recompute) {
-      c.recompute_block_outputs = recompute;
-      return planned ? two_stream_rig(c, 1) : make_rig(c, DType::fp64);
-    };
-    testing::Rig kept = rig(false);
-    testing::Rig again = rig(true);
+    auto [kept, again] = kept_and_recomputed(c, planned);
     ASSERT_TRUE(kept.step && again.step);
     const std::string what = planned ? "planned" : "dynamic";
     const CallCounts calls = count_calls(*again.step);
