@@ -12,6 +12,7 @@
 #include <cudnn.h>
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -110,16 +111,18 @@ void time_plan(benchmark::State& state, const cuda::ExecutionPlan* plan) {
   const std::array<std::int64_t, 3> uids = {kUidX, kUidW, kUidY};
   const std::array<void*, 3> ptrs = {g.x, g.w, g.y};
   auto run = [&](int calls) -> Result<float> {
-    cudaEventRecord(g.start, g.stream);
+    if (cudaEventRecord(g.start, g.stream) != cudaSuccess) {
+      return error(Errc::internal, "cudaEventRecord failed");
+    }
     for (int i = 0; i < calls; ++i) {
       DLPROBE_RETURN_IF_ERROR(cuda::execute_plan(g.handle, *plan, uids, ptrs, g.workspace));
     }
-    cudaEventRecord(g.stop, g.stream);
-    if (cudaEventSynchronize(g.stop) != cudaSuccess) {
+    float ms = 0;
+    if (cudaEventRecord(g.stop, g.stream) != cudaSuccess ||
+        cudaEventSynchronize(g.stop) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, g.start, g.stop) != cudaSuccess) {
       return error(Errc::internal, "the timed calls failed on the GPU");
     }
-    float ms = 0;
-    cudaEventElapsedTime(&ms, g.start, g.stop);
     return ms / static_cast<float>(calls);
   };
   if (auto first = run(1); !first) {  // loads the kernel's module
@@ -157,14 +160,14 @@ void register_all() {
       spec.deterministic = !v.any;
       spec.allow_transforms = v.any;
       spec.allow_reduced_precision = v.any;
-      // cuDNN 9's global engine indices run below 100 for convolutions.
-      for (std::int64_t engine = 0; engine < 100; ++engine) {
+      auto engines = cuda::conv_engine_count(gpu().handle, spec);
+      if (!engines) fail(engines.status().message());
+      for (std::int64_t engine = 0; engine < *engines; ++engine) {
         auto plan = cuda::build_conv_plan_for_engine(gpu().handle, spec, engine, {}, kMaxWorkspace);
         if (!plan) {
-          // Engines that take the graph but are ruled out, and why.
-          if (plan.status().message().find("does not take") == std::string::npos) {
-            std::fprintf(stderr, "%s: %s\n", v.name, plan.status().message().c_str());
-          }
+          // Why each engine is left out: it does not take the graph, the policy rules it out
+          // (its numerical notes), or it needs more workspace.
+          std::fprintf(stderr, "%s: %s\n", v.name, plan.status().message().c_str());
           continue;
         }
         plans.push_back(std::make_unique<cuda::ExecutionPlan>(std::move(*plan)));

@@ -13,7 +13,8 @@ py=${PYTHON:-python3}
 if [ "${ENGINES:-1}" != 0 ]; then
   timeout 240 "$bin/bench_stem_conv_gpu" >"$out/engines.txt" 2>&1
   echo "bench_stem_conv_gpu exit $?"
-  grep -E "^stem_" "$out/engines.txt" | awk '{split($1, a, "/"); print a[1], a[2], a[3], $2, $7, $8, $9, $10}' |
+  grep -E "^stem_" "$out/engines.txt" | grep -v ERROR |
+    awk '{split($1, a, "/"); line = a[1] " " a[2] " " a[3] " " $2; for (i = 7; i <= NF; i++) line = line " " $i; print line}' |
     sort -k1,1 -k2,2 -k4,4n | awk '{k = $1 " " $2; if (n[k]++ < 3) print}'
 fi
 # PyTorch's stem, unless TORCH=0.
@@ -29,6 +30,8 @@ for mode in ${TORCH_MODES-"" --benchmark}; do
     "$out/$tag-cudnn.log" | head -n 400 >"$out/$tag-engines.txt"
   gzip -f "$out/$tag-cudnn.log"
 done
+# A fresh tuning cache, so that every shape is tuned and its candidates logged.
+rm -f "$out/tuning.json"
 timeout 200 "$bin/dlprobe" --verbose bench --model resnet50 --batch "${BATCH:-256}" \
   --precision fp16 --mode grads --steps 30 --no-ceiling --tuning-cache "$out/tuning.json" \
   --overwrite --json "$out/bench.json" >"$out/bench.txt" 2>"$out/bench.err"
@@ -37,7 +40,7 @@ grep -E "img/s" "$out/bench.txt" | head -n 5
 # Each shape's candidates come before the line naming its choice and key: the stem's keys hold
 # its four-channel image, [N,4,224,224].
 awk '/conv (autotune|candidates)/ { buf = buf $0 "\n"; next }
-     / for conv/ { if ($0 ~ /,[34],224,224\]/) printf "%s%s\n\n", buf, $0; buf = "" }' \
+     /: eng[0-9]+ .* for / { if ($0 ~ / for conv.*,[34],224,224\]/) printf "%s%s\n\n", buf, $0; buf = "" }' \
   "$out/bench.err" >"$out/stem-autotune.txt"
 cat "$out/stem-autotune.txt"
 echo "$(grep -c "conv autotune" "$out/bench.err") candidates timed in all"

@@ -293,10 +293,9 @@ Command add_bench_command(CLI::App& app) {
   add_tuning_flags(*sub, flags->tuning);
   add_data_flags(*sub, flags->data);
   option(*sub, "--conv-engines", flags->conv_engines,
-         "Which cuDNN engines may compete: any (as cudnn.benchmark: also "
-         "non-deterministic, FFT, Winograd and reduced-precision reductions), deterministic, exact "
-         "(deterministic "
-         "direct sums)");
+         "Which cuDNN engines may compete: any (as cudnn.benchmark: also non-deterministic, FFT, "
+         "Winograd and reduced-precision reductions), deterministic, exact (deterministic direct "
+         "sums)");
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "

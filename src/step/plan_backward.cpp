@@ -193,7 +193,9 @@ Buffer* Planner::kept(int v) {
   if (recompute_from_[sc] >= 0 || saved_[sc]) {
     residual = kept(shortcut);
   } else {
-    // The projection shortcut's batch norm, applied again for this one read.
+    // The shortcut is a summed batch norm's output that nothing keeps (the main branch's last, in
+    // a block with a projection: the batch norm that takes in the add is the projection's own),
+    // applied again for this one read.
     const auto from = static_cast<std::size_t>(producer_[sc]);
     residual = s_.transient(value_[sc]->view.desc, Category::temporaries, layers[from].name);
     recompute_buffers_.push_back(residual);

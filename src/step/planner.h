@@ -69,9 +69,9 @@ class Planner {
   // StepConfig::recompute_block_outputs: which block outputs (a summed batch norm's output with
   // the residual add and ReLU taken in) the forward does not keep, because the backward can
   // compute them again: their shortcut is kept, recomputed itself, or a summed batch norm's
-  // output (the projection shortcut) that can be applied again. In such a block with a projection,
-  // the shortcut's convolution output (the input of the batch norm that takes in the add) is not
-  // kept either: the backward runs that convolution again.
+  // output (the projection shortcut) that can be applied again. In such a block with a projection
+  // whose input is kept, the projection's convolution output (the input of the batch norm that
+  // takes in the add) is not kept either: the backward runs that convolution again.
   void plan_block_recompute();
   Status forward_pass();
   Status backward_pass();
@@ -217,7 +217,8 @@ class Planner {
   std::vector<int> pool_from_bn_;  // per max pool: the batch norm its input is recomputed from
   std::vector<int> producer_;      // per value: the layer that writes it (-1 for the images)
   // plan_block_recompute, per value: the batch norm whose output (+add+ReLU) is recomputed, or -1;
-  // and the buffer it was recomputed into, once the backward has read it.
+  // and the buffer it (or a convolution output rerun_ marks) was recomputed into, once the backward
+  // has read it.
   std::vector<int> recompute_from_;
   std::vector<bool> rerun_;  // per value: a convolution output the backward computes again
   std::vector<Buffer*> recomputed_;

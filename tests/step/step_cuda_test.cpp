@@ -44,8 +44,9 @@ TEST(StepCudaTest, Fp32TrainAdamW) {
   testing::compare_training(Precision::fp32, OptimizerKind::adamw, make_cuda_rig, "cuda");
 }
 
-// Batch norm inside the convolutions runs where the engines may differ between runs (bench's
-// default, --conv-engines any), and its whole fp16 step passes the same comparison with fp64.
+// Batch norm inside the convolutions runs where the engines may differ between runs and keep
+// partial sums in 16 bits (as under bench's default, --conv-engines any, but for FFT and Winograd
+// engines), and its whole fp16 step passes the same comparison with fp64.
 testing::Rig make_fusing_cuda_rig(const StepConfig& c) {
   return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
                               [](memory::CachingAllocator& allocator) {

@@ -81,10 +81,12 @@ struct StepConfig {
   // convolution summed takes in the residual add and ReLU (`fuse_conv`), the backward computes
   // the block's output again from what it keeps anyway (the convolution's output, the batch
   // norm's statistics and the shortcut, itself recomputed), with the forward's own call, so the
-  // values are the same to the bit. In a block with a projection shortcut, the shortcut's
-  // convolution output is not kept either: the backward runs the convolution again with the
-  // forward's own call. One more elementwise pass per block, and one more 1x1 convolution per
-  // stage, for about a third fewer activations (ResNet-50). Training steps only. Where nothing can
+  // values are the same to the bit. In a block with a projection shortcut whose input is kept
+  // (ResNet-50: layer1's and layer4's first blocks), the shortcut's convolution output is not
+  // kept either: the backward runs the convolution again with the forward's own call. Under mixed
+  // precision conv1's weight gradient casts the images again rather than keep their cast. One
+  // more elementwise pass per block and, in ResNet-50, two 1x1 convolutions, for about a third
+  // fewer activations. Training steps only. Where nothing can
   // be recomputed (no batch norm inside the convolutions) the step keeps its outputs and its
   // config() says false.
   bool recompute_block_outputs = false;

@@ -492,8 +492,10 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
 // under fp32 sums took 1.56 and 1.13 ms. So the image and the weights are copied into
 // four-channel buffers whose extra channels are zero, which leaves every output value as it was;
 // the weight gradient's extra channels are dropped. Engine 63 takes the four-channel graph too,
-// where reduced-precision reductions may compete (its forward: 0.41 ms on four channels, 0.55 ms
-// on three with its own padding; microbench/stem_conv_gpu_bench.cpp). The data gradient (never
+// where reduced-precision reductions may compete: its forward took 0.41 ms there and 0.55 ms on
+// three channels, where it pads them itself into 98 MiB of workspace at batch 256
+// (microbench/stem_conv_gpu_bench.cpp); the copy here takes about 0.08 ms and as much memory, so
+// the two ways cost about the same and the copy stays for every engine. The data gradient (never
 // needed for an input image) runs unpadded.
 bool CudaBackend::needs_channel_pad(const TensorView& x, const TensorView& w,
                                     const Conv2dParams& p) const {
@@ -537,7 +539,8 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
     return padded_conv(direction, x, w, y, p, op);
   }
   DLPROBE_ASSIGN_OR_RETURN(ConvSpec spec, conv_spec(direction, x, w, y, p));
-  // fp32 and TF32 keep fp32 sums: "strict fp32" means what it says.
+  // fp32 and TF32 convolutions keep fp32 sums: their inputs are 32-bit, and partial sums in 16
+  // bits would cost them far more of their precision than they cost fp16 and bf16.
   spec.allow_reduced_precision = options_.reduced_precision_reductions &&
                                  (x.desc.dtype() == DType::fp16 || x.desc.dtype() == DType::bf16);
   const std::string key = conv_key(spec);

@@ -292,6 +292,9 @@ std::vector<ConvKnob> read_knobs(const BackendDescriptor& cfg) {
     }
     knobs.push_back({static_cast<std::int64_t>(type), value});
   }
+  // By type, so that two configurations with the same choices compare equal.
+  std::sort(knobs.begin(), knobs.end(),
+            [](const ConvKnob& a, const ConvKnob& b) { return a.type < b.type; });
   return knobs;
 }
 
@@ -619,10 +622,10 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
     }
   }
 
-  // The allowed engines, once each, in heuristic order; where tensor cores may run (fp16, bf16,
-  // fp32 under TF32) those using them come first. They keep the products' fp32 sums in registers
-  // until the one final rounding, and they are the fast ones; engines without them are the
-  // fallback for shapes they cannot take.
+  // The allowed configurations, once each, in heuristic order; where tensor cores may run (fp16,
+  // bf16, fp32 under TF32) those using them come first. They keep the products' fp32 sums in
+  // registers until the one final rounding, and they are the fast ones; engines without them are
+  // the fallback for shapes they cannot take.
   struct Candidate {
     const BackendDescriptor* cfg;
     std::int64_t index;
@@ -639,17 +642,21 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
     auto notes = engine_notes(cfg, index, runtime_compiled);
     if (!notes) continue;
     // One engine runs different kernels under different knob choices (tile sizes, split counts),
-    // so a configuration is a candidate of its own unless both its engine and its knobs were seen.
+    // so a listed configuration is a candidate of its own unless both its engine and its knobs
+    // were seen. The exhaustive list adds only engines no list named: its default knobs would
+    // time a listed engine again, within the budget meant for the engines the lists miss.
     std::vector<ConvKnob> knobs = read_knobs(cfg);
-    if (std::any_of(candidates.begin(), candidates.end(),
-                    [&](const Candidate& c) { return c.index == index && c.knobs == knobs; })) {
+    const bool ranked = k < ranked_configs;
+    if (std::any_of(candidates.begin(), candidates.end(), [&](const Candidate& c) {
+          return c.index == index && (!ranked || c.knobs == knobs);
+        })) {
       continue;
     }
     if (!engine_allowed(spec, *notes)) continue;
     const bool strict_nan = std::find(notes->begin(), notes->end(),
                                       CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP) != notes->end();
-    candidates.push_back({&cfg, index, std::move(knobs), std::move(notes).value(),
-                          k < ranked_configs, runtime_compiled || strict_nan});
+    candidates.push_back({&cfg, index, std::move(knobs), std::move(notes).value(), ranked,
+                          runtime_compiled || strict_nan});
   }
   if (!strict_fp32(spec)) {
     std::stable_partition(candidates.begin(), candidates.end(), [](const Candidate& c) {
@@ -745,6 +752,16 @@ Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const Con
                            make_plan(handle, ec->cfg, engine_index, notes, max_workspace_bytes));
   if (!plan) return unavailable("does not build within the workspace limit");
   return std::move(*plan);
+}
+
+Result<std::int64_t> conv_engine_count(cudnnHandle_t handle, const ConvSpec& spec) {
+  DLPROBE_ASSIGN_OR_RETURN(const OpGraph g, make_conv_graph(handle, spec));
+  std::int64_t engines = 0;
+  std::int64_t n = 0;
+  DLPROBE_CUDNN_CHECK(cudnnBackendGetAttribute(g.graph.get(),
+                                               CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT,
+                                               CUDNN_TYPE_INT64, 1, &n, &engines));
+  return engines;
 }
 
 Result<std::string> serialize_plan(const ExecutionPlan& plan) {
