@@ -525,11 +525,23 @@ Result<std::optional<EngineConfig>> engine_config(const BackendDescriptor& graph
   return std::optional<EngineConfig>{std::move(ec)};
 }
 
-// The execution plan of an engine configuration, or nullopt when it cannot run here (the plan
-// does not finalize, or it needs more workspace than allowed).
+// How many engines cuDNN's global list holds for an operation graph.
+Result<std::int64_t> global_engine_count(const BackendDescriptor& graph) {
+  std::int64_t engines = 0;
+  std::int64_t n = 0;
+  DLPROBE_CUDNN_CHECK(cudnnBackendGetAttribute(graph.get(),
+                                               CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT,
+                                               CUDNN_TYPE_INT64, 1, &n, &engines));
+  return engines;
+}
+
+// The execution plan of an engine configuration whose knob choices are `knobs` (for its label and
+// to rebuild it), or nullopt when it cannot run here (the plan does not finalize, or it needs more
+// workspace than allowed).
 Result<std::optional<ExecutionPlan>> make_plan(
     cudnnHandle_t handle, const BackendDescriptor& cfg, std::int64_t index,
-    const std::vector<cudnnBackendNumericalNote_t>& notes, std::int64_t max_workspace_bytes) {
+    const std::vector<cudnnBackendNumericalNote_t>& notes, std::vector<ConvKnob> knobs,
+    std::int64_t max_workspace_bytes) {
   DLPROBE_ASSIGN_OR_RETURN(auto plan_desc,
                            BackendDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
   cudnnBackendDescriptor_t cfg_raw = cfg.get();
@@ -537,7 +549,6 @@ Result<std::optional<ExecutionPlan>> make_plan(
   DLPROBE_RETURN_IF_ERROR(plan_desc.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw));
   if (!plan_desc.finalize().is_ok()) return std::optional<ExecutionPlan>{};
-  std::vector<ConvKnob> knobs = read_knobs(cfg);
   std::string label = config_label(index, notes, knobs);
   ExecutionPlan plan{std::move(plan_desc), 0, std::move(label), index, 0, std::move(knobs)};
   std::int64_t n = 0;
@@ -605,12 +616,8 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
   const std::size_t ranked_configs = configs.size();
   std::vector<BackendDescriptor> engine_descs;  // kept while the configurations refer to them
   if (choice == ConvEngineChoice::exhaustive) {
-    std::int64_t engines = 0;
-    std::int64_t n = 0;
-    if (cudnnBackendGetAttribute(g.graph.get(), CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT,
-                                 CUDNN_TYPE_INT64, 1, &n, &engines) != CUDNN_STATUS_SUCCESS) {
-      engines = 0;
-    }
+    // Without the count the heuristics' lists stand alone.
+    const std::int64_t engines = global_engine_count(g.graph).value_or(0);
     for (std::int64_t index = 0; index < engines; ++index) {
       DLPROBE_ASSIGN_OR_RETURN(auto ec, engine_config(g.graph, index));
       // Engines that compile their kernels at plan time (NVRTC) take seconds each: with them,
@@ -694,8 +701,9 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
         std::chrono::steady_clock::now() - tuning_start > kExhaustiveBudget) {
       continue;
     }
-    DLPROBE_ASSIGN_OR_RETURN(auto plan, make_plan(handle, *candidate.cfg, candidate.index,
-                                                  candidate.notes, max_workspace_bytes));
+    DLPROBE_ASSIGN_OR_RETURN(auto plan,
+                             make_plan(handle, *candidate.cfg, candidate.index, candidate.notes,
+                                       candidate.knobs, max_workspace_bytes));
     if (!plan) continue;
     if (choice == ConvEngineChoice::heuristic || !timer) return std::move(*plan);
     auto ms = timer(*plan, best_ms);
@@ -748,20 +756,15 @@ Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const Con
   DLPROBE_ASSIGN_OR_RETURN(auto notes, engine_notes(ec->cfg, index, runtime_compiled));
   // The policy may have changed since the choice was recorded: it is checked again.
   if (!engine_allowed(spec, notes)) return unavailable("is not allowed");
-  DLPROBE_ASSIGN_OR_RETURN(auto plan,
-                           make_plan(handle, ec->cfg, engine_index, notes, max_workspace_bytes));
+  DLPROBE_ASSIGN_OR_RETURN(auto plan, make_plan(handle, ec->cfg, engine_index, notes,
+                                                read_knobs(ec->cfg), max_workspace_bytes));
   if (!plan) return unavailable("does not build within the workspace limit");
   return std::move(*plan);
 }
 
 Result<std::int64_t> conv_engine_count(cudnnHandle_t handle, const ConvSpec& spec) {
   DLPROBE_ASSIGN_OR_RETURN(const OpGraph g, make_conv_graph(handle, spec));
-  std::int64_t engines = 0;
-  std::int64_t n = 0;
-  DLPROBE_CUDNN_CHECK(cudnnBackendGetAttribute(g.graph.get(),
-                                               CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT,
-                                               CUDNN_TYPE_INT64, 1, &n, &engines));
-  return engines;
+  return global_engine_count(g.graph);
 }
 
 Result<std::string> serialize_plan(const ExecutionPlan& plan) {
