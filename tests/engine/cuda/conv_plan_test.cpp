@@ -8,12 +8,17 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "common/temp_folder.h"
 #include "cuda_rows.h"
 #include "dlprobe/core/files.h"
 #include "dlprobe/engine/conv_tuning.h"
+#include "engine/backends/cuda/cudnn_graph.h"
 #include "engine/backends/reference/reference.h"
 #include "test_util.h"
 
@@ -131,6 +136,48 @@ TEST_F(CudaConv, TuningCacheReplaysTheChoice) {
   // Heuristic choices are cuDNN's first and cost nothing to make: not recorded.
   run(ConvEngineChoice::heuristic);
   EXPECT_EQ((*cache)->size(), 2U);
+}
+
+// Autotuning times every configuration the heuristics offer, each once: one engine runs other
+// kernels under other knob choices (tile sizes, split counts), and on an H200 the heuristics list
+// several configurations of one engine for ResNet-50's shapes (five of engine 47 for its fp16
+// stem). A search that kept each engine's first configuration only fails here. The timer records
+// the candidates instead of running them, the first reported fastest.
+TEST_F(CudaConv, AutotuningTimesEveryKnobConfigurationOnce) {
+  cudnnHandle_t raw = nullptr;
+  ASSERT_EQ(cudnnCreate(&raw), CUDNN_STATUS_SUCCESS);
+  const std::unique_ptr<cudnnContext, decltype(&cudnnDestroy)> handle(raw, &cudnnDestroy);
+  // ResNet-50's layer1 3x3 convolution at batch 32, fp16 NHWC (strides of N, C, H, W).
+  auto nhwc = [](std::int64_t uid, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+    return cuda::TensorSpec{uid, CUDNN_DATA_HALF, {n, c, h, w}, {h * w * c, 1, w * c, c}};
+  };
+  cuda::ConvSpec spec;
+  spec.x = nhwc(1, 32, 64, 56, 56);
+  spec.w = nhwc(2, 64, 64, 3, 3);
+  spec.y = nhwc(3, 32, 64, 56, 56);
+  spec.pad[0] = spec.pad[1] = 1;
+  spec.deterministic = false;
+  std::vector<std::string> timed;
+  std::map<std::int64_t, int> per_engine;
+  const cuda::PlanTimer timer = [&](const cuda::ExecutionPlan& plan, float) -> Result<float> {
+    std::string label = fmt::format("eng{}", plan.engine_index);
+    for (const ConvKnob& k : plan.knobs) label += fmt::format(" {}={}", k.type, k.value);
+    timed.push_back(std::move(label));
+    ++per_engine[plan.engine_index];
+    return static_cast<float>(timed.size());
+  };
+  auto plan = cuda::build_conv_plan(handle.get(), spec, ConvEngineChoice::autotune,
+                                    std::int64_t{256} << 20, timer);
+  ASSERT_TRUE(plan.has_value()) << plan.status().message();
+  ASSERT_FALSE(timed.empty());
+  EXPECT_EQ(std::set<std::string>(timed.begin(), timed.end()).size(), timed.size())
+      << fmt::format("{}", fmt::join(timed, "; "));
+  const auto most =
+      std::max_element(per_engine.begin(), per_engine.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  EXPECT_GE(most->second, 2) << fmt::format("{}", fmt::join(timed, "; "));
+  // The plan is the candidate timed fastest (the first), with its knobs.
+  EXPECT_EQ(plan->time_ms, 1.0F);
 }
 
 // A fused graph's plan is kept whole (serialized) in the tuning cache: a fresh backend with the

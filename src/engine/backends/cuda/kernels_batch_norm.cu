@@ -871,16 +871,29 @@ Reduction reduction_for(const KernelContext& ctx, const TensorDesc& d, int pack)
   return r;
 }
 
-// The grid of an elementwise pass over d: enough blocks to fill the GPU, each thread looping.
-dim3 elementwise_grid(const KernelContext& ctx, const TensorDesc& d, int pack) {
-  if (d.layout() == Layout::nhwc) {
-    const Nhwc g = nhwc_of(d, pack);
-    const int tiles = (g.packs + g.tx - 1) / g.tx;
-    const std::int64_t row_blocks = (g.rows + g.ty - 1) / g.ty;
-    const std::int64_t want = std::max<std::int64_t>(1, 8LL * ctx.sm_count / tiles);
-    return dim3(static_cast<unsigned>(tiles),
-                static_cast<unsigned>(std::min<std::int64_t>({row_blocks, want, 65535})));
-  }
+// Blocks of `kernel` an SM runs at once, as its registers and shared memory allow.
+template <class... Params>
+Result<int> blocks_per_sm(void (*kernel)(Params...)) {
+  int per_sm = 0;
+  DLPROBE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
+  return std::max(per_sm, 1);
+}
+
+// The grids of an elementwise pass over d: enough blocks to fill the GPU, each thread looping.
+// NHWC takes the blocks the GPU runs at once (`per_sm` of the kernel an SM): with eight an SM
+// whatever the kernel, the batch norm passes whose registers allow three or four ran in two to
+// three waves, the last part full.
+dim3 nhwc_grid(const KernelContext& ctx, const TensorDesc& d, int pack, int per_sm) {
+  const Nhwc g = nhwc_of(d, pack);
+  const int tiles = (g.packs + g.tx - 1) / g.tx;
+  const std::int64_t row_blocks = (g.rows + g.ty - 1) / g.ty;
+  const std::int64_t want =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(per_sm) * ctx.sm_count / tiles);
+  return dim3(static_cast<unsigned>(tiles),
+              static_cast<unsigned>(std::min<std::int64_t>({row_blocks, want, 65535})));
+}
+
+dim3 nchw_grid(const KernelContext& ctx, const TensorDesc& d, int pack) {
   return dim3(grid_for(d.numel() / pack, ctx.sm_count));
 }
 
@@ -923,16 +936,19 @@ Result<Partials<Acc>> partials(const KernelContext& ctx, const TensorDesc& d, in
 }
 
 template <class T, int P, bool kResidual, bool kRelu>
-void launch_apply(const KernelContext& ctx, const TensorDesc& d, const T* x, const T* residual,
-                  T* y, const Channels& ch) {
-  const dim3 grid = elementwise_grid(ctx, d, P);
+Status launch_apply(const KernelContext& ctx, const TensorDesc& d, const T* x, const T* residual,
+                    T* y, const Channels& ch) {
   if (d.layout() == Layout::nhwc) {
-    apply_nhwc<T, P, kResidual, kRelu>
-        <<<grid, kBlock, 0, ctx.stream>>>(x, residual, y, nhwc_of(d, P), ch);
+    auto* kernel = apply_nhwc<T, P, kResidual, kRelu>;
+    DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel));
+    kernel<<<nhwc_grid(ctx, d, P, per_sm), kBlock, 0, ctx.stream>>>(x, residual, y, nhwc_of(d, P),
+                                                                    ch);
   } else {
-    apply_nchw<T, P, kResidual, kRelu>
-        <<<grid, kBlock, 0, ctx.stream>>>(x, residual, y, nchw_of(d), d.numel() / P, ch);
+    apply_nchw<T, P, kResidual, kRelu><<<nchw_grid(ctx, d, P), kBlock, 0, ctx.stream>>>(
+        x, residual, y, nchw_of(d), d.numel() / P, ch);
   }
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
 }
 
 // f.operator()<kResidual, kRelu>() for the epilogue the step asked for. The residual sum always
@@ -952,11 +968,9 @@ Status apply(const KernelContext& ctx, const TensorDesc& d, const TensorView& x,
   const auto* residual =
       epi.residual != nullptr ? static_cast<const T*>(epi.residual->data) : nullptr;
   auto* yp = static_cast<T*>(y.data);
-  with_epilogue(epi, [&]<bool kResidual, bool kRelu>() {
-    launch_apply<T, P, kResidual, kRelu>(ctx, d, xp, residual, yp, ch);
+  return with_epilogue(epi, [&]<bool kResidual, bool kRelu>() {
+    return launch_apply<T, P, kResidual, kRelu>(ctx, d, xp, residual, yp, ch);
   });
-  DLPROBE_CUDA_CHECK_LAUNCH();
-  return Status::ok();
 }
 
 // Blocks of `kernel` the GPU runs at once: what a cooperative launch of it may have. None where
@@ -1127,7 +1141,6 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
     const Nhwc gh = nhwc_of(d, P);
     const Nchw gc = nchw_of(d);
     const bool nhwc = d.layout() == Layout::nhwc;
-    const dim3 grid = elementwise_grid(ctx, d, P);
     const std::int64_t packs = d.numel() / P;
     const float* beta = relu_beta != nullptr ? f32(*relu_beta) : nullptr;
     const ReluChannels relu{mean, f32(save_invstd), f32(gamma), beta};
@@ -1163,9 +1176,12 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
                                                                          out);
       DLPROBE_CUDA_CHECK_LAUNCH();
       if (nhwc) {
-        dx_nhwc<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, xp, dxp, gh, ch);
+        auto* kernel = dx_nhwc<T, P, kRelu>;
+        DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel));
+        kernel<<<nhwc_grid(ctx, d, P, per_sm), kBlock, 0, ctx.stream>>>(dyp, xp, dxp, gh, ch);
       } else {
-        dx_nchw<T, P, kRelu><<<grid, kBlock, 0, ctx.stream>>>(dyp, xp, dxp, gc, packs, ch);
+        dx_nchw<T, P, kRelu>
+            <<<nchw_grid(ctx, d, P), kBlock, 0, ctx.stream>>>(dyp, xp, dxp, gc, packs, ch);
       }
       DLPROBE_CUDA_CHECK_LAUNCH();
       return Status::ok();
