@@ -7,9 +7,13 @@
 // epilogue (the same call without scale and bias, as a block's first convolution would run). Weight
 // gradient, whose input a step that keeps only the pre-norm tensor must recompute: the gradient
 // alone on the normalised input; the batch norm's apply and ReLU (running statistics) then the
-// gradient; and the fused graph (conv2d_backward_weight_fused). fp16 NHWC, ResNet-50's blocks after
-// each stage's first, batch 256 and 32, random operands. Each figure is the mean of a run of calls
-// timed with CUDA events on the backend's stream.
+// gradient; and the fused graph (conv2d_backward_weight_fused). Data gradient of a block's first
+// convolution, one of the two terms of the previous block output's gradient: the data gradient
+// alone; it then the ReLU backward of the two terms' sum (relu_backward_add), as the step runs
+// them; and the fused graph (conv2d_backward_data_add_relu: the add and the mask in the data
+// gradient's epilogue). fp16 NHWC, ResNet-50's blocks after each stage's first, batch 256 and 32,
+// random operands. Each figure is the mean of a run of calls timed with CUDA events on the
+// backend's stream.
 //   bench_conv_fusion_gpu --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
@@ -38,6 +42,13 @@ constexpr BottleneckConv kShapes[] = {
     {"layer2 3x3", 128, 128, 28, 3}, {"layer2 1x1", 128, 512, 28, 1},
     {"layer3 3x3", 256, 256, 14, 3}, {"layer3 1x1", 256, 1024, 14, 1},
     {"layer4 3x3", 512, 512, 7, 3},  {"layer4 1x1", 512, 2048, 7, 1},
+};
+// A block's first convolution (1x1, from the block's input: the previous block's output).
+constexpr BottleneckConv kFirstShapes[] = {
+    {"layer1 conv1", 256, 64, 56, 1},
+    {"layer2 conv1", 512, 128, 28, 1},
+    {"layer3 conv1", 1024, 256, 14, 1},
+    {"layer4 conv1", 2048, 512, 7, 1},
 };
 
 struct Gpu {
@@ -92,9 +103,78 @@ Tensor tensor(const Shape& s, DType t, Layout l, double lo, double hi, std::uint
   return out;
 }
 
-enum class Variant { conv, conv_stats, unfused, fused, wgrad, apply_then_wgrad, wgrad_fused };
+enum class Variant {
+  conv,
+  conv_stats,
+  unfused,
+  fused,
+  wgrad,
+  apply_then_wgrad,
+  wgrad_fused,
+  dgrad,
+  dgrad_then_relu_add,
+  dgrad_fused
+};
+
+bool first_conv(Variant v) {
+  return v == Variant::dgrad || v == Variant::dgrad_then_relu_add || v == Variant::dgrad_fused;
+}
+
+// Times `once` (after one untimed call, which builds the plan: a runtime-fusion engine compiles
+// then) over runs of calls.
+template <class F>
+void time_calls(benchmark::State& state, F&& once) {
+  cuda::CudaBackend& b = *gpu().backend;
+  if (Status s0 = once(); !s0.is_ok() || !(s0 = b.synchronize()).is_ok()) {
+    state.SkipWithError(s0.message().c_str());
+    return;
+  }
+  constexpr int kCalls = 20;
+  for (auto _ : state) {
+    Status ok = b.mark(0);
+    for (int i = 0; i < kCalls && ok.is_ok(); ++i) ok = once();
+    if (ok.is_ok()) ok = b.mark(1);
+    auto ms = ok.is_ok() ? b.elapsed_ms(0, 1) : Result<double>(ok);
+    if (!ms) {
+      state.SkipWithError(ms.status().message().c_str());
+      return;
+    }
+    state.SetIterationTime(*ms / 1e3 / kCalls);
+  }
+}
+
+// The data gradient of a block's first convolution, dx shaped as the block's input.
+void run_first(benchmark::State& state, Variant variant) {
+  const BottleneckConv& s = kFirstShapes[state.range(0)];
+  const std::int64_t n = state.range(1);
+  state.SetLabel(fmt::format("{} C={} K={} bs{}", s.name, s.c, s.k, n));
+  cuda::CudaBackend& b = *gpu().backend;
+  const Conv2dParams p{{1, 1}, {0, 0}, {1, 1}, 1};
+  const Shape input{n, s.c, s.size, s.size};
+  Tensor dy = tensor({n, s.k, s.size, s.size}, DType::fp16, Layout::nhwc, -1, 1, 1);
+  Tensor w = tensor({s.k, s.c, 1, 1}, DType::fp16, Layout::nhwc, -0.05, 0.05, 2);
+  Tensor add = tensor(input, DType::fp16, Layout::nhwc, -1, 1, 3);
+  Tensor relu_y = tensor(input, DType::fp16, Layout::nhwc, 0, 1, 4);
+  Tensor grad = tensor(input, DType::fp16, Layout::nhwc, 0, 0, 5);
+  Tensor dx = tensor(input, DType::fp16, Layout::nhwc, 0, 0, 6);
+  time_calls(state, [&]() -> Status {
+    switch (variant) {
+      case Variant::dgrad:
+        return b.conv2d_backward_data(dy.view, w.view, dx.view, p);
+      case Variant::dgrad_then_relu_add:
+        DLPROBE_RETURN_IF_ERROR(b.conv2d_backward_data(dy.view, w.view, grad.view, p));
+        return b.relu_backward_add(add.view, grad.view, relu_y.view, dx.view);
+      default:
+        return b.conv2d_backward_data_add_relu(dy.view, w.view, add.view, relu_y.view, dx.view, p);
+    }
+  });
+}
 
 void run(benchmark::State& state, Variant variant) {
+  if (first_conv(variant)) {
+    run_first(state, variant);
+    return;
+  }
   const BottleneckConv& s = kShapes[state.range(0)];
   const std::int64_t n = state.range(1);
   state.SetLabel(fmt::format("{} C={} K={} bs{}", s.name, s.c, s.k, n));
@@ -115,7 +195,7 @@ void run(benchmark::State& state, Variant variant) {
   Tensor sum = tensor({s.k}, DType::fp32, Layout::nchw, 0, 0, 13);
   Tensor sqsum = tensor({s.k}, DType::fp32, Layout::nchw, 0, 0, 14);
   const TensorView no_residual{};
-  auto once = [&]() -> Status {
+  time_calls(state, [&]() -> Status {
     switch (variant) {
       case Variant::conv:
         return b.conv2d_forward(x.view, w.view, y.view, p);
@@ -138,26 +218,10 @@ void run(benchmark::State& state, Variant variant) {
         return b.conv2d_backward_weight(a.view, y.view, w.view, p);
       case Variant::wgrad_fused:
         return b.conv2d_backward_weight_fused(x.view, scale.view, bias.view, y.view, w.view, p);
+      default:
+        return Status::ok();
     }
-    return Status::ok();
-  };
-  // The first call builds the plan (a runtime-fusion engine compiles then).
-  if (Status s0 = once(); !s0.is_ok() || !(s0 = b.synchronize()).is_ok()) {
-    state.SkipWithError(s0.message().c_str());
-    return;
-  }
-  constexpr int kCalls = 20;
-  for (auto _ : state) {
-    Status ok = b.mark(0);
-    for (int i = 0; i < kCalls && ok.is_ok(); ++i) ok = once();
-    if (ok.is_ok()) ok = b.mark(1);
-    auto ms = ok.is_ok() ? b.elapsed_ms(0, 1) : Result<double>(ok);
-    if (!ms) {
-      state.SkipWithError(ms.status().message().c_str());
-      return;
-    }
-    state.SetIterationTime(*ms / 1e3 / kCalls);
-  }
+  });
 }
 
 void register_all() {
@@ -166,13 +230,15 @@ void register_all() {
         std::pair{"bn_relu_then_conv", Variant::unfused}, std::pair{"fused", Variant::fused},
         std::pair{"wgrad_alone", Variant::wgrad},
         std::pair{"bn_relu_apply_then_wgrad", Variant::apply_then_wgrad},
-        std::pair{"wgrad_fused", Variant::wgrad_fused}}) {
+        std::pair{"wgrad_fused", Variant::wgrad_fused}, std::pair{"dgrad_alone", Variant::dgrad},
+        std::pair{"dgrad_then_relu_backward_add", Variant::dgrad_then_relu_add},
+        std::pair{"dgrad_add_relu_fused", Variant::dgrad_fused}}) {
     auto* bm =
         benchmark::RegisterBenchmark(name, [v = variant](benchmark::State& st) { run(st, v); });
+    const auto shapes = static_cast<std::int64_t>(first_conv(variant) ? std::size(kFirstShapes)
+                                                                      : std::size(kShapes));
     for (std::int64_t batch : {256, 32}) {
-      for (std::int64_t i = 0; i < static_cast<std::int64_t>(std::size(kShapes)); ++i) {
-        bm->Args({i, batch});
-      }
+      for (std::int64_t i = 0; i < shapes; ++i) bm->Args({i, batch});
     }
     bm->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
   }

@@ -363,5 +363,60 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
   }
 }
 
+// The data gradient with a ResNet block output's add and ReLU backward in its epilogue, against
+// the fp64 reference: (dgrad(dy, w) + add) where relu_y > 0. It must also differ from the data
+// gradient masked without the add and from the sum without the mask: an epilogue that dropped
+// either would fail here. The cases: ResNet's first 1x1 convolution of a block (more channels in
+// dx than in dy), a 3x3, and a stride-2 projection.
+TEST_F(CudaConv, FusedDataGradientAddReluMatchesReference) {
+  struct Case {
+    std::int64_t c, k, size, kernel, stride, pad;
+  };
+  for (const Case& c :
+       {Case{64, 16, 10, 1, 1, 0}, Case{32, 32, 9, 3, 1, 1}, Case{32, 64, 10, 1, 2, 0}}) {
+    SCOPED_TRACE(fmt::format("C={} K={} {}x{} stride {}", c.c, c.k, c.kernel, c.kernel, c.stride));
+    const std::int64_t n = 4;
+    const Conv2dParams p{{c.stride, c.stride}, {c.pad, c.pad}, {1, 1}, 1};
+    const std::int64_t out = (c.size + 2 * c.pad - c.kernel) / c.stride + 1;
+    const TensorDesc dx_desc = desc({n, c.c, c.size, c.size}, DType::fp16, Layout::nhwc);
+    const HostTensor dy = rand({n, c.k, out, out}, 41, DType::fp16, Layout::nhwc);
+    const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 42, DType::fp16, Layout::nhwc);
+    const HostTensor add = rand(dx_desc.shape(), 43, DType::fp16, Layout::nhwc);
+    // A ReLU's output: zero about half the time.
+    const HostTensor pre = rand(dx_desc.shape(), 44, DType::fp16, Layout::nhwc);
+    HostTensor relu_y(dx_desc);
+    for_each_index(dx_desc.shape(), [&](std::array<std::int64_t, 4> i) {
+      relu_y.set(offset_of(dx_desc, i), std::max(value_at(pre, i), 0.0));
+    });
+    const BackendTensor dy_in = to_backend(env(), dy);
+    const BackendTensor w_in = to_backend(env(), w);
+    const BackendTensor add_in = to_backend(env(), add);
+    const BackendTensor relu_y_in = to_backend(env(), relu_y);
+    BackendTensor dx = backend_output(env(), dx_desc);
+    const Status ran = shared().conv2d_backward_data_add_relu(
+        dy_in.view(), w_in.view(), add_in.view(), relu_y_in.view(), dx.view(), p);
+    ASSERT_TRUE(ran.is_ok()) << ran.message();
+
+    const TensorDesc ref_desc = desc(dx_desc.shape(), DType::fp64, Layout::nhwc);
+    const HostTensor grad =
+        reference::conv2d_backward_data<double>(f64(dy), f64(w), ref_desc, p).value();
+    // grad (+ add where with_add) where relu_y > 0 (everywhere unless masked).
+    auto expected = [&](bool with_add, bool masked) {
+      HostTensor r(ref_desc);
+      for_each_index(ref_desc.shape(), [&](std::array<std::int64_t, 4> i) {
+        const double v = value_at(grad, i) + (with_add ? value_at(add, i) : 0.0);
+        r.set(offset_of(ref_desc, i), !masked || value_at(relu_y, i) > 0.0 ? v : 0.0);
+      });
+      return r;
+    };
+    const HostTensor got = to_host(env(), dx.view());
+    const Check check{.terms = static_cast<double>(c.k * c.kernel * c.kernel + 1)};
+    EXPECT_TRUE(matches(got, expected(true, true), kFp16, check));
+    EXPECT_FALSE(matches(got, expected(false, true), kFp16, check)) << "the add made no difference";
+    EXPECT_FALSE(matches(got, expected(true, false), kFp16, check))
+        << "the ReLU's mask made no difference";
+  }
+}
+
 }  // namespace
 }  // namespace dlprobe::testing

@@ -112,6 +112,9 @@ constexpr std::int64_t kUidScale = 4;
 constexpr std::int64_t kUidBias = 5;
 constexpr std::int64_t kUidSum = 6;
 constexpr std::int64_t kUidSqsum = 7;
+// The fused data gradient's addend and the ReLU output that masks it.
+constexpr std::int64_t kUidAdd = 8;
+constexpr std::int64_t kUidReluY = 9;
 
 // ---- cuBLASLt ----
 
@@ -611,21 +614,12 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
                                const TensorView* scale, const TensorView* bias, const TensorView& w,
                                const TensorView& y, const TensorView* sum, const TensorView* sqsum,
                                const Conv2dParams& p, std::string_view op) {
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "w", w));
-  DLPROBE_RETURN_IF_ERROR(need_activation(op, "y", y));
+  DLPROBE_RETURN_IF_ERROR(need_fused_operands(op, x, w, y));
   const DType t = x.desc.dtype();
   const bool prologue = scale != nullptr && bias != nullptr;
   DLPROBE_RETURN_IF_ERROR(
-      need((t == DType::fp16 || t == DType::bf16) && w.desc.dtype() == t && y.desc.dtype() == t &&
-               (!prologue || (scale->desc.dtype() == t && bias->desc.dtype() == t)),
-           op, "x, w, y, scale and bias: all fp16 or all bf16"));
-  DLPROBE_RETURN_IF_ERROR(need(x.desc.layout() == Layout::nhwc && w.desc.layout() == Layout::nhwc &&
-                                   y.desc.layout() == Layout::nhwc,
-                               op, "x, w and y: NHWC"));
-  // These calls come from the backend's users directly, not through ops.h's shape checks.
-  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4 && w.desc.rank() == 4 && y.desc.rank() == 4, op,
-                               "x, w and y of rank 4"));
+      need(!prologue || (scale->desc.dtype() == t && bias->desc.dtype() == t), op,
+           "scale and bias: of x's dtype"));
   const std::int64_t c = x.desc.dim(1);
   const std::int64_t k = w.desc.dim(0);
   DLPROBE_RETURN_IF_ERROR(
@@ -674,6 +668,28 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
     ptrs.insert(ptrs.end(), {sum->data, sqsum->data});
   }
 
+  return run_fused(spec, uids, ptrs, op);
+}
+
+Status CudaBackend::need_fused_operands(std::string_view op, const TensorView& x,
+                                        const TensorView& w, const TensorView& y) {
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "w", w));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "y", y));
+  const DType t = x.desc.dtype();
+  DLPROBE_RETURN_IF_ERROR(need((t == DType::fp16 || t == DType::bf16) && w.desc.dtype() == t &&
+                                   y.desc.dtype() == t,
+                               op, "x, w and y: all fp16 or all bf16"));
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.layout() == Layout::nhwc && w.desc.layout() == Layout::nhwc &&
+                                   y.desc.layout() == Layout::nhwc,
+                               op, "x, w and y: NHWC"));
+  // These calls come from the backend's users directly, not through ops.h's shape checks.
+  return need(x.desc.rank() == 4 && w.desc.rank() == 4 && y.desc.rank() == 4, op,
+              "x, w and y of rank 4");
+}
+
+Status CudaBackend::run_fused(const FusedConvSpec& spec, std::span<const std::int64_t> uids,
+                              std::span<void* const> ptrs, std::string_view op) {
   const std::string key = fused_conv_key(spec);
   const ExecutionPlan* plan = conv_plans_.find(key);
   if (plan == nullptr) {
@@ -682,6 +698,32 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
     plan = &conv_plans_.insert(key, std::move(built));
   }
   return run_conv_plan(*plan, uids, ptrs, op);
+}
+
+Status CudaBackend::conv2d_backward_data_add_relu(const TensorView& dy, const TensorView& w,
+                                                  const TensorView& add, const TensorView& relu_y,
+                                                  const TensorView& dx, const Conv2dParams& p) {
+  constexpr std::string_view op = "conv2d_backward_data_add_relu";
+  DLPROBE_RETURN_IF_ERROR(need_fused_operands(op, dx, w, dy));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "add", add));
+  DLPROBE_RETURN_IF_ERROR(need_activation(op, "relu_y", relu_y));
+  DLPROBE_RETURN_IF_ERROR(need(add.desc == dx.desc && relu_y.desc == dx.desc, op,
+                               fmt::format("add {} and relu_y {}: shaped as dx {}", add.desc.str(),
+                                           relu_y.desc.str(), dx.desc.str())));
+  DLPROBE_RETURN_IF_ERROR(
+      need(w.desc.dim(1) == dx.desc.dim(1) && dy.desc.dim(1) == w.desc.dim(0) &&
+               dy.desc.dim(0) == dx.desc.dim(0),
+           op,
+           fmt::format("dx {}, w {} and dy {} do not make a convolution", dx.desc.str(),
+                       w.desc.str(), dy.desc.str())));
+  FusedConvSpec spec;
+  DLPROBE_ASSIGN_OR_RETURN(spec.conv, conv_spec(ConvDirection::backward_data, dx, w, dy, p));
+  spec.prologue = false;
+  DLPROBE_ASSIGN_OR_RETURN(spec.add, tensor_spec(kUidAdd, add));
+  DLPROBE_ASSIGN_OR_RETURN(spec.relu_y, tensor_spec(kUidReluY, relu_y));
+  const std::int64_t uids[] = {kUidX, kUidW, kUidY, kUidAdd, kUidReluY};
+  void* const ptrs[] = {dx.data, w.data, dy.data, add.data, relu_y.data};
+  return run_fused(spec, uids, ptrs, op);
 }
 
 // A kept plan is cuDNN's whole operation graph (its tensors' uids, its pointwise operations) as

@@ -178,6 +178,13 @@ class CudaBackend final : public Backend {
   Status conv2d_backward_weight_fused(const TensorView& x, const TensorView& scale,
                                       const TensorView& bias, const TensorView& dy,
                                       const TensorView& dw, const Conv2dParams& p) override;
+  // dx = (the data gradient of conv(x, w) from dy + add) where relu_y > 0, else 0, in one graph
+  // of cuDNN's runtime fusion (FusedConvSpec's data gradient): a ResNet block output's gradient
+  // with its ReLU's backward, the data gradient never written on its own. NHWC fp16 or bf16;
+  // add, relu_y and dx of one shape.
+  Status conv2d_backward_data_add_relu(const TensorView& dy, const TensorView& w,
+                                       const TensorView& add, const TensorView& relu_y,
+                                       const TensorView& dx, const Conv2dParams& p);
   Status batch_norm_finalize(const TensorView& sum, const TensorView& sqsum, std::int64_t count,
                              const TensorView& gamma, const TensorView& beta,
                              const TensorView& running_mean, const TensorView& running_var,
@@ -243,6 +250,12 @@ class CudaBackend final : public Backend {
                      const TensorView& y, const Conv2dParams& p, std::string_view op);
   Result<ExecutionPlan> fused_conv_plan(const FusedConvSpec& spec, const std::string& key,
                                         std::string_view op);
+  // Runs the plan of `spec` (planned on first use) with a uid and pointer for each tensor.
+  Status run_fused(const FusedConvSpec& spec, std::span<const std::int64_t> uids,
+                   std::span<void* const> ptrs, std::string_view op);
+  // The checks every fused convolution's operands pass: fp16 or bf16 alike, NHWC, rank 4.
+  Status need_fused_operands(std::string_view op, const TensorView& x, const TensorView& w,
+                             const TensorView& y);
   Result<ExecutionPlan> tuned_conv_plan(const ConvSpec& spec, const std::string& key,
                                         std::string_view op, const PlanTimer& timer);
   // The workspace one convolution's engine may take (see CudaBackendOptions).

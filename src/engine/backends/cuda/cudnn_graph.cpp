@@ -334,11 +334,13 @@ std::string fused_conv_key(const FusedConvSpec& s) {
   const std::string prologue =
       s.prologue ? fmt::format("bn-relu scale{} bias{}>", tensor(s.scale), tensor(s.bias))
                  : std::string();
-  const std::string stats =
-      s.conv.direction == ConvDirection::forward
-          ? fmt::format(">stats sum{} sqsum{}", tensor(s.sum), tensor(s.sqsum))
-          : std::string();
-  return fmt::format("{}{}{}", prologue, conv_key(s.conv), stats);
+  std::string epilogue;
+  if (s.conv.direction == ConvDirection::forward) {
+    epilogue = fmt::format(">stats sum{} sqsum{}", tensor(s.sum), tensor(s.sqsum));
+  } else if (s.conv.direction == ConvDirection::backward_data) {
+    epilogue = fmt::format(">add{} relu-bwd{}", tensor(s.add), tensor(s.relu_y));
+  }
+  return fmt::format("{}{}{}", prologue, conv_key(s.conv), epilogue);
 }
 
 namespace {
@@ -403,17 +405,82 @@ Result<BackendDescriptor> make_pointwise_op(cudnnPointwiseMode_t mode, const Bac
   return op;
 }
 
+// dx = dy where x > 0, else 0 (cuDNN's ReLU backward, whose x may be the ReLU's output: it is
+// positive where its input was), computed in fp32.
+Result<BackendDescriptor> make_relu_backward_op(const BackendDescriptor& dy,
+                                                const BackendDescriptor& x,
+                                                const BackendDescriptor& dx,
+                                                std::vector<BackendDescriptor>& parts) {
+  DLPROBE_ASSIGN_OR_RETURN(auto pw, BackendDescriptor::create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
+  const cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_BWD;
+  const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+  DLPROBE_RETURN_IF_ERROR(pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
+  DLPROBE_RETURN_IF_ERROR(
+      pw.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision));
+  DLPROBE_RETURN_IF_ERROR(pw.finalize());
+  DLPROBE_ASSIGN_OR_RETURN(auto op,
+                           BackendDescriptor::create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR));
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw));
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dy));
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x));
+  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, dx));
+  DLPROBE_RETURN_IF_ERROR(op.finalize());
+  parts.push_back(std::move(pw));
+  return op;
+}
+
 // Uids of the fused graph's virtual tensors, above any the caller gives its tensors.
 constexpr std::int64_t kUidScaled = 1'000'001;
 constexpr std::int64_t kUidBiased = 1'000'002;
 constexpr std::int64_t kUidActivated = 1'000'003;
+constexpr std::int64_t kUidDataGradient = 1'000'004;
+constexpr std::int64_t kUidSummed = 1'000'005;
+
+// A virtual fp32 tensor shaped as `like`: an intermediate of a fused graph, kept in registers.
+Result<BackendDescriptor> make_intermediate(const TensorSpec& like, std::int64_t uid) {
+  TensorSpec t = like;
+  t.uid = uid;
+  t.dtype = CUDNN_DATA_FLOAT;
+  t.is_virtual = true;
+  return make_tensor(t);
+}
+
+// The data gradient with the add and ReLU backward in its epilogue (FusedConvSpec).
+Result<OpGraph> make_dgrad_add_relu_graph(cudnnHandle_t handle, const FusedConvSpec& spec) {
+  std::vector<BackendDescriptor> parts;
+  DLPROBE_ASSIGN_OR_RETURN(auto dx, make_tensor(spec.conv.x));
+  DLPROBE_ASSIGN_OR_RETURN(auto w, make_tensor(spec.conv.w));
+  DLPROBE_ASSIGN_OR_RETURN(auto dy, make_tensor(spec.conv.y));
+  DLPROBE_ASSIGN_OR_RETURN(auto add, make_tensor(spec.add));
+  DLPROBE_ASSIGN_OR_RETURN(auto relu_y, make_tensor(spec.relu_y));
+  DLPROBE_ASSIGN_OR_RETURN(auto conv, make_conv_desc(spec.conv));
+  DLPROBE_ASSIGN_OR_RETURN(auto grad, make_intermediate(spec.conv.x, kUidDataGradient));
+  DLPROBE_ASSIGN_OR_RETURN(auto summed, make_intermediate(spec.conv.x, kUidSummed));
+  std::vector<BackendDescriptor> all;  // the operations first: the graph lists them by position
+  DLPROBE_ASSIGN_OR_RETURN(auto dgrad, make_conv_op(spec.conv, grad, w, dy, conv));
+  all.push_back(std::move(dgrad));
+  DLPROBE_ASSIGN_OR_RETURN(auto sum,
+                           make_pointwise_op(CUDNN_POINTWISE_ADD, grad, &add, summed, parts));
+  all.push_back(std::move(sum));
+  DLPROBE_ASSIGN_OR_RETURN(auto mask, make_relu_backward_op(summed, relu_y, dx, parts));
+  all.push_back(std::move(mask));
+  const std::size_t ops[] = {0, 1, 2};
+  for (BackendDescriptor* d : {&dx, &w, &dy, &add, &relu_y, &conv, &grad, &summed}) {
+    all.push_back(std::move(*d));
+  }
+  for (auto& d : parts) all.push_back(std::move(d));
+  return finish_graph(handle, std::move(all), ops);
+}
 
 Result<OpGraph> make_fused_conv_graph(cudnnHandle_t handle, const FusedConvSpec& spec) {
   const bool forward = spec.conv.direction == ConvDirection::forward;
+  if (spec.conv.direction == ConvDirection::backward_data && !spec.prologue) {
+    return make_dgrad_add_relu_graph(handle, spec);
+  }
   if (!(forward || (spec.prologue && spec.conv.direction == ConvDirection::backward_filter))) {
     return error(Errc::internal,
-                 "a fused batch-norm convolution runs forward, or as a weight gradient with the "
-                 "batch norm's apply");
+                 "a fused convolution runs forward, as a weight gradient with the batch norm's "
+                 "apply, or as a data gradient with the add and ReLU backward");
   }
   // The operations first (the graph lists them by position), then what they refer to.
   std::vector<BackendDescriptor> ops;
@@ -427,18 +494,11 @@ Result<OpGraph> make_fused_conv_graph(cudnnHandle_t handle, const FusedConvSpec&
   const BackendDescriptor* input = &x;
   BackendDescriptor activated;
   if (spec.prologue) {
-    auto intermediate = [&](std::int64_t uid) {
-      TensorSpec t = spec.conv.x;
-      t.uid = uid;
-      t.dtype = CUDNN_DATA_FLOAT;
-      t.is_virtual = true;
-      return make_tensor(t);
-    };
     DLPROBE_ASSIGN_OR_RETURN(auto scale, make_tensor(spec.scale));
     DLPROBE_ASSIGN_OR_RETURN(auto bias, make_tensor(spec.bias));
-    DLPROBE_ASSIGN_OR_RETURN(auto scaled, intermediate(kUidScaled));
-    DLPROBE_ASSIGN_OR_RETURN(auto biased, intermediate(kUidBiased));
-    DLPROBE_ASSIGN_OR_RETURN(activated, intermediate(kUidActivated));
+    DLPROBE_ASSIGN_OR_RETURN(auto scaled, make_intermediate(spec.conv.x, kUidScaled));
+    DLPROBE_ASSIGN_OR_RETURN(auto biased, make_intermediate(spec.conv.x, kUidBiased));
+    DLPROBE_ASSIGN_OR_RETURN(activated, make_intermediate(spec.conv.x, kUidActivated));
     DLPROBE_ASSIGN_OR_RETURN(auto mul,
                              make_pointwise_op(CUDNN_POINTWISE_MUL, x, &scale, scaled, parts));
     DLPROBE_ASSIGN_OR_RETURN(auto add,

@@ -95,11 +95,18 @@ std::string conv_key(const ConvSpec& spec);
 // block's first convolution, whose input is no batch norm's, takes these without the prologue).
 // As a weight gradient (conv.direction backward_filter: conv.w is dw, conv.y is dy; prologue
 // required), the prologue recomputes the normalised input the gradient needs from the stored x.
+//
+// As a data gradient (conv.direction backward_data: conv.x is dx, conv.y is dy; no prologue), the
+// epilogue adds `add` and masks the sum where `relu_y` is zero: dx = (dgrad(dy, w) + add) *
+// (relu_y > 0). That is the gradient of a ResNet block's output relu_y, whose two terms arrive
+// from the next block's first convolution (this data gradient) and from its shortcut (`add`),
+// with the ReLU's backward applied, so that the data gradient is never written on its own.
 struct FusedConvSpec {
-  ConvSpec conv;  // forward or backward_filter; conv.x is the tensor before the batch norm
+  ConvSpec conv;  // conv.x is the tensor before the batch norm, or dx
   bool prologue = true;
   TensorSpec scale, bias;  // with the prologue: [1, C, 1, 1] in conv.x's dtype
   TensorSpec sum, sqsum;   // forward only: [1, K, 1, 1] fp32
+  TensorSpec add, relu_y;  // backward_data only: shaped as conv.x
 };
 std::string fused_conv_key(const FusedConvSpec& spec);
 
