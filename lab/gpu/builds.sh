@@ -5,7 +5,8 @@
 # First engine_cuda_test's tests matching TESTS (a gtest filter; none unless given) and
 # step_cuda_test's matching STEP_TESTS, with the bundle's own build; then every build's ResNet-50
 # steps per CONFIGS (default "fp16:256 fp16:32"), ROUNDS rounds (default 2) with the builds in turn
-# in each, one tuning cache for all; img/s and peak allocated per run in ab.txt. Unless NCU=0,
+# in each, one tuning cache for all; img/s and peak allocated per run in ab.txt, each line named
+# round<N>-<build>-<config>. Unless NCU=0,
 # each build's kernel table last (lab/gpu/kernel-table.sh). Output in $OUT (or ./gpu-check-out).
 #   BUILDS="dlprobe-old dlprobe" TESTS='*batch_norm*' lab/gpu/builds.sh
 set -uo pipefail
@@ -20,7 +21,7 @@ fi
 builds=${BUILDS:-dlprobe}
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for build in $builds; do
-    ROUNDS=1 TAG=$build-r$round- DLPROBE=$bin/$build \
+    ROUNDS=1 TAG=round$round-$build- DLPROBE=$bin/$build \
       BENCH_FLAGS="--tuning-cache $out/tuning.json" bench_ab --recompute none
   done
 done
