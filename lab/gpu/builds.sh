@@ -6,8 +6,8 @@
 # step_cuda_test's matching STEP_TESTS, with the bundle's own build; then every build's ResNet-50
 # steps per CONFIGS (default "fp16:256 fp16:32"), ROUNDS rounds (default 2) with the builds in turn
 # in each, one tuning cache for all; img/s and peak allocated per run in ab.txt, each line named
-# round<N>-<build>-<config>. Unless NCU=0,
-# each build's kernel table last (lab/gpu/kernel-table.sh). Output in $OUT (or ./gpu-check-out).
+# round<N>-<build>-<config>. Unless NCU=0, each build's kernel table last
+# (lab/gpu/kernel-table.sh). Output in $OUT (or ./gpu-check-out).
 #   BUILDS="dlprobe-old dlprobe" TESTS='*batch_norm*' lab/gpu/builds.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
