@@ -22,34 +22,4 @@ timeout "${NCU_TIMEOUT:-300}" "$ncu" --target-processes all --clock-control none
   --no-ceiling --overwrite ${BENCH_FLAGS:-} --json "$out/${TAG:-}kernels.json" >"$out/${TAG:-}kernels.csv" 2>"$out/${TAG:-}kernels.err"
 echo "ncu exit $?"
 tail -n 5 "$out/${TAG:-}kernels.err"
-python3 - "$out/${TAG:-}kernels.csv" <<'PY' | tee "$out/${TAG:-}kernels.txt"
-import csv, collections, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if r]
-head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
-names = rows[head]
-col = {n: names.index(n) for n in names}
-num = lambda s: float(s.replace(",", "")) if s.strip() else 0.0  # ncu writes thousands with commas
-units = {n: rows[head + 1][col[n]] for n in names}
-agg = collections.OrderedDict()
-for r in rows[head + 2:]:
-    if len(r) != len(names):
-        continue
-    # The template arguments tell the variants apart (dtype, pack, fused ReLU).
-    k = r[col["Kernel Name"]]
-    a = agg.setdefault(k, [0, 0.0, 0.0, 0.0, 0.0])
-    a[0] += 1
-    a[1] += num(r[col["gpu__time_duration.sum"]])
-    a[2] += num(r[col["dram__bytes_read.sum"]]) + num(r[col["dram__bytes_write.sum"]])
-    a[3] += num(r[col["dram__throughput.avg.pct_of_peak_sustained_elapsed"]])
-    a[4] += num(r[col["sm__warps_active.avg.pct_of_peak_sustained_active"]])
-scale_t = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3}[units["gpu__time_duration.sum"]]
-scale_b = {"byte": 1, "Kbyte": 1e3, "KB": 1e3, "Mbyte": 1e6, "MB": 1e6, "Gbyte": 1e9, "GB": 1e9}[units["dram__bytes_read.sum"]]
-steps = 2
-total = sum(a[1] for a in agg.values()) * scale_t / steps
-print(f"these kernels, per step (of {steps} profiled): {total * 1e3:.2f} ms")
-print(f"{'kernel':70} {'calls':>5} {'ms/step':>8} {'GB/step':>8} {'TB/s':>5} {'DRAM%':>5} {'warps%':>6}")
-for k, (n, t, b, dr, occ) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
-    sec = t * scale_t
-    print(f"{k[:70]:70} {n // steps:5d} {sec / steps * 1e3:8.3f} {b * scale_b / steps / 1e9:8.2f} "
-          f"{b * scale_b / sec / 1e12 if sec else 0:5.2f} {dr / n:5.1f} {occ / n:6.1f}")
-PY
+python3 lab/gpu/ncu_table.py --per 2 "$out/${TAG:-}kernels.csv" | tee "$out/${TAG:-}kernels.txt"

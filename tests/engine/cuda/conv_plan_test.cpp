@@ -246,24 +246,32 @@ TEST_F(CudaConv, FusedPlansLoadFromTheTuningCache) {
   EXPECT_NE(broken->find(key)->plan, damaged.plan);
 }
 
+// A fused graph's test shape: c input channels, k output channels, square images and kernels.
+struct FusedCase {
+  std::int64_t c, k, size, kernel, stride, pad;
+
+  std::string name() const {
+    return fmt::format("C={} K={} {}x{} stride {}", c, k, kernel, kernel, stride);
+  }
+  Conv2dParams params() const { return {{stride, stride}, {pad, pad}, {1, 1}, 1}; }
+  std::int64_t out() const { return (size + 2 * pad - kernel) / stride + 1; }
+};
+
 // cuDNN's runtime fusion of a batch norm's apply and ReLU into the convolution after it, with the
 // next batch norm's statistics from its output, and into its weight gradient, against the fp64
 // reference of the steps. The outputs must also differ from a convolution without the prologue
 // and from one without the ReLU: a fusion that dropped either would fail here.
 TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
-  struct Case {
-    std::int64_t c, k, size, kernel, stride, pad;
-  };
-  for (const Case& c :
-       {Case{32, 64, 10, 3, 1, 1}, Case{64, 32, 9, 1, 1, 0}, Case{32, 32, 12, 3, 2, 1}}) {
-    SCOPED_TRACE(fmt::format("C={} K={} {}x{} stride {}", c.c, c.k, c.kernel, c.kernel, c.stride));
+  for (const FusedCase& c : {FusedCase{32, 64, 10, 3, 1, 1}, FusedCase{64, 32, 9, 1, 1, 0},
+                             FusedCase{32, 32, 12, 3, 2, 1}}) {
+    SCOPED_TRACE(c.name());
     const std::int64_t n = 4;
-    const Conv2dParams p{{c.stride, c.stride}, {c.pad, c.pad}, {1, 1}, 1};
+    const Conv2dParams p = c.params();
     const HostTensor x = rand({n, c.c, c.size, c.size}, 31, DType::fp16, Layout::nhwc, -2, 2);
     const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 32, DType::fp16, Layout::nhwc);
     const HostTensor scale = rand({c.c}, 33, DType::fp16, Layout::nchw, 0.5, 1.5);
     const HostTensor bias = rand({c.c}, 34, DType::fp16, Layout::nchw, -0.5, 0.5);
-    const std::int64_t out = (c.size + 2 * c.pad - c.kernel) / c.stride + 1;
+    const std::int64_t out = c.out();
     const TensorDesc y_desc = desc({n, c.k, out, out}, DType::fp16, Layout::nhwc);
     // Per-channel sum and sum of squares against those of the reference's y; a sum's error grows
     // with the magnitudes summed.
@@ -369,15 +377,12 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
 // either would fail here. The cases: ResNet's first 1x1 convolution of a block (more channels in
 // dx than in dy), a 3x3, and a stride-2 projection.
 TEST_F(CudaConv, FusedDataGradientAddReluMatchesReference) {
-  struct Case {
-    std::int64_t c, k, size, kernel, stride, pad;
-  };
-  for (const Case& c :
-       {Case{64, 16, 10, 1, 1, 0}, Case{32, 32, 9, 3, 1, 1}, Case{32, 64, 10, 1, 2, 0}}) {
-    SCOPED_TRACE(fmt::format("C={} K={} {}x{} stride {}", c.c, c.k, c.kernel, c.kernel, c.stride));
+  for (const FusedCase& c : {FusedCase{64, 16, 10, 1, 1, 0}, FusedCase{32, 32, 9, 3, 1, 1},
+                             FusedCase{32, 64, 10, 1, 2, 0}}) {
+    SCOPED_TRACE(c.name());
     const std::int64_t n = 4;
-    const Conv2dParams p{{c.stride, c.stride}, {c.pad, c.pad}, {1, 1}, 1};
-    const std::int64_t out = (c.size + 2 * c.pad - c.kernel) / c.stride + 1;
+    const Conv2dParams p = c.params();
+    const std::int64_t out = c.out();
     const TensorDesc dx_desc = desc({n, c.c, c.size, c.size}, DType::fp16, Layout::nhwc);
     const HostTensor dy = rand({n, c.k, out, out}, 41, DType::fp16, Layout::nhwc);
     const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 42, DType::fp16, Layout::nhwc);

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <initializer_list>
 #include <limits>
+#include <utility>
 
 #include "cuda_library_check.h"
 #include "dlprobe/core/log.h"
@@ -382,10 +384,13 @@ Result<OpGraph> make_conv_graph(cudnnHandle_t handle, const ConvSpec& spec) {
   return finish_graph(handle, std::move(parts), ops);
 }
 
-// y = x <mode> b (b absent for a unary mode), computed in fp32.
-Result<BackendDescriptor> make_pointwise_op(cudnnPointwiseMode_t mode, const BackendDescriptor& x,
-                                            const BackendDescriptor* b, const BackendDescriptor& y,
-                                            std::vector<BackendDescriptor>& parts) {
+// A pointwise operation of `mode`, computed in fp32, over the tensors given by their attributes
+// (XDESC, BDESC and YDESC forward; DYDESC, XDESC and DXDESC for a backward mode); null ones are
+// left out.
+using PointwiseTensors =
+    std::initializer_list<std::pair<cudnnBackendAttributeName_t, const BackendDescriptor*>>;
+Result<BackendDescriptor> make_pointwise(cudnnPointwiseMode_t mode, PointwiseTensors tensors,
+                                         std::vector<BackendDescriptor>& parts) {
   DLPROBE_ASSIGN_OR_RETURN(auto pw, BackendDescriptor::create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
   const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
   DLPROBE_RETURN_IF_ERROR(pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
@@ -395,38 +400,23 @@ Result<BackendDescriptor> make_pointwise_op(cudnnPointwiseMode_t mode, const Bac
   DLPROBE_ASSIGN_OR_RETURN(auto op,
                            BackendDescriptor::create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR));
   DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw));
-  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x));
-  if (b != nullptr) {
-    DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b));
+  for (const auto& [attribute, tensor] : tensors) {
+    if (tensor != nullptr) DLPROBE_RETURN_IF_ERROR(op.set_descriptor(attribute, *tensor));
   }
-  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y));
   DLPROBE_RETURN_IF_ERROR(op.finalize());
   parts.push_back(std::move(pw));
   return op;
 }
 
-// dx = dy where x > 0, else 0 (cuDNN's ReLU backward, whose x may be the ReLU's output: it is
-// positive where its input was), computed in fp32.
-Result<BackendDescriptor> make_relu_backward_op(const BackendDescriptor& dy,
-                                                const BackendDescriptor& x,
-                                                const BackendDescriptor& dx,
-                                                std::vector<BackendDescriptor>& parts) {
-  DLPROBE_ASSIGN_OR_RETURN(auto pw, BackendDescriptor::create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
-  const cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_BWD;
-  const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
-  DLPROBE_RETURN_IF_ERROR(pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
-  DLPROBE_RETURN_IF_ERROR(
-      pw.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision));
-  DLPROBE_RETURN_IF_ERROR(pw.finalize());
-  DLPROBE_ASSIGN_OR_RETURN(auto op,
-                           BackendDescriptor::create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR));
-  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw));
-  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dy));
-  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x));
-  DLPROBE_RETURN_IF_ERROR(op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, dx));
-  DLPROBE_RETURN_IF_ERROR(op.finalize());
-  parts.push_back(std::move(pw));
-  return op;
+// y = x <mode> b (b absent for a unary mode).
+Result<BackendDescriptor> make_pointwise_op(cudnnPointwiseMode_t mode, const BackendDescriptor& x,
+                                            const BackendDescriptor* b, const BackendDescriptor& y,
+                                            std::vector<BackendDescriptor>& parts) {
+  return make_pointwise(mode,
+                        {{CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &x},
+                         {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b},
+                         {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &y}},
+                        parts);
 }
 
 // Uids of the fused graph's virtual tensors, above any the caller gives its tensors.
@@ -462,7 +452,14 @@ Result<OpGraph> make_dgrad_add_relu_graph(cudnnHandle_t handle, const FusedConvS
   DLPROBE_ASSIGN_OR_RETURN(auto sum,
                            make_pointwise_op(CUDNN_POINTWISE_ADD, grad, &add, summed, parts));
   all.push_back(std::move(sum));
-  DLPROBE_ASSIGN_OR_RETURN(auto mask, make_relu_backward_op(summed, relu_y, dx, parts));
+  // cuDNN's ReLU backward passes dy where x > 0; x may be the ReLU's output, positive where its
+  // input was.
+  DLPROBE_ASSIGN_OR_RETURN(auto mask,
+                           make_pointwise(CUDNN_POINTWISE_RELU_BWD,
+                                          {{CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, &summed},
+                                           {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &relu_y},
+                                           {CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, &dx}},
+                                          parts));
   all.push_back(std::move(mask));
   const std::size_t ops[] = {0, 1, 2};
   for (BackendDescriptor* d : {&dx, &w, &dy, &add, &relu_y, &conv, &grad, &summed}) {
