@@ -876,7 +876,7 @@ template <class... Params>
 Result<int> blocks_per_sm(void (*kernel)(Params...)) {
   int per_sm = 0;
   DLPROBE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
-  return std::max(per_sm, 1);
+  return per_sm;
 }
 
 // The grids of an elementwise pass over d: enough blocks to fill the GPU, each thread looping.
@@ -887,8 +887,8 @@ dim3 nhwc_grid(const KernelContext& ctx, const TensorDesc& d, int pack, int per_
   const Nhwc g = nhwc_of(d, pack);
   const int tiles = (g.packs + g.tx - 1) / g.tx;
   const std::int64_t row_blocks = (g.rows + g.ty - 1) / g.ty;
-  const std::int64_t want =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(per_sm) * ctx.sm_count / tiles);
+  const std::int64_t want = std::max<std::int64_t>(
+      1, static_cast<std::int64_t>(std::max(per_sm, 1)) * ctx.sm_count / tiles);
   return dim3(static_cast<unsigned>(tiles),
               static_cast<unsigned>(std::min<std::int64_t>({row_blocks, want, 65535})));
 }
@@ -978,8 +978,7 @@ Status apply(const KernelContext& ctx, const TensorDesc& d, const TensorView& x,
 template <class... Params>
 Result<std::int64_t> resident_blocks(const KernelContext& ctx, void (*kernel)(Params...)) {
   if (!ctx.cooperative) return 0;
-  int per_sm = 0;
-  DLPROBE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
+  DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel));
   return static_cast<std::int64_t>(per_sm) * ctx.sm_count;
 }
 
