@@ -9,6 +9,18 @@ cd "$(dirname "$0")/.."
 DLPROBE_TARGETS=all DLPROBE_BUILD_DIR=build-gpu ./scripts/build.sh -DCMAKE_BUILD_TYPE=Release -DDLPROBE_WITH_ONEDNN=OFF \
   -DDLPROBE_BUILD_BENCH=ON "$@"
 
+# BUNDLE_AS=NAME: this tree's dlprobe and GPU test binaries join the bundle already there as
+# dlprobe-NAME, step_cuda_test-NAME and engine_cuda_test-NAME, for lab/gpu/builds.sh to set
+# beside the bundle's own; nothing else changes.
+if [ -n "${BUNDLE_AS:-}" ]; then
+  [ -d .devbuild/bin ] || { echo "gpu-bundle: BUNDLE_AS needs a bundle in .devbuild" >&2; exit 2; }
+  for binary in dlprobe tests/step/step_cuda_test tests/engine/engine_cuda_test; do
+    strip --strip-unneeded -o ".devbuild/bin/$(basename "$binary")-$BUNDLE_AS" "build-gpu/$binary"
+  done
+  du -sh .devbuild
+  exit 0
+fi
+
 rm -rf .devbuild && mkdir -p .devbuild/bin .devbuild/lib
 cp build-gpu/dlprobe .devbuild/bin/
 # The GPU microbenchmarks (lab/gpu/conv-fusion.sh and stem.sh run them).
