@@ -19,6 +19,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -103,22 +105,10 @@ Tensor tensor(const Shape& s, DType t, Layout l, double lo, double hi, std::uint
   return out;
 }
 
-enum class Variant {
-  conv,
-  conv_stats,
-  unfused,
-  fused,
-  wgrad,
-  apply_then_wgrad,
-  wgrad_fused,
-  dgrad,
-  dgrad_then_relu_add,
-  dgrad_fused
-};
-
-bool first_conv(Variant v) {
-  return v == Variant::dgrad || v == Variant::dgrad_then_relu_add || v == Variant::dgrad_fused;
-}
+// Over kShapes.
+enum class Variant { conv, conv_stats, unfused, fused, wgrad, apply_then_wgrad, wgrad_fused };
+// Over kFirstShapes.
+enum class DgradVariant { alone, then_relu_add, fused };
 
 // Times `once` (after one untimed call, which builds the plan: a runtime-fusion engine compiles
 // then) over runs of calls.
@@ -144,7 +134,7 @@ void time_calls(benchmark::State& state, F&& once) {
 }
 
 // The data gradient of a block's first convolution, dx shaped as the block's input.
-void run_first(benchmark::State& state, Variant variant) {
+void run_dgrad(benchmark::State& state, DgradVariant variant) {
   const BottleneckConv& s = kFirstShapes[state.range(0)];
   const std::int64_t n = state.range(1);
   state.SetLabel(fmt::format("{} C={} K={} bs{}", s.name, s.c, s.k, n));
@@ -159,22 +149,19 @@ void run_first(benchmark::State& state, Variant variant) {
   Tensor dx = tensor(input, DType::fp16, Layout::nhwc, 0, 0, 6);
   time_calls(state, [&]() -> Status {
     switch (variant) {
-      case Variant::dgrad:
+      case DgradVariant::alone:
         return b.conv2d_backward_data(dy.view, w.view, dx.view, p);
-      case Variant::dgrad_then_relu_add:
+      case DgradVariant::then_relu_add:
         DLPROBE_RETURN_IF_ERROR(b.conv2d_backward_data(dy.view, w.view, grad.view, p));
         return b.relu_backward_add(add.view, grad.view, relu_y.view, dx.view);
-      default:
+      case DgradVariant::fused:
         return b.conv2d_backward_data_add_relu(dy.view, w.view, add.view, relu_y.view, dx.view, p);
     }
+    return Status::ok();
   });
 }
 
 void run(benchmark::State& state, Variant variant) {
-  if (first_conv(variant)) {
-    run_first(state, variant);
-    return;
-  }
   const BottleneckConv& s = kShapes[state.range(0)];
   const std::int64_t n = state.range(1);
   state.SetLabel(fmt::format("{} C={} K={} bs{}", s.name, s.c, s.k, n));
@@ -218,40 +205,41 @@ void run(benchmark::State& state, Variant variant) {
         return b.conv2d_backward_weight(a.view, y.view, w.view, p);
       case Variant::wgrad_fused:
         return b.conv2d_backward_weight_fused(x.view, scale.view, bias.view, y.view, w.view, p);
-      default:
-        return Status::ok();
     }
+    return Status::ok();
   });
 }
 
-void register_all() {
+// One benchmark family: every shape of a list at batch 256 and 32.
+void add_family(const char* name, std::int64_t shapes, std::function<void(benchmark::State&)> fn) {
+  auto* bm = benchmark::RegisterBenchmark(name, std::move(fn));
+  for (std::int64_t batch : {256, 32}) {
+    for (std::int64_t i = 0; i < shapes; ++i) bm->Args({i, batch});
+  }
+  bm->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+}
+
+// Registered before main: no GPU is touched until a benchmark runs.
+const bool kRegistered = [] {
   for (const auto& [name, variant] :
        {std::pair{"conv_alone", Variant::conv}, std::pair{"conv_stats", Variant::conv_stats},
         std::pair{"bn_relu_then_conv", Variant::unfused}, std::pair{"fused", Variant::fused},
         std::pair{"wgrad_alone", Variant::wgrad},
         std::pair{"bn_relu_apply_then_wgrad", Variant::apply_then_wgrad},
-        std::pair{"wgrad_fused", Variant::wgrad_fused}, std::pair{"dgrad_alone", Variant::dgrad},
-        std::pair{"dgrad_then_relu_backward_add", Variant::dgrad_then_relu_add},
-        std::pair{"dgrad_add_relu_fused", Variant::dgrad_fused}}) {
-    auto* bm =
-        benchmark::RegisterBenchmark(name, [v = variant](benchmark::State& st) { run(st, v); });
-    const auto shapes = static_cast<std::int64_t>(first_conv(variant) ? std::size(kFirstShapes)
-                                                                      : std::size(kShapes));
-    for (std::int64_t batch : {256, 32}) {
-      for (std::int64_t i = 0; i < shapes; ++i) bm->Args({i, batch});
-    }
-    bm->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+        std::pair{"wgrad_fused", Variant::wgrad_fused}}) {
+    add_family(name, std::ssize(kShapes), [v = variant](benchmark::State& st) { run(st, v); });
   }
-}
+  for (const auto& [name, variant] :
+       {std::pair{"dgrad_alone", DgradVariant::alone},
+        std::pair{"dgrad_then_relu_backward_add", DgradVariant::then_relu_add},
+        std::pair{"dgrad_add_relu_fused", DgradVariant::fused}}) {
+    add_family(name, std::ssize(kFirstShapes),
+               [v = variant](benchmark::State& st) { run_dgrad(st, v); });
+  }
+  return true;
+}();
 
 }  // namespace
 }  // namespace dlprobe
 
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  dlprobe::register_all();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+BENCHMARK_MAIN();

@@ -617,15 +617,10 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
   DLPROBE_RETURN_IF_ERROR(need_fused_operands(op, x, w, y));
   const DType t = x.desc.dtype();
   const bool prologue = scale != nullptr && bias != nullptr;
-  DLPROBE_RETURN_IF_ERROR(
-      need(!prologue || (scale->desc.dtype() == t && bias->desc.dtype() == t), op,
-           "scale and bias: of x's dtype"));
+  DLPROBE_RETURN_IF_ERROR(need(!prologue || (scale->desc.dtype() == t && bias->desc.dtype() == t),
+                               op, "scale and bias: of x's dtype"));
   const std::int64_t c = x.desc.dim(1);
   const std::int64_t k = w.desc.dim(0);
-  DLPROBE_RETURN_IF_ERROR(
-      need(w.desc.dim(1) == c && y.desc.dim(1) == k && y.desc.dim(0) == x.desc.dim(0), op,
-           fmt::format("x {}, w {} and y {} do not make a convolution", x.desc.str(), w.desc.str(),
-                       y.desc.str())));
   if (prologue) {
     DLPROBE_RETURN_IF_ERROR(need(scale->desc.rank() == 1 && scale->desc.numel() == c &&
                                      bias->desc.rank() == 1 && bias->desc.numel() == c,
@@ -677,15 +672,20 @@ Status CudaBackend::need_fused_operands(std::string_view op, const TensorView& x
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "w", w));
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "y", y));
   const DType t = x.desc.dtype();
-  DLPROBE_RETURN_IF_ERROR(need((t == DType::fp16 || t == DType::bf16) && w.desc.dtype() == t &&
-                                   y.desc.dtype() == t,
-                               op, "x, w and y: all fp16 or all bf16"));
+  DLPROBE_RETURN_IF_ERROR(
+      need((t == DType::fp16 || t == DType::bf16) && w.desc.dtype() == t && y.desc.dtype() == t, op,
+           "x, w and y: all fp16 or all bf16"));
   DLPROBE_RETURN_IF_ERROR(need(x.desc.layout() == Layout::nhwc && w.desc.layout() == Layout::nhwc &&
                                    y.desc.layout() == Layout::nhwc,
                                op, "x, w and y: NHWC"));
   // These calls come from the backend's users directly, not through ops.h's shape checks.
-  return need(x.desc.rank() == 4 && w.desc.rank() == 4 && y.desc.rank() == 4, op,
-              "x, w and y of rank 4");
+  DLPROBE_RETURN_IF_ERROR(need(x.desc.rank() == 4 && w.desc.rank() == 4 && y.desc.rank() == 4, op,
+                               "x, w and y of rank 4"));
+  return need(w.desc.dim(1) == x.desc.dim(1) && y.desc.dim(1) == w.desc.dim(0) &&
+                  y.desc.dim(0) == x.desc.dim(0),
+              op,
+              fmt::format("x {}, w {} and y {} do not make a convolution", x.desc.str(),
+                          w.desc.str(), y.desc.str()));
 }
 
 Status CudaBackend::run_fused(const FusedConvSpec& spec, std::span<const std::int64_t> uids,
@@ -710,12 +710,6 @@ Status CudaBackend::conv2d_backward_data_add_relu(const TensorView& dy, const Te
   DLPROBE_RETURN_IF_ERROR(need(add.desc == dx.desc && relu_y.desc == dx.desc, op,
                                fmt::format("add {} and relu_y {}: shaped as dx {}", add.desc.str(),
                                            relu_y.desc.str(), dx.desc.str())));
-  DLPROBE_RETURN_IF_ERROR(
-      need(w.desc.dim(1) == dx.desc.dim(1) && dy.desc.dim(1) == w.desc.dim(0) &&
-               dy.desc.dim(0) == dx.desc.dim(0),
-           op,
-           fmt::format("dx {}, w {} and dy {} do not make a convolution", dx.desc.str(),
-                       w.desc.str(), dy.desc.str())));
   FusedConvSpec spec;
   DLPROBE_ASSIGN_OR_RETURN(spec.conv, conv_spec(ConvDirection::backward_data, dx, w, dy, p));
   spec.prologue = false;

@@ -253,7 +253,8 @@ class CudaBackend final : public Backend {
   // Runs the plan of `spec` (planned on first use) with a uid and pointer for each tensor.
   Status run_fused(const FusedConvSpec& spec, std::span<const std::int64_t> uids,
                    std::span<void* const> ptrs, std::string_view op);
-  // The checks every fused convolution's operands pass: fp16 or bf16 alike, NHWC, rank 4.
+  // The checks every fused convolution's operands pass: fp16 or bf16 alike, NHWC, rank 4, shapes
+  // that make a convolution (x is dx and y is dy for a data gradient).
   Status need_fused_operands(std::string_view op, const TensorView& x, const TensorView& w,
                              const TensorView& y);
   Result<ExecutionPlan> tuned_conv_plan(const ConvSpec& spec, const std::string& key,
