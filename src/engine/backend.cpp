@@ -109,6 +109,12 @@ Status Backend::conv2d_backward_weight_fused(const TensorView&, const TensorView
   return no_conv_fusion(*this, "conv2d_backward_weight_fused");
 }
 
+Status Backend::conv2d_backward_data_add_relu(const TensorView&, const TensorView&,
+                                              const TensorView&, const TensorView&,
+                                              const TensorView&, const Conv2dParams&) {
+  return no_conv_fusion(*this, "conv2d_backward_data_add_relu");
+}
+
 Status Backend::batch_norm_finalize(const TensorView&, const TensorView&, std::int64_t,
                                     const TensorView&, const TensorView&, const TensorView&,
                                     const TensorView&, const TensorView&, const TensorView&,

@@ -61,6 +61,9 @@ class DryBackend final : public Backend {
   Status conv2d_backward_weight_fused(View, View, View, View, View, const Conv2dParams&) override {
     return {};
   }
+  Status conv2d_backward_data_add_relu(View, View, View, View, View, const Conv2dParams&) override {
+    return {};
+  }
   Status batch_norm_finalize(View, View, std::int64_t, View, View, View, View, View, View, View,
                              View, const BatchNormParams&) override {
     return {};

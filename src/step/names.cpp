@@ -87,6 +87,8 @@ std::string_view call_kind_name(CallKind kind) {
       return "conv_forward_fused";
     case CallKind::conv_backward_weight_fused:
       return "conv_backward_weight_fused";
+    case CallKind::conv_backward_data_add_relu:
+      return "conv_backward_data_add_relu";
     case CallKind::batch_norm_finalize:
       return "batch_norm_finalize";
     case CallKind::batch_norm_apply:

@@ -90,6 +90,7 @@ void Planner::backward_conv(const model::Layer& l, std::size_t i, Buffer* dy) {
          [&be = be_, dy, w, dx, p] {
            return be.conv2d_backward_data(dy->view, w->view, dx->view, p);
          });
+    if (fuse_data_gradients_) data_gradients_[dx] = {dy, w, p, name};
   }
   Buffer* dw = grad_target(entry, name);
   if (applies_[i] >= 0) {
@@ -168,10 +169,12 @@ void Planner::backward_relu(const model::Layer& l, std::size_t i, Buffer* dy) {
   if (add_in) {
     Buffer* a = last_sum_.a;
     Buffer* b = last_sum_.b;
-    emit(name + ".backward+grad_accumulate", CallKind::relu_backward_add, name, {a, b, y, dx},
-         [&be = be_, a, b, y, dx] {
-           return be.relu_backward_add(a->view, b->view, y->view, dx->view);
-         });
+    if (!fuse_data_gradient(name, a, b, y, dx) && !fuse_data_gradient(name, b, a, y, dx)) {
+      emit(name + ".backward+grad_accumulate", CallKind::relu_backward_add, name, {a, b, y, dx},
+           [&be = be_, a, b, y, dx] {
+             return be.relu_backward_add(a->view, b->view, y->view, dx->view);
+           });
+    }
   } else {
     emit(name + ".backward", CallKind::relu_backward, name, {dy, y, dx},
          [&be = be_, dy, y, dx] { return be.relu_backward(dy->view, y->view, dx->view); });

@@ -180,6 +180,7 @@ void Planner::plan_conv_fusion() {
       !be_.fuses_conv_batch_norm(s_.act(), s_.config.layout)) {
     return;
   }
+  fuse_data_gradients_ = true;
   auto only_reader_of = [&](int value) -> int {
     if (consumers_[static_cast<std::size_t>(value)] != 1) return -1;
     for (std::size_t k = 0; k < n; ++k) {
@@ -425,6 +426,30 @@ void Planner::contribute(int v, Buffer* g, const std::string& layer) {
 bool Planner::pending_sum(Buffer* dy) {
   const bool last = !drafts_.empty() && last_sum_.draft == drafts_.size() - 1;
   return last && last_sum_.out == dy && sharers_[dy] == 1;
+}
+
+bool Planner::fuse_data_gradient(const std::string& name, Buffer* add, Buffer* term, Buffer* y,
+                                 Buffer* dx) {
+  const auto found = data_gradients_.find(term);
+  if (found == data_gradients_.end()) return false;
+  const DataGradient g = found->second;
+  data_gradients_.erase(found);
+  // The data gradient's call, and no other, may use `term`: the sum that read it was dropped.
+  auto writer = drafts_.end();
+  for (auto d = drafts_.begin(); d != drafts_.end(); ++d) {
+    if (std::find(d->uses.begin(), d->uses.end(), term) == d->uses.end()) continue;
+    if (writer != drafts_.end() || d->call.kind != CallKind::conv_backward_data) return false;
+    writer = d;
+  }
+  if (writer == drafts_.end()) return false;
+  drafts_.erase(writer);
+  emit(g.layer + ".backward_data+" + name + ".backward+grad_accumulate",
+       CallKind::conv_backward_data_add_relu, g.layer, {g.dy, g.w, add, y, dx},
+       [&be = be_, dy = g.dy, w = g.w, add, y, dx, p = g.p] {
+         return be.conv2d_backward_data_add_relu(dy->view, w->view, add->view, y->view, dx->view,
+                                                 p);
+       });
+  return true;
 }
 
 void Planner::release_grad(int v) {

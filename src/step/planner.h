@@ -181,6 +181,11 @@ class Planner {
   // Whether `dy` is the sum the last draft made, with nothing else holding it: a ReLU's backward
   // can then take the two terms itself and the sum is dropped.
   bool pending_sum(Buffer* dy);
+  // Where `term` is a data gradient that no call reads yet, its call is dropped and one call
+  // writes dx = term + add under y's mask (conv2d_backward_data_add_relu): the data gradient is
+  // never stored. Emitted here, after whatever reading y emitted. False where it does not apply.
+  bool fuse_data_gradient(const std::string& name, Buffer* add, Buffer* term, Buffer* y,
+                          Buffer* dx);
   void release_grad(int v);
 
   StepState& s_;
@@ -205,7 +210,17 @@ class Planner {
     Buffer* b = nullptr;
     Buffer* out = nullptr;
   };
-  Sum last_sum_;              // the latest gradient accumulation contribute() emitted
+  Sum last_sum_;  // the latest gradient accumulation contribute() emitted
+  // Under conv fusion, each data gradient's operands by the buffer it writes, while a ReLU's
+  // backward may still take it in (fuse_data_gradient).
+  struct DataGradient {
+    Buffer* dy = nullptr;
+    Buffer* w = nullptr;
+    Conv2dParams p;
+    std::string layer;
+  };
+  bool fuse_data_gradients_ = false;
+  std::map<Buffer*, DataGradient> data_gradients_;
   std::vector<bool> folded_;  // per layer: a ReLU or add run inside the batch norm before it
   // Batch norm inside the convolutions (plan_conv_fusion), indexed by layer; -1 for none.
   std::vector<int> sums_for_;  // per conv: the batch norm whose input it sums

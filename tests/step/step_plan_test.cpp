@@ -89,7 +89,9 @@ TEST(StepPlanTest, FusesBatchNormWithReluAndResidualAdd) {
 // first BN + ReLU feed only the block's second convolution, which applies them as it loads its
 // input: those 8 take no elementwise pass, their output is never stored, and the convolution's
 // weight gradient recomputes its input. The other 11 take one elementwise pass each; the stem's
-// BN + ReLU keeps its own statistics.
+// BN + ReLU keeps its own statistics. Backward, the 7 block outputs whose gradient arrives as two
+// terms take it in the data gradient of the next block's first convolution (one of the terms),
+// which is never stored: 7 of the 19 data gradients, and no relu_backward_add.
 TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
   StepConfig c = tiny_config();
   c.precision = Precision::fp64;
@@ -106,6 +108,10 @@ TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
   EXPECT_EQ(kinds[CallKind::conv_backward_weight_fused], 8);
   EXPECT_EQ(kinds[CallKind::conv_backward_weight], 12);
   EXPECT_EQ(kinds[CallKind::batch_norm_relu_backward], 9);
+  EXPECT_EQ(kinds[CallKind::conv_backward_data_add_relu], 7);
+  EXPECT_EQ(kinds[CallKind::conv_backward_data], 12);
+  EXPECT_EQ(kinds[CallKind::relu_backward_add], 0);
+  EXPECT_EQ(names["layer1.1.conv1.backward_data+layer1.0.relu2.backward+grad_accumulate"], 1);
   EXPECT_EQ(names["layer1.0.conv1.forward+sums"], 1);
   EXPECT_EQ(names["layer1.0.conv2.forward+layer1.0.bn1+sums"], 1);
   EXPECT_EQ(names["layer1.0.conv2.backward_weight+layer1.0.bn1"], 1);

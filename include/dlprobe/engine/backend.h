@@ -180,6 +180,12 @@ class Backend {
   virtual Status conv2d_backward_weight_fused(const TensorView& x, const TensorView& scale,
                                               const TensorView& bias, const TensorView& dy,
                                               const TensorView& dw, const Conv2dParams& p);
+  // dx = conv2d_backward_data(dy, w) + add where relu_y > 0, else 0: relu_backward_add with one
+  // term the data gradient, which is never stored (a ResNet block output's gradient from the next
+  // block's first convolution and the shortcut). add, relu_y and dx of one shape.
+  virtual Status conv2d_backward_data_add_relu(const TensorView& dy, const TensorView& w,
+                                               const TensorView& add, const TensorView& relu_y,
+                                               const TensorView& dx, const Conv2dParams& p);
   // From the sums over `count` values per channel: save_mean, save_invstd and the running
   // statistics as batch_norm_train_forward gives them; and where scale and bias have data, the
   // prologue's scale = gamma * invstd and bias = beta - mean * scale, in their dtype.

@@ -22,8 +22,9 @@ enum class CallKind : std::uint8_t {
   conv_forward,
   conv_backward_data,
   conv_backward_weight,
-  conv_forward_fused,          // a convolution with a batch norm's apply and/or sums around it
-  conv_backward_weight_fused,  // its weight gradient, the applied input recomputed
+  conv_forward_fused,           // a convolution with a batch norm's apply and/or sums around it
+  conv_backward_weight_fused,   // its weight gradient, the applied input recomputed
+  conv_backward_data_add_relu,  // a data gradient summed with a second term under a ReLU's mask
   batch_norm_train_forward,
   batch_norm_inference_forward,
   batch_norm_backward,

@@ -178,13 +178,10 @@ class CudaBackend final : public Backend {
   Status conv2d_backward_weight_fused(const TensorView& x, const TensorView& scale,
                                       const TensorView& bias, const TensorView& dy,
                                       const TensorView& dw, const Conv2dParams& p) override;
-  // dx = (the data gradient of conv(x, w) from dy + add) where relu_y > 0, else 0, in one graph
-  // of cuDNN's runtime fusion (FusedConvSpec's data gradient): a ResNet block output's gradient
-  // with its ReLU's backward, the data gradient never written on its own. NHWC fp16 or bf16;
-  // add, relu_y and dx of one shape.
+  // In one graph of cuDNN's runtime fusion (FusedConvSpec's data gradient). NHWC fp16 or bf16.
   Status conv2d_backward_data_add_relu(const TensorView& dy, const TensorView& w,
                                        const TensorView& add, const TensorView& relu_y,
-                                       const TensorView& dx, const Conv2dParams& p);
+                                       const TensorView& dx, const Conv2dParams& p) override;
   Status batch_norm_finalize(const TensorView& sum, const TensorView& sqsum, std::int64_t count,
                              const TensorView& gamma, const TensorView& beta,
                              const TensorView& running_mean, const TensorView& running_var,

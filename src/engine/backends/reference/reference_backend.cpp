@@ -540,6 +540,13 @@ class ReferenceBackend final : public HostBackend {
                              prologue("conv2d_backward_weight_fused", x, scale, bias));
     return conv2d_backward_weight(normalised.view(), dy, dw, p);
   }
+  Status conv2d_backward_data_add_relu(const TensorView& dy, const TensorView& w,
+                                       const TensorView& add, const TensorView& relu_y,
+                                       const TensorView& dx, const Conv2dParams& p) override {
+    HostTensor grad(dx.desc);
+    DLPROBE_RETURN_IF_ERROR(conv2d_backward_data(dy, w, grad.view(), p));
+    return relu_backward_add(add, grad.view(), relu_y, dx);
+  }
   Status batch_norm_finalize(const TensorView& sum, const TensorView& sqsum, std::int64_t count,
                              const TensorView& gamma, const TensorView& beta,
                              const TensorView& running_mean, const TensorView& running_var,
