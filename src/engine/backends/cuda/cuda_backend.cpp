@@ -717,7 +717,19 @@ Status CudaBackend::conv2d_backward_data_add_relu(const TensorView& dy, const Te
   DLPROBE_ASSIGN_OR_RETURN(spec.relu_y, tensor_spec(kUidReluY, relu_y));
   const std::int64_t uids[] = {kUidX, kUidW, kUidY, kUidAdd, kUidReluY};
   void* const ptrs[] = {dx.data, w.data, dy.data, add.data, relu_y.data};
-  return run_fused(spec, uids, ptrs, op);
+  const std::string key = fused_conv_key(spec);
+  if (!unfusable_.contains(key)) {
+    Status fused = run_fused(spec, uids, ptrs, op);
+    if (fused.code() != Errc::unsupported) return fused;
+    log_warn("{}: {}; the data gradient and the ReLU's backward run apart", op, fused.message());
+    unfusable_.insert(key);
+  }
+  // Where cuDNN has no engine for the graph, the two calls it stands for, the data gradient in
+  // scratch memory (the step planned no buffer for it).
+  DLPROBE_ASSIGN_OR_RETURN(auto buffer, scratch(ctx(), dx.desc.bytes(), op));
+  const TensorView grad{dx.desc, buffer.data()};
+  DLPROBE_RETURN_IF_ERROR(conv(ConvDirection::backward_data, grad, w, dy, p, op));
+  return relu_backward_add(add, grad, relu_y, dx);
 }
 
 // A kept plan is cuDNN's whole operation graph (its tensors' uids, its pointwise operations) as

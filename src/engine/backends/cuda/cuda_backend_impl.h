@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -300,6 +301,8 @@ class CudaBackend final : public Backend {
   std::string last_conv_engine_;
   std::size_t conv_plans_replayed_ = 0;
   std::size_t fused_plans_loaded_ = 0;
+  // Fused graphs cuDNN has no engine for: their calls run as the unfused ones they stand for.
+  std::set<std::string> unfusable_;
 };
 
 }  // namespace dlprobe::cuda
