@@ -57,9 +57,9 @@ testing::Rig make_fusing_cuda_rig(const StepConfig& c) {
                               });
 }
 
-int fused_convolutions(const testing::Rig& r) {
+int calls_of(const testing::Rig& r, CallKind kind) {
   int n = 0;
-  for (const Call& call : r.step->calls()) n += call.kind == CallKind::conv_forward_fused ? 1 : 0;
+  for (const Call& call : r.step->calls()) n += call.kind == kind ? 1 : 0;
   return n;
 }
 
@@ -68,9 +68,13 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithBatchNormInsideTheConvolutions) {
   testing::Rig fusing = make_fusing_cuda_rig(c);
   testing::Rig exact = make_cuda_rig(c);
   ASSERT_TRUE(fusing.step && exact.step);
-  // ResNet-18: every convolution but the stem's sums its output.
-  EXPECT_EQ(fused_convolutions(fusing), 19);
-  EXPECT_EQ(fused_convolutions(exact), 0) << "deterministic engines: no runtime fusion";
+  // ResNet-18: every convolution but the stem's sums its output, and the 7 block outputs whose
+  // gradient arrives as two terms take it in a data gradient's epilogue.
+  EXPECT_EQ(calls_of(fusing, CallKind::conv_forward_fused), 19);
+  EXPECT_EQ(calls_of(fusing, CallKind::conv_backward_data_add_relu), 7);
+  EXPECT_EQ(calls_of(exact, CallKind::conv_forward_fused), 0)
+      << "deterministic engines: no runtime fusion";
+  EXPECT_EQ(calls_of(exact, CallKind::conv_backward_data_add_relu), 0);
   testing::compare_gradients(Precision::fp16, Layout::nhwc, make_fusing_cuda_rig, "cuda fused");
 }
 
@@ -97,7 +101,7 @@ TEST(StepCudaTest, FusedGraphReplayAgreesWithEagerSteps) {
     EXPECT_NEAR(b->loss, a->loss, 1e-3 * std::abs(a->loss)) << "step " << i;
   }
   EXPECT_TRUE(graph.step->graph_recorded());
-  EXPECT_GT(fused_convolutions(graph), 0);
+  EXPECT_GT(calls_of(graph, CallKind::conv_forward_fused), 0);
   EXPECT_LT(testing::norm_error(graph.step->gradient("fc.weight").value(),
                                 eager.step->gradient("fc.weight").value()),
             1e-2);
