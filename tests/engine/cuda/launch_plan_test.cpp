@@ -68,7 +68,7 @@ TEST(MultiTensorPack, SerialisesGroupsThenChunks) {
 TEST(ChannelReducePlan, SplitsCoverTheRowsWithoutEmptySplits) {
   for (std::int64_t rows : {1, 5, 255, 256, 6272, 3211264}) {
     for (std::int64_t tiles : {1, 2, 64, 2048}) {
-      const ChannelReducePlan plan = plan_channel_reduce(rows, tiles, 132, 256);
+      const ChannelReducePlan plan = plan_channel_reduce(rows, tiles, 4 * 132, 256);
       SCOPED_TRACE(::testing::Message() << rows << " rows, " << tiles << " tiles");
       EXPECT_GE(plan.splits, 1);
       EXPECT_LE(plan.splits, 65535);
@@ -82,11 +82,14 @@ TEST(ChannelReducePlan, SplitsCoverTheRowsWithoutEmptySplits) {
 }
 
 TEST(ChannelReducePlan, FillsTheGpuWhenChannelsAreFew) {
-  // 2 tiles on 132 SMs: about 4 blocks per SM means ~264 splits, if the rows allow it.
-  const ChannelReducePlan many = plan_channel_reduce(1 << 22, 2, 132, 256);
+  // 2 tiles, 4 blocks an SM on 132 SMs: ~264 splits, if the rows allow it; 3 an SM, ~198.
+  const ChannelReducePlan many = plan_channel_reduce(1 << 22, 2, 4 * 132, 256);
   EXPECT_GE(many.splits * 2, 4 * 132);
+  const ChannelReducePlan fewer = plan_channel_reduce(1 << 22, 2, 3 * 132, 256);
+  EXPECT_GE(fewer.splits * 2, 3 * 132);
+  EXPECT_LT(fewer.splits * 2, 4 * 132);
   // 2048 channels already give 2048 blocks: one split.
-  EXPECT_EQ(plan_channel_reduce(1 << 22, 2048, 132, 256).splits, 1);
+  EXPECT_EQ(plan_channel_reduce(1 << 22, 2048, 4 * 132, 256).splits, 1);
 }
 
 TEST(ResidentPlan, TakesTheShallowestDepthWhoseGridFitsAtOnce) {

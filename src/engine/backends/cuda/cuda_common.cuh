@@ -100,11 +100,22 @@ struct alignas(sizeof(T) * P) Pack {
   T v[P];
 };
 
+// A pack as it is in memory: a kernel that loads several before it uses any keeps these (P / 2
+// registers in fp16) rather than the P floats they convert to.
 template <class T, int P>
-__device__ __forceinline__ void load_pack(const T* p, float (&out)[P]) {
-  const Pack<T, P> pk = *reinterpret_cast<const Pack<T, P>*>(p);
+__device__ __forceinline__ Pack<T, P> load_raw(const T* p) {
+  return *reinterpret_cast<const Pack<T, P>*>(p);
+}
+
+template <class T, int P>
+__device__ __forceinline__ void to_floats(const Pack<T, P>& pk, float (&out)[P]) {
 #pragma unroll
   for (int k = 0; k < P; ++k) out[k] = to_float(pk.v[k]);
+}
+
+template <class T, int P>
+__device__ __forceinline__ void load_pack(const T* p, float (&out)[P]) {
+  to_floats(load_raw<T, P>(p), out);
 }
 
 template <class T, int P>

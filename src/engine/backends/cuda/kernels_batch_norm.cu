@@ -304,7 +304,7 @@ __global__ void stats_nchw(const T* x, Nchw g, std::int64_t packs_per_split, Wel
 
 // The merges of a channel's splits: a warp per channel, lane l taking splits l, l + 32, ..., then
 // a fixed shuffle tree over the lanes (deterministic). A thread per channel walking all splits
-// in turn (hundreds: plan_channel_reduce aims at 4 blocks per SM) waited on one load at a time.
+// in turn (hundreds: up to four blocks an SM per tile) waited on one load at a time.
 template <class Acc>
 __device__ Acc merge_splits(const Acc* partial, int channels, std::int64_t splits, int c) {
   Acc acc{};
@@ -441,14 +441,40 @@ __device__ __forceinline__ void relu_mask(float (&g)[P], const float (&vx)[P], c
   }
 }
 
+// dy's and x's packs at one place, kept as loaded until they are used.
+template <class T, int P>
+struct GradPacks {
+  Pack<T, P> dy;
+  Pack<T, P> x;
+};
+
+template <class T, int P>
+__device__ __forceinline__ GradPacks<T, P> load_grad_packs(const T* dy, const T* x,
+                                                           std::int64_t at) {
+  return {load_raw<T, P>(dy + at), load_raw<T, P>(x + at)};
+}
+
+template <bool kRelu, class T, int P, class C>
+__device__ __forceinline__ void grad_operands(const GradPacks<T, P>& in, float (&g)[P],
+                                              float (&vx)[P], const C& mean, const C& scale,
+                                              const C& beta) {
+  to_floats(in.dy, g);
+  to_floats(in.x, vx);
+  relu_mask<kRelu>(g, vx, mean, scale, beta);
+}
+
 template <bool kRelu, class T, int P, class C>
 __device__ __forceinline__ void load_grad(const T* dy, const T* x, std::int64_t at, float (&g)[P],
                                           float (&vx)[P], const C& mean, const C& scale,
                                           const C& beta) {
-  load_pack(dy + at, g);
-  load_pack(x + at, vx);
-  relu_mask<kRelu>(g, vx, mean, scale, beta);
+  grad_operands<kRelu>(load_grad_packs<T, P>(dy, x, at), g, vx, mean, scale, beta);
 }
+
+// Rows of its channels a thread of grad_sums_nhwc loads before it sums any: with one at a time
+// each thread waited on the memory for every row. Its ReLU variant then takes 80 registers, three
+// blocks an SM, which reduction_for plans for. The elementwise dx pass keeps one row: two cost it
+// a block an SM and time (fp16 ResNet-50 bs256 on an H200).
+constexpr int kGradRowsAhead = 2;
 
 template <class T, int P, bool kRelu>
 __global__ void grad_sums_nhwc(const T* dy, const T* x, ReluChannels ch, Nhwc g,
@@ -468,14 +494,25 @@ __global__ void grad_sums_nhwc(const T* dy, const T* x, ReluChannels ch, Nhwc g,
         beta[k] = ch.beta[c];
       }
     }
-    for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += g.ty) {
-      const std::int64_t at = r * g.channels + lane.pack * P;
-      float grad[P], vx[P];
-      load_grad<kRelu>(dy, x, at, grad, vx, m, scale, beta);
+    // kGradRowsAhead rows loaded before any is summed, in the order of a plain loop over r,
+    // r + ty, ...
+    for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += kGradRowsAhead * g.ty) {
+      GradPacks<T, P> held[kGradRowsAhead];
 #pragma unroll
-      for (int k = 0; k < P; ++k) {
-        acc[k].dy += grad[k];
-        acc[k].dy_xmu += grad[k] * (vx[k] - m[k]);
+      for (int u = 0; u < kGradRowsAhead; ++u) {
+        const std::int64_t ru = r + u * g.ty;
+        if (ru < rows.end) held[u] = load_grad_packs<T, P>(dy, x, ru * g.channels + lane.pack * P);
+      }
+#pragma unroll
+      for (int u = 0; u < kGradRowsAhead; ++u) {
+        if (r + u * g.ty >= rows.end) break;
+        float grad[P], vx[P];
+        grad_operands<kRelu>(held[u], grad, vx, m, scale, beta);
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          acc[k].dy += grad[k];
+          acc[k].dy_xmu += grad[k] * (vx[k] - m[k]);
+        }
       }
     }
   }
@@ -845,38 +882,40 @@ Nchw nchw_of(const TensorDesc& d) {
   return {d.dim(0), static_cast<int>(d.dim(1)), d.dim(2) * d.dim(3)};
 }
 
-// The split of a reduction: plan_channel_reduce over the rows (NHWC) or packs (NCHW) of a
-// channel.
-struct Reduction {
-  dim3 grid;
-  std::int64_t per_split = 0;
-  std::int64_t splits = 1;
-};
-
-Reduction reduction_for(const KernelContext& ctx, const TensorDesc& d, int pack) {
-  Reduction r;
-  ChannelReducePlan plan;
-  if (d.layout() == Layout::nhwc) {
-    const Nhwc g = nhwc_of(d, pack);
-    const int tiles = (g.packs + g.tx - 1) / g.tx;
-    plan = plan_channel_reduce(g.rows, tiles, ctx.sm_count, 16 * g.ty);
-    r.grid = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(plan.splits));
-  } else {
-    const std::int64_t packs = d.dim(0) * d.dim(2) * d.dim(3) / pack;
-    plan = plan_channel_reduce(packs, d.dim(1), ctx.sm_count, 4 * kBlock);
-    r.grid = dim3(static_cast<unsigned>(d.dim(1)), static_cast<unsigned>(plan.splits));
-  }
-  r.per_split = plan.rows_per_split;
-  r.splits = plan.splits;
-  return r;
-}
-
 // Blocks of `kernel` an SM runs at once, as its registers and shared memory allow.
 template <class... Params>
 Result<int> blocks_per_sm(void (*kernel)(Params...)) {
   int per_sm = 0;
   DLPROBE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
   return per_sm;
+}
+
+// The split of a reduction: plan_channel_reduce over the rows (NHWC) or packs (NCHW) of a
+// channel, in one wave of the reduction kernel's blocks: `per_sm` an SM, four at most (more splits
+// would only lengthen the merge of their partials).
+struct Reduction {
+  dim3 grid;
+  std::int64_t per_split = 0;
+  std::int64_t splits = 1;
+};
+
+Reduction reduction_for(const KernelContext& ctx, const TensorDesc& d, int pack, int per_sm) {
+  Reduction r;
+  ChannelReducePlan plan;
+  const std::int64_t blocks = static_cast<std::int64_t>(std::clamp(per_sm, 1, 4)) * ctx.sm_count;
+  if (d.layout() == Layout::nhwc) {
+    const Nhwc g = nhwc_of(d, pack);
+    const int tiles = (g.packs + g.tx - 1) / g.tx;
+    plan = plan_channel_reduce(g.rows, tiles, blocks, 16 * g.ty);
+    r.grid = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(plan.splits));
+  } else {
+    const std::int64_t packs = d.dim(0) * d.dim(2) * d.dim(3) / pack;
+    plan = plan_channel_reduce(packs, d.dim(1), blocks, 4 * kBlock);
+    r.grid = dim3(static_cast<unsigned>(d.dim(1)), static_cast<unsigned>(plan.splits));
+  }
+  r.per_split = plan.rows_per_split;
+  r.splits = plan.splits;
+  return r;
 }
 
 // The grids of an elementwise pass over d: enough blocks to fill the GPU, each thread looping.
@@ -925,10 +964,11 @@ struct Partials {
   Acc* acc() const { return static_cast<Acc*>(buffer.data()); }
 };
 
+// `per_sm`: blocks of the reduction kernel an SM runs at once.
 template <class Acc>
-Result<Partials<Acc>> partials(const KernelContext& ctx, const TensorDesc& d, int pack,
+Result<Partials<Acc>> partials(const KernelContext& ctx, const TensorDesc& d, int pack, int per_sm,
                                std::string_view op) {
-  const Reduction red = reduction_for(ctx, d, pack);
+  const Reduction red = reduction_for(ctx, d, pack, per_sm);
   DLPROBE_ASSIGN_OR_RETURN(
       Scratch buffer,
       scratch(ctx, static_cast<std::size_t>(d.dim(1) * red.splits) * sizeof(Acc), op));
@@ -1058,7 +1098,11 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
         if (done) return Status::ok();
       }
     }
-    DLPROBE_ASSIGN_OR_RETURN(const Partials<Welford> partial, partials<Welford>(ctx, d, P, op));
+    DLPROBE_ASSIGN_OR_RETURN(const int per_sm, d.layout() == Layout::nhwc
+                                                   ? blocks_per_sm(stats_nhwc<T, P>)
+                                                   : blocks_per_sm(stats_nchw<T, P>));
+    DLPROBE_ASSIGN_OR_RETURN(const Partials<Welford> partial,
+                             partials<Welford>(ctx, d, P, per_sm, op));
     const Reduction& red = partial.red;
     Welford* acc = partial.acc();
     if (d.layout() == Layout::nhwc) {
@@ -1160,7 +1204,10 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
           if (done) return Status::ok();
         }
       }
-      DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial, partials<GradSums>(ctx, d, P, op));
+      DLPROBE_ASSIGN_OR_RETURN(const int per_sm, nhwc ? blocks_per_sm(grad_sums_nhwc<T, P, kRelu>)
+                                                      : blocks_per_sm(grad_sums_nchw<T, P, kRelu>));
+      DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial,
+                               partials<GradSums>(ctx, d, P, per_sm, op));
       const Reduction& red = partial.red;
       GradSums* acc = partial.acc();
       if (nhwc) {

@@ -32,11 +32,10 @@ MultiTensorPack pack_multi_tensor(std::span<const PackedTensors> tensors, std::i
   return pack;
 }
 
-ChannelReducePlan plan_channel_reduce(std::int64_t rows, std::int64_t tiles, int sm_count,
+ChannelReducePlan plan_channel_reduce(std::int64_t rows, std::int64_t tiles, std::int64_t blocks,
                                       std::int64_t min_rows) {
-  assert(rows > 0 && tiles > 0 && sm_count > 0 && min_rows > 0);
-  const std::int64_t target_blocks = 4 * static_cast<std::int64_t>(sm_count);
-  const std::int64_t wanted = (target_blocks + tiles - 1) / tiles;
+  assert(rows > 0 && tiles > 0 && blocks > 0 && min_rows > 0);
+  const std::int64_t wanted = (blocks + tiles - 1) / tiles;
   const std::int64_t most = std::max<std::int64_t>(1, rows / min_rows);
   // grid.y carries the splits and is limited to 65535.
   std::int64_t splits = std::clamp<std::int64_t>(wanted, 1, std::min<std::int64_t>(most, 65535));

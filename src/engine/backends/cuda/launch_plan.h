@@ -54,9 +54,10 @@ struct ChannelReducePlan {
   std::int64_t splits = 1;
   std::int64_t rows_per_split = 0;
 };
-// `tiles`: blocks a single split needs across the channels. Aims at about four blocks per SM,
-// with at least `min_rows` elements per split so each block has enough work to hide latency.
-ChannelReducePlan plan_channel_reduce(std::int64_t rows, std::int64_t tiles, int sm_count,
+// `tiles`: blocks a single split needs across the channels. Aims at `blocks` blocks in all (those
+// the GPU runs at once: one wave), with at least `min_rows` elements per split so each block has
+// enough work to hide latency.
+ChannelReducePlan plan_channel_reduce(std::int64_t rows, std::int64_t tiles, std::int64_t blocks,
                                       std::int64_t min_rows);
 
 // A per-channel reduction whose operands stay in registers from their load until their use after
