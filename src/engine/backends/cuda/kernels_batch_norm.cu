@@ -14,6 +14,10 @@
 // statistics block covers one channel, an elementwise thread one pack of one plane.
 #include <cooperative_groups.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "cuda_common.cuh"
 #include "launch_plan.h"
 
@@ -882,11 +886,21 @@ Nchw nchw_of(const TensorDesc& d) {
   return {d.dim(0), static_cast<int>(d.dim(1)), d.dim(2) * d.dim(3)};
 }
 
-// Blocks of `kernel` an SM runs at once, as its registers and shared memory allow.
+// Blocks of `kernel` an SM runs at once, as its registers and shared memory allow. Asked once
+// per kernel and device: every launch of the batch norm passes sizes its grid by it, and eager
+// steps launch hundreds of them.
 template <class... Params>
 Result<int> blocks_per_sm(void (*kernel)(Params...)) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> known;
+  int device = 0;
+  DLPROBE_CUDA_CHECK(cudaGetDevice(&device));
+  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), device};
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
   int per_sm = 0;
   DLPROBE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
+  known.emplace(key, per_sm);
   return per_sm;
 }
 
