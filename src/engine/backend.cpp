@@ -122,6 +122,13 @@ Status Backend::batch_norm_finalize(const TensorView&, const TensorView&, std::i
   return no_conv_fusion(*this, "batch_norm_finalize");
 }
 
+Status Backend::batch_norm_apply_add(const TensorView&, const TensorView&, const TensorView&,
+                                     const TensorView&, const TensorView&, const TensorView&,
+                                     const TensorView&, const TensorView&, const TensorView&,
+                                     const TensorView&, const TensorView&) {
+  return no_conv_fusion(*this, "batch_norm_apply_add");
+}
+
 Status Backend::batch_norm_apply(const TensorView&, const TensorView&, const TensorView&,
                                  const TensorView&, const TensorView&, const TensorView&,
                                  const TensorView&, bool) {

@@ -69,6 +69,10 @@ class DryBackend final : public Backend {
     return {};
   }
   Status batch_norm_apply(View, View, View, View, View, View, View, bool) override { return {}; }
+  Status batch_norm_apply_add(View, View, View, View, View, View, View, View, View, View,
+                              View) override {
+    return {};
+  }
   Status relu_backward_add(View, View, View, View) override { return {}; }
   Status relu_forward(View, View) override { return {}; }
   Status relu_backward(View, View, View) override { return {}; }

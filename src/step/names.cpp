@@ -93,6 +93,8 @@ std::string_view call_kind_name(CallKind kind) {
       return "batch_norm_finalize";
     case CallKind::batch_norm_apply:
       return "batch_norm_apply";
+    case CallKind::batch_norm_apply_add:
+      return "batch_norm_apply_add";
     case CallKind::batch_norm_train_forward:
       return "batch_norm_train_forward";
     case CallKind::batch_norm_inference_forward:

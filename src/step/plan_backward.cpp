@@ -193,7 +193,10 @@ Buffer* Planner::kept(int v) {
   const auto sc = static_cast<std::size_t>(shortcut);
   Buffer* residual = nullptr;
   kept(layers[bn].inputs[0]);  // emit_batch_norm_apply reads it (batch_norm_saved)
-  if (recompute_from_[sc] >= 0 || saved_[sc]) {
+  if (paired_[bn] >= 0) {
+    // The shortcut's batch norm is applied in the same pass, from its own input.
+    kept(layers[static_cast<std::size_t>(paired_[bn])].inputs[0]);
+  } else if (recompute_from_[sc] >= 0 || saved_[sc]) {
     residual = kept(shortcut);
   } else {
     // The shortcut is a summed batch norm's output that nothing keeps (the main branch's last, in

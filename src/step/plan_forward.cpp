@@ -195,11 +195,12 @@ Status Planner::forward_batch_norm(const model::Layer& l, std::size_t i) {
   a.p = l.batch_norm;
   a.fused = f != Fusion::none;
   if (summed_[i]) {
-    if (!applied_[i]) {
+    if (!applied_[i] && !deferred_[i]) {
       DLPROBE_ASSIGN_OR_RETURN(a.y, new_output(last));
     }
     batch_norm_from_sums(l, i, a);
-    value_[static_cast<std::size_t>(last.output)] = a.y;  // none where a convolution applies it
+    // None where a convolution applies it, or the block output's pass (paired_).
+    value_[static_cast<std::size_t>(last.output)] = a.y;
     return Status::ok();
   }
   DLPROBE_ASSIGN_OR_RETURN(a.y, new_output(last));
@@ -268,7 +269,7 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
                                        a.mean->view, a.var->view, sm->view, si->view,
                                        view_or_none(scale), view_or_none(bias), a.p);
        });
-  if (applied_[i]) return;
+  if (applied_[i] || deferred_[i]) return;
   emit_batch_norm_apply(i, l.name + ".apply" + fusion_suffix(fusion_[i]), a.residual, a.y);
 }
 
@@ -283,6 +284,22 @@ Planner::BatchNormSaved Planner::batch_norm_saved(std::size_t i) const {
 void Planner::emit_batch_norm_apply(std::size_t i, std::string name, Buffer* residual, Buffer* y) {
   const model::Layer& l = s_.model.layers()[i];
   const auto [x, gamma, beta, sm, si] = batch_norm_saved(i);
+  if (paired_[i] >= 0) {
+    const auto [r, r_gamma, r_beta, r_mean, r_invstd] =
+        batch_norm_saved(static_cast<std::size_t>(paired_[i]));
+    // "<bn>.apply+<shortcut's bn>.apply+add+relu[.recompute]"
+    const std::string own = l.name + ".apply";
+    name.insert(own.size(),
+                "+" + s_.model.layers()[static_cast<std::size_t>(paired_[i])].name + ".apply");
+    emit(std::move(name), CallKind::batch_norm_apply_add, l.name,
+         {x, gamma, beta, sm, si, r, r_gamma, r_beta, r_mean, r_invstd, y},
+         [&be = be_, x, gamma, beta, sm, si, r, r_gamma, r_beta, r_mean, r_invstd, y] {
+           return be.batch_norm_apply_add(x->view, gamma->view, beta->view, sm->view, si->view,
+                                          r->view, r_gamma->view, r_beta->view, r_mean->view,
+                                          r_invstd->view, y->view);
+         });
+    return;
+  }
   const bool fused = fusion_[i] != Fusion::none;
   std::vector<Buffer*> uses = {x, gamma, beta, sm, si, y};
   if (residual != nullptr) uses.push_back(residual);

@@ -176,6 +176,8 @@ void Planner::plan_conv_fusion() {
   bn_sqsum_.assign(n, nullptr);
   bn_scale_.assign(n, nullptr);
   bn_bias_.assign(n, nullptr);
+  paired_.assign(n, -1);
+  deferred_.assign(n, false);
   if (!s_.config.fuse || !s_.config.fuse_conv || !s_.training() ||
       !be_.fuses_conv_batch_norm(s_.act(), s_.config.layout)) {
     return;
@@ -208,6 +210,18 @@ void Planner::plan_conv_fusion() {
     if (next < 0 || layers[static_cast<std::size_t>(next)].kind != LayerKind::conv) continue;
     applies_[static_cast<std::size_t>(next)] = static_cast<int>(i);
     applied_[i] = true;
+  }
+  // A block output whose shortcut is a summed batch norm's output that only the add reads: both
+  // batch norms in the block output's one pass, and the shortcut's output is never written.
+  for (std::size_t i = 0; i < n; ++i) {
+    if (fusion_[i] != Fusion::add_relu || !summed_[i]) continue;
+    const auto sc = static_cast<std::size_t>(shortcut_of(i));
+    const int from = producer_[sc];
+    if (from < 0 || layers[static_cast<std::size_t>(from)].kind != LayerKind::batch_norm) continue;
+    const auto f = static_cast<std::size_t>(from);
+    if (!summed_[f] || fusion_[f] != Fusion::none || applied_[f] || consumers_[sc] != 1) continue;
+    paired_[i] = from;
+    deferred_[f] = true;
   }
 }
 

@@ -221,6 +221,12 @@ class Planner {
   };
   bool fuse_data_gradients_ = false;
   std::map<Buffer*, DataGradient> data_gradients_;
+  // Per add_relu batch norm: the summed batch norm whose output is its shortcut and is read by the
+  // add alone (a projection block's main branch), applied with it in one pass
+  // (batch_norm_apply_add); -1 for none. deferred_: such a shortcut's batch norm, which takes no
+  // pass of its own, its output never stored.
+  std::vector<int> paired_;
+  std::vector<bool> deferred_;
   std::vector<bool> folded_;  // per layer: a ReLU or add run inside the batch norm before it
   // Batch norm inside the convolutions (plan_conv_fusion), indexed by layer; -1 for none.
   std::vector<int> sums_for_;  // per conv: the batch norm whose input it sums

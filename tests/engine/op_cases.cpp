@@ -472,6 +472,49 @@ std::vector<Variant> batch_norm_apply(Precision precision) {
   return out;
 }
 
+// A block output whose shortcut is another batch norm's output: relu(bn(x) + bn(r)), each with the
+// statistics its own forward saves.
+std::vector<Variant> batch_norm_apply_add(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 4700;
+  for (const Shape& s : kBatchNormShapes) {
+    for (Layout l : kLayouts) {
+      Variant v = variant(label(s, l), precision);
+      const HostTensor& x = v.tensors.input("x", uniform(s, seed += 10, l, -1.0, 3.0));
+      const HostTensor& r = v.tensors.input("r", uniform(s, seed + 1, l, -2.0, 1.0));
+      batch_norm_parameters(v.tensors, s, seed + 2);
+      const Shape c{s[1]};
+      v.tensors.input("r_gamma", uniform(c, seed + 6, Layout::nchw, 0.5, 1.5), Role::fp32);
+      v.tensors.input("r_beta", uniform(c, seed + 7), Role::fp32);
+      const auto fwd = reference::batch_norm_train_forward<double>(
+                           x, v.tensors["gamma"], v.tensors["beta"], v.tensors["running_mean"],
+                           v.tensors["running_var"], kTrain)
+                           .value();
+      const auto rfwd = reference::batch_norm_train_forward<double>(
+                            r, v.tensors["r_gamma"], v.tensors["r_beta"], v.tensors["running_mean"],
+                            v.tensors["running_var"], kTrain)
+                            .value();
+      v.tensors.input("save_mean", fwd.save_mean, Role::fp32);
+      v.tensors.input("save_invstd", fwd.save_invstd, Role::fp32);
+      v.tensors.input("r_mean", rfwd.save_mean, Role::fp32);
+      v.tensors.input("r_invstd", rfwd.save_invstd, Role::fp32);
+      v.tensors.output("y", s, l);
+      v.checks = {{"y", {}}};
+      v.run = [](Backend& b, BackendTensors& t) {
+        return b.batch_norm_apply_add(t["x"], t["gamma"], t["beta"], t["save_mean"],
+                                      t["save_invstd"], t["r"], t["r_gamma"], t["r_beta"],
+                                      t["r_mean"], t["r_invstd"], t["y"]);
+      };
+      v.reference = [y = fwd.y, ry = rfwd.y](const OpTensors&) -> Result<Values> {
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor want, add_relu(y, &ry));
+        return Values{{"y", std::move(want)}};
+      };
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
 // ---- elementwise ----
 
 // 2*3*7*11 = 462 elements: not a multiple of a 16-byte pack, so packed loops leave a tail.
@@ -1316,6 +1359,8 @@ const std::vector<OpCase>& op_cases() {
        [](Precision p) { return batch_norm_backward(p, true, kBatchNormShapes, kLayouts, false); }},
       {"batch_norm_finalize", P::activations, &Offers::fused_conv_batch_norm, batch_norm_finalize},
       {"batch_norm_apply", P::activations, &Offers::fused_conv_batch_norm, batch_norm_apply},
+      {"batch_norm_apply_add", P::activations, &Offers::fused_conv_batch_norm,
+       batch_norm_apply_add},
       {"batch_norm_train_forward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
        [](Precision p) {
          return batch_norm_train(p, false, false, kGpuSizedBatchNormShapes, kNhwc);

@@ -68,10 +68,12 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithBatchNormInsideTheConvolutions) {
   testing::Rig fusing = make_fusing_cuda_rig(c);
   testing::Rig exact = make_cuda_rig(c);
   ASSERT_TRUE(fusing.step && exact.step);
-  // ResNet-18: every convolution but the stem's sums its output, and the 7 block outputs whose
-  // gradient arrives as two terms take it in a data gradient's epilogue.
+  // ResNet-18: every convolution but the stem's sums its output, the 7 block outputs whose
+  // gradient arrives as two terms take it in a data gradient's epilogue, and the 3 projection
+  // blocks apply their two batch norms in one pass.
   EXPECT_EQ(calls_of(fusing, CallKind::conv_forward_fused), 19);
   EXPECT_EQ(calls_of(fusing, CallKind::conv_backward_data_add_relu), 7);
+  EXPECT_EQ(calls_of(fusing, CallKind::batch_norm_apply_add), 3);
   EXPECT_EQ(calls_of(exact, CallKind::conv_forward_fused), 0)
       << "deterministic engines: no runtime fusion";
   EXPECT_EQ(calls_of(exact, CallKind::conv_backward_data_add_relu), 0);

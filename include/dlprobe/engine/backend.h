@@ -202,6 +202,16 @@ class Backend {
                                   const TensorView& save_invstd, const TensorView& residual,
                                   const TensorView& y, bool relu);
 
+  // y = relu(bn(x) + bn(r)), each batch norm with its own saved statistics: a ResNet block's
+  // output whose shortcut is another batch norm's output (a projection's), which is then never
+  // stored: one pass over x and r instead of batch_norm_apply for each, bn(r) kept in fp32.
+  virtual Status batch_norm_apply_add(const TensorView& x, const TensorView& gamma,
+                                      const TensorView& beta, const TensorView& save_mean,
+                                      const TensorView& save_invstd, const TensorView& r,
+                                      const TensorView& r_gamma, const TensorView& r_beta,
+                                      const TensorView& r_mean, const TensorView& r_invstd,
+                                      const TensorView& y);
+
   virtual Status relu_forward(const TensorView& x, const TensorView& y) = 0;
   // From the forward's output y: the gradient passes where y > 0.
   virtual Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) = 0;

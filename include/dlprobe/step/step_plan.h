@@ -33,6 +33,7 @@ enum class CallKind : std::uint8_t {
   batch_norm_relu_backward,           // ReLU's mask and batch norm's backward in one call
   batch_norm_finalize,                // statistics from a convolution's sums
   batch_norm_apply,                   // the elementwise pass with those statistics
+  batch_norm_apply_add,  // two batch norms' passes summed, and the ReLU: a block output
   relu_forward,
   relu_backward,
   relu_backward_add,  // a ReLU's backward from a gradient that arrives as two terms

@@ -1017,6 +1017,28 @@ Status CudaBackend::batch_norm_apply(const TensorView& x, const TensorView& gamm
   return launch_batch_norm_apply(ctx(), x, gamma, beta, save_mean, save_invstd, y, epi);
 }
 
+Status CudaBackend::batch_norm_apply_add(const TensorView& x, const TensorView& gamma,
+                                         const TensorView& beta, const TensorView& save_mean,
+                                         const TensorView& save_invstd, const TensorView& r,
+                                         const TensorView& r_gamma, const TensorView& r_beta,
+                                         const TensorView& r_mean, const TensorView& r_invstd,
+                                         const TensorView& y) {
+  constexpr std::string_view op = "batch_norm_apply_add";
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"beta", &beta},
+                                            {"save_mean", &save_mean},
+                                            {"save_invstd", &save_invstd},
+                                            {"r_gamma", &r_gamma},
+                                            {"r_beta", &r_beta},
+                                            {"r_mean", &r_mean},
+                                            {"r_invstd", &r_invstd}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "r", r, x));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
+  return launch_batch_norm_apply_add(ctx(), x, {gamma, beta, save_mean, save_invstd}, r,
+                                     {r_gamma, r_beta, r_mean, r_invstd}, y);
+}
+
 // ---- elementwise, pooling ----
 
 Status CudaBackend::relu_forward(const TensorView& x, const TensorView& y) {

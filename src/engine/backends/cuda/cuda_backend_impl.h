@@ -189,6 +189,11 @@ class CudaBackend final : public Backend {
                              const TensorView& save_mean, const TensorView& save_invstd,
                              const TensorView& scale, const TensorView& bias,
                              const BatchNormParams& p) override;
+  Status batch_norm_apply_add(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                              const TensorView& save_mean, const TensorView& save_invstd,
+                              const TensorView& r, const TensorView& r_gamma,
+                              const TensorView& r_beta, const TensorView& r_mean,
+                              const TensorView& r_invstd, const TensorView& y) override;
   Status batch_norm_apply(const TensorView& x, const TensorView& gamma, const TensorView& beta,
                           const TensorView& save_mean, const TensorView& save_invstd,
                           const TensorView& residual, const TensorView& y, bool relu) override;

@@ -117,6 +117,17 @@ Status launch_batch_norm_apply(const KernelContext& ctx, const TensorView& x,
                                const TensorView& gamma, const TensorView& beta,
                                const TensorView& save_mean, const TensorView& save_invstd,
                                const TensorView& y, const BatchNormEpilogue& epi);
+// A batch norm's parameters and saved statistics, per channel, fp32.
+struct SavedBatchNorm {
+  const TensorView& gamma;
+  const TensorView& beta;
+  const TensorView& mean;
+  const TensorView& invstd;
+};
+// y = relu(bn(x) + bn(r)), each with its own statistics (Backend::batch_norm_apply_add).
+Status launch_batch_norm_apply_add(const KernelContext& ctx, const TensorView& x,
+                                   const SavedBatchNorm& xn, const TensorView& r,
+                                   const SavedBatchNorm& rn, const TensorView& y);
 // With `relu_beta` (the beta of a fused y = relu(bn(x))), dy is y's gradient and passes where
 // bn(x) > 0, recomputed from x; without it, dy is the BN output's gradient.
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,

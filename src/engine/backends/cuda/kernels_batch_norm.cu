@@ -418,6 +418,54 @@ __global__ void apply_nchw(const T* x, const T* residual, T* y, Nchw g, std::int
   });
 }
 
+// y = relu(bn(x) + bn(r)) over the P elements at `at`: two batch norms' outputs summed in fp32,
+// rounded once.
+template <int P, class T, class C>
+__device__ __forceinline__ void apply_add_pack(const T* x, const T* r, T* y, std::int64_t at,
+                                               const C (&xs)[3], const C (&rs)[3]) {
+  float v[P];
+  float w[P];
+  load_pack(x + at, v);
+  load_pack(r + at, w);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const float o = bn_value(v[k], of(xs[0], k), of(xs[1], k), of(xs[2], k)) +
+                    bn_value(w[k], of(rs[0], k), of(rs[1], k), of(rs[2], k));
+    v[k] = relu(o);
+  }
+  store_pack(y + at, v);
+}
+
+template <class T, int P>
+__global__ void apply_add_nhwc(const T* x, const T* r, T* y, Nhwc g, Channels ch, Channels rch) {
+  const NhwcLane lane = nhwc_lane(g);
+  if (lane.pack >= g.packs) return;
+  // Per channel of each: mean, scale (invstd * gamma) and beta.
+  float xs[3][P];
+  float rs[3][P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int c = lane.pack * P + k;
+    xs[0][k] = ch.mean[c];
+    xs[1][k] = ch.inv(c) * ch.gamma[c];
+    xs[2][k] = ch.beta[c];
+    rs[0][k] = rch.mean[c];
+    rs[1][k] = rch.inv(c) * rch.gamma[c];
+    rs[2][k] = rch.beta[c];
+  }
+  for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) { apply_add_pack<P>(x, r, y, at, xs, rs); });
+}
+
+template <class T, int P>
+__global__ void apply_add_nchw(const T* x, const T* r, T* y, Nchw g, std::int64_t packs,
+                               Channels ch, Channels rch) {
+  for_each_nchw_pack<P>(g, packs, [&](std::int64_t q, int c) {
+    const float xs[3] = {ch.mean[c], ch.inv(c) * ch.gamma[c], ch.beta[c]};
+    const float rs[3] = {rch.mean[c], rch.inv(c) * rch.gamma[c], rch.beta[c]};
+    apply_add_pack<P>(x, r, y, q * P, xs, rs);
+  });
+}
+
 // ---- backward ----
 
 // Per channel, what the fused ReLU's decision is recomputed from: the forward's mean, its scale
@@ -1179,6 +1227,32 @@ Status launch_batch_norm_apply(const KernelContext& ctx, const TensorView& x,
                                       0.0F,           f32(gamma),       f32(beta)};
                     return apply<T, P>(ctx, x.desc, x, epi, y, ch);
                   });
+}
+
+Status launch_batch_norm_apply_add(const KernelContext& ctx, const TensorView& x,
+                                   const SavedBatchNorm& xn, const TensorView& r,
+                                   const SavedBatchNorm& rn, const TensorView& y) {
+  const TensorDesc& d = x.desc;
+  return dispatch(
+      "batch_norm_apply_add", d, {x.data, r.data, y.data}, [&]<class T, int P>() -> Status {
+        const Channels ch{f32(xn.mean), f32(xn.invstd), nullptr, 0.0F, f32(xn.gamma), f32(xn.beta)};
+        const Channels rch{f32(rn.mean), f32(rn.invstd), nullptr,
+                           0.0F,         f32(rn.gamma),  f32(rn.beta)};
+        const auto* xp = static_cast<const T*>(x.data);
+        const auto* rp = static_cast<const T*>(r.data);
+        auto* yp = static_cast<T*>(y.data);
+        if (d.layout() == Layout::nhwc) {
+          auto* kernel = apply_add_nhwc<T, P>;
+          DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel));
+          kernel<<<nhwc_grid(ctx, d, P, per_sm), kBlock, 0, ctx.stream>>>(xp, rp, yp, nhwc_of(d, P),
+                                                                          ch, rch);
+        } else {
+          apply_add_nchw<T, P><<<nchw_grid(ctx, d, P), kBlock, 0, ctx.stream>>>(
+              xp, rp, yp, nchw_of(d), d.numel() / P, ch, rch);
+        }
+        DLPROBE_CUDA_CHECK_LAUNCH();
+        return Status::ok();
+      });
 }
 
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,

@@ -604,6 +604,17 @@ class ReferenceBackend final : public HostBackend {
     return store(std::move(out), y);
   }
 
+  Status batch_norm_apply_add(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                              const TensorView& save_mean, const TensorView& save_invstd,
+                              const TensorView& r, const TensorView& r_gamma,
+                              const TensorView& r_beta, const TensorView& r_mean,
+                              const TensorView& r_invstd, const TensorView& y) override {
+    HostTensor shortcut(r.desc);
+    DLPROBE_RETURN_IF_ERROR(
+        batch_norm_apply(r, r_gamma, r_beta, r_mean, r_invstd, {}, shortcut.view(), false));
+    return batch_norm_apply(x, gamma, beta, save_mean, save_invstd, shortcut.view(), y, true);
+  }
+
   Status relu_forward(const TensorView& x, const TensorView& y) override {
     return run_reference<T>(y, reference::relu_forward<T>, x);
   }
