@@ -626,25 +626,38 @@ struct GradChannels {
   float inv_count;
 };
 
-// dx = gamma * invstd * (g - sum(g)/M - xhat * sum(g * xhat)/M), xhat = (x - mean) * invstd;
-// dgamma = sum(g * xhat) and dbeta = sum(g) are already computed.
-__device__ __forceinline__ float bn_dx(float g, float x, float mean, float invstd, float k_beta,
-                                       float k_gamma, float scale) {
-  const float xhat = (x - mean) * invstd;
-  return scale * (g - k_beta - xhat * k_gamma);
+// dx = gamma * invstd * (g - sum(g)/M - xhat * sum(g * xhat)/M), xhat = (x - mean) * invstd, with
+// dgamma = sum(g * xhat) and dbeta = sum(g) already computed, taken per channel as a line in g and
+// x - mean: dx = scale * g + (x - mean) * slope + offset, scale = gamma * invstd. Two values a
+// channel beside the mean and scale the ReLU's mask reads anyway, where the expression above held
+// three: the NHWC dx pass with the mask took 72 registers with them in fp16 and bf16 (three blocks
+// of 256 threads an SM), 63 and 64 now (four), without spilling (ptxas -v, sm_90).
+struct DxLine {
+  float slope;
+  float offset;
+};
+
+__device__ __forceinline__ DxLine dx_line(float scale, float invstd, float dgamma, float dbeta,
+                                          float inv_count) {
+  return {-scale * invstd * (dgamma * inv_count), -scale * (dbeta * inv_count)};
 }
 
-// dx of the P elements at `at`, with the per-channel values of bn_dx.
-// `scale` is gamma * invstd, which is also the forward's scale of x - mean.
+__device__ __forceinline__ float bn_dx(float g, float x, float mean, float scale, float slope,
+                                       float offset) {
+  return fmaf(scale, g, fmaf(x - mean, slope, offset));
+}
+
+// dx of the P elements at `at`, with the per-channel values of bn_dx. `scale` is also the
+// forward's scale of x - mean, which the ReLU's mask recomputes the forward's output with.
 template <bool kRelu, int P, class T, class C>
 __device__ __forceinline__ void dx_pack(const T* dy, const T* x, T* dx, std::int64_t at,
-                                        const C& mean, const C& inv, const C& kb, const C& kg,
-                                        const C& scale, const C& beta) {
+                                        const C& mean, const C& scale, const C& slope,
+                                        const C& offset, const C& beta) {
   float grad[P], vx[P];
   load_grad<kRelu>(dy, x, at, grad, vx, mean, scale, beta);
 #pragma unroll
   for (int k = 0; k < P; ++k) {
-    grad[k] = bn_dx(grad[k], vx[k], of(mean, k), of(inv, k), of(kb, k), of(kg, k), of(scale, k));
+    grad[k] = bn_dx(grad[k], vx[k], of(mean, k), of(scale, k), of(slope, k), of(offset, k));
   }
   store_pack(dx + at, grad);
 }
@@ -653,19 +666,20 @@ template <class T, int P, bool kRelu>
 __global__ void dx_nhwc(const T* dy, const T* x, T* dx, Nhwc g, GradChannels ch) {
   const NhwcLane lane = nhwc_lane(g);
   if (lane.pack >= g.packs) return;
-  float mean[P], inv[P], kb[P], kg[P], scale[P], beta[P] = {};
+  float mean[P], scale[P], slope[P], offset[P], beta[P] = {};
 #pragma unroll
   for (int k = 0; k < P; ++k) {
     const int c = lane.pack * P + k;
+    const float inv = ch.invstd[c];
     mean[k] = ch.mean[c];
-    inv[k] = ch.invstd[c];
-    kb[k] = ch.dbeta[c] * ch.inv_count;
-    kg[k] = ch.dgamma[c] * ch.inv_count;
-    scale[k] = ch.gamma[c] * inv[k];
+    scale[k] = ch.gamma[c] * inv;
+    const DxLine line = dx_line(scale[k], inv, ch.dgamma[c], ch.dbeta[c], ch.inv_count);
+    slope[k] = line.slope;
+    offset[k] = line.offset;
     if constexpr (kRelu) beta[k] = ch.beta[c];
   }
   for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) {
-    dx_pack<kRelu, P>(dy, x, dx, at, mean, inv, kb, kg, scale, beta);
+    dx_pack<kRelu, P>(dy, x, dx, at, mean, scale, slope, offset, beta);
   });
 }
 
@@ -674,8 +688,10 @@ __global__ void dx_nchw(const T* dy, const T* x, T* dx, Nchw g, std::int64_t pac
                         GradChannels ch) {
   for_each_nchw_pack<P>(g, packs, [&](std::int64_t q, int c) {
     const float inv = ch.invstd[c];
-    dx_pack<kRelu, P>(dy, x, dx, q * P, ch.mean[c], inv, ch.dbeta[c] * ch.inv_count,
-                      ch.dgamma[c] * ch.inv_count, ch.gamma[c] * inv, kRelu ? ch.beta[c] : 0.0F);
+    const float scale = ch.gamma[c] * inv;
+    const DxLine line = dx_line(scale, inv, ch.dgamma[c], ch.dbeta[c], ch.inv_count);
+    dx_pack<kRelu, P>(dy, x, dx, q * P, ch.mean[c], scale, line.slope, line.offset,
+                      kRelu ? ch.beta[c] : 0.0F);
   });
 }
 
@@ -701,8 +717,9 @@ __device__ __forceinline__ void for_each_grid_channel(int channels, F&& f) {
 }
 
 // At least two blocks an SM: a deeper hold at one block an SM holds no more, and hides less of
-// the memory's latency. At this bound the deeper backward (8 rows of x and of dy) spills up to
-// 176 bytes a thread in fp16 and bf16 (ptxas -v).
+// the memory's latency. At this bound the deeper backward (8 rows of x and of dy) fits in 128
+// registers in every dtype (ptxas -v, sm_90); with three values a channel for its dx (bn_dx's
+// earlier form) it spilled up to 176 bytes a thread in fp16 and bf16.
 constexpr int kResidentBlocksPerSm = 2;
 
 // Every channel's partials (one a split: gridDim.y of them) merged by the grid's warps and
@@ -860,13 +877,14 @@ __global__ void __launch_bounds__(kBlock, kResidentBlocksPerSm)
   merge_across_grid(partial, g.channels, out);
 
   if (!active) return;
-  float inv[P], kb[P], kg[P];
+  float slope[P], offset[P];
 #pragma unroll
   for (int e = 0; e < P; ++e) {
     const auto c = static_cast<int>(column) + e;
-    inv[e] = relu_ch.invstd[c];
-    kb[e] = out.dbeta[c] * inv_count;
-    kg[e] = out.dgamma[c] * inv_count;
+    const DxLine line =
+        dx_line(scale[e], relu_ch.invstd[c], out.dgamma[c], out.dbeta[c], inv_count);
+    slope[e] = line.slope;
+    offset[e] = line.offset;
   }
 #pragma unroll
   for (int k = 0; k < R; ++k) {
@@ -880,7 +898,7 @@ __global__ void __launch_bounds__(kBlock, kResidentBlocksPerSm)
     relu_mask<kRelu>(grad, vx, mean, scale, shift);
 #pragma unroll
     for (int e = 0; e < P; ++e) {
-      grad[e] = bn_dx(grad[e], vx[e], mean[e], inv[e], kb[e], kg[e], scale[e]);
+      grad[e] = bn_dx(grad[e], vx[e], mean[e], scale[e], slope[e], offset[e]);
     }
     store_pack(dx + r * g.channels + column, grad);
   }
