@@ -716,6 +716,51 @@ std::vector<Variant> max_pool_recomputed(Precision precision) {
   return out;
 }
 
+// Batch norm + ReLU and the max pool after them in one call (the step's stem): the pool's output
+// and the batch norm's statistics, over the max pool's windows, on values that straddle the
+// ReLU's zero.
+std::vector<Variant> batch_norm_relu_max_pool(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 7300;
+  for (const PoolCase& c : kPoolCases) {
+    if (c.values != PoolValues::ties) continue;  // the shapes once each; the values are drawn here
+    for (Layout l : kLayouts) {
+      Variant v = variant(pool_label({c.x, c.p, PoolValues::uniform}, l), precision);
+      v.tensors.input("x", uniform(c.x, seed += 10, l, -1.0, 3.0));
+      batch_norm_parameters(v.tensors, c.x, seed + 1);
+      v.tensors.output("y", max_pool2d_output_shape(c.x, c.p).value(), l);
+      v.tensors.output("save_mean", Shape{c.x[1]}, Layout::nchw, Role::fp32);
+      v.tensors.output("save_invstd", Shape{c.x[1]}, Layout::nchw, Role::fp32);
+      const Check sums{.terms = per_channel(c.x)};
+      v.checks = {{"y", sums},
+                  {"save_mean", sums},
+                  {"save_invstd", sums},
+                  {"running_mean", sums},
+                  {"running_var", sums}};
+      v.run = [p = c.p](Backend& b, BackendTensors& t) {
+        return b.batch_norm_relu_max_pool_train_forward(
+            t["x"], t["gamma"], t["beta"], t["running_mean"], t["running_var"], t["y"],
+            t["save_mean"], t["save_invstd"], kTrain, p);
+      };
+      v.reference = [p = c.p](const OpTensors& t) -> Result<Values> {
+        DLPROBE_ASSIGN_OR_RETURN(
+            reference::BatchNormTrainOutput r,
+            reference::batch_norm_train_forward<double>(
+                t["x"], t["gamma"], t["beta"], t["running_mean"], t["running_var"], kTrain));
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor relu, add_relu(std::move(r.y), nullptr));
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor y, reference::max_pool2d_forward<double>(relu, p));
+        return Values{{"y", std::move(y)},
+                      {"save_mean", std::move(r.save_mean)},
+                      {"save_invstd", std::move(r.save_invstd)},
+                      {"running_mean", std::move(r.running_mean)},
+                      {"running_var", std::move(r.running_var)}};
+      };
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
 const Shape kAvgPoolShapes[] = {
     {3, 5, 7, 6}, {2, 7, 7, 7}, {4, 64, 3, 5}, {2, 3, 3, 2}, {2, 6, 5, 4}};
 
@@ -1342,6 +1387,8 @@ const std::vector<OpCase>& op_cases() {
        [](Precision p) { return max_pool(p, true); }},
       {"max_pool2d_backward_recomputed", P::activations, &Offers::recomputed_max_pool,
        max_pool_recomputed},
+      {"batch_norm_relu_max_pool_train_forward", P::activations, &Offers::recomputed_max_pool,
+       batch_norm_relu_max_pool},
       {"global_avg_pool_forward", P::activations, nullptr,
        [](Precision p) { return global_avg_pool(p, false); }},
       {"global_avg_pool_backward", P::activations, nullptr,
