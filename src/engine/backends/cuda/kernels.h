@@ -98,7 +98,9 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
                                        const TensorView& save_mean, const TensorView& save_invstd,
                                        const BatchNormParams& p, const BatchNormEpilogue& epi);
 // The training forward's statistics alone: save_mean, save_invstd and the running statistics'
-// step, as launch_batch_norm_train_forward takes them, for an op that applies them itself.
+// step, for an op that applies them itself. Always the split reduction: where the whole tensor
+// fits in one grid's registers, launch_batch_norm_train_forward's one-launch path sums in another
+// order, so the two may differ in the last bits.
 Status launch_batch_norm_statistics(const KernelContext& ctx, const TensorView& x,
                                     const TensorView& running_mean, const TensorView& running_var,
                                     const TensorView& save_mean, const TensorView& save_invstd,
