@@ -188,8 +188,10 @@ void batch_norm_parameters(OpTensors& t, const Shape& s, std::uint64_t seed) {
   t.input("running_var", uniform(c, seed + 3, Layout::nchw, 0.5, 2.0), Role::fp32);
 }
 
-void batch_norm_train_outputs(Variant& v, const Shape& s, Layout l) {
-  v.tensors.output("y", s, l);
+// The training forward's outputs over input shape `s`; `y` of shape `ys` (s unless a max pool
+// follows in the same call).
+void batch_norm_train_outputs(Variant& v, const Shape& s, Layout l, const Shape& ys) {
+  v.tensors.output("y", ys, l);
   v.tensors.output("save_mean", Shape{s[1]}, Layout::nchw, Role::fp32);
   v.tensors.output("save_invstd", Shape{s[1]}, Layout::nchw, Role::fp32);
   // Every output rests on sums over a channel's values.
@@ -212,6 +214,15 @@ Result<HostTensor> add_relu(HostTensor y, const HostTensor* residual) {
   return reference::relu_forward<double>(y);
 }
 
+// The reference's training forward outputs, with `y` for its output.
+Values train_forward_values(reference::BatchNormTrainOutput r, HostTensor y) {
+  return Values{{"y", std::move(y)},
+                {"save_mean", std::move(r.save_mean)},
+                {"save_invstd", std::move(r.save_invstd)},
+                {"running_mean", std::move(r.running_mean)},
+                {"running_var", std::move(r.running_var)}};
+}
+
 std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool residual,
                                       std::span<const Shape> shapes = kBatchNormShapes,
                                       std::span<const Layout> layouts = kLayouts) {
@@ -226,7 +237,7 @@ std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool resi
           "x", fused ? uniform(s, seed += 10, l, -1.0, 3.0) : uniform(s, seed += 10, l, 1.0, 3.0));
       batch_norm_parameters(v.tensors, s, seed + 1);
       if (residual) v.tensors.input("residual", uniform(s, seed + 5, l));
-      batch_norm_train_outputs(v, s, l);
+      batch_norm_train_outputs(v, s, l, s);
       v.run = [fused, residual](Backend& b, BackendTensors& t) {
         if (!fused) {
           return b.batch_norm_train_forward(t["x"], t["gamma"], t["beta"], t["running_mean"],
@@ -247,11 +258,8 @@ std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool resi
           DLPROBE_ASSIGN_OR_RETURN(r.y,
                                    add_relu(std::move(r.y), residual ? &t["residual"] : nullptr));
         }
-        return Values{{"y", std::move(r.y)},
-                      {"save_mean", std::move(r.save_mean)},
-                      {"save_invstd", std::move(r.save_invstd)},
-                      {"running_mean", std::move(r.running_mean)},
-                      {"running_var", std::move(r.running_var)}};
+        HostTensor y = std::move(r.y);
+        return train_forward_values(std::move(r), std::move(y));
       };
       out.push_back(std::move(v));
     }
@@ -728,15 +736,7 @@ std::vector<Variant> batch_norm_relu_max_pool(Precision precision) {
       Variant v = variant(pool_label({c.x, c.p, PoolValues::uniform}, l), precision);
       v.tensors.input("x", uniform(c.x, seed += 10, l, -1.0, 3.0));
       batch_norm_parameters(v.tensors, c.x, seed + 1);
-      v.tensors.output("y", max_pool2d_output_shape(c.x, c.p).value(), l);
-      v.tensors.output("save_mean", Shape{c.x[1]}, Layout::nchw, Role::fp32);
-      v.tensors.output("save_invstd", Shape{c.x[1]}, Layout::nchw, Role::fp32);
-      const Check sums{.terms = per_channel(c.x)};
-      v.checks = {{"y", sums},
-                  {"save_mean", sums},
-                  {"save_invstd", sums},
-                  {"running_mean", sums},
-                  {"running_var", sums}};
+      batch_norm_train_outputs(v, c.x, l, max_pool2d_output_shape(c.x, c.p).value());
       v.run = [p = c.p](Backend& b, BackendTensors& t) {
         return b.batch_norm_relu_max_pool_train_forward(
             t["x"], t["gamma"], t["beta"], t["running_mean"], t["running_var"], t["y"],
@@ -749,11 +749,7 @@ std::vector<Variant> batch_norm_relu_max_pool(Precision precision) {
                 t["x"], t["gamma"], t["beta"], t["running_mean"], t["running_var"], kTrain));
         DLPROBE_ASSIGN_OR_RETURN(HostTensor relu, add_relu(std::move(r.y), nullptr));
         DLPROBE_ASSIGN_OR_RETURN(HostTensor y, reference::max_pool2d_forward<double>(relu, p));
-        return Values{{"y", std::move(y)},
-                      {"save_mean", std::move(r.save_mean)},
-                      {"save_invstd", std::move(r.save_invstd)},
-                      {"running_mean", std::move(r.running_mean)},
-                      {"running_var", std::move(r.running_var)}};
+        return train_forward_values(std::move(r), std::move(y));
       };
       out.push_back(std::move(v));
     }
