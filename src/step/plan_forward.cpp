@@ -10,7 +10,7 @@ namespace dlprobe::engine::step_impl {
 
 Status Planner::forward(const model::Layer& l, std::size_t i) {
   // Run by the batch norm before it.
-  if (folded_[i] || pool_forward_in_bn_[i]) return Status::ok();
+  if (folded_[i] || pool_forward_in_bn(i)) return Status::ok();
   if (l.kind == LayerKind::batch_norm) return forward_batch_norm(l, i);
   Buffer* x = value_of(l.inputs[0]);
   Buffer* y = nullptr;
@@ -203,7 +203,7 @@ Status Planner::forward_batch_norm(const model::Layer& l, std::size_t i) {
     value_[static_cast<std::size_t>(last.output)] = a.y;  // none where a convolution applies it
     return Status::ok();
   }
-  if (i + 2 < layers.size() && pool_forward_in_bn_[i + 2]) {
+  if (i + 2 < layers.size() && pool_forward_in_bn(i + 2)) {
     return batch_norm_max_pool_forward(l, i, a);
   }
   DLPROBE_ASSIGN_OR_RETURN(a.y, new_output(last));

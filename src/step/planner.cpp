@@ -50,7 +50,6 @@ void Planner::prepare(const std::vector<Shape>& shapes) {
 void Planner::plan_pool_recompute() {
   const auto& layers = s_.model.layers();
   pool_from_bn_.assign(layers.size(), -1);
-  pool_forward_in_bn_.assign(layers.size(), false);
   if (!s_.training() || !be_.recomputes_max_pool_input()) return;
   for (std::size_t i = 2; i < layers.size(); ++i) {
     const int in = layers[i].inputs[0];
@@ -60,7 +59,6 @@ void Planner::plan_pool_recompute() {
       continue;
     }
     pool_from_bn_[i] = static_cast<int>(i - 2);
-    pool_forward_in_bn_[i] = !summed_[i - 2];
     saved_[static_cast<std::size_t>(in)] = false;
   }
 }

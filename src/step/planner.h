@@ -96,7 +96,13 @@ class Planner {
   void emit_batch_norm_apply(std::size_t i, std::string name, Buffer* residual, Buffer* y);
   struct BatchNormForward;
   void batch_norm_train_forward(const model::Layer& l, std::size_t i, const BatchNormForward& a);
-  // Batch norm `i`, its ReLU and the max pool after them in one call (pool_forward_in_bn_).
+  // Whether max pool `i`'s forward runs in the call of the batch norm its input is recomputed
+  // from (pool_from_bn_), which takes its statistics from its own pass rather than a
+  // convolution's sums: then the pool's input is never stored.
+  bool pool_forward_in_bn(std::size_t i) const {
+    return pool_from_bn_[i] >= 0 && !summed_[static_cast<std::size_t>(pool_from_bn_[i])];
+  }
+  // Batch norm `i`, its ReLU and the max pool after them in one call (pool_forward_in_bn).
   Status batch_norm_max_pool_forward(const model::Layer& l, std::size_t i,
                                      const BatchNormForward& a);
   // A batch norm whose statistics the convolution before it summed: the finalize, then the
@@ -233,10 +239,7 @@ class Planner {
   std::vector<Buffer*> bn_sum_, bn_sqsum_;   // per batch norm: the sums, until its finalize
   std::vector<Buffer*> bn_scale_, bn_bias_;  // per applied batch norm: its prologue
   std::vector<int> pool_from_bn_;  // per max pool: the batch norm its input is recomputed from
-  // Per max pool with pool_from_bn_: its forward runs in the call of that batch norm (whose
-  // statistics are its own pass's, not a convolution's sums), so its input is never stored.
-  std::vector<bool> pool_forward_in_bn_;
-  std::vector<int> producer_;  // per value: the layer that writes it (-1 for the images)
+  std::vector<int> producer_;      // per value: the layer that writes it (-1 for the images)
   // plan_block_recompute, per value: the batch norm whose output (+add+ReLU) is recomputed, or -1;
   // and the buffer it (or a convolution output rerun_ marks) was recomputed into, once the backward
   // has read it.
