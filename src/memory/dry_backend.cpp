@@ -54,6 +54,11 @@ class DryBackend final : public Backend {
                                         const MaxPool2dParams&) override {
     return {};
   }
+  Status batch_norm_relu_max_pool_train_forward(View, View, View, View, View, View, View, View,
+                                                const BatchNormParams&,
+                                                const MaxPool2dParams&) override {
+    return {};
+  }
   Status conv2d_forward_fused(View, View, View, View, View, View, View,
                               const Conv2dParams&) override {
     return {};

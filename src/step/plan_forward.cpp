@@ -9,7 +9,8 @@
 namespace dlprobe::engine::step_impl {
 
 Status Planner::forward(const model::Layer& l, std::size_t i) {
-  if (folded_[i]) return Status::ok();  // run by the batch norm before it
+  // Run by the batch norm before it.
+  if (folded_[i] || pool_forward_in_bn(i)) return Status::ok();
   if (l.kind == LayerKind::batch_norm) return forward_batch_norm(l, i);
   Buffer* x = value_of(l.inputs[0]);
   Buffer* y = nullptr;
@@ -203,6 +204,9 @@ Status Planner::forward_batch_norm(const model::Layer& l, std::size_t i) {
     value_[static_cast<std::size_t>(last.output)] = a.y;
     return Status::ok();
   }
+  if (i + 2 < layers.size() && pool_forward_in_bn(i + 2)) {
+    return batch_norm_max_pool_forward(l, i, a);
+  }
   DLPROBE_ASSIGN_OR_RETURN(a.y, new_output(last));
   if (s_.training()) {
     batch_norm_train_forward(l, i, a);
@@ -238,6 +242,28 @@ void Planner::batch_norm_train_forward(const model::Layer& l, std::size_t i,
                                                  a.mean->view, a.var->view, a.residual_view(),
                                                  a.y->view, sm->view, si->view, a.p);
        });
+}
+
+// The max pool reads the batch norm + ReLU's output alone and its backward makes it again
+// (plan_pool_recompute): the pool normalises the values as it loads them, and that output (the
+// size of the stem's convolution output) is never stored.
+Status Planner::batch_norm_max_pool_forward(const model::Layer& l, std::size_t i,
+                                            const BatchNormForward& a) {
+  const model::Layer& pool = s_.model.layers()[i + 2];
+  Buffer* sm = s_.transient(a.gamma->view.desc, Category::activations, l.name);
+  Buffer* si = s_.transient(a.gamma->view.desc, Category::activations, l.name);
+  bn_mean_[i] = sm;
+  bn_invstd_[i] = si;
+  DLPROBE_ASSIGN_OR_RETURN(Buffer * y, new_output(pool));
+  std::vector<Buffer*> uses = {a.x, a.gamma, a.beta, a.mean, a.var, sm, si, y};
+  emit(a.name + "+" + pool.name, CallKind::batch_norm_relu_max_pool_train_forward, l.name,
+       std::move(uses), [&be = be_, a, sm, si, y, p = pool.pool] {
+         return be.batch_norm_relu_max_pool_train_forward(a.x->view, a.gamma->view, a.beta->view,
+                                                          a.mean->view, a.var->view, y->view,
+                                                          sm->view, si->view, a.p, p);
+       });
+  value_[static_cast<std::size_t>(pool.output)] = y;
+  return Status::ok();
 }
 
 void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,

@@ -188,8 +188,10 @@ void batch_norm_parameters(OpTensors& t, const Shape& s, std::uint64_t seed) {
   t.input("running_var", uniform(c, seed + 3, Layout::nchw, 0.5, 2.0), Role::fp32);
 }
 
-void batch_norm_train_outputs(Variant& v, const Shape& s, Layout l) {
-  v.tensors.output("y", s, l);
+// The training forward's outputs over input shape `s`; `y` of shape `ys` (s unless a max pool
+// follows in the same call).
+void batch_norm_train_outputs(Variant& v, const Shape& s, Layout l, const Shape& ys) {
+  v.tensors.output("y", ys, l);
   v.tensors.output("save_mean", Shape{s[1]}, Layout::nchw, Role::fp32);
   v.tensors.output("save_invstd", Shape{s[1]}, Layout::nchw, Role::fp32);
   // Every output rests on sums over a channel's values.
@@ -212,6 +214,15 @@ Result<HostTensor> add_relu(HostTensor y, const HostTensor* residual) {
   return reference::relu_forward<double>(y);
 }
 
+// The reference's training forward outputs, with `y` for its output.
+Values train_forward_values(reference::BatchNormTrainOutput r, HostTensor y) {
+  return Values{{"y", std::move(y)},
+                {"save_mean", std::move(r.save_mean)},
+                {"save_invstd", std::move(r.save_invstd)},
+                {"running_mean", std::move(r.running_mean)},
+                {"running_var", std::move(r.running_var)}};
+}
+
 std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool residual,
                                       std::span<const Shape> shapes = kBatchNormShapes,
                                       std::span<const Layout> layouts = kLayouts) {
@@ -226,7 +237,7 @@ std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool resi
           "x", fused ? uniform(s, seed += 10, l, -1.0, 3.0) : uniform(s, seed += 10, l, 1.0, 3.0));
       batch_norm_parameters(v.tensors, s, seed + 1);
       if (residual) v.tensors.input("residual", uniform(s, seed + 5, l));
-      batch_norm_train_outputs(v, s, l);
+      batch_norm_train_outputs(v, s, l, s);
       v.run = [fused, residual](Backend& b, BackendTensors& t) {
         if (!fused) {
           return b.batch_norm_train_forward(t["x"], t["gamma"], t["beta"], t["running_mean"],
@@ -247,11 +258,8 @@ std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool resi
           DLPROBE_ASSIGN_OR_RETURN(r.y,
                                    add_relu(std::move(r.y), residual ? &t["residual"] : nullptr));
         }
-        return Values{{"y", std::move(r.y)},
-                      {"save_mean", std::move(r.save_mean)},
-                      {"save_invstd", std::move(r.save_invstd)},
-                      {"running_mean", std::move(r.running_mean)},
-                      {"running_var", std::move(r.running_var)}};
+        HostTensor y = std::move(r.y);
+        return train_forward_values(std::move(r), std::move(y));
       };
       out.push_back(std::move(v));
     }
@@ -752,6 +760,39 @@ std::vector<Variant> max_pool_recomputed(Precision precision) {
         DLPROBE_ASSIGN_OR_RETURN(
             HostTensor dx, reference::max_pool2d_backward<double>(t["dy"], rounded(x, dtype), p));
         return Values{{"dx", std::move(dx)}};
+      };
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
+// Batch norm + ReLU and the max pool after them in one call (the step's stem): the pool's output
+// and the batch norm's statistics, over the max pool's windows, on values that straddle the
+// ReLU's zero.
+std::vector<Variant> batch_norm_relu_max_pool(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 7300;
+  for (const PoolCase& c : kPoolCases) {
+    if (c.values != PoolValues::ties) continue;  // the shapes once each; the values are drawn here
+    for (Layout l : kLayouts) {
+      Variant v = variant(pool_label({c.x, c.p, PoolValues::uniform}, l), precision);
+      v.tensors.input("x", uniform(c.x, seed += 10, l, -1.0, 3.0));
+      batch_norm_parameters(v.tensors, c.x, seed + 1);
+      batch_norm_train_outputs(v, c.x, l, max_pool2d_output_shape(c.x, c.p).value());
+      v.run = [p = c.p](Backend& b, BackendTensors& t) {
+        return b.batch_norm_relu_max_pool_train_forward(
+            t["x"], t["gamma"], t["beta"], t["running_mean"], t["running_var"], t["y"],
+            t["save_mean"], t["save_invstd"], kTrain, p);
+      };
+      v.reference = [p = c.p](const OpTensors& t) -> Result<Values> {
+        DLPROBE_ASSIGN_OR_RETURN(
+            reference::BatchNormTrainOutput r,
+            reference::batch_norm_train_forward<double>(
+                t["x"], t["gamma"], t["beta"], t["running_mean"], t["running_var"], kTrain));
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor relu, add_relu(std::move(r.y), nullptr));
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor y, reference::max_pool2d_forward<double>(relu, p));
+        return train_forward_values(std::move(r), std::move(y));
       };
       out.push_back(std::move(v));
     }
@@ -1387,6 +1428,8 @@ const std::vector<OpCase>& op_cases() {
        [](Precision p) { return max_pool(p, true); }},
       {"max_pool2d_backward_recomputed", P::activations, &Offers::recomputed_max_pool,
        max_pool_recomputed},
+      {"batch_norm_relu_max_pool_train_forward", P::activations, &Offers::recomputed_max_pool,
+       batch_norm_relu_max_pool},
       {"global_avg_pool_forward", P::activations, nullptr,
        [](Precision p) { return global_avg_pool(p, false); }},
       {"global_avg_pool_backward", P::activations, nullptr,

@@ -238,6 +238,16 @@ class Backend {
                                                 const TensorView& save_mean,
                                                 const TensorView& save_invstd, const TensorView& dx,
                                                 const MaxPool2dParams& p);
+  // (optional, where recomputes_max_pool_input() is true) y = max_pool(relu(bn(x))) with the
+  // batch's statistics, which are saved and move the running ones as in
+  // batch_norm_relu_train_forward; the batch norm's output is compared as that op would have
+  // stored it (rounded to x's dtype) and never stored: max_pool2d_backward_recomputed makes it
+  // again. The default refuses.
+  virtual Status batch_norm_relu_max_pool_train_forward(
+      const TensorView& x, const TensorView& gamma, const TensorView& beta,
+      const TensorView& running_mean, const TensorView& running_var, const TensorView& y,
+      const TensorView& save_mean, const TensorView& save_invstd, const BatchNormParams& bn,
+      const MaxPool2dParams& pool);
 
   // y = a + b; `y` may alias `a` or `b`.
   virtual Status add(const TensorView& a, const TensorView& b, const TensorView& y) = 0;

@@ -139,6 +139,11 @@ class CudaBackend final : public Backend {
                                         const TensorView& gamma, const TensorView& beta,
                                         const TensorView& save_mean, const TensorView& save_invstd,
                                         const TensorView& dx, const MaxPool2dParams& p) override;
+  Status batch_norm_relu_max_pool_train_forward(
+      const TensorView& x, const TensorView& gamma, const TensorView& beta,
+      const TensorView& running_mean, const TensorView& running_var, const TensorView& y,
+      const TensorView& save_mean, const TensorView& save_invstd, const BatchNormParams& bn,
+      const MaxPool2dParams& pool) override;
   Status add(const TensorView& a, const TensorView& b, const TensorView& y) override;
   Status global_avg_pool_forward(const TensorView& x, const TensorView& y) override;
   Status global_avg_pool_backward(const TensorView& dy, const TensorView& dx) override;

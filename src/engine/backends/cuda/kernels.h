@@ -97,6 +97,14 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
                                        const TensorView& running_var, const TensorView& y,
                                        const TensorView& save_mean, const TensorView& save_invstd,
                                        const BatchNormParams& p, const BatchNormEpilogue& epi);
+// The training forward's statistics alone: save_mean, save_invstd and the running statistics'
+// step, for an op that applies them itself. Always the split reduction: where the whole tensor
+// fits in one grid's registers, launch_batch_norm_train_forward's one-launch path sums in another
+// order, so the two may differ in the last bits.
+Status launch_batch_norm_statistics(const KernelContext& ctx, const TensorView& x,
+                                    const TensorView& running_mean, const TensorView& running_var,
+                                    const TensorView& save_mean, const TensorView& save_invstd,
+                                    const BatchNormParams& p);
 Status launch_batch_norm_inference_forward(const KernelContext& ctx, const TensorView& x,
                                            const TensorView& gamma, const TensorView& beta,
                                            const TensorView& running_mean,
@@ -136,17 +144,18 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
                                   const TensorView& save_invstd, const TensorView& dx,
                                   const TensorView& dgamma, const TensorView& dbeta);
 
-Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y,
-                                 const MaxPool2dParams& p);
-// Where the max pool's input was never stored (Backend::max_pool2d_backward_recomputed), what it
-// is computed again from: per channel relu((x - mean) * (invstd * gamma) + beta), rounded to x's
-// dtype, x being the batch norm's input.
+// Where the max pool's input is never stored (Backend::batch_norm_relu_max_pool_train_forward and
+// max_pool2d_backward_recomputed), what it is computed from: per channel
+// relu((x - mean) * (invstd * gamma) + beta), rounded to x's dtype, x being the batch norm's input.
 struct PoolInputFromBatchNorm {
   const float* mean;
   const float* invstd;
   const float* gamma;
   const float* beta;
 };
+Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y,
+                                 const MaxPool2dParams& p,
+                                 const PoolInputFromBatchNorm* from_bn = nullptr);
 Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy,
                                   const TensorView& x, const TensorView& dx,
                                   const MaxPool2dParams& p,

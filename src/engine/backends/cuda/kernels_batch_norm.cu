@@ -1149,6 +1149,31 @@ const void* residual_data(const BatchNormEpilogue& epi) {
 
 }  // namespace
 
+// The training forward's statistics pass and their merge: the batch's mean and inverse deviation
+// saved, the running statistics a step towards them (`out`).
+template <class T, int P>
+Status statistics(const KernelContext& ctx, const TensorDesc& d, const T* xp, const StatsOut& out,
+                  std::string_view op) {
+  const int channels = static_cast<int>(d.dim(1));
+  DLPROBE_ASSIGN_OR_RETURN(const int per_sm, d.layout() == Layout::nhwc
+                                                 ? blocks_per_sm(stats_nhwc<T, P>)
+                                                 : blocks_per_sm(stats_nchw<T, P>));
+  DLPROBE_ASSIGN_OR_RETURN(const Partials<Welford> partial,
+                           partials<Welford>(ctx, d, P, per_sm, op));
+  const Reduction& red = partial.red;
+  Welford* acc = partial.acc();
+  if (d.layout() == Layout::nhwc) {
+    stats_nhwc<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
+  } else {
+    stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
+  }
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
+                                                                     out);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
 Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorView& x,
                                        const TensorView& gamma, const TensorView& beta,
                                        const TensorView& running_mean,
@@ -1157,7 +1182,6 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
                                        const BatchNormParams& p, const BatchNormEpilogue& epi) {
   constexpr std::string_view op = "batch_norm_train_forward";
   const TensorDesc& d = x.desc;
-  const int channels = static_cast<int>(d.dim(1));
   const StatsOut out{static_cast<float>(p.eps), static_cast<float>(p.momentum),
                      f32_out(save_mean),        f32_out(save_invstd),
                      f32_out(running_mean),     f32_out(running_var)};
@@ -1178,24 +1202,22 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
         if (done) return Status::ok();
       }
     }
-    DLPROBE_ASSIGN_OR_RETURN(const int per_sm, d.layout() == Layout::nhwc
-                                                   ? blocks_per_sm(stats_nhwc<T, P>)
-                                                   : blocks_per_sm(stats_nchw<T, P>));
-    DLPROBE_ASSIGN_OR_RETURN(const Partials<Welford> partial,
-                             partials<Welford>(ctx, d, P, per_sm, op));
-    const Reduction& red = partial.red;
-    Welford* acc = partial.acc();
-    if (d.layout() == Layout::nhwc) {
-      stats_nhwc<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
-    } else {
-      stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
-    }
-    DLPROBE_CUDA_CHECK_LAUNCH();
-    finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
-                                                                       out);
-    DLPROBE_CUDA_CHECK_LAUNCH();
+    DLPROBE_RETURN_IF_ERROR((statistics<T, P>(ctx, d, xp, out, op)));
     const Channels ch{f32(save_mean), f32(save_invstd), nullptr, 0.0F, f32(gamma), f32(beta)};
     return apply<T, P>(ctx, d, x, epi, y, ch);
+  });
+}
+
+Status launch_batch_norm_statistics(const KernelContext& ctx, const TensorView& x,
+                                    const TensorView& running_mean, const TensorView& running_var,
+                                    const TensorView& save_mean, const TensorView& save_invstd,
+                                    const BatchNormParams& p) {
+  constexpr std::string_view op = "batch_norm_statistics";
+  const StatsOut out{static_cast<float>(p.eps), static_cast<float>(p.momentum),
+                     f32_out(save_mean),        f32_out(save_invstd),
+                     f32_out(running_mean),     f32_out(running_var)};
+  return dispatch(op, x.desc, {x.data}, [&]<class T, int P>() -> Status {
+    return statistics<T, P>(ctx, x.desc, static_cast<const T*>(x.data), out, op);
   });
 }
 

@@ -653,6 +653,18 @@ class ReferenceBackend final : public HostBackend {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::max_pool2d_backward<T>(dyt, x, p));
     return store(std::move(out), dx);
   }
+  Status batch_norm_relu_max_pool_train_forward(
+      const TensorView& x, const TensorView& gamma, const TensorView& beta,
+      const TensorView& running_mean, const TensorView& running_var, const TensorView& y,
+      const TensorView& save_mean, const TensorView& save_invstd, const BatchNormParams& bn,
+      const MaxPool2dParams& pool) override {
+    // The two calls it stands for, the batch norm's output stored in x's dtype between them.
+    HostTensor relu(x.desc);
+    const TensorView no_residual;
+    DLPROBE_RETURN_IF_ERROR(bn_train(x, gamma, beta, running_mean, running_var, relu.view(),
+                                     save_mean, save_invstd, bn, &no_residual));
+    return max_pool2d_forward(relu.view(), y, pool);
+  }
 
   Status add(const TensorView& a, const TensorView& b, const TensorView& y) override {
     return run_reference<T>(y, reference::add<T>, a, b);
