@@ -180,6 +180,54 @@ TEST_F(CudaConv, AutotuningTimesEveryKnobConfigurationOnce) {
   EXPECT_EQ(plan->time_ms, 1.0F);
 }
 
+// With a timer, a fused graph's plan is the fastest of the first kFusedCandidates configurations
+// that build (each distinct), not the first; without one, nothing is timed. The timer here makes
+// each later candidate faster, so a search that kept the first would fail.
+TEST_F(CudaConv, TunedFusedGraphKeepsTheFastestOfItsFirstConfigurations) {
+  cudnnHandle_t raw = nullptr;
+  ASSERT_EQ(cudnnCreate(&raw), CUDNN_STATUS_SUCCESS);
+  const std::unique_ptr<cudnnContext, decltype(&cudnnDestroy)> handle(raw, &cudnnDestroy);
+  // ResNet-50's layer1 3x3 convolution at batch 32 with bn1 + ReLU in its prologue and bn2's sums
+  // in its epilogue, fp16 NHWC (strides of N, C, H, W).
+  auto nhwc = [](std::int64_t uid, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+    return cuda::TensorSpec{uid, CUDNN_DATA_HALF, {n, c, h, w}, {h * w * c, 1, w * c, c}};
+  };
+  auto channels = [](std::int64_t uid, cudnnDataType_t type, std::int64_t c) {
+    return cuda::TensorSpec{uid, type, {1, c, 1, 1}, {c, 1, c, c}};
+  };
+  cuda::FusedConvSpec spec;
+  spec.conv.x = nhwc(1, 32, 64, 56, 56);
+  spec.conv.w = nhwc(2, 64, 64, 3, 3);
+  spec.conv.y = nhwc(3, 32, 64, 56, 56);
+  spec.conv.pad[0] = spec.conv.pad[1] = 1;
+  spec.conv.deterministic = false;
+  spec.scale = channels(4, CUDNN_DATA_HALF, 64);
+  spec.bias = channels(5, CUDNN_DATA_HALF, 64);
+  spec.sum = channels(6, CUDNN_DATA_FLOAT, 64);
+  spec.sqsum = channels(7, CUDNN_DATA_FLOAT, 64);
+  std::vector<std::string> timed;
+  const cuda::PlanTimer timer = [&](const cuda::ExecutionPlan& plan, float) -> Result<float> {
+    std::string label = fmt::format("eng{}", plan.engine_index);
+    for (const ConvKnob& k : plan.knobs) label += fmt::format(" {}={}", k.type, k.value);
+    timed.push_back(std::move(label));
+    return 100.0F - static_cast<float>(timed.size());
+  };
+  constexpr std::int64_t kWorkspace = std::int64_t{256} << 20;
+  auto first = cuda::build_fused_conv_plan(handle.get(), spec, kWorkspace);
+  ASSERT_TRUE(first.has_value()) << first.status().message();
+  EXPECT_TRUE(timed.empty());
+  auto tuned = cuda::build_fused_conv_plan(handle.get(), spec, kWorkspace, timer);
+  ASSERT_TRUE(tuned.has_value()) << tuned.status().message();
+  ASSERT_FALSE(timed.empty());
+  EXPECT_LE(timed.size(), static_cast<std::size_t>(cuda::kFusedCandidates));
+  EXPECT_EQ(std::set<std::string>(timed.begin(), timed.end()).size(), timed.size())
+      << fmt::format("{}", fmt::join(timed, "; "));
+  // The last timed, the fastest by this timer.
+  EXPECT_EQ(tuned->time_ms, 100.0F - static_cast<float>(timed.size()))
+      << fmt::format("{}", fmt::join(timed, "; "));
+  RecordProperty("candidates_timed", fmt::format("{}", fmt::join(timed, "; ")));
+}
+
 // A fused graph's plan is kept whole (serialized) in the tuning cache: a fresh backend with the
 // file (as a later process) loads it instead of building it, and it computes the same bits. A plan
 // cuDNN does not take back is built again and replaced.
