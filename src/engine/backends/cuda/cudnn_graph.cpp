@@ -624,12 +624,13 @@ namespace {
 
 // The plan for graph `g`, as build_conv_plan describes; `spec` is the convolution whose numerical
 // policy the engines must meet, `key` names the graph in errors.
-// `compiled_to_time`: runtime-compiled configurations timed once another has built (none for a
-// plain convolution, whose precompiled engines come first).
+// `to_time`: with a timer, the configurations timed before the fastest of them is kept, of any
+// kind (a fused graph's); 0 times every configuration but the runtime-compiled ones, which a plain
+// convolution tries only where nothing else built.
 Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, const ConvSpec& spec,
                                      const std::string& key, ConvEngineChoice choice,
                                      std::int64_t max_workspace_bytes, const PlanTimer& timer,
-                                     int compiled_to_time = 0) {
+                                     int to_time = 0) {
   // Heuristics mode A ranks the engines; when they are to be timed, mode B (a costlier model of
   // the same engines, which may rank other knob choices) and the fallback list add the
   // configurations A leaves out.
@@ -755,10 +756,9 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
   // ~75 shapes in a ResNet-50 step, an unbounded search took over a minute on an H200.
   const auto tuning_start = std::chrono::steady_clock::now();
   constexpr std::chrono::milliseconds kExhaustiveBudget{400};
-  int compiled_timed = 0;
+  int timed = 0;
   for (const Candidate& candidate : candidates) {
-    if (candidate.last_resort && best && compiled_timed >= compiled_to_time)
-      break;  // they are last
+    if (to_time > 0 ? timed >= to_time : candidate.last_resort && best) break;  // they are last
     if (!candidate.ranked && best &&
         std::chrono::steady_clock::now() - tuning_start > kExhaustiveBudget) {
       continue;
@@ -774,7 +774,7 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
       continue;
     }
     log_debug("conv autotune: {} {:.3f} ms", plan->engine_name, *ms);
-    if (candidate.last_resort) ++compiled_timed;
+    ++timed;
     if (*ms < best_ms) {
       best_ms = *ms;
       best = std::move(plan);
