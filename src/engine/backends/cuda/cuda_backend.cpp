@@ -529,6 +529,35 @@ Status CudaBackend::padded_conv(ConvDirection direction, const TensorView& x, co
   return launch_copy_channels(ctx(), w4, w);
 }
 
+// Times one candidate on the real buffers: an untimed run, a timed one, and unless that is more
+// than twice the best so far, the mean of three more. Some candidates are many times slower than
+// the best, so the cut keeps autotuning short. The untimed run comes first because a kernel's first
+// launch also loads its module (CUDA loads modules lazily): timed, it made every engine but the
+// first-loaded look slow and the cut dropped them. uids and ptrs must outlive the timer.
+PlanTimer CudaBackend::candidate_timer(std::span<const std::int64_t> uids,
+                                       std::span<void* const> ptrs, std::string_view op) {
+  return [this, uids, ptrs, op](const ExecutionPlan& candidate, float best_ms) -> Result<float> {
+    DLPROBE_ASSIGN_OR_RETURN(
+        auto ws, allocator_.allocate_buffer(static_cast<std::size_t>(candidate.workspace_bytes),
+                                            memory::Category::workspace, op));
+    auto time_runs = [&](int runs) -> Result<float> {
+      DLPROBE_CUDA_CHECK(cudaEventRecord(start_.get(), stream()));
+      for (int i = 0; i < runs; ++i) {
+        DLPROBE_RETURN_IF_ERROR(execute_plan(cudnn_.get(), candidate, uids, ptrs, ws.data()));
+      }
+      DLPROBE_CUDA_CHECK(cudaEventRecord(stop_.get(), stream()));
+      DLPROBE_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
+      float ms = 0;
+      DLPROBE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
+      return ms / static_cast<float>(runs);
+    };
+    DLPROBE_RETURN_IF_ERROR(execute_plan(cudnn_.get(), candidate, uids, ptrs, ws.data()));
+    DLPROBE_ASSIGN_OR_RETURN(const float first, time_runs(1));
+    if (first > 2.0F * best_ms) return first;
+    return time_runs(3);
+  };
+}
+
 Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const TensorView& w,
                          const TensorView& y, const Conv2dParams& p, std::string_view op) {
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "x", x));
@@ -551,32 +580,8 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
   if (plan == nullptr) {
     const std::int64_t uids[] = {kUidX, kUidW, kUidY};
     void* const ptrs[] = {x.data, w.data, y.data};
-    // Times one candidate on the real buffers: an untimed run, a timed one, and unless that is
-    // more than twice the best so far, the mean of three more. Some candidates are many times
-    // slower than the best, so the cut keeps autotuning short. The untimed run comes first
-    // because a kernel's first launch also loads its module (CUDA loads modules lazily): timed,
-    // it made every engine but the first-loaded look slow and the cut dropped them.
-    PlanTimer timer = [&](const ExecutionPlan& candidate, float best_ms) -> Result<float> {
-      DLPROBE_ASSIGN_OR_RETURN(
-          auto ws, allocator_.allocate_buffer(static_cast<std::size_t>(candidate.workspace_bytes),
-                                              memory::Category::workspace, op));
-      auto time_runs = [&](int runs) -> Result<float> {
-        DLPROBE_CUDA_CHECK(cudaEventRecord(start_.get(), stream()));
-        for (int i = 0; i < runs; ++i) {
-          DLPROBE_RETURN_IF_ERROR(execute_plan(cudnn_.get(), candidate, uids, ptrs, ws.data()));
-        }
-        DLPROBE_CUDA_CHECK(cudaEventRecord(stop_.get(), stream()));
-        DLPROBE_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
-        float ms = 0;
-        DLPROBE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
-        return ms / static_cast<float>(runs);
-      };
-      DLPROBE_RETURN_IF_ERROR(execute_plan(cudnn_.get(), candidate, uids, ptrs, ws.data()));
-      DLPROBE_ASSIGN_OR_RETURN(const float first, time_runs(1));
-      if (first > 2.0F * best_ms) return first;
-      return time_runs(3);
-    };
-    DLPROBE_ASSIGN_OR_RETURN(ExecutionPlan built, tuned_conv_plan(spec, key, op, timer));
+    DLPROBE_ASSIGN_OR_RETURN(ExecutionPlan built,
+                             tuned_conv_plan(spec, key, op, candidate_timer(uids, ptrs, op)));
     log_debug("{}: {} for {}", op, built.engine_name, key);
     plan = &conv_plans_.insert(key, std::move(built));
   }
@@ -693,7 +698,7 @@ Status CudaBackend::run_fused(const FusedConvSpec& spec, std::span<const std::in
   const std::string key = fused_conv_key(spec);
   const ExecutionPlan* plan = conv_plans_.find(key);
   if (plan == nullptr) {
-    DLPROBE_ASSIGN_OR_RETURN(ExecutionPlan built, fused_conv_plan(spec, key, op));
+    DLPROBE_ASSIGN_OR_RETURN(ExecutionPlan built, fused_conv_plan(spec, key, op, uids, ptrs));
     log_debug("{}: {} for {}", op, built.engine_name, key);
     plan = &conv_plans_.insert(key, std::move(built));
   }
@@ -741,10 +746,16 @@ constexpr int kFusedGraphVersion = 1;
 // serialized plan (no heuristics query, no search over candidates), else built with the
 // heuristics' choice and, with a cache, recorded there whole.
 Result<ExecutionPlan> CudaBackend::fused_conv_plan(const FusedConvSpec& spec,
-                                                   const std::string& key, std::string_view op) {
-  const std::string tuning_key =
-      options_.tuning ? fmt::format("{} | fused v{} | {}", tuning_stamp_, kFusedGraphVersion, key)
-                      : std::string();
+                                                   const std::string& key, std::string_view op,
+                                                   std::span<const std::int64_t> uids,
+                                                   std::span<void* const> ptrs) {
+  // Exhaustive tuning also times the heuristics' first runtime-compiled configurations of the
+  // graph; the others take the first that builds (each compiles for about a second).
+  const bool tuned = options_.conv_engine == ConvEngineChoice::exhaustive;
+  const std::string tuning_key = options_.tuning
+                                     ? fmt::format("{} | fused v{}{} | {}", tuning_stamp_,
+                                                   kFusedGraphVersion, tuned ? " tuned" : "", key)
+                                     : std::string();
   if (options_.tuning) {
     if (auto entry = options_.tuning->find(tuning_key); entry && !entry->plan.empty()) {
       auto plan =
@@ -758,8 +769,10 @@ Result<ExecutionPlan> CudaBackend::fused_conv_plan(const FusedConvSpec& spec,
       options_.tuning->forget(tuning_key);
     }
   }
-  DLPROBE_ASSIGN_OR_RETURN(ExecutionPlan built,
-                           build_fused_conv_plan(cudnn_.get(), spec, options_.max_workspace_bytes));
+  DLPROBE_ASSIGN_OR_RETURN(
+      ExecutionPlan built,
+      build_fused_conv_plan(cudnn_.get(), spec, options_.max_workspace_bytes,
+                            tuned ? candidate_timer(uids, ptrs, op) : PlanTimer{}));
   if (options_.tuning) {
     // A plan cuDNN does not serialize, or a cache that cannot be written, loses only the saving
     // on the next run: say so, go on.

@@ -257,7 +257,11 @@ class CudaBackend final : public Backend {
   Status padded_conv(ConvDirection direction, const TensorView& x, const TensorView& w,
                      const TensorView& y, const Conv2dParams& p, std::string_view op);
   Result<ExecutionPlan> fused_conv_plan(const FusedConvSpec& spec, const std::string& key,
-                                        std::string_view op);
+                                        std::string_view op, std::span<const std::int64_t> uids,
+                                        std::span<void* const> ptrs);
+  // Times a candidate plan on these buffers (see build_conv_plan).
+  PlanTimer candidate_timer(std::span<const std::int64_t> uids, std::span<void* const> ptrs,
+                            std::string_view op);
   // Runs the plan of `spec` (planned on first use) with a uid and pointer for each tensor.
   Status run_fused(const FusedConvSpec& spec, std::span<const std::int64_t> uids,
                    std::span<void* const> ptrs, std::string_view op);
