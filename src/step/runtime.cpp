@@ -24,6 +24,12 @@ Status StepState::enqueue(const std::size_t* marks, const std::function<Status()
       }
     }
   }
+  if (graph && (scale != graph_scale || (queued_step == 1) != graph_first_step)) {
+    // Recorded with another loss scale (one backed off after an overflow, or grown), or for the
+    // optimizer's first step: recorded again with this step's.
+    backend.release_graph(*graph);
+    graph.reset();
+  }
   if (config.graph && marks == nullptr && !graph_failed) {
     DLPROBE_ASSIGN_OR_RETURN(const bool replayed, replay_graph());
     if (replayed) {
@@ -78,6 +84,8 @@ Result<bool> StepState::replay_graph() {
     });
     if (recorded.has_value()) {
       graph = *recorded;
+      graph_scale = scale;
+      graph_first_step = queued_step == 1;
     } else {
       graph_failed = true;
       log_warn("the step runs eagerly: {}", recorded.status().message());

@@ -94,6 +94,10 @@ struct StepState {
   std::int64_t eager_runs = 0;
   std::optional<std::size_t> graph;
   bool graph_failed = false;
+  // What the recorded graph holds of the values train mode's calls read when they run: the loss
+  // scale, and whether the optimizer took its first step (SGD's momentum buffer starts there).
+  double graph_scale = 0.0;
+  bool graph_first_step = false;
 
   bool training() const { return config.mode != StepMode::infer; }
   // fp16 scales the loss before backward in train and grads modes; only train unscales.

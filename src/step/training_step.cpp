@@ -24,8 +24,11 @@ Status check_config(const StepConfig& c) {
   if (c.graph && c.memory_plan != MemoryPlan::planned) {
     return invalid_argument("a graph replay needs the planned memory plan (fixed addresses)");
   }
-  if (c.graph && c.mode == StepMode::train) {
-    return invalid_argument("a graph replay runs modes grads and infer, not train");
+  if (c.graph && c.mode == StepMode::train && c.optimizer == OptimizerKind::adamw) {
+    // A replay holds the values its calls read when it was recorded: SGD's stay (the loss scale
+    // and SGD's first step record it again when they change), AdamW's bias correction does not.
+    return invalid_argument(
+        "a graph replay trains with SGD, not AdamW (whose bias correction changes every step)");
   }
   if (c.streams != 1 && c.streams != 2) {
     return invalid_argument(fmt::format("streams must be 1 or 2, got {}", c.streams));

@@ -1,10 +1,12 @@
 // Multi-tensor kernels: gradient unscaling, SGD and AdamW over every parameter in one launch.
-// The host packs the groups and their chunks into one table (launch_plan.h) and uploads it; each
+// The host packs the groups and their chunks into one table (launch_plan.h) and uploads it (once,
+// into the graph's scratch, where a graph is recorded); each
 // block walks chunks grid-stride and its threads the chunk's elements, four at a time (float4)
 // where the group's arrays are 16-byte aligned. The per-element arithmetic follows
 // torch.optim's formulas term by term in fp32, in the order of the host backends'
 // (host_optimizer.h).
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "cuda_common.cuh"
@@ -122,13 +124,26 @@ template <unsigned kWrites, class Update>
 Status launch_multi_tensor(const KernelContext& ctx, const MultiTensorPack& pack,
                            const Update& update, const float* skip_if_set, std::string_view op) {
   if (pack.chunks.empty()) return Status::ok();
-  DLPROBE_ASSIGN_OR_RETURN(auto table, scratch(ctx, pack.bytes(), op));
   std::vector<std::byte> host(pack.bytes());
   pack.write(host.data());
-  // From pageable memory: staged before the call returns, so `host` may go out of scope.
-  DLPROBE_CUDA_CHECK(
-      cudaMemcpyAsync(table.data(), host.data(), host.size(), cudaMemcpyHostToDevice, ctx.stream));
-  const auto* base = static_cast<const std::byte*>(table.data());
+  std::optional<Scratch> table;
+  const std::byte* base = nullptr;
+  if (ctx.pool != nullptr) {
+    // While a graph is recorded the table is kept with it and filled now, once: a recorded copy
+    // would read `host` again at every replay, long after it is gone, and scratch the pool lends
+    // to a later call would be overwritten by it. The capture is relaxed, which lets this
+    // synchronous copy run beside it.
+    DLPROBE_ASSIGN_OR_RETURN(void* kept, ctx.pool->keep(*ctx.allocator, host.size(), op));
+    DLPROBE_CUDA_CHECK(cudaMemcpy(kept, host.data(), host.size(), cudaMemcpyHostToDevice));
+    base = static_cast<const std::byte*>(kept);
+  } else {
+    DLPROBE_ASSIGN_OR_RETURN(Scratch lent, scratch(ctx, pack.bytes(), op));
+    table.emplace(std::move(lent));
+    // From pageable memory: staged before the call returns, so `host` may go out of scope.
+    DLPROBE_CUDA_CHECK(cudaMemcpyAsync(table->data(), host.data(), host.size(),
+                                       cudaMemcpyHostToDevice, ctx.stream));
+    base = static_cast<const std::byte*>(table->data());
+  }
   const auto chunk_count = static_cast<std::int64_t>(pack.chunks.size());
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>(chunk_count, 4LL * ctx.sm_count));
   multi_tensor_kernel<kWrites><<<grid, kOptBlock, 0, ctx.stream>>>(
