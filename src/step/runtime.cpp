@@ -26,9 +26,11 @@ Status StepState::enqueue(const std::size_t* marks, const std::function<Status()
   }
   if (graph && (scale != graph_scale || (queued_step == 1) != graph_first_step)) {
     // Recorded with another loss scale (one backed off after an overflow, or grown), or for the
-    // optimizer's first step: recorded again with this step's.
+    // optimizer's first step: this step runs eagerly, which also measures the workspace the next
+    // recording shares among its calls, and the next one is recorded with its values.
     backend.release_graph(*graph);
     graph.reset();
+    eager_runs = 0;
   }
   if (config.graph && marks == nullptr && !graph_failed) {
     DLPROBE_ASSIGN_OR_RETURN(const bool replayed, replay_graph());

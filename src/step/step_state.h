@@ -89,8 +89,9 @@ struct StepState {
   bool input_set = false;
   bool pending = false;
   double pending_scale = 1.0;
-  // StepConfig::graph: eager runs so far (the first one builds plans), the recorded graph, and
-  // whether recording failed (then every step runs eagerly).
+  // StepConfig::graph: eager runs since the last recording was let go (the first one builds plans
+  // and measures the workspace the recording shares), the recorded graph, and whether recording
+  // failed (then every step runs eagerly).
   std::int64_t eager_runs = 0;
   std::optional<std::size_t> graph;
   bool graph_failed = false;
