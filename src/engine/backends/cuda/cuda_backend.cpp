@@ -351,6 +351,10 @@ Result<std::size_t> CudaBackend::capture(const std::function<Status()>& record) 
   DLPROBE_ASSIGN_OR_RETURN(
       graph->workspace,
       allocator_.allocate_buffer(ws, memory::Category::workspace, "graph workspace"));
+  // What was queued before has run: a call being recorded may fill memory outside the recording
+  // (the optimizer's table, kernels_optimizer.cu), in a block the caching allocator hands on from
+  // that earlier work, which its stream order alone would not keep it from overwriting.
+  DLPROBE_RETURN_IF_ERROR(synchronize());
   DLPROBE_CUDA_CHECK(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeRelaxed));
   recording_ = graph.get();
   Status recorded = record();
