@@ -43,7 +43,8 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
       std::find(axes.modes.begin(), axes.modes.end(), engine::StepMode::train) != axes.modes.end();
   if (axes.graph == true && trains && axes.base.optimizer == engine::OptimizerKind::adamw) {
     return invalid_argument(
-        "a graph replay trains with SGD, not AdamW (whose bias correction changes every step)");
+        "a graph replay trains with SGD, not AdamW (whose bias correction changes every step): "
+        "train AdamW with --graph off, or with --optimizer sgd");
   }
   Expanded out;
   bool planned = false;

@@ -28,7 +28,8 @@ Status check_config(const StepConfig& c) {
     // A replay holds the values its calls read when it was recorded: SGD's stay (the loss scale
     // and SGD's first step record it again when they change), AdamW's bias correction does not.
     return invalid_argument(
-        "a graph replay trains with SGD, not AdamW (whose bias correction changes every step)");
+        "a graph replay trains with SGD, not AdamW (whose bias correction changes every step): "
+        "train AdamW without a graph, or with SGD");
   }
   if (c.streams != 1 && c.streams != 2) {
     return invalid_argument(fmt::format("streams must be 1 or 2, got {}", c.streams));

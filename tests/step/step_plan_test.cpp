@@ -493,6 +493,15 @@ TEST(StepPlanTest, RefusesBadConfigurationsWithOneLine) {
   c.memory_plan = MemoryPlan::planned;
   c.recompute_block_outputs = true;
   fails(c, "recomputed block outputs need one stream");
+  // A replay holds the values it was recorded with; AdamW's bias correction changes every step.
+  c = tiny_config();
+  c.mode = StepMode::train;
+  c.memory_plan = MemoryPlan::planned;
+  c.graph = true;
+  c.optimizer = OptimizerKind::adamw;
+  fails(c, "not AdamW (whose bias correction changes every step): train AdamW without a graph");
+  c.optimizer = OptimizerKind::sgd;
+  EXPECT_TRUE(TrainingStep::create(c, *backend, *allocator).has_value());
   // The library names the value and the choices; which flag it came from is the caller's to say.
   EXPECT_EQ(parse_precision("fp8").status().message(),
             "unknown precision 'fp8' (expected one of fp32, tf32, fp16, bf16, fp64)");
