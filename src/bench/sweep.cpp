@@ -39,13 +39,6 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
   const auto fastest = [&](engine::Precision p, engine::StepMode m) {
     return device::fastest_settings(device, p, m);
   };
-  const bool trains =
-      std::find(axes.modes.begin(), axes.modes.end(), engine::StepMode::train) != axes.modes.end();
-  if (axes.graph == true && trains && axes.base.optimizer == engine::OptimizerKind::adamw) {
-    return invalid_argument(
-        "a graph replay trains with SGD, not AdamW (whose bias correction changes every step): "
-        "train AdamW with --graph off, or with --optimizer sgd");
-  }
   Expanded out;
   bool planned = false;
   if (axes.memory) {

@@ -146,14 +146,13 @@ TEST(Expand, RecomputedBlockOutputsTakeOneStream) {
             std::string::npos);
 }
 
-TEST(Expand, AGraphAskedForNeedsPlannedMemoryAndNoAdamW) {
+TEST(Expand, AGraphAskedForNeedsPlannedMemory) {
   SweepAxes a = fp32_and_fp16_train_and_grads();
   a.graph = true;
-  // SGD training replays (its recorded values hold, or the step records again); AdamW's bias
-  // correction changes every step.
+  // Training replays with either optimizer (the step's counters carry what changes per step).
   EXPECT_TRUE(expand(a, DeviceKind::cuda).has_value());
   a.base.optimizer = engine::OptimizerKind::adamw;
-  EXPECT_NE(expand(a, DeviceKind::cuda).status().message().find("not AdamW"), std::string::npos);
+  EXPECT_TRUE(expand(a, DeviceKind::cuda).has_value());
   a.base.optimizer = engine::OptimizerKind::sgd;
   a.modes = {engine::StepMode::grads};
   a.memory = memory::parse_gpu_memory("grow").value();

@@ -5,7 +5,6 @@
 // where the group's arrays are 16-byte aligned. The per-element arithmetic follows
 // torch.optim's formulas term by term in fp32, in the order of the host backends'
 // (host_optimizer.h).
-#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -74,6 +73,16 @@ struct Unscale {
   }
 };
 
+// What a launch's update is made from at run time: each rule's `at` takes the step's counters as
+// the kernel reads them, so that a replayed graph updates with the values of the moment.
+struct UnscaleRule {
+  float* found_inf;
+  __device__ Unscale at(const StepCounters& c) const {
+    // torch: scale.double().reciprocal().float().
+    return {static_cast<float>(1.0 / c.loss_scale), found_inf};
+  }
+};
+
 struct Sgd {
   float lr, momentum, dampening, weight_decay;
   bool nesterov, first_step;
@@ -86,6 +95,15 @@ struct Sgd {
       d = nesterov ? d + momentum * buf : buf;
     }
     w = w - lr * d;
+  }
+};
+
+struct SgdRule {
+  Sgd sgd;  // first_step set by at()
+  __device__ Sgd at(const StepCounters& c) const {
+    Sgd s = sgd;
+    s.first_step = c.steps_taken == 0.0;
+    return s;
   }
 };
 
@@ -111,18 +129,61 @@ struct AdamW {
   }
 };
 
-template <unsigned kWrites, class Update>
+struct AdamWRule {
+  double lr, beta1, beta2, eps, weight_decay;
+  __device__ AdamW at(const StepCounters& c) const {
+    // The per-step scalars are Python floats (double) in torch.optim; they meet the tensors in
+    // fp32. Each block works them out from the step count once.
+    const double step = c.steps_taken + 1.0;
+    const double bias_correction1 = 1.0 - pow(beta1, step);
+    const double bias_correction2 = 1.0 - pow(beta2, step);
+    return {static_cast<float>(1.0 - lr * weight_decay),
+            static_cast<float>(1.0 - beta1),
+            static_cast<float>(beta2),
+            static_cast<float>(1.0 - beta2),
+            static_cast<float>(eps),
+            static_cast<float>(lr / bias_correction1),
+            static_cast<float>(sqrt(bias_correction2)),
+            step == 1.0};
+  }
+};
+
+template <unsigned kWrites, class Rule>
 __global__ void multi_tensor_kernel(const PackedTensors* groups, const PackedChunk* chunks,
-                                    std::int64_t chunk_count, Update update,
-                                    const float* skip_if_set) {
+                                    std::int64_t chunk_count, Rule rule,
+                                    const StepCounters* counters, const float* skip_if_set) {
   // The step a dynamic loss scaler skips: nothing in this launch writes the flag.
   if (skip_if_set != nullptr && *skip_if_set != 0.0F) return;
-  for_each_element<kWrites>(groups, chunks, chunk_count, update);
+  for_each_element<kWrites>(groups, chunks, chunk_count, rule.at(*counters));
 }
 
-template <unsigned kWrites, class Update>
-Status launch_multi_tensor(const KernelContext& ctx, const MultiTensorPack& pack,
-                           const Update& update, const float* skip_if_set, std::string_view op) {
+// GradScaler.update and the step count: advance_step_counters (ops.cpp) in the same order.
+__global__ void advance_kernel(StepCounters* counters, GradScalerOptions scaler, bool scaling,
+                               const float* found_inf) {
+  StepCounters c = *counters;
+  c.last_loss_scale = c.loss_scale;
+  const bool found = found_inf != nullptr && *found_inf != 0.0F;
+  if (!scaling) {
+    c.steps_taken += 1.0;
+  } else if (found) {
+    c.loss_scale *= scaler.backoff_factor;
+    c.growth_tracker = 0.0;
+  } else {
+    c.steps_taken += 1.0;
+    c.growth_tracker += 1.0;
+    if (c.growth_tracker == static_cast<double>(scaler.growth_interval)) {
+      const double grown = c.loss_scale * scaler.growth_factor;
+      if (isfinite(grown)) c.loss_scale = grown;
+      c.growth_tracker = 0.0;
+    }
+  }
+  *counters = c;
+}
+
+template <unsigned kWrites, class Rule>
+Status launch_multi_tensor(const KernelContext& ctx, const MultiTensorPack& pack, const Rule& rule,
+                           const StepCounters* counters, const float* skip_if_set,
+                           std::string_view op) {
   if (pack.chunks.empty()) return Status::ok();
   std::vector<std::byte> host(pack.bytes());
   pack.write(host.data());
@@ -148,7 +209,7 @@ Status launch_multi_tensor(const KernelContext& ctx, const MultiTensorPack& pack
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>(chunk_count, 4LL * ctx.sm_count));
   multi_tensor_kernel<kWrites><<<grid, kOptBlock, 0, ctx.stream>>>(
       reinterpret_cast<const PackedTensors*>(base),
-      reinterpret_cast<const PackedChunk*>(base + pack.chunk_offset()), chunk_count, update,
+      reinterpret_cast<const PackedChunk*>(base + pack.chunk_offset()), chunk_count, rule, counters,
       skip_if_set);
   DLPROBE_CUDA_CHECK_LAUNCH();
   return Status::ok();
@@ -156,37 +217,32 @@ Status launch_multi_tensor(const KernelContext& ctx, const MultiTensorPack& pack
 
 }  // namespace
 
-Status launch_unscale(const KernelContext& ctx, const MultiTensorPack& pack, double inv_scale,
-                      float* found_inf) {
-  return launch_multi_tensor<0b0001U>(ctx, pack, Unscale{static_cast<float>(inv_scale), found_inf},
-                                      nullptr, "unscale_gradients");
+Status launch_unscale(const KernelContext& ctx, const MultiTensorPack& pack,
+                      const StepCounters* counters, float* found_inf) {
+  return launch_multi_tensor<0b0001U>(ctx, pack, UnscaleRule{found_inf}, counters, nullptr,
+                                      "unscale_gradients");
 }
 
 Status launch_sgd(const KernelContext& ctx, const MultiTensorPack& pack, const SgdParams& p,
-                  bool first_step, const float* found_inf) {
-  const Sgd update{static_cast<float>(p.lr),
-                   static_cast<float>(p.momentum),
-                   static_cast<float>(p.dampening),
-                   static_cast<float>(p.weight_decay),
-                   p.nesterov,
-                   first_step};
-  return launch_multi_tensor<0b0101U>(ctx, pack, update, found_inf, "sgd_step");
+                  const StepCounters* counters, const float* found_inf) {
+  const SgdRule rule{{static_cast<float>(p.lr), static_cast<float>(p.momentum),
+                      static_cast<float>(p.dampening), static_cast<float>(p.weight_decay),
+                      p.nesterov, false}};
+  return launch_multi_tensor<0b0101U>(ctx, pack, rule, counters, found_inf, "sgd_step");
 }
 
 Status launch_adamw(const KernelContext& ctx, const MultiTensorPack& pack, const AdamWParams& p,
-                    std::int64_t step, const float* found_inf) {
-  // The per-step scalars are Python floats (double) in torch.optim; they meet the tensors in fp32.
-  const double bias_correction1 = 1.0 - std::pow(p.beta1, static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(p.beta2, static_cast<double>(step));
-  const AdamW update{static_cast<float>(1.0 - p.lr * p.weight_decay),
-                     static_cast<float>(1.0 - p.beta1),
-                     static_cast<float>(p.beta2),
-                     static_cast<float>(1.0 - p.beta2),
-                     static_cast<float>(p.eps),
-                     static_cast<float>(p.lr / bias_correction1),
-                     static_cast<float>(std::sqrt(bias_correction2)),
-                     step == 1};
-  return launch_multi_tensor<0b1101U>(ctx, pack, update, found_inf, "adamw_step");
+                    const StepCounters* counters, const float* found_inf) {
+  const AdamWRule rule{p.lr, p.beta1, p.beta2, p.eps, p.weight_decay};
+  return launch_multi_tensor<0b1101U>(ctx, pack, rule, counters, found_inf, "adamw_step");
+}
+
+Status launch_advance_step(const KernelContext& ctx, StepCounters* counters,
+                           const GradScalerOptions* scaler, const float* found_inf) {
+  advance_kernel<<<1, 1, 0, ctx.stream>>>(
+      counters, scaler != nullptr ? *scaler : GradScalerOptions{}, scaler != nullptr, found_inf);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
 }
 
 }  // namespace dlprobe::cuda
