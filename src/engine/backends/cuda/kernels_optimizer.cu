@@ -133,7 +133,7 @@ struct AdamWRule {
   double lr, beta1, beta2, eps, weight_decay;
   __device__ AdamW at(const StepCounters& c) const {
     // The per-step scalars are Python floats (double) in torch.optim; they meet the tensors in
-    // fp32. Each block works them out from the step count once.
+    // fp32.
     const double step = c.steps_taken + 1.0;
     const double bias_correction1 = 1.0 - pow(beta1, step);
     const double bias_correction2 = 1.0 - pow(beta2, step);
@@ -154,7 +154,12 @@ __global__ void multi_tensor_kernel(const PackedTensors* groups, const PackedChu
                                     const StepCounters* counters, const float* skip_if_set) {
   // The step a dynamic loss scaler skips: nothing in this launch writes the flag.
   if (skip_if_set != nullptr && *skip_if_set != 0.0F) return;
-  for_each_element<kWrites>(groups, chunks, chunk_count, rule.at(*counters));
+  // One thread a block works the update out (AdamW's takes two powers in double).
+  using Update = decltype(rule.at(*counters));
+  __shared__ Update update;
+  if (threadIdx.x == 0) update = rule.at(*counters);
+  __syncthreads();
+  for_each_element<kWrites>(groups, chunks, chunk_count, update);
 }
 
 // GradScaler.update and the step count: advance_step_counters (ops.cpp) in the same order.
