@@ -89,15 +89,15 @@ class DryBackend final : public Backend {
   Status linear_forward(View, View, View, View) override { return {}; }
   Status linear_backward(View, View, View, View, View, View) override { return {}; }
   Status cross_entropy_forward(View, View, View) override { return {}; }
-  Status cross_entropy_backward(View, View, double, View) override { return {}; }
-  Status unscale_gradients(std::span<const TensorView>, double, View) override { return {}; }
-  Status sgd_step(std::span<const OptimizerSlot>, const SgdParams&, std::int64_t, View) override {
+  Status cross_entropy_backward(View, View, View, View) override { return {}; }
+  Status unscale_gradients(std::span<const TensorView>, View, View) override { return {}; }
+  Status sgd_step(std::span<const OptimizerSlot>, const SgdParams&, View, View) override {
     return {};
   }
-  Status adamw_step(std::span<const OptimizerSlot>, const AdamWParams&, std::int64_t,
-                    View) override {
+  Status adamw_step(std::span<const OptimizerSlot>, const AdamWParams&, View, View) override {
     return {};
   }
+  Status advance_step(View, const GradScalerOptions*, View) override { return {}; }
 
  private:
   bool fuses_;

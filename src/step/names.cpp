@@ -139,6 +139,8 @@ std::string_view call_kind_name(CallKind kind) {
       return "sgd_step";
     case CallKind::adamw_step:
       return "adamw_step";
+    case CallKind::advance_step:
+      return "advance_step";
   }
   return "?";
 }

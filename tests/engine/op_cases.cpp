@@ -33,6 +33,16 @@ HostTensor filled(const Shape& s, double value, Layout l = Layout::nchw) {
   return t;
 }
 
+// A step's counters as the fp64 [4] tensor (step_counters_desc()) the backends read.
+HostTensor counters_tensor(const StepCounters& c) {
+  HostTensor t(step_counters_desc());
+  t.set(0, c.loss_scale);
+  t.set(1, c.last_loss_scale);
+  t.set(2, c.growth_tracker);
+  t.set(3, c.steps_taken);
+  return t;
+}
+
 // `t` rounded to `dtype`, in fp64.
 HostTensor rounded(const HostTensor& t, DType dtype) {
   return t.to_dtype(dtype).value().to_dtype(DType::fp64).value();
@@ -928,9 +938,10 @@ std::vector<Variant> cross_entropy(Precision precision, bool backward) {
       } else {
         v.tensors.output("dlogits", {c.batch, c.classes}, Layout::nchw, Role::fp32);
         // Softmax terms are small against the loss scale / batch that multiplies them.
+        v.tensors.input("counters", counters_tensor({.loss_scale = kLossScale}), Role::own);
         v.checks = {{"dlogits", {.scale = kLossScale / static_cast<double>(c.batch)}}};
         v.run = [](Backend& b, BackendTensors& t) {
-          return b.cross_entropy_backward(t["logits"], t["labels"], kLossScale, t["dlogits"]);
+          return b.cross_entropy_backward(t["logits"], t["labels"], t["counters"], t["dlogits"]);
         };
         v.reference = [](const OpTensors& t) -> Result<Values> {
           DLPROBE_ASSIGN_OR_RETURN(
@@ -1175,11 +1186,13 @@ std::vector<Variant> unscale_gradients(Precision precision) {
     }
     v.tensors.input("found_inf", filled({1}, c.flag_before), Role::fp32);
     v.checks.push_back({"found_inf", {.exact = true}});
-    v.run = [inv = c.inv_scale](Backend& b, BackendTensors& t) {
+    // The inverses of the cases' powers of two are exact.
+    v.tensors.input("counters", counters_tensor({.loss_scale = 1.0 / c.inv_scale}), Role::own);
+    v.run = [](Backend& b, BackendTensors& t) {
       std::vector<TensorView> grads;
       for (std::size_t i = 0; i < std::size(kSlots); ++i)
         grads.push_back(t[fmt::format("grad{}", i)]);
-      return b.unscale_gradients(grads, inv, t["found_inf"]);
+      return b.unscale_gradients(grads, t["counters"], t["found_inf"]);
     };
     v.reference = [inv = c.inv_scale](const OpTensors& t) -> Result<Values> {
       Values want;
@@ -1237,9 +1250,10 @@ void optimizer_tensors(Variant& v, const std::vector<Call>& calls, const std::ve
     }
   }
   if (flag) v.tensors.input("found_inf", filled({1}, 0.0), Role::fp32);
+  v.tensors.input("counters", counters_tensor({}), Role::own);
 }
 
-using StepFn = std::function<Status(Backend&, std::span<const OptimizerSlot>, std::int64_t,
+using StepFn = std::function<Status(Backend&, std::span<const OptimizerSlot>, const TensorView&,
                                     const TensorView&)>;
 
 // Runs `calls` through `step` and keeps every tensor after each.
@@ -1254,7 +1268,10 @@ Status run_optimizer(Backend& b, BackendTensors& t, const std::vector<Call>& cal
       slots.push_back(s);
     }
     if (flag) DLPROBE_RETURN_IF_ERROR(b.fill(t["found_inf"], calls[k].skipped ? 1.0 : 0.0));
-    DLPROBE_RETURN_IF_ERROR(step(b, slots, calls[k].step, flag ? t["found_inf"] : TensorView{}));
+    // The call's step number as the counters give it: the steps taken before it.
+    const StepCounters at{.steps_taken = static_cast<double>(calls[k].step - 1)};
+    DLPROBE_RETURN_IF_ERROR(b.upload(t["counters"].data, &at, sizeof at));
+    DLPROBE_RETURN_IF_ERROR(step(b, slots, t["counters"], flag ? t["found_inf"] : TensorView{}));
     for (std::size_t i = 0; i < std::size(kSlots); ++i) {
       t.snapshot(key("param", i, k), fmt::format("param{}", i));
       for (int n = 0; n < states; ++n) {
@@ -1292,8 +1309,8 @@ std::vector<Variant> sgd(Precision precision) {
     v.run = [c, calls, states](Backend& b, BackendTensors& t) {
       return run_optimizer(
           b, t, calls, states, c.flag,
-          [&c](Backend& be, std::span<const OptimizerSlot> s, std::int64_t step,
-               const TensorView& found_inf) { return be.sgd_step(s, c.p, step, found_inf); });
+          [&c](Backend& be, std::span<const OptimizerSlot> s, const TensorView& counters,
+               const TensorView& found_inf) { return be.sgd_step(s, c.p, counters, found_inf); });
     };
     v.reference = [c, calls](const OpTensors& t) -> Result<Values> {
       Values want;
@@ -1344,8 +1361,8 @@ std::vector<Variant> adamw(Precision precision) {
     v.run = [c, calls](Backend& b, BackendTensors& t) {
       return run_optimizer(
           b, t, calls, 2, c.flag,
-          [&c](Backend& be, std::span<const OptimizerSlot> s, std::int64_t step,
-               const TensorView& found_inf) { return be.adamw_step(s, c.p, step, found_inf); });
+          [&c](Backend& be, std::span<const OptimizerSlot> s, const TensorView& counters,
+               const TensorView& found_inf) { return be.adamw_step(s, c.p, counters, found_inf); });
     };
     v.reference = [c, calls](const OpTensors& t) -> Result<Values> {
       Values want;
@@ -1366,6 +1383,53 @@ std::vector<Variant> adamw(Precision precision) {
         }
       }
       return want;
+    };
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// ---- the step counters ----
+
+struct AdvanceCase {
+  std::string_view name;
+  StepCounters before;
+  bool scaler;  // GradScaler's update with kAdvanceScaler; without, only the count
+  double found_inf;
+  StepCounters want;  // GradScaler.update's values, worked out by hand
+};
+// A growth interval of 3 and factors that are not powers of two (2.5 and 0.25 are exact).
+const GradScalerOptions kAdvanceScaler{
+    .init_scale = 1.0, .growth_factor = 2.5, .backoff_factor = 0.25, .growth_interval = 3};
+const AdvanceCase kAdvanceCases[] = {
+    {"no scaler", {1.0, 1.0, 0.0, 6.0}, false, 0.0, {1.0, 1.0, 0.0, 7.0}},
+    {"clean step", {1024.0, 512.0, 1.0, 6.0}, true, 0.0, {1024.0, 1024.0, 2.0, 7.0}},
+    {"third clean step grows", {1024.0, 1024.0, 2.0, 6.0}, true, 0.0, {2560.0, 1024.0, 0.0, 7.0}},
+    {"overflow backs off, not counted",
+     {1024.0, 1024.0, 2.0, 6.0},
+     true,
+     1.0,
+     {256.0, 1024.0, 0.0, 6.0}},
+    {"growth past the largest double keeps the scale",
+     {1e308, 1e308, 2.0, 0.0},
+     true,
+     0.0,
+     {1e308, 1e308, 0.0, 1.0}},
+};
+
+std::vector<Variant> advance_step(Precision precision) {
+  std::vector<Variant> out;
+  for (const AdvanceCase& c : kAdvanceCases) {
+    Variant v = variant(std::string(c.name), precision);
+    v.tensors.input("counters", counters_tensor(c.before), Role::own);
+    v.checks.push_back({"counters", {.exact = true}});
+    if (c.scaler) v.tensors.input("found_inf", filled({1}, c.found_inf), Role::fp32);
+    v.run = [c](Backend& b, BackendTensors& t) {
+      return c.scaler ? b.advance_step(t["counters"], &kAdvanceScaler, t["found_inf"])
+                      : b.advance_step(t["counters"], nullptr, TensorView{});
+    };
+    v.reference = [c](const OpTensors&) -> Result<Values> {
+      return Values{{"counters", counters_tensor(c.want)}};
     };
     out.push_back(std::move(v));
   }
@@ -1450,6 +1514,7 @@ const std::vector<OpCase>& op_cases() {
       {"unscale_gradients", P::fp32, nullptr, unscale_gradients},
       {"sgd_step", P::fp32, nullptr, sgd},
       {"adamw_step", P::fp32, nullptr, adamw},
+      {"advance_step", P::fp32, nullptr, advance_step},
   };
   return cases;
 }

@@ -264,22 +264,29 @@ class Backend {
   // loss [1] = mean over the batch of -log softmax(logits)[label].
   virtual Status cross_entropy_forward(const TensorView& logits, const TensorView& labels,
                                        const TensorView& loss) = 0;
-  // dlogits = (softmax - one_hot) * loss_scale / N.
+  // dlogits = (softmax - one_hot) * loss_scale / N, loss_scale read from `counters`
+  // (StepCounters, step_counters_desc()) when the call runs; 1 where `counters` has no data.
   virtual Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
-                                        double loss_scale, const TensorView& dlogits) = 0;
+                                        const TensorView& counters, const TensorView& dlogits) = 0;
 
-  // Mixed precision: grads *= inv_scale, and found_inf (fp32 [1]) is set to 1 if any gradient is
-  // inf or NaN (left unchanged otherwise, so one flag can collect several calls).
-  virtual Status unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+  // Mixed precision: grads *= 1 / the loss scale of `counters`, and found_inf (fp32 [1]) is set to
+  // 1 if any gradient is inf or NaN (left unchanged otherwise, so one flag can collect several
+  // calls).
+  virtual Status unscale_gradients(std::span<const TensorView> grads, const TensorView& counters,
                                    const TensorView& found_inf) = 0;
 
-  // One launch (or loop) over all parameters. `step` counts from 1 (AdamW's bias correction; the
-  // first SGD step seeds the momentum buffer). When `found_inf` has data and holds a non-zero
-  // value, parameters and state are left unchanged (the step a dynamic loss scaler skips).
+  // One launch (or loop) over all parameters: step steps_taken + 1 of `counters`, read when the
+  // call runs (AdamW's bias correction; the first SGD step seeds the momentum buffer). When
+  // `found_inf` has data and holds a non-zero value, parameters and state are left unchanged
+  // (the step a dynamic loss scaler skips).
   virtual Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p,
-                          std::int64_t step, const TensorView& found_inf) = 0;
+                          const TensorView& counters, const TensorView& found_inf) = 0;
   virtual Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p,
-                            std::int64_t step, const TensorView& found_inf) = 0;
+                            const TensorView& counters, const TensorView& found_inf) = 0;
+  // advance_step_counters on `counters` after the optimizer call, with found_inf's value (none:
+  // no step is skipped) and the loss scaler's options where `scaler` is non-null.
+  virtual Status advance_step(const TensorView& counters, const GradScalerOptions* scaler,
+                              const TensorView& found_inf) = 0;
 
  private:
   std::vector<std::chrono::steady_clock::time_point> host_marks_;

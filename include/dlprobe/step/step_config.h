@@ -38,14 +38,6 @@ enum class OptimizerKind : std::uint8_t { sgd, adamw };
 Result<OptimizerKind> parse_optimizer(std::string_view text);
 std::string_view optimizer_name(OptimizerKind o);
 
-// torch.cuda.amp.GradScaler's defaults.
-struct GradScalerOptions {
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  std::int64_t growth_interval = 2000;
-};
-
 // How the step holds its activations and temporaries.
 //   dynamic  `alloc`/`free` entries of the call list take each buffer from the caching allocator
 //            just before its first use and give it back after its last (as PyTorch's step does)

@@ -50,6 +50,7 @@ enum class CallKind : std::uint8_t {
   unscale_gradients,
   sgd_step,
   adamw_step,
+  advance_step,
 };
 std::string_view call_kind_name(CallKind kind);
 

@@ -351,6 +351,10 @@ Result<std::size_t> CudaBackend::capture(const std::function<Status()>& record) 
   DLPROBE_ASSIGN_OR_RETURN(
       graph->workspace,
       allocator_.allocate_buffer(ws, memory::Category::workspace, "graph workspace"));
+  // What was queued before has run: a call being recorded may fill memory outside the recording
+  // (the optimizer's table, kernels_optimizer.cu), in a block the caching allocator hands on from
+  // that earlier work, which its stream order alone would not keep it from overwriting.
+  DLPROBE_RETURN_IF_ERROR(synchronize());
   DLPROBE_CUDA_CHECK(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeRelaxed));
   recording_ = graph.get();
   Status recorded = record();
@@ -1318,26 +1322,30 @@ Status CudaBackend::cross_entropy_forward(const TensorView& logits, const Tensor
 }
 
 Status CudaBackend::cross_entropy_backward(const TensorView& logits, const TensorView& labels,
-                                           double loss_scale, const TensorView& dlogits) {
+                                           const TensorView& counters, const TensorView& dlogits) {
   constexpr std::string_view op = "cross_entropy_backward";
   DLPROBE_RETURN_IF_ERROR(need_fp32(op, "logits", logits));
   DLPROBE_RETURN_IF_ERROR(need_like(op, "dlogits", dlogits, logits));
   DLPROBE_RETURN_IF_ERROR(need(labels.data != nullptr, op, "labels has no data"));
-  return launch_cross_entropy_backward(ctx(), logits, labels, loss_scale, dlogits);
+  if (counters.data != nullptr) DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
+  return launch_cross_entropy_backward(ctx(), logits, labels,
+                                       static_cast<const StepCounters*>(counters.data), dlogits);
 }
 
 // ---- mixed precision, optimizers ----
 
-Status CudaBackend::unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+Status CudaBackend::unscale_gradients(std::span<const TensorView> grads, const TensorView& counters,
                                       const TensorView& found_inf) {
   constexpr std::string_view op = "unscale_gradients";
+  DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
   DLPROBE_RETURN_IF_ERROR(need_fp32(op, "found_inf", found_inf));
   std::vector<PackedTensors> groups;
   for (const TensorView& g : grads) {
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, "a gradient", g));
     groups.push_back({{g.data, nullptr, nullptr, nullptr}, g.desc.numel(), 0});
   }
-  return launch_unscale(ctx(), pack_multi_tensor(groups), inv_scale,
+  return launch_unscale(ctx(), pack_multi_tensor(groups),
+                        static_cast<const StepCounters*>(counters.data),
                         static_cast<float*>(found_inf.data));
 }
 
@@ -1372,23 +1380,31 @@ Result<const float*> skip_flag(std::string_view op, const TensorView& found_inf)
 }  // namespace
 
 Status CudaBackend::sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p,
-                             std::int64_t step, const TensorView& found_inf) {
+                             const TensorView& counters, const TensorView& found_inf) {
   constexpr std::string_view op = "sgd_step";
   DLPROBE_RETURN_IF_ERROR(sgd_check(p));
-  DLPROBE_RETURN_IF_ERROR(need(step >= 1, op, "steps count from 1"));
+  DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
   DLPROBE_ASSIGN_OR_RETURN(auto pack, pack_slots(op, slots, p.momentum != 0.0, false));
   DLPROBE_ASSIGN_OR_RETURN(const float* skip, skip_flag(op, found_inf));
-  return launch_sgd(ctx(), pack, p, step == 1, skip);
+  return launch_sgd(ctx(), pack, p, static_cast<const StepCounters*>(counters.data), skip);
 }
 
 Status CudaBackend::adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p,
-                               std::int64_t step, const TensorView& found_inf) {
+                               const TensorView& counters, const TensorView& found_inf) {
   constexpr std::string_view op = "adamw_step";
   DLPROBE_RETURN_IF_ERROR(adamw_check(p));
-  DLPROBE_RETURN_IF_ERROR(need(step >= 1, op, "steps count from 1"));
+  DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
   DLPROBE_ASSIGN_OR_RETURN(auto pack, pack_slots(op, slots, true, true));
   DLPROBE_ASSIGN_OR_RETURN(const float* skip, skip_flag(op, found_inf));
-  return launch_adamw(ctx(), pack, p, step, skip);
+  return launch_adamw(ctx(), pack, p, static_cast<const StepCounters*>(counters.data), skip);
+}
+
+Status CudaBackend::advance_step(const TensorView& counters, const GradScalerOptions* scaler,
+                                 const TensorView& found_inf) {
+  constexpr std::string_view op = "advance_step";
+  DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
+  DLPROBE_ASSIGN_OR_RETURN(const float* found, skip_flag(op, found_inf));
+  return launch_advance_step(ctx(), static_cast<StepCounters*>(counters.data), scaler, found);
 }
 
 }  // namespace cuda

@@ -156,14 +156,16 @@ class CudaBackend final : public Backend {
   Status cross_entropy_forward(const TensorView& logits, const TensorView& labels,
                                const TensorView& loss) override;
   Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
-                                double loss_scale, const TensorView& dlogits) override;
+                                const TensorView& counters, const TensorView& dlogits) override;
 
-  Status unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+  Status unscale_gradients(std::span<const TensorView> grads, const TensorView& counters,
                            const TensorView& found_inf) override;
-  Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step,
-                  const TensorView& found_inf) override;
-  Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step,
-                    const TensorView& found_inf) override;
+  Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p,
+                  const TensorView& counters, const TensorView& found_inf) override;
+  Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p,
+                    const TensorView& counters, const TensorView& found_inf) override;
+  Status advance_step(const TensorView& counters, const GradScalerOptions* scaler,
+                      const TensorView& found_inf) override;
 
   // cuDNN's runtime fusion of a convolution with the batch norms around it (cudnn_graph.h's
   // FusedConvSpec, from cuDNN's first choice of engine: build_fused_conv_plan): NHWC fp16 or

@@ -172,16 +172,20 @@ Status launch_column_sum(const KernelContext& ctx, const TensorView& dy, const T
 Status launch_cross_entropy_forward(const KernelContext& ctx, const TensorView& logits,
                                     const TensorView& labels, const TensorView& loss);
 Status launch_cross_entropy_backward(const KernelContext& ctx, const TensorView& logits,
-                                     const TensorView& labels, double loss_scale,
+                                     const TensorView& labels, const StepCounters* counters,
                                      const TensorView& dlogits);
 
 // Multi-tensor kernels over fp32 arrays: one launch over the packed table (see launch_plan.h).
-// `found_inf` is a device fp32 scalar or null.
-Status launch_unscale(const KernelContext& ctx, const MultiTensorPack& pack, double inv_scale,
-                      float* found_inf);
+// `counters` is the step's StepCounters in device memory, read by the kernel when it runs (the
+// loss scale, the optimizer's step); `found_inf` is a device fp32 scalar or null.
+Status launch_unscale(const KernelContext& ctx, const MultiTensorPack& pack,
+                      const StepCounters* counters, float* found_inf);
 Status launch_sgd(const KernelContext& ctx, const MultiTensorPack& pack, const SgdParams& p,
-                  bool first_step, const float* found_inf);
+                  const StepCounters* counters, const float* found_inf);
 Status launch_adamw(const KernelContext& ctx, const MultiTensorPack& pack, const AdamWParams& p,
-                    std::int64_t step, const float* found_inf);
+                    const StepCounters* counters, const float* found_inf);
+// advance_step_counters on the device: one thread.
+Status launch_advance_step(const KernelContext& ctx, StepCounters* counters,
+                           const GradScalerOptions* scaler, const float* found_inf);
 
 }  // namespace dlprobe::cuda
