@@ -84,10 +84,9 @@ struct StepConfig {
   bool recompute_block_outputs = false;
   MemoryPlan memory_plan = MemoryPlan::dynamic;
   // Record the step once as a graph (a CUDA graph) and replay it, so the host launches one graph
-  // instead of every call. Needs MemoryPlan::planned (the same addresses every step) and mode
-  // grads or infer (train's optimizer uploads its table each step and fp16 training changes its
-  // loss scale between steps). A backend that cannot record runs the step eagerly, with a
-  // warning.
+  // instead of every call. Needs MemoryPlan::planned (the same addresses every step); in train
+  // mode the calls read the loss scale and step count from the step's counters, so one recording
+  // serves every step. A backend that cannot record runs the step eagerly, with a warning.
   bool graph = false;
   // 2: each convolution's weight gradient runs on a second stream of the backend
   // (Backend::streams), beside the data gradients and batch norms that follow it, where the
