@@ -17,10 +17,12 @@ jpeg_dataset() {
 
 # `step_tests FILTER`: step_cuda_test's tests matching FILTER (a gtest filter), within TEST_TIMEOUT
 # seconds (default 150); the whole log in $out/step-tests.log, each test's line and each failure's
-# in $out/step-tests.txt and on stdout.
+# in $out/step-tests.txt and on stdout. STEP_TEST names another build of the test binary in the
+# bundle (step_cuda_test-NAME, beside DLPROBE's dlprobe-NAME).
 step_tests() {
-  echo "== step_cuda_test"
-  timeout "${TEST_TIMEOUT:-150}" "$bin/step_cuda_test" --gtest_filter="$1" >"$out/step-tests.log" 2>&1
+  echo "== ${STEP_TEST:-step_cuda_test}"
+  timeout "${TEST_TIMEOUT:-150}" "$bin/${STEP_TEST:-step_cuda_test}" --gtest_filter="$1" \
+    >"$out/step-tests.log" 2>&1
   grep -E '^\[ +(OK|FAILED|PASSED) |Failure' "$out/step-tests.log" | head -n 60 |
     tee "$out/step-tests.txt"
 }

@@ -303,7 +303,7 @@ Command add_bench_command(CLI::App& app) {
          "(planned on a GPU)");
   sub->add_option("--graph", flags->graph,
                   "on (also --graph alone): record the step once as a CUDA graph and replay it "
-                  "(needs planned memory; modes grads and infer); off: eager steps; auto: a graph "
+                  "(needs planned memory); off: eager steps; auto: a graph "
                   "wherever the mode and memory allow one on a GPU")
       ->expected(0, 1)
       ->default_str("on")

@@ -122,6 +122,13 @@ Status Backend::batch_norm_finalize(const TensorView&, const TensorView&, std::i
   return no_conv_fusion(*this, "batch_norm_finalize");
 }
 
+Status Backend::batch_norm_apply_add(const TensorView&, const TensorView&, const TensorView&,
+                                     const TensorView&, const TensorView&, const TensorView&,
+                                     const TensorView&, const TensorView&, const TensorView&,
+                                     const TensorView&, const TensorView&) {
+  return no_conv_fusion(*this, "batch_norm_apply_add");
+}
+
 Status Backend::batch_norm_apply(const TensorView&, const TensorView&, const TensorView&,
                                  const TensorView&, const TensorView&, const TensorView&,
                                  const TensorView&, bool) {
@@ -138,6 +145,15 @@ Status Backend::max_pool2d_backward_recomputed(const TensorView&, const TensorVi
                                                const TensorView&, const TensorView&,
                                                const TensorView&, const MaxPool2dParams&) {
   return no_fusion(*this, "max_pool2d_backward_recomputed");
+}
+
+Status Backend::batch_norm_relu_max_pool_train_forward(const TensorView&, const TensorView&,
+                                                       const TensorView&, const TensorView&,
+                                                       const TensorView&, const TensorView&,
+                                                       const TensorView&, const TensorView&,
+                                                       const BatchNormParams&,
+                                                       const MaxPool2dParams&) {
+  return no_fusion(*this, "batch_norm_relu_max_pool_train_forward");
 }
 
 }  // namespace dlprobe

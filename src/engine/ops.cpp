@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace dlprobe {
 namespace {
 
@@ -160,6 +162,60 @@ Status adamw_check(const AdamWParams& p) {
     return invalid_argument(fmt::format("adamw: invalid weight decay {}", p.weight_decay));
   }
   return Status::ok();
+}
+
+Status grad_scaler_check(const GradScalerOptions& g) {
+  if (!(g.init_scale > 0.0) || !std::isfinite(g.init_scale)) {
+    return invalid_argument(fmt::format("grad scaler: init scale {} must be > 0", g.init_scale));
+  }
+  if (!(g.growth_factor > 1.0)) {
+    return invalid_argument(
+        fmt::format("grad scaler: growth factor {} must be > 1", g.growth_factor));
+  }
+  if (!(g.backoff_factor > 0.0 && g.backoff_factor < 1.0)) {
+    return invalid_argument(
+        fmt::format("grad scaler: backoff factor {} must be in (0, 1)", g.backoff_factor));
+  }
+  if (g.growth_interval < 1) {
+    return invalid_argument(
+        fmt::format("grad scaler: growth interval {} must be >= 1", g.growth_interval));
+  }
+  return Status::ok();
+}
+
+TensorDesc step_counters_desc() {
+  static_assert(sizeof(StepCounters) == 4 * sizeof(double));
+  return TensorDesc::make(Shape{4}, DType::fp64).value();
+}
+
+Status step_counters_check(std::string_view op, const TensorView& counters) {
+  if (counters.data != nullptr && counters.desc.dtype() == DType::fp64 &&
+      counters.desc.shape() == Shape{4}) {
+    return Status::ok();
+  }
+  return invalid_argument(fmt::format("{}: the step counters must be an fp64 [4] tensor, got {}",
+                                      op, counters.data == nullptr ? "none" : counters.desc.str()));
+}
+
+void advance_step_counters(StepCounters& c, bool found_inf, const GradScalerOptions* scaler) {
+  c.last_loss_scale = c.loss_scale;
+  if (scaler == nullptr) {
+    c.steps_taken += 1.0;
+    return;
+  }
+  if (found_inf) {
+    c.loss_scale *= scaler->backoff_factor;
+    c.growth_tracker = 0.0;
+    return;
+  }
+  c.steps_taken += 1.0;
+  c.growth_tracker += 1.0;
+  if (c.growth_tracker == static_cast<double>(scaler->growth_interval)) {
+    // As torch's _amp_update_scale_: a growth that would overflow keeps the scale.
+    const double grown = c.loss_scale * scaler->growth_factor;
+    if (std::isfinite(grown)) c.loss_scale = grown;
+    c.growth_tracker = 0.0;
+  }
 }
 
 }  // namespace dlprobe

@@ -54,6 +54,11 @@ class DryBackend final : public Backend {
                                         const MaxPool2dParams&) override {
     return {};
   }
+  Status batch_norm_relu_max_pool_train_forward(View, View, View, View, View, View, View, View,
+                                                const BatchNormParams&,
+                                                const MaxPool2dParams&) override {
+    return {};
+  }
   Status conv2d_forward_fused(View, View, View, View, View, View, View,
                               const Conv2dParams&) override {
     return {};
@@ -69,6 +74,10 @@ class DryBackend final : public Backend {
     return {};
   }
   Status batch_norm_apply(View, View, View, View, View, View, View, bool) override { return {}; }
+  Status batch_norm_apply_add(View, View, View, View, View, View, View, View, View, View,
+                              View) override {
+    return {};
+  }
   Status relu_backward_add(View, View, View, View) override { return {}; }
   Status relu_forward(View, View) override { return {}; }
   Status relu_backward(View, View, View) override { return {}; }
@@ -80,15 +89,15 @@ class DryBackend final : public Backend {
   Status linear_forward(View, View, View, View) override { return {}; }
   Status linear_backward(View, View, View, View, View, View) override { return {}; }
   Status cross_entropy_forward(View, View, View) override { return {}; }
-  Status cross_entropy_backward(View, View, double, View) override { return {}; }
-  Status unscale_gradients(std::span<const TensorView>, double, View) override { return {}; }
-  Status sgd_step(std::span<const OptimizerSlot>, const SgdParams&, std::int64_t, View) override {
+  Status cross_entropy_backward(View, View, View, View) override { return {}; }
+  Status unscale_gradients(std::span<const TensorView>, View, View) override { return {}; }
+  Status sgd_step(std::span<const OptimizerSlot>, const SgdParams&, View, View) override {
     return {};
   }
-  Status adamw_step(std::span<const OptimizerSlot>, const AdamWParams&, std::int64_t,
-                    View) override {
+  Status adamw_step(std::span<const OptimizerSlot>, const AdamWParams&, View, View) override {
     return {};
   }
+  Status advance_step(View, const GradScalerOptions*, View) override { return {}; }
 
  private:
   bool fuses_;

@@ -18,7 +18,7 @@ using engine::CallKind;
 
 bool is_update(CallKind kind) {
   return kind == CallKind::unscale_gradients || kind == CallKind::sgd_step ||
-         kind == CallKind::adamw_step;
+         kind == CallKind::adamw_step || kind == CallKind::advance_step;
 }
 
 std::size_t index_of(Category c) {

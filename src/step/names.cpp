@@ -93,6 +93,8 @@ std::string_view call_kind_name(CallKind kind) {
       return "batch_norm_finalize";
     case CallKind::batch_norm_apply:
       return "batch_norm_apply";
+    case CallKind::batch_norm_apply_add:
+      return "batch_norm_apply_add";
     case CallKind::batch_norm_train_forward:
       return "batch_norm_train_forward";
     case CallKind::batch_norm_inference_forward:
@@ -105,6 +107,8 @@ std::string_view call_kind_name(CallKind kind) {
       return "batch_norm_relu_inference_forward";
     case CallKind::batch_norm_relu_backward:
       return "batch_norm_relu_backward";
+    case CallKind::batch_norm_relu_max_pool_train_forward:
+      return "batch_norm_relu_max_pool_train_forward";
     case CallKind::relu_forward:
       return "relu_forward";
     case CallKind::relu_backward:
@@ -135,6 +139,8 @@ std::string_view call_kind_name(CallKind kind) {
       return "sgd_step";
     case CallKind::adamw_step:
       return "adamw_step";
+    case CallKind::advance_step:
+      return "advance_step";
   }
   return "?";
 }

@@ -28,10 +28,11 @@ Status Planner::backward(const model::Layer& l, std::size_t i) {
       break;
     case LayerKind::max_pool: {
       Buffer* y = value_of(l.output);
-      Buffer* dx = temporary_like(x, name);
       if (pool_from_bn_[i] >= 0) {
         const auto bn = static_cast<std::size_t>(pool_from_bn_[i]);
         const auto [bn_x, gamma, beta, sm, si] = batch_norm_saved(bn);
+        // Shaped like the batch norm's input: its output, the pool's input, may never be stored.
+        Buffer* dx = temporary_like(bn_x, name);
         emit(name + ".backward+" + s_.model.layers()[bn].name, CallKind::max_pool_backward, name,
              {dy, bn_x, gamma, beta, sm, si, dx},
              [&be = be_, dy, bn_x, gamma, beta, sm, si, dx, p = l.pool] {
@@ -41,6 +42,7 @@ Status Planner::backward(const model::Layer& l, std::size_t i) {
         contribute(l.inputs[0], dx, name);
         break;
       }
+      Buffer* dx = temporary_like(x, name);
       emit(name + ".backward", CallKind::max_pool_backward, name, {dy, x, y, dx},
            [&be = be_, dy, x, y, dx, p = l.pool] {
              return be.max_pool2d_backward(dy->view, x->view, y->view, dx->view, p);
@@ -193,7 +195,10 @@ Buffer* Planner::kept(int v) {
   const auto sc = static_cast<std::size_t>(shortcut);
   Buffer* residual = nullptr;
   kept(layers[bn].inputs[0]);  // emit_batch_norm_apply reads it (batch_norm_saved)
-  if (recompute_from_[sc] >= 0 || saved_[sc]) {
+  if (paired_[bn] >= 0) {
+    // The shortcut's batch norm is applied in the same pass, from its own input.
+    kept(layers[static_cast<std::size_t>(paired_[bn])].inputs[0]);
+  } else if (recompute_from_[sc] >= 0 || saved_[sc]) {
     residual = kept(shortcut);
   } else {
     // The shortcut is a summed batch norm's output that nothing keeps (the main branch's last, in

@@ -9,7 +9,8 @@
 namespace dlprobe::engine::step_impl {
 
 Status Planner::forward(const model::Layer& l, std::size_t i) {
-  if (folded_[i]) return Status::ok();  // run by the batch norm before it
+  // Run by the batch norm before it.
+  if (folded_[i] || pool_forward_in_bn(i)) return Status::ok();
   if (l.kind == LayerKind::batch_norm) return forward_batch_norm(l, i);
   Buffer* x = value_of(l.inputs[0]);
   Buffer* y = nullptr;
@@ -195,12 +196,16 @@ Status Planner::forward_batch_norm(const model::Layer& l, std::size_t i) {
   a.p = l.batch_norm;
   a.fused = f != Fusion::none;
   if (summed_[i]) {
-    if (!applied_[i]) {
+    if (!applied_[i] && !deferred_[i]) {
       DLPROBE_ASSIGN_OR_RETURN(a.y, new_output(last));
     }
     batch_norm_from_sums(l, i, a);
-    value_[static_cast<std::size_t>(last.output)] = a.y;  // none where a convolution applies it
+    // None where a convolution applies it, or the block output's pass (paired_).
+    value_[static_cast<std::size_t>(last.output)] = a.y;
     return Status::ok();
+  }
+  if (i + 2 < layers.size() && pool_forward_in_bn(i + 2)) {
+    return batch_norm_max_pool_forward(l, i, a);
   }
   DLPROBE_ASSIGN_OR_RETURN(a.y, new_output(last));
   if (s_.training()) {
@@ -239,6 +244,28 @@ void Planner::batch_norm_train_forward(const model::Layer& l, std::size_t i,
        });
 }
 
+// The max pool reads the batch norm + ReLU's output alone and its backward makes it again
+// (plan_pool_recompute): the pool normalises the values as it loads them, and that output (the
+// size of the stem's convolution output) is never stored.
+Status Planner::batch_norm_max_pool_forward(const model::Layer& l, std::size_t i,
+                                            const BatchNormForward& a) {
+  const model::Layer& pool = s_.model.layers()[i + 2];
+  Buffer* sm = s_.transient(a.gamma->view.desc, Category::activations, l.name);
+  Buffer* si = s_.transient(a.gamma->view.desc, Category::activations, l.name);
+  bn_mean_[i] = sm;
+  bn_invstd_[i] = si;
+  DLPROBE_ASSIGN_OR_RETURN(Buffer * y, new_output(pool));
+  std::vector<Buffer*> uses = {a.x, a.gamma, a.beta, a.mean, a.var, sm, si, y};
+  emit(a.name + "+" + pool.name, CallKind::batch_norm_relu_max_pool_train_forward, l.name,
+       std::move(uses), [&be = be_, a, sm, si, y, p = pool.pool] {
+         return be.batch_norm_relu_max_pool_train_forward(a.x->view, a.gamma->view, a.beta->view,
+                                                          a.mean->view, a.var->view, y->view,
+                                                          sm->view, si->view, a.p, p);
+       });
+  value_[static_cast<std::size_t>(pool.output)] = y;
+  return Status::ok();
+}
+
 void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
                                    const BatchNormForward& a) {
   Buffer* sm = s_.transient(a.gamma->view.desc, Category::activations, l.name);
@@ -268,7 +295,7 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
                                        a.mean->view, a.var->view, sm->view, si->view,
                                        view_or_none(scale), view_or_none(bias), a.p);
        });
-  if (applied_[i]) return;
+  if (applied_[i] || deferred_[i]) return;
   emit_batch_norm_apply(i, l.name + ".apply" + fusion_suffix(fusion_[i]), a.residual, a.y);
 }
 
@@ -283,6 +310,22 @@ Planner::BatchNormSaved Planner::batch_norm_saved(std::size_t i) const {
 void Planner::emit_batch_norm_apply(std::size_t i, std::string name, Buffer* residual, Buffer* y) {
   const model::Layer& l = s_.model.layers()[i];
   const auto [x, gamma, beta, sm, si] = batch_norm_saved(i);
+  if (paired_[i] >= 0) {
+    const auto [r, r_gamma, r_beta, r_mean, r_invstd] =
+        batch_norm_saved(static_cast<std::size_t>(paired_[i]));
+    // "<bn>.apply+<shortcut's bn>.apply+add+relu[.recompute]"
+    const std::string own = l.name + ".apply";
+    name.insert(own.size(),
+                "+" + s_.model.layers()[static_cast<std::size_t>(paired_[i])].name + ".apply");
+    emit(std::move(name), CallKind::batch_norm_apply_add, l.name,
+         {x, gamma, beta, sm, si, r, r_gamma, r_beta, r_mean, r_invstd, y},
+         [&be = be_, x, gamma, beta, sm, si, r, r_gamma, r_beta, r_mean, r_invstd, y] {
+           return be.batch_norm_apply_add(x->view, gamma->view, beta->view, sm->view, si->view,
+                                          r->view, r_gamma->view, r_beta->view, r_mean->view,
+                                          r_invstd->view, y->view);
+         });
+    return;
+  }
   const bool fused = fusion_[i] != Fusion::none;
   std::vector<Buffer*> uses = {x, gamma, beta, sm, si, y};
   if (residual != nullptr) uses.push_back(residual);

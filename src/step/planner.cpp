@@ -176,6 +176,8 @@ void Planner::plan_conv_fusion() {
   bn_sqsum_.assign(n, nullptr);
   bn_scale_.assign(n, nullptr);
   bn_bias_.assign(n, nullptr);
+  paired_.assign(n, -1);
+  deferred_.assign(n, false);
   if (!s_.config.fuse || !s_.config.fuse_conv || !s_.training() ||
       !be_.fuses_conv_batch_norm(s_.act(), s_.config.layout)) {
     return;
@@ -208,6 +210,18 @@ void Planner::plan_conv_fusion() {
     if (next < 0 || layers[static_cast<std::size_t>(next)].kind != LayerKind::conv) continue;
     applies_[static_cast<std::size_t>(next)] = static_cast<int>(i);
     applied_[i] = true;
+  }
+  // A block output whose shortcut is a summed batch norm's output that only the add reads: both
+  // batch norms in the block output's one pass, and the shortcut's output is never written.
+  for (std::size_t i = 0; i < n; ++i) {
+    if (fusion_[i] != Fusion::add_relu || !summed_[i]) continue;
+    const auto sc = static_cast<std::size_t>(shortcut_of(i));
+    const int from = producer_[sc];
+    if (from < 0 || layers[static_cast<std::size_t>(from)].kind != LayerKind::batch_norm) continue;
+    const auto f = static_cast<std::size_t>(from);
+    if (!summed_[f] || fusion_[f] != Fusion::none || applied_[f] || consumers_[sc] != 1) continue;
+    paired_[i] = from;
+    deferred_[f] = true;
   }
 }
 
@@ -250,10 +264,11 @@ Status Planner::backward_layers() {
   Buffer* logits = s_.logits;
   Buffer* labels = s_.labels;
   Buffer* dlogits = temporary_like(logits, loss);
-  const double* scale = &s_.scale;
+  // The loss scale is read from the counters when the call runs; none (1) without scaling.
+  const TensorView counters = s_.scaling() ? s_.counters->view : TensorView{};
   emit("loss.backward", CallKind::cross_entropy_backward, loss, {logits, labels, dlogits},
-       [&be = be_, logits, labels, dlogits, scale] {
-         return be.cross_entropy_backward(logits->view, labels->view, *scale, dlogits->view);
+       [&be = be_, logits, labels, dlogits, counters] {
+         return be.cross_entropy_backward(logits->view, labels->view, counters, dlogits->view);
        });
   Buffer* dlow = dlogits;
   if (s_.act() != s_.master())
@@ -269,7 +284,9 @@ Status Planner::backward_layers() {
 }
 
 // One optimizer call over every parameter; under fp16 the gradients are unscaled first and the
-// update skipped where they hold inf/NaN.
+// update skipped where they hold inf/NaN. Then the counters advance (the step count, and under
+// fp16 the loss scale as GradScaler.update moves it): every value a later step's calls read comes
+// from the counters when they run, so a recorded step replays as it ran eagerly.
 void Planner::update() {
   std::vector<TensorView> grads;
   std::vector<OptimizerSlot> slots;
@@ -280,6 +297,7 @@ void Planner::update() {
                      slot.state0 != nullptr ? slot.state0->view : TensorView{},
                      slot.state1 != nullptr ? slot.state1->view : TensorView{}});
   }
+  const TensorView counters = s_.counters->view;
   const TensorView found_inf = s_.found_inf != nullptr ? s_.found_inf->view : TensorView{};
   if (s_.found_inf != nullptr) {
     Buffer* flag = s_.found_inf;
@@ -290,22 +308,26 @@ void Planner::update() {
                          {flag},
                          {}});
     emit("grad_scaler.unscale", CallKind::unscale_gradients, "grad_scaler", {},
-         [&be = be_, grads, scale = &s_.scale, found_inf] {
-           return be.unscale_gradients(grads, 1.0 / *scale, found_inf);
+         [&be = be_, grads, counters, found_inf] {
+           return be.unscale_gradients(grads, counters, found_inf);
          });
   }
-  const std::int64_t* step = &s_.queued_step;
   if (s_.config.optimizer == OptimizerKind::sgd) {
     emit("optimizer.sgd_step", CallKind::sgd_step, "optimizer", {},
-         [&be = be_, slots, p = s_.config.sgd, step, found_inf] {
-           return be.sgd_step(slots, p, *step, found_inf);
+         [&be = be_, slots, p = s_.config.sgd, counters, found_inf] {
+           return be.sgd_step(slots, p, counters, found_inf);
          });
   } else {
     emit("optimizer.adamw_step", CallKind::adamw_step, "optimizer", {},
-         [&be = be_, slots, p = s_.config.adamw, step, found_inf] {
-           return be.adamw_step(slots, p, *step, found_inf);
+         [&be = be_, slots, p = s_.config.adamw, counters, found_inf] {
+           return be.adamw_step(slots, p, counters, found_inf);
          });
   }
+  const GradScalerOptions* scaler = s_.found_inf != nullptr ? &s_.config.scaler : nullptr;
+  emit("optimizer.advance_step", CallKind::advance_step, "optimizer", {},
+       [&be = be_, counters, scaler, found_inf] {
+         return be.advance_step(counters, scaler, found_inf);
+       });
 }
 
 void Planner::emit(std::string name, CallKind kind, const std::string& layer,

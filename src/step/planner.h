@@ -96,6 +96,15 @@ class Planner {
   void emit_batch_norm_apply(std::size_t i, std::string name, Buffer* residual, Buffer* y);
   struct BatchNormForward;
   void batch_norm_train_forward(const model::Layer& l, std::size_t i, const BatchNormForward& a);
+  // Whether max pool `i`'s forward runs in the call of the batch norm its input is recomputed
+  // from (pool_from_bn_), which takes its statistics from its own pass rather than a
+  // convolution's sums: then the pool's input is never stored.
+  bool pool_forward_in_bn(std::size_t i) const {
+    return pool_from_bn_[i] >= 0 && !summed_[static_cast<std::size_t>(pool_from_bn_[i])];
+  }
+  // Batch norm `i`, its ReLU and the max pool after them in one call (pool_forward_in_bn).
+  Status batch_norm_max_pool_forward(const model::Layer& l, std::size_t i,
+                                     const BatchNormForward& a);
   // A batch norm whose statistics the convolution before it summed: the finalize, then the
   // elementwise pass unless the convolution after it applies the BN (its prologue).
   void batch_norm_from_sums(const model::Layer& l, std::size_t i, const BatchNormForward& a);
@@ -221,6 +230,12 @@ class Planner {
   };
   bool fuse_data_gradients_ = false;
   std::map<Buffer*, DataGradient> data_gradients_;
+  // Per add_relu batch norm: the summed batch norm whose output is its shortcut and is read by the
+  // add alone (a projection block's main branch), applied with it in one pass
+  // (batch_norm_apply_add); -1 for none. deferred_: such a shortcut's batch norm, which takes no
+  // pass of its own, its output never stored.
+  std::vector<int> paired_;
+  std::vector<bool> deferred_;
   std::vector<bool> folded_;  // per layer: a ReLU or add run inside the batch norm before it
   // Batch norm inside the convolutions (plan_conv_fusion), indexed by layer; -1 for none.
   std::vector<int> sums_for_;  // per conv: the batch norm whose input it sums

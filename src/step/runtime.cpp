@@ -1,5 +1,6 @@
 // Running a planned step: the call list queued eagerly or, under StepConfig::graph, recorded once
-// and replayed; the loss collected; fp16's dynamic loss scale updated as GradScaler does.
+// and replayed; the loss collected, with the counters (fp16's loss scale, which the step's own
+// calls update as GradScaler does, and the optimizer's step count) as the step left them.
 #include "dlprobe/core/log.h"
 #include "dlprobe/step/training_step.h"
 #include "step_state.h"
@@ -7,16 +8,8 @@
 namespace dlprobe::engine {
 namespace step_impl {
 
-Status StepState::enqueue(const std::size_t* marks, const std::function<Status()>& collect) {
+Status StepState::enqueue(const std::size_t* marks) {
   if (!input_set) return invalid_argument("set_input() must come before the first step");
-  const bool unscaling = found_inf != nullptr;
-  if (pending && unscaling) DLPROBE_RETURN_IF_ERROR(collect());
-  pending_scale = scale;
-  if (config.mode == StepMode::train) {
-    queued_step = optimizer_steps + 1;
-    // Without a scaler no step is ever skipped, so the count need not wait for the result.
-    if (!unscaling) optimizer_steps = queued_step;
-  }
   if (training()) {
     for (std::size_t i = 0; i < state.size(); ++i) {
       if (model.state()[i].kind == model::StateKind::num_batches_tracked) {
@@ -93,25 +86,10 @@ Result<bool> StepState::replay_graph() {
   return false;
 }
 
-void StepState::update_scale(bool found) {
-  // Back off on inf/NaN, grow after growth_interval clean steps in a row.
-  const GradScalerOptions& g = config.scaler;
-  if (found) {
-    scale *= g.backoff_factor;
-    growth_tracker = 0;
-    return;
-  }
-  ++optimizer_steps;
-  if (++growth_tracker == g.growth_interval) {
-    scale *= g.growth_factor;
-    growth_tracker = 0;
-  }
-}
-
 }  // namespace step_impl
 
 Status TrainingStep::enqueue() {
-  return impl_->enqueue(nullptr, [this] { return collect().status(); });
+  return impl_->enqueue(nullptr);
 }
 
 Result<StepResult> TrainingStep::collect() {
@@ -121,12 +99,17 @@ Result<StepResult> TrainingStep::collect() {
   DLPROBE_ASSIGN_OR_RETURN(HostTensor loss, s.download(*s.loss));
   StepResult r;
   r.loss = loss.get(0);
-  r.loss_scale = s.pending_scale;
   if (s.found_inf != nullptr) {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor found, s.download(*s.found_inf));
     // A step whose gradients held inf/NaN skipped its update (the optimizer call read the flag).
     r.skipped = found.get(0) != 0.0;
-    s.update_scale(r.skipped);
+  }
+  if (s.counters != nullptr) {
+    StepCounters c;
+    DLPROBE_RETURN_IF_ERROR(s.backend.download(&c, s.counters->view.data, sizeof c));
+    r.loss_scale = c.last_loss_scale;
+    s.scale = c.loss_scale;
+    s.optimizer_steps = static_cast<std::int64_t>(c.steps_taken);
   }
   return r;
 }
@@ -137,7 +120,7 @@ Result<StepResult> TrainingStep::run_step() {
 }
 
 Result<std::vector<double>> TrainingStep::profile_step(std::size_t first_mark) {
-  DLPROBE_RETURN_IF_ERROR(impl_->enqueue(&first_mark, [this] { return collect().status(); }));
+  DLPROBE_RETURN_IF_ERROR(impl_->enqueue(&first_mark));
   DLPROBE_RETURN_IF_ERROR(collect().status());
   std::vector<double> ms(impl_->calls.size());
   for (std::size_t i = 0; i < ms.size(); ++i) {

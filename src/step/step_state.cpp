@@ -90,6 +90,14 @@ Status StepState::allocate_state() {
     DLPROBE_ASSIGN_OR_RETURN(found_inf, persistent(scalar.with_dtype(DType::fp32),
                                                    Category::optimizer_state, "grad_scaler"));
   }
+  if (scaling() || config.mode == StepMode::train) {
+    DLPROBE_ASSIGN_OR_RETURN(
+        counters, persistent(step_counters_desc(), Category::optimizer_state, "step_counters"));
+    StepCounters start;
+    start.loss_scale = scale;
+    start.last_loss_scale = scale;
+    DLPROBE_RETURN_IF_ERROR(backend.upload(counters->view.data, &start, sizeof start));
+  }
   return Status::ok();
 }
 

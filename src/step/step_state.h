@@ -77,20 +77,20 @@ struct StepState {
   Buffer* labels = nullptr;
   Buffer* loss = nullptr;
   Buffer* found_inf = nullptr;  // fp16 training only
-  Buffer* logits = nullptr;     // what the loss reads (transient); kept_logits copies it
+  // StepCounters (the loss scale, the optimizer's step count): fp16 or training only.
+  Buffer* counters = nullptr;
+  Buffer* logits = nullptr;  // what the loss reads (transient); kept_logits copies it
   Buffer* kept_logits = nullptr;
 
-  // Read by the planned calls when they run.
+  // The counters as the last collected step left them (the device's are ahead while steps are
+  // queued).
   double scale = 1.0;
-  std::int64_t queued_step = 0;  // the optimizer step number of the queued step
-
-  std::int64_t growth_tracker = 0;
   std::int64_t optimizer_steps = 0;
   bool input_set = false;
   bool pending = false;
-  double pending_scale = 1.0;
-  // StepConfig::graph: eager runs so far (the first one builds plans), the recorded graph, and
-  // whether recording failed (then every step runs eagerly).
+  // StepConfig::graph: eager runs before the recording (the first one builds plans and measures
+  // the workspace the recording shares), the recorded graph, and whether recording failed (then
+  // every step runs eagerly).
   std::int64_t eager_runs = 0;
   std::optional<std::size_t> graph;
   bool graph_failed = false;
@@ -110,12 +110,8 @@ struct StepState {
   Status allocate_state();
   Status upload_initial_state();
   // Queues the call list, with a timing mark before each call and after the last when `marks`
-  // points at the first mark's index; `collect` waits for a pending step first when the loss
-  // scale depends on it.
-  Status enqueue(const std::size_t* marks, const std::function<Status()>& collect);
-  // torch.cuda.amp.GradScaler.update after a step whose gradients did (`found_inf`) or did not
-  // hold inf/NaN.
-  void update_scale(bool found_inf);
+  // points at the first mark's index.
+  Status enqueue(const std::size_t* marks);
   // Gives back the transient buffers a failed step left allocated.
   void release_transients();
   Status upload_to(Buffer& b, const HostTensor& value, std::string_view what);

@@ -24,9 +24,6 @@ Status check_config(const StepConfig& c) {
   if (c.graph && c.memory_plan != MemoryPlan::planned) {
     return invalid_argument("a graph replay needs the planned memory plan (fixed addresses)");
   }
-  if (c.graph && c.mode == StepMode::train) {
-    return invalid_argument("a graph replay runs modes grads and infer, not train");
-  }
   if (c.streams != 1 && c.streams != 2) {
     return invalid_argument(fmt::format("streams must be 1 or 2, got {}", c.streams));
   }
@@ -45,24 +42,7 @@ Status check_config(const StepConfig& c) {
     DLPROBE_RETURN_IF_ERROR(c.optimizer == OptimizerKind::sgd ? sgd_check(c.sgd)
                                                               : adamw_check(c.adamw));
   }
-  const GradScalerOptions& g = c.scaler;
-  // GradScaler's own constraints.
-  if (!(g.init_scale > 0.0) || !std::isfinite(g.init_scale)) {
-    return invalid_argument(fmt::format("grad scaler: init scale {} must be > 0", g.init_scale));
-  }
-  if (!(g.growth_factor > 1.0)) {
-    return invalid_argument(
-        fmt::format("grad scaler: growth factor {} must be > 1", g.growth_factor));
-  }
-  if (!(g.backoff_factor > 0.0 && g.backoff_factor < 1.0)) {
-    return invalid_argument(
-        fmt::format("grad scaler: backoff factor {} must be in (0, 1)", g.backoff_factor));
-  }
-  if (g.growth_interval < 1) {
-    return invalid_argument(
-        fmt::format("grad scaler: growth interval {} must be >= 1", g.growth_interval));
-  }
-  return Status::ok();
+  return grad_scaler_check(c.scaler);
 }
 
 }  // namespace

@@ -181,7 +181,6 @@ TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error(kSmall + "--json /nonexistent/dir/r.json", "/nonexistent/dir/r.json");
   expect_error(kSmall + "--conv-engines fft", "--conv-engines: unknown choice 'fft'");
   expect_error(kSmall + "--graph maybe", "--graph: unknown choice 'maybe'");
-  expect_error(kSmall + "--graph", "--graph: a graph replays modes grads and infer, not train");
   expect_error(kSmall + "--mode infer --graph --gpu-memory grow",
                "--graph: a graph needs the planned memory");
   expect_error(kSmall + "--layout auto,nhwc", "--layout");

@@ -33,6 +33,16 @@ HostTensor filled(const Shape& s, double value, Layout l = Layout::nchw) {
   return t;
 }
 
+// A step's counters as the fp64 [4] tensor (step_counters_desc()) the backends read.
+HostTensor counters_tensor(const StepCounters& c) {
+  HostTensor t(step_counters_desc());
+  t.set(0, c.loss_scale);
+  t.set(1, c.last_loss_scale);
+  t.set(2, c.growth_tracker);
+  t.set(3, c.steps_taken);
+  return t;
+}
+
 // `t` rounded to `dtype`, in fp64.
 HostTensor rounded(const HostTensor& t, DType dtype) {
   return t.to_dtype(dtype).value().to_dtype(DType::fp64).value();
@@ -188,8 +198,10 @@ void batch_norm_parameters(OpTensors& t, const Shape& s, std::uint64_t seed) {
   t.input("running_var", uniform(c, seed + 3, Layout::nchw, 0.5, 2.0), Role::fp32);
 }
 
-void batch_norm_train_outputs(Variant& v, const Shape& s, Layout l) {
-  v.tensors.output("y", s, l);
+// The training forward's outputs over input shape `s`; `y` of shape `ys` (s unless a max pool
+// follows in the same call).
+void batch_norm_train_outputs(Variant& v, const Shape& s, Layout l, const Shape& ys) {
+  v.tensors.output("y", ys, l);
   v.tensors.output("save_mean", Shape{s[1]}, Layout::nchw, Role::fp32);
   v.tensors.output("save_invstd", Shape{s[1]}, Layout::nchw, Role::fp32);
   // Every output rests on sums over a channel's values.
@@ -212,6 +224,15 @@ Result<HostTensor> add_relu(HostTensor y, const HostTensor* residual) {
   return reference::relu_forward<double>(y);
 }
 
+// The reference's training forward outputs, with `y` for its output.
+Values train_forward_values(reference::BatchNormTrainOutput r, HostTensor y) {
+  return Values{{"y", std::move(y)},
+                {"save_mean", std::move(r.save_mean)},
+                {"save_invstd", std::move(r.save_invstd)},
+                {"running_mean", std::move(r.running_mean)},
+                {"running_var", std::move(r.running_var)}};
+}
+
 std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool residual,
                                       std::span<const Shape> shapes = kBatchNormShapes,
                                       std::span<const Layout> layouts = kLayouts) {
@@ -226,7 +247,7 @@ std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool resi
           "x", fused ? uniform(s, seed += 10, l, -1.0, 3.0) : uniform(s, seed += 10, l, 1.0, 3.0));
       batch_norm_parameters(v.tensors, s, seed + 1);
       if (residual) v.tensors.input("residual", uniform(s, seed + 5, l));
-      batch_norm_train_outputs(v, s, l);
+      batch_norm_train_outputs(v, s, l, s);
       v.run = [fused, residual](Backend& b, BackendTensors& t) {
         if (!fused) {
           return b.batch_norm_train_forward(t["x"], t["gamma"], t["beta"], t["running_mean"],
@@ -247,11 +268,8 @@ std::vector<Variant> batch_norm_train(Precision precision, bool fused, bool resi
           DLPROBE_ASSIGN_OR_RETURN(r.y,
                                    add_relu(std::move(r.y), residual ? &t["residual"] : nullptr));
         }
-        return Values{{"y", std::move(r.y)},
-                      {"save_mean", std::move(r.save_mean)},
-                      {"save_invstd", std::move(r.save_invstd)},
-                      {"running_mean", std::move(r.running_mean)},
-                      {"running_var", std::move(r.running_var)}};
+        HostTensor y = std::move(r.y);
+        return train_forward_values(std::move(r), std::move(y));
       };
       out.push_back(std::move(v));
     }
@@ -467,6 +485,49 @@ std::vector<Variant> batch_norm_apply(Precision precision) {
         };
         out.push_back(std::move(v));
       }
+    }
+  }
+  return out;
+}
+
+// A block output whose shortcut is another batch norm's output: relu(bn(x) + bn(r)), each with the
+// statistics its own forward saves.
+std::vector<Variant> batch_norm_apply_add(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 4700;
+  for (const Shape& s : kBatchNormShapes) {
+    for (Layout l : kLayouts) {
+      Variant v = variant(label(s, l), precision);
+      const HostTensor& x = v.tensors.input("x", uniform(s, seed += 10, l, -1.0, 3.0));
+      const HostTensor& r = v.tensors.input("r", uniform(s, seed + 1, l, -2.0, 1.0));
+      batch_norm_parameters(v.tensors, s, seed + 2);
+      const Shape c{s[1]};
+      v.tensors.input("r_gamma", uniform(c, seed + 6, Layout::nchw, 0.5, 1.5), Role::fp32);
+      v.tensors.input("r_beta", uniform(c, seed + 7), Role::fp32);
+      const auto fwd = reference::batch_norm_train_forward<double>(
+                           x, v.tensors["gamma"], v.tensors["beta"], v.tensors["running_mean"],
+                           v.tensors["running_var"], kTrain)
+                           .value();
+      const auto rfwd = reference::batch_norm_train_forward<double>(
+                            r, v.tensors["r_gamma"], v.tensors["r_beta"], v.tensors["running_mean"],
+                            v.tensors["running_var"], kTrain)
+                            .value();
+      v.tensors.input("save_mean", fwd.save_mean, Role::fp32);
+      v.tensors.input("save_invstd", fwd.save_invstd, Role::fp32);
+      v.tensors.input("r_mean", rfwd.save_mean, Role::fp32);
+      v.tensors.input("r_invstd", rfwd.save_invstd, Role::fp32);
+      v.tensors.output("y", s, l);
+      v.checks = {{"y", {}}};
+      v.run = [](Backend& b, BackendTensors& t) {
+        return b.batch_norm_apply_add(t["x"], t["gamma"], t["beta"], t["save_mean"],
+                                      t["save_invstd"], t["r"], t["r_gamma"], t["r_beta"],
+                                      t["r_mean"], t["r_invstd"], t["y"]);
+      };
+      v.reference = [y = fwd.y, ry = rfwd.y](const OpTensors&) -> Result<Values> {
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor want, add_relu(y, &ry));
+        return Values{{"y", std::move(want)}};
+      };
+      out.push_back(std::move(v));
     }
   }
   return out;
@@ -716,6 +777,39 @@ std::vector<Variant> max_pool_recomputed(Precision precision) {
   return out;
 }
 
+// Batch norm + ReLU and the max pool after them in one call (the step's stem): the pool's output
+// and the batch norm's statistics, over the max pool's windows, on values that straddle the
+// ReLU's zero.
+std::vector<Variant> batch_norm_relu_max_pool(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 7300;
+  for (const PoolCase& c : kPoolCases) {
+    if (c.values != PoolValues::ties) continue;  // the shapes once each; the values are drawn here
+    for (Layout l : kLayouts) {
+      Variant v = variant(pool_label({c.x, c.p, PoolValues::uniform}, l), precision);
+      v.tensors.input("x", uniform(c.x, seed += 10, l, -1.0, 3.0));
+      batch_norm_parameters(v.tensors, c.x, seed + 1);
+      batch_norm_train_outputs(v, c.x, l, max_pool2d_output_shape(c.x, c.p).value());
+      v.run = [p = c.p](Backend& b, BackendTensors& t) {
+        return b.batch_norm_relu_max_pool_train_forward(
+            t["x"], t["gamma"], t["beta"], t["running_mean"], t["running_var"], t["y"],
+            t["save_mean"], t["save_invstd"], kTrain, p);
+      };
+      v.reference = [p = c.p](const OpTensors& t) -> Result<Values> {
+        DLPROBE_ASSIGN_OR_RETURN(
+            reference::BatchNormTrainOutput r,
+            reference::batch_norm_train_forward<double>(
+                t["x"], t["gamma"], t["beta"], t["running_mean"], t["running_var"], kTrain));
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor relu, add_relu(std::move(r.y), nullptr));
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor y, reference::max_pool2d_forward<double>(relu, p));
+        return train_forward_values(std::move(r), std::move(y));
+      };
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
 const Shape kAvgPoolShapes[] = {
     {3, 5, 7, 6}, {2, 7, 7, 7}, {4, 64, 3, 5}, {2, 3, 3, 2}, {2, 6, 5, 4}};
 
@@ -844,9 +938,10 @@ std::vector<Variant> cross_entropy(Precision precision, bool backward) {
       } else {
         v.tensors.output("dlogits", {c.batch, c.classes}, Layout::nchw, Role::fp32);
         // Softmax terms are small against the loss scale / batch that multiplies them.
+        v.tensors.input("counters", counters_tensor({.loss_scale = kLossScale}), Role::own);
         v.checks = {{"dlogits", {.scale = kLossScale / static_cast<double>(c.batch)}}};
         v.run = [](Backend& b, BackendTensors& t) {
-          return b.cross_entropy_backward(t["logits"], t["labels"], kLossScale, t["dlogits"]);
+          return b.cross_entropy_backward(t["logits"], t["labels"], t["counters"], t["dlogits"]);
         };
         v.reference = [](const OpTensors& t) -> Result<Values> {
           DLPROBE_ASSIGN_OR_RETURN(
@@ -1091,11 +1186,13 @@ std::vector<Variant> unscale_gradients(Precision precision) {
     }
     v.tensors.input("found_inf", filled({1}, c.flag_before), Role::fp32);
     v.checks.push_back({"found_inf", {.exact = true}});
-    v.run = [inv = c.inv_scale](Backend& b, BackendTensors& t) {
+    // The inverses of the cases' powers of two are exact.
+    v.tensors.input("counters", counters_tensor({.loss_scale = 1.0 / c.inv_scale}), Role::own);
+    v.run = [](Backend& b, BackendTensors& t) {
       std::vector<TensorView> grads;
       for (std::size_t i = 0; i < std::size(kSlots); ++i)
         grads.push_back(t[fmt::format("grad{}", i)]);
-      return b.unscale_gradients(grads, inv, t["found_inf"]);
+      return b.unscale_gradients(grads, t["counters"], t["found_inf"]);
     };
     v.reference = [inv = c.inv_scale](const OpTensors& t) -> Result<Values> {
       Values want;
@@ -1153,9 +1250,10 @@ void optimizer_tensors(Variant& v, const std::vector<Call>& calls, const std::ve
     }
   }
   if (flag) v.tensors.input("found_inf", filled({1}, 0.0), Role::fp32);
+  v.tensors.input("counters", counters_tensor({}), Role::own);
 }
 
-using StepFn = std::function<Status(Backend&, std::span<const OptimizerSlot>, std::int64_t,
+using StepFn = std::function<Status(Backend&, std::span<const OptimizerSlot>, const TensorView&,
                                     const TensorView&)>;
 
 // Runs `calls` through `step` and keeps every tensor after each.
@@ -1170,7 +1268,10 @@ Status run_optimizer(Backend& b, BackendTensors& t, const std::vector<Call>& cal
       slots.push_back(s);
     }
     if (flag) DLPROBE_RETURN_IF_ERROR(b.fill(t["found_inf"], calls[k].skipped ? 1.0 : 0.0));
-    DLPROBE_RETURN_IF_ERROR(step(b, slots, calls[k].step, flag ? t["found_inf"] : TensorView{}));
+    // The call's step number as the counters give it: the steps taken before it.
+    const StepCounters at{.steps_taken = static_cast<double>(calls[k].step - 1)};
+    DLPROBE_RETURN_IF_ERROR(b.upload(t["counters"].data, &at, sizeof at));
+    DLPROBE_RETURN_IF_ERROR(step(b, slots, t["counters"], flag ? t["found_inf"] : TensorView{}));
     for (std::size_t i = 0; i < std::size(kSlots); ++i) {
       t.snapshot(key("param", i, k), fmt::format("param{}", i));
       for (int n = 0; n < states; ++n) {
@@ -1208,8 +1309,8 @@ std::vector<Variant> sgd(Precision precision) {
     v.run = [c, calls, states](Backend& b, BackendTensors& t) {
       return run_optimizer(
           b, t, calls, states, c.flag,
-          [&c](Backend& be, std::span<const OptimizerSlot> s, std::int64_t step,
-               const TensorView& found_inf) { return be.sgd_step(s, c.p, step, found_inf); });
+          [&c](Backend& be, std::span<const OptimizerSlot> s, const TensorView& counters,
+               const TensorView& found_inf) { return be.sgd_step(s, c.p, counters, found_inf); });
     };
     v.reference = [c, calls](const OpTensors& t) -> Result<Values> {
       Values want;
@@ -1260,8 +1361,8 @@ std::vector<Variant> adamw(Precision precision) {
     v.run = [c, calls](Backend& b, BackendTensors& t) {
       return run_optimizer(
           b, t, calls, 2, c.flag,
-          [&c](Backend& be, std::span<const OptimizerSlot> s, std::int64_t step,
-               const TensorView& found_inf) { return be.adamw_step(s, c.p, step, found_inf); });
+          [&c](Backend& be, std::span<const OptimizerSlot> s, const TensorView& counters,
+               const TensorView& found_inf) { return be.adamw_step(s, c.p, counters, found_inf); });
     };
     v.reference = [c, calls](const OpTensors& t) -> Result<Values> {
       Values want;
@@ -1282,6 +1383,53 @@ std::vector<Variant> adamw(Precision precision) {
         }
       }
       return want;
+    };
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// ---- the step counters ----
+
+struct AdvanceCase {
+  std::string_view name;
+  StepCounters before;
+  bool scaler;  // GradScaler's update with kAdvanceScaler; without, only the count
+  double found_inf;
+  StepCounters want;  // GradScaler.update's values, worked out by hand
+};
+// A growth interval of 3 and factors that are not powers of two (2.5 and 0.25 are exact).
+const GradScalerOptions kAdvanceScaler{
+    .init_scale = 1.0, .growth_factor = 2.5, .backoff_factor = 0.25, .growth_interval = 3};
+const AdvanceCase kAdvanceCases[] = {
+    {"no scaler", {1.0, 1.0, 0.0, 6.0}, false, 0.0, {1.0, 1.0, 0.0, 7.0}},
+    {"clean step", {1024.0, 512.0, 1.0, 6.0}, true, 0.0, {1024.0, 1024.0, 2.0, 7.0}},
+    {"third clean step grows", {1024.0, 1024.0, 2.0, 6.0}, true, 0.0, {2560.0, 1024.0, 0.0, 7.0}},
+    {"overflow backs off, not counted",
+     {1024.0, 1024.0, 2.0, 6.0},
+     true,
+     1.0,
+     {256.0, 1024.0, 0.0, 6.0}},
+    {"growth past the largest double keeps the scale",
+     {1e308, 1e308, 2.0, 0.0},
+     true,
+     0.0,
+     {1e308, 1e308, 0.0, 1.0}},
+};
+
+std::vector<Variant> advance_step(Precision precision) {
+  std::vector<Variant> out;
+  for (const AdvanceCase& c : kAdvanceCases) {
+    Variant v = variant(std::string(c.name), precision);
+    v.tensors.input("counters", counters_tensor(c.before), Role::own);
+    v.checks.push_back({"counters", {.exact = true}});
+    if (c.scaler) v.tensors.input("found_inf", filled({1}, c.found_inf), Role::fp32);
+    v.run = [c](Backend& b, BackendTensors& t) {
+      return c.scaler ? b.advance_step(t["counters"], &kAdvanceScaler, t["found_inf"])
+                      : b.advance_step(t["counters"], nullptr, TensorView{});
+    };
+    v.reference = [c](const OpTensors&) -> Result<Values> {
+      return Values{{"counters", counters_tensor(c.want)}};
     };
     out.push_back(std::move(v));
   }
@@ -1316,6 +1464,8 @@ const std::vector<OpCase>& op_cases() {
        [](Precision p) { return batch_norm_backward(p, true, kBatchNormShapes, kLayouts, false); }},
       {"batch_norm_finalize", P::activations, &Offers::fused_conv_batch_norm, batch_norm_finalize},
       {"batch_norm_apply", P::activations, &Offers::fused_conv_batch_norm, batch_norm_apply},
+      {"batch_norm_apply_add", P::activations, &Offers::fused_conv_batch_norm,
+       batch_norm_apply_add},
       {"batch_norm_train_forward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
        [](Precision p) {
          return batch_norm_train(p, false, false, kGpuSizedBatchNormShapes, kNhwc);
@@ -1342,6 +1492,8 @@ const std::vector<OpCase>& op_cases() {
        [](Precision p) { return max_pool(p, true); }},
       {"max_pool2d_backward_recomputed", P::activations, &Offers::recomputed_max_pool,
        max_pool_recomputed},
+      {"batch_norm_relu_max_pool_train_forward", P::activations, &Offers::recomputed_max_pool,
+       batch_norm_relu_max_pool},
       {"global_avg_pool_forward", P::activations, nullptr,
        [](Precision p) { return global_avg_pool(p, false); }},
       {"global_avg_pool_backward", P::activations, nullptr,
@@ -1362,6 +1514,7 @@ const std::vector<OpCase>& op_cases() {
       {"unscale_gradients", P::fp32, nullptr, unscale_gradients},
       {"sgd_step", P::fp32, nullptr, sgd},
       {"adamw_step", P::fp32, nullptr, adamw},
+      {"advance_step", P::fp32, nullptr, advance_step},
   };
   return cases;
 }

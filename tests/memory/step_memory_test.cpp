@@ -239,7 +239,8 @@ TEST(CallPhases, FollowTheStepMode) {
       if (calls[i].kind == engine::CallKind::conv_forward) {
         EXPECT_EQ(phases[i], Phase::forward);
       }
-      if (calls[i].kind == engine::CallKind::sgd_step) {
+      if (calls[i].kind == engine::CallKind::sgd_step ||
+          calls[i].kind == engine::CallKind::advance_step) {
         EXPECT_EQ(phases[i], Phase::update);
       }
       if (calls[i].name == "loss.backward") {

@@ -1,5 +1,6 @@
 // The whole planned step on the CUDA backend against the same step on the reference backend, in
 // every precision and layout (the yardstick is in step_compare.h). Needs a GPU (LABELS gpu).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,10 +69,12 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithBatchNormInsideTheConvolutions) {
   testing::Rig fusing = make_fusing_cuda_rig(c);
   testing::Rig exact = make_cuda_rig(c);
   ASSERT_TRUE(fusing.step && exact.step);
-  // ResNet-18: every convolution but the stem's sums its output, and the 7 block outputs whose
-  // gradient arrives as two terms take it in a data gradient's epilogue.
+  // ResNet-18: every convolution but the stem's sums its output, the 7 block outputs whose
+  // gradient arrives as two terms take it in a data gradient's epilogue, and the 3 projection
+  // blocks apply their two batch norms in one pass.
   EXPECT_EQ(calls_of(fusing, CallKind::conv_forward_fused), 19);
   EXPECT_EQ(calls_of(fusing, CallKind::conv_backward_data_add_relu), 7);
+  EXPECT_EQ(calls_of(fusing, CallKind::batch_norm_apply_add), 3);
   EXPECT_EQ(calls_of(exact, CallKind::conv_forward_fused), 0)
       << "deterministic engines: no runtime fusion";
   EXPECT_EQ(calls_of(exact, CallKind::conv_backward_data_add_relu), 0);
@@ -136,6 +139,60 @@ TEST(StepCudaTest, GraphReplayMatchesEagerSteps) {
     }
     EXPECT_EQ(eager.step->tensor("bn1.running_mean")->get(3),
               graph.step->tensor("bn1.running_mean")->get(3));
+  }
+}
+
+// Training replayed as a CUDA graph computes what eager training computes, to the bit, with
+// either optimizer, from the optimizer's first step (SGD's momentum buffer and AdamW's moments
+// start there) through fp16 loss scales that overflow (the steps skipped, the scale backed off)
+// and grow every second clean step: the calls read the scale and the step count from the
+// counters on the device, so one recording serves every step. Then five steps queued back to
+// back, collected once, end where the eager ones do.
+TEST(StepCudaTest, TrainGraphReplayMatchesEagerSteps) {
+  for (const OptimizerKind optimizer : {OptimizerKind::sgd, OptimizerKind::adamw}) {
+    for (const Precision precision : {Precision::fp32, Precision::fp16}) {
+      const std::string what =
+          fmt::format("{} {}", optimizer_name(optimizer), precision_name(precision));
+      StepConfig c = config(precision, Layout::nhwc, StepMode::train);
+      c.memory_plan = MemoryPlan::planned;
+      c.optimizer = optimizer;
+      c.sgd.momentum = 0.9;
+      c.scaler.init_scale = 1 << 20;  // fp16 gradients times 65536 already overflow at this size
+      c.scaler.growth_interval = 2;
+      testing::Rig eager = make_cuda_rig(c);
+      c.graph = true;
+      testing::Rig graph = make_cuda_rig(c);
+      ASSERT_TRUE(eager.step && graph.step);
+      int skipped = 0;
+      for (int i = 0; i < 10; ++i) {
+        Result<StepResult> a = eager.step->run_step();
+        Result<StepResult> b = graph.step->run_step();
+        ASSERT_TRUE(a.has_value() && b.has_value()) << b.status().message();
+        EXPECT_EQ(a->loss, b->loss) << what << " step " << i;
+        EXPECT_EQ(a->skipped, b->skipped) << what << " step " << i;
+        EXPECT_EQ(a->loss_scale, b->loss_scale) << what << " step " << i;
+        skipped += a->skipped ? 1 : 0;
+      }
+      EXPECT_TRUE(graph.step->graph_recorded()) << what;
+      if (precision == Precision::fp16) {
+        EXPECT_GT(skipped, 0) << what << ": no step skipped";
+      }
+      for (int i = 0; i < 5; ++i) {
+        ASSERT_TRUE(eager.step->enqueue().is_ok());
+        ASSERT_TRUE(graph.step->enqueue().is_ok());
+      }
+      Result<StepResult> a = eager.step->collect();
+      Result<StepResult> b = graph.step->collect();
+      ASSERT_TRUE(a.has_value() && b.has_value()) << b.status().message();
+      EXPECT_EQ(a->loss, b->loss) << what;
+      EXPECT_EQ(eager.step->loss_scale(), graph.step->loss_scale()) << what;
+      EXPECT_EQ(eager.step->optimizer_steps(), graph.step->optimizer_steps()) << what;
+      for (const char* name : {"conv1.weight", "layer3.1.bn2.weight", "fc.weight"}) {
+        EXPECT_TRUE(dlprobe::testing::identical(graph.step->tensor(name).value(),
+                                                eager.step->tensor(name).value()))
+            << name << " (" << what << ")";
+      }
+    }
   }
 }
 
@@ -208,8 +265,8 @@ TEST(StepCudaTest, Fp16GradientsWithRecomputedBlockOutputs) {
     recomputed += call.name.ends_with(".recompute") ? 1 : 0;
     recast += call.name == "conv1.input.cast.recompute" ? 1 : 0;
   }
-  EXPECT_EQ(recomputed, 11)
-      << "ResNet-18: 7 block outputs, 3 projection shortcuts and the images' fp16 cast";
+  EXPECT_EQ(recomputed, 8) << "ResNet-18: 7 block outputs (the 3 projection shortcuts' batch "
+                              "norms in their passes) and the images' fp16 cast";
   EXPECT_EQ(recast, 1) << "conv1's weight gradient casts the images again";
   testing::compare_gradients(Precision::fp16, Layout::nhwc, recomputing,
                              "cuda fused, recomputed block outputs");

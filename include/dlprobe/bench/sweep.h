@@ -86,9 +86,9 @@ struct Expanded {
   // nchw for fp32 and nhwc for fp16" where they differ; empty when every choice was given.
   std::string picked;
 };
-// A graph asked for over memory that is not planned, or in train mode, is an error (the step
-// replays fixed addresses, and train's optimizer uploads its table each step); so are two streams
-// over memory that is not planned.
+// A graph asked for over memory that is not planned, or to train with AdamW, is an error (the
+// step replays fixed addresses, and the values its calls were recorded with, where AdamW's bias
+// correction changes every step); so are two streams over memory that is not planned.
 Result<Expanded> expand(const SweepAxes& axes, DeviceKind device);
 
 struct Sweep {

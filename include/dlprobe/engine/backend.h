@@ -202,6 +202,16 @@ class Backend {
                                   const TensorView& save_invstd, const TensorView& residual,
                                   const TensorView& y, bool relu);
 
+  // y = relu(bn(x) + bn(r)), each batch norm with its own saved statistics: a ResNet block's
+  // output whose shortcut is another batch norm's output (a projection's), which is then never
+  // stored: one pass over x and r instead of batch_norm_apply for each, bn(r) kept in fp32.
+  virtual Status batch_norm_apply_add(const TensorView& x, const TensorView& gamma,
+                                      const TensorView& beta, const TensorView& save_mean,
+                                      const TensorView& save_invstd, const TensorView& r,
+                                      const TensorView& r_gamma, const TensorView& r_beta,
+                                      const TensorView& r_mean, const TensorView& r_invstd,
+                                      const TensorView& y);
+
   virtual Status relu_forward(const TensorView& x, const TensorView& y) = 0;
   // From the forward's output y: the gradient passes where y > 0.
   virtual Status relu_backward(const TensorView& dy, const TensorView& y, const TensorView& dx) = 0;
@@ -228,6 +238,16 @@ class Backend {
                                                 const TensorView& save_mean,
                                                 const TensorView& save_invstd, const TensorView& dx,
                                                 const MaxPool2dParams& p);
+  // (optional, where recomputes_max_pool_input() is true) y = max_pool(relu(bn(x))) with the
+  // batch's statistics, which are saved and move the running ones as in
+  // batch_norm_relu_train_forward; the batch norm's output is compared as that op would have
+  // stored it (rounded to x's dtype) and never stored: max_pool2d_backward_recomputed makes it
+  // again. The default refuses.
+  virtual Status batch_norm_relu_max_pool_train_forward(
+      const TensorView& x, const TensorView& gamma, const TensorView& beta,
+      const TensorView& running_mean, const TensorView& running_var, const TensorView& y,
+      const TensorView& save_mean, const TensorView& save_invstd, const BatchNormParams& bn,
+      const MaxPool2dParams& pool);
 
   // y = a + b; `y` may alias `a` or `b`.
   virtual Status add(const TensorView& a, const TensorView& b, const TensorView& y) = 0;
@@ -244,22 +264,29 @@ class Backend {
   // loss [1] = mean over the batch of -log softmax(logits)[label].
   virtual Status cross_entropy_forward(const TensorView& logits, const TensorView& labels,
                                        const TensorView& loss) = 0;
-  // dlogits = (softmax - one_hot) * loss_scale / N.
+  // dlogits = (softmax - one_hot) * loss_scale / N, loss_scale read from `counters`
+  // (StepCounters, step_counters_desc()) when the call runs; 1 where `counters` has no data.
   virtual Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
-                                        double loss_scale, const TensorView& dlogits) = 0;
+                                        const TensorView& counters, const TensorView& dlogits) = 0;
 
-  // Mixed precision: grads *= inv_scale, and found_inf (fp32 [1]) is set to 1 if any gradient is
-  // inf or NaN (left unchanged otherwise, so one flag can collect several calls).
-  virtual Status unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+  // Mixed precision: grads *= 1 / the loss scale of `counters`, and found_inf (fp32 [1]) is set to
+  // 1 if any gradient is inf or NaN (left unchanged otherwise, so one flag can collect several
+  // calls).
+  virtual Status unscale_gradients(std::span<const TensorView> grads, const TensorView& counters,
                                    const TensorView& found_inf) = 0;
 
-  // One launch (or loop) over all parameters. `step` counts from 1 (AdamW's bias correction; the
-  // first SGD step seeds the momentum buffer). When `found_inf` has data and holds a non-zero
-  // value, parameters and state are left unchanged (the step a dynamic loss scaler skips).
+  // One launch (or loop) over all parameters: step steps_taken + 1 of `counters`, read when the
+  // call runs (AdamW's bias correction; the first SGD step seeds the momentum buffer). When
+  // `found_inf` has data and holds a non-zero value, parameters and state are left unchanged
+  // (the step a dynamic loss scaler skips).
   virtual Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p,
-                          std::int64_t step, const TensorView& found_inf) = 0;
+                          const TensorView& counters, const TensorView& found_inf) = 0;
   virtual Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p,
-                            std::int64_t step, const TensorView& found_inf) = 0;
+                            const TensorView& counters, const TensorView& found_inf) = 0;
+  // advance_step_counters on `counters` after the optimizer call, with found_inf's value (none:
+  // no step is skipped) and the loss scaler's options where `scaler` is non-null.
+  virtual Status advance_step(const TensorView& counters, const GradScalerOptions* scaler,
+                              const TensorView& found_inf) = 0;
 
  private:
   std::vector<std::chrono::steady_clock::time_point> host_marks_;

@@ -83,4 +83,36 @@ struct AdamWParams {
 };
 Status adamw_check(const AdamWParams& p);
 
+// torch.cuda.amp.GradScaler's defaults.
+struct GradScalerOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;
+};
+// GradScaler's own constraints.
+Status grad_scaler_check(const GradScalerOptions& g);
+
+// A training step's counters, kept where the step runs (a backend tensor of four fp64; the counts
+// are exact to 2^53) and read by the calls that need them when they run, as torch's GradScaler
+// keeps its scale and growth tracker on the GPU and a capturable optimizer its step count: a
+// replayed CUDA graph reads the values of the moment, and no step waits for the host to learn
+// whether the last one overflowed.
+struct StepCounters {
+  double loss_scale = 1.0;       // what the loss's gradient is multiplied by (1 without scaling)
+  double last_loss_scale = 1.0;  // the scale of the last step's gradients
+  double growth_tracker = 0.0;   // clean steps in a row since the scale last changed
+  double steps_taken = 0.0;      // optimizer steps taken; skipped ones do not count
+};
+// The backend tensor a StepCounters lives in.
+TensorDesc step_counters_desc();
+// `counters` is such a tensor with data.
+Status step_counters_check(std::string_view op, const TensorView& counters);
+
+// After an optimizer call: the step is counted and, under a loss scaler (`scaler` non-null), its
+// scale updated as GradScaler.update does: backed off where the step's gradients held inf/NaN
+// (`found_inf`; the step was skipped and is not counted), grown after growth_interval clean
+// steps in a row where the grown scale is finite.
+void advance_step_counters(StepCounters& c, bool found_inf, const GradScalerOptions* scaler);
+
 }  // namespace dlprobe

@@ -38,14 +38,6 @@ enum class OptimizerKind : std::uint8_t { sgd, adamw };
 Result<OptimizerKind> parse_optimizer(std::string_view text);
 std::string_view optimizer_name(OptimizerKind o);
 
-// torch.cuda.amp.GradScaler's defaults.
-struct GradScalerOptions {
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  std::int64_t growth_interval = 2000;
-};
-
 // How the step holds its activations and temporaries.
 //   dynamic  `alloc`/`free` entries of the call list take each buffer from the caching allocator
 //            just before its first use and give it back after its last (as PyTorch's step does)
@@ -92,10 +84,9 @@ struct StepConfig {
   bool recompute_block_outputs = false;
   MemoryPlan memory_plan = MemoryPlan::dynamic;
   // Record the step once as a graph (a CUDA graph) and replay it, so the host launches one graph
-  // instead of every call. Needs MemoryPlan::planned (the same addresses every step) and mode
-  // grads or infer (train's optimizer uploads its table each step and fp16 training changes its
-  // loss scale between steps). A backend that cannot record runs the step eagerly, with a
-  // warning.
+  // instead of every call. Needs MemoryPlan::planned (the same addresses every step); in train
+  // mode the calls read the loss scale and step count from the step's counters, so one recording
+  // serves every step. A backend that cannot record runs the step eagerly, with a warning.
   bool graph = false;
   // 2: each convolution's weight gradient runs on a second stream of the backend
   // (Backend::streams), beside the data gradients and batch norms that follow it, where the

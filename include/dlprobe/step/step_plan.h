@@ -28,11 +28,13 @@ enum class CallKind : std::uint8_t {
   batch_norm_train_forward,
   batch_norm_inference_forward,
   batch_norm_backward,
-  batch_norm_relu_train_forward,      // batch norm, [residual add,] ReLU in one call
-  batch_norm_relu_inference_forward,  // the same with running statistics
-  batch_norm_relu_backward,           // ReLU's mask and batch norm's backward in one call
-  batch_norm_finalize,                // statistics from a convolution's sums
-  batch_norm_apply,                   // the elementwise pass with those statistics
+  batch_norm_relu_train_forward,           // batch norm, [residual add,] ReLU in one call
+  batch_norm_relu_inference_forward,       // the same with running statistics
+  batch_norm_relu_backward,                // ReLU's mask and batch norm's backward in one call
+  batch_norm_relu_max_pool_train_forward,  // batch norm, ReLU and the max pool after them
+  batch_norm_finalize,                     // statistics from a convolution's sums
+  batch_norm_apply,                        // the elementwise pass with those statistics
+  batch_norm_apply_add,  // two batch norms' passes summed, and the ReLU: a block output
   relu_forward,
   relu_backward,
   relu_backward_add,  // a ReLU's backward from a gradient that arrives as two terms
@@ -48,6 +50,7 @@ enum class CallKind : std::uint8_t {
   unscale_gradients,
   sgd_step,
   adamw_step,
+  advance_step,
 };
 std::string_view call_kind_name(CallKind kind);
 

@@ -1,13 +1,16 @@
 // The planned training step: a model, a batch size and a precision turned, once and ahead of time,
 // into a flat list of backend calls over buffers from the caching allocator. Running a step runs
-// the list; nothing is decided per step except what must be (the loss scale of fp16 training).
+// the list; nothing is decided per step on the host: what changes from step to step (fp16's loss
+// scale, the optimizer's step count) lives in counters on the backend that the calls read and
+// advance, so steps queue back to back and a recorded step replays as it ran.
 //
 // Buffers and their memory categories (every one carries its layer as owner label):
 //   weights          fp32 master parameters, BN running statistics, and under mixed precision
 //                    the fp16/bf16 working copies of conv and fc parameters, cast from the masters
 //                    at each layer's forward as autocast does
 //   gradients        one fp32 gradient per parameter
-//   optimizer_state  SGD momentum buffers or AdamW's exp_avg / exp_avg_sq; the fp16 found_inf flag
+//   optimizer_state  SGD momentum buffers or AdamW's exp_avg / exp_avg_sq; the fp16 found_inf flag;
+//                    the step counters (StepCounters: loss scale, step count)
 //   input            images (fp32) and labels (int64), as a data loader hands them over
 //   activations      forward values some layer saves for its backward pass
 //   temporaries      forward values nobody saves, activation gradients, low-precision parameter
@@ -85,9 +88,8 @@ class TrainingStep {
   // Waits for every step queued so far (set_input() and set_device_input() do so first).
   Status synchronize();
 
-  // Queues one step. Under fp16 the scale of this step depends on whether the last one found
-  // inf/NaN, so a step still pending is collected first (a synchronisation); otherwise steps
-  // queue back to back.
+  // Queues one step; steps queue back to back (the loss scale and step count they read are on the
+  // backend, advanced by the step before).
   Status enqueue();
   // Waits for the last queued step and returns its loss.
   Result<StepResult> collect();
@@ -122,8 +124,9 @@ class TrainingStep {
   // nothing else. Errors name the tensor.
   Status load_state_dict(const safetensors::File& file);
 
+  // The loss scale the next step runs with, and the optimizer steps taken (skipped fp16 steps do
+  // not count, as the optimizer's step count), both as of the last collect().
   double loss_scale() const;
-  // Optimizer steps taken (skipped fp16 steps do not count), as the optimizer's step count.
   std::int64_t optimizer_steps() const;
 
   // From the next step on, copies the logits the loss reads (master dtype: fp32 after

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "dlprobe/engine/ops.h"
 
@@ -78,5 +79,20 @@ class AdamW {
  private:
   T step_size_, bias_correction2_sqrt_, decay_, weight1_, beta2_, weight2_, eps_;
 };
+
+// A host backend's step counters (in host memory, checked by step_counters_check), copied in
+// and out as bytes: they were written as an array of doubles.
+inline StepCounters read_counters(const TensorView& counters) {
+  StepCounters c;
+  std::memcpy(&c, counters.data, sizeof c);
+  return c;
+}
+inline void write_counters(const TensorView& counters, const StepCounters& c) {
+  std::memcpy(counters.data, &c, sizeof c);
+}
+// The optimizer step that `counters` is at (1 for the first).
+inline std::int64_t step_of(const TensorView& counters) {
+  return static_cast<std::int64_t>(read_counters(counters).steps_taken) + 1;
+}
 
 }  // namespace dlprobe::host_optimizer

@@ -172,19 +172,24 @@ TEST_F(CpuBackend, OptimizersRefuseMissingStateAndMismatchedGradients) {
   HostTensor grad = rand({4, 3, 3, 3}, 41, DType::fp32, Layout::nhwc);
   HostTensor m(param.desc());
   HostTensor v(param.desc());
+  HostTensor counters = HostTensor::zeros(step_counters_desc());
   std::vector<OptimizerSlot> slots = {{param.view(), grad.view(), {}, {}}};
-  Status s = backend_->sgd_step(slots, SgdParams{0.1, 0.9}, 1, TensorView{});
+  Status s = backend_->sgd_step(slots, SgdParams{0.1, 0.9}, counters.view(), TensorView{});
   EXPECT_EQ(s.code(), Errc::invalid_argument);
   EXPECT_EQ(s.message(),
             "cpu backend: sgd_step: parameter fp32[4x3x3x3, NHWC] has no optimizer state buffer");
   HostTensor nchw_grad = grad.to_layout(Layout::nchw);
   slots = {{param.view(), nchw_grad.view(), m.view(), v.view()}};
-  s = backend_->adamw_step(slots, AdamWParams{}, 1, TensorView{});
+  s = backend_->adamw_step(slots, AdamWParams{}, counters.view(), TensorView{});
   EXPECT_EQ(s.code(), Errc::invalid_argument);
   EXPECT_NE(s.message().find("grad is fp32[4x3x3x3, NCHW]"), std::string::npos) << s.message();
   slots = {{param.view(), grad.view(), m.view(), v.view()}};
-  EXPECT_EQ(backend_->adamw_step(slots, AdamWParams{}, 0, TensorView{}).code(),
-            Errc::invalid_argument);
+  s = backend_->adamw_step(slots, AdamWParams{}, TensorView{}, TensorView{});
+  EXPECT_EQ(s.code(), Errc::invalid_argument);
+  EXPECT_EQ(s.message(), "adamw_step: the step counters must be an fp64 [4] tensor, got none");
+  HostTensor wrong = HostTensor::zeros(desc({4}, DType::fp32));
+  s = backend_->sgd_step(slots, SgdParams{0.1, 0.9}, wrong.view(), TensorView{});
+  EXPECT_EQ(s.message(), "sgd_step: the step counters must be an fp64 [4] tensor, got fp32[4]");
 }
 
 }  // namespace

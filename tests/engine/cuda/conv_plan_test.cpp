@@ -138,16 +138,22 @@ TEST_F(CudaConv, TuningCacheReplaysTheChoice) {
   EXPECT_EQ((*cache)->size(), 2U);
 }
 
-// Autotuning times every configuration the heuristics offer, each once: one engine runs other
-// kernels under other knob choices (tile sizes, split counts), and on an H200 the heuristics list
-// several configurations of one engine for ResNet-50's shapes (five of engine 47 for its fp16
-// stem). A search that kept each engine's first configuration only fails here. The timer records
-// the candidates instead of running them, the first reported fastest.
-TEST_F(CudaConv, AutotuningTimesEveryKnobConfigurationOnce) {
+using CudnnHandle = std::unique_ptr<cudnnContext, decltype(&cudnnDestroy)>;
+CudnnHandle cudnn_handle() {
   cudnnHandle_t raw = nullptr;
-  ASSERT_EQ(cudnnCreate(&raw), CUDNN_STATUS_SUCCESS);
-  const std::unique_ptr<cudnnContext, decltype(&cudnnDestroy)> handle(raw, &cudnnDestroy);
-  // ResNet-50's layer1 3x3 convolution at batch 32, fp16 NHWC (strides of N, C, H, W).
+  return {cudnnCreate(&raw) == CUDNN_STATUS_SUCCESS ? raw : nullptr, &cudnnDestroy};
+}
+
+// A candidate as "eng<index> <knob>=<value> ...".
+std::string plan_label(const cuda::ExecutionPlan& plan) {
+  std::string label = fmt::format("eng{}", plan.engine_index);
+  for (const ConvKnob& k : plan.knobs) label += fmt::format(" {}={}", k.type, k.value);
+  return label;
+}
+
+// ResNet-50's layer1 3x3 convolution at batch 32, fp16 NHWC (strides of N, C, H, W), for the
+// plan builder's tests that time candidates with a timer of their own.
+cuda::ConvSpec layer1_conv2_spec() {
   auto nhwc = [](std::int64_t uid, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
     return cuda::TensorSpec{uid, CUDNN_DATA_HALF, {n, c, h, w}, {h * w * c, 1, w * c, c}};
   };
@@ -157,12 +163,22 @@ TEST_F(CudaConv, AutotuningTimesEveryKnobConfigurationOnce) {
   spec.y = nhwc(3, 32, 64, 56, 56);
   spec.pad[0] = spec.pad[1] = 1;
   spec.deterministic = false;
+  return spec;
+}
+
+// Autotuning times every configuration the heuristics offer, each once: one engine runs other
+// kernels under other knob choices (tile sizes, split counts), and on an H200 the heuristics list
+// several configurations of one engine for ResNet-50's shapes (five of engine 47 for its fp16
+// stem). A search that kept each engine's first configuration only fails here. The timer records
+// the candidates instead of running them, the first reported fastest.
+TEST_F(CudaConv, AutotuningTimesEveryKnobConfigurationOnce) {
+  const CudnnHandle handle = cudnn_handle();
+  ASSERT_NE(handle, nullptr);
+  const cuda::ConvSpec spec = layer1_conv2_spec();
   std::vector<std::string> timed;
   std::map<std::int64_t, int> per_engine;
   const cuda::PlanTimer timer = [&](const cuda::ExecutionPlan& plan, float) -> Result<float> {
-    std::string label = fmt::format("eng{}", plan.engine_index);
-    for (const ConvKnob& k : plan.knobs) label += fmt::format(" {}={}", k.type, k.value);
-    timed.push_back(std::move(label));
+    timed.push_back(plan_label(plan));
     ++per_engine[plan.engine_index];
     return static_cast<float>(timed.size());
   };
@@ -178,6 +194,43 @@ TEST_F(CudaConv, AutotuningTimesEveryKnobConfigurationOnce) {
   EXPECT_GE(most->second, 2) << fmt::format("{}", fmt::join(timed, "; "));
   // The plan is the candidate timed fastest (the first), with its knobs.
   EXPECT_EQ(plan->time_ms, 1.0F);
+}
+
+// With a timer, a fused graph's plan is the fastest of the first kFusedCandidates configurations
+// that build (each distinct), not the first; without one, nothing is timed. The timer here makes
+// each later candidate faster, so a search that kept the first would fail.
+TEST_F(CudaConv, TunedFusedGraphKeepsTheFastestOfItsFirstConfigurations) {
+  const CudnnHandle handle = cudnn_handle();
+  ASSERT_NE(handle, nullptr);
+  // With bn1 + ReLU in its prologue and bn2's sums in its epilogue.
+  auto channels = [](std::int64_t uid, cudnnDataType_t type, std::int64_t c) {
+    return cuda::TensorSpec{uid, type, {1, c, 1, 1}, {c, 1, c, c}};
+  };
+  cuda::FusedConvSpec spec;
+  spec.conv = layer1_conv2_spec();
+  spec.scale = channels(4, CUDNN_DATA_HALF, 64);
+  spec.bias = channels(5, CUDNN_DATA_HALF, 64);
+  spec.sum = channels(6, CUDNN_DATA_FLOAT, 64);
+  spec.sqsum = channels(7, CUDNN_DATA_FLOAT, 64);
+  std::vector<std::string> timed;
+  const cuda::PlanTimer timer = [&](const cuda::ExecutionPlan& plan, float) -> Result<float> {
+    timed.push_back(plan_label(plan));
+    return 100.0F - static_cast<float>(timed.size());
+  };
+  constexpr std::int64_t kWorkspace = std::int64_t{256} << 20;
+  auto first = cuda::build_fused_conv_plan(handle.get(), spec, kWorkspace);
+  ASSERT_TRUE(first.has_value()) << first.status().message();
+  EXPECT_TRUE(timed.empty());
+  auto tuned = cuda::build_fused_conv_plan(handle.get(), spec, kWorkspace, timer);
+  ASSERT_TRUE(tuned.has_value()) << tuned.status().message();
+  ASSERT_FALSE(timed.empty());
+  EXPECT_LE(timed.size(), static_cast<std::size_t>(cuda::kFusedCandidates));
+  EXPECT_EQ(std::set<std::string>(timed.begin(), timed.end()).size(), timed.size())
+      << fmt::format("{}", fmt::join(timed, "; "));
+  // The last timed, the fastest by this timer.
+  EXPECT_EQ(tuned->time_ms, 100.0F - static_cast<float>(timed.size()))
+      << fmt::format("{}", fmt::join(timed, "; "));
+  RecordProperty("candidates_timed", fmt::format("{}", fmt::join(timed, "; ")));
 }
 
 // A fused graph's plan is kept whole (serialized) in the tuning cache: a fresh backend with the

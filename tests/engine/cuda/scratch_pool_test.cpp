@@ -61,6 +61,23 @@ TEST(ScratchPool, BestFitTakesTheSmallestThatHolds) {
   EXPECT_EQ(pool.idle(), 2U);
 }
 
+// A kept buffer (written once while recording, read at every replay) is never lent to a later
+// call, and lives as long as the pool.
+TEST(ScratchPool, KeptBufferIsNeverLentAgain) {
+  auto allocator = host_allocator();
+  {
+    ScratchPool pool;
+    void* const kept = pool.keep(*allocator, 4096, "table").value();
+    EXPECT_EQ(pool.idle(), 0U);
+    memory::DeviceBuffer next = pool.take(*allocator, 1024, "b").value();
+    EXPECT_NE(next.data(), kept);
+    pool.give(std::move(next));
+    EXPECT_EQ(pool.idle(), 1U);
+    EXPECT_GE(allocator->stats()[memory::Category::workspace].allocated_bytes, 4096);
+  }
+  EXPECT_EQ(allocator->stats()[memory::Category::workspace].allocated_bytes, 0);
+}
+
 TEST(ScratchPool, PooledBuffersStayAllocatedUntilThePoolGoes) {
   auto allocator = host_allocator();
   {

@@ -14,6 +14,7 @@
 #include "dlprobe/core/check.h"
 #include "engine/backends/cpu/cpu_loops.h"
 #include "engine/backends/host_backend.h"
+#include "engine/backends/host_optimizer.h"
 
 namespace dlprobe {
 namespace {
@@ -549,36 +550,59 @@ class CpuBackend final : public HostBackend {
   }
 
   Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
-                                double loss_scale, const TensorView& dlogits) override {
+                                const TensorView& counters, const TensorView& dlogits) override {
     constexpr std::string_view op = "cross_entropy_backward";
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&logits.desc, &dlogits.desc}));
     DLPROBE_RETURN_IF_ERROR(need_labels(op, labels.desc));
-    return cpu::cross_entropy_backward(logits, labels, loss_scale, dlogits);
+    double scale = 1.0;
+    if (counters.data != nullptr) {
+      DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
+      scale = host_optimizer::read_counters(counters).loss_scale;
+    }
+    return cpu::cross_entropy_backward(logits, labels, scale, dlogits);
   }
 
-  Status unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+  Status unscale_gradients(std::span<const TensorView> grads, const TensorView& counters,
                            const TensorView& found_inf) override {
     constexpr std::string_view op = "unscale_gradients";
+    DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&found_inf.desc}));
     for (const TensorView& g : grads) DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&g.desc}));
-    cpu::unscale_gradients(grads, inv_scale, found_inf);
+    cpu::unscale_gradients(grads, 1.0 / host_optimizer::read_counters(counters).loss_scale,
+                           found_inf);
     return Status::ok();
   }
 
-  Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step,
-                  const TensorView& found_inf) override {
+  Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p,
+                  const TensorView& counters, const TensorView& found_inf) override {
     DLPROBE_RETURN_IF_ERROR(sgd_check(p));
     DLPROBE_RETURN_IF_ERROR(
-        need_optimizer_step("sgd_step", slots, step, found_inf, p.momentum != 0.0, false));
-    if (!cpu::step_skipped(found_inf)) cpu::sgd_step(slots, p, step);
+        need_optimizer_step("sgd_step", slots, counters, found_inf, p.momentum != 0.0, false));
+    if (!cpu::step_skipped(found_inf)) {
+      cpu::sgd_step(slots, p, host_optimizer::step_of(counters));
+    }
     return Status::ok();
   }
 
-  Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step,
-                    const TensorView& found_inf) override {
+  Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p,
+                    const TensorView& counters, const TensorView& found_inf) override {
     DLPROBE_RETURN_IF_ERROR(adamw_check(p));
-    DLPROBE_RETURN_IF_ERROR(need_optimizer_step("adamw_step", slots, step, found_inf, true, true));
-    if (!cpu::step_skipped(found_inf)) cpu::adamw_step(slots, p, step);
+    DLPROBE_RETURN_IF_ERROR(
+        need_optimizer_step("adamw_step", slots, counters, found_inf, true, true));
+    if (!cpu::step_skipped(found_inf)) {
+      cpu::adamw_step(slots, p, host_optimizer::step_of(counters));
+    }
+    return Status::ok();
+  }
+
+  Status advance_step(const TensorView& counters, const GradScalerOptions* scaler,
+                      const TensorView& found_inf) override {
+    constexpr std::string_view op = "advance_step";
+    DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
+    if (found_inf.data != nullptr) DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&found_inf.desc}));
+    StepCounters c = host_optimizer::read_counters(counters);
+    advance_step_counters(c, cpu::step_skipped(found_inf), scaler);
+    host_optimizer::write_counters(counters, c);
     return Status::ok();
   }
 
@@ -652,14 +676,12 @@ class CpuBackend final : public HostBackend {
     return same_shape_check(fmt::format("cpu backend: {}", op), a.shape(), b.shape());
   }
 
-  // An optimizer step's arguments: the step count, the flag, and each slot's parameter, gradient
+  // An optimizer step's arguments: the step counters, the flag, and each slot's parameter, gradient
   // and the states the optimizer keeps (`state0`, `state1`).
   static Status need_optimizer_step(std::string_view op, std::span<const OptimizerSlot> slots,
-                                    std::int64_t step, const TensorView& found_inf, bool state0,
-                                    bool state1) {
-    if (step < 1) {
-      return invalid_argument(fmt::format("cpu backend: {}: step must be >= 1, got {}", op, step));
-    }
+                                    const TensorView& counters, const TensorView& found_inf,
+                                    bool state0, bool state1) {
+    DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
     if (found_inf.data != nullptr) DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&found_inf.desc}));
     for (const OptimizerSlot& s : slots) {
       DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&s.param.desc}));

@@ -139,6 +139,11 @@ class CudaBackend final : public Backend {
                                         const TensorView& gamma, const TensorView& beta,
                                         const TensorView& save_mean, const TensorView& save_invstd,
                                         const TensorView& dx, const MaxPool2dParams& p) override;
+  Status batch_norm_relu_max_pool_train_forward(
+      const TensorView& x, const TensorView& gamma, const TensorView& beta,
+      const TensorView& running_mean, const TensorView& running_var, const TensorView& y,
+      const TensorView& save_mean, const TensorView& save_invstd, const BatchNormParams& bn,
+      const MaxPool2dParams& pool) override;
   Status add(const TensorView& a, const TensorView& b, const TensorView& y) override;
   Status global_avg_pool_forward(const TensorView& x, const TensorView& y) override;
   Status global_avg_pool_backward(const TensorView& dy, const TensorView& dx) override;
@@ -151,14 +156,16 @@ class CudaBackend final : public Backend {
   Status cross_entropy_forward(const TensorView& logits, const TensorView& labels,
                                const TensorView& loss) override;
   Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
-                                double loss_scale, const TensorView& dlogits) override;
+                                const TensorView& counters, const TensorView& dlogits) override;
 
-  Status unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+  Status unscale_gradients(std::span<const TensorView> grads, const TensorView& counters,
                            const TensorView& found_inf) override;
-  Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step,
-                  const TensorView& found_inf) override;
-  Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step,
-                    const TensorView& found_inf) override;
+  Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p,
+                  const TensorView& counters, const TensorView& found_inf) override;
+  Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p,
+                    const TensorView& counters, const TensorView& found_inf) override;
+  Status advance_step(const TensorView& counters, const GradScalerOptions* scaler,
+                      const TensorView& found_inf) override;
 
   // cuDNN's runtime fusion of a convolution with the batch norms around it (cudnn_graph.h's
   // FusedConvSpec, from cuDNN's first choice of engine: build_fused_conv_plan): NHWC fp16 or
@@ -189,6 +196,11 @@ class CudaBackend final : public Backend {
                              const TensorView& save_mean, const TensorView& save_invstd,
                              const TensorView& scale, const TensorView& bias,
                              const BatchNormParams& p) override;
+  Status batch_norm_apply_add(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                              const TensorView& save_mean, const TensorView& save_invstd,
+                              const TensorView& r, const TensorView& r_gamma,
+                              const TensorView& r_beta, const TensorView& r_mean,
+                              const TensorView& r_invstd, const TensorView& y) override;
   Status batch_norm_apply(const TensorView& x, const TensorView& gamma, const TensorView& beta,
                           const TensorView& save_mean, const TensorView& save_invstd,
                           const TensorView& residual, const TensorView& y, bool relu) override;
@@ -247,7 +259,11 @@ class CudaBackend final : public Backend {
   Status padded_conv(ConvDirection direction, const TensorView& x, const TensorView& w,
                      const TensorView& y, const Conv2dParams& p, std::string_view op);
   Result<ExecutionPlan> fused_conv_plan(const FusedConvSpec& spec, const std::string& key,
-                                        std::string_view op);
+                                        std::string_view op, std::span<const std::int64_t> uids,
+                                        std::span<void* const> ptrs);
+  // Times a candidate plan on these buffers (see build_conv_plan).
+  PlanTimer candidate_timer(std::span<const std::int64_t> uids, std::span<void* const> ptrs,
+                            std::string_view op);
   // Runs the plan of `spec` (planned on first use) with a uid and pointer for each tensor.
   Status run_fused(const FusedConvSpec& spec, std::span<const std::int64_t> uids,
                    std::span<void* const> ptrs, std::string_view op);

@@ -135,10 +135,13 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
                                       const PlanTimer& timer = {});
 
 // The plan for a FusedConvSpec: the first engine cuDNN's heuristics offer that builds within the
-// workspace. Only runtime-fusion engines take such a graph, and they compile their kernels when
-// the plan is built (seconds each), which timing every candidate would multiply.
+// workspace, or with `timer` the fastest of the first kFusedCandidates that build (heuristics
+// modes A and B). Only runtime-fusion engines take such a graph, and they compile their kernels
+// when the plan is built (about a second each), which timing every candidate would multiply.
+inline constexpr int kFusedCandidates = 4;
 Result<ExecutionPlan> build_fused_conv_plan(cudnnHandle_t handle, const FusedConvSpec& spec,
-                                            std::int64_t max_workspace_bytes);
+                                            std::int64_t max_workspace_bytes,
+                                            const PlanTimer& timer = {});
 
 // cuDNN's serialized form of a plan (its JSON representation: the operation graph, the engine and
 // its knob choices; about 4 KB for a fused convolution, no kernel binary), which

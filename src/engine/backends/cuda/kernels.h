@@ -97,6 +97,14 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
                                        const TensorView& running_var, const TensorView& y,
                                        const TensorView& save_mean, const TensorView& save_invstd,
                                        const BatchNormParams& p, const BatchNormEpilogue& epi);
+// The training forward's statistics alone: save_mean, save_invstd and the running statistics'
+// step, for an op that applies them itself. Always the split reduction: where the whole tensor
+// fits in one grid's registers, launch_batch_norm_train_forward's one-launch path sums in another
+// order, so the two may differ in the last bits.
+Status launch_batch_norm_statistics(const KernelContext& ctx, const TensorView& x,
+                                    const TensorView& running_mean, const TensorView& running_var,
+                                    const TensorView& save_mean, const TensorView& save_invstd,
+                                    const BatchNormParams& p);
 Status launch_batch_norm_inference_forward(const KernelContext& ctx, const TensorView& x,
                                            const TensorView& gamma, const TensorView& beta,
                                            const TensorView& running_mean,
@@ -117,6 +125,17 @@ Status launch_batch_norm_apply(const KernelContext& ctx, const TensorView& x,
                                const TensorView& gamma, const TensorView& beta,
                                const TensorView& save_mean, const TensorView& save_invstd,
                                const TensorView& y, const BatchNormEpilogue& epi);
+// A batch norm's parameters and saved statistics, per channel, fp32.
+struct SavedBatchNorm {
+  const TensorView& gamma;
+  const TensorView& beta;
+  const TensorView& mean;
+  const TensorView& invstd;
+};
+// y = relu(bn(x) + bn(r)), each with its own statistics (Backend::batch_norm_apply_add).
+Status launch_batch_norm_apply_add(const KernelContext& ctx, const TensorView& x,
+                                   const SavedBatchNorm& xn, const TensorView& r,
+                                   const SavedBatchNorm& rn, const TensorView& y);
 // With `relu_beta` (the beta of a fused y = relu(bn(x))), dy is y's gradient and passes where
 // bn(x) > 0, recomputed from x; without it, dy is the BN output's gradient.
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,
@@ -125,17 +144,18 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
                                   const TensorView& save_invstd, const TensorView& dx,
                                   const TensorView& dgamma, const TensorView& dbeta);
 
-Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y,
-                                 const MaxPool2dParams& p);
-// Where the max pool's input was never stored (Backend::max_pool2d_backward_recomputed), what it
-// is computed again from: per channel relu((x - mean) * (invstd * gamma) + beta), rounded to x's
-// dtype, x being the batch norm's input.
+// Where the max pool's input is never stored (Backend::batch_norm_relu_max_pool_train_forward and
+// max_pool2d_backward_recomputed), what it is computed from: per channel
+// relu((x - mean) * (invstd * gamma) + beta), rounded to x's dtype, x being the batch norm's input.
 struct PoolInputFromBatchNorm {
   const float* mean;
   const float* invstd;
   const float* gamma;
   const float* beta;
 };
+Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y,
+                                 const MaxPool2dParams& p,
+                                 const PoolInputFromBatchNorm* from_bn = nullptr);
 Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy,
                                   const TensorView& x, const TensorView& dx,
                                   const MaxPool2dParams& p,
@@ -152,16 +172,20 @@ Status launch_column_sum(const KernelContext& ctx, const TensorView& dy, const T
 Status launch_cross_entropy_forward(const KernelContext& ctx, const TensorView& logits,
                                     const TensorView& labels, const TensorView& loss);
 Status launch_cross_entropy_backward(const KernelContext& ctx, const TensorView& logits,
-                                     const TensorView& labels, double loss_scale,
+                                     const TensorView& labels, const StepCounters* counters,
                                      const TensorView& dlogits);
 
 // Multi-tensor kernels over fp32 arrays: one launch over the packed table (see launch_plan.h).
-// `found_inf` is a device fp32 scalar or null.
-Status launch_unscale(const KernelContext& ctx, const MultiTensorPack& pack, double inv_scale,
-                      float* found_inf);
+// `counters` is the step's StepCounters in device memory, read by the kernel when it runs (the
+// loss scale, the optimizer's step); `found_inf` is a device fp32 scalar or null.
+Status launch_unscale(const KernelContext& ctx, const MultiTensorPack& pack,
+                      const StepCounters* counters, float* found_inf);
 Status launch_sgd(const KernelContext& ctx, const MultiTensorPack& pack, const SgdParams& p,
-                  bool first_step, const float* found_inf);
+                  const StepCounters* counters, const float* found_inf);
 Status launch_adamw(const KernelContext& ctx, const MultiTensorPack& pack, const AdamWParams& p,
-                    std::int64_t step, const float* found_inf);
+                    const StepCounters* counters, const float* found_inf);
+// advance_step_counters on the device: one thread.
+Status launch_advance_step(const KernelContext& ctx, StepCounters* counters,
+                           const GradScalerOptions* scaler, const float* found_inf);
 
 }  // namespace dlprobe::cuda

@@ -418,6 +418,54 @@ __global__ void apply_nchw(const T* x, const T* residual, T* y, Nchw g, std::int
   });
 }
 
+// y = relu(bn(x) + bn(r)) over the P elements at `at`: two batch norms' outputs summed in fp32,
+// rounded once.
+template <int P, class T, class C>
+__device__ __forceinline__ void apply_add_pack(const T* x, const T* r, T* y, std::int64_t at,
+                                               const C (&xs)[3], const C (&rs)[3]) {
+  float v[P];
+  float w[P];
+  load_pack(x + at, v);
+  load_pack(r + at, w);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const float o = bn_value(v[k], of(xs[0], k), of(xs[1], k), of(xs[2], k)) +
+                    bn_value(w[k], of(rs[0], k), of(rs[1], k), of(rs[2], k));
+    v[k] = relu(o);
+  }
+  store_pack(y + at, v);
+}
+
+template <class T, int P>
+__global__ void apply_add_nhwc(const T* x, const T* r, T* y, Nhwc g, Channels ch, Channels rch) {
+  const NhwcLane lane = nhwc_lane(g);
+  if (lane.pack >= g.packs) return;
+  // Per channel of each: mean, scale (invstd * gamma) and beta.
+  float xs[3][P];
+  float rs[3][P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int c = lane.pack * P + k;
+    xs[0][k] = ch.mean[c];
+    xs[1][k] = ch.inv(c) * ch.gamma[c];
+    xs[2][k] = ch.beta[c];
+    rs[0][k] = rch.mean[c];
+    rs[1][k] = rch.inv(c) * rch.gamma[c];
+    rs[2][k] = rch.beta[c];
+  }
+  for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) { apply_add_pack<P>(x, r, y, at, xs, rs); });
+}
+
+template <class T, int P>
+__global__ void apply_add_nchw(const T* x, const T* r, T* y, Nchw g, std::int64_t packs,
+                               Channels ch, Channels rch) {
+  for_each_nchw_pack<P>(g, packs, [&](std::int64_t q, int c) {
+    const float xs[3] = {ch.mean[c], ch.inv(c) * ch.gamma[c], ch.beta[c]};
+    const float rs[3] = {rch.mean[c], rch.inv(c) * rch.gamma[c], rch.beta[c]};
+    apply_add_pack<P>(x, r, y, q * P, xs, rs);
+  });
+}
+
 // ---- backward ----
 
 // Per channel, what the fused ReLU's decision is recomputed from: the forward's mean, its scale
@@ -578,25 +626,38 @@ struct GradChannels {
   float inv_count;
 };
 
-// dx = gamma * invstd * (g - sum(g)/M - xhat * sum(g * xhat)/M), xhat = (x - mean) * invstd;
-// dgamma = sum(g * xhat) and dbeta = sum(g) are already computed.
-__device__ __forceinline__ float bn_dx(float g, float x, float mean, float invstd, float k_beta,
-                                       float k_gamma, float scale) {
-  const float xhat = (x - mean) * invstd;
-  return scale * (g - k_beta - xhat * k_gamma);
+// dx = gamma * invstd * (g - sum(g)/M - xhat * sum(g * xhat)/M), xhat = (x - mean) * invstd, with
+// dgamma = sum(g * xhat) and dbeta = sum(g) already computed, taken per channel as a line in g and
+// x - mean: dx = scale * g + (x - mean) * slope + offset, scale = gamma * invstd. Two values a
+// channel beside the mean and scale the ReLU's mask reads anyway, where the expression above held
+// three: the NHWC dx pass with the mask took 72 registers with them in fp16 and bf16 (three blocks
+// of 256 threads an SM), 63 and 64 now (four), without spilling (ptxas -v, sm_90).
+struct DxLine {
+  float slope;
+  float offset;
+};
+
+__device__ __forceinline__ DxLine dx_line(float scale, float invstd, float dgamma, float dbeta,
+                                          float inv_count) {
+  return {-scale * invstd * (dgamma * inv_count), -scale * (dbeta * inv_count)};
 }
 
-// dx of the P elements at `at`, with the per-channel values of bn_dx.
-// `scale` is gamma * invstd, which is also the forward's scale of x - mean.
+__device__ __forceinline__ float bn_dx(float g, float x, float mean, float scale, float slope,
+                                       float offset) {
+  return fmaf(scale, g, fmaf(x - mean, slope, offset));
+}
+
+// dx of the P elements at `at`, with the per-channel values of bn_dx. `scale` is also the
+// forward's scale of x - mean, which the ReLU's mask recomputes the forward's output with.
 template <bool kRelu, int P, class T, class C>
 __device__ __forceinline__ void dx_pack(const T* dy, const T* x, T* dx, std::int64_t at,
-                                        const C& mean, const C& inv, const C& kb, const C& kg,
-                                        const C& scale, const C& beta) {
+                                        const C& mean, const C& scale, const C& slope,
+                                        const C& offset, const C& beta) {
   float grad[P], vx[P];
   load_grad<kRelu>(dy, x, at, grad, vx, mean, scale, beta);
 #pragma unroll
   for (int k = 0; k < P; ++k) {
-    grad[k] = bn_dx(grad[k], vx[k], of(mean, k), of(inv, k), of(kb, k), of(kg, k), of(scale, k));
+    grad[k] = bn_dx(grad[k], vx[k], of(mean, k), of(scale, k), of(slope, k), of(offset, k));
   }
   store_pack(dx + at, grad);
 }
@@ -605,19 +666,20 @@ template <class T, int P, bool kRelu>
 __global__ void dx_nhwc(const T* dy, const T* x, T* dx, Nhwc g, GradChannels ch) {
   const NhwcLane lane = nhwc_lane(g);
   if (lane.pack >= g.packs) return;
-  float mean[P], inv[P], kb[P], kg[P], scale[P], beta[P] = {};
+  float mean[P], scale[P], slope[P], offset[P], beta[P] = {};
 #pragma unroll
   for (int k = 0; k < P; ++k) {
     const int c = lane.pack * P + k;
+    const float inv = ch.invstd[c];
     mean[k] = ch.mean[c];
-    inv[k] = ch.invstd[c];
-    kb[k] = ch.dbeta[c] * ch.inv_count;
-    kg[k] = ch.dgamma[c] * ch.inv_count;
-    scale[k] = ch.gamma[c] * inv[k];
+    scale[k] = ch.gamma[c] * inv;
+    const DxLine line = dx_line(scale[k], inv, ch.dgamma[c], ch.dbeta[c], ch.inv_count);
+    slope[k] = line.slope;
+    offset[k] = line.offset;
     if constexpr (kRelu) beta[k] = ch.beta[c];
   }
   for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) {
-    dx_pack<kRelu, P>(dy, x, dx, at, mean, inv, kb, kg, scale, beta);
+    dx_pack<kRelu, P>(dy, x, dx, at, mean, scale, slope, offset, beta);
   });
 }
 
@@ -626,8 +688,10 @@ __global__ void dx_nchw(const T* dy, const T* x, T* dx, Nchw g, std::int64_t pac
                         GradChannels ch) {
   for_each_nchw_pack<P>(g, packs, [&](std::int64_t q, int c) {
     const float inv = ch.invstd[c];
-    dx_pack<kRelu, P>(dy, x, dx, q * P, ch.mean[c], inv, ch.dbeta[c] * ch.inv_count,
-                      ch.dgamma[c] * ch.inv_count, ch.gamma[c] * inv, kRelu ? ch.beta[c] : 0.0F);
+    const float scale = ch.gamma[c] * inv;
+    const DxLine line = dx_line(scale, inv, ch.dgamma[c], ch.dbeta[c], ch.inv_count);
+    dx_pack<kRelu, P>(dy, x, dx, q * P, ch.mean[c], scale, line.slope, line.offset,
+                      kRelu ? ch.beta[c] : 0.0F);
   });
 }
 
@@ -653,8 +717,9 @@ __device__ __forceinline__ void for_each_grid_channel(int channels, F&& f) {
 }
 
 // At least two blocks an SM: a deeper hold at one block an SM holds no more, and hides less of
-// the memory's latency. At this bound the deeper backward (8 rows of x and of dy) spills up to
-// 176 bytes a thread in fp16 and bf16 (ptxas -v).
+// the memory's latency. At this bound the deeper backward (8 rows of x and of dy) fits in 128
+// registers in every dtype (ptxas -v, sm_90); with three values a channel for its dx (bn_dx's
+// earlier form) it spilled up to 176 bytes a thread in fp16 and bf16.
 constexpr int kResidentBlocksPerSm = 2;
 
 // Every channel's partials (one a split: gridDim.y of them) merged by the grid's warps and
@@ -812,13 +877,14 @@ __global__ void __launch_bounds__(kBlock, kResidentBlocksPerSm)
   merge_across_grid(partial, g.channels, out);
 
   if (!active) return;
-  float inv[P], kb[P], kg[P];
+  float slope[P], offset[P];
 #pragma unroll
   for (int e = 0; e < P; ++e) {
     const auto c = static_cast<int>(column) + e;
-    inv[e] = relu_ch.invstd[c];
-    kb[e] = out.dbeta[c] * inv_count;
-    kg[e] = out.dgamma[c] * inv_count;
+    const DxLine line =
+        dx_line(scale[e], relu_ch.invstd[c], out.dgamma[c], out.dbeta[c], inv_count);
+    slope[e] = line.slope;
+    offset[e] = line.offset;
   }
 #pragma unroll
   for (int k = 0; k < R; ++k) {
@@ -832,7 +898,7 @@ __global__ void __launch_bounds__(kBlock, kResidentBlocksPerSm)
     relu_mask<kRelu>(grad, vx, mean, scale, shift);
 #pragma unroll
     for (int e = 0; e < P; ++e) {
-      grad[e] = bn_dx(grad[e], vx[e], mean[e], inv[e], kb[e], kg[e], scale[e]);
+      grad[e] = bn_dx(grad[e], vx[e], mean[e], scale[e], slope[e], offset[e]);
     }
     store_pack(dx + r * g.channels + column, grad);
   }
@@ -1083,6 +1149,31 @@ const void* residual_data(const BatchNormEpilogue& epi) {
 
 }  // namespace
 
+// The training forward's statistics pass and their merge: the batch's mean and inverse deviation
+// saved, the running statistics a step towards them (`out`).
+template <class T, int P>
+Status statistics(const KernelContext& ctx, const TensorDesc& d, const T* xp, const StatsOut& out,
+                  std::string_view op) {
+  const int channels = static_cast<int>(d.dim(1));
+  DLPROBE_ASSIGN_OR_RETURN(const int per_sm, d.layout() == Layout::nhwc
+                                                 ? blocks_per_sm(stats_nhwc<T, P>)
+                                                 : blocks_per_sm(stats_nchw<T, P>));
+  DLPROBE_ASSIGN_OR_RETURN(const Partials<Welford> partial,
+                           partials<Welford>(ctx, d, P, per_sm, op));
+  const Reduction& red = partial.red;
+  Welford* acc = partial.acc();
+  if (d.layout() == Layout::nhwc) {
+    stats_nhwc<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
+  } else {
+    stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
+  }
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
+                                                                     out);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
 Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorView& x,
                                        const TensorView& gamma, const TensorView& beta,
                                        const TensorView& running_mean,
@@ -1091,7 +1182,6 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
                                        const BatchNormParams& p, const BatchNormEpilogue& epi) {
   constexpr std::string_view op = "batch_norm_train_forward";
   const TensorDesc& d = x.desc;
-  const int channels = static_cast<int>(d.dim(1));
   const StatsOut out{static_cast<float>(p.eps), static_cast<float>(p.momentum),
                      f32_out(save_mean),        f32_out(save_invstd),
                      f32_out(running_mean),     f32_out(running_var)};
@@ -1112,24 +1202,22 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
         if (done) return Status::ok();
       }
     }
-    DLPROBE_ASSIGN_OR_RETURN(const int per_sm, d.layout() == Layout::nhwc
-                                                   ? blocks_per_sm(stats_nhwc<T, P>)
-                                                   : blocks_per_sm(stats_nchw<T, P>));
-    DLPROBE_ASSIGN_OR_RETURN(const Partials<Welford> partial,
-                             partials<Welford>(ctx, d, P, per_sm, op));
-    const Reduction& red = partial.red;
-    Welford* acc = partial.acc();
-    if (d.layout() == Layout::nhwc) {
-      stats_nhwc<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
-    } else {
-      stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
-    }
-    DLPROBE_CUDA_CHECK_LAUNCH();
-    finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
-                                                                       out);
-    DLPROBE_CUDA_CHECK_LAUNCH();
+    DLPROBE_RETURN_IF_ERROR((statistics<T, P>(ctx, d, xp, out, op)));
     const Channels ch{f32(save_mean), f32(save_invstd), nullptr, 0.0F, f32(gamma), f32(beta)};
     return apply<T, P>(ctx, d, x, epi, y, ch);
+  });
+}
+
+Status launch_batch_norm_statistics(const KernelContext& ctx, const TensorView& x,
+                                    const TensorView& running_mean, const TensorView& running_var,
+                                    const TensorView& save_mean, const TensorView& save_invstd,
+                                    const BatchNormParams& p) {
+  constexpr std::string_view op = "batch_norm_statistics";
+  const StatsOut out{static_cast<float>(p.eps), static_cast<float>(p.momentum),
+                     f32_out(save_mean),        f32_out(save_invstd),
+                     f32_out(running_mean),     f32_out(running_var)};
+  return dispatch(op, x.desc, {x.data}, [&]<class T, int P>() -> Status {
+    return statistics<T, P>(ctx, x.desc, static_cast<const T*>(x.data), out, op);
   });
 }
 
@@ -1179,6 +1267,32 @@ Status launch_batch_norm_apply(const KernelContext& ctx, const TensorView& x,
                                       0.0F,           f32(gamma),       f32(beta)};
                     return apply<T, P>(ctx, x.desc, x, epi, y, ch);
                   });
+}
+
+Status launch_batch_norm_apply_add(const KernelContext& ctx, const TensorView& x,
+                                   const SavedBatchNorm& xn, const TensorView& r,
+                                   const SavedBatchNorm& rn, const TensorView& y) {
+  const TensorDesc& d = x.desc;
+  return dispatch(
+      "batch_norm_apply_add", d, {x.data, r.data, y.data}, [&]<class T, int P>() -> Status {
+        const Channels ch{f32(xn.mean), f32(xn.invstd), nullptr, 0.0F, f32(xn.gamma), f32(xn.beta)};
+        const Channels rch{f32(rn.mean), f32(rn.invstd), nullptr,
+                           0.0F,         f32(rn.gamma),  f32(rn.beta)};
+        const auto* xp = static_cast<const T*>(x.data);
+        const auto* rp = static_cast<const T*>(r.data);
+        auto* yp = static_cast<T*>(y.data);
+        if (d.layout() == Layout::nhwc) {
+          auto* kernel = apply_add_nhwc<T, P>;
+          DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel));
+          kernel<<<nhwc_grid(ctx, d, P, per_sm), kBlock, 0, ctx.stream>>>(xp, rp, yp, nhwc_of(d, P),
+                                                                          ch, rch);
+        } else {
+          apply_add_nchw<T, P><<<nchw_grid(ctx, d, P), kBlock, 0, ctx.stream>>>(
+              xp, rp, yp, nchw_of(d), d.numel() / P, ch, rch);
+        }
+        DLPROBE_CUDA_CHECK_LAUNCH();
+        return Status::ok();
+      });
 }
 
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,

@@ -41,8 +41,11 @@ __global__ void ce_mean(const float* row_loss, std::int64_t batch, float* loss) 
 }
 
 template <class L>
-__global__ void ce_backward(const float* logits, const L* labels, std::int64_t classes, float scale,
-                            float* dlogits) {
+__global__ void ce_backward(const float* logits, const L* labels, std::int64_t classes,
+                            const StepCounters* counters, double batch, float* dlogits) {
+  // The loss scale as the step's counters hold it when this runs (a replayed graph included).
+  const float scale =
+      static_cast<float>((counters != nullptr ? counters->loss_scale : 1.0) / batch);
   const std::int64_t n = blockIdx.x;
   const float* row = logits + n * classes;
   float* out = dlogits + n * classes;
@@ -77,15 +80,15 @@ Status launch_cross_entropy_forward(const KernelContext& ctx, const TensorView& 
 }
 
 Status launch_cross_entropy_backward(const KernelContext& ctx, const TensorView& logits,
-                                     const TensorView& labels, double loss_scale,
+                                     const TensorView& labels, const StepCounters* counters,
                                      const TensorView& dlogits) {
   const std::int64_t batch = logits.desc.dim(0);
-  const auto scale = static_cast<float>(loss_scale / static_cast<double>(batch));
   return dispatch_label(labels.desc.dtype(), [&](auto tag) -> Status {
     using L = typename decltype(tag)::type;
     ce_backward<<<static_cast<unsigned>(batch), kRowBlock, 0, ctx.stream>>>(
         static_cast<const float*>(logits.data), static_cast<const L*>(labels.data),
-        logits.desc.dim(1), scale, static_cast<float*>(dlogits.data));
+        logits.desc.dim(1), counters, static_cast<double>(batch),
+        static_cast<float*>(dlogits.data));
     DLPROBE_CUDA_CHECK_LAUNCH();
     return Status::ok();
   });

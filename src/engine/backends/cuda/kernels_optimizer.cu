@@ -1,10 +1,11 @@
 // Multi-tensor kernels: gradient unscaling, SGD and AdamW over every parameter in one launch.
-// The host packs the groups and their chunks into one table (launch_plan.h) and uploads it; each
+// The host packs the groups and their chunks into one table (launch_plan.h) and uploads it (once,
+// into the graph's scratch, where a graph is recorded); each
 // block walks chunks grid-stride and its threads the chunk's elements, four at a time (float4)
 // where the group's arrays are 16-byte aligned. The per-element arithmetic follows
 // torch.optim's formulas term by term in fp32, in the order of the host backends'
 // (host_optimizer.h).
-#include <cmath>
+#include <optional>
 #include <vector>
 
 #include "cuda_common.cuh"
@@ -72,6 +73,16 @@ struct Unscale {
   }
 };
 
+// What a launch's update is made from at run time: each rule's `at` takes the step's counters as
+// the kernel reads them, so that a replayed graph updates with the values of the moment.
+struct UnscaleRule {
+  float* found_inf;
+  __device__ Unscale at(const StepCounters& c) const {
+    // torch: scale.double().reciprocal().float().
+    return {static_cast<float>(1.0 / c.loss_scale), found_inf};
+  }
+};
+
 struct Sgd {
   float lr, momentum, dampening, weight_decay;
   bool nesterov, first_step;
@@ -84,6 +95,15 @@ struct Sgd {
       d = nesterov ? d + momentum * buf : buf;
     }
     w = w - lr * d;
+  }
+};
+
+struct SgdRule {
+  Sgd sgd;  // first_step set by at()
+  __device__ Sgd at(const StepCounters& c) const {
+    Sgd s = sgd;
+    s.first_step = c.steps_taken == 0.0;
+    return s;
   }
 };
 
@@ -109,31 +129,92 @@ struct AdamW {
   }
 };
 
-template <unsigned kWrites, class Update>
+struct AdamWRule {
+  double lr, beta1, beta2, eps, weight_decay;
+  __device__ AdamW at(const StepCounters& c) const {
+    // The per-step scalars are Python floats (double) in torch.optim; they meet the tensors in
+    // fp32.
+    const double step = c.steps_taken + 1.0;
+    const double bias_correction1 = 1.0 - pow(beta1, step);
+    const double bias_correction2 = 1.0 - pow(beta2, step);
+    return {static_cast<float>(1.0 - lr * weight_decay),
+            static_cast<float>(1.0 - beta1),
+            static_cast<float>(beta2),
+            static_cast<float>(1.0 - beta2),
+            static_cast<float>(eps),
+            static_cast<float>(lr / bias_correction1),
+            static_cast<float>(sqrt(bias_correction2)),
+            step == 1.0};
+  }
+};
+
+template <unsigned kWrites, class Rule>
 __global__ void multi_tensor_kernel(const PackedTensors* groups, const PackedChunk* chunks,
-                                    std::int64_t chunk_count, Update update,
-                                    const float* skip_if_set) {
+                                    std::int64_t chunk_count, Rule rule,
+                                    const StepCounters* counters, const float* skip_if_set) {
   // The step a dynamic loss scaler skips: nothing in this launch writes the flag.
   if (skip_if_set != nullptr && *skip_if_set != 0.0F) return;
+  // One thread a block works the update out (AdamW's takes two powers in double).
+  using Update = decltype(rule.at(*counters));
+  __shared__ Update update;
+  if (threadIdx.x == 0) update = rule.at(*counters);
+  __syncthreads();
   for_each_element<kWrites>(groups, chunks, chunk_count, update);
 }
 
-template <unsigned kWrites, class Update>
-Status launch_multi_tensor(const KernelContext& ctx, const MultiTensorPack& pack,
-                           const Update& update, const float* skip_if_set, std::string_view op) {
+// GradScaler.update and the step count: advance_step_counters (ops.cpp) in the same order.
+__global__ void advance_kernel(StepCounters* counters, GradScalerOptions scaler, bool scaling,
+                               const float* found_inf) {
+  StepCounters c = *counters;
+  c.last_loss_scale = c.loss_scale;
+  const bool found = found_inf != nullptr && *found_inf != 0.0F;
+  if (!scaling) {
+    c.steps_taken += 1.0;
+  } else if (found) {
+    c.loss_scale *= scaler.backoff_factor;
+    c.growth_tracker = 0.0;
+  } else {
+    c.steps_taken += 1.0;
+    c.growth_tracker += 1.0;
+    if (c.growth_tracker == static_cast<double>(scaler.growth_interval)) {
+      const double grown = c.loss_scale * scaler.growth_factor;
+      if (isfinite(grown)) c.loss_scale = grown;
+      c.growth_tracker = 0.0;
+    }
+  }
+  *counters = c;
+}
+
+template <unsigned kWrites, class Rule>
+Status launch_multi_tensor(const KernelContext& ctx, const MultiTensorPack& pack, const Rule& rule,
+                           const StepCounters* counters, const float* skip_if_set,
+                           std::string_view op) {
   if (pack.chunks.empty()) return Status::ok();
-  DLPROBE_ASSIGN_OR_RETURN(auto table, scratch(ctx, pack.bytes(), op));
   std::vector<std::byte> host(pack.bytes());
   pack.write(host.data());
-  // From pageable memory: staged before the call returns, so `host` may go out of scope.
-  DLPROBE_CUDA_CHECK(
-      cudaMemcpyAsync(table.data(), host.data(), host.size(), cudaMemcpyHostToDevice, ctx.stream));
-  const auto* base = static_cast<const std::byte*>(table.data());
+  std::optional<Scratch> table;
+  const std::byte* base = nullptr;
+  if (ctx.pool != nullptr) {
+    // While a graph is recorded the table is kept with it and filled now, once: a recorded copy
+    // would read `host` again at every replay, long after it is gone, and scratch the pool lends
+    // to a later call would be overwritten by it. The capture is relaxed, which lets this
+    // synchronous copy run beside it.
+    DLPROBE_ASSIGN_OR_RETURN(void* kept, ctx.pool->keep(*ctx.allocator, host.size(), op));
+    DLPROBE_CUDA_CHECK(cudaMemcpy(kept, host.data(), host.size(), cudaMemcpyHostToDevice));
+    base = static_cast<const std::byte*>(kept);
+  } else {
+    DLPROBE_ASSIGN_OR_RETURN(Scratch lent, scratch(ctx, pack.bytes(), op));
+    table.emplace(std::move(lent));
+    // From pageable memory: staged before the call returns, so `host` may go out of scope.
+    DLPROBE_CUDA_CHECK(cudaMemcpyAsync(table->data(), host.data(), host.size(),
+                                       cudaMemcpyHostToDevice, ctx.stream));
+    base = static_cast<const std::byte*>(table->data());
+  }
   const auto chunk_count = static_cast<std::int64_t>(pack.chunks.size());
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>(chunk_count, 4LL * ctx.sm_count));
   multi_tensor_kernel<kWrites><<<grid, kOptBlock, 0, ctx.stream>>>(
       reinterpret_cast<const PackedTensors*>(base),
-      reinterpret_cast<const PackedChunk*>(base + pack.chunk_offset()), chunk_count, update,
+      reinterpret_cast<const PackedChunk*>(base + pack.chunk_offset()), chunk_count, rule, counters,
       skip_if_set);
   DLPROBE_CUDA_CHECK_LAUNCH();
   return Status::ok();
@@ -141,37 +222,32 @@ Status launch_multi_tensor(const KernelContext& ctx, const MultiTensorPack& pack
 
 }  // namespace
 
-Status launch_unscale(const KernelContext& ctx, const MultiTensorPack& pack, double inv_scale,
-                      float* found_inf) {
-  return launch_multi_tensor<0b0001U>(ctx, pack, Unscale{static_cast<float>(inv_scale), found_inf},
-                                      nullptr, "unscale_gradients");
+Status launch_unscale(const KernelContext& ctx, const MultiTensorPack& pack,
+                      const StepCounters* counters, float* found_inf) {
+  return launch_multi_tensor<0b0001U>(ctx, pack, UnscaleRule{found_inf}, counters, nullptr,
+                                      "unscale_gradients");
 }
 
 Status launch_sgd(const KernelContext& ctx, const MultiTensorPack& pack, const SgdParams& p,
-                  bool first_step, const float* found_inf) {
-  const Sgd update{static_cast<float>(p.lr),
-                   static_cast<float>(p.momentum),
-                   static_cast<float>(p.dampening),
-                   static_cast<float>(p.weight_decay),
-                   p.nesterov,
-                   first_step};
-  return launch_multi_tensor<0b0101U>(ctx, pack, update, found_inf, "sgd_step");
+                  const StepCounters* counters, const float* found_inf) {
+  const SgdRule rule{{static_cast<float>(p.lr), static_cast<float>(p.momentum),
+                      static_cast<float>(p.dampening), static_cast<float>(p.weight_decay),
+                      p.nesterov, false}};
+  return launch_multi_tensor<0b0101U>(ctx, pack, rule, counters, found_inf, "sgd_step");
 }
 
 Status launch_adamw(const KernelContext& ctx, const MultiTensorPack& pack, const AdamWParams& p,
-                    std::int64_t step, const float* found_inf) {
-  // The per-step scalars are Python floats (double) in torch.optim; they meet the tensors in fp32.
-  const double bias_correction1 = 1.0 - std::pow(p.beta1, static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(p.beta2, static_cast<double>(step));
-  const AdamW update{static_cast<float>(1.0 - p.lr * p.weight_decay),
-                     static_cast<float>(1.0 - p.beta1),
-                     static_cast<float>(p.beta2),
-                     static_cast<float>(1.0 - p.beta2),
-                     static_cast<float>(p.eps),
-                     static_cast<float>(p.lr / bias_correction1),
-                     static_cast<float>(std::sqrt(bias_correction2)),
-                     step == 1};
-  return launch_multi_tensor<0b1101U>(ctx, pack, update, found_inf, "adamw_step");
+                    const StepCounters* counters, const float* found_inf) {
+  const AdamWRule rule{p.lr, p.beta1, p.beta2, p.eps, p.weight_decay};
+  return launch_multi_tensor<0b1101U>(ctx, pack, rule, counters, found_inf, "adamw_step");
+}
+
+Status launch_advance_step(const KernelContext& ctx, StepCounters* counters,
+                           const GradScalerOptions* scaler, const float* found_inf) {
+  advance_kernel<<<1, 1, 0, ctx.stream>>>(
+      counters, scaler != nullptr ? *scaler : GradScalerOptions{}, scaler != nullptr, found_inf);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
 }
 
 }  // namespace dlprobe::cuda

@@ -2,8 +2,8 @@
 // with the same rule as the forward and PyTorch (start below every value, move on a strictly
 // greater value or a NaN, so the first maximum wins), then each input element gathers the
 // gradients of the windows whose maximum it is (see the backward's two passes below). Where x,
-// a batch norm's ReLU output, was never stored, the first pass computes it again from the batch
-// norm's input.
+// a batch norm's ReLU output, is never stored, the forward and the backward's first pass compute
+// it from the batch norm's input.
 #include "cuda_common.cuh"
 
 namespace dlprobe::cuda {
@@ -288,7 +288,7 @@ unsigned blocks_for(std::int64_t items) {
 }  // namespace
 
 Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y,
-                                 const MaxPool2dParams& p) {
+                                 const MaxPool2dParams& p, const PoolInputFromBatchNorm* from_bn) {
   DLPROBE_RETURN_IF_ERROR(check_pool_size(x.desc, "max_pool2d_forward"));
   const PoolGeom g = geom_of(x.desc, y.desc, p);
   const bool nhwc = x.desc.layout() == Layout::nhwc;
@@ -298,11 +298,18 @@ Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, 
     const auto* xp = static_cast<const T*>(x.data);
     auto* yp = static_cast<T*>(y.data);
     const auto planes = static_cast<unsigned>(x.desc.dim(0) * (nhwc ? g.oh : g.c));
+    const PoolInputFromBatchNorm bn = from_bn != nullptr ? *from_bn : PoolInputFromBatchNorm{};
     const auto forward_nhwc = [&](auto pack_tag, auto stem_tag) {
       constexpr int P = decltype(pack_tag)::value;
-      pool_window_nhwc<T, P, false, false, decltype(stem_tag)::value>
-          <<<dim3(planes, blocks_for(std::int64_t{g.ow} * g.c / P)), kBlock, 0, ctx.stream>>>(
-              xp, yp, nullptr, g, {});
+      constexpr bool kStemPool = decltype(stem_tag)::value;
+      const dim3 grid(planes, blocks_for(std::int64_t{g.ow} * g.c / P));
+      if (from_bn != nullptr) {
+        pool_window_nhwc<T, P, false, true, kStemPool>
+            <<<grid, kBlock, 0, ctx.stream>>>(xp, yp, nullptr, g, bn);
+      } else {
+        pool_window_nhwc<T, P, false, false, kStemPool>
+            <<<grid, kBlock, 0, ctx.stream>>>(xp, yp, nullptr, g, {});
+      }
     };
     if (wide && is_stem_pool(g)) {
       forward_nhwc(std::integral_constant<int, kPack<T>>{}, std::true_type{});
@@ -310,6 +317,10 @@ Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, 
       forward_nhwc(std::integral_constant<int, kPack<T>>{}, std::false_type{});
     } else if (nhwc) {
       forward_nhwc(std::integral_constant<int, 1>{}, std::false_type{});
+    } else if (from_bn != nullptr) {
+      pool_window_nchw<T, false, true>
+          <<<dim3(planes, blocks_for(std::int64_t{g.oh} * g.ow)), kBlock, 0, ctx.stream>>>(
+              xp, yp, nullptr, g, bn);
     } else {
       pool_window_nchw<T, false>
           <<<dim3(planes, blocks_for(std::int64_t{g.oh} * g.ow)), kBlock, 0, ctx.stream>>>(

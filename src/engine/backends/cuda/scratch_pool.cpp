@@ -20,4 +20,12 @@ void ScratchPool::give(memory::DeviceBuffer b) {
   free_.push_back(std::move(b));
 }
 
+Result<void*> ScratchPool::keep(memory::CachingAllocator& allocator, std::size_t bytes,
+                                std::string_view op) {
+  DLPROBE_ASSIGN_OR_RETURN(memory::DeviceBuffer b,
+                           allocator.allocate_buffer(bytes, memory::Category::workspace, op));
+  kept_.push_back(std::move(b));
+  return kept_.back().data();
+}
+
 }  // namespace dlprobe::cuda

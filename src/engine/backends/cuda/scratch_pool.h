@@ -25,9 +25,13 @@ class ScratchPool {
                                     std::string_view op);
   void give(memory::DeviceBuffer b);
   std::size_t idle() const { return free_.size(); }  // buffers given back and not taken again
+  // A buffer of `bytes` the graph keeps and never lends again: what its calls read at every
+  // replay but the recording wrote once (a multi-tensor kernel's table of tensors).
+  Result<void*> keep(memory::CachingAllocator& allocator, std::size_t bytes, std::string_view op);
 
  private:
   std::vector<memory::DeviceBuffer> free_;
+  std::vector<memory::DeviceBuffer> kept_;
 };
 
 }  // namespace dlprobe::cuda

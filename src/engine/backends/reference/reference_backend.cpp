@@ -604,6 +604,17 @@ class ReferenceBackend final : public HostBackend {
     return store(std::move(out), y);
   }
 
+  Status batch_norm_apply_add(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                              const TensorView& save_mean, const TensorView& save_invstd,
+                              const TensorView& r, const TensorView& r_gamma,
+                              const TensorView& r_beta, const TensorView& r_mean,
+                              const TensorView& r_invstd, const TensorView& y) override {
+    HostTensor shortcut(r.desc);
+    DLPROBE_RETURN_IF_ERROR(
+        batch_norm_apply(r, r_gamma, r_beta, r_mean, r_invstd, {}, shortcut.view(), false));
+    return batch_norm_apply(x, gamma, beta, save_mean, save_invstd, shortcut.view(), y, true);
+  }
+
   Status relu_forward(const TensorView& x, const TensorView& y) override {
     return run_reference<T>(y, reference::relu_forward<T>, x);
   }
@@ -641,6 +652,18 @@ class ReferenceBackend final : public HostBackend {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor dyt, load_as<T>(dy));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::max_pool2d_backward<T>(dyt, x, p));
     return store(std::move(out), dx);
+  }
+  Status batch_norm_relu_max_pool_train_forward(
+      const TensorView& x, const TensorView& gamma, const TensorView& beta,
+      const TensorView& running_mean, const TensorView& running_var, const TensorView& y,
+      const TensorView& save_mean, const TensorView& save_invstd, const BatchNormParams& bn,
+      const MaxPool2dParams& pool) override {
+    // The two calls it stands for, the batch norm's output stored in x's dtype between them.
+    HostTensor relu(x.desc);
+    const TensorView no_residual;
+    DLPROBE_RETURN_IF_ERROR(bn_train(x, gamma, beta, running_mean, running_var, relu.view(),
+                                     save_mean, save_invstd, bn, &no_residual));
+    return max_pool2d_forward(relu.view(), y, pool);
   }
 
   Status add(const TensorView& a, const TensorView& b, const TensorView& y) override {
@@ -682,7 +705,12 @@ class ReferenceBackend final : public HostBackend {
     return run_reference<T>(loss, reference::cross_entropy_forward<T>, logits, labels);
   }
   Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
-                                double loss_scale, const TensorView& dlogits) override {
+                                const TensorView& counters, const TensorView& dlogits) override {
+    double loss_scale = 1.0;
+    if (counters.data != nullptr) {
+      DLPROBE_RETURN_IF_ERROR(step_counters_check("cross_entropy_backward", counters));
+      loss_scale = host_optimizer::read_counters(counters).loss_scale;
+    }
     DLPROBE_ASSIGN_OR_RETURN(HostTensor lt, load_as<T>(logits));
     HostTensor dloss(TensorDesc::make(Shape{1}, dtype_of<T>).value());
     dloss.set(0, loss_scale);
@@ -691,10 +719,11 @@ class ReferenceBackend final : public HostBackend {
     return store(std::move(out), dlogits);
   }
 
-  Status unscale_gradients(std::span<const TensorView> grads, double inv_scale,
+  Status unscale_gradients(std::span<const TensorView> grads, const TensorView& counters,
                            const TensorView& found_inf) override {
+    DLPROBE_RETURN_IF_ERROR(step_counters_check("unscale_gradients", counters));
     bool found = false;
-    const auto inv = static_cast<T>(inv_scale);
+    const auto inv = static_cast<T>(1.0 / host_optimizer::read_counters(counters).loss_scale);
     for (const TensorView& g : grads) {
       for (std::int64_t i = 0; i < g.desc.numel(); ++i) {
         const double v = read_elem(g, i);
@@ -707,10 +736,12 @@ class ReferenceBackend final : public HostBackend {
     return Status::ok();
   }
 
-  Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p, std::int64_t step,
-                  const TensorView& found_inf) override {
+  Status sgd_step(std::span<const OptimizerSlot> slots, const SgdParams& p,
+                  const TensorView& counters, const TensorView& found_inf) override {
+    DLPROBE_RETURN_IF_ERROR(step_counters_check("sgd_step", counters));
     if (flag_set(found_inf)) return Status::ok();
     DLPROBE_RETURN_IF_ERROR(sgd_check(p));
+    const std::int64_t step = host_optimizer::step_of(counters);
     const bool use_momentum = p.momentum != 0.0;
     for (const OptimizerSlot& s : slots) {
       if (use_momentum && s.state0.data == nullptr) {
@@ -746,11 +777,12 @@ class ReferenceBackend final : public HostBackend {
     return Status::ok();
   }
 
-  Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p, std::int64_t step,
-                    const TensorView& found_inf) override {
+  Status adamw_step(std::span<const OptimizerSlot> slots, const AdamWParams& p,
+                    const TensorView& counters, const TensorView& found_inf) override {
+    DLPROBE_RETURN_IF_ERROR(step_counters_check("adamw_step", counters));
     if (flag_set(found_inf)) return Status::ok();
     DLPROBE_RETURN_IF_ERROR(adamw_check(p));
-    if (step < 1) return invalid_argument(fmt::format("adamw_step: step {} < 1", step));
+    const std::int64_t step = host_optimizer::step_of(counters);
     for (const OptimizerSlot& s : slots) {
       if (s.state0.data == nullptr || s.state1.data == nullptr) {
         return invalid_argument("adamw_step: needs exp_avg and exp_avg_sq buffers");
@@ -786,6 +818,15 @@ class ReferenceBackend final : public HostBackend {
       DLPROBE_RETURN_IF_ERROR(store(std::move(*out.state.exp_avg), s.state0));
       DLPROBE_RETURN_IF_ERROR(store(std::move(*out.state.exp_avg_sq), s.state1));
     }
+    return Status::ok();
+  }
+
+  Status advance_step(const TensorView& counters, const GradScalerOptions* scaler,
+                      const TensorView& found_inf) override {
+    DLPROBE_RETURN_IF_ERROR(step_counters_check("advance_step", counters));
+    StepCounters c = host_optimizer::read_counters(counters);
+    advance_step_counters(c, flag_set(found_inf), scaler);
+    host_optimizer::write_counters(counters, c);
     return Status::ok();
   }
 
