@@ -36,9 +36,7 @@ std::vector<std::int64_t> auto_batches(const AutoBatch& a) {
 }
 
 Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
-  const auto fastest = [&](engine::Precision p, engine::StepMode m) {
-    return device::fastest_settings(device, p, m);
-  };
+  const auto fastest = [&](engine::Precision p) { return device::fastest_settings(device, p); };
   Expanded out;
   bool planned = false;
   if (axes.memory) {
@@ -51,9 +49,7 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
   } else {
     // A graph asked for brings the arena it needs.
     planned = axes.graph == true;
-    for (const engine::Precision p : axes.precisions) {
-      for (const engine::StepMode m : axes.modes) planned = planned || fastest(p, m).planned;
-    }
+    for (const engine::Precision p : axes.precisions) planned = planned || fastest(p).planned;
     out.gpu_memory = planned ? "planned" : "grow";
   }
   if (axes.streams > 1 && !planned) {
@@ -73,7 +69,7 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
   for (const model::Arch arch : axes.models) {
     for (const engine::Precision precision : axes.precisions) {
       for (const engine::StepMode mode : axes.modes) {
-        const device::FastestSettings best = fastest(precision, mode);
+        const device::FastestSettings best = fastest(precision);
         std::vector<Layout> each = axes.layouts;
         if (each.empty()) {
           each = {best.layout};

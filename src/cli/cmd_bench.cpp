@@ -304,7 +304,7 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--graph", flags->graph,
                   "on (also --graph alone): record the step once as a CUDA graph and replay it "
                   "(needs planned memory); off: eager steps; auto: a graph "
-                  "wherever the mode and memory allow one on a GPU")
+                  "wherever the memory allows one on a GPU")
       ->expected(0, 1)
       ->default_str("on")
       ->option_text("[auto|on|off]=auto");

@@ -6,20 +6,21 @@
 
 namespace dlprobe::device {
 
-FastestSettings fastest_settings(DeviceKind device, engine::Precision precision,
-                                 engine::StepMode mode) {
+FastestSettings fastest_settings(DeviceKind device, engine::Precision precision) {
   FastestSettings s;
   if (device == DeviceKind::cuda) {
     // On an H200 (docs/performance.md): the tensor-core precisions in NHWC, where their
     // convolutions need no transposes (tf32 3,128 img/s against 2,078 in NCHW); strict fp32 in
     // NCHW, where cuDNN's NHWC data gradient ran 28 times slower. The planned arena, and a graph
-    // replay wherever the mode allows one (train's optimizer uploads its table every step): fp16
-    // ResNet-50 ran 2,429 img/s in NCHW, grown, eager and 7,216 in NHWC, planned, replayed.
+    // replay in every mode: fp16 ResNet-50 gradients ran 2,429 img/s in NCHW, grown, eager and
+    // 7,216 in NHWC, planned, replayed; fp16 training replayed against eager steps, SGD 5,168
+    // against 4,970 img/s at batch 32 and 8,445 against 8,322 at 256, AdamW 5,125 against 4,960
+    // and 8,453 against 8,343 (one call, 2026-12-05).
     s.layout = precision == engine::Precision::fp32 || precision == engine::Precision::fp64
                    ? Layout::nchw
                    : Layout::nhwc;
     s.planned = true;
-    s.graph = mode != engine::StepMode::train;
+    s.graph = true;
     // The weight gradients on a second stream: fp16 ResNet-50 gradients ran 1.0 % faster at batch
     // 32, 2.4 % at 64 and 2.0 % at 128, and training (eager) 9.6 % at 32 and 3.0 % at 128; but
     // gradients 0.7 % at 256 for 11.85 against 9.26 GiB (their operands are kept until the

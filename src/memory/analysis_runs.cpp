@@ -243,8 +243,7 @@ DeviceKind analysis_device_kind(const AnalysisOptions& options) {
 std::vector<GpuMemoryOption> fastest_gpu_memory(const AnalysisOptions& options) {
   std::vector<GpuMemoryOption> modes;
   for (engine::Precision p : options.precisions) {
-    const bool planned =
-        device::fastest_settings(analysis_device_kind(options), p, options.base.mode).planned;
+    const bool planned = device::fastest_settings(analysis_device_kind(options), p).planned;
     if (std::none_of(modes.begin(), modes.end(),
                      [&](const GpuMemoryOption& g) { return g.planned == planned; })) {
       GpuMemoryOption g;
@@ -257,9 +256,8 @@ std::vector<GpuMemoryOption> fastest_gpu_memory(const AnalysisOptions& options) 
 }
 
 Layout analysis_layout(const AnalysisOptions& options, engine::Precision p) {
-  return options.layout
-             ? *options.layout
-             : device::fastest_settings(analysis_device_kind(options), p, options.base.mode).layout;
+  return options.layout ? *options.layout
+                        : device::fastest_settings(analysis_device_kind(options), p).layout;
 }
 
 Status run_analysis(const AnalysisOptions& options, AnalysisObserver& observer) {

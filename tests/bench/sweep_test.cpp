@@ -100,15 +100,15 @@ TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
     EXPECT_EQ(gpu->groups[i].step_at(256).streams, 1) << i;
     EXPECT_EQ(gpu->groups[i].step_at(256).batch, 256) << i;
   };
-  expect(0, Layout::nchw, false, 1);  // fp32 train
-  expect(1, Layout::nchw, true, 1);   // fp32 grads
-  expect(2, Layout::nhwc, false, 2);  // fp16 train
-  expect(3, Layout::nhwc, true, 2);   // fp16 grads
+  expect(0, Layout::nchw, true, 1);  // fp32 train
+  expect(1, Layout::nchw, true, 1);  // fp32 grads
+  expect(2, Layout::nhwc, true, 2);  // fp16 train
+  expect(3, Layout::nhwc, true, 2);  // fp16 grads
   EXPECT_EQ(gpu->gpu_memory, "planned");
   EXPECT_EQ(gpu->allocation.mode, memory::Mode::growth);
   EXPECT_EQ(gpu->picked,
-            "layout nchw for fp32 and nhwc for fp16, gpu-memory planned, graph off for train and "
-            "on for grads, streams 1 for fp32 and 2 up to batch 128, 1 above for fp16");
+            "layout nchw for fp32 and nhwc for fp16, gpu-memory planned, graph on, streams 1 for "
+            "fp32 and 2 up to batch 128, 1 above for fp16");
 
   SweepAxes one = fp32_and_fp16_train_and_grads();
   one.precisions = {engine::Precision::bf16};

@@ -26,18 +26,18 @@ TEST(FastestSettings, EveryDevicePrecisionAndMode) {
   constexpr Layout nchw = Layout::nchw;
   constexpr Layout nhwc = Layout::nhwc;
   const Case cases[] = {
-      // GPU: tensor-core precisions in NHWC, strict fp32 in NCHW; the planned arena; a graph
-      // wherever the mode allows one (not train: its optimizer uploads its table every step).
-      {gpu, Precision::fp32, StepMode::train, nchw, true, false},
+      // GPU: tensor-core precisions in NHWC, strict fp32 in NCHW; the planned arena; a graph in
+      // every mode (training's loss scale and step count are read on the device).
+      {gpu, Precision::fp32, StepMode::train, nchw, true, true},
       {gpu, Precision::fp32, StepMode::grads, nchw, true, true},
       {gpu, Precision::fp32, StepMode::infer, nchw, true, true},
-      {gpu, Precision::tf32, StepMode::train, nhwc, true, false},
+      {gpu, Precision::tf32, StepMode::train, nhwc, true, true},
       {gpu, Precision::tf32, StepMode::grads, nhwc, true, true},
       {gpu, Precision::tf32, StepMode::infer, nhwc, true, true},
-      {gpu, Precision::fp16, StepMode::train, nhwc, true, false},
+      {gpu, Precision::fp16, StepMode::train, nhwc, true, true},
       {gpu, Precision::fp16, StepMode::grads, nhwc, true, true},
       {gpu, Precision::fp16, StepMode::infer, nhwc, true, true},
-      {gpu, Precision::bf16, StepMode::train, nhwc, true, false},
+      {gpu, Precision::bf16, StepMode::train, nhwc, true, true},
       {gpu, Precision::bf16, StepMode::grads, nhwc, true, true},
       {gpu, Precision::bf16, StepMode::infer, nhwc, true, true},
       {gpu, Precision::fp64, StepMode::grads, nchw, true, true},
@@ -59,7 +59,7 @@ TEST(FastestSettings, EveryDevicePrecisionAndMode) {
       {cpu, Precision::fp64, StepMode::infer, nhwc, false, false},
   };
   for (const Case& c : cases) {
-    const FastestSettings s = fastest_settings(c.device, c.precision, c.mode);
+    const FastestSettings s = fastest_settings(c.device, c.precision);
     const std::string what = std::string(c.device == gpu ? "cuda " : "cpu ") +
                              std::string(engine::precision_name(c.precision)) + " " +
                              std::string(engine::step_mode_name(c.mode));

@@ -23,8 +23,8 @@ struct FastestSettings {
 };
 
 // A pure function of what it is given, so that a test pins every default.
-FastestSettings fastest_settings(DeviceKind device, engine::Precision precision,
-                                 engine::StepMode mode);
+// Every step mode takes the same settings (a training step replays as a graph too).
+FastestSettings fastest_settings(DeviceKind device, engine::Precision precision);
 
 // The values an open choice took, each with what it was taken for, for the line that tells the
 // user what was picked: add("nhwc", "fp16"), add("nchw", "fp32").
