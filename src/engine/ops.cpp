@@ -193,8 +193,10 @@ Status step_counters_check(std::string_view op, const TensorView& counters) {
       counters.desc.shape() == Shape{4}) {
     return Status::ok();
   }
-  return invalid_argument(fmt::format("{}: the step counters must be an fp64 [4] tensor, got {}",
-                                      op, counters.data == nullptr ? "none" : counters.desc.str()));
+  return invalid_argument(fmt::format(
+      "{}: the step counters must be an fp64 [4] tensor (step_counters_desc(), holding a "
+      "StepCounters), got {}",
+      op, counters.data == nullptr ? "none" : counters.desc.str()));
 }
 
 void advance_step_counters(StepCounters& c, bool found_inf, const GradScalerOptions* scaler) {

@@ -186,10 +186,14 @@ TEST_F(CpuBackend, OptimizersRefuseMissingStateAndMismatchedGradients) {
   slots = {{param.view(), grad.view(), m.view(), v.view()}};
   s = backend_->adamw_step(slots, AdamWParams{}, TensorView{}, TensorView{});
   EXPECT_EQ(s.code(), Errc::invalid_argument);
-  EXPECT_EQ(s.message(), "adamw_step: the step counters must be an fp64 [4] tensor, got none");
+  EXPECT_EQ(s.message(),
+            "adamw_step: the step counters must be an fp64 [4] tensor (step_counters_desc(), "
+            "holding a StepCounters), got none");
   HostTensor wrong = HostTensor::zeros(desc({4}, DType::fp32));
   s = backend_->sgd_step(slots, SgdParams{0.1, 0.9}, wrong.view(), TensorView{});
-  EXPECT_EQ(s.message(), "sgd_step: the step counters must be an fp64 [4] tensor, got fp32[4]");
+  EXPECT_EQ(s.message(),
+            "sgd_step: the step counters must be an fp64 [4] tensor (step_counters_desc(), "
+            "holding a StepCounters), got fp32[4]");
 }
 
 }  // namespace
