@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 
 #include "dlprobe/engine/ops.h"
 
@@ -87,8 +88,19 @@ inline StepCounters read_counters(const TensorView& counters) {
   std::memcpy(&c, counters.data, sizeof c);
   return c;
 }
-inline void write_counters(const TensorView& counters, const StepCounters& c) {
+// advance_step_counters over the counters in place.
+inline void advance_counters(const TensorView& counters, bool found_inf,
+                             const GradScalerOptions* scaler) {
+  StepCounters c = read_counters(counters);
+  advance_step_counters(c, found_inf, scaler);
   std::memcpy(counters.data, &c, sizeof c);
+}
+// The loss scale the loss's gradient takes: the counters' where the step passes them, 1 where it
+// passes none (no scaling); bad counters are an error naming `op`.
+inline Result<double> loss_scale_of(std::string_view op, const TensorView& counters) {
+  if (counters.data == nullptr) return 1.0;
+  DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
+  return read_counters(counters).loss_scale;
 }
 // The optimizer step that `counters` is at (1 for the first).
 inline std::int64_t step_of(const TensorView& counters) {

@@ -554,11 +554,7 @@ class CpuBackend final : public HostBackend {
     constexpr std::string_view op = "cross_entropy_backward";
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&logits.desc, &dlogits.desc}));
     DLPROBE_RETURN_IF_ERROR(need_labels(op, labels.desc));
-    double scale = 1.0;
-    if (counters.data != nullptr) {
-      DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
-      scale = host_optimizer::read_counters(counters).loss_scale;
-    }
+    DLPROBE_ASSIGN_OR_RETURN(const double scale, host_optimizer::loss_scale_of(op, counters));
     return cpu::cross_entropy_backward(logits, labels, scale, dlogits);
   }
 
@@ -600,9 +596,7 @@ class CpuBackend final : public HostBackend {
     constexpr std::string_view op = "advance_step";
     DLPROBE_RETURN_IF_ERROR(step_counters_check(op, counters));
     if (found_inf.data != nullptr) DLPROBE_RETURN_IF_ERROR(need_fp32(op, {&found_inf.desc}));
-    StepCounters c = host_optimizer::read_counters(counters);
-    advance_step_counters(c, cpu::step_skipped(found_inf), scaler);
-    host_optimizer::write_counters(counters, c);
+    host_optimizer::advance_counters(counters, cpu::step_skipped(found_inf), scaler);
     return Status::ok();
   }
 

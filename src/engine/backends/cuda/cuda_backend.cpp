@@ -747,8 +747,9 @@ Status CudaBackend::conv2d_backward_data_add_relu(const TensorView& dy, const Te
 constexpr int kFusedGraphVersion = 1;
 
 // The plan of a fused graph not planned yet: loaded from the tuning cache where it holds the
-// serialized plan (no heuristics query, no search over candidates), else built with the
-// heuristics' choice and, with a cache, recorded there whole.
+// serialized plan (no heuristics query, no search over candidates), else built (the heuristics'
+// choice, or under exhaustive the fastest of the first kFusedCandidates) and, with a cache,
+// recorded there whole.
 Result<ExecutionPlan> CudaBackend::fused_conv_plan(const FusedConvSpec& spec,
                                                    const std::string& key, std::string_view op,
                                                    std::span<const std::int64_t> uids,

@@ -1143,6 +1143,14 @@ Result<bool> launch_resident(const KernelContext& ctx, const Nhwc& g, std::strin
   return true;
 }
 
+// Where a training forward's statistics go (StatsOut), from the op's arguments.
+StatsOut stats_out(const BatchNormParams& p, const TensorView& running_mean,
+                   const TensorView& running_var, const TensorView& save_mean,
+                   const TensorView& save_invstd) {
+  return {static_cast<float>(p.eps), static_cast<float>(p.momentum), f32_out(save_mean),
+          f32_out(save_invstd),      f32_out(running_mean),          f32_out(running_var)};
+}
+
 const void* residual_data(const BatchNormEpilogue& epi) {
   return epi.residual != nullptr ? epi.residual->data : nullptr;
 }
@@ -1182,9 +1190,7 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
                                        const BatchNormParams& p, const BatchNormEpilogue& epi) {
   constexpr std::string_view op = "batch_norm_train_forward";
   const TensorDesc& d = x.desc;
-  const StatsOut out{static_cast<float>(p.eps), static_cast<float>(p.momentum),
-                     f32_out(save_mean),        f32_out(save_invstd),
-                     f32_out(running_mean),     f32_out(running_var)};
+  const StatsOut out = stats_out(p, running_mean, running_var, save_mean, save_invstd);
   return dispatch(op, d, {x.data, y.data, residual_data(epi)}, [&]<class T, int P>() -> Status {
     const auto* xp = static_cast<const T*>(x.data);
     if constexpr (P == kPack<T>) {
@@ -1213,9 +1219,7 @@ Status launch_batch_norm_statistics(const KernelContext& ctx, const TensorView& 
                                     const TensorView& save_mean, const TensorView& save_invstd,
                                     const BatchNormParams& p) {
   constexpr std::string_view op = "batch_norm_statistics";
-  const StatsOut out{static_cast<float>(p.eps), static_cast<float>(p.momentum),
-                     f32_out(save_mean),        f32_out(save_invstd),
-                     f32_out(running_mean),     f32_out(running_var)};
+  const StatsOut out = stats_out(p, running_mean, running_var, save_mean, save_invstd);
   return dispatch(op, x.desc, {x.data}, [&]<class T, int P>() -> Status {
     return statistics<T, P>(ctx, x.desc, static_cast<const T*>(x.data), out, op);
   });
@@ -1242,9 +1246,7 @@ Status launch_batch_norm_finalize(const KernelContext& ctx, const TensorView& su
                                   const TensorView* scale, const TensorView* bias,
                                   const BatchNormParams& p) {
   const auto channels = static_cast<int>(gamma.desc.numel());
-  const StatsOut out{static_cast<float>(p.eps), static_cast<float>(p.momentum),
-                     f32_out(save_mean),        f32_out(save_invstd),
-                     f32_out(running_mean),     f32_out(running_var)};
+  const StatsOut out = stats_out(p, running_mean, running_var, save_mean, save_invstd);
   const dim3 grid(static_cast<unsigned>((channels + kBlock - 1) / kBlock));
   const DType t = scale != nullptr ? scale->desc.dtype() : DType::fp32;
   return dispatch_floating(t, [&]<class T>(TypeTag<T>) -> Status {

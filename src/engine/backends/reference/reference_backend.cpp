@@ -706,11 +706,8 @@ class ReferenceBackend final : public HostBackend {
   }
   Status cross_entropy_backward(const TensorView& logits, const TensorView& labels,
                                 const TensorView& counters, const TensorView& dlogits) override {
-    double loss_scale = 1.0;
-    if (counters.data != nullptr) {
-      DLPROBE_RETURN_IF_ERROR(step_counters_check("cross_entropy_backward", counters));
-      loss_scale = host_optimizer::read_counters(counters).loss_scale;
-    }
+    DLPROBE_ASSIGN_OR_RETURN(const double loss_scale,
+                             host_optimizer::loss_scale_of("cross_entropy_backward", counters));
     DLPROBE_ASSIGN_OR_RETURN(HostTensor lt, load_as<T>(logits));
     HostTensor dloss(TensorDesc::make(Shape{1}, dtype_of<T>).value());
     dloss.set(0, loss_scale);
@@ -824,9 +821,7 @@ class ReferenceBackend final : public HostBackend {
   Status advance_step(const TensorView& counters, const GradScalerOptions* scaler,
                       const TensorView& found_inf) override {
     DLPROBE_RETURN_IF_ERROR(step_counters_check("advance_step", counters));
-    StepCounters c = host_optimizer::read_counters(counters);
-    advance_step_counters(c, flag_set(found_inf), scaler);
-    host_optimizer::write_counters(counters, c);
+    host_optimizer::advance_counters(counters, flag_set(found_inf), scaler);
     return Status::ok();
   }
 
