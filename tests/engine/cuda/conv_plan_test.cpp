@@ -196,10 +196,11 @@ TEST_F(CudaConv, AutotuningTimesEveryKnobConfigurationOnce) {
   EXPECT_EQ(plan->time_ms, 1.0F);
 }
 
-// With a timer, a fused graph's plan is the fastest of the first kFusedCandidates configurations
-// that build (each distinct), not the first; without one, nothing is timed. The timer here makes
-// each later candidate faster, so a search that kept the first would fail.
-TEST_F(CudaConv, TunedFusedGraphKeepsTheFastestOfItsFirstConfigurations) {
+// With a timer, a fused graph's plan is the fastest of all its configurations that build (each
+// distinct, more than one for this shape on an H200), not the first; without one, nothing is
+// timed. The timer here makes each later candidate faster, so a search that kept the first would
+// fail.
+TEST_F(CudaConv, TunedFusedGraphKeepsTheFastestOfAllItsConfigurations) {
   const CudnnHandle handle = cudnn_handle();
   ASSERT_NE(handle, nullptr);
   // With bn1 + ReLU in its prologue and bn2's sums in its epilogue.
@@ -223,8 +224,7 @@ TEST_F(CudaConv, TunedFusedGraphKeepsTheFastestOfItsFirstConfigurations) {
   EXPECT_TRUE(timed.empty());
   auto tuned = cuda::build_fused_conv_plan(handle.get(), spec, kWorkspace, timer);
   ASSERT_TRUE(tuned.has_value()) << tuned.status().message();
-  ASSERT_FALSE(timed.empty());
-  EXPECT_LE(timed.size(), static_cast<std::size_t>(cuda::kFusedCandidates));
+  EXPECT_GE(timed.size(), 2U) << fmt::format("{}", fmt::join(timed, "; "));
   EXPECT_EQ(std::set<std::string>(timed.begin(), timed.end()).size(), timed.size())
       << fmt::format("{}", fmt::join(timed, "; "));
   // The last timed, the fastest by this timer.

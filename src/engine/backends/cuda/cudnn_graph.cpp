@@ -624,13 +624,13 @@ namespace {
 
 // The plan for graph `g`, as build_conv_plan describes; `spec` is the convolution whose numerical
 // policy the engines must meet, `key` names the graph in errors.
-// `to_time`: with a timer, the configurations timed before the fastest of them is kept, of any
-// kind (a fused graph's); 0 times every configuration but the runtime-compiled ones, which a plain
-// convolution tries only where nothing else built.
+// `time_runtime_compiled`: with a timer, the runtime-compiled configurations are timed as well (a
+// fused graph's, which only they take); otherwise a plain convolution tries them only where
+// nothing else built.
 Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, const ConvSpec& spec,
                                      const std::string& key, ConvEngineChoice choice,
                                      std::int64_t max_workspace_bytes, const PlanTimer& timer,
-                                     int to_time = 0) {
+                                     bool time_runtime_compiled = false) {
   // Heuristics mode A ranks the engines; when they are to be timed, mode B (a costlier model of
   // the same engines, which may rank other knob choices) and the fallback list add the
   // configurations A leaves out.
@@ -756,9 +756,8 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
   // ~75 shapes in a ResNet-50 step, an unbounded search took over a minute on an H200.
   const auto tuning_start = std::chrono::steady_clock::now();
   constexpr std::chrono::milliseconds kExhaustiveBudget{400};
-  int timed = 0;
   for (const Candidate& candidate : candidates) {
-    if (to_time > 0 ? timed >= to_time : candidate.last_resort && best) break;  // they are last
+    if (!time_runtime_compiled && candidate.last_resort && best) break;  // they are last
     if (!candidate.ranked && best &&
         std::chrono::steady_clock::now() - tuning_start > kExhaustiveBudget) {
       continue;
@@ -774,7 +773,6 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
       continue;
     }
     log_debug("conv autotune: {} {:.3f} ms", plan->engine_name, *ms);
-    ++timed;
     if (*ms < best_ms) {
       best_ms = *ms;
       best = std::move(plan);
@@ -805,7 +803,7 @@ Result<ExecutionPlan> build_fused_conv_plan(cudnnHandle_t handle, const FusedCon
                           max_workspace_bytes, {});
   }
   return plan_for_graph(handle, g, spec.conv, fused_conv_key(spec), ConvEngineChoice::autotune,
-                        max_workspace_bytes, timer, kFusedCandidates);
+                        max_workspace_bytes, timer, true);
 }
 
 Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const ConvSpec& spec,

@@ -135,10 +135,10 @@ Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec
                                       const PlanTimer& timer = {});
 
 // The plan for a FusedConvSpec: the first engine cuDNN's heuristics offer that builds within the
-// workspace, or with `timer` the fastest of the first kFusedCandidates that build (heuristics
-// modes A and B). Only runtime-fusion engines take such a graph, and they compile their kernels
-// when the plan is built (about a second each), which timing every candidate would multiply.
-inline constexpr int kFusedCandidates = 4;
+// workspace, or with `timer` the fastest of all the configurations that build (heuristics modes A
+// and B, the fallback list). Only runtime-fusion engines take such a graph, and they compile their
+// kernels when the plan is built (about a second each), so a timed search costs seconds a graph;
+// the backend times only under exhaustive tuning (docs/performance.md has what it bought).
 Result<ExecutionPlan> build_fused_conv_plan(cudnnHandle_t handle, const FusedConvSpec& spec,
                                             std::int64_t max_workspace_bytes,
                                             const PlanTimer& timer = {});
