@@ -755,8 +755,8 @@ Result<ExecutionPlan> CudaBackend::fused_conv_plan(const FusedConvSpec& spec,
                                                    std::span<const std::int64_t> uids,
                                                    std::span<void* const> ptrs) {
   // Exhaustive tuning also times every runtime-compiled configuration of the graph; the others
-  // take the first that builds (each compiles for about a second, and timing them all made the
-  // first run of an fp16 ResNet-50 step on a fresh H200 37.6 s against autotune's 14.2 s).
+  // take the first that builds (each compiles for about a second: exhaustive's first run of an
+  // fp16 ResNet-50 step took 46 s on an H200 just started, autotune's 9 s).
   const bool tuned = options_.conv_engine == ConvEngineChoice::exhaustive;
   // " timed all": a cache from when exhaustive timed only the first four configurations holds
   // plans of a narrower search, which are tuned again rather than taken.
