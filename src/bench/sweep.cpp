@@ -36,7 +36,6 @@ std::vector<std::int64_t> auto_batches(const AutoBatch& a) {
 }
 
 Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
-  const auto fastest = [&](engine::Precision p) { return device::fastest_settings(device, p); };
   Expanded out;
   bool planned = false;
   if (axes.memory) {
@@ -49,7 +48,8 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
   } else {
     // A graph asked for brings the arena it needs.
     planned = axes.graph == true;
-    for (const engine::Precision p : axes.precisions) planned = planned || fastest(p).planned;
+    for (const engine::Precision p : axes.precisions)
+      planned = planned || device::fastest_settings(device, p).planned;
     out.gpu_memory = planned ? "planned" : "grow";
   }
   if (axes.streams > 1 && !planned) {
@@ -68,15 +68,15 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
   device::Picks streams;
   for (const model::Arch arch : axes.models) {
     for (const engine::Precision precision : axes.precisions) {
+      const device::FastestSettings best = device::fastest_settings(device, precision);
       for (const engine::StepMode mode : axes.modes) {
-        const device::FastestSettings best = fastest(precision);
         std::vector<Layout> each = axes.layouts;
         if (each.empty()) {
           each = {best.layout};
           layouts.add(device::layout_flag(best.layout), engine::precision_name(precision));
         }
         const bool graph = axes.graph.value_or(best.graph && planned);
-        if (!axes.graph) graphs.add(graph ? "on" : "off", engine::step_mode_name(mode));
+        if (!axes.graph) graphs.add(graph ? "on" : "off", engine::precision_name(precision));
         const std::int64_t two_up_to =
             !axes.streams && planned && !recompute ? best.two_streams_up_to : 0;
         // The CPU backends have one stream: no choice to tell of there.
