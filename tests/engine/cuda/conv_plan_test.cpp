@@ -199,7 +199,8 @@ TEST_F(CudaConv, AutotuningTimesEveryKnobConfigurationOnce) {
 // With a timer, a fused graph's plan is the fastest of all its configurations that build (each
 // distinct, more than one for this shape on an H200), not the first; without one, nothing is
 // timed. The timer here makes each later candidate faster, so a search that kept the first would
-// fail.
+// fail; and it is called once for every configuration that builds, as a timer that fails them all
+// counts them, so a search that stopped after a few would fail too where more build.
 TEST_F(CudaConv, TunedFusedGraphKeepsTheFastestOfAllItsConfigurations) {
   const CudnnHandle handle = cudnn_handle();
   ASSERT_NE(handle, nullptr);
@@ -225,6 +226,14 @@ TEST_F(CudaConv, TunedFusedGraphKeepsTheFastestOfAllItsConfigurations) {
   auto tuned = cuda::build_fused_conv_plan(handle.get(), spec, kWorkspace, timer);
   ASSERT_TRUE(tuned.has_value()) << tuned.status().message();
   EXPECT_GE(timed.size(), 2U) << fmt::format("{}", fmt::join(timed, "; "));
+  std::size_t built = 0;
+  const cuda::PlanTimer failing = [&](const cuda::ExecutionPlan&, float) -> Result<float> {
+    ++built;
+    return error(Errc::internal, "not timed here");
+  };
+  EXPECT_FALSE(cuda::build_fused_conv_plan(handle.get(), spec, kWorkspace, failing).has_value())
+      << "no configuration was timed, so none can be kept";
+  EXPECT_EQ(timed.size(), built) << fmt::format("{}", fmt::join(timed, "; "));
   EXPECT_EQ(std::set<std::string>(timed.begin(), timed.end()).size(), timed.size())
       << fmt::format("{}", fmt::join(timed, "; "));
   // The last timed, the fastest by this timer.
