@@ -247,7 +247,7 @@ __global__ void pool_gather_nchw(const T* dy, const std::uint8_t* where, T* dx, 
 // kStemStripRows output rows downwards, so the input row two windows share (a window's last,
 // the next one's first) is kept in registers instead of being loaded and normalised again, and
 // the grid holds no more blocks than fill the GPU, each thread taking strip after strip. The
-// general kernels below give a block an output row (two blocks of 256 threads for 56 x 8 packs,
+// general kernels above give a block an output row (two blocks of 256 threads for 56 x 8 packs,
 // the second a quarter idle) and a thread one window: at fp16 batch 256 on an H200 their three
 // launches took 0.94 ms a step at 1.5 to 1.8 TB/s (Nsight Compute, 2026-12-05).
 constexpr int kStemStripRows = 8;
