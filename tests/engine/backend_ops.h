@@ -94,8 +94,9 @@ struct Offers {
   bool fused_conv_batch_norm = false;
   // Batch norm on NHWC tensors of ResNet-50's sizes at batch 32: those that reach the CUDA
   // backend's one-launch kernels at their deeper holds (3.2 M and 6.4 M elements on an H200) and
-  // one past every hold (25.7 M), where its three-launch kernels run. A row that sets this runs
-  // those cases; they are too large for the host rows' reference loops to be quick.
+  // two past every hold (25.7 M, in 256 and 1024 channels), where its three-launch kernels run. A
+  // row that sets this runs those cases; they are too large for the host rows' reference loops to
+  // be quick.
   bool gpu_sized_batch_norm = false;
   bool recomputed_max_pool = false;  // recomputes_max_pool_input()
 };

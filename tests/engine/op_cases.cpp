@@ -179,8 +179,10 @@ const Shape kBatchNormShapes[] = {{3, 5, 4, 3},   {3, 4, 5, 2},   {4, 3, 3, 3}, 
                                   {4, 256, 9, 9}, {2, 2048, 3, 3}};
 // ResNet-50's at batch 32 (Offers::gpu_sized_batch_norm), NHWC: on an H200 the first takes the
 // one-launch fp16 and bf16 backward 8 rows deep (and the fp32 forward 16 deep), the second the
-// fp16 and bf16 forward 16 deep, the third three launches in every dtype.
-const Shape kGpuSizedBatchNormShapes[] = {{32, 128, 28, 28}, {32, 64, 56, 56}, {32, 256, 56, 56}};
+// fp16 and bf16 forward 16 deep, the third three launches in every dtype; the fourth as many
+// elements in 1024 channels, three launches over four channel tiles in fp16 and bf16.
+const Shape kGpuSizedBatchNormShapes[] = {
+    {32, 128, 28, 28}, {32, 64, 56, 56}, {32, 256, 56, 56}, {8, 1024, 56, 56}};
 constexpr Layout kNhwc[] = {Layout::nhwc};
 
 // Values per channel: the statistics are sums over this many.

@@ -979,12 +979,25 @@ struct Reduction {
   std::int64_t splits = 1;
 };
 
+// A reduction's blocks cover at most a warp's width of packs (512 bytes of a row) and so at
+// least 8 rows: a channel has one partial a split, each written, read and merged (by the finalize
+// launch, or in the resident kernels between the grid's two barriers), so blocks one row tall
+// make the merge rather than the tensor set the time. With a block as wide as the row (256 packs
+// of ResNet-50's 2048 channels) the fp16 bs256 step's widest batch norms wrote 523 partials a
+// channel, 8.6 MB, and their finalize took 11 us a launch on an H200 (Nsight Compute,
+// 2026-12-05); the resident kernels always took this width.
+constexpr int kReduceTx = 32;
+
+Nhwc reduction_nhwc_of(const TensorDesc& d, int pack) {
+  return nhwc_of(d, pack, kReduceTx);
+}
+
 Reduction reduction_for(const KernelContext& ctx, const TensorDesc& d, int pack, int per_sm) {
   Reduction r;
   ChannelReducePlan plan;
   const std::int64_t blocks = static_cast<std::int64_t>(std::clamp(per_sm, 1, 4)) * ctx.sm_count;
   if (d.layout() == Layout::nhwc) {
-    const Nhwc g = nhwc_of(d, pack);
+    const Nhwc g = reduction_nhwc_of(d, pack);
     const int tiles = (g.packs + g.tx - 1) / g.tx;
     plan = plan_channel_reduce(g.rows, tiles, blocks, 16 * g.ty);
     r.grid = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(plan.splits));
@@ -1102,16 +1115,6 @@ Result<std::int64_t> resident_blocks(const KernelContext& ctx, void (*kernel)(Pa
   return static_cast<std::int64_t>(per_sm) * ctx.sm_count;
 }
 
-// The resident kernels' blocks cover at most a warp's width of packs (512 bytes of a row) and so
-// at least 8 rows: a channel has rows / (ty R) partials, and every one of them is written, read
-// and merged between the grid's two barriers, so a block one row tall would make the merge, not
-// the tensor, set the time.
-constexpr int kResidentTx = 32;
-
-Nhwc resident_nhwc_of(const TensorDesc& d, int pack) {
-  return nhwc_of(d, pack, kResidentTx);
-}
-
 // The resident kernel of the two depths (rows a thread holds) that fits g, launched
 // cooperatively with its partials; false where neither fits (the caller takes the three-launch
 // path). A shallow depth spreads a small tensor over more blocks; a deep one holds a larger one.
@@ -1171,7 +1174,8 @@ Status statistics(const KernelContext& ctx, const TensorDesc& d, const T* xp, co
   const Reduction& red = partial.red;
   Welford* acc = partial.acc();
   if (d.layout() == Layout::nhwc) {
-    stats_nhwc<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nhwc_of(d, P), red.per_split, acc);
+    stats_nhwc<T, P>
+        <<<red.grid, kBlock, 0, ctx.stream>>>(xp, reduction_nhwc_of(d, P), red.per_split, acc);
   } else {
     stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
   }
@@ -1199,7 +1203,7 @@ Status launch_batch_norm_train_forward(const KernelContext& ctx, const TensorVie
         auto* yp = static_cast<T*>(y.data);
         DLPROBE_ASSIGN_OR_RETURN(const bool done,
                                  with_epilogue(epi, [&]<bool kResidual, bool kRelu>() {
-                                   const Nhwc g = resident_nhwc_of(d, P);
+                                   const Nhwc g = reduction_nhwc_of(d, P);
                                    return launch_resident<Welford, 4, 16>(
                                        ctx, g, op, resident_forward_nhwc<T, P, 4, kResidual, kRelu>,
                                        resident_forward_nhwc<T, P, 16, kResidual, kRelu>, xp,
@@ -1311,7 +1315,8 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
     const auto* xp = static_cast<const T*>(x.data);
     auto* dxp = static_cast<T*>(dx.data);
     const float* mean = f32(save_mean);
-    const Nhwc gh = nhwc_of(d, P);
+    const Nhwc gs = reduction_nhwc_of(d, P);  // the sums' blocks
+    const Nhwc gh = nhwc_of(d, P);            // the dx pass's
     const Nchw gc = nchw_of(d);
     const bool nhwc = d.layout() == Layout::nhwc;
     const std::int64_t packs = d.numel() / P;
@@ -1325,12 +1330,11 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
       constexpr bool kRelu = decltype(relu_tag)::value;
       if constexpr (P == kPack<T>) {
         if (nhwc) {
-          const Nhwc g = resident_nhwc_of(d, P);
           DLPROBE_ASSIGN_OR_RETURN(
               const bool done,
-              (launch_resident<GradSums, 4, 8>(ctx, g, op, resident_backward_nhwc<T, P, 4, kRelu>,
+              (launch_resident<GradSums, 4, 8>(ctx, gs, op, resident_backward_nhwc<T, P, 4, kRelu>,
                                                resident_backward_nhwc<T, P, 8, kRelu>, dyp, xp, dxp,
-                                               g, relu, ch.inv_count, out)));
+                                               gs, relu, ch.inv_count, out)));
           if (done) return Status::ok();
         }
       }
@@ -1342,7 +1346,7 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
       GradSums* acc = partial.acc();
       if (nhwc) {
         grad_sums_nhwc<T, P, kRelu>
-            <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gh, red.per_split, acc);
+            <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gs, red.per_split, acc);
       } else {
         grad_sums_nchw<T, P, kRelu>
             <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gc, red.per_split, acc);
