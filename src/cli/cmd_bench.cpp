@@ -45,6 +45,7 @@ struct BenchFlags {
   std::string weights;
   TuningFlags tuning;
   std::string conv_engines = "any";
+  std::string conv_sums = "epilogue";
   std::string gpu_memory = "auto";
   std::string graph = "auto";
   std::string fusion = "all";
@@ -172,6 +173,8 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
   s.conv.tuning = tuning.cache;
   DLPROBE_ASSIGN_OR_RETURN(s.conv.engines,
                            for_flag("--conv-engines", device::parse_conv_engines(f.conv_engines)));
+  DLPROBE_ASSIGN_OR_RETURN(s.conv.sums,
+                           for_flag("--conv-sums", device::parse_conv_sums(f.conv_sums)));
   DLPROBE_ASSIGN_OR_RETURN(s.profile_steps, parse_int(f.profile, "--profile", 0, 10'000));
   s.weights = f.weights;
   DLPROBE_ASSIGN_OR_RETURN(s.data, data_input(f.data, s.device));
@@ -296,6 +299,10 @@ Command add_bench_command(CLI::App& app) {
          "Which cuDNN engines may compete: any (as cudnn.benchmark: also non-deterministic, FFT, "
          "Winograd and reduced-precision reductions), deterministic, exact (deterministic direct "
          "sums)");
+  option(*sub, "--conv-sums", flags->conv_sums,
+         "With batch norm inside the convolutions, who sums a convolution's output for the "
+         "statistics: epilogue (cuDNN, as the convolution writes it) or pass (dlprobe, in a pass "
+         "over the output after it)");
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "

@@ -12,6 +12,12 @@ Result<ConvEngines> parse_conv_engines(std::string_view text) {
       fmt::format("unknown choice '{}' (expected any, deterministic or exact)", text));
 }
 
+Result<ConvSums> parse_conv_sums(std::string_view text) {
+  if (text == "epilogue") return ConvSums::epilogue;
+  if (text == "pass") return ConvSums::pass;
+  return invalid_argument(fmt::format("unknown choice '{}' (expected epilogue or pass)", text));
+}
+
 Result<ConvEngineChoice> parse_conv_algo(std::string_view text) {
   for (ConvEngineChoice c :
        {ConvEngineChoice::heuristic, ConvEngineChoice::autotune, ConvEngineChoice::exhaustive}) {

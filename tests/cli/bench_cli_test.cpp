@@ -180,6 +180,8 @@ TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error("--device cpu --model resnet18,resnet34 --weights w.safetensors", "--weights");
   expect_error(kSmall + "--json /nonexistent/dir/r.json", "/nonexistent/dir/r.json");
   expect_error(kSmall + "--conv-engines fft", "--conv-engines: unknown choice 'fft'");
+  expect_error(kSmall + "--conv-sums cudnn",
+               "--conv-sums: unknown choice 'cudnn' (expected epilogue or pass)");
   expect_error(kSmall + "--graph maybe", "--graph: unknown choice 'maybe'");
   expect_error(kSmall + "--mode infer --graph --gpu-memory grow",
                "--graph: a graph needs the planned memory");

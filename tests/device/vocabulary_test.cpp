@@ -171,6 +171,12 @@ TEST(ParseConvOptions, EachValue) {
                        "unknown choice '" + bad + "' (expected heuristic, autotune or exhaustive)",
                        bad);
   }
+  EXPECT_EQ(*parse_conv_sums("epilogue"), ConvSums::epilogue);
+  EXPECT_EQ(*parse_conv_sums("pass"), ConvSums::pass);
+  for (const std::string bad : {"", "cudnn", "Pass"}) {
+    expect_plain_error(parse_conv_sums(bad).status(),
+                       "unknown choice '" + bad + "' (expected epilogue or pass)", bad);
+  }
 }
 
 }  // namespace

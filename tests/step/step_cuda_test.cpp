@@ -81,6 +81,29 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithBatchNormInsideTheConvolutions) {
   testing::compare_gradients(Precision::fp16, Layout::nhwc, make_fusing_cuda_rig, "cuda fused");
 }
 
+// The convolutions' statistics summed by dlprobe's pass over each output rather than in cuDNN's
+// epilogue (CudaBackendOptions::conv_sums_pass, bench --conv-sums pass): the same calls in the
+// plan, the same comparison with fp64.
+testing::Rig make_sums_pass_cuda_rig(const StepConfig& c) {
+  return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
+                              [](memory::CachingAllocator& allocator) {
+                                CudaBackendOptions o;
+                                o.deterministic = false;
+                                o.reduced_precision_reductions = true;
+                                o.conv_sums_pass = true;
+                                return make_cuda_backend(0, allocator, o);
+                              });
+}
+
+TEST(StepCudaTest, Fp16GradientsNhwcWithTheConvolutionsSumsByAPass) {
+  const StepConfig c = config(Precision::fp16, Layout::nhwc, StepMode::grads);
+  testing::Rig rig = make_sums_pass_cuda_rig(c);
+  ASSERT_TRUE(rig.step);
+  EXPECT_EQ(calls_of(rig, CallKind::conv_forward_fused), 19);
+  testing::compare_gradients(Precision::fp16, Layout::nhwc, make_sums_pass_cuda_rig,
+                             "cuda fused, sums by a pass");
+}
+
 // Training steps too: the running statistics come from the finalize, and the weights move.
 TEST(StepCudaTest, Fp16TrainSgdWithBatchNormInsideTheConvolutions) {
   testing::compare_training(Precision::fp16, OptimizerKind::sgd, make_fusing_cuda_rig,

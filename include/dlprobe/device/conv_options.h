@@ -22,10 +22,20 @@ Result<ConvEngines> parse_conv_engines(std::string_view text);
 // "heuristic", "autotune" or "exhaustive"; the error names the value, never a flag.
 Result<ConvEngineChoice> parse_conv_algo(std::string_view text);
 
+// Where a convolution that feeds a batch norm sums its output for the statistics (batch norm
+// inside the convolutions: fp16 NHWC training on a GPU).
+enum class ConvSums : std::uint8_t {
+  epilogue,  // cuDNN, as the convolution writes its output
+  pass,      // dlprobe, in a pass over the output after the convolution
+};
+// "epilogue" or "pass"; the error names the value, never a flag.
+Result<ConvSums> parse_conv_sums(std::string_view text);
+
 struct ConvOptions {
   ConvEngineChoice algo = ConvEngineChoice::autotune;
   ConvEngines engines = ConvEngines::any;
   std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
+  ConvSums sums = ConvSums::epilogue;
 };
 
 }  // namespace dlprobe::device

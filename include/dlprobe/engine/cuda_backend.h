@@ -50,6 +50,12 @@ struct CudaBackendOptions {
   // False keeps every engine's sums in fp32. fp32 and TF32 convolutions always do, and so do the
   // fused graphs (batch norm inside the convolution), whose choice is cuDNN's first, not timed.
   bool reduced_precision_reductions = false;
+  // A fused convolution that sums its output for the batch norm after it (conv2d_forward_fused
+  // with sum and sqsum) runs without cuDNN's statistics epilogue, and a pass of dlprobe's over
+  // the output sums it (one launch where the device takes cooperative launches). cuDNN's
+  // epilogue took 27 to 34 us a convolution at ResNet-50's batch 32 on an H200 whatever the
+  // shape, against 13 to 26 us for the convolution alone (docs/cuda-backend.md).
+  bool conv_sums_pass = false;
   // Where autotuned choices are looked up first and recorded (null: this backend's plans only).
   // Shared by backends and processes on the same GPU and cuDNN; keys name both.
   std::shared_ptr<ConvTuningCache> tuning = nullptr;

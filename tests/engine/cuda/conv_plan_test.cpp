@@ -319,6 +319,45 @@ struct FusedCase {
   std::int64_t out() const { return (size + 2 * pad - kernel) / stride + 1; }
 };
 
+// Whether per-channel sums and sums of squares are those of y_ref (fp64) over its channels: a
+// sum's error grows with the magnitudes summed.
+::testing::AssertionResult statistics_match(const HostTensor& y_ref, const HostTensor& sums,
+                                            const HostTensor& squares) {
+  const std::int64_t k = y_ref.desc().dim(1);
+  std::vector<double> want_sum(static_cast<std::size_t>(k));
+  std::vector<double> want_sq(static_cast<std::size_t>(k));
+  std::vector<double> magnitude(static_cast<std::size_t>(k));
+  for_each_index(y_ref.desc().shape(), [&](std::array<std::int64_t, 4> i) {
+    const double v = value_at(y_ref, i);
+    const auto ch = static_cast<std::size_t>(i[1]);
+    want_sum[ch] += v;
+    want_sq[ch] += v * v;
+    magnitude[ch] += std::abs(v);
+  });
+  for (std::int64_t ch = 0; ch < k; ++ch) {
+    const auto u = static_cast<std::size_t>(ch);
+    if (std::abs(sums.get(ch) - want_sum[u]) > 1e-2 * magnitude[u] + 1e-3 ||
+        std::abs(squares.get(ch) - want_sq[u]) > 1e-2 * want_sq[u] + 1e-3) {
+      return ::testing::AssertionFailure()
+             << "channel " << ch << ": sum " << sums.get(ch) << " against " << want_sum[u]
+             << ", sum of squares " << squares.get(ch) << " against " << want_sq[u];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// x * scale + bias per channel in fp64, with or without the ReLU, rounded to fp16 as the tensor
+// cores read it: the input a fused convolution's prologue gives it.
+HostTensor prologue_of(const HostTensor& x, const HostTensor& scale, const HostTensor& bias,
+                       bool relu) {
+  HostTensor a(desc(x.desc().shape(), DType::fp64, Layout::nhwc));
+  for_each_index(x.desc().shape(), [&](std::array<std::int64_t, 4> i) {
+    const double v = value_at(x, i) * scale.get(i[1]) + bias.get(i[1]);
+    a.set(offset_of(a.desc(), i), relu ? std::max(v, 0.0) : v);
+  });
+  return f64(a.to_dtype(DType::fp16).value());
+}
+
 // cuDNN's runtime fusion of a batch norm's apply and ReLU into the convolution after it, with the
 // next batch norm's statistics from its output, and into its weight gradient, against the fp64
 // reference of the steps. The outputs must also differ from a convolution without the prologue
@@ -335,27 +374,6 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
     const HostTensor bias = rand({c.c}, 34, DType::fp16, Layout::nchw, -0.5, 0.5);
     const std::int64_t out = c.out();
     const TensorDesc y_desc = desc({n, c.k, out, out}, DType::fp16, Layout::nhwc);
-    // Per-channel sum and sum of squares against those of the reference's y; a sum's error grows
-    // with the magnitudes summed.
-    auto expect_statistics = [&](const HostTensor& y_ref, const HostTensor& sums,
-                                 const HostTensor& squares) {
-      std::vector<double> want_sum(static_cast<std::size_t>(c.k));
-      std::vector<double> want_sq(static_cast<std::size_t>(c.k));
-      std::vector<double> magnitude(static_cast<std::size_t>(c.k));
-      for_each_index(y_desc.shape(), [&](std::array<std::int64_t, 4> i) {
-        const double v = value_at(y_ref, i);
-        const auto ch = static_cast<std::size_t>(i[1]);
-        want_sum[ch] += v;
-        want_sq[ch] += v * v;
-        magnitude[ch] += std::abs(v);
-      });
-      for (std::int64_t ch = 0; ch < c.k; ++ch) {
-        const auto u = static_cast<std::size_t>(ch);
-        EXPECT_NEAR(sums.get(ch), want_sum[u], 1e-2 * magnitude[u] + 1e-3) << "channel " << ch;
-        EXPECT_NEAR(squares.get(ch), want_sq[u], 1e-2 * want_sq[u] + 1e-3) << "channel " << ch;
-      }
-    };
-
     const BackendTensor x_in = to_backend(env(), x);
     const BackendTensor w_in = to_backend(env(), w);
     const BackendTensor scale_in = to_backend(env(), scale);
@@ -368,16 +386,7 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
                                       y.view(), sum.view(), sqsum.view(), p);
     ASSERT_TRUE(ran.is_ok()) << ran.message();
 
-    // x * scale + bias per channel in fp64, with and without the ReLU, rounded to fp16 as the
-    // tensor cores read it.
-    auto prologue = [&](bool relu) {
-      HostTensor a(desc(x.desc().shape(), DType::fp64, Layout::nhwc));
-      for_each_index(x.desc().shape(), [&](std::array<std::int64_t, 4> i) {
-        const double v = value_at(x, i) * scale.get(i[1]) + bias.get(i[1]);
-        a.set(offset_of(a.desc(), i), relu ? std::max(v, 0.0) : v);
-      });
-      return f64(a.to_dtype(DType::fp16).value());
-    };
+    auto prologue = [&](bool relu) { return prologue_of(x, scale, bias, relu); };
     const HostTensor y_ref = reference::conv2d_forward<double>(prologue(true), f64(w), p).value();
     const HostTensor y_got = to_host(env(), y.view());
     const Check check{.terms = static_cast<double>(c.c * c.kernel * c.kernel)};
@@ -403,7 +412,7 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
     EXPECT_FALSE(matches(y_plain_got, y_ref, kFp16, check)) << "a prologue ran without one asked";
     const HostTensor plain_sums = to_host(env(), sum_plain.view());
     const HostTensor plain_squares = to_host(env(), sqsum_plain.view());
-    expect_statistics(y_plain_ref, plain_sums, plain_squares);
+    EXPECT_TRUE(statistics_match(y_plain_ref, plain_sums, plain_squares));
 
     // The weight gradient with the same prologue, the normalised input recomputed from x.
     const HostTensor dy = rand(y_desc.shape(), 35, DType::fp16, Layout::nhwc);
@@ -429,7 +438,56 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
         kFp16, sums_over_images))
         << "the weight gradient's ReLU made no difference";
 
-    expect_statistics(y_ref, to_host(env(), sum.view()), to_host(env(), sqsum.view()));
+    EXPECT_TRUE(statistics_match(y_ref, to_host(env(), sum.view()), to_host(env(), sqsum.view())));
+  }
+}
+
+// With CudaBackendOptions::conv_sums_pass the convolution runs without cuDNN's statistics epilogue
+// (with its prologue, or alone) and dlprobe's pass sums its output: y and its statistics against
+// the fp64 reference, with and without the prologue; the sums must not be those of the other
+// output (a pass over the wrong tensor would pass a looser check). A ResNet-50 batch-32 shape
+// too, whose sums take many splits.
+TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
+  auto made = cuda::CudaBackend::create(0, allocator(), {.conv_sums_pass = true});
+  ASSERT_TRUE(made.has_value()) << made.status().message();
+  cuda::CudaBackend& backend = **made;
+  for (const FusedCase& c : {FusedCase{32, 64, 10, 3, 1, 1}, FusedCase{64, 32, 9, 1, 1, 0},
+                             FusedCase{64, 256, 28, 1, 1, 0}}) {
+    SCOPED_TRACE(c.name());
+    const std::int64_t n = c.size > 20 ? 32 : 4;
+    const Conv2dParams p = c.params();
+    const HostTensor x = rand({n, c.c, c.size, c.size}, 51, DType::fp16, Layout::nhwc, -2, 2);
+    const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 52, DType::fp16, Layout::nhwc);
+    const HostTensor scale = rand({c.c}, 53, DType::fp16, Layout::nchw, 0.5, 1.5);
+    const HostTensor bias = rand({c.c}, 54, DType::fp16, Layout::nchw, -0.5, 0.5);
+    const TensorDesc y_desc = desc({n, c.k, c.out(), c.out()}, DType::fp16, Layout::nhwc);
+    const BackendTensor x_in = to_backend(env(), x);
+    const BackendTensor w_in = to_backend(env(), w);
+    const BackendTensor scale_in = to_backend(env(), scale);
+    const BackendTensor bias_in = to_backend(env(), bias);
+    const Check check{.terms = static_cast<double>(c.c * c.kernel * c.kernel)};
+    const HostTensor with_ref =
+        reference::conv2d_forward<double>(prologue_of(x, scale, bias, true), f64(w), p).value();
+    const HostTensor plain_ref = reference::conv2d_forward<double>(f64(x), f64(w), p).value();
+    for (const bool with_prologue : {true, false}) {
+      SCOPED_TRACE(with_prologue ? "with the prologue" : "without");
+      BackendTensor y = backend_output(env(), y_desc);
+      BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
+      BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
+      const Status ran =
+          backend.conv2d_forward_fused(x_in.view(), with_prologue ? scale_in.view() : TensorView{},
+                                       with_prologue ? bias_in.view() : TensorView{}, w_in.view(),
+                                       y.view(), sum.view(), sqsum.view(), p);
+      ASSERT_TRUE(ran.is_ok()) << ran.message();
+      ASSERT_TRUE(backend.synchronize().is_ok());
+      const HostTensor& want = with_prologue ? with_ref : plain_ref;
+      const HostTensor& other = with_prologue ? plain_ref : with_ref;
+      EXPECT_TRUE(matches(to_host(env(), y.view()), want, kFp16, check));
+      const HostTensor sums = to_host(env(), sum.view());
+      const HostTensor squares = to_host(env(), sqsum.view());
+      EXPECT_TRUE(statistics_match(want, sums, squares));
+      EXPECT_FALSE(statistics_match(other, sums, squares)) << "the sums of the other output";
+    }
   }
 }
 

@@ -665,6 +665,12 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
     uids.insert(uids.end(), {kUidScale, kUidBias});
     ptrs.insert(ptrs.end(), {scale->data, bias->data});
   }
+  if (stats && options_.conv_sums_pass) {
+    // The convolution (with its prologue, if any), then dlprobe's pass over its output.
+    DLPROBE_RETURN_IF_ERROR(prologue ? run_fused(spec, uids, ptrs, op)
+                                     : conv(direction, x, w, y, p, op));
+    return launch_channel_sums(ctx(), y, *sum, *sqsum);
+  }
   if (stats) {
     DLPROBE_ASSIGN_OR_RETURN(spec.sum, channels(kUidSum, *sum, k));
     DLPROBE_ASSIGN_OR_RETURN(spec.sqsum, channels(kUidSqsum, *sqsum, k));

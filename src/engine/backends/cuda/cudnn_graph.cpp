@@ -328,6 +328,10 @@ std::string conv_key(const ConvSpec& s) {
                      s.allow_transforms ? 1 : 0, s.allow_reduced_precision ? 1 : 0);
 }
 
+bool has_sums(const FusedConvSpec& spec) {
+  return !spec.sum.dims.empty();
+}
+
 std::string fused_conv_key(const FusedConvSpec& s) {
   auto tensor = [](const TensorSpec& t) {
     return fmt::format("{}:[{}]@{}", static_cast<int>(t.dtype), fmt::join(t.dims, ","),
@@ -337,7 +341,7 @@ std::string fused_conv_key(const FusedConvSpec& s) {
       s.prologue ? fmt::format("bn-relu scale{} bias{}>", tensor(s.scale), tensor(s.bias))
                  : std::string();
   std::string epilogue;
-  if (s.conv.direction == ConvDirection::forward) {
+  if (s.conv.direction == ConvDirection::forward && has_sums(s)) {
     epilogue = fmt::format(">stats sum{} sqsum{}", tensor(s.sum), tensor(s.sqsum));
   } else if (s.conv.direction == ConvDirection::backward_data) {
     epilogue = fmt::format(">add{} relu-bwd{}", tensor(s.add), tensor(s.relu_y));
@@ -474,10 +478,12 @@ Result<OpGraph> make_fused_conv_graph(cudnnHandle_t handle, const FusedConvSpec&
   if (spec.conv.direction == ConvDirection::backward_data && !spec.prologue) {
     return make_dgrad_add_relu_graph(handle, spec);
   }
-  if (!(forward || (spec.prologue && spec.conv.direction == ConvDirection::backward_filter))) {
+  if (!((forward && (spec.prologue || has_sums(spec))) ||
+        (spec.prologue && spec.conv.direction == ConvDirection::backward_filter))) {
     return error(Errc::internal,
-                 "a fused convolution runs forward, as a weight gradient with the batch norm's "
-                 "apply, or as a data gradient with the add and ReLU backward");
+                 "a fused convolution runs forward with the batch norm's apply or the statistics "
+                 "of its output, as a weight gradient with the apply, or as a data gradient with "
+                 "the add and ReLU backward");
   }
   // The operations first (the graph lists them by position), then what they refer to.
   std::vector<BackendDescriptor> ops;
@@ -511,7 +517,7 @@ Result<OpGraph> make_fused_conv_graph(cudnnHandle_t handle, const FusedConvSpec&
   // Forward: y = conv(input, w). Weight gradient: w is dw and y is dy.
   DLPROBE_ASSIGN_OR_RETURN(auto main_op, make_conv_op(spec.conv, *input, w, y, conv));
   ops.push_back(std::move(main_op));
-  if (forward) {
+  if (forward && has_sums(spec)) {
     DLPROBE_ASSIGN_OR_RETURN(auto sum, make_tensor(spec.sum));
     DLPROBE_ASSIGN_OR_RETURN(auto sqsum, make_tensor(spec.sqsum));
     DLPROBE_ASSIGN_OR_RETURN(

@@ -105,9 +105,11 @@ struct FusedConvSpec {
   ConvSpec conv;  // conv.x is the tensor before the batch norm, or dx
   bool prologue = true;
   TensorSpec scale, bias;  // with the prologue: [1, C, 1, 1] in conv.x's dtype
-  TensorSpec sum, sqsum;   // forward only: [1, K, 1, 1] fp32
+  TensorSpec sum, sqsum;   // forward only, where it has them: [1, K, 1, 1] fp32
   TensorSpec add, relu_y;  // backward_data only: shaped as conv.x
 };
+// Whether the graph sums its output (cuDNN's statistics epilogue): a forward with sum and sqsum.
+bool has_sums(const FusedConvSpec& spec);
 std::string fused_conv_key(const FusedConvSpec& spec);
 
 // fp32 operands and sums with TF32 off: no tensor-core engine may run it.

@@ -143,6 +143,10 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
                                   const TensorView& gamma, const TensorView& save_mean,
                                   const TensorView& save_invstd, const TensorView& dx,
                                   const TensorView& dgamma, const TensorView& dbeta);
+// A convolution output's per-channel sum and sum of squares (fp32, [C]), as cuDNN's statistics
+// epilogue gives them, by a pass over y (NHWC).
+Status launch_channel_sums(const KernelContext& ctx, const TensorView& y, const TensorView& sum,
+                           const TensorView& sqsum);
 
 // Where the max pool's input is never stored (Backend::batch_norm_relu_max_pool_train_forward and
 // max_pool2d_backward_recomputed), what it is computed from: per channel

@@ -345,11 +345,13 @@ struct StatsOut {
   }
 };
 
-__global__ void finalize_stats(const Welford* partial, int channels, std::int64_t splits,
-                               StatsOut out) {
+// A reduction's second launch: every channel's partials merged (merge_splits) and handed to
+// `out`, a warp a channel, in a grid of finalize_grid(channels) blocks.
+template <class Acc, class Out>
+__global__ void finalize_partials(const Acc* partial, int channels, std::int64_t splits, Out out) {
   const int c = warp_channel();
   if (c >= channels) return;
-  const Welford acc = merge_splits(partial, channels, splits, c);
+  const Acc acc = merge_splits(partial, channels, splits, c);
   if (threadIdx.x % 32 == 0) out.finish(c, acc);
 }
 
@@ -606,14 +608,6 @@ struct GradsOut {
     dbeta[c] = acc.dy;
   }
 };
-
-__global__ void finalize_grads(const GradSums* partial, int channels, std::int64_t splits,
-                               GradsOut out) {
-  const int c = warp_channel();
-  if (c >= channels) return;
-  const GradSums acc = merge_splits(partial, channels, splits, c);
-  if (threadIdx.x % 32 == 0) out.finish(c, acc);
-}
 
 // What the dx pass needs per channel.
 struct GradChannels {
@@ -904,6 +898,79 @@ __global__ void __launch_bounds__(kBlock, kResidentBlocksPerSm)
   }
 }
 
+// ---- a convolution output's sums, by a pass of their own ----
+//
+// Where the batch norm's statistics are not summed in the convolution's epilogue
+// (CudaBackendOptions::conv_sums_pass), a pass over the output sums each channel and its squares
+// as cuDNN's epilogue would, for the same finalize.
+
+struct Sums {
+  float sum;
+  float sqsum;
+
+  __device__ void merge(const Sums& o) {
+    sum += o.sum;
+    sqsum += o.sqsum;
+  }
+  __device__ Sums shfl_down(int off) const {
+    return {__shfl_down_sync(0xffffffffu, sum, off), __shfl_down_sync(0xffffffffu, sqsum, off)};
+  }
+};
+
+struct SumsOut {
+  float* sum;
+  float* sqsum;
+
+  __device__ void finish(int c, const Sums& acc) const {
+    sum[c] = acc.sum;
+    sqsum[c] = acc.sqsum;
+  }
+};
+
+// grid (tiles, splits) of reduction_for; partial is [splits][channels]. With kMerged the grid is
+// launched cooperatively (all of it resident) and merges the partials itself after a grid-wide
+// barrier, one launch where finalize_partials would be a second.
+template <class T, int P, bool kMerged>
+__global__ void channel_sums_nhwc(const T* y, Nhwc g, std::int64_t rows_per_split, Sums* partial,
+                                  SumsOut out) {
+  __shared__ Sums tile[kBlock][P];
+  const NhwcLane lane = nhwc_lane(g);
+  const RowSplit rows = row_split(g, rows_per_split);
+  Sums acc[P] = {};
+  if (lane.pack < g.packs) {
+    // kLoadsAhead rows loaded before any is summed, in the order of a plain loop.
+    for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += kLoadsAhead * g.ty) {
+      Pack<T, P> held[kLoadsAhead];
+#pragma unroll
+      for (int u = 0; u < kLoadsAhead; ++u) {
+        const std::int64_t ru = r + u * g.ty;
+        if (ru < rows.end) held[u] = load_raw<T, P>(y + ru * g.channels + lane.pack * P);
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadsAhead; ++u) {
+        if (r + u * g.ty >= rows.end) break;
+        float v[P];
+        to_floats(held[u], v);
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          acc[k].sum += v[k];
+          acc[k].sqsum += v[k] * v[k];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = acc[k];
+  merge_tile(tile, g, lane, partial);
+  if constexpr (kMerged) {
+    cooperative_groups::this_grid().sync();
+    for_each_grid_channel(g.channels, [&](int c) {
+      const Sums merged = merge_splits(partial, g.channels, gridDim.y, c);
+      if (threadIdx.x % 32 == 0) out.finish(c, merged);
+    });
+  }
+}
+
 // ---- host side ----
 
 const float* f32(const TensorView& t) {
@@ -1115,6 +1182,24 @@ Result<std::int64_t> resident_blocks(const KernelContext& ctx, void (*kernel)(Pa
   return static_cast<std::int64_t>(per_sm) * ctx.sm_count;
 }
 
+// `kernel` over `grid` (kBlock threads a block) as a cooperative launch: every block resident at
+// once, so that the grid may wait for all of its blocks.
+template <class... Params, class... Args>
+Status launch_cooperative(const KernelContext& ctx, dim3 grid, void (*kernel)(Params...),
+                          Args&&... args) {
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kBlock);
+  config.stream = ctx.stream;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  DLPROBE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  return Status::ok();
+}
+
 // The resident kernel of the two depths (rows a thread holds) that fits g, launched
 // cooperatively with its partials; false where neither fits (the caller takes the three-launch
 // path). A shallow depth spreads a small tensor over more blocks; a deep one holds a larger one.
@@ -1130,19 +1215,11 @@ Result<bool> launch_resident(const KernelContext& ctx, const Nhwc& g, std::strin
   DLPROBE_ASSIGN_OR_RETURN(
       Scratch partial,
       scratch(ctx, static_cast<std::size_t>(g.channels * plan->splits) * sizeof(Acc), op));
-  cudaLaunchAttribute cooperative{};
-  cooperative.id = cudaLaunchAttributeCooperative;
-  cooperative.val.cooperative = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(plan->splits));
-  config.blockDim = dim3(kBlock);
-  config.stream = ctx.stream;
-  config.attrs = &cooperative;
-  config.numAttrs = 1;
   // The partials' buffer is the kernels' last argument.
-  DLPROBE_CUDA_CHECK(cudaLaunchKernelEx(&config, plan->depth == kShallow ? shallow : deep,
-                                        std::forward<Args>(args)...,
-                                        static_cast<Acc*>(partial.data())));
+  DLPROBE_RETURN_IF_ERROR(launch_cooperative(
+      ctx, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(plan->splits)),
+      plan->depth == kShallow ? shallow : deep, std::forward<Args>(args)...,
+      static_cast<Acc*>(partial.data())));
   return true;
 }
 
@@ -1180,8 +1257,8 @@ Status statistics(const KernelContext& ctx, const TensorDesc& d, const T* xp, co
     stats_nchw<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(xp, nchw_of(d), red.per_split, acc);
   }
   DLPROBE_CUDA_CHECK_LAUNCH();
-  finalize_stats<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
-                                                                     out);
+  finalize_partials<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
+                                                                        out);
   DLPROBE_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
@@ -1352,8 +1429,8 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
             <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gc, red.per_split, acc);
       }
       DLPROBE_CUDA_CHECK_LAUNCH();
-      finalize_grads<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
-                                                                         out);
+      finalize_partials<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels,
+                                                                            red.splits, out);
       DLPROBE_CUDA_CHECK_LAUNCH();
       if (nhwc) {
         auto* kernel = dx_nhwc<T, P, kRelu>;
@@ -1368,6 +1445,44 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
     };
     if (beta != nullptr) return passes(std::true_type{});
     return passes(std::false_type{});
+  });
+}
+
+Status launch_channel_sums(const KernelContext& ctx, const TensorView& y, const TensorView& sum,
+                           const TensorView& sqsum) {
+  constexpr std::string_view op = "channel_sums";
+  const TensorDesc& d = y.desc;
+  if (d.layout() != Layout::nhwc) {
+    return error(Errc::unsupported, std::string(op) + ": NHWC only, not " + d.str());
+  }
+  const int channels = static_cast<int>(d.dim(1));
+  const SumsOut out{f32_out(sum), f32_out(sqsum)};
+  return dispatch(op, d, {y.data}, [&]<class T, int P>() -> Status {
+    const auto* yp = static_cast<const T*>(y.data);
+    const Nhwc g = reduction_nhwc_of(d, P);
+    // One launch where the device takes cooperative launches and the split fits the GPU at once
+    // (reduction_for's grid may pass it by a tile's worth of blocks).
+    DLPROBE_ASSIGN_OR_RETURN(const std::int64_t resident,
+                             resident_blocks(ctx, channel_sums_nhwc<T, P, true>));
+    if (resident > 0) {
+      DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(channel_sums_nhwc<T, P, true>));
+      DLPROBE_ASSIGN_OR_RETURN(const Partials<Sums> partial, partials<Sums>(ctx, d, P, per_sm, op));
+      const Reduction& red = partial.red;
+      if (static_cast<std::int64_t>(red.grid.x) * red.grid.y <= resident) {
+        return launch_cooperative(ctx, red.grid, channel_sums_nhwc<T, P, true>, yp, g,
+                                  red.per_split, partial.acc(), out);
+      }
+    }
+    DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(channel_sums_nhwc<T, P, false>));
+    DLPROBE_ASSIGN_OR_RETURN(const Partials<Sums> partial, partials<Sums>(ctx, d, P, per_sm, op));
+    const Reduction& red = partial.red;
+    channel_sums_nhwc<T, P, false>
+        <<<red.grid, kBlock, 0, ctx.stream>>>(yp, g, red.per_split, partial.acc(), out);
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    finalize_partials<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(partial.acc(), channels,
+                                                                          red.splits, out);
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    return Status::ok();
   });
 }
 
