@@ -3,8 +3,9 @@
 # dlprobe's pass over its output (`dlprobe bench --conv-sums pass`) against cuDNN's epilogue
 # (`--conv-sums epilogue`, the default). BUILD names the binary under .devbuild/bin (default
 # dlprobe; `BUNDLE_AS=NAME scripts/gpu-bundle.sh` adds dlprobe-NAME with its test binaries).
-# First that build's GPU tests of the pass (CudaConv.ConvolutionSumsByAPassMatchReference, and
-# the fp16 step against fp64 with the pass and with the epilogue), then ResNet-50 gradients-only
+# First that build's GPU tests of the pass (CudaConv.ConvolutionSumsByAPassMatchReference, the
+# fp16 and bf16 steps against fp64 with the pass, the fp16 one with the epilogue; bf16 takes batch
+# norm inside the convolutions only with the pass), then ResNet-50 gradients-only
 # steps both ways, alternating, per CONFIGS (default "fp16:32 fp16:64 fp16:256"), ROUNDS times
 # (default 2), one tuning cache for all runs; img/s and peak allocated per run in ab.txt.
 # Output in $OUT (or ./gpu-check-out).
@@ -21,7 +22,7 @@ if [ "${TESTS:-1}" != 0 ]; then
     >"$out/engine-tests.log" 2>&1
   grep -E '^\[ +(OK|FAILED|PASSED) |Failure' "$out/engine-tests.log" | head -n 40
   STEP_TEST=step_cuda_test$suffix \
-    step_tests 'StepCudaTest.Fp16GradientsNhwcWithTheConvolutionsSumsByAPass:StepCudaTest.Fp16GradientsNhwcWithBatchNormInsideTheConvolutions'
+    step_tests 'StepCudaTest.*SumsByAPass:StepCudaTest.Fp16GradientsNhwcWithBatchNormInsideTheConvolutions'
 fi
 echo "== $build bench, --conv-sums pass against epilogue"
 DLPROBE=$bin/$build CONFIGS=${CONFIGS:-fp16:32 fp16:64 fp16:256} \

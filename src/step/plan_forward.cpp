@@ -278,9 +278,9 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
   Buffer* bias = nullptr;
   std::vector<Buffer*> uses = {sum, sqsum, a.gamma, a.beta, a.mean, a.var, sm, si};
   if (applied_[i]) {
-    // The prologue in the activation dtype; the weight gradient of the convolution that applies
-    // it reads it again.
-    const TensorDesc d = a.gamma->view.desc.with_dtype(s_.act());
+    // The prologue in the backend's dtype for it; the weight gradient of the convolution that
+    // applies it reads it again.
+    const TensorDesc d = a.gamma->view.desc.with_dtype(be_.conv_prologue_dtype(s_.act()));
     scale = s_.transient(d, Category::activations, l.name);
     bias = s_.transient(d, Category::activations, l.name);
     bn_scale_[i] = scale;

@@ -104,6 +104,19 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithTheConvolutionsSumsByAPass) {
                              "cuda fused, sums by a pass");
 }
 
+// bf16 takes batch norm inside the convolutions only with the pass (no bf16 statistics epilogue),
+// its prologue's scale and bias in fp32.
+TEST(StepCudaTest, Bf16GradientsNhwcWithTheConvolutionsSumsByAPass) {
+  const StepConfig c = config(Precision::bf16, Layout::nhwc, StepMode::grads);
+  testing::Rig rig = make_sums_pass_cuda_rig(c);
+  testing::Rig epilogue = make_fusing_cuda_rig(c);
+  ASSERT_TRUE(rig.step && epilogue.step);
+  EXPECT_EQ(calls_of(rig, CallKind::conv_forward_fused), 19);
+  EXPECT_EQ(calls_of(epilogue, CallKind::conv_forward_fused), 0) << "bf16 without the pass";
+  testing::compare_gradients(Precision::bf16, Layout::nhwc, make_sums_pass_cuda_rig,
+                             "cuda fused bf16, sums by a pass");
+}
+
 // Training steps too: the running statistics come from the finalize, and the weights move.
 TEST(StepCudaTest, Fp16TrainSgdWithBatchNormInsideTheConvolutions) {
   testing::compare_training(Precision::fp16, OptimizerKind::sgd, make_fusing_cuda_rig,

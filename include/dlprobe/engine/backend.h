@@ -169,9 +169,12 @@ class Backend {
   virtual bool fuses_conv_batch_norm(DType /*activation*/, Layout /*layout*/) const {
     return false;
   }
+  // The dtype of a fused convolution's scale and bias (its prologue) over activations of this
+  // dtype: the activations' own unless a backend needs more precision there.
+  virtual DType conv_prologue_dtype(DType activation) const { return activation; }
   // y = conv(relu(x * scale + bias), w), or conv(x, w) where scale and bias have no data; and
   // where sum and sqsum have data, y's per-channel sum and sum of squares. scale and bias [C] in
-  // x's dtype; sum and sqsum [K] in the dtype of the batch-norm statistics.
+  // conv_prologue_dtype(x's dtype); sum and sqsum [K] in the dtype of the batch-norm statistics.
   virtual Status conv2d_forward_fused(const TensorView& x, const TensorView& scale,
                                       const TensorView& bias, const TensorView& w,
                                       const TensorView& y, const TensorView& sum,

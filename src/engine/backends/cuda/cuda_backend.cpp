@@ -626,8 +626,10 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
   DLPROBE_RETURN_IF_ERROR(need_fused_operands(op, x, w, y));
   const DType t = x.desc.dtype();
   const bool prologue = scale != nullptr && bias != nullptr;
-  DLPROBE_RETURN_IF_ERROR(need(!prologue || (scale->desc.dtype() == t && bias->desc.dtype() == t),
-                               op, "scale and bias: of x's dtype"));
+  const DType pt = conv_prologue_dtype(t);
+  DLPROBE_RETURN_IF_ERROR(
+      need(!prologue || (scale->desc.dtype() == pt && bias->desc.dtype() == pt), op,
+           fmt::format("scale and bias: {} for {} x", dtype_name(pt), dtype_name(t))));
   const std::int64_t c = x.desc.dim(1);
   const std::int64_t k = w.desc.dim(0);
   if (prologue) {

@@ -169,16 +169,21 @@ class CudaBackend final : public Backend {
 
   // cuDNN's runtime fusion of a convolution with the batch norms around it (cudnn_graph.h's
   // FusedConvSpec, from cuDNN's first choice of engine: build_fused_conv_plan): NHWC fp16 or
-  // bf16, scale and bias in x's dtype, sum and sqsum fp32, on GPUs of compute capability 8.0 and
-  // later (runtime fusion's engines need them). The step plans it for fp16 only: in bf16 the
-  // prologue's scale and bias keep 8 bits, and the whole bf16 step fell outside the fp64
-  // comparison of step_cuda_test on an H200 while the fp16 one passed. Nor where the options ask
-  // for deterministic engines: cuDNN lists these engines as deterministic, but the fused step's
-  // loss moved in the fifth digit between eager runs of one plan on an H200 (2.2935, 2.29405,
-  // 2.29318).
+  // bf16, scale and bias in conv_prologue_dtype, sum and sqsum fp32, on GPUs of compute
+  // capability 8.0 and later (runtime fusion's engines need them). The step plans it for fp16,
+  // and for bf16 where dlprobe's pass sums the outputs (conv_sums_pass): cuDNN 9.19 builds no
+  // statistics epilogue over bf16 for some of ResNet-50's shapes on an H200 (2026-12-04). Nor
+  // where the options ask for deterministic engines: cuDNN lists these engines as deterministic,
+  // but the fused step's loss moved in the fifth digit between eager runs of one plan on an H200
+  // (2.2935, 2.29405, 2.29318).
   bool fuses_conv_batch_norm(DType activation, Layout layout) const override {
     return runtime_fusion_ && !options_.deterministic && layout == Layout::nhwc &&
-           activation == DType::fp16;
+           (activation == DType::fp16 || (activation == DType::bf16 && options_.conv_sums_pass));
+  }
+  // bf16's scale and bias in fp32: in bf16 (8 bits) the whole bf16 step fell outside the fp64
+  // comparison of step_cuda_test on an H200 while the fp16 one passed with fp16's (11 bits).
+  DType conv_prologue_dtype(DType activation) const override {
+    return activation == DType::bf16 ? DType::fp32 : activation;
   }
   Status conv2d_forward_fused(const TensorView& x, const TensorView& scale, const TensorView& bias,
                               const TensorView& w, const TensorView& y, const TensorView& sum,
