@@ -49,6 +49,10 @@ class DryBackend final : public Backend {
   }
   bool fuses_relu_backward_add() const override { return fuses_; }
   bool fuses_conv_batch_norm(DType, Layout) const override { return fuses_conv_; }
+  // As the CUDA backend's, whose plans this one stands in for.
+  DType conv_prologue_dtype(DType activation) const override {
+    return activation == DType::bf16 ? DType::fp32 : activation;
+  }
   bool recomputes_max_pool_input() const override { return recomputes_pool_; }
   Status max_pool2d_backward_recomputed(View, View, View, View, View, View, View,
                                         const MaxPool2dParams&) override {

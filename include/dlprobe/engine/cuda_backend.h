@@ -56,6 +56,10 @@ struct CudaBackendOptions {
   // epilogue took 27 to 34 us a convolution at ResNet-50's batch 32 on an H200 whatever the
   // shape, against 13 to 26 us for the convolution alone (docs/cuda-backend.md).
   bool conv_sums_pass = false;
+  // Cooperative launches (a grid that waits for all its blocks) where the device takes them:
+  // batch norm in one launch where a tensor fits the grid, and the sums pass's merge in the same
+  // launch. False takes the kernels' other paths, as on a device (or under MPS) that refuses them.
+  bool cooperative_launches = true;
   // Where autotuned choices are looked up first and recorded (null: this backend's plans only).
   // Shared by backends and processes on the same GPU and cuDNN; keys name both.
   std::shared_ptr<ConvTuningCache> tuning = nullptr;

@@ -444,49 +444,61 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
 
 // With CudaBackendOptions::conv_sums_pass the convolution runs without cuDNN's statistics epilogue
 // (with its prologue, or alone) and dlprobe's pass sums its output: y and its statistics against
-// the fp64 reference, with and without the prologue; the sums must not be those of the other
-// output (a pass over the wrong tensor would pass a looser check). A ResNet-50 batch-32 shape
-// too, whose sums take many splits.
+// the fp64 reference, with and without the prologue, the merge in the pass's own launch
+// (cooperative) and in a second; the sums must not be those of the other output (a pass over the
+// wrong tensor would pass a looser check). A ResNet-50 batch-32 shape, whose sums take many
+// splits, and 12 output channels, which the pass reads one element at a time (no 16-byte packs).
 TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
-  auto made = cuda::CudaBackend::create(0, allocator(), {.conv_sums_pass = true});
-  ASSERT_TRUE(made.has_value()) << made.status().message();
-  cuda::CudaBackend& backend = **made;
-  for (const FusedCase& c : {FusedCase{32, 64, 10, 3, 1, 1}, FusedCase{64, 32, 9, 1, 1, 0},
-                             FusedCase{64, 256, 28, 1, 1, 0}}) {
-    SCOPED_TRACE(c.name());
-    const std::int64_t n = c.size > 20 ? 32 : 4;
-    const Conv2dParams p = c.params();
-    const HostTensor x = rand({n, c.c, c.size, c.size}, 51, DType::fp16, Layout::nhwc, -2, 2);
-    const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 52, DType::fp16, Layout::nhwc);
-    const HostTensor scale = rand({c.c}, 53, DType::fp16, Layout::nchw, 0.5, 1.5);
-    const HostTensor bias = rand({c.c}, 54, DType::fp16, Layout::nchw, -0.5, 0.5);
-    const TensorDesc y_desc = desc({n, c.k, c.out(), c.out()}, DType::fp16, Layout::nhwc);
-    const BackendTensor x_in = to_backend(env(), x);
-    const BackendTensor w_in = to_backend(env(), w);
-    const BackendTensor scale_in = to_backend(env(), scale);
-    const BackendTensor bias_in = to_backend(env(), bias);
-    const Check check{.terms = static_cast<double>(c.c * c.kernel * c.kernel)};
-    const HostTensor with_ref =
-        reference::conv2d_forward<double>(prologue_of(x, scale, bias, true), f64(w), p).value();
-    const HostTensor plain_ref = reference::conv2d_forward<double>(f64(x), f64(w), p).value();
-    for (const bool with_prologue : {true, false}) {
-      SCOPED_TRACE(with_prologue ? "with the prologue" : "without");
-      BackendTensor y = backend_output(env(), y_desc);
-      BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
-      BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
-      const Status ran =
-          backend.conv2d_forward_fused(x_in.view(), with_prologue ? scale_in.view() : TensorView{},
-                                       with_prologue ? bias_in.view() : TensorView{}, w_in.view(),
-                                       y.view(), sum.view(), sqsum.view(), p);
-      ASSERT_TRUE(ran.is_ok()) << ran.message();
-      ASSERT_TRUE(backend.synchronize().is_ok());
-      const HostTensor& want = with_prologue ? with_ref : plain_ref;
-      const HostTensor& other = with_prologue ? plain_ref : with_ref;
-      EXPECT_TRUE(matches(to_host(env(), y.view()), want, kFp16, check));
-      const HostTensor sums = to_host(env(), sum.view());
-      const HostTensor squares = to_host(env(), sqsum.view());
-      EXPECT_TRUE(statistics_match(want, sums, squares));
-      EXPECT_FALSE(statistics_match(other, sums, squares)) << "the sums of the other output";
+  struct SumsCase {
+    FusedCase shape;
+    bool prologue_too;  // also with the prologue (runtime fusion wants packed channels)
+  };
+  for (const bool cooperative : {true, false}) {
+    SCOPED_TRACE(cooperative ? "merged in the pass's launch" : "merged in a second launch");
+    auto made = cuda::CudaBackend::create(
+        0, allocator(), {.conv_sums_pass = true, .cooperative_launches = cooperative});
+    ASSERT_TRUE(made.has_value()) << made.status().message();
+    cuda::CudaBackend& backend = **made;
+    for (const SumsCase& sc :
+         {SumsCase{{32, 64, 10, 3, 1, 1}, true}, SumsCase{{64, 32, 9, 1, 1, 0}, true},
+          SumsCase{{64, 256, 28, 1, 1, 0}, true}, SumsCase{{16, 12, 9, 3, 1, 1}, false}}) {
+      const FusedCase& c = sc.shape;
+      SCOPED_TRACE(c.name());
+      const std::int64_t n = c.size > 20 ? 32 : 4;
+      const Conv2dParams p = c.params();
+      const HostTensor x = rand({n, c.c, c.size, c.size}, 51, DType::fp16, Layout::nhwc, -2, 2);
+      const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 52, DType::fp16, Layout::nhwc);
+      const HostTensor scale = rand({c.c}, 53, DType::fp16, Layout::nchw, 0.5, 1.5);
+      const HostTensor bias = rand({c.c}, 54, DType::fp16, Layout::nchw, -0.5, 0.5);
+      const TensorDesc y_desc = desc({n, c.k, c.out(), c.out()}, DType::fp16, Layout::nhwc);
+      const BackendTensor x_in = to_backend(env(), x);
+      const BackendTensor w_in = to_backend(env(), w);
+      const BackendTensor scale_in = to_backend(env(), scale);
+      const BackendTensor bias_in = to_backend(env(), bias);
+      const Check check{.terms = static_cast<double>(c.c * c.kernel * c.kernel)};
+      const HostTensor with_ref =
+          reference::conv2d_forward<double>(prologue_of(x, scale, bias, true), f64(w), p).value();
+      const HostTensor plain_ref = reference::conv2d_forward<double>(f64(x), f64(w), p).value();
+      for (const bool with_prologue : {true, false}) {
+        if (with_prologue && !sc.prologue_too) continue;
+        SCOPED_TRACE(with_prologue ? "with the prologue" : "without");
+        BackendTensor y = backend_output(env(), y_desc);
+        BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
+        BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
+        const Status ran = backend.conv2d_forward_fused(
+            x_in.view(), with_prologue ? scale_in.view() : TensorView{},
+            with_prologue ? bias_in.view() : TensorView{}, w_in.view(), y.view(), sum.view(),
+            sqsum.view(), p);
+        ASSERT_TRUE(ran.is_ok()) << ran.message();
+        ASSERT_TRUE(backend.synchronize().is_ok());
+        const HostTensor& want = with_prologue ? with_ref : plain_ref;
+        const HostTensor& other = with_prologue ? plain_ref : with_ref;
+        EXPECT_TRUE(matches(to_host(env(), y.view()), want, kFp16, check));
+        const HostTensor sums = to_host(env(), sum.view());
+        const HostTensor squares = to_host(env(), sqsum.view());
+        EXPECT_TRUE(statistics_match(want, sums, squares));
+        EXPECT_FALSE(statistics_match(other, sums, squares)) << "the sums of the other output";
+      }
     }
   }
 }

@@ -175,7 +175,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
         cudaDeviceGetAttribute(&b->sm_count_, cudaDevAttrMultiProcessorCount, device));
     int cooperative = 0;
     DLPROBE_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
-    b->cooperative_ = cooperative != 0;
+    b->cooperative_ = cooperative != 0 && options.cooperative_launches;
     b->runtime_fusion_ = prop.major >= 8;
     cudaStream_t stream = nullptr;
     DLPROBE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
