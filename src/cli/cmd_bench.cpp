@@ -46,6 +46,7 @@ struct BenchFlags {
   TuningFlags tuning;
   std::string conv_engines = "any";
   std::string conv_sums = "epilogue";
+  std::string conv_prologue = "fused";
   std::string gpu_memory = "auto";
   std::string graph = "auto";
   std::string fusion = "all";
@@ -175,6 +176,8 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
                            for_flag("--conv-engines", device::parse_conv_engines(f.conv_engines)));
   DLPROBE_ASSIGN_OR_RETURN(s.conv.sums,
                            for_flag("--conv-sums", device::parse_conv_sums(f.conv_sums)));
+  DLPROBE_ASSIGN_OR_RETURN(
+      s.conv.prologue, for_flag("--conv-prologue", device::parse_conv_prologue(f.conv_prologue)));
   DLPROBE_ASSIGN_OR_RETURN(s.profile_steps, parse_int(f.profile, "--profile", 0, 10'000));
   s.weights = f.weights;
   DLPROBE_ASSIGN_OR_RETURN(s.data, data_input(f.data, s.device));
@@ -303,6 +306,10 @@ Command add_bench_command(CLI::App& app) {
          "With batch norm inside the convolutions, who sums a convolution's output for the "
          "statistics: epilogue (cuDNN, as the convolution writes it) or pass (dlprobe, in a pass "
          "over the output after it)");
+  option(*sub, "--conv-prologue", flags->conv_prologue,
+         "With batch norm inside the convolutions, who applies a batch norm + ReLU to the next "
+         "convolution's input: fused (cuDNN, as the convolution loads it) or pass (dlprobe, "
+         "into scratch memory before the convolution and its weight gradient)");
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "

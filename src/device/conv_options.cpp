@@ -18,6 +18,12 @@ Result<ConvSums> parse_conv_sums(std::string_view text) {
   return invalid_argument(fmt::format("unknown choice '{}' (expected epilogue or pass)", text));
 }
 
+Result<ConvPrologue> parse_conv_prologue(std::string_view text) {
+  if (text == "fused") return ConvPrologue::fused;
+  if (text == "pass") return ConvPrologue::pass;
+  return invalid_argument(fmt::format("unknown choice '{}' (expected fused or pass)", text));
+}
+
 Result<ConvEngineChoice> parse_conv_algo(std::string_view text) {
   for (ConvEngineChoice c :
        {ConvEngineChoice::heuristic, ConvEngineChoice::autotune, ConvEngineChoice::exhaustive}) {

@@ -24,6 +24,7 @@ Result<std::unique_ptr<Backend>> open_cuda_backend(int index, memory::CachingAll
   cuda.transform_engines = conv.engines == ConvEngines::any;
   cuda.reduced_precision_reductions = conv.engines == ConvEngines::any;
   cuda.conv_sums_pass = conv.sums == ConvSums::pass;
+  cuda.conv_prologue_pass = conv.prologue == ConvPrologue::pass;
   return make_cuda_backend(index, allocator, cuda);
 }
 

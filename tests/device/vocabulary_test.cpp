@@ -173,6 +173,12 @@ TEST(ParseConvOptions, EachValue) {
   }
   EXPECT_EQ(*parse_conv_sums("epilogue"), ConvSums::epilogue);
   EXPECT_EQ(*parse_conv_sums("pass"), ConvSums::pass);
+  EXPECT_EQ(*parse_conv_prologue("fused"), ConvPrologue::fused);
+  EXPECT_EQ(*parse_conv_prologue("pass"), ConvPrologue::pass);
+  for (const std::string bad : {"", "cudnn", "apart"}) {
+    expect_plain_error(parse_conv_prologue(bad).status(),
+                       "unknown choice '" + bad + "' (expected fused or pass)", bad);
+  }
   for (const std::string bad : {"", "cudnn", "Pass"}) {
     expect_plain_error(parse_conv_sums(bad).status(),
                        "unknown choice '" + bad + "' (expected epilogue or pass)", bad);

@@ -104,6 +104,24 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithTheConvolutionsSumsByAPass) {
                              "cuda fused, sums by a pass");
 }
 
+// Both passes: the batch norms' apply into scratch before each convolution that would take it as
+// its prologue, and the sums after each output.
+TEST(StepCudaTest, Fp16GradientsNhwcWithTheConvolutionsPrologueAndSumsByPasses) {
+  const auto rig = [](const StepConfig& c) {
+    return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
+                                [](memory::CachingAllocator& allocator) {
+                                  CudaBackendOptions o;
+                                  o.deterministic = false;
+                                  o.reduced_precision_reductions = true;
+                                  o.conv_sums_pass = true;
+                                  o.conv_prologue_pass = true;
+                                  return make_cuda_backend(0, allocator, o);
+                                });
+  };
+  testing::compare_gradients(Precision::fp16, Layout::nhwc, rig,
+                             "cuda fused, prologue and sums by passes");
+}
+
 // bf16 takes batch norm inside the convolutions only with the pass (no bf16 statistics epilogue),
 // its prologue's scale and bias in fp32.
 TEST(StepCudaTest, Bf16GradientsNhwcWithTheConvolutionsSumsByAPass) {

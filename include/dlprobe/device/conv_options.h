@@ -31,11 +31,21 @@ enum class ConvSums : std::uint8_t {
 // "epilogue" or "pass"; the error names the value, never a flag.
 Result<ConvSums> parse_conv_sums(std::string_view text);
 
+// Where a convolution after a batch norm + ReLU (batch norm inside the convolutions) gets its
+// normalised input, forward and for its weight gradient.
+enum class ConvPrologue : std::uint8_t {
+  fused,  // cuDNN applies them as the convolution loads its input
+  pass,   // dlprobe's pass writes the normalised input to scratch memory first
+};
+// "fused" or "pass"; the error names the value, never a flag.
+Result<ConvPrologue> parse_conv_prologue(std::string_view text);
+
 struct ConvOptions {
   ConvEngineChoice algo = ConvEngineChoice::autotune;
   ConvEngines engines = ConvEngines::any;
   std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
   ConvSums sums = ConvSums::epilogue;
+  ConvPrologue prologue = ConvPrologue::fused;
 };
 
 }  // namespace dlprobe::device

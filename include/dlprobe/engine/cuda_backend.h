@@ -56,6 +56,10 @@ struct CudaBackendOptions {
   // epilogue took 27 to 34 us a convolution at ResNet-50's batch 32 on an H200 whatever the
   // shape, against 13 to 26 us for the convolution alone (docs/cuda-backend.md).
   bool conv_sums_pass = false;
+  // A fused convolution with a batch norm's apply and ReLU before it (scale and bias: its
+  // prologue), forward or weight gradient, takes its input from a pass of dlprobe's that writes
+  // relu(x * scale + bias) to scratch memory, then runs without cuDNN's prologue.
+  bool conv_prologue_pass = false;
   // Cooperative launches (a grid that waits for all its blocks) where the device takes them:
   // batch norm in one launch where a tensor fits the grid, and the sums pass's merge in the same
   // launch. False takes the kernels' other paths, as on a device (or under MPS) that refuses them.

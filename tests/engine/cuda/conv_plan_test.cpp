@@ -503,6 +503,69 @@ TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
   }
 }
 
+// With CudaBackendOptions::conv_prologue_pass dlprobe's pass writes relu(x * scale + bias) to
+// scratch and the convolution and its weight gradient run without cuDNN's prologue, the
+// statistics from cuDNN's epilogue or from the sums pass: y, its statistics and the weight
+// gradient against the fp64 reference, and not against the same without the prologue.
+TEST_F(CudaConv, PrologueByAPassMatchesReference) {
+  for (const bool sums_pass : {false, true}) {
+    SCOPED_TRACE(sums_pass ? "sums by a pass" : "sums in the epilogue");
+    auto made = cuda::CudaBackend::create(
+        0, allocator(), {.conv_sums_pass = sums_pass, .conv_prologue_pass = true});
+    ASSERT_TRUE(made.has_value()) << made.status().message();
+    cuda::CudaBackend& backend = **made;
+    for (const FusedCase& c : {FusedCase{32, 64, 10, 3, 1, 1}, FusedCase{64, 32, 9, 1, 1, 0},
+                               FusedCase{32, 32, 12, 3, 2, 1}}) {
+      SCOPED_TRACE(c.name());
+      const std::int64_t n = 4;
+      const Conv2dParams p = c.params();
+      const HostTensor x = rand({n, c.c, c.size, c.size}, 61, DType::fp16, Layout::nhwc, -2, 2);
+      const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 62, DType::fp16, Layout::nhwc);
+      const HostTensor scale = rand({c.c}, 63, DType::fp16, Layout::nchw, 0.5, 1.5);
+      const HostTensor bias = rand({c.c}, 64, DType::fp16, Layout::nchw, -0.5, 0.5);
+      const TensorDesc y_desc = desc({n, c.k, c.out(), c.out()}, DType::fp16, Layout::nhwc);
+      const BackendTensor x_in = to_backend(env(), x);
+      const BackendTensor w_in = to_backend(env(), w);
+      const BackendTensor scale_in = to_backend(env(), scale);
+      const BackendTensor bias_in = to_backend(env(), bias);
+      BackendTensor y = backend_output(env(), y_desc);
+      BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
+      BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
+      const Status ran =
+          backend.conv2d_forward_fused(x_in.view(), scale_in.view(), bias_in.view(), w_in.view(),
+                                       y.view(), sum.view(), sqsum.view(), p);
+      ASSERT_TRUE(ran.is_ok()) << ran.message();
+      const HostTensor input = prologue_of(x, scale, bias, true);
+      const HostTensor y_ref = reference::conv2d_forward<double>(input, f64(w), p).value();
+      const HostTensor plain_ref = reference::conv2d_forward<double>(f64(x), f64(w), p).value();
+      const Check check{.terms = static_cast<double>(c.c * c.kernel * c.kernel)};
+      const HostTensor y_got = to_host(env(), y.view());
+      EXPECT_TRUE(matches(y_got, y_ref, kFp16, check));
+      EXPECT_FALSE(matches(y_got, plain_ref, kFp16, check)) << "the prologue made no difference";
+      EXPECT_TRUE(
+          statistics_match(y_ref, to_host(env(), sum.view()), to_host(env(), sqsum.view())));
+
+      const HostTensor dy = rand(y_desc.shape(), 65, DType::fp16, Layout::nhwc);
+      const BackendTensor dy_in = to_backend(env(), dy);
+      BackendTensor dw = backend_output(env(), w.desc());
+      const Status grad = backend.conv2d_backward_weight_fused(
+          x_in.view(), scale_in.view(), bias_in.view(), dy_in.view(), dw.view(), p);
+      ASSERT_TRUE(grad.is_ok()) << grad.message();
+      ASSERT_TRUE(backend.synchronize().is_ok());
+      const HostTensor dw_got = to_host(env(), dw.view());
+      const Check sums_over_images{.terms = static_cast<double>(n * c.out() * c.out())};
+      const TensorDesc dw_desc = desc(w.desc().shape(), DType::fp64, Layout::nhwc);
+      EXPECT_TRUE(matches(
+          dw_got, reference::conv2d_backward_weight<double>(input, f64(dy), dw_desc, p).value(),
+          kFp16, sums_over_images));
+      EXPECT_FALSE(matches(
+          dw_got, reference::conv2d_backward_weight<double>(f64(x), f64(dy), dw_desc, p).value(),
+          kFp16, sums_over_images))
+          << "the weight gradient's prologue made no difference";
+    }
+  }
+}
+
 // The data gradient with a ResNet block output's add and ReLU backward in its epilogue, against
 // the fp64 reference: (dgrad(dy, w) + add) where relu_y > 0. It must also differ from the data
 // gradient masked without the add and from the sum without the mask: an epilogue that dropped

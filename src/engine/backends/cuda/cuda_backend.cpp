@@ -638,6 +638,15 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
                                  op, "scale and bias: one value per channel of x"));
   }
   const bool stats = sum != nullptr && sqsum != nullptr;
+  if (prologue && options_.conv_prologue_pass) {
+    // The input the prologue would give the convolution, in scratch memory, then the
+    // convolution without it (the statistics as the options say).
+    DLPROBE_ASSIGN_OR_RETURN(auto buffer, scratch(ctx(), x.desc.bytes(), op));
+    const TensorView input{x.desc, buffer.data()};
+    DLPROBE_RETURN_IF_ERROR(launch_scale_bias_relu(ctx(), x, *scale, *bias, input));
+    return fused_conv(direction, input, nullptr, nullptr, w, y, sum, sqsum, p, op);
+  }
+  if (!prologue && !stats) return conv(direction, x, w, y, p, op);
   if (stats) {
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sum", *sum));
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sqsum", *sqsum));

@@ -82,6 +82,10 @@ Status launch_add(const KernelContext& ctx, const TensorView& a, const TensorVie
 // NHWC tensors of one dtype and the same N, H, W (or K, R, S): dst's channel c is src's where src
 // has it, else zero. Pads an image to more channels, or drops the extra ones of a gradient.
 Status launch_copy_channels(const KernelContext& ctx, const TensorView& src, const TensorView& dst);
+// y = relu(x * scale + bias) per channel (NHWC; scale and bias [C], of one floating dtype), as a
+// fused convolution's prologue gives its input.
+Status launch_scale_bias_relu(const KernelContext& ctx, const TensorView& x,
+                              const TensorView& scale, const TensorView& bias, const TensorView& y);
 
 // What the batch-norm forward's elementwise pass does after normalising: add `residual` (same
 // shape and layout as y) and apply a ReLU. A residual comes only with the ReLU, as in ResNet's

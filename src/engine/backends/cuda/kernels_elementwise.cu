@@ -213,6 +213,27 @@ __global__ void pad_rows_to_four(const T* src, T* dst, std::int64_t rows, int sr
   }
 }
 
+// y = relu(x * scale + bias), scale and bias per channel (NHWC rows of `channels`, P of them a
+// thread), as a fused convolution's prologue computes it: the product, then the sum, each
+// rounded to fp32, then one rounding to T.
+template <class T, class S, int P>
+__global__ void scale_bias_relu_nhwc(const T* x, const S* scale, const S* bias, T* y,
+                                     std::int64_t packs, int channel_packs) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
+       q += stride) {
+    const int c0 = static_cast<int>(q % channel_packs) * P;
+    float v[P];
+    load_pack(x + q * P, v);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float scaled = __fmul_rn(v[k], to_float(scale[c0 + k]));
+      v[k] = relu(__fadd_rn(scaled, to_float(bias[c0 + k])));
+    }
+    store_pack(y + q * P, v);
+  }
+}
+
 template <class T>
 __global__ void column_sum_kernel(const T* dy, T* db, std::int64_t rows, std::int64_t cols) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -451,6 +472,40 @@ Status launch_column_sum(const KernelContext& ctx, const TensorView& dy, const T
         static_cast<const T*>(dy.data), static_cast<T*>(db.data), dy.desc.dim(0), cols);
     DLPROBE_CUDA_CHECK_LAUNCH();
     return Status::ok();
+  });
+}
+
+Status launch_scale_bias_relu(const KernelContext& ctx, const TensorView& x,
+                              const TensorView& scale, const TensorView& bias,
+                              const TensorView& y) {
+  const TensorDesc& d = x.desc;
+  if (d.layout() != Layout::nhwc || scale.desc.dtype() != bias.desc.dtype()) {
+    return error(Errc::unsupported, "scale_bias_relu: NHWC x, scale and bias of one dtype");
+  }
+  const std::int64_t channels = d.dim(1);
+  return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    return dispatch_floating(scale.desc.dtype(), [&](auto stag) -> Status {
+      using S = typename decltype(stag)::type;
+      const auto* xp = static_cast<const T*>(x.data);
+      auto* yp = static_cast<T*>(y.data);
+      const auto* sp = static_cast<const S*>(scale.data);
+      const auto* bp = static_cast<const S*>(bias.data);
+      const auto aligned = [](const void* p) {
+        return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+      };
+      constexpr int P = kPack<T>;
+      if (channels % P == 0 && aligned(xp) && aligned(yp)) {
+        const std::int64_t packs = d.numel() / P;
+        scale_bias_relu_nhwc<T, S, P><<<grid_for(packs, ctx.sm_count), kBlock, 0, ctx.stream>>>(
+            xp, sp, bp, yp, packs, static_cast<int>(channels / P));
+      } else {
+        scale_bias_relu_nhwc<T, S, 1><<<grid_for(d.numel(), ctx.sm_count), kBlock, 0, ctx.stream>>>(
+            xp, sp, bp, yp, d.numel(), static_cast<int>(channels));
+      }
+      DLPROBE_CUDA_CHECK_LAUNCH();
+      return Status::ok();
+    });
   });
 }
 
