@@ -48,14 +48,24 @@ TEST(StepCudaTest, Fp32TrainAdamW) {
 // Batch norm inside the convolutions runs where the engines may differ between runs and keep
 // partial sums in 16 bits (as under bench's default, --conv-engines any, but for FFT and Winograd
 // engines), and its whole fp16 step passes the same comparison with fp64.
+// With `sums_pass` and `prologue_pass`, dlprobe's passes in place of cuDNN's statistics epilogue
+// and prologue (CudaBackendOptions::conv_sums_pass, conv_prologue_pass).
+testing::RigFactory fusing_cuda_rig(bool sums_pass, bool prologue_pass) {
+  return [=](const StepConfig& c) {
+    return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
+                                [=](memory::CachingAllocator& allocator) {
+                                  CudaBackendOptions o;
+                                  o.deterministic = false;
+                                  o.reduced_precision_reductions = true;
+                                  o.conv_sums_pass = sums_pass;
+                                  o.conv_prologue_pass = prologue_pass;
+                                  return make_cuda_backend(0, allocator, o);
+                                });
+  };
+}
+
 testing::Rig make_fusing_cuda_rig(const StepConfig& c) {
-  return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
-                              [](memory::CachingAllocator& allocator) {
-                                CudaBackendOptions o;
-                                o.deterministic = false;
-                                o.reduced_precision_reductions = true;
-                                return make_cuda_backend(0, allocator, o);
-                              });
+  return fusing_cuda_rig(false, false)(c);
 }
 
 int calls_of(const testing::Rig& r, CallKind kind) {
@@ -82,17 +92,9 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithBatchNormInsideTheConvolutions) {
 }
 
 // The convolutions' statistics summed by dlprobe's pass over each output rather than in cuDNN's
-// epilogue (CudaBackendOptions::conv_sums_pass, bench --conv-sums pass): the same calls in the
-// plan, the same comparison with fp64.
+// epilogue (bench --conv-sums pass): the same calls in the plan, the same comparison with fp64.
 testing::Rig make_sums_pass_cuda_rig(const StepConfig& c) {
-  return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
-                              [](memory::CachingAllocator& allocator) {
-                                CudaBackendOptions o;
-                                o.deterministic = false;
-                                o.reduced_precision_reductions = true;
-                                o.conv_sums_pass = true;
-                                return make_cuda_backend(0, allocator, o);
-                              });
+  return fusing_cuda_rig(true, false)(c);
 }
 
 TEST(StepCudaTest, Fp16GradientsNhwcWithTheConvolutionsSumsByAPass) {
@@ -107,18 +109,7 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithTheConvolutionsSumsByAPass) {
 // Both passes: the batch norms' apply into scratch before each convolution that would take it as
 // its prologue, and the sums after each output.
 TEST(StepCudaTest, Fp16GradientsNhwcWithTheConvolutionsPrologueAndSumsByPasses) {
-  const auto rig = [](const StepConfig& c) {
-    return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
-                                [](memory::CachingAllocator& allocator) {
-                                  CudaBackendOptions o;
-                                  o.deterministic = false;
-                                  o.reduced_precision_reductions = true;
-                                  o.conv_sums_pass = true;
-                                  o.conv_prologue_pass = true;
-                                  return make_cuda_backend(0, allocator, o);
-                                });
-  };
-  testing::compare_gradients(Precision::fp16, Layout::nhwc, rig,
+  testing::compare_gradients(Precision::fp16, Layout::nhwc, fusing_cuda_rig(true, true),
                              "cuda fused, prologue and sums by passes");
 }
 

@@ -346,6 +346,24 @@ struct FusedCase {
   return ::testing::AssertionSuccess();
 }
 
+// A fused convolution's operands for case c over n images, drawn from `seed` on: x, w and the
+// prologue's scale and bias, on the host and on the backend, and y's shape.
+struct FusedOperands {
+  FusedOperands(OpenedBackend& env, const FusedCase& c, std::int64_t n, std::uint64_t seed)
+      : x(rand({n, c.c, c.size, c.size}, seed, DType::fp16, Layout::nhwc, -2, 2)),
+        w(rand({c.k, c.c, c.kernel, c.kernel}, seed + 1, DType::fp16, Layout::nhwc)),
+        scale(rand({c.c}, seed + 2, DType::fp16, Layout::nchw, 0.5, 1.5)),
+        bias(rand({c.c}, seed + 3, DType::fp16, Layout::nchw, -0.5, 0.5)),
+        x_in(to_backend(env, x)),
+        w_in(to_backend(env, w)),
+        scale_in(to_backend(env, scale)),
+        bias_in(to_backend(env, bias)),
+        y_desc(desc({n, c.k, c.out(), c.out()}, DType::fp16, Layout::nhwc)) {}
+  HostTensor x, w, scale, bias;
+  BackendTensor x_in, w_in, scale_in, bias_in;
+  TensorDesc y_desc;
+};
+
 // x * scale + bias per channel in fp64, with or without the ReLU, rounded to fp16 as the tensor
 // cores read it: the input a fused convolution's prologue gives it.
 HostTensor prologue_of(const HostTensor& x, const HostTensor& scale, const HostTensor& bias,
@@ -368,16 +386,9 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
     SCOPED_TRACE(c.name());
     const std::int64_t n = 4;
     const Conv2dParams p = c.params();
-    const HostTensor x = rand({n, c.c, c.size, c.size}, 31, DType::fp16, Layout::nhwc, -2, 2);
-    const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 32, DType::fp16, Layout::nhwc);
-    const HostTensor scale = rand({c.c}, 33, DType::fp16, Layout::nchw, 0.5, 1.5);
-    const HostTensor bias = rand({c.c}, 34, DType::fp16, Layout::nchw, -0.5, 0.5);
+    const FusedOperands ops(env(), c, n, 31);
+    const auto& [x, w, scale, bias, x_in, w_in, scale_in, bias_in, y_desc] = ops;
     const std::int64_t out = c.out();
-    const TensorDesc y_desc = desc({n, c.k, out, out}, DType::fp16, Layout::nhwc);
-    const BackendTensor x_in = to_backend(env(), x);
-    const BackendTensor w_in = to_backend(env(), w);
-    const BackendTensor scale_in = to_backend(env(), scale);
-    const BackendTensor bias_in = to_backend(env(), bias);
     BackendTensor y = backend_output(env(), y_desc);
     BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
     BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
@@ -466,15 +477,8 @@ TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
       SCOPED_TRACE(c.name());
       const std::int64_t n = c.size > 20 ? 32 : 4;
       const Conv2dParams p = c.params();
-      const HostTensor x = rand({n, c.c, c.size, c.size}, 51, DType::fp16, Layout::nhwc, -2, 2);
-      const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 52, DType::fp16, Layout::nhwc);
-      const HostTensor scale = rand({c.c}, 53, DType::fp16, Layout::nchw, 0.5, 1.5);
-      const HostTensor bias = rand({c.c}, 54, DType::fp16, Layout::nchw, -0.5, 0.5);
-      const TensorDesc y_desc = desc({n, c.k, c.out(), c.out()}, DType::fp16, Layout::nhwc);
-      const BackendTensor x_in = to_backend(env(), x);
-      const BackendTensor w_in = to_backend(env(), w);
-      const BackendTensor scale_in = to_backend(env(), scale);
-      const BackendTensor bias_in = to_backend(env(), bias);
+      const FusedOperands ops(env(), c, n, 51);
+      const auto& [x, w, scale, bias, x_in, w_in, scale_in, bias_in, y_desc] = ops;
       const Check check{.terms = static_cast<double>(c.c * c.kernel * c.kernel)};
       const HostTensor with_ref =
           reference::conv2d_forward<double>(prologue_of(x, scale, bias, true), f64(w), p).value();
@@ -519,15 +523,8 @@ TEST_F(CudaConv, PrologueByAPassMatchesReference) {
       SCOPED_TRACE(c.name());
       const std::int64_t n = 4;
       const Conv2dParams p = c.params();
-      const HostTensor x = rand({n, c.c, c.size, c.size}, 61, DType::fp16, Layout::nhwc, -2, 2);
-      const HostTensor w = rand({c.k, c.c, c.kernel, c.kernel}, 62, DType::fp16, Layout::nhwc);
-      const HostTensor scale = rand({c.c}, 63, DType::fp16, Layout::nchw, 0.5, 1.5);
-      const HostTensor bias = rand({c.c}, 64, DType::fp16, Layout::nchw, -0.5, 0.5);
-      const TensorDesc y_desc = desc({n, c.k, c.out(), c.out()}, DType::fp16, Layout::nhwc);
-      const BackendTensor x_in = to_backend(env(), x);
-      const BackendTensor w_in = to_backend(env(), w);
-      const BackendTensor scale_in = to_backend(env(), scale);
-      const BackendTensor bias_in = to_backend(env(), bias);
+      const FusedOperands ops(env(), c, n, 61);
+      const auto& [x, w, scale, bias, x_in, w_in, scale_in, bias_in, y_desc] = ops;
       BackendTensor y = backend_output(env(), y_desc);
       BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
       BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
