@@ -11,9 +11,11 @@
 // convolution, one of the two terms of the previous block output's gradient: the data gradient
 // alone; it then the ReLU backward of the two terms' sum (relu_backward_add), as the step runs
 // them; and the fused graph (conv2d_backward_data_add_relu: the add and the mask in the data
-// gradient's epilogue). fp16 NHWC, ResNet-50's blocks after each stage's first, batch 256 and 32,
-// random operands. Each figure is the mean of a run of calls timed with CUDA events on the
-// backend's stream.
+// gradient's epilogue). The fused forward and weight gradient also with dlprobe's passes in place
+// of cuDNN's statistics epilogue and prologue (CudaBackendOptions::conv_sums_pass and
+// conv_prologue_pass, bench --conv-sums / --conv-prologue pass), each way on a backend of its own.
+// fp16 NHWC, ResNet-50's blocks after each stage's first, batch 256 and 32, random operands. Each
+// figure is the mean of a run of calls timed with CUDA events on the backend's stream.
 //   bench_conv_fusion_gpu --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
@@ -23,6 +25,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -53,9 +56,27 @@ constexpr BottleneckConv kFirstShapes[] = {
     {"layer4 conv1", 2048, 512, 7, 1},
 };
 
+// Who does the fused convolutions' statistics and prologue: cuDNN (both), or dlprobe's passes.
+enum class Passes { none, sums, prologue, both };
+
 struct Gpu {
   std::unique_ptr<memory::CachingAllocator> allocator;
-  std::unique_ptr<cuda::CudaBackend> backend;
+  std::unique_ptr<cuda::CudaBackend> backend;  // Passes::none
+  std::unique_ptr<cuda::CudaBackend> sums_pass, prologue_pass, both_passes;
+
+  cuda::CudaBackend& with(Passes p) const {
+    switch (p) {
+      case Passes::sums:
+        return *sums_pass;
+      case Passes::prologue:
+        return *prologue_pass;
+      case Passes::both:
+        return *both_passes;
+      case Passes::none:
+        break;
+    }
+    return *backend;
+  }
 };
 
 // The backend every benchmark shares; a machine without a usable GPU ends the run with one line.
@@ -75,13 +96,21 @@ Gpu& gpu() {
     made->allocator = std::move(*allocator);
     // Autotuned plain convolutions, as `dlprobe bench` runs them; the fused graphs take cuDNN's
     // first choice (their engines compile at plan time).
-    auto backend =
-        cuda::CudaBackend::create(0, *made->allocator, {.conv_engine = ConvEngineChoice::autotune});
-    if (!backend) {
-      std::fprintf(stderr, "bench_conv_fusion_gpu: %s\n", backend.status().message().c_str());
-      std::exit(2);
-    }
-    made->backend = std::move(*backend);
+    auto open = [&](bool sums, bool prologue) {
+      auto backend = cuda::CudaBackend::create(0, *made->allocator,
+                                               {.conv_engine = ConvEngineChoice::autotune,
+                                                .conv_sums_pass = sums,
+                                                .conv_prologue_pass = prologue});
+      if (!backend) {
+        std::fprintf(stderr, "bench_conv_fusion_gpu: %s\n", backend.status().message().c_str());
+        std::exit(2);
+      }
+      return std::move(*backend);
+    };
+    made->backend = open(false, false);
+    made->sums_pass = open(true, false);
+    made->prologue_pass = open(false, true);
+    made->both_passes = open(true, true);
     return made;
   }();
   return *g;
@@ -110,11 +139,10 @@ enum class Variant { conv, conv_stats, unfused, fused, wgrad, apply_then_wgrad, 
 // Over kFirstShapes.
 enum class DgradVariant { alone, then_relu_add, fused };
 
-// Times `once` (after one untimed call, which builds the plan: a runtime-fusion engine compiles
-// then) over runs of calls.
+// Times `once` on backend b (after one untimed call, which builds the plan: a runtime-fusion
+// engine compiles then) over runs of calls.
 template <class F>
-void time_calls(benchmark::State& state, F&& once) {
-  cuda::CudaBackend& b = *gpu().backend;
+void time_calls(benchmark::State& state, cuda::CudaBackend& b, F&& once) {
   if (Status s0 = once(); !s0.is_ok() || !(s0 = b.synchronize()).is_ok()) {
     state.SkipWithError(s0.message().c_str());
     return;
@@ -147,7 +175,7 @@ void run_dgrad(benchmark::State& state, DgradVariant variant) {
   Tensor relu_y = tensor(input, DType::fp16, Layout::nhwc, 0, 1, 4);
   Tensor grad = tensor(input, DType::fp16, Layout::nhwc, 0, 0, 5);
   Tensor dx = tensor(input, DType::fp16, Layout::nhwc, 0, 0, 6);
-  time_calls(state, [&]() -> Status {
+  time_calls(state, b, [&]() -> Status {
     switch (variant) {
       case DgradVariant::alone:
         return b.conv2d_backward_data(dy.view, w.view, dx.view, p);
@@ -161,11 +189,11 @@ void run_dgrad(benchmark::State& state, DgradVariant variant) {
   });
 }
 
-void run(benchmark::State& state, Variant variant) {
+void run(benchmark::State& state, Variant variant, Passes passes) {
   const BottleneckConv& s = kShapes[state.range(0)];
   const std::int64_t n = state.range(1);
   state.SetLabel(fmt::format("{} C={} K={} bs{}", s.name, s.c, s.k, n));
-  cuda::CudaBackend& b = *gpu().backend;
+  cuda::CudaBackend& b = gpu().with(passes);
   const Conv2dParams p{{1, 1}, {s.kernel / 2, s.kernel / 2}, {1, 1}, 1};
   Tensor x = tensor({n, s.c, s.size, s.size}, DType::fp16, Layout::nhwc, -2, 2, 1);
   Tensor a = tensor({n, s.c, s.size, s.size}, DType::fp16, Layout::nhwc, 0, 2, 2);
@@ -182,7 +210,7 @@ void run(benchmark::State& state, Variant variant) {
   Tensor sum = tensor({s.k}, DType::fp32, Layout::nchw, 0, 0, 13);
   Tensor sqsum = tensor({s.k}, DType::fp32, Layout::nchw, 0, 0, 14);
   const TensorView no_residual{};
-  time_calls(state, [&]() -> Status {
+  time_calls(state, b, [&]() -> Status {
     switch (variant) {
       case Variant::conv:
         return b.conv2d_forward(x.view, w.view, y.view, p);
@@ -227,7 +255,18 @@ const bool kRegistered = [] {
         std::pair{"wgrad_alone", Variant::wgrad},
         std::pair{"bn_relu_apply_then_wgrad", Variant::apply_then_wgrad},
         std::pair{"wgrad_fused", Variant::wgrad_fused}}) {
-    add_family(name, std::ssize(kShapes), [v = variant](benchmark::State& st) { run(st, v); });
+    add_family(name, std::ssize(kShapes),
+               [v = variant](benchmark::State& st) { run(st, v, Passes::none); });
+  }
+  // The fused calls with dlprobe's passes (the statistics, the prologue, or both).
+  for (const auto& [name, variant, passes] :
+       {std::tuple{"conv_stats_sums_pass", Variant::conv_stats, Passes::sums},
+        std::tuple{"fused_sums_pass", Variant::fused, Passes::sums},
+        std::tuple{"fused_prologue_pass", Variant::fused, Passes::prologue},
+        std::tuple{"fused_both_passes", Variant::fused, Passes::both},
+        std::tuple{"wgrad_fused_prologue_pass", Variant::wgrad_fused, Passes::prologue}}) {
+    add_family(name, std::ssize(kShapes),
+               [v = variant, ps = passes](benchmark::State& st) { run(st, v, ps); });
   }
   for (const auto& [name, variant] :
        {std::pair{"dgrad_alone", DgradVariant::alone},

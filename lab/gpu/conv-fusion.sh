@@ -5,8 +5,9 @@
 # reference (engine_cuda_test), then microbench/conv_fusion_gpu_bench.cpp over ResNet-50's
 # bottleneck shapes: each operation alone, with the batch norm's passes before it (today's step;
 # for the gradient, the recompute a step keeping only pre-norm tensors needs), and fused, at batch
-# 256 and 32 (FILTER picks benchmarks by Google Benchmark's regex); then tables of what the fusion
-# saves per shape and over the blocks that have those shapes.
+# 256 and 32 (FILTER picks benchmarks by Google Benchmark's regex), and the fused calls with
+# dlprobe's passes for the statistics and the prologue; then tables of what the fusion saves per
+# shape and over the blocks that have those shapes, and of each fused call by who does its parts.
 # Output in $OUT (or ./gpu-check-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -57,6 +58,23 @@ for label, v in t.items():
 print()
 table("weight gradient: alone on the normalised input; its apply (running statistics) then the gradient; fused",
       "wgrad_alone", "bn_relu_apply_then_wgrad", "wgrad_fused")
+# The fused calls with dlprobe's passes (bench --conv-sums / --conv-prologue pass) beside cuDNN's.
+ways = [("fused", "cuDNN"), ("fused_sums_pass", "sums pass"), ("fused_prologue_pass", "prologue pass"),
+        ("fused_both_passes", "both passes")]
+print("fused forward (prologue and statistics), us a call, by who does them")
+print(f'{"shape":34} ' + " ".join(f"{w:>14}" for _, w in ways))
+for label, v in t.items():
+    if any(k in v for k, _ in ways):
+        print(f'{label:34} ' + " ".join(f'{v[k]:14.1f}' if k in v else f'{"-":>14}' for k, _ in ways))
+print()
+print("statistics alone (no prologue) and the fused weight gradient, us a call, cuDNN's or dlprobe's pass")
+print(f'{"shape":34} {"conv_stats":>11} {"sums pass":>10} {"wgrad_fused":>12} {"prologue pass":>14}')
+for label, v in t.items():
+    cells = [v.get(k) for k in ("conv_stats", "conv_stats_sums_pass", "wgrad_fused", "wgrad_fused_prologue_pass")]
+    if any(c is not None for c in cells):
+        print(f'{label:34} ' + " ".join(f'{c:>{w}.1f}' if c is not None else f'{"-":>{w}}'
+                                       for c, w in zip(cells, (11, 10, 12, 14))))
+print()
 for e in errors:
     print("error:", e)
 PY
