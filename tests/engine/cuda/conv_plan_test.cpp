@@ -451,6 +451,7 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
 
     EXPECT_TRUE(statistics_match(y_ref, to_host(env(), sum.view()), to_host(env(), sqsum.view())));
   }
+  EXPECT_EQ(shared().unfusable_graphs(), 0U) << "a fused graph ran as its unfused calls";
 }
 
 // With CudaBackendOptions::conv_sums_pass the convolution runs without cuDNN's statistics epilogue
@@ -613,6 +614,7 @@ TEST_F(CudaConv, FusedDataGradientAddReluMatchesReference) {
     EXPECT_FALSE(matches(got, expected(true, false), kFp16, check))
         << "the ReLU's mask made no difference";
   }
+  EXPECT_EQ(shared().unfusable_graphs(), 0U) << "a fused graph ran as its unfused calls";
 }
 
 }  // namespace

@@ -638,14 +638,15 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
                                  op, "scale and bias: one value per channel of x"));
   }
   const bool stats = sum != nullptr && sqsum != nullptr;
-  if (prologue && options_.conv_prologue_pass) {
-    // The input the prologue would give the convolution, in scratch memory, then the
-    // convolution without it (the statistics as the options say).
+  // The input the prologue would give the convolution, by dlprobe's pass into scratch memory,
+  // then the convolution without it (the statistics as the options say).
+  const auto prologue_apart = [&]() -> Status {
     DLPROBE_ASSIGN_OR_RETURN(auto buffer, scratch(ctx(), x.desc.bytes(), op));
     const TensorView input{x.desc, buffer.data()};
     DLPROBE_RETURN_IF_ERROR(launch_scale_bias_relu(ctx(), x, *scale, *bias, input));
     return fused_conv(direction, input, nullptr, nullptr, w, y, sum, sqsum, p, op);
-  }
+  };
+  if (prologue && options_.conv_prologue_pass) return prologue_apart();
   if (!prologue && !stats) return conv(direction, x, w, y, p, op);
   if (stats) {
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sum", *sum));
@@ -676,20 +677,32 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
     uids.insert(uids.end(), {kUidScale, kUidBias});
     ptrs.insert(ptrs.end(), {scale->data, bias->data});
   }
-  if (stats && options_.conv_sums_pass) {
-    // The convolution (with its prologue, if any), then dlprobe's pass over its output.
-    DLPROBE_RETURN_IF_ERROR(prologue ? run_fused(spec, uids, ptrs, op)
-                                     : conv(direction, x, w, y, p, op));
-    return launch_channel_sums(ctx(), y, *sum, *sqsum);
-  }
-  if (stats) {
+  // With the sums pass the graph keeps only the prologue (a plain convolution without one), and
+  // dlprobe's pass sums the output after it.
+  const bool sums_pass = stats && options_.conv_sums_pass;
+  if (stats && !sums_pass) {
     DLPROBE_ASSIGN_OR_RETURN(spec.sum, channels(kUidSum, *sum, k));
     DLPROBE_ASSIGN_OR_RETURN(spec.sqsum, channels(kUidSqsum, *sqsum, k));
     uids.insert(uids.end(), {kUidSum, kUidSqsum});
     ptrs.insert(ptrs.end(), {sum->data, sqsum->data});
   }
-
-  return run_fused(spec, uids, ptrs, op);
+  if (!prologue && sums_pass) {
+    DLPROBE_RETURN_IF_ERROR(conv(direction, x, w, y, p, op));
+    return launch_channel_sums(ctx(), y, *sum, *sqsum);
+  }
+  // Where cuDNN has no engine for a graph with the prologue (bf16 with fp32 scale and bias, say),
+  // the prologue by dlprobe's pass instead, warned once.
+  const std::string key = fused_conv_key(spec);
+  if (prologue && unfusable_.contains(key)) return prologue_apart();
+  const Status fused = run_fused(spec, uids, ptrs, op);
+  if (prologue && fused.code() == Errc::unsupported) {
+    log_warn("{}: {}; the batch norm's apply runs as a pass before the convolution", op,
+             fused.message());
+    unfusable_.insert(key);
+    return prologue_apart();
+  }
+  DLPROBE_RETURN_IF_ERROR(fused);
+  return sums_pass ? launch_channel_sums(ctx(), y, *sum, *sqsum) : Status::ok();
 }
 
 Status CudaBackend::need_fused_operands(std::string_view op, const TensorView& x,

@@ -216,6 +216,8 @@ class CudaBackend final : public Backend {
   std::size_t conv_plans_replayed() const { return conv_plans_replayed_; }
   // Fused graphs' plans loaded whole from the tuning cache rather than compiled.
   std::size_t fused_plans_loaded() const { return fused_plans_loaded_; }
+  // Fused graphs cuDNN had no engine for, whose calls ran as the unfused ones they stand for.
+  std::size_t unfusable_graphs() const { return unfusable_.size(); }
   std::size_t matmul_algo_count() const { return matmul_algos_.size(); }
   // The stream calls go to now (see on_stream()).
   cudaStream_t stream() const { return stream_index_ == 1 ? side_stream_.get() : stream_.get(); }
