@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 # One warm-up step and one timed step: the table divides by the two steps it saw.
 timeout "${NCU_TIMEOUT:-300}" "$ncu" --target-processes all --clock-control none --cache-control "${NCU_CACHE:-all}" \
-  --kernel-name "regex:${KERNELS:-grad_sums|dx_|stats_|apply_|finalize|map_kernel|pool_|resident|cast_many|copy_channels|gap_}" \
+  --kernel-name "regex:${KERNELS:-grad_sums|dx_|stats_|apply_|finalize|map_kernel|pool_|resident|cast_many|copy_channels|pad_rows|gap_|channel_sums|scale_bias_relu}" \
   --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__block_size \
   --csv --page raw "${DLPROBE:-$bin/dlprobe}" bench --model resnet50 --batch "${BATCH:-256}" \
   --precision "${PRECISION:-fp16}" --mode grads --graph off --warmup 1 --steps 1 --min-time 0s \
