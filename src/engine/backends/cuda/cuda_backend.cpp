@@ -692,13 +692,15 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
   }
   // Where cuDNN has no engine for a graph with the prologue (bf16 with fp32 scale and bias, say),
   // the prologue by dlprobe's pass instead, warned once.
-  const std::string key = fused_conv_key(spec);
-  if (prologue && unfusable_.contains(key)) return prologue_apart();
+  // (The key is made only where some graph was refused: eager steps call this hundreds of times.)
+  if (prologue && !unfusable_.empty() && unfusable_.contains(fused_conv_key(spec))) {
+    return prologue_apart();
+  }
   const Status fused = run_fused(spec, uids, ptrs, op);
   if (prologue && fused.code() == Errc::unsupported) {
     log_warn("{}: {}; the batch norm's apply runs as a pass before the convolution", op,
              fused.message());
-    unfusable_.insert(key);
+    unfusable_.insert(fused_conv_key(spec));
     return prologue_apart();
   }
   DLPROBE_RETURN_IF_ERROR(fused);

@@ -171,8 +171,9 @@ class CudaBackend final : public Backend {
   // FusedConvSpec, from cuDNN's first choice of engine: build_fused_conv_plan): NHWC fp16 or
   // bf16, scale and bias in conv_prologue_dtype, sum and sqsum fp32, on GPUs of compute
   // capability 8.0 and later (runtime fusion's engines need them). The step plans it for fp16,
-  // and for bf16 where dlprobe's pass sums the outputs (conv_sums_pass): cuDNN 9.19 builds no
-  // statistics epilogue over bf16 for some of ResNet-50's shapes on an H200 (2026-12-04). Nor
+  // and for bf16 where dlprobe's pass sums the outputs (conv_sums_pass): with cuDNN's statistics
+  // epilogue (and batch norm applying itself) the bf16 step ran 6,277.6 img/s against 7,472.3
+  // with batch norm apart (ResNet-50 bs256, H200, 2026-12-05; docs/performance.md). Nor
   // where the options ask for deterministic engines: cuDNN lists these engines as deterministic,
   // but the fused step's loss moved in the fifth digit between eager runs of one plan on an H200
   // (2.2935, 2.29405, 2.29318).

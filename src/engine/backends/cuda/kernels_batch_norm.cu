@@ -1460,22 +1460,17 @@ Status launch_channel_sums(const KernelContext& ctx, const TensorView& y, const 
   return dispatch(op, d, {y.data}, [&]<class T, int P>() -> Status {
     const auto* yp = static_cast<const T*>(y.data);
     const Nhwc g = reduction_nhwc_of(d, P);
-    // One launch where the device takes cooperative launches and the split fits the GPU at once
-    // (reduction_for's grid may pass it by a tile's worth of blocks).
-    DLPROBE_ASSIGN_OR_RETURN(const std::int64_t resident,
-                             resident_blocks(ctx, channel_sums_nhwc<T, P, true>));
-    if (resident > 0) {
-      DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(channel_sums_nhwc<T, P, true>));
-      DLPROBE_ASSIGN_OR_RETURN(const Partials<Sums> partial, partials<Sums>(ctx, d, P, per_sm, op));
-      const Reduction& red = partial.red;
-      if (static_cast<std::int64_t>(red.grid.x) * red.grid.y <= resident) {
-        return launch_cooperative(ctx, red.grid, channel_sums_nhwc<T, P, true>, yp, g,
-                                  red.per_split, partial.acc(), out);
-      }
-    }
-    DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(channel_sums_nhwc<T, P, false>));
+    DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(channel_sums_nhwc<T, P, true>));
     DLPROBE_ASSIGN_OR_RETURN(const Partials<Sums> partial, partials<Sums>(ctx, d, P, per_sm, op));
     const Reduction& red = partial.red;
+    // One launch where the device takes cooperative launches and the split fits the GPU at once
+    // (reduction_for's grid may pass it by a tile's worth of blocks); else the merge in a second.
+    DLPROBE_ASSIGN_OR_RETURN(const std::int64_t resident,
+                             resident_blocks(ctx, channel_sums_nhwc<T, P, true>));
+    if (static_cast<std::int64_t>(red.grid.x) * red.grid.y <= resident) {
+      return launch_cooperative(ctx, red.grid, channel_sums_nhwc<T, P, true>, yp, g, red.per_split,
+                                partial.acc(), out);
+    }
     channel_sums_nhwc<T, P, false>
         <<<red.grid, kBlock, 0, ctx.stream>>>(yp, g, red.per_split, partial.acc(), out);
     DLPROBE_CUDA_CHECK_LAUNCH();
