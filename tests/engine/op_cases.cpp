@@ -655,10 +655,6 @@ const PoolCase kPoolCases[] = {
     {{2, 5, 12, 12}, {}, PoolValues::ties},
     {{3, 4, 9, 7}, {}, PoolValues::ties},
     {{2, 16, 11, 10}, {}, PoolValues::ties},
-    // The stem pool's CUDA kernels walk strips of eight output rows: three strips, the last
-    // partial, over an odd height and width, and over an even height with a last strip of one.
-    {{2, 16, 37, 21}, {}, PoolValues::ties},
-    {{1, 8, 34, 18}, {}, PoolValues::uniform},
     // Eight channels and another window: the CUDA kernels' packed path without the stem's sizes
     // compiled in (the default above is the stem's 3x3, stride 2, padding 1).
     {{2, 8, 9, 9}, {{2, 2}, {2, 2}, {0, 0}}, PoolValues::ties},
