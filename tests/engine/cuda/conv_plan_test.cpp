@@ -490,11 +490,13 @@ TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
         BackendTensor y = backend_output(env(), y_desc);
         BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
         BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
+        const std::size_t passes = backend.sums_passes();
         const Status ran = backend.conv2d_forward_fused(
             x_in.view(), with_prologue ? scale_in.view() : TensorView{},
             with_prologue ? bias_in.view() : TensorView{}, w_in.view(), y.view(), sum.view(),
             sqsum.view(), p);
         ASSERT_TRUE(ran.is_ok()) << ran.message();
+        EXPECT_EQ(backend.sums_passes(), passes + 1) << "the sums by cuDNN's epilogue";
         ASSERT_TRUE(backend.synchronize().is_ok());
         const HostTensor& want = with_prologue ? with_ref : plain_ref;
         const HostTensor& other = with_prologue ? plain_ref : with_ref;
@@ -529,10 +531,14 @@ TEST_F(CudaConv, PrologueByAPassMatchesReference) {
       BackendTensor y = backend_output(env(), y_desc);
       BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
       BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
+      const std::size_t passes = backend.prologue_passes();
+      const std::size_t sums_passes = backend.sums_passes();
       const Status ran =
           backend.conv2d_forward_fused(x_in.view(), scale_in.view(), bias_in.view(), w_in.view(),
                                        y.view(), sum.view(), sqsum.view(), p);
       ASSERT_TRUE(ran.is_ok()) << ran.message();
+      EXPECT_EQ(backend.prologue_passes(), passes + 1) << "the prologue by cuDNN";
+      EXPECT_EQ(backend.sums_passes(), sums_passes + (sums_pass ? 1 : 0));
       const HostTensor input = prologue_of(x, scale, bias, true);
       const HostTensor y_ref = reference::conv2d_forward<double>(input, f64(w), p).value();
       const HostTensor plain_ref = reference::conv2d_forward<double>(f64(x), f64(w), p).value();
@@ -549,6 +555,7 @@ TEST_F(CudaConv, PrologueByAPassMatchesReference) {
       const Status grad = backend.conv2d_backward_weight_fused(
           x_in.view(), scale_in.view(), bias_in.view(), dy_in.view(), dw.view(), p);
       ASSERT_TRUE(grad.is_ok()) << grad.message();
+      EXPECT_EQ(backend.prologue_passes(), passes + 2) << "the weight gradient's prologue by cuDNN";
       ASSERT_TRUE(backend.synchronize().is_ok());
       const HostTensor dw_got = to_host(env(), dw.view());
       const Check sums_over_images{.terms = static_cast<double>(n * c.out() * c.out())};

@@ -644,7 +644,13 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
     DLPROBE_ASSIGN_OR_RETURN(auto buffer, scratch(ctx(), x.desc.bytes(), op));
     const TensorView input{x.desc, buffer.data()};
     DLPROBE_RETURN_IF_ERROR(launch_scale_bias_relu(ctx(), x, *scale, *bias, input));
+    ++prologue_passes_;
     return fused_conv(direction, input, nullptr, nullptr, w, y, sum, sqsum, p, op);
+  };
+  // The output's sums by dlprobe's pass, after the convolution.
+  const auto sums_apart = [&]() -> Status {
+    ++sums_passes_;
+    return launch_channel_sums(ctx(), y, *sum, *sqsum);
   };
   if (prologue && options_.conv_prologue_pass) return prologue_apart();
   if (!prologue && !stats) return conv(direction, x, w, y, p, op);
@@ -688,7 +694,7 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
   }
   if (!prologue && sums_pass) {
     DLPROBE_RETURN_IF_ERROR(conv(direction, x, w, y, p, op));
-    return launch_channel_sums(ctx(), y, *sum, *sqsum);
+    return sums_apart();
   }
   // Where cuDNN has no engine for a graph with the prologue (bf16 with fp32 scale and bias, say),
   // the prologue by dlprobe's pass instead, warned once.
@@ -704,7 +710,7 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
     return prologue_apart();
   }
   DLPROBE_RETURN_IF_ERROR(fused);
-  return sums_pass ? launch_channel_sums(ctx(), y, *sum, *sqsum) : Status::ok();
+  return sums_pass ? sums_apart() : Status::ok();
 }
 
 Status CudaBackend::need_fused_operands(std::string_view op, const TensorView& x,

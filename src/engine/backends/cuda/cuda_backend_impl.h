@@ -217,6 +217,11 @@ class CudaBackend final : public Backend {
   std::size_t conv_plans_replayed() const { return conv_plans_replayed_; }
   // Fused graphs' plans loaded whole from the tuning cache rather than compiled.
   std::size_t fused_plans_loaded() const { return fused_plans_loaded_; }
+  // Fused calls whose prologue ran as dlprobe's pass (conv_prologue_pass, or cuDNN had no engine
+  // for the graph), and whose output's sums did (conv_sums_pass): what the options asked for is
+  // what ran, which the numbers alone would not show.
+  std::size_t prologue_passes() const { return prologue_passes_; }
+  std::size_t sums_passes() const { return sums_passes_; }
   // Fused graphs cuDNN had no engine for, whose calls ran as the unfused ones they stand for.
   std::size_t unfusable_graphs() const { return unfusable_.size(); }
   std::size_t matmul_algo_count() const { return matmul_algos_.size(); }
@@ -325,6 +330,8 @@ class CudaBackend final : public Backend {
   std::string last_conv_engine_;
   std::size_t conv_plans_replayed_ = 0;
   std::size_t fused_plans_loaded_ = 0;
+  std::size_t prologue_passes_ = 0;
+  std::size_t sums_passes_ = 0;
   // Fused graphs cuDNN has no engine for: their calls run as the unfused ones they stand for.
   std::set<std::string> unfusable_;
 };
