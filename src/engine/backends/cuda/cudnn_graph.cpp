@@ -55,8 +55,8 @@ Status BackendDescriptor::finalize() {
   if (rc == CUDNN_STATUS_SUCCESS) return Status::ok();
   // cuDNN refuses an operation or graph it does not take here (statistics over bf16, a pattern
   // no engine of this version fuses) with a status of the bad-parameter or not-supported families
-  // (2000s, 3000s): an unsupported error, which lets a fused call run its work apart
-  // (run_fused_or_decline) instead of failing the step.
+  // (2000s, 3000s): an unsupported error, which lets a fused call run its prologue apart
+  // (CudaBackend::fused_conv) instead of failing the step.
   const int family = static_cast<int>(rc) / 1000;
   return api_failure("cuDNN", "cudnnBackendFinalize(d_)", cudnnGetErrorString(rc), __FILE__,
                      __LINE__, family == 2 || family == 3 ? Errc::unsupported : Errc::api_error);
