@@ -46,7 +46,7 @@ struct BenchFlags {
   TuningFlags tuning;
   std::string conv_engines = "any";
   std::string conv_sums = "epilogue";
-  std::string conv_prologue = "fused";
+  std::string conv_prologue = "auto";
   std::string gpu_memory = "auto";
   std::string graph = "auto";
   std::string fusion = "all";
@@ -308,8 +308,9 @@ Command add_bench_command(CLI::App& app) {
          "over the output after it)");
   option(*sub, "--conv-prologue", flags->conv_prologue,
          "With batch norm inside the convolutions, who applies a batch norm + ReLU to the next "
-         "convolution's input: fused (cuDNN, as the convolution loads it) or pass (dlprobe, "
-         "into scratch memory before the convolution and its weight gradient)");
+         "convolution's input: fused (cuDNN, as the convolution loads it), pass (dlprobe, "
+         "into scratch memory before the convolution and its weight gradient) or auto (pass at "
+         "batches up to 32, where it measured faster)");
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "

@@ -21,7 +21,8 @@ Result<ConvSums> parse_conv_sums(std::string_view text) {
 Result<ConvPrologue> parse_conv_prologue(std::string_view text) {
   if (text == "fused") return ConvPrologue::fused;
   if (text == "pass") return ConvPrologue::pass;
-  return invalid_argument(fmt::format("unknown choice '{}' (expected fused or pass)", text));
+  if (text == "auto") return ConvPrologue::automatic;
+  return invalid_argument(fmt::format("unknown choice '{}' (expected fused, pass or auto)", text));
 }
 
 Result<ConvEngineChoice> parse_conv_algo(std::string_view text) {

@@ -175,9 +175,10 @@ TEST(ParseConvOptions, EachValue) {
   EXPECT_EQ(*parse_conv_sums("pass"), ConvSums::pass);
   EXPECT_EQ(*parse_conv_prologue("fused"), ConvPrologue::fused);
   EXPECT_EQ(*parse_conv_prologue("pass"), ConvPrologue::pass);
-  for (const std::string bad : {"", "cudnn", "apart"}) {
+  EXPECT_EQ(*parse_conv_prologue("auto"), ConvPrologue::automatic);
+  for (const std::string bad : {"", "cudnn", "apart", "Auto"}) {
     expect_plain_error(parse_conv_prologue(bad).status(),
-                       "unknown choice '" + bad + "' (expected fused or pass)", bad);
+                       "unknown choice '" + bad + "' (expected fused, pass or auto)", bad);
   }
   for (const std::string bad : {"", "cudnn", "Pass"}) {
     expect_plain_error(parse_conv_sums(bad).status(),

@@ -34,10 +34,15 @@ Result<ConvSums> parse_conv_sums(std::string_view text);
 // Where a convolution after a batch norm + ReLU (batch norm inside the convolutions) gets its
 // normalised input, forward and for its weight gradient.
 enum class ConvPrologue : std::uint8_t {
-  fused,  // cuDNN applies them as the convolution loads its input
-  pass,   // dlprobe's pass writes the normalised input to scratch memory first
+  fused,      // cuDNN applies them as the convolution loads its input
+  pass,       // dlprobe's pass writes the normalised input to scratch memory first
+  automatic,  // the pass at batches of kConvPrologueAutoPassBatch or fewer, else cuDNN's
 };
-// "fused" or "pass"; the error names the value, never a flag.
+// The largest batch `automatic` runs the prologue as the pass at. ResNet-50 fp16 gradients on an
+// H100 (2026-12-05, docs/performance.md) with the pass against cuDNN's prologue: 1.070 of the img/s
+// at batch 16, 1.029 at 32, 0.990 at 64, 0.969 at 256.
+inline constexpr std::int64_t kConvPrologueAutoPassBatch = 32;
+// "fused", "pass" or "auto"; the error names the value, never a flag.
 Result<ConvPrologue> parse_conv_prologue(std::string_view text);
 
 struct ConvOptions {
@@ -45,7 +50,7 @@ struct ConvOptions {
   ConvEngines engines = ConvEngines::any;
   std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
   ConvSums sums = ConvSums::epilogue;
-  ConvPrologue prologue = ConvPrologue::fused;
+  ConvPrologue prologue = ConvPrologue::automatic;
 };
 
 }  // namespace dlprobe::device

@@ -60,6 +60,9 @@ struct CudaBackendOptions {
   // prologue), forward or weight gradient, takes its input from a pass of dlprobe's that writes
   // relu(x * scale + bias) to scratch memory, then runs without cuDNN's prologue.
   bool conv_prologue_pass = false;
+  // The same pass for the calls whose input has at most this many images (0: none), cuDNN's
+  // prologue for the others: bench's `--conv-prologue auto`.
+  std::int64_t conv_prologue_pass_up_to_batch = 0;
   // Cooperative launches (a grid that waits for all its blocks) where the device takes them:
   // batch norm in one launch where a tensor fits the grid, and the sums pass's merge in the same
   // launch. False takes the kernels' other paths, as on a device (or under MPS) that refuses them.

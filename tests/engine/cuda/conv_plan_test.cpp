@@ -510,6 +510,34 @@ TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
   }
 }
 
+// With conv_prologue_pass_up_to_batch (bench's --conv-prologue auto) the calls over at most that
+// many images take the prologue pass and the others cuDNN's prologue, both against fp64.
+TEST_F(CudaConv, PrologueByAPassUpToABatch) {
+  auto made = cuda::CudaBackend::create(0, allocator(), {.conv_prologue_pass_up_to_batch = 4});
+  ASSERT_TRUE(made.has_value()) << made.status().message();
+  cuda::CudaBackend& backend = **made;
+  const FusedCase c{32, 64, 10, 3, 1, 1};
+  const Conv2dParams p = c.params();
+  for (const std::int64_t n : {4, 8}) {
+    SCOPED_TRACE(n);
+    const FusedOperands ops(env(), c, n, 71);
+    const auto& [x, w, scale, bias, x_in, w_in, scale_in, bias_in, y_desc] = ops;
+    BackendTensor y = backend_output(env(), y_desc);
+    const std::size_t before = backend.prologue_passes();
+    ASSERT_TRUE(shared().synchronize().is_ok());
+    const Status ran =
+        backend.conv2d_forward_fused(x_in.view(), scale_in.view(), bias_in.view(), w_in.view(),
+                                     y.view(), TensorView{}, TensorView{}, p);
+    ASSERT_TRUE(ran.is_ok()) << ran.message();
+    ASSERT_TRUE(backend.synchronize().is_ok());
+    EXPECT_EQ(backend.prologue_passes() - before, n <= 4 ? 1U : 0U);
+    const HostTensor y_ref =
+        reference::conv2d_forward<double>(prologue_of(x, scale, bias, true), f64(w), p).value();
+    EXPECT_TRUE(matches(to_host(env(), y.view()), y_ref, kFp16,
+                        {.terms = static_cast<double>(c.c * c.kernel * c.kernel)}));
+  }
+}
+
 // With CudaBackendOptions::conv_prologue_pass dlprobe's pass writes relu(x * scale + bias) to
 // scratch and the convolution and its weight gradient run without cuDNN's prologue, the
 // statistics from cuDNN's epilogue or from the sums pass: y, its statistics and the weight

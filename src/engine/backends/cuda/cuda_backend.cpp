@@ -652,7 +652,10 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
     ++sums_passes_;
     return launch_channel_sums(ctx(), y, *sum, *sqsum);
   };
-  if (prologue && options_.conv_prologue_pass) return prologue_apart();
+  if (prologue &&
+      (options_.conv_prologue_pass || x.desc.dim(0) <= options_.conv_prologue_pass_up_to_batch)) {
+    return prologue_apart();
+  }
   if (!prologue && !stats) return conv(direction, x, w, y, p, op);
   if (stats) {
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sum", *sum));
