@@ -511,14 +511,16 @@ TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
 }
 
 // With conv_prologue_pass_up_to_batch (bench's --conv-prologue auto) the calls over at most that
-// many images take the prologue pass and the others cuDNN's prologue, both against fp64.
+// many images take the prologue pass and the others cuDNN's prologue, both against fp64. Up to 2
+// and 4 images, as FusedBatchNormReluConvolutionMatchesReference, which fuses this shape at 4: at 8
+// images cuDNN 9.19 had no deterministic engine for it on an H200, and the pass ran as fallback.
 TEST_F(CudaConv, PrologueByAPassUpToABatch) {
-  auto made = cuda::CudaBackend::create(0, allocator(), {.conv_prologue_pass_up_to_batch = 4});
+  auto made = cuda::CudaBackend::create(0, allocator(), {.conv_prologue_pass_up_to_batch = 2});
   ASSERT_TRUE(made.has_value()) << made.status().message();
   cuda::CudaBackend& backend = **made;
   const FusedCase c{32, 64, 10, 3, 1, 1};
   const Conv2dParams p = c.params();
-  for (const std::int64_t n : {4, 8}) {
+  for (const std::int64_t n : {2, 4}) {
     SCOPED_TRACE(n);
     const FusedOperands ops(env(), c, n, 71);
     const auto& [x, w, scale, bias, x_in, w_in, scale_in, bias_in, y_desc] = ops;
@@ -530,7 +532,8 @@ TEST_F(CudaConv, PrologueByAPassUpToABatch) {
                                      y.view(), TensorView{}, TensorView{}, p);
     ASSERT_TRUE(ran.is_ok()) << ran.message();
     ASSERT_TRUE(backend.synchronize().is_ok());
-    EXPECT_EQ(backend.prologue_passes() - before, n <= 4 ? 1U : 0U);
+    EXPECT_EQ(backend.prologue_passes() - before, n <= 2 ? 1U : 0U);
+    EXPECT_EQ(backend.unfusable_graphs(), 0U) << "cuDNN had no engine: the pass ran as fallback";
     const HostTensor y_ref =
         reference::conv2d_forward<double>(prologue_of(x, scale, bias, true), f64(w), p).value();
     EXPECT_TRUE(matches(to_host(env(), y.view()), y_ref, kFp16,
