@@ -7,7 +7,9 @@ namespace dlprobe {
 
 struct BuildInfo {
   std::string_view version;     // dlprobe's own version
-  std::string_view git_hash;    // short hash of the source tree, or "unknown"
+  // Short hash of the commit the sources were at when built, "-dirty" where tracked files differed
+  // from it, or "unknown" outside a git checkout.
+  std::string_view git_hash;
   std::string_view compiler;    // e.g. "GNU 12.2.0"
   std::string_view build_type;  // CMake build type
   bool with_cuda;
