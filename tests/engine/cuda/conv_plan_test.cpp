@@ -511,11 +511,14 @@ TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
 }
 
 // With conv_prologue_pass_up_to_batch (bench's --conv-prologue auto) the calls over at most that
-// many images take the prologue pass and the others cuDNN's prologue, both against fp64. Up to 2
-// and 4 images, as FusedBatchNormReluConvolutionMatchesReference, which fuses this shape at 4: at 8
-// images cuDNN 9.19 had no deterministic engine for it on an H200, and the pass ran as fallback.
+// many images take the prologue pass and the others cuDNN's prologue, both against fp64. Whether
+// cuDNN has an engine for the fused graph varies (cuDNN 9.19 had none for this one at 8 images on
+// an H200 and at 4 on an H100, deterministic engines only); where it has none the call runs the
+// pass as its fallback and counts the graph as unfusable. So: the pass without asking cuDNN up to
+// the batch, and above it the pass only as that fallback.
 TEST_F(CudaConv, PrologueByAPassUpToABatch) {
-  auto made = cuda::CudaBackend::create(0, allocator(), {.conv_prologue_pass_up_to_batch = 2});
+  auto made = cuda::CudaBackend::create(
+      0, allocator(), {.deterministic = false, .conv_prologue_pass_up_to_batch = 2});
   ASSERT_TRUE(made.has_value()) << made.status().message();
   cuda::CudaBackend& backend = **made;
   const FusedCase c{32, 64, 10, 3, 1, 1};
@@ -526,14 +529,20 @@ TEST_F(CudaConv, PrologueByAPassUpToABatch) {
     const auto& [x, w, scale, bias, x_in, w_in, scale_in, bias_in, y_desc] = ops;
     BackendTensor y = backend_output(env(), y_desc);
     const std::size_t before = backend.prologue_passes();
+    const std::size_t refused = backend.unfusable_graphs();
     ASSERT_TRUE(shared().synchronize().is_ok());
     const Status ran =
         backend.conv2d_forward_fused(x_in.view(), scale_in.view(), bias_in.view(), w_in.view(),
                                      y.view(), TensorView{}, TensorView{}, p);
     ASSERT_TRUE(ran.is_ok()) << ran.message();
     ASSERT_TRUE(backend.synchronize().is_ok());
-    EXPECT_EQ(backend.prologue_passes() - before, n <= 2 ? 1U : 0U);
-    EXPECT_EQ(backend.unfusable_graphs(), 0U) << "cuDNN had no engine: the pass ran as fallback";
+    const std::size_t fallbacks = backend.unfusable_graphs() - refused;
+    if (n <= 2) {
+      EXPECT_EQ(backend.prologue_passes() - before, 1U);
+      EXPECT_EQ(fallbacks, 0U) << "cuDNN was asked for the fused graph";
+    } else {
+      EXPECT_EQ(backend.prologue_passes() - before, fallbacks) << "the pass ran, not as a fallback";
+    }
     const HostTensor y_ref =
         reference::conv2d_forward<double>(prologue_of(x, scale, bias, true), f64(w), p).value();
     EXPECT_TRUE(matches(to_host(env(), y.view()), y_ref, kFp16,
