@@ -307,10 +307,12 @@ Command add_bench_command(CLI::App& app) {
          "statistics: epilogue (cuDNN, as the convolution writes it) or pass (dlprobe, in a pass "
          "over the output after it)");
   option(*sub, "--conv-prologue", flags->conv_prologue,
-         "With batch norm inside the convolutions, who applies a batch norm + ReLU to the next "
-         "convolution's input: fused (cuDNN, as the convolution loads it), pass (dlprobe, "
-         "into scratch memory before the convolution and its weight gradient) or auto (pass at "
-         "batches up to 32, where it measured faster)");
+         fmt::format("With batch norm inside the convolutions, who applies a batch norm + ReLU to "
+                     "the next convolution's input: fused (cuDNN, as the convolution loads it), "
+                     "pass (dlprobe, into scratch memory before the convolution and its weight "
+                     "gradient) or auto (pass at batches up to {}, where it measured faster)",
+                     device::kConvPrologueAutoPassBatch)
+             .c_str());
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "

@@ -515,6 +515,24 @@ TEST(HelpCliTest, NumbersAreTypedAndDefaultsShownOneWay) {
   }
 }
 
+// `--version` (and so doctor and every results file, which take the same build information) names
+// the commit the sources were at when the binary was built, "-dirty" where tracked files differed:
+// read at every build, where a hash taken when CMake configured went stale with each incremental
+// build after a commit. Against git's answer in the source tree the binary was built from.
+TEST(VersionCliTest, NamesTheCommitTheSourcesAreAt) {
+  using dlprobe::testing::run_process;
+  const CliRun head =
+      run_process({"git", "-C", DLPROBE_SOURCE_DIR, "rev-parse", "--short=12", "HEAD"});
+  if (head.exit_code != 0) GTEST_SKIP() << "git, or a git checkout of the sources, is missing";
+  const bool dirty =
+      run_process({"git", "-C", DLPROBE_SOURCE_DIR, "diff", "--quiet", "HEAD", "--"}).exit_code !=
+      0;
+  const std::string hash = head.out.substr(0, head.out.find('\n')) + (dirty ? "-dirty" : "");
+  const CliRun r = dlprobe::testing::run_dlprobe({"--version"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.out.find("(" + hash + ")"), std::string::npos) << hash << "\n" << r.output;
+}
+
 // The default device follows the machine: with no GPU, the CPU backend runs and the output says
 // which device was picked and why.
 TEST(BenchCliTest, NoDeviceGivenRunsWhereTheMachineCan) {

@@ -40,8 +40,8 @@ enum class ConvPrologue : std::uint8_t {
 };
 // The largest batch `automatic` runs the prologue as the pass at. ResNet-50 fp16 gradients on an
 // H100 (2026-12-05, docs/performance.md) with the pass against cuDNN's prologue: 1.070 of the img/s
-// at batch 16, 1.029 at 32, 0.990 at 64, 0.969 at 256; on an H200 this rule 1.064 at 16 and 1.048
-// at 32.
+// at batch 16, 1.029 at 32, 0.990 at 64, 0.969 at 256; on an H200 this rule ran 1.064 at 16 and
+// 1.048 at 32.
 inline constexpr std::int64_t kConvPrologueAutoPassBatch = 32;
 // "fused", "pass" or "auto"; the error names the value, never a flag.
 Result<ConvPrologue> parse_conv_prologue(std::string_view text);

@@ -217,8 +217,9 @@ class CudaBackend final : public Backend {
   std::size_t conv_plans_replayed() const { return conv_plans_replayed_; }
   // Fused graphs' plans loaded whole from the tuning cache rather than compiled.
   std::size_t fused_plans_loaded() const { return fused_plans_loaded_; }
-  // Fused calls whose prologue ran as dlprobe's pass (conv_prologue_pass, or cuDNN had no engine
-  // for the graph), and whose output's sums did (conv_sums_pass): what the options asked for is
+  // Fused calls whose prologue ran as dlprobe's pass (conv_prologue_pass, a batch within
+  // conv_prologue_pass_up_to_batch, or cuDNN had no engine for the graph), and whose output's sums
+  // did (conv_sums_pass): what the options asked for is
   // what ran, which the numbers alone would not show.
   std::size_t prologue_passes() const { return prologue_passes_; }
   std::size_t sums_passes() const { return sums_passes_; }
