@@ -122,6 +122,16 @@ Status Backend::batch_norm_finalize(const TensorView&, const TensorView&, std::i
   return no_conv_fusion(*this, "batch_norm_finalize");
 }
 
+Status Backend::conv2d_forward_finalize_fused(const BatchNormFinalize& f, const TensorView& x,
+                                              const TensorView& w, const TensorView& y,
+                                              const TensorView& sum, const TensorView& sqsum,
+                                              const Conv2dParams& p) {
+  DLPROBE_RETURN_IF_ERROR(batch_norm_finalize(f.sum, f.sqsum, f.count, f.gamma, f.beta,
+                                              f.running_mean, f.running_var, f.save_mean,
+                                              f.save_invstd, f.scale, f.bias, f.p));
+  return conv2d_forward_fused(x, f.scale, f.bias, w, y, sum, sqsum, p);
+}
+
 Status Backend::batch_norm_apply_add(const TensorView&, const TensorView&, const TensorView&,
                                      const TensorView&, const TensorView&, const TensorView&,
                                      const TensorView&, const TensorView&, const TensorView&,

@@ -127,6 +127,26 @@ void Planner::emit_conv_forward(std::size_t i, Buffer* x, Buffer* y, Buffer* sum
     uses.insert(uses.end(), {sum, sqsum});
     call += "+sums";
   }
+  const auto finalize = applied >= 0 ? finalize_in_conv_.find(static_cast<std::size_t>(applied))
+                                     : finalize_in_conv_.end();
+  if (finalize != finalize_in_conv_.end()) {
+    // "<bn>.finalize+<conv>.forward+<bn>[+sums]": the batch norm's finalize in this call.
+    const Finalize f = finalize->second;
+    finalize_in_conv_.erase(finalize);
+    uses.insert(uses.end(),
+                {f.sum, f.sqsum, f.gamma, f.beta, f.mean, f.var, f.save_mean, f.save_invstd});
+    emit(s_.model.layers()[static_cast<std::size_t>(applied)].name + ".finalize+" + call + suffix,
+         CallKind::conv_forward_fused, name, std::move(uses),
+         [&be = be_, x, w, y, f, sum, sqsum, p = l.conv] {
+           const Backend::BatchNormFinalize bn{
+               f.sum->view,         f.sqsum->view, f.count,      f.gamma->view,
+               f.beta->view,        f.mean->view,  f.var->view,  f.save_mean->view,
+               f.save_invstd->view, f.scale->view, f.bias->view, f.p};
+           return be.conv2d_forward_finalize_fused(bn, x->view, w->view, y->view, view_or_none(sum),
+                                                   view_or_none(sqsum), p);
+         });
+    return;
+  }
   emit(call + suffix, CallKind::conv_forward_fused, name, std::move(uses),
        [&be = be_, x, w, y, scale, bias, sum, sqsum, p = l.conv] {
          return be.conv2d_forward_fused(x->view, view_or_none(scale), view_or_none(bias), w->view,
@@ -289,6 +309,11 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
   }
   const Shape& in = a.x->view.desc.shape();
   const std::int64_t count = in[0] * in[2] * in[3];
+  if (applied_[i]) {
+    finalize_in_conv_[i] = {sum,   sqsum, count, a.gamma, a.beta, a.mean,
+                            a.var, sm,    si,    scale,   bias,   a.p};
+    return;
+  }
   emit(l.name + ".finalize", CallKind::batch_norm_finalize, l.name, std::move(uses),
        [&be = be_, a, sum, sqsum, count, sm, si, scale, bias] {
          return be.batch_norm_finalize(sum->view, sqsum->view, count, a.gamma->view, a.beta->view,

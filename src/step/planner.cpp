@@ -175,6 +175,7 @@ void Planner::plan_conv_fusion() {
   bn_sum_.assign(n, nullptr);
   bn_sqsum_.assign(n, nullptr);
   bn_scale_.assign(n, nullptr);
+  finalize_in_conv_.clear();
   bn_bias_.assign(n, nullptr);
   paired_.assign(n, -1);
   deferred_.assign(n, false);
@@ -230,6 +231,11 @@ Status Planner::forward_pass() {
   cast_working_copies();
   const auto& layers = s_.model.layers();
   for (std::size_t i = 0; i < layers.size(); ++i) DLPROBE_RETURN_IF_ERROR(forward(layers[i], i));
+  // Every applied batch norm's finalize went into the convolution that applies it.
+  if (!finalize_in_conv_.empty()) {
+    return {Errc::internal,
+            "step plan: " + layers[finalize_in_conv_.begin()->first].name + " was never finalized"};
+  }
 
   // autocast runs cross-entropy in fp32: low-precision logits are cast up first.
   const std::string loss = "loss";

@@ -198,6 +198,20 @@ class Backend {
                                      const TensorView& running_var, const TensorView& save_mean,
                                      const TensorView& save_invstd, const TensorView& scale,
                                      const TensorView& bias, const BatchNormParams& p);
+  // batch_norm_finalize, then conv2d_forward_fused with the scale and bias it gave: one call, so
+  // that a backend that applies the prologue in a pass of its own may finalize in that pass, one
+  // launch less (the CUDA backend at small batches). `finalize` holds the finalize's operands,
+  // scale and bias among them; sum and sqsum (y's) as for conv2d_forward_fused.
+  struct BatchNormFinalize {
+    TensorView sum, sqsum;
+    std::int64_t count = 0;
+    TensorView gamma, beta, running_mean, running_var, save_mean, save_invstd, scale, bias;
+    BatchNormParams p;
+  };
+  virtual Status conv2d_forward_finalize_fused(const BatchNormFinalize& finalize,
+                                               const TensorView& x, const TensorView& w,
+                                               const TensorView& y, const TensorView& sum,
+                                               const TensorView& sqsum, const Conv2dParams& p);
   // y = bn(x) with the saved statistics (the elementwise pass of batch_norm_train_forward), then
   // + residual where it has data, then a ReLU where `relu`.
   virtual Status batch_norm_apply(const TensorView& x, const TensorView& gamma,

@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/temp_folder.h"
@@ -607,6 +608,115 @@ TEST_F(CudaConv, PrologueByAPassMatchesReference) {
           dw_got, reference::conv2d_backward_weight<double>(f64(x), f64(dy), dw_desc, p).value(),
           kFp16, sums_over_images))
           << "the weight gradient's prologue made no difference";
+    }
+  }
+}
+
+// conv2d_forward_finalize_fused where the prologue runs as dlprobe's pass: the finalize made in
+// the pass's launch gives every output of batch_norm_finalize and then conv2d_forward_fused
+// (both already checked against fp64) to the bit: y and its sums, the saved and running
+// statistics, the prologue's scale and bias. Packed channels with y's sums, and 12 channels (one
+// value a thread) without. The same call over sums one channel's mean apart must differ: the
+// comparison sees a finalize that read the wrong statistics.
+TEST_F(CudaConv, FinalizeInThePrologueMatchesItsTwoCalls) {
+  auto made = cuda::CudaBackend::create(0, allocator(), {.conv_prologue_pass = true});
+  ASSERT_TRUE(made.has_value()) << made.status().message();
+  cuda::CudaBackend& backend = **made;
+  for (const auto& [c, with_sums] : {std::pair{FusedCase{32, 64, 10, 3, 1, 1}, true},
+                                     std::pair{FusedCase{64, 32, 9, 1, 1, 0}, true},
+                                     std::pair{FusedCase{12, 16, 9, 3, 1, 1}, false}}) {
+    SCOPED_TRACE(c.name());
+    const std::int64_t n = 4;
+    const std::int64_t count = n * c.size * c.size;
+    const Conv2dParams p = c.params();
+    const FusedOperands ops(env(), c, n, 81);
+    const Shape ch{c.c};
+    // Sums of `count` values with means in [-1, 1] and variances in [0.5, 2].
+    const HostTensor mean = rand(ch, 83, DType::fp64, Layout::nchw, -1.0, 1.0);
+    const HostTensor var = rand(ch, 84, DType::fp64, Layout::nchw, 0.5, 2.0);
+    HostTensor sum(desc(ch, DType::fp32));
+    HostTensor sqsum(desc(ch, DType::fp32));
+    for (std::int64_t i = 0; i < c.c; ++i) {
+      sum.set(i, static_cast<double>(count) * mean.get(i));
+      sqsum.set(i, static_cast<double>(count) * (var.get(i) + mean.get(i) * mean.get(i)));
+    }
+    HostTensor shifted = sum;
+    shifted.set(1, sum.get(1) + static_cast<double>(count) * 0.25);
+    const HostTensor gamma = rand(ch, 85, DType::fp32, Layout::nchw, 0.5, 1.5);
+    const HostTensor beta = rand(ch, 86, DType::fp32);
+    const HostTensor running_mean = rand(ch, 87, DType::fp32);
+    const HostTensor running_var = rand(ch, 88, DType::fp32, Layout::nchw, 0.5, 1.5);
+    const DType pt = backend.conv_prologue_dtype(DType::fp16);
+
+    // Every output of one run, on the host.
+    using Outputs = std::map<std::string, HostTensor>;
+    const auto run = [&](bool one_call, const HostTensor& sums) -> Outputs {
+      const BackendTensor sum_in = to_backend(env(), sums);
+      const BackendTensor sqsum_in = to_backend(env(), sqsum);
+      const BackendTensor gamma_in = to_backend(env(), gamma);
+      const BackendTensor beta_in = to_backend(env(), beta);
+      BackendTensor rm = to_backend(env(), running_mean);
+      BackendTensor rv = to_backend(env(), running_var);
+      BackendTensor save_mean = backend_output(env(), desc(ch, DType::fp32));
+      BackendTensor save_invstd = backend_output(env(), desc(ch, DType::fp32));
+      BackendTensor scale = backend_output(env(), desc(ch, pt));
+      BackendTensor bias = backend_output(env(), desc(ch, pt));
+      BackendTensor y = backend_output(env(), ops.y_desc);
+      BackendTensor y_sum = backend_output(env(), desc({c.k}, DType::fp32));
+      BackendTensor y_sqsum = backend_output(env(), desc({c.k}, DType::fp32));
+      const TensorView ys = with_sums ? y_sum.view() : TensorView{};
+      const TensorView ysq = with_sums ? y_sqsum.view() : TensorView{};
+      const Backend::BatchNormFinalize f{
+          sum_in.view(),      sqsum_in.view(), count,       gamma_in.view(),
+          beta_in.view(),     rm.view(),       rv.view(),   save_mean.view(),
+          save_invstd.view(), scale.view(),    bias.view(), {.eps = 1e-5, .momentum = 0.1}};
+      const std::size_t passes = backend.prologue_passes();
+      Status ran = Status::ok();
+      if (one_call) {
+        ran = backend.conv2d_forward_finalize_fused(f, ops.x_in.view(), ops.w_in.view(), y.view(),
+                                                    ys, ysq, p);
+      } else {
+        ran = backend.batch_norm_finalize(f.sum, f.sqsum, count, f.gamma, f.beta, f.running_mean,
+                                          f.running_var, f.save_mean, f.save_invstd, f.scale,
+                                          f.bias, f.p);
+        if (ran.is_ok()) {
+          ran = backend.conv2d_forward_fused(ops.x_in.view(), f.scale, f.bias, ops.w_in.view(),
+                                             y.view(), ys, ysq, p);
+        }
+      }
+      EXPECT_TRUE(ran.is_ok()) << ran.message();
+      EXPECT_EQ(backend.prologue_passes(), passes + 1) << "the prologue by cuDNN";
+      EXPECT_TRUE(backend.synchronize().is_ok());
+      Outputs out{{"y", to_host(env(), y.view())},
+                  {"save_mean", to_host(env(), save_mean.view())},
+                  {"save_invstd", to_host(env(), save_invstd.view())},
+                  {"running_mean", to_host(env(), rm.view())},
+                  {"running_var", to_host(env(), rv.view())},
+                  {"scale", to_host(env(), scale.view())},
+                  {"bias", to_host(env(), bias.view())}};
+      if (with_sums) {
+        out.emplace("y_sum", to_host(env(), y_sum.view()));
+        out.emplace("y_sqsum", to_host(env(), y_sqsum.view()));
+      }
+      return out;
+    };
+    // The tensors that differ anywhere in a bit, by name.
+    const auto differing = [](const Outputs& a, const Outputs& b) {
+      std::set<std::string> names;
+      for (const auto& [name, t] : a) {
+        const HostTensor& u = b.at(name);
+        for (std::int64_t i = 0; i < t.numel(); ++i) {
+          if (t.get(i) != u.get(i)) names.insert(name);
+        }
+      }
+      return names;
+    };
+    const Outputs two_calls = run(false, sum);
+    const Outputs one_call = run(true, sum);
+    EXPECT_EQ(differing(one_call, two_calls), std::set<std::string>{});
+    const std::set<std::string> apart = differing(run(true, shifted), two_calls);
+    for (const char* name : {"y", "save_mean", "running_mean", "bias"}) {
+      EXPECT_TRUE(apart.contains(name)) << name << " did not move with the mean";
     }
   }
 }

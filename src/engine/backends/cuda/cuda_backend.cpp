@@ -610,6 +610,34 @@ Status CudaBackend::conv2d_forward_fused(const TensorView& x, const TensorView& 
                     stats ? &sqsum : nullptr, p, op);
 }
 
+Status CudaBackend::conv2d_forward_finalize_fused(const BatchNormFinalize& f, const TensorView& x,
+                                                  const TensorView& w, const TensorView& y,
+                                                  const TensorView& sum, const TensorView& sqsum,
+                                                  const Conv2dParams& p) {
+  constexpr std::string_view op = "conv2d_forward_finalize_fused";
+  // The pass keeps every channel's scale and bias in shared memory: 48 KiB hold 6,144 channels,
+  // beyond any prologue of ResNet's (512). Wider ones take the two calls.
+  constexpr std::int64_t kMaxPassChannels = 48 * 1024 / (2 * sizeof(float));
+  if (f.scale.data == nullptr || !prologue_by_pass(x) || x.desc.rank() != 4 ||
+      x.desc.dim(1) > kMaxPassChannels) {
+    return Backend::conv2d_forward_finalize_fused(f, x, w, y, sum, sqsum, p);
+  }
+  DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, f));
+  DLPROBE_RETURN_IF_ERROR(need_fused_operands(op, x, w, y));
+  const DType pt = conv_prologue_dtype(x.desc.dtype());
+  DLPROBE_RETURN_IF_ERROR(
+      need(f.scale.desc.dtype() == pt && f.gamma.desc.numel() == x.desc.dim(1), op,
+           fmt::format("scale and bias: {}, one value per channel of x", dtype_name(pt))));
+  // The convolution's input as fused_conv's pass makes it, the finalize in the same launch.
+  DLPROBE_ASSIGN_OR_RETURN(auto buffer, scratch(ctx(), x.desc.bytes(), op));
+  const TensorView input{x.desc, buffer.data()};
+  DLPROBE_RETURN_IF_ERROR(launch_finalize_scale_bias_relu(ctx(), f, x, input));
+  ++prologue_passes_;
+  const bool stats = sum.data != nullptr;
+  return fused_conv(ConvDirection::forward, input, nullptr, nullptr, w, y, stats ? &sum : nullptr,
+                    stats ? &sqsum : nullptr, p, op);
+}
+
 Status CudaBackend::conv2d_backward_weight_fused(const TensorView& x, const TensorView& scale,
                                                  const TensorView& bias, const TensorView& dy,
                                                  const TensorView& dw, const Conv2dParams& p) {
@@ -652,10 +680,7 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
     ++sums_passes_;
     return launch_channel_sums(ctx(), y, *sum, *sqsum);
   };
-  if (prologue &&
-      (options_.conv_prologue_pass || x.desc.dim(0) <= options_.conv_prologue_pass_up_to_batch)) {
-    return prologue_apart();
-  }
+  if (prologue && prologue_by_pass(x)) return prologue_apart();
   if (!prologue && !stats) return conv(direction, x, w, y, p, op);
   if (stats) {
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sum", *sum));
@@ -1025,37 +1050,45 @@ Status CudaBackend::batch_norm_relu_backward(const TensorView& dy, const TensorV
                   dx, dgamma, dbeta);
 }
 
+Status CudaBackend::need_finalize_operands(std::string_view op, const BatchNormFinalize& f) {
+  const std::int64_t channels = f.gamma.desc.numel();
+  DLPROBE_RETURN_IF_ERROR(
+      need(f.count >= 2, op, fmt::format("{} values a channel (at least 2)", f.count)));
+  for (const auto& [name, t] : NamedTensors{{"sum", &f.sum},
+                                            {"sqsum", &f.sqsum},
+                                            {"gamma", &f.gamma},
+                                            {"beta", &f.beta},
+                                            {"running_mean", &f.running_mean},
+                                            {"running_var", &f.running_var},
+                                            {"save_mean", &f.save_mean},
+                                            {"save_invstd", &f.save_invstd}}) {
+    DLPROBE_RETURN_IF_ERROR(need_fp32(op, name, *t));
+    DLPROBE_RETURN_IF_ERROR(
+        need(t->desc.numel() == channels, op,
+             fmt::format("{} has {} elements for {} channels", name, t->desc.numel(), channels)));
+  }
+  const bool prologue = f.scale.data != nullptr;
+  DLPROBE_RETURN_IF_ERROR(
+      need(prologue == (f.bias.data != nullptr), op, "scale and bias come together"));
+  if (prologue) {
+    DLPROBE_RETURN_IF_ERROR(need(f.scale.desc.numel() == channels &&
+                                     f.bias.desc.numel() == channels &&
+                                     f.scale.desc.dtype() == f.bias.desc.dtype(),
+                                 op, "scale and bias: one value per channel, of one dtype"));
+  }
+  return Status::ok();
+}
+
 Status CudaBackend::batch_norm_finalize(const TensorView& sum, const TensorView& sqsum,
                                         std::int64_t count, const TensorView& gamma,
                                         const TensorView& beta, const TensorView& running_mean,
                                         const TensorView& running_var, const TensorView& save_mean,
                                         const TensorView& save_invstd, const TensorView& scale,
                                         const TensorView& bias, const BatchNormParams& p) {
-  constexpr std::string_view op = "batch_norm_finalize";
-  const std::int64_t channels = gamma.desc.numel();
-  DLPROBE_RETURN_IF_ERROR(
-      need(count >= 2, op, fmt::format("{} values a channel (at least 2)", count)));
-  for (const auto& [name, t] : NamedTensors{{"sum", &sum},
-                                            {"sqsum", &sqsum},
-                                            {"gamma", &gamma},
-                                            {"beta", &beta},
-                                            {"running_mean", &running_mean},
-                                            {"running_var", &running_var},
-                                            {"save_mean", &save_mean},
-                                            {"save_invstd", &save_invstd}}) {
-    DLPROBE_RETURN_IF_ERROR(need_fp32(op, name, *t));
-    DLPROBE_RETURN_IF_ERROR(
-        need(t->desc.numel() == channels, op,
-             fmt::format("{} has {} elements for {} channels", name, t->desc.numel(), channels)));
-  }
+  const BatchNormFinalize f{sum,         sqsum,     count,       gamma, beta, running_mean,
+                            running_var, save_mean, save_invstd, scale, bias, p};
+  DLPROBE_RETURN_IF_ERROR(need_finalize_operands("batch_norm_finalize", f));
   const bool prologue = scale.data != nullptr;
-  DLPROBE_RETURN_IF_ERROR(
-      need(prologue == (bias.data != nullptr), op, "scale and bias come together"));
-  if (prologue) {
-    DLPROBE_RETURN_IF_ERROR(need(scale.desc.numel() == channels && bias.desc.numel() == channels &&
-                                     scale.desc.dtype() == bias.desc.dtype(),
-                                 op, "scale and bias: one value per channel, of one dtype"));
-  }
   return launch_batch_norm_finalize(ctx(), sum, sqsum, count, gamma, beta, running_mean,
                                     running_var, save_mean, save_invstd,
                                     prologue ? &scale : nullptr, prologue ? &bias : nullptr, p);

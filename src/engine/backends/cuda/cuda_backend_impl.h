@@ -189,6 +189,11 @@ class CudaBackend final : public Backend {
   Status conv2d_forward_fused(const TensorView& x, const TensorView& scale, const TensorView& bias,
                               const TensorView& w, const TensorView& y, const TensorView& sum,
                               const TensorView& sqsum, const Conv2dParams& p) override;
+  // Where the prologue runs as dlprobe's pass (prologue_by_pass), the pass finalizes too.
+  Status conv2d_forward_finalize_fused(const BatchNormFinalize& finalize, const TensorView& x,
+                                       const TensorView& w, const TensorView& y,
+                                       const TensorView& sum, const TensorView& sqsum,
+                                       const Conv2dParams& p) override;
   Status conv2d_backward_weight_fused(const TensorView& x, const TensorView& scale,
                                       const TensorView& bias, const TensorView& dy,
                                       const TensorView& dw, const Conv2dParams& p) override;
@@ -267,6 +272,13 @@ class CudaBackend final : public Backend {
                     std::string_view op);
   Status conv(ConvDirection direction, const TensorView& x, const TensorView& w,
               const TensorView& y, const Conv2dParams& p, std::string_view op);
+  // Whether a fused convolution over x applies its prologue as dlprobe's pass
+  // (CudaBackendOptions::conv_prologue_pass, conv_prologue_pass_up_to_batch).
+  bool prologue_by_pass(const TensorView& x) const {
+    return options_.conv_prologue_pass || x.desc.dim(0) <= options_.conv_prologue_pass_up_to_batch;
+  }
+  // The checks batch_norm_finalize's operands pass.
+  static Status need_finalize_operands(std::string_view op, const BatchNormFinalize& f);
   // The stem's images are padded to this many channels (see needs_channel_pad).
   static constexpr std::int64_t kPaddedChannels = 4;
   bool needs_channel_pad(const TensorView& x, const TensorView& w, const Conv2dParams& p) const;

@@ -15,6 +15,7 @@
 
 #include "dlprobe/allocator/caching_allocator.h"
 #include "dlprobe/core/status.h"
+#include "dlprobe/engine/backend.h"
 #include "dlprobe/engine/ops.h"
 #include "dlprobe/engine/tensor.h"
 #include "launch_plan.h"
@@ -124,6 +125,13 @@ Status launch_batch_norm_finalize(const KernelContext& ctx, const TensorView& su
                                   const TensorView& save_mean, const TensorView& save_invstd,
                                   const TensorView* scale, const TensorView* bias,
                                   const BatchNormParams& p);
+// launch_batch_norm_finalize (with the prologue's scale and bias) and launch_scale_bias_relu
+// from them in one launch: every block makes all channels' scale and bias from the sums, its
+// first block stores what the finalize would. NHWC x and y; the outputs are those of the two
+// launches to the bit.
+Status launch_finalize_scale_bias_relu(const KernelContext& ctx,
+                                       const Backend::BatchNormFinalize& f, const TensorView& x,
+                                       const TensorView& y);
 // The training forward's elementwise pass alone, with the saved statistics.
 Status launch_batch_norm_apply(const KernelContext& ctx, const TensorView& x,
                                const TensorView& gamma, const TensorView& beta,

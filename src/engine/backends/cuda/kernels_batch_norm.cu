@@ -334,14 +334,24 @@ struct StatsOut {
   float* running_mean;
   float* running_var;
 
-  // Channel c's merged statistics: saved for the backward pass, folded into the running ones.
-  __device__ void finish(int c, const Welford& acc) const {
-    const float var_biased = acc.m2 / acc.count;
+  __device__ float invstd_of(const Welford& acc) const {
+    return 1.0F / sqrtf(acc.m2 / acc.count + eps);
+  }
+
+  // Channel c's merged statistics: saved for the backward pass, folded into the running ones;
+  // returns the inverse deviation. The running statistics are read before anything is stored:
+  // the pointers may alias as far as the compiler knows, so a load after a store would wait for
+  // it, one memory round trip more in these one-wave kernels.
+  __device__ float finish(int c, const Welford& acc) const {
+    const float old_mean = running_mean[c];
+    const float old_var = running_var[c];
     const float var_unbiased = acc.m2 / (acc.count - 1.0F);
+    const float invstd = invstd_of(acc);
     save_mean[c] = acc.mean;
-    save_invstd[c] = 1.0F / sqrtf(var_biased + eps);
-    running_mean[c] = (1.0F - momentum) * running_mean[c] + momentum * acc.mean;
-    running_var[c] = (1.0F - momentum) * running_var[c] + momentum * var_unbiased;
+    save_invstd[c] = invstd;
+    running_mean[c] = (1.0F - momentum) * old_mean + momentum * acc.mean;
+    running_var[c] = (1.0F - momentum) * old_var + momentum * var_unbiased;
+    return invstd;
   }
 };
 
@@ -355,25 +365,82 @@ __global__ void finalize_partials(const Acc* partial, int channels, std::int64_t
   if (threadIdx.x % 32 == 0) out.finish(c, acc);
 }
 
+// What a finalize reads, per channel but the count of values summed.
+struct SumsIn {
+  const float* sum;
+  const float* sqsum;
+  const float* gamma;
+  const float* beta;
+  double count;
+  double inv_count;  // 1 / count: products where divisions would cost dozens of fp64 instructions
+};
+
+// Channel c's (count, mean, M2) from its sum and sum of squares. The variance, E[x^2] - E[x]^2,
+// is taken in double: in fp32 it cancels where the mean is large against the deviation.
+__device__ __forceinline__ Welford from_sums(const SumsIn& in, int c) {
+  const double mean = static_cast<double>(in.sum[c]) * in.inv_count;
+  const double var = fmax(static_cast<double>(in.sqsum[c]) * in.inv_count - mean * mean, 0.0);
+  return Welford{static_cast<float>(in.count), static_cast<float>(mean),
+                 static_cast<float>(var * in.count)};
+}
+
 // From a convolution's per-channel sums (cuDNN's statistics epilogue): the channel's (count,
 // mean, M2) handed to StatsOut::finish as the statistics pass's would be, and the next
 // convolution's prologue scale = gamma * invstd and bias = beta - mean * scale in its dtype T
-// (none where `scale` is null). The variance from the sums, E[x^2] - E[x]^2, is taken in double:
-// in fp32 it cancels where the mean is large against the deviation.
+// (none where `scale` is null).
 template <class T>
-__global__ void finalize_sums(const float* sum, const float* sqsum, int channels, double count,
-                              const float* gamma, const float* beta, StatsOut out, T* scale,
-                              T* bias) {
+__global__ void finalize_sums(SumsIn in, int channels, StatsOut out, T* scale, T* bias) {
   const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= channels) return;
-  const double mean = static_cast<double>(sum[c]) / count;
-  const double var = fmax(static_cast<double>(sqsum[c]) / count - mean * mean, 0.0);
-  out.finish(c, Welford{static_cast<float>(count), static_cast<float>(mean),
-                        static_cast<float>(var * count)});
+  // Every load issued before the first store (StatsOut::finish says why).
+  const float g = scale != nullptr ? in.gamma[c] : 0.0F;
+  const float b = scale != nullptr ? in.beta[c] : 0.0F;
+  const Welford acc = from_sums(in, c);
+  const float invstd = out.finish(c, acc);
   if (scale == nullptr) return;
-  const float k = gamma[c] * out.save_invstd[c];
+  const float k = g * invstd;
   scale[c] = from_float<T>(k);
-  bias[c] = from_float<T>(beta[c] - static_cast<float>(mean) * k);
+  bias[c] = from_float<T>(b - acc.mean * k);
+}
+
+// finalize_sums with the prologue, then scale_bias_relu_nhwc (kernels_elementwise.cu) over x with
+// that scale and bias: every block makes each channel's in shared memory (2 * channels floats),
+// block 0 also stores what finalize_sums stores. One launch where the two took two, each a few
+// microseconds of a small batch's step.
+template <class T, class S, int P>
+__global__ void finalize_scale_bias_relu_nhwc(const T* x, T* y, std::int64_t packs,
+                                              int channel_packs, SumsIn in, StatsOut out, S* scale,
+                                              S* bias) {
+  extern __shared__ float prologue[];
+  const int channels = channel_packs * P;
+  float* const s = prologue;
+  float* const b = prologue + channels;
+  for (int c = static_cast<int>(threadIdx.x); c < channels; c += static_cast<int>(blockDim.x)) {
+    const float g = in.gamma[c];
+    const float be = in.beta[c];
+    const Welford acc = from_sums(in, c);
+    const float invstd = blockIdx.x == 0 ? out.finish(c, acc) : out.invstd_of(acc);
+    const float k = g * invstd;
+    const S ks = from_float<S>(k);
+    const S bs = from_float<S>(be - acc.mean * k);
+    if (blockIdx.x == 0) {
+      scale[c] = ks;
+      bias[c] = bs;
+    }
+    s[c] = to_float(ks);
+    b[c] = to_float(bs);
+  }
+  __syncthreads();
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
+       q += stride) {
+    const int c0 = static_cast<int>(q % channel_packs) * P;
+    float v[P];
+    load_pack(x + q * P, v);
+#pragma unroll
+    for (int k = 0; k < P; ++k) v[k] = relu(__fadd_rn(__fmul_rn(v[k], s[c0 + k]), b[c0 + k]));
+    store_pack(y + q * P, v);
+  }
 }
 
 // ---- forward elementwise pass: y = [relu]((x - mean) * invstd * gamma + beta [+ residual]) ----
@@ -1231,6 +1298,13 @@ StatsOut stats_out(const BatchNormParams& p, const TensorView& running_mean,
           f32_out(save_invstd),      f32_out(running_mean),          f32_out(running_var)};
 }
 
+// What a finalize reads (SumsIn), from the op's arguments.
+SumsIn sums_in(const TensorView& sum, const TensorView& sqsum, const TensorView& gamma,
+               const TensorView& beta, std::int64_t count) {
+  const auto n = static_cast<double>(count);
+  return {f32(sum), f32(sqsum), f32(gamma), f32(beta), n, 1.0 / n};
+}
+
 const void* residual_data(const BatchNormEpilogue& epi) {
   return epi.residual != nullptr ? epi.residual->data : nullptr;
 }
@@ -1331,12 +1405,50 @@ Status launch_batch_norm_finalize(const KernelContext& ctx, const TensorView& su
   const dim3 grid(static_cast<unsigned>((channels + kBlock - 1) / kBlock));
   const DType t = scale != nullptr ? scale->desc.dtype() : DType::fp32;
   return dispatch_floating(t, [&]<class T>(TypeTag<T>) -> Status {
-    finalize_sums<T><<<grid, kBlock, 0, ctx.stream>>>(
-        f32(sum), f32(sqsum), channels, static_cast<double>(count), f32(gamma), f32(beta), out,
-        scale != nullptr ? static_cast<T*>(scale->data) : nullptr,
-        bias != nullptr ? static_cast<T*>(bias->data) : nullptr);
+    finalize_sums<T>
+        <<<grid, kBlock, 0, ctx.stream>>>(sums_in(sum, sqsum, gamma, beta, count), channels, out,
+                                          scale != nullptr ? static_cast<T*>(scale->data) : nullptr,
+                                          bias != nullptr ? static_cast<T*>(bias->data) : nullptr);
     DLPROBE_CUDA_CHECK_LAUNCH();
     return Status::ok();
+  });
+}
+
+Status launch_finalize_scale_bias_relu(const KernelContext& ctx,
+                                       const Backend::BatchNormFinalize& f, const TensorView& x,
+                                       const TensorView& y) {
+  const TensorDesc& d = x.desc;
+  if (d.layout() != Layout::nhwc || f.scale.desc.dtype() != f.bias.desc.dtype()) {
+    return error(Errc::unsupported,
+                 "finalize_scale_bias_relu: NHWC x, scale and bias of one dtype");
+  }
+  const auto channels = static_cast<int>(d.dim(1));
+  const StatsOut out = stats_out(f.p, f.running_mean, f.running_var, f.save_mean, f.save_invstd);
+  const SumsIn in = sums_in(f.sum, f.sqsum, f.gamma, f.beta, f.count);
+  const std::size_t shared = 2 * static_cast<std::size_t>(channels) * sizeof(float);
+  return dispatch_floating(d.dtype(), [&]<class T>(TypeTag<T>) -> Status {
+    return dispatch_floating(f.scale.desc.dtype(), [&]<class S>(TypeTag<S>) -> Status {
+      const auto* xp = static_cast<const T*>(x.data);
+      auto* yp = static_cast<T*>(y.data);
+      auto* sp = static_cast<S*>(f.scale.data);
+      auto* bp = static_cast<S*>(f.bias.data);
+      const auto aligned = [](const void* p) {
+        return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+      };
+      constexpr int P = kPack<T>;
+      if (channels % P == 0 && aligned(xp) && aligned(yp)) {
+        const std::int64_t packs = d.numel() / P;
+        finalize_scale_bias_relu_nhwc<T, S, P>
+            <<<grid_for(packs, ctx.sm_count), kBlock, shared, ctx.stream>>>(
+                xp, yp, packs, channels / P, in, out, sp, bp);
+      } else {
+        finalize_scale_bias_relu_nhwc<T, S, 1>
+            <<<grid_for(d.numel(), ctx.sm_count), kBlock, shared, ctx.stream>>>(
+                xp, yp, d.numel(), channels, in, out, sp, bp);
+      }
+      DLPROBE_CUDA_CHECK_LAUNCH();
+      return Status::ok();
+    });
   });
 }
 
