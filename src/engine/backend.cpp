@@ -132,6 +132,15 @@ Status Backend::conv2d_forward_finalize_fused(const BatchNormFinalize& f, const 
   return conv2d_forward_fused(x, f.scale, f.bias, w, y, sum, sqsum, p);
 }
 
+Status Backend::batch_norm_finalize_apply(const BatchNormFinalize& f, const TensorView& x,
+                                          const TensorView& residual, const TensorView& y,
+                                          bool relu) {
+  DLPROBE_RETURN_IF_ERROR(batch_norm_finalize(f.sum, f.sqsum, f.count, f.gamma, f.beta,
+                                              f.running_mean, f.running_var, f.save_mean,
+                                              f.save_invstd, f.scale, f.bias, f.p));
+  return batch_norm_apply(x, f.gamma, f.beta, f.save_mean, f.save_invstd, residual, y, relu);
+}
+
 Status Backend::batch_norm_apply_add(const TensorView&, const TensorView&, const TensorView&,
                                      const TensorView&, const TensorView&, const TensorView&,
                                      const TensorView&, const TensorView&, const TensorView&,

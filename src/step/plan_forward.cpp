@@ -314,13 +314,31 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
                             a.var, sm,    si,    scale,   bias,   a.p};
     return;
   }
+  if (!deferred_[i] && paired_[i] < 0) {
+    // "<bn>.finalize+apply[+add]+relu": the finalize in the apply's call.
+    Buffer* x = batch_norm_saved(i).x;
+    Buffer* residual = a.residual;
+    Buffer* y = a.y;
+    uses.insert(uses.end(), {x, y});
+    if (residual != nullptr) uses.push_back(residual);
+    const bool relu = fusion_[i] != Fusion::none;
+    emit(l.name + ".finalize+apply" + fusion_suffix(fusion_[i]), CallKind::batch_norm_apply, l.name,
+         std::move(uses), [&be = be_, a, sum, sqsum, count, sm, si, x, residual, y, relu] {
+           const Backend::BatchNormFinalize f{
+               sum->view,    sqsum->view,  count,       a.gamma->view,
+               a.beta->view, a.mean->view, a.var->view, sm->view,
+               si->view,     {},           {},          a.p};
+           return be.batch_norm_finalize_apply(f, x->view, view_or_none(residual), y->view, relu);
+         });
+    return;
+  }
   emit(l.name + ".finalize", CallKind::batch_norm_finalize, l.name, std::move(uses),
        [&be = be_, a, sum, sqsum, count, sm, si, scale, bias] {
          return be.batch_norm_finalize(sum->view, sqsum->view, count, a.gamma->view, a.beta->view,
                                        a.mean->view, a.var->view, sm->view, si->view,
                                        view_or_none(scale), view_or_none(bias), a.p);
        });
-  if (applied_[i] || deferred_[i]) return;
+  if (deferred_[i]) return;
   emit_batch_norm_apply(i, l.name + ".apply" + fusion_suffix(fusion_[i]), a.residual, a.y);
 }
 

@@ -448,6 +448,75 @@ std::vector<Variant> batch_norm_finalize(Precision precision) {
   return out;
 }
 
+// The finalize and the elementwise pass in one call, from x's sums (fp32, as a convolution's
+// epilogue gives them): the statistics and y against the training forward's, plain, with the
+// ReLU, and with the residual and the ReLU. An offset mean (1 +- 2) for the variance's sake.
+std::vector<Variant> batch_norm_finalize_apply(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 4300;
+  for (const Shape& s : kBatchNormShapes) {
+    for (Layout l : kLayouts) {
+      for (const int form : {0, 1, 2}) {
+        const bool relu = form > 0;
+        const bool residual = form == 2;
+        Variant v = variant(label(s, l) + (residual ? " +residual relu"
+                                           : relu   ? " relu"
+                                                    : ""),
+                            precision);
+        const HostTensor& x = v.tensors.input("x", uniform(s, seed += 10, l, -1.0, 3.0));
+        const Shape c{s[1]};
+        HostTensor sum = filled(c, 0.0);
+        HostTensor sqsum = filled(c, 0.0);
+        for_each_index(s, [&](std::array<std::int64_t, 4> i) {
+          const double e = x.get(x.desc().offset(i[0], i[1], i[2], i[3]));
+          sum.set(i[1], sum.get(i[1]) + e);
+          sqsum.set(i[1], sqsum.get(i[1]) + e * e);
+        });
+        v.tensors.input("sum", sum, Role::fp32);
+        v.tensors.input("sqsum", sqsum, Role::fp32);
+        batch_norm_parameters(v.tensors, s, seed + 1);
+        if (residual) v.tensors.input("residual", uniform(s, seed + 5, l));
+        v.tensors.output("save_mean", c, Layout::nchw, Role::fp32);
+        v.tensors.output("save_invstd", c, Layout::nchw, Role::fp32);
+        v.tensors.output("y", s, l);
+        const Check sums{.terms = per_channel(s)};
+        v.checks = {{"y", sums},
+                    {"save_mean", sums},
+                    {"save_invstd", sums},
+                    {"running_mean", sums},
+                    {"running_var", sums}};
+        const std::int64_t count = static_cast<std::int64_t>(per_channel(s));
+        v.run = [relu, residual, count](Backend& b, BackendTensors& t) {
+          const Backend::BatchNormFinalize f{t["sum"],         t["sqsum"],     count,
+                                             t["gamma"],       t["beta"],      t["running_mean"],
+                                             t["running_var"], t["save_mean"], t["save_invstd"],
+                                             TensorView{},     TensorView{},   kTrain};
+          return b.batch_norm_finalize_apply(f, t["x"], residual ? t["residual"] : TensorView{},
+                                             t["y"], relu);
+        };
+        v.reference = [x, relu, residual](const OpTensors& t) -> Result<Values> {
+          DLPROBE_ASSIGN_OR_RETURN(
+              reference::BatchNormTrainOutput r,
+              reference::batch_norm_train_forward<double>(
+                  x, t["gamma"], t["beta"], t["running_mean"], t["running_var"], kTrain));
+          HostTensor y = std::move(r.y);
+          if (relu) {
+            DLPROBE_ASSIGN_OR_RETURN(y,
+                                     add_relu(std::move(y), residual ? &t["residual"] : nullptr));
+          }
+          return Values{{"y", std::move(y)},
+                        {"save_mean", std::move(r.save_mean)},
+                        {"save_invstd", std::move(r.save_invstd)},
+                        {"running_mean", std::move(r.running_mean)},
+                        {"running_var", std::move(r.running_var)}};
+        };
+        out.push_back(std::move(v));
+      }
+    }
+  }
+  return out;
+}
+
 // The training forward's elementwise pass from given statistics (those the forward of x saves),
 // plain, with the ReLU, and with the residual and the ReLU.
 std::vector<Variant> batch_norm_apply(Precision precision) {
@@ -1465,6 +1534,8 @@ const std::vector<OpCase>& op_cases() {
       {"batch_norm_relu_backward_recomputed", P::activations, &Offers::fused_conv_batch_norm,
        [](Precision p) { return batch_norm_backward(p, true, kBatchNormShapes, kLayouts, false); }},
       {"batch_norm_finalize", P::activations, &Offers::fused_conv_batch_norm, batch_norm_finalize},
+      {"batch_norm_finalize_apply", P::activations, &Offers::fused_conv_batch_norm,
+       batch_norm_finalize_apply},
       {"batch_norm_apply", P::activations, &Offers::fused_conv_batch_norm, batch_norm_apply},
       {"batch_norm_apply_add", P::activations, &Offers::fused_conv_batch_norm,
        batch_norm_apply_add},

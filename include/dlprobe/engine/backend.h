@@ -212,6 +212,11 @@ class Backend {
                                                const TensorView& x, const TensorView& w,
                                                const TensorView& y, const TensorView& sum,
                                                const TensorView& sqsum, const Conv2dParams& p);
+  // batch_norm_finalize (without scale and bias), then batch_norm_apply with the statistics it
+  // saved: one call, so that a backend may finalize in the apply's pass, one launch less.
+  virtual Status batch_norm_finalize_apply(const BatchNormFinalize& finalize, const TensorView& x,
+                                           const TensorView& residual, const TensorView& y,
+                                           bool relu);
   // y = bn(x) with the saved statistics (the elementwise pass of batch_norm_train_forward), then
   // + residual where it has data, then a ReLU where `relu`.
   virtual Status batch_norm_apply(const TensorView& x, const TensorView& gamma,

@@ -1094,6 +1094,24 @@ Status CudaBackend::batch_norm_finalize(const TensorView& sum, const TensorView&
                                     prologue ? &scale : nullptr, prologue ? &bias : nullptr, p);
 }
 
+Status CudaBackend::batch_norm_finalize_apply(const BatchNormFinalize& f, const TensorView& x,
+                                              const TensorView& residual, const TensorView& y,
+                                              bool relu) {
+  constexpr std::string_view op = "batch_norm_finalize_apply";
+  if (x.desc.layout() != Layout::nhwc) {
+    return Backend::batch_norm_finalize_apply(f, x, residual, y, relu);
+  }
+  DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, f));
+  DLPROBE_RETURN_IF_ERROR(need(f.scale.data == nullptr, op, "no prologue's scale and bias"));
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x, {{"gamma", &f.gamma}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
+  DLPROBE_RETURN_IF_ERROR(
+      need(residual.data == nullptr || relu, op, "a residual comes only with the ReLU"));
+  if (residual.data != nullptr) DLPROBE_RETURN_IF_ERROR(need_like(op, "residual", residual, x));
+  const BatchNormEpilogue epi = relu ? relu_epilogue(residual) : BatchNormEpilogue{nullptr, false};
+  return launch_batch_norm_finalize_apply(ctx(), f, x, y, epi);
+}
+
 Status CudaBackend::batch_norm_apply(const TensorView& x, const TensorView& gamma,
                                      const TensorView& beta, const TensorView& save_mean,
                                      const TensorView& save_invstd, const TensorView& residual,

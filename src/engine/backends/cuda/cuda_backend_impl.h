@@ -212,6 +212,9 @@ class CudaBackend final : public Backend {
                               const TensorView& r, const TensorView& r_gamma,
                               const TensorView& r_beta, const TensorView& r_mean,
                               const TensorView& r_invstd, const TensorView& y) override;
+  Status batch_norm_finalize_apply(const BatchNormFinalize& finalize, const TensorView& x,
+                                   const TensorView& residual, const TensorView& y,
+                                   bool relu) override;
   Status batch_norm_apply(const TensorView& x, const TensorView& gamma, const TensorView& beta,
                           const TensorView& save_mean, const TensorView& save_invstd,
                           const TensorView& residual, const TensorView& y, bool relu) override;

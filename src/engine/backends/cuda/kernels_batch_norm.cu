@@ -478,6 +478,46 @@ __global__ void apply_nhwc(const T* x, const T* residual, T* y, Nhwc g, Channels
   });
 }
 
+// apply_nhwc with the statistics from the sums (finalize_sums without the prologue): each block
+// makes its tile's tx * P channels' mean, scale and beta in shared memory (3 floats a channel),
+// and the blocks of the first row (blockIdx.y 0, each channel once) store what finalize_sums
+// stores. One launch where the two took two.
+template <class T, int P, bool kResidual, bool kRelu>
+__global__ void finalize_apply_nhwc(const T* x, const T* residual, T* y, Nhwc g, SumsIn in,
+                                    StatsOut out) {
+  extern __shared__ float tile_channels[];
+  const int width = g.tx * P;
+  float* const tile_mean = tile_channels;
+  float* const tile_scale = tile_channels + width;
+  float* const tile_beta = tile_channels + 2 * width;
+  const int first = static_cast<int>(blockIdx.x) * width;
+  for (int j = static_cast<int>(threadIdx.x); j < width && first + j < g.channels;
+       j += static_cast<int>(blockDim.x)) {
+    const int c = first + j;
+    const float gamma = in.gamma[c];
+    const float beta = in.beta[c];
+    const Welford acc = from_sums(in, c);
+    const float invstd = blockIdx.y == 0 ? out.finish(c, acc) : out.invstd_of(acc);
+    tile_mean[j] = acc.mean;
+    tile_scale[j] = invstd * gamma;
+    tile_beta[j] = beta;
+  }
+  __syncthreads();
+  const NhwcLane lane = nhwc_lane(g);
+  if (lane.pack >= g.packs) return;
+  float mean[P], scale[P], beta[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int j = (lane.pack - static_cast<int>(blockIdx.x) * g.tx) * P + k;
+    mean[k] = tile_mean[j];
+    scale[k] = tile_scale[j];
+    beta[k] = tile_beta[j];
+  }
+  for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) {
+    apply_pack<kResidual, kRelu, P>(x, residual, y, at, mean, scale, beta);
+  });
+}
+
 template <class T, int P, bool kResidual, bool kRelu>
 __global__ void apply_nchw(const T* x, const T* residual, T* y, Nchw g, std::int64_t packs,
                            Channels ch) {
@@ -1450,6 +1490,34 @@ Status launch_finalize_scale_bias_relu(const KernelContext& ctx,
       return Status::ok();
     });
   });
+}
+
+Status launch_batch_norm_finalize_apply(const KernelContext& ctx,
+                                        const Backend::BatchNormFinalize& f, const TensorView& x,
+                                        const TensorView& y, const BatchNormEpilogue& epi) {
+  const SumsIn in = sums_in(f.sum, f.sqsum, f.gamma, f.beta, f.count);
+  const StatsOut out = stats_out(f.p, f.running_mean, f.running_var, f.save_mean, f.save_invstd);
+  return dispatch(
+      "batch_norm_finalize_apply", x.desc, {x.data, y.data, residual_data(epi)},
+      [&]<class T, int P>() -> Status {
+        if (x.desc.layout() != Layout::nhwc) {
+          return error(Errc::unsupported, "batch_norm_finalize_apply: NHWC only");
+        }
+        const auto* xp = static_cast<const T*>(x.data);
+        const auto* rp =
+            epi.residual != nullptr ? static_cast<const T*>(epi.residual->data) : nullptr;
+        auto* yp = static_cast<T*>(y.data);
+        const Nhwc g = nhwc_of(x.desc, P);
+        const std::size_t shared = 3 * static_cast<std::size_t>(g.tx) * P * sizeof(float);
+        return with_epilogue(epi, [&]<bool kResidual, bool kRelu>() -> Status {
+          auto* kernel = finalize_apply_nhwc<T, P, kResidual, kRelu>;
+          DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel));
+          kernel<<<nhwc_grid(ctx, x.desc, P, per_sm), kBlock, shared, ctx.stream>>>(xp, rp, yp, g,
+                                                                                    in, out);
+          DLPROBE_CUDA_CHECK_LAUNCH();
+          return Status::ok();
+        });
+      });
 }
 
 Status launch_batch_norm_apply(const KernelContext& ctx, const TensorView& x,
