@@ -349,8 +349,12 @@ struct StatsOut {
     const float invstd = invstd_of(acc);
     save_mean[c] = acc.mean;
     save_invstd[c] = invstd;
-    running_mean[c] = (1.0F - momentum) * old_mean + momentum * acc.mean;
-    running_var[c] = (1.0F - momentum) * old_var + momentum * var_unbiased;
+    // Each product and sum rounded as written: left to the compiler, a kernel may fuse either
+    // product into an FMA, and two kernels that finalize alike would differ in the last bit.
+    running_mean[c] =
+        __fadd_rn(__fmul_rn(1.0F - momentum, old_mean), __fmul_rn(momentum, acc.mean));
+    running_var[c] =
+        __fadd_rn(__fmul_rn(1.0F - momentum, old_var), __fmul_rn(momentum, var_unbiased));
     return invstd;
   }
 };
@@ -379,7 +383,10 @@ struct SumsIn {
 // is taken in double: in fp32 it cancels where the mean is large against the deviation.
 __device__ __forceinline__ Welford from_sums(const SumsIn& in, int c) {
   const double mean = static_cast<double>(in.sum[c]) * in.inv_count;
-  const double var = fmax(static_cast<double>(in.sqsum[c]) * in.inv_count - mean * mean, 0.0);
+  // Rounded as written (StatsOut::finish says why).
+  const double var = fmax(
+      __dsub_rn(__dmul_rn(static_cast<double>(in.sqsum[c]), in.inv_count), __dmul_rn(mean, mean)),
+      0.0);
   return Welford{static_cast<float>(in.count), static_cast<float>(mean),
                  static_cast<float>(var * in.count)};
 }
