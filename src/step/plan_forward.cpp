@@ -131,19 +131,14 @@ void Planner::emit_conv_forward(std::size_t i, Buffer* x, Buffer* y, Buffer* sum
                                      : finalize_in_conv_.end();
   if (finalize != finalize_in_conv_.end()) {
     // "<bn>.finalize+<conv>.forward+<bn>[+sums]": the batch norm's finalize in this call.
-    const Finalize f = finalize->second;
+    PendingFinalize f = std::move(finalize->second);
     finalize_in_conv_.erase(finalize);
-    uses.insert(uses.end(),
-                {f.sum, f.sqsum, f.gamma, f.beta, f.mean, f.var, f.save_mean, f.save_invstd});
+    uses.insert(uses.end(), f.uses.begin(), f.uses.end());
     emit(s_.model.layers()[static_cast<std::size_t>(applied)].name + ".finalize+" + call + suffix,
          CallKind::conv_forward_fused, name, std::move(uses),
-         [&be = be_, x, w, y, f, sum, sqsum, p = l.conv] {
-           const Backend::BatchNormFinalize bn{
-               f.sum->view,         f.sqsum->view, f.count,      f.gamma->view,
-               f.beta->view,        f.mean->view,  f.var->view,  f.save_mean->view,
-               f.save_invstd->view, f.scale->view, f.bias->view, f.p};
-           return be.conv2d_forward_finalize_fused(bn, x->view, w->view, y->view, view_or_none(sum),
-                                                   view_or_none(sqsum), p);
+         [&be = be_, x, w, y, operands = std::move(f.operands), sum, sqsum, p = l.conv] {
+           return be.conv2d_forward_finalize_fused(operands(), x->view, w->view, y->view,
+                                                   view_or_none(sum), view_or_none(sqsum), p);
          });
     return;
   }
@@ -305,38 +300,39 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
     bias = s_.transient(d, Category::activations, l.name);
     bn_scale_[i] = scale;
     bn_bias_[i] = bias;
-    uses.insert(uses.end(), {scale, bias});
   }
   const Shape& in = a.x->view.desc.shape();
   const std::int64_t count = in[0] * in[2] * in[3];
+  auto operands = [a, sum, sqsum, count, sm, si, scale, bias] {
+    return Backend::BatchNormFinalize{
+        sum->view,   sqsum->view, count,    a.gamma->view,       a.beta->view,       a.mean->view,
+        a.var->view, sm->view,    si->view, view_or_none(scale), view_or_none(bias), a.p};
+  };
   if (applied_[i]) {
-    finalize_in_conv_[i] = {sum,   sqsum, count, a.gamma, a.beta, a.mean,
-                            a.var, sm,    si,    scale,   bias,   a.p};
+    // Made by the convolution that applies it, which lists the scale and bias itself.
+    finalize_in_conv_[i] = {std::move(uses), std::move(operands)};
     return;
   }
   if (!deferred_[i] && paired_[i] < 0) {
     // "<bn>.finalize+apply[+add]+relu": the finalize in the apply's call.
     Buffer* x = batch_norm_saved(i).x;
-    Buffer* residual = a.residual;
-    Buffer* y = a.y;
-    uses.insert(uses.end(), {x, y});
-    if (residual != nullptr) uses.push_back(residual);
-    const bool relu = fusion_[i] != Fusion::none;
+    uses.insert(uses.end(), {x, a.y});
+    if (a.residual != nullptr) uses.push_back(a.residual);
     emit(l.name + ".finalize+apply" + fusion_suffix(fusion_[i]), CallKind::batch_norm_apply, l.name,
-         std::move(uses), [&be = be_, a, sum, sqsum, count, sm, si, x, residual, y, relu] {
-           const Backend::BatchNormFinalize f{
-               sum->view,    sqsum->view,  count,       a.gamma->view,
-               a.beta->view, a.mean->view, a.var->view, sm->view,
-               si->view,     {},           {},          a.p};
-           return be.batch_norm_finalize_apply(f, x->view, view_or_none(residual), y->view, relu);
+         std::move(uses),
+         [&be = be_, operands, x, residual = a.residual, y = a.y,
+          relu = fusion_[i] != Fusion::none] {
+           return be.batch_norm_finalize_apply(operands(), x->view, view_or_none(residual), y->view,
+                                               relu);
          });
     return;
   }
   emit(l.name + ".finalize", CallKind::batch_norm_finalize, l.name, std::move(uses),
-       [&be = be_, a, sum, sqsum, count, sm, si, scale, bias] {
-         return be.batch_norm_finalize(sum->view, sqsum->view, count, a.gamma->view, a.beta->view,
-                                       a.mean->view, a.var->view, sm->view, si->view,
-                                       view_or_none(scale), view_or_none(bias), a.p);
+       [&be = be_, operands] {
+         const Backend::BatchNormFinalize f = operands();
+         return be.batch_norm_finalize(f.sum, f.sqsum, f.count, f.gamma, f.beta, f.running_mean,
+                                       f.running_var, f.save_mean, f.save_invstd, f.scale, f.bias,
+                                       f.p);
        });
   if (deferred_[i]) return;
   emit_batch_norm_apply(i, l.name + ".apply" + fusion_suffix(fusion_[i]), a.residual, a.y);

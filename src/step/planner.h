@@ -244,23 +244,14 @@ class Planner {
   std::vector<bool> applied_;  // per batch norm: a convolution applies it; its output never stored
   std::vector<Buffer*> bn_sum_, bn_sqsum_;   // per batch norm: the sums, until its finalize
   std::vector<Buffer*> bn_scale_, bn_bias_;  // per applied batch norm: its prologue
-  // Per applied batch norm until the convolution that applies it: its finalize's operands, for
-  // that convolution's call (conv2d_forward_finalize_fused) rather than a call of its own.
-  struct Finalize {
-    Buffer* sum = nullptr;
-    Buffer* sqsum = nullptr;
-    std::int64_t count = 0;
-    Buffer* gamma = nullptr;
-    Buffer* beta = nullptr;
-    Buffer* mean = nullptr;
-    Buffer* var = nullptr;
-    Buffer* save_mean = nullptr;
-    Buffer* save_invstd = nullptr;
-    Buffer* scale = nullptr;
-    Buffer* bias = nullptr;
-    BatchNormParams p;
+  // Per applied batch norm until the convolution that applies it: its finalize, for that
+  // convolution's call (conv2d_forward_finalize_fused) rather than a call of its own: the buffers
+  // it reads and writes, and its operands as they are when the call runs.
+  struct PendingFinalize {
+    std::vector<Buffer*> uses;
+    std::function<Backend::BatchNormFinalize()> operands;
   };
-  std::map<std::size_t, Finalize> finalize_in_conv_;
+  std::map<std::size_t, PendingFinalize> finalize_in_conv_;
   std::vector<int> pool_from_bn_;  // per max pool: the batch norm its input is recomputed from
   std::vector<int> producer_;      // per value: the layer that writes it (-1 for the images)
   // plan_block_recompute, per value: the batch norm whose output (+add+ReLU) is recomputed, or -1;

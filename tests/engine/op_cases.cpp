@@ -448,12 +448,12 @@ std::vector<Variant> batch_norm_finalize(Precision precision) {
   return out;
 }
 
-// The finalize and the elementwise pass in one call, from x's sums (fp32, as a convolution's
-// epilogue gives them): the statistics and y against the training forward's, plain, with the
-// ReLU, and with the residual and the ReLU. An offset mean (1 +- 2) for the variance's sake.
-std::vector<Variant> batch_norm_finalize_apply(Precision precision) {
+// The elementwise pass's three forms over every batch-norm shape and layout: plain, with the
+// ReLU, and with the residual and the ReLU. make(v, x, relu, residual, seed) fills a variant
+// named for its shape, layout and form, which holds its input x.
+template <class Make>
+std::vector<Variant> apply_forms(Precision precision, std::uint64_t seed, Make&& make) {
   std::vector<Variant> out;
-  std::uint64_t seed = 4300;
   for (const Shape& s : kBatchNormShapes) {
     for (Layout l : kLayouts) {
       for (const int form : {0, 1, 2}) {
@@ -464,6 +464,22 @@ std::vector<Variant> batch_norm_finalize_apply(Precision precision) {
                                                     : ""),
                             precision);
         const HostTensor& x = v.tensors.input("x", uniform(s, seed += 10, l, -1.0, 3.0));
+        make(v, x, relu, residual, seed);
+        out.push_back(std::move(v));
+      }
+    }
+  }
+  return out;
+}
+
+// The finalize and the elementwise pass in one call, from x's sums (fp32, as a convolution's
+// epilogue gives them): the statistics and y against the training forward's. An offset mean
+// (1 +- 2) for the variance's sake.
+std::vector<Variant> batch_norm_finalize_apply(Precision precision) {
+  return apply_forms(
+      precision, 4300,
+      [](Variant& v, const HostTensor& x, bool relu, bool residual, std::uint64_t seed) {
+        const Shape& s = x.desc().shape();
         const Shape c{s[1]};
         HostTensor sum = filled(c, 0.0);
         HostTensor sqsum = filled(c, 0.0);
@@ -475,17 +491,9 @@ std::vector<Variant> batch_norm_finalize_apply(Precision precision) {
         v.tensors.input("sum", sum, Role::fp32);
         v.tensors.input("sqsum", sqsum, Role::fp32);
         batch_norm_parameters(v.tensors, s, seed + 1);
-        if (residual) v.tensors.input("residual", uniform(s, seed + 5, l));
-        v.tensors.output("save_mean", c, Layout::nchw, Role::fp32);
-        v.tensors.output("save_invstd", c, Layout::nchw, Role::fp32);
-        v.tensors.output("y", s, l);
-        const Check sums{.terms = per_channel(s)};
-        v.checks = {{"y", sums},
-                    {"save_mean", sums},
-                    {"save_invstd", sums},
-                    {"running_mean", sums},
-                    {"running_var", sums}};
-        const std::int64_t count = static_cast<std::int64_t>(per_channel(s));
+        if (residual) v.tensors.input("residual", uniform(s, seed + 5, x.desc().layout()));
+        batch_norm_train_outputs(v, s, x.desc().layout(), s);
+        const auto count = static_cast<std::int64_t>(per_channel(s));
         v.run = [relu, residual, count](Backend& b, BackendTensors& t) {
           const Backend::BatchNormFinalize f{t["sum"],         t["sqsum"],     count,
                                              t["gamma"],       t["beta"],      t["running_mean"],
@@ -510,28 +518,15 @@ std::vector<Variant> batch_norm_finalize_apply(Precision precision) {
                         {"running_mean", std::move(r.running_mean)},
                         {"running_var", std::move(r.running_var)}};
         };
-        out.push_back(std::move(v));
-      }
-    }
-  }
-  return out;
+      });
 }
 
-// The training forward's elementwise pass from given statistics (those the forward of x saves),
-// plain, with the ReLU, and with the residual and the ReLU.
+// The training forward's elementwise pass from given statistics (those the forward of x saves).
 std::vector<Variant> batch_norm_apply(Precision precision) {
-  std::vector<Variant> out;
-  std::uint64_t seed = 4500;
-  for (const Shape& s : kBatchNormShapes) {
-    for (Layout l : kLayouts) {
-      for (const int form : {0, 1, 2}) {
-        const bool relu = form > 0;
-        const bool residual = form == 2;
-        Variant v = variant(label(s, l) + (residual ? " +residual relu"
-                                           : relu   ? " relu"
-                                                    : ""),
-                            precision);
-        const HostTensor& x = v.tensors.input("x", uniform(s, seed += 10, l, -1.0, 3.0));
+  return apply_forms(
+      precision, 4500,
+      [](Variant& v, const HostTensor& x, bool relu, bool residual, std::uint64_t seed) {
+        const Shape& s = x.desc().shape();
         batch_norm_parameters(v.tensors, s, seed + 1);
         const auto fwd = reference::batch_norm_train_forward<double>(
                              x, v.tensors["gamma"], v.tensors["beta"], v.tensors["running_mean"],
@@ -539,8 +534,8 @@ std::vector<Variant> batch_norm_apply(Precision precision) {
                              .value();
         v.tensors.input("save_mean", fwd.save_mean, Role::fp32);
         v.tensors.input("save_invstd", fwd.save_invstd, Role::fp32);
-        if (residual) v.tensors.input("residual", uniform(s, seed + 5, l));
-        v.tensors.output("y", s, l);
+        if (residual) v.tensors.input("residual", uniform(s, seed + 5, x.desc().layout()));
+        v.tensors.output("y", s, x.desc().layout());
         v.checks = {{"y", {}}};
         v.run = [relu, residual](Backend& b, BackendTensors& t) {
           return b.batch_norm_apply(t["x"], t["gamma"], t["beta"], t["save_mean"], t["save_invstd"],
@@ -554,11 +549,7 @@ std::vector<Variant> batch_norm_apply(Precision precision) {
           }
           return Values{{"y", std::move(want)}};
         };
-        out.push_back(std::move(v));
-      }
-    }
-  }
-  return out;
+      });
 }
 
 // A block output whose shortcut is another batch norm's output: relu(bn(x) + bn(r)), each with the

@@ -128,6 +128,28 @@ __device__ __forceinline__ void store_pack(T* p, const float (&in)[P]) {
 
 constexpr int kBlock = 256;
 
+// y = relu(x * scale + bias) per channel over NHWC rows in packs of P (a grid-stride loop over
+// `packs`, `channel_packs` a row), as a fused convolution's prologue computes it: the product,
+// then the sum, each rounded to fp32, then one rounding to T. scale(c) and bias(c) give channel
+// c's as floats.
+template <int P, class T, class Scale, class Bias>
+__device__ __forceinline__ void scale_bias_relu_packs(const T* x, T* y, std::int64_t packs,
+                                                      int channel_packs, Scale&& scale,
+                                                      Bias&& bias) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
+       q += stride) {
+    const int c0 = static_cast<int>(q % channel_packs) * P;
+    float v[P];
+    load_pack(x + q * P, v);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      v[k] = relu(__fadd_rn(__fmul_rn(v[k], scale(c0 + k)), bias(c0 + k)));
+    }
+    store_pack(y + q * P, v);
+  }
+}
+
 // Blocks for a grid-stride loop over `work` items: enough to fill the GPU, no more.
 inline unsigned grid_for(std::int64_t work, int sm_count, int block = kBlock) {
   const std::int64_t needed = std::max<std::int64_t>(1, (work + block - 1) / block);

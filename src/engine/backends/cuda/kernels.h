@@ -133,8 +133,8 @@ Status launch_finalize_scale_bias_relu(const KernelContext& ctx,
                                        const Backend::BatchNormFinalize& f, const TensorView& x,
                                        const TensorView& y);
 // launch_batch_norm_finalize (no prologue) and launch_batch_norm_apply from the statistics it
-// saves in one launch (NHWC): each block makes its channels' statistics from the sums, the first
-// row of blocks stores them; the outputs are those of the two launches to the bit.
+// saves in one launch (NHWC): each block makes its channels' statistics from the sums with the
+// finalize's code, the first row of blocks stores them.
 Status launch_batch_norm_finalize_apply(const KernelContext& ctx,
                                         const Backend::BatchNormFinalize& f, const TensorView& x,
                                         const TensorView& y, const BatchNormEpilogue& epi);

@@ -407,13 +407,13 @@ __global__ void finalize_sums(SumsIn in, int channels, StatsOut out, T* scale, T
   if (scale == nullptr) return;
   const float k = g * invstd;
   scale[c] = from_float<T>(k);
-  bias[c] = from_float<T>(b - acc.mean * k);
+  bias[c] = from_float<T>(__fsub_rn(b, __fmul_rn(acc.mean, k)));  // as written (finish)
 }
 
-// finalize_sums with the prologue, then scale_bias_relu_nhwc (kernels_elementwise.cu) over x with
-// that scale and bias: every block makes each channel's in shared memory (2 * channels floats),
-// block 0 also stores what finalize_sums stores. One launch where the two took two, each a few
-// microseconds of a small batch's step.
+// finalize_sums with the prologue, then scale_bias_relu_packs over x with that scale and bias:
+// every block makes each channel's in shared memory (2 * channels floats), block 0 also stores what
+// finalize_sums stores. One launch where the two took two, each a few microseconds of a small
+// batch's step.
 template <class T, class S, int P>
 __global__ void finalize_scale_bias_relu_nhwc(const T* x, T* y, std::int64_t packs,
                                               int channel_packs, SumsIn in, StatsOut out, S* scale,
@@ -429,7 +429,7 @@ __global__ void finalize_scale_bias_relu_nhwc(const T* x, T* y, std::int64_t pac
     const float invstd = blockIdx.x == 0 ? out.finish(c, acc) : out.invstd_of(acc);
     const float k = g * invstd;
     const S ks = from_float<S>(k);
-    const S bs = from_float<S>(be - acc.mean * k);
+    const S bs = from_float<S>(__fsub_rn(be, __fmul_rn(acc.mean, k)));
     if (blockIdx.x == 0) {
       scale[c] = ks;
       bias[c] = bs;
@@ -438,16 +438,8 @@ __global__ void finalize_scale_bias_relu_nhwc(const T* x, T* y, std::int64_t pac
     b[c] = to_float(bs);
   }
   __syncthreads();
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
-       q += stride) {
-    const int c0 = static_cast<int>(q % channel_packs) * P;
-    float v[P];
-    load_pack(x + q * P, v);
-#pragma unroll
-    for (int k = 0; k < P; ++k) v[k] = relu(__fadd_rn(__fmul_rn(v[k], s[c0 + k]), b[c0 + k]));
-    store_pack(y + q * P, v);
-  }
+  scale_bias_relu_packs<P>(
+      x, y, packs, channel_packs, [&](int c) { return s[c]; }, [&](int c) { return b[c]; });
 }
 
 // ---- forward elementwise pass: y = [relu]((x - mean) * invstd * gamma + beta [+ residual]) ----

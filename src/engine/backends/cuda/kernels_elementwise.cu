@@ -213,25 +213,13 @@ __global__ void pad_rows_to_four(const T* src, T* dst, std::int64_t rows, int sr
   }
 }
 
-// y = relu(x * scale + bias), scale and bias per channel (NHWC rows of `channels`, P of them a
-// thread), as a fused convolution's prologue computes it: the product, then the sum, each
-// rounded to fp32, then one rounding to T.
+// y = relu(x * scale + bias), scale and bias per channel (scale_bias_relu_packs).
 template <class T, class S, int P>
 __global__ void scale_bias_relu_nhwc(const T* x, const S* scale, const S* bias, T* y,
                                      std::int64_t packs, int channel_packs) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < packs;
-       q += stride) {
-    const int c0 = static_cast<int>(q % channel_packs) * P;
-    float v[P];
-    load_pack(x + q * P, v);
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      const float scaled = __fmul_rn(v[k], to_float(scale[c0 + k]));
-      v[k] = relu(__fadd_rn(scaled, to_float(bias[c0 + k])));
-    }
-    store_pack(y + q * P, v);
-  }
+  scale_bias_relu_packs<P>(
+      x, y, packs, channel_packs, [&](int c) { return to_float(scale[c]); },
+      [&](int c) { return to_float(bias[c]); });
 }
 
 template <class T>
