@@ -115,10 +115,7 @@ Status Backend::conv2d_backward_data_add_relu(const TensorView&, const TensorVie
   return no_conv_fusion(*this, "conv2d_backward_data_add_relu");
 }
 
-Status Backend::batch_norm_finalize(const TensorView&, const TensorView&, std::int64_t,
-                                    const TensorView&, const TensorView&, const TensorView&,
-                                    const TensorView&, const TensorView&, const TensorView&,
-                                    const TensorView&, const TensorView&, const BatchNormParams&) {
+Status Backend::batch_norm_finalize(const BatchNormFinalize&) {
   return no_conv_fusion(*this, "batch_norm_finalize");
 }
 
@@ -126,18 +123,14 @@ Status Backend::conv2d_forward_finalize_fused(const BatchNormFinalize& f, const 
                                               const TensorView& w, const TensorView& y,
                                               const TensorView& sum, const TensorView& sqsum,
                                               const Conv2dParams& p) {
-  DLPROBE_RETURN_IF_ERROR(batch_norm_finalize(f.sum, f.sqsum, f.count, f.gamma, f.beta,
-                                              f.running_mean, f.running_var, f.save_mean,
-                                              f.save_invstd, f.scale, f.bias, f.p));
+  DLPROBE_RETURN_IF_ERROR(batch_norm_finalize(f));
   return conv2d_forward_fused(x, f.scale, f.bias, w, y, sum, sqsum, p);
 }
 
 Status Backend::batch_norm_finalize_apply(const BatchNormFinalize& f, const TensorView& x,
                                           const TensorView& residual, const TensorView& y,
                                           bool relu) {
-  DLPROBE_RETURN_IF_ERROR(batch_norm_finalize(f.sum, f.sqsum, f.count, f.gamma, f.beta,
-                                              f.running_mean, f.running_var, f.save_mean,
-                                              f.save_invstd, f.scale, f.bias, f.p));
+  DLPROBE_RETURN_IF_ERROR(batch_norm_finalize(f));
   return batch_norm_apply(x, f.gamma, f.beta, f.save_mean, f.save_invstd, residual, y, relu);
 }
 

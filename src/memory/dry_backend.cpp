@@ -73,10 +73,7 @@ class DryBackend final : public Backend {
   Status conv2d_backward_data_add_relu(View, View, View, View, View, const Conv2dParams&) override {
     return {};
   }
-  Status batch_norm_finalize(View, View, std::int64_t, View, View, View, View, View, View, View,
-                             View, const BatchNormParams&) override {
-    return {};
-  }
+  Status batch_norm_finalize(const BatchNormFinalize&) override { return {}; }
   Status batch_norm_apply(View, View, View, View, View, View, View, bool) override { return {}; }
   Status batch_norm_apply_add(View, View, View, View, View, View, View, View, View, View,
                               View) override {

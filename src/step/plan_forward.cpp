@@ -328,12 +328,7 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
     return;
   }
   emit(l.name + ".finalize", CallKind::batch_norm_finalize, l.name, std::move(uses),
-       [&be = be_, operands] {
-         const Backend::BatchNormFinalize f = operands();
-         return be.batch_norm_finalize(f.sum, f.sqsum, f.count, f.gamma, f.beta, f.running_mean,
-                                       f.running_var, f.save_mean, f.save_invstd, f.scale, f.bias,
-                                       f.p);
-       });
+       [&be = be_, operands] { return be.batch_norm_finalize(operands()); });
   if (deferred_[i]) return;
   emit_batch_norm_apply(i, l.name + ".apply" + fusion_suffix(fusion_[i]), a.residual, a.y);
 }

@@ -175,8 +175,8 @@ void Planner::plan_conv_fusion() {
   bn_sum_.assign(n, nullptr);
   bn_sqsum_.assign(n, nullptr);
   bn_scale_.assign(n, nullptr);
-  finalize_in_conv_.clear();
   bn_bias_.assign(n, nullptr);
+  finalize_in_conv_.clear();
   paired_.assign(n, -1);
   deferred_.assign(n, false);
   if (!s_.config.fuse || !s_.config.fuse_conv || !s_.training() ||

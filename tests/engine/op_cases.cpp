@@ -415,10 +415,10 @@ std::vector<Variant> batch_norm_finalize(Precision precision) {
       }
       const std::int64_t count = static_cast<std::int64_t>(per_channel(s));
       v.run = [prologue, count](Backend& b, BackendTensors& t) {
-        return b.batch_norm_finalize(t["sum"], t["sqsum"], count, t["gamma"], t["beta"],
-                                     t["running_mean"], t["running_var"], t["save_mean"],
-                                     t["save_invstd"], prologue ? t["scale"] : TensorView{},
-                                     prologue ? t["bias"] : TensorView{}, kTrain);
+        return b.batch_norm_finalize({t["sum"], t["sqsum"], count, t["gamma"], t["beta"],
+                                      t["running_mean"], t["running_var"], t["save_mean"],
+                                      t["save_invstd"], prologue ? t["scale"] : TensorView{},
+                                      prologue ? t["bias"] : TensorView{}, kTrain});
       };
       v.reference = [x, prologue](const OpTensors& t) -> Result<Values> {
         DLPROBE_ASSIGN_OR_RETURN(

@@ -189,25 +189,21 @@ class Backend {
   virtual Status conv2d_backward_data_add_relu(const TensorView& dy, const TensorView& w,
                                                const TensorView& add, const TensorView& relu_y,
                                                const TensorView& dx, const Conv2dParams& p);
-  // From the sums over `count` values per channel: save_mean, save_invstd and the running
-  // statistics as batch_norm_train_forward gives them; and where scale and bias have data, the
-  // prologue's scale = gamma * invstd and bias = beta - mean * scale, in their dtype.
-  virtual Status batch_norm_finalize(const TensorView& sum, const TensorView& sqsum,
-                                     std::int64_t count, const TensorView& gamma,
-                                     const TensorView& beta, const TensorView& running_mean,
-                                     const TensorView& running_var, const TensorView& save_mean,
-                                     const TensorView& save_invstd, const TensorView& scale,
-                                     const TensorView& bias, const BatchNormParams& p);
-  // batch_norm_finalize, then conv2d_forward_fused with the scale and bias it gave: one call, so
-  // that a backend that applies the prologue in a pass of its own may finalize in that pass, one
-  // launch less (the CUDA backend at small batches). `finalize` holds the finalize's operands,
-  // scale and bias among them; sum and sqsum (y's) as for conv2d_forward_fused.
+  // A batch norm's finalize: from the sums over `count` values per channel, save_mean,
+  // save_invstd and the running statistics as batch_norm_train_forward gives them; and where
+  // scale and bias have data, the prologue's scale = gamma * invstd and bias = beta - mean *
+  // scale, in their dtype.
   struct BatchNormFinalize {
     TensorView sum, sqsum;
     std::int64_t count = 0;
     TensorView gamma, beta, running_mean, running_var, save_mean, save_invstd, scale, bias;
     BatchNormParams p;
   };
+  virtual Status batch_norm_finalize(const BatchNormFinalize& finalize);
+  // batch_norm_finalize, then conv2d_forward_fused with the scale and bias it gave: one call, so
+  // that a backend that applies the prologue in a pass of its own may finalize in that pass, one
+  // launch less (the CUDA backend at small batches). sum and sqsum (y's) as for
+  // conv2d_forward_fused.
   virtual Status conv2d_forward_finalize_fused(const BatchNormFinalize& finalize,
                                                const TensorView& x, const TensorView& w,
                                                const TensorView& y, const TensorView& sum,

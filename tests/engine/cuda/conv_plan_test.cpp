@@ -676,9 +676,7 @@ TEST_F(CudaConv, FinalizeInThePrologueMatchesItsTwoCalls) {
         ran = backend.conv2d_forward_finalize_fused(f, ops.x_in.view(), ops.w_in.view(), y.view(),
                                                     ys, ysq, p);
       } else {
-        ran = backend.batch_norm_finalize(f.sum, f.sqsum, count, f.gamma, f.beta, f.running_mean,
-                                          f.running_var, f.save_mean, f.save_invstd, f.scale,
-                                          f.bias, f.p);
+        ran = backend.batch_norm_finalize(f);
         if (ran.is_ok()) {
           ran = backend.conv2d_forward_fused(ops.x_in.view(), f.scale, f.bias, ops.w_in.view(),
                                              y.view(), ys, ysq, p);

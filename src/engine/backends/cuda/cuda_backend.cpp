@@ -1079,19 +1079,12 @@ Status CudaBackend::need_finalize_operands(std::string_view op, const BatchNormF
   return Status::ok();
 }
 
-Status CudaBackend::batch_norm_finalize(const TensorView& sum, const TensorView& sqsum,
-                                        std::int64_t count, const TensorView& gamma,
-                                        const TensorView& beta, const TensorView& running_mean,
-                                        const TensorView& running_var, const TensorView& save_mean,
-                                        const TensorView& save_invstd, const TensorView& scale,
-                                        const TensorView& bias, const BatchNormParams& p) {
-  const BatchNormFinalize f{sum,         sqsum,     count,       gamma, beta, running_mean,
-                            running_var, save_mean, save_invstd, scale, bias, p};
+Status CudaBackend::batch_norm_finalize(const BatchNormFinalize& f) {
   DLPROBE_RETURN_IF_ERROR(need_finalize_operands("batch_norm_finalize", f));
-  const bool prologue = scale.data != nullptr;
-  return launch_batch_norm_finalize(ctx(), sum, sqsum, count, gamma, beta, running_mean,
-                                    running_var, save_mean, save_invstd,
-                                    prologue ? &scale : nullptr, prologue ? &bias : nullptr, p);
+  const bool prologue = f.scale.data != nullptr;
+  return launch_batch_norm_finalize(
+      ctx(), f.sum, f.sqsum, f.count, f.gamma, f.beta, f.running_mean, f.running_var, f.save_mean,
+      f.save_invstd, prologue ? &f.scale : nullptr, prologue ? &f.bias : nullptr, f.p);
 }
 
 Status CudaBackend::batch_norm_finalize_apply(const BatchNormFinalize& f, const TensorView& x,

@@ -201,12 +201,7 @@ class CudaBackend final : public Backend {
   Status conv2d_backward_data_add_relu(const TensorView& dy, const TensorView& w,
                                        const TensorView& add, const TensorView& relu_y,
                                        const TensorView& dx, const Conv2dParams& p) override;
-  Status batch_norm_finalize(const TensorView& sum, const TensorView& sqsum, std::int64_t count,
-                             const TensorView& gamma, const TensorView& beta,
-                             const TensorView& running_mean, const TensorView& running_var,
-                             const TensorView& save_mean, const TensorView& save_invstd,
-                             const TensorView& scale, const TensorView& bias,
-                             const BatchNormParams& p) override;
+  Status batch_norm_finalize(const BatchNormFinalize& finalize) override;
   Status batch_norm_apply_add(const TensorView& x, const TensorView& gamma, const TensorView& beta,
                               const TensorView& save_mean, const TensorView& save_invstd,
                               const TensorView& r, const TensorView& r_gamma,

@@ -547,13 +547,10 @@ class ReferenceBackend final : public HostBackend {
     DLPROBE_RETURN_IF_ERROR(conv2d_backward_data(dy, w, grad.view(), p));
     return relu_backward_add(add, grad.view(), relu_y, dx);
   }
-  Status batch_norm_finalize(const TensorView& sum, const TensorView& sqsum, std::int64_t count,
-                             const TensorView& gamma, const TensorView& beta,
-                             const TensorView& running_mean, const TensorView& running_var,
-                             const TensorView& save_mean, const TensorView& save_invstd,
-                             const TensorView& scale, const TensorView& bias,
-                             const BatchNormParams& p) override {
+  Status batch_norm_finalize(const BatchNormFinalize& f) override {
     constexpr std::string_view op = "batch_norm_finalize";
+    const auto& [sum, sqsum, count, gamma, beta, running_mean, running_var, save_mean, save_invstd,
+                 scale, bias, p] = f;
     DLPROBE_RETURN_IF_ERROR(check_pair(op, "scale", scale, "bias", bias));
     if (count < 2) {
       return invalid_argument(fmt::format("{}: {} values a channel (at least 2)", op, count));
