@@ -141,6 +141,15 @@ Status Backend::batch_norm_apply_add(const TensorView&, const TensorView&, const
   return no_conv_fusion(*this, "batch_norm_apply_add");
 }
 
+Status Backend::batch_norm_finalize_apply_add(const BatchNormFinalize& f, const TensorView& x,
+                                              const BatchNormFinalize& rf, const TensorView& r,
+                                              const TensorView& y) {
+  DLPROBE_RETURN_IF_ERROR(batch_norm_finalize(f));
+  DLPROBE_RETURN_IF_ERROR(batch_norm_finalize(rf));
+  return batch_norm_apply_add(x, f.gamma, f.beta, f.save_mean, f.save_invstd, r, rf.gamma, rf.beta,
+                              rf.save_mean, rf.save_invstd, y);
+}
+
 Status Backend::batch_norm_apply(const TensorView&, const TensorView&, const TensorView&,
                                  const TensorView&, const TensorView&, const TensorView&,
                                  const TensorView&, bool) {

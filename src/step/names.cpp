@@ -89,8 +89,6 @@ std::string_view call_kind_name(CallKind kind) {
       return "conv_backward_weight_fused";
     case CallKind::conv_backward_data_add_relu:
       return "conv_backward_data_add_relu";
-    case CallKind::batch_norm_finalize:
-      return "batch_norm_finalize";
     case CallKind::batch_norm_apply:
       return "batch_norm_apply";
     case CallKind::batch_norm_apply_add:

@@ -127,12 +127,12 @@ void Planner::emit_conv_forward(std::size_t i, Buffer* x, Buffer* y, Buffer* sum
     uses.insert(uses.end(), {sum, sqsum});
     call += "+sums";
   }
-  const auto finalize = applied >= 0 ? finalize_in_conv_.find(static_cast<std::size_t>(applied))
-                                     : finalize_in_conv_.end();
-  if (finalize != finalize_in_conv_.end()) {
+  const auto finalize = applied >= 0 ? pending_finalize_.find(static_cast<std::size_t>(applied))
+                                     : pending_finalize_.end();
+  if (finalize != pending_finalize_.end()) {
     // "<bn>.finalize+<conv>.forward+<bn>[+sums]": the batch norm's finalize in this call.
     PendingFinalize f = std::move(finalize->second);
-    finalize_in_conv_.erase(finalize);
+    pending_finalize_.erase(finalize);
     uses.insert(uses.end(), f.uses.begin(), f.uses.end());
     emit(s_.model.layers()[static_cast<std::size_t>(applied)].name + ".finalize+" + call + suffix,
          CallKind::conv_forward_fused, name, std::move(uses),
@@ -214,7 +214,7 @@ Status Planner::forward_batch_norm(const model::Layer& l, std::size_t i) {
     if (!applied_[i] && !deferred_[i]) {
       DLPROBE_ASSIGN_OR_RETURN(a.y, new_output(last));
     }
-    batch_norm_from_sums(l, i, a);
+    DLPROBE_RETURN_IF_ERROR(batch_norm_from_sums(l, i, a));
     // None where a convolution applies it, or the block output's pass (paired_).
     value_[static_cast<std::size_t>(last.output)] = a.y;
     return Status::ok();
@@ -281,8 +281,8 @@ Status Planner::batch_norm_max_pool_forward(const model::Layer& l, std::size_t i
   return Status::ok();
 }
 
-void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
-                                   const BatchNormForward& a) {
+Status Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
+                                     const BatchNormForward& a) {
   Buffer* sm = s_.transient(a.gamma->view.desc, Category::activations, l.name);
   Buffer* si = s_.transient(a.gamma->view.desc, Category::activations, l.name);
   bn_mean_[i] = sm;
@@ -308,29 +308,46 @@ void Planner::batch_norm_from_sums(const model::Layer& l, std::size_t i,
         sum->view,   sqsum->view, count,    a.gamma->view,       a.beta->view,       a.mean->view,
         a.var->view, sm->view,    si->view, view_or_none(scale), view_or_none(bias), a.p};
   };
-  if (applied_[i]) {
-    // Made by the convolution that applies it, which lists the scale and bias itself.
-    finalize_in_conv_[i] = {std::move(uses), std::move(operands)};
-    return;
+  if (applied_[i] || deferred_[i]) {
+    // Made by the convolution that applies it, which lists the scale and bias itself, or by the
+    // block output's pass that applies it with the batch norm paired with it.
+    pending_finalize_[i] = {std::move(uses), std::move(operands)};
+    return Status::ok();
   }
-  if (!deferred_[i] && paired_[i] < 0) {
-    // "<bn>.finalize+apply[+add]+relu": the finalize in the apply's call.
+  if (paired_[i] >= 0) {
+    // "<bn>.finalize+<shortcut's bn>.finalize+apply+add+relu": both finalizes in the block
+    // output's pass (batch_norm_finalize_apply_add).
+    const auto from = static_cast<std::size_t>(paired_[i]);
+    const auto shortcut = pending_finalize_.find(from);
+    if (shortcut == pending_finalize_.end()) {
+      return {Errc::internal, "step plan: " + s_.model.layers()[from].name +
+                                  " is not finalized before the block output " + l.name};
+    }
+    PendingFinalize r = std::move(shortcut->second);
+    pending_finalize_.erase(shortcut);
     Buffer* x = batch_norm_saved(i).x;
-    uses.insert(uses.end(), {x, a.y});
-    if (a.residual != nullptr) uses.push_back(a.residual);
-    emit(l.name + ".finalize+apply" + fusion_suffix(fusion_[i]), CallKind::batch_norm_apply, l.name,
-         std::move(uses),
-         [&be = be_, operands, x, residual = a.residual, y = a.y,
-          relu = fusion_[i] != Fusion::none] {
-           return be.batch_norm_finalize_apply(operands(), x->view, view_or_none(residual), y->view,
-                                               relu);
+    Buffer* rx = batch_norm_saved(from).x;
+    uses.insert(uses.end(), r.uses.begin(), r.uses.end());
+    uses.insert(uses.end(), {x, rx, a.y});
+    emit(l.name + ".finalize+" + s_.model.layers()[from].name + ".finalize+apply+add+relu",
+         CallKind::batch_norm_apply_add, l.name, std::move(uses),
+         [&be = be_, operands, r_operands = std::move(r.operands), x, rx, y = a.y] {
+           return be.batch_norm_finalize_apply_add(operands(), x->view, r_operands(), rx->view,
+                                                   y->view);
          });
-    return;
+    return Status::ok();
   }
-  emit(l.name + ".finalize", CallKind::batch_norm_finalize, l.name, std::move(uses),
-       [&be = be_, operands] { return be.batch_norm_finalize(operands()); });
-  if (deferred_[i]) return;
-  emit_batch_norm_apply(i, l.name + ".apply" + fusion_suffix(fusion_[i]), a.residual, a.y);
+  // "<bn>.finalize+apply[+add]+relu": the finalize in the apply's call.
+  Buffer* x = batch_norm_saved(i).x;
+  uses.insert(uses.end(), {x, a.y});
+  if (a.residual != nullptr) uses.push_back(a.residual);
+  emit(l.name + ".finalize+apply" + fusion_suffix(fusion_[i]), CallKind::batch_norm_apply, l.name,
+       std::move(uses),
+       [&be = be_, operands, x, residual = a.residual, y = a.y, relu = fusion_[i] != Fusion::none] {
+         return be.batch_norm_finalize_apply(operands(), x->view, view_or_none(residual), y->view,
+                                             relu);
+       });
+  return Status::ok();
 }
 
 Planner::BatchNormSaved Planner::batch_norm_saved(std::size_t i) const {

@@ -176,7 +176,7 @@ void Planner::plan_conv_fusion() {
   bn_sqsum_.assign(n, nullptr);
   bn_scale_.assign(n, nullptr);
   bn_bias_.assign(n, nullptr);
-  finalize_in_conv_.clear();
+  pending_finalize_.clear();
   paired_.assign(n, -1);
   deferred_.assign(n, false);
   if (!s_.config.fuse || !s_.config.fuse_conv || !s_.training() ||
@@ -231,10 +231,10 @@ Status Planner::forward_pass() {
   cast_working_copies();
   const auto& layers = s_.model.layers();
   for (std::size_t i = 0; i < layers.size(); ++i) DLPROBE_RETURN_IF_ERROR(forward(layers[i], i));
-  // Every applied batch norm's finalize went into the convolution that applies it.
-  if (!finalize_in_conv_.empty()) {
+  // Every applied or deferred batch norm's finalize went into the call that applies it.
+  if (!pending_finalize_.empty()) {
     return {Errc::internal,
-            "step plan: " + layers[finalize_in_conv_.begin()->first].name + " was never finalized"};
+            "step plan: " + layers[pending_finalize_.begin()->first].name + " was never finalized"};
   }
 
   // autocast runs cross-entropy in fp32: low-precision logits are cast up first.

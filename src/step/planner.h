@@ -105,9 +105,10 @@ class Planner {
   // Batch norm `i`, its ReLU and the max pool after them in one call (pool_forward_in_bn).
   Status batch_norm_max_pool_forward(const model::Layer& l, std::size_t i,
                                      const BatchNormForward& a);
-  // A batch norm whose statistics the convolution before it summed: the finalize, then the
-  // elementwise pass unless the convolution after it applies the BN (its prologue).
-  void batch_norm_from_sums(const model::Layer& l, std::size_t i, const BatchNormForward& a);
+  // A batch norm whose statistics the convolution before it summed: its finalize in the call
+  // that applies it: the convolution after it (its prologue), the block output's pass with the
+  // batch norm paired with it, or its own elementwise pass.
+  Status batch_norm_from_sums(const model::Layer& l, std::size_t i, const BatchNormForward& a);
   void batch_norm_inference_forward(const model::Layer& l, const BatchNormForward& a);
   Result<Buffer*> forward_conv(const model::Layer& l, std::size_t i);
   Result<Buffer*> forward_add(const model::Layer& l);
@@ -244,14 +245,15 @@ class Planner {
   std::vector<bool> applied_;  // per batch norm: a convolution applies it; its output never stored
   std::vector<Buffer*> bn_sum_, bn_sqsum_;   // per batch norm: the sums, until its finalize
   std::vector<Buffer*> bn_scale_, bn_bias_;  // per applied batch norm: its prologue
-  // Per applied batch norm until the convolution that applies it: its finalize, for that
-  // convolution's call (conv2d_forward_finalize_fused) rather than a call of its own: the buffers
-  // it reads and writes, and its operands as they are when the call runs.
+  // Per applied or deferred batch norm until the call that applies it (the convolution's
+  // conv2d_forward_finalize_fused, the block output's batch_norm_finalize_apply_add): its
+  // finalize, made in that call rather than one of its own: the buffers it reads and writes, and
+  // its operands as they are when the call runs.
   struct PendingFinalize {
     std::vector<Buffer*> uses;
     std::function<Backend::BatchNormFinalize()> operands;
   };
-  std::map<std::size_t, PendingFinalize> finalize_in_conv_;
+  std::map<std::size_t, PendingFinalize> pending_finalize_;
   std::vector<int> pool_from_bn_;  // per max pool: the batch norm its input is recomputed from
   std::vector<int> producer_;      // per value: the layer that writes it (-1 for the images)
   // plan_block_recompute, per value: the batch norm whose output (+add+ReLU) is recomputed, or -1;

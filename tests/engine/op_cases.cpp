@@ -376,6 +376,23 @@ std::vector<Variant> batch_norm_backward(Precision precision, bool fused,
 
 // ---- batch norm around the convolutions ----
 
+// x's per-channel sum and sum of squares, as a convolution's statistics epilogue gives them.
+struct ChannelSums {
+  HostTensor sum;
+  HostTensor sqsum;
+};
+
+ChannelSums sums_of(const HostTensor& x) {
+  const Shape& s = x.desc().shape();
+  ChannelSums out{filled(Shape{s[1]}, 0.0), filled(Shape{s[1]}, 0.0)};
+  for_each_index(s, [&](std::array<std::int64_t, 4> i) {
+    const double e = x.get(x.desc().offset(i[0], i[1], i[2], i[3]));
+    out.sum.set(i[1], out.sum.get(i[1]) + e);
+    out.sqsum.set(i[1], out.sqsum.get(i[1]) + e * e);
+  });
+  return out;
+}
+
 // The finalize from a channel's sum and sum of squares (fp32, as a convolution's epilogue gives
 // them) against the training forward's two-pass statistics of the same values; with the
 // prologue, also scale = gamma * invstd and bias = beta - mean * scale in the activation dtype.
@@ -388,18 +405,9 @@ std::vector<Variant> batch_norm_finalize(Precision precision) {
       Variant v = variant(s.str() + (prologue ? " with prologue" : ""), precision);
       const Shape c{s[1]};
       const HostTensor x = uniform(s, seed += 10, Layout::nchw, 1.0, 3.0);
-      HostTensor sum = filled(c, 0.0);
-      HostTensor sqsum = filled(c, 0.0);
-      for (std::int64_t n = 0; n < s[0]; ++n)
-        for (std::int64_t ch = 0; ch < s[1]; ++ch)
-          for (std::int64_t h = 0; h < s[2]; ++h)
-            for (std::int64_t w = 0; w < s[3]; ++w) {
-              const double e = x.get(x.desc().offset(n, ch, h, w));
-              sum.set(ch, sum.get(ch) + e);
-              sqsum.set(ch, sqsum.get(ch) + e * e);
-            }
-      v.tensors.input("sum", sum, Role::fp32);
-      v.tensors.input("sqsum", sqsum, Role::fp32);
+      ChannelSums xs = sums_of(x);
+      v.tensors.input("sum", std::move(xs.sum), Role::fp32);
+      v.tensors.input("sqsum", std::move(xs.sqsum), Role::fp32);
       batch_norm_parameters(v.tensors, s, seed + 1);
       v.tensors.output("save_mean", c, Layout::nchw, Role::fp32);
       v.tensors.output("save_invstd", c, Layout::nchw, Role::fp32);
@@ -480,16 +488,9 @@ std::vector<Variant> batch_norm_finalize_apply(Precision precision) {
       precision, 4300,
       [](Variant& v, const HostTensor& x, bool relu, bool residual, std::uint64_t seed) {
         const Shape& s = x.desc().shape();
-        const Shape c{s[1]};
-        HostTensor sum = filled(c, 0.0);
-        HostTensor sqsum = filled(c, 0.0);
-        for_each_index(s, [&](std::array<std::int64_t, 4> i) {
-          const double e = x.get(x.desc().offset(i[0], i[1], i[2], i[3]));
-          sum.set(i[1], sum.get(i[1]) + e);
-          sqsum.set(i[1], sqsum.get(i[1]) + e * e);
-        });
-        v.tensors.input("sum", sum, Role::fp32);
-        v.tensors.input("sqsum", sqsum, Role::fp32);
+        ChannelSums xs = sums_of(x);
+        v.tensors.input("sum", std::move(xs.sum), Role::fp32);
+        v.tensors.input("sqsum", std::move(xs.sqsum), Role::fp32);
         batch_norm_parameters(v.tensors, s, seed + 1);
         if (residual) v.tensors.input("residual", uniform(s, seed + 5, x.desc().layout()));
         batch_norm_train_outputs(v, s, x.desc().layout(), s);
@@ -588,6 +589,76 @@ std::vector<Variant> batch_norm_apply_add(Precision precision) {
       v.reference = [y = fwd.y, ry = rfwd.y](const OpTensors&) -> Result<Values> {
         DLPROBE_ASSIGN_OR_RETURN(HostTensor want, add_relu(y, &ry));
         return Values{{"y", std::move(want)}};
+      };
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
+// Both batch norms' finalizes and the block output's pass in one call, from x's and r's sums:
+// y and both statistics against the training forwards'. Offset means (1 +- 2 and -0.5 +- 1.5)
+// for the variance's sake.
+std::vector<Variant> batch_norm_finalize_apply_add(Precision precision) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 4900;
+  for (const Shape& s : kBatchNormShapes) {
+    for (Layout l : kLayouts) {
+      Variant v = variant(label(s, l), precision);
+      const HostTensor& x = v.tensors.input("x", uniform(s, seed += 10, l, -1.0, 3.0));
+      const HostTensor& r = v.tensors.input("r", uniform(s, seed + 1, l, -2.0, 1.0));
+      ChannelSums xs = sums_of(x);
+      ChannelSums rs = sums_of(r);
+      v.tensors.input("sum", std::move(xs.sum), Role::fp32);
+      v.tensors.input("sqsum", std::move(xs.sqsum), Role::fp32);
+      v.tensors.input("r_sum", std::move(rs.sum), Role::fp32);
+      v.tensors.input("r_sqsum", std::move(rs.sqsum), Role::fp32);
+      batch_norm_parameters(v.tensors, s, seed + 2);
+      const Shape c{s[1]};
+      v.tensors.input("r_gamma", uniform(c, seed + 6, Layout::nchw, 0.5, 1.5), Role::fp32);
+      v.tensors.input("r_beta", uniform(c, seed + 7), Role::fp32);
+      v.tensors.input("r_running_mean", uniform(c, seed + 8), Role::fp32);
+      v.tensors.input("r_running_var", uniform(c, seed + 9, Layout::nchw, 0.5, 2.0), Role::fp32);
+      batch_norm_train_outputs(v, s, l, s);
+      v.tensors.output("r_save_mean", c, Layout::nchw, Role::fp32);
+      v.tensors.output("r_save_invstd", c, Layout::nchw, Role::fp32);
+      const Check sums{.terms = per_channel(s)};
+      v.checks.insert(v.checks.end(), {{"r_save_mean", sums},
+                                       {"r_save_invstd", sums},
+                                       {"r_running_mean", sums},
+                                       {"r_running_var", sums}});
+      const auto count = static_cast<std::int64_t>(per_channel(s));
+      v.run = [count](Backend& b, BackendTensors& t) {
+        const Backend::BatchNormFinalize f{t["sum"],         t["sqsum"],     count,
+                                           t["gamma"],       t["beta"],      t["running_mean"],
+                                           t["running_var"], t["save_mean"], t["save_invstd"],
+                                           TensorView{},     TensorView{},   kTrain};
+        const Backend::BatchNormFinalize rf{
+            t["r_sum"],         t["r_sqsum"],     count,
+            t["r_gamma"],       t["r_beta"],      t["r_running_mean"],
+            t["r_running_var"], t["r_save_mean"], t["r_save_invstd"],
+            TensorView{},       TensorView{},     kTrain};
+        return b.batch_norm_finalize_apply_add(f, t["x"], rf, t["r"], t["y"]);
+      };
+      v.reference = [x, r](const OpTensors& t) -> Result<Values> {
+        DLPROBE_ASSIGN_OR_RETURN(
+            reference::BatchNormTrainOutput xf,
+            reference::batch_norm_train_forward<double>(x, t["gamma"], t["beta"], t["running_mean"],
+                                                        t["running_var"], kTrain));
+        DLPROBE_ASSIGN_OR_RETURN(
+            reference::BatchNormTrainOutput rf,
+            reference::batch_norm_train_forward<double>(
+                r, t["r_gamma"], t["r_beta"], t["r_running_mean"], t["r_running_var"], kTrain));
+        DLPROBE_ASSIGN_OR_RETURN(HostTensor y, add_relu(std::move(xf.y), &rf.y));
+        return Values{{"y", std::move(y)},
+                      {"save_mean", std::move(xf.save_mean)},
+                      {"save_invstd", std::move(xf.save_invstd)},
+                      {"running_mean", std::move(xf.running_mean)},
+                      {"running_var", std::move(xf.running_var)},
+                      {"r_save_mean", std::move(rf.save_mean)},
+                      {"r_save_invstd", std::move(rf.save_invstd)},
+                      {"r_running_mean", std::move(rf.running_mean)},
+                      {"r_running_var", std::move(rf.running_var)}};
       };
       out.push_back(std::move(v));
     }
@@ -1530,6 +1601,8 @@ const std::vector<OpCase>& op_cases() {
       {"batch_norm_apply", P::activations, &Offers::fused_conv_batch_norm, batch_norm_apply},
       {"batch_norm_apply_add", P::activations, &Offers::fused_conv_batch_norm,
        batch_norm_apply_add},
+      {"batch_norm_finalize_apply_add", P::activations, &Offers::fused_conv_batch_norm,
+       batch_norm_finalize_apply_add},
       {"batch_norm_train_forward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
        [](Precision p) {
          return batch_norm_train(p, false, false, kGpuSizedBatchNormShapes, kNhwc);

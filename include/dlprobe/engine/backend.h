@@ -229,6 +229,13 @@ class Backend {
                                       const TensorView& r_gamma, const TensorView& r_beta,
                                       const TensorView& r_mean, const TensorView& r_invstd,
                                       const TensorView& y);
+  // batch_norm_finalize of x's batch norm and of r's (neither with scale and bias), then
+  // batch_norm_apply_add with the statistics they saved: one call, so that a backend may
+  // finalize both in the pass, two launches less.
+  virtual Status batch_norm_finalize_apply_add(const BatchNormFinalize& finalize,
+                                               const TensorView& x,
+                                               const BatchNormFinalize& r_finalize,
+                                               const TensorView& r, const TensorView& y);
 
   virtual Status relu_forward(const TensorView& x, const TensorView& y) = 0;
   // From the forward's output y: the gradient passes where y > 0.

@@ -1145,6 +1145,23 @@ Status CudaBackend::batch_norm_apply_add(const TensorView& x, const TensorView& 
                                      {r_gamma, r_beta, r_mean, r_invstd}, y);
 }
 
+Status CudaBackend::batch_norm_finalize_apply_add(const BatchNormFinalize& f, const TensorView& x,
+                                                  const BatchNormFinalize& rf, const TensorView& r,
+                                                  const TensorView& y) {
+  constexpr std::string_view op = "batch_norm_finalize_apply_add";
+  if (x.desc.layout() != Layout::nhwc) {
+    return Backend::batch_norm_finalize_apply_add(f, x, rf, r, y);
+  }
+  for (const BatchNormFinalize* each : {&f, &rf}) {
+    DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, *each));
+    DLPROBE_RETURN_IF_ERROR(need(each->scale.data == nullptr, op, "no prologue's scale and bias"));
+  }
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x, {{"gamma", &f.gamma}, {"r_gamma", &rf.gamma}}));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "r", r, x));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
+  return launch_batch_norm_finalize_apply_add(ctx(), f, x, rf, r, y);
+}
+
 // ---- elementwise, pooling ----
 
 Status CudaBackend::relu_forward(const TensorView& x, const TensorView& y) {

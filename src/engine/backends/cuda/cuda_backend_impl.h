@@ -213,6 +213,9 @@ class CudaBackend final : public Backend {
   Status batch_norm_apply(const TensorView& x, const TensorView& gamma, const TensorView& beta,
                           const TensorView& save_mean, const TensorView& save_invstd,
                           const TensorView& residual, const TensorView& y, bool relu) override;
+  Status batch_norm_finalize_apply_add(const BatchNormFinalize& finalize, const TensorView& x,
+                                       const BatchNormFinalize& r_finalize, const TensorView& r,
+                                       const TensorView& y) override;
 
   // Cached cuDNN execution plans and cuBLASLt algorithms (one per distinct shape key).
   std::size_t conv_plan_count() const { return conv_plans_.size(); }

@@ -154,6 +154,13 @@ struct SavedBatchNorm {
 Status launch_batch_norm_apply_add(const KernelContext& ctx, const TensorView& x,
                                    const SavedBatchNorm& xn, const TensorView& r,
                                    const SavedBatchNorm& rn, const TensorView& y);
+// launch_batch_norm_finalize of both batch norms (no prologue) and launch_batch_norm_apply_add
+// from the statistics they save in one launch (NHWC), as launch_batch_norm_finalize_apply does.
+Status launch_batch_norm_finalize_apply_add(const KernelContext& ctx,
+                                            const Backend::BatchNormFinalize& f,
+                                            const TensorView& x,
+                                            const Backend::BatchNormFinalize& rf,
+                                            const TensorView& r, const TensorView& y);
 // With `relu_beta` (the beta of a fused y = relu(bn(x))), dy is y's gradient and passes where
 // bn(x) > 0, recomputed from x; without it, dy is the BN output's gradient.
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,

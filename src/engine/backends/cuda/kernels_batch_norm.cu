@@ -16,6 +16,7 @@
 
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "cuda_common.cuh"
@@ -477,18 +478,13 @@ __global__ void apply_nhwc(const T* x, const T* residual, T* y, Nhwc g, Channels
   });
 }
 
-// apply_nhwc with the statistics from the sums (finalize_sums without the prologue): each block
-// makes its tile's tx * P channels' mean, scale and beta in shared memory (3 floats a channel),
-// and the blocks of the first row (blockIdx.y 0, each channel once) store what finalize_sums
-// stores. One launch where the two took two.
-template <class T, int P, bool kResidual, bool kRelu>
-__global__ void finalize_apply_nhwc(const T* x, const T* residual, T* y, Nhwc g, SumsIn in,
-                                    StatsOut out) {
-  extern __shared__ float tile_channels[];
-  const int width = g.tx * P;
-  float* const tile_mean = tile_channels;
-  float* const tile_scale = tile_channels + width;
-  float* const tile_beta = tile_channels + 2 * width;
+// The statistics of the tile of channels a block of an NHWC pass takes (tx * P of them, from
+// blockIdx.x * tx * P), made from the sums with finalize_sums' code (without the prologue) into
+// shared memory: each channel's mean, scale (invstd * gamma) and beta, `width` floats apart from
+// `values`. The blocks of the first row (blockIdx.y 0, each channel once) also store what
+// finalize_sums stores. The caller waits (__syncthreads) before it reads them.
+__device__ __forceinline__ void finalize_tile(const Nhwc& g, int width, const SumsIn& in,
+                                              const StatsOut& out, float* values) {
   const int first = static_cast<int>(blockIdx.x) * width;
   for (int j = static_cast<int>(threadIdx.x); j < width && first + j < g.channels;
        j += static_cast<int>(blockDim.x)) {
@@ -497,23 +493,40 @@ __global__ void finalize_apply_nhwc(const T* x, const T* residual, T* y, Nhwc g,
     const float beta = in.beta[c];
     const Welford acc = from_sums(in, c);
     const float invstd = blockIdx.y == 0 ? out.finish(c, acc) : out.invstd_of(acc);
-    tile_mean[j] = acc.mean;
-    tile_scale[j] = invstd * gamma;
-    tile_beta[j] = beta;
+    values[j] = acc.mean;
+    values[width + j] = invstd * gamma;
+    values[2 * width + j] = beta;
   }
-  __syncthreads();
-  const NhwcLane lane = nhwc_lane(g);
-  if (lane.pack >= g.packs) return;
-  float mean[P], scale[P], beta[P];
+}
+
+// This thread's P channels of a tile finalize_tile made: v[0] the means, v[1] the scales, v[2]
+// the betas.
+template <int P>
+__device__ __forceinline__ void tile_channel_values(const Nhwc& g, int width, const NhwcLane& lane,
+                                                    const float* values, float (&v)[3][P]) {
 #pragma unroll
   for (int k = 0; k < P; ++k) {
     const int j = (lane.pack - static_cast<int>(blockIdx.x) * g.tx) * P + k;
-    mean[k] = tile_mean[j];
-    scale[k] = tile_scale[j];
-    beta[k] = tile_beta[j];
+#pragma unroll
+    for (int q = 0; q < 3; ++q) v[q][k] = values[q * width + j];
   }
+}
+
+// apply_nhwc with the statistics from the sums (finalize_tile): one launch where the finalize
+// and the apply took two.
+template <class T, int P, bool kResidual, bool kRelu>
+__global__ void finalize_apply_nhwc(const T* x, const T* residual, T* y, Nhwc g, SumsIn in,
+                                    StatsOut out) {
+  extern __shared__ float tile_channels[];
+  const int width = g.tx * P;
+  finalize_tile(g, width, in, out, tile_channels);
+  __syncthreads();
+  const NhwcLane lane = nhwc_lane(g);
+  if (lane.pack >= g.packs) return;
+  float v[3][P];
+  tile_channel_values<P>(g, width, lane, tile_channels, v);
   for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) {
-    apply_pack<kResidual, kRelu, P>(x, residual, y, at, mean, scale, beta);
+    apply_pack<kResidual, kRelu, P>(x, residual, y, at, v[0], v[1], v[2]);
   });
 }
 
@@ -561,6 +574,26 @@ __global__ void apply_add_nhwc(const T* x, const T* r, T* y, Nhwc g, Channels ch
     rs[1][k] = rch.inv(c) * rch.gamma[c];
     rs[2][k] = rch.beta[c];
   }
+  for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) { apply_add_pack<P>(x, r, y, at, xs, rs); });
+}
+
+// apply_add_nhwc with both batch norms' statistics from their sums (finalize_tile each): one
+// launch where their two finalizes and the apply took three.
+template <class T, int P>
+__global__ void finalize_apply_add_nhwc(const T* x, const T* r, T* y, Nhwc g, SumsIn in,
+                                        StatsOut out, SumsIn rin, StatsOut rout) {
+  extern __shared__ float tile_channels[];
+  const int width = g.tx * P;
+  float* const r_values = tile_channels + 3 * width;
+  finalize_tile(g, width, in, out, tile_channels);
+  finalize_tile(g, width, rin, rout, r_values);
+  __syncthreads();
+  const NhwcLane lane = nhwc_lane(g);
+  if (lane.pack >= g.packs) return;
+  float xs[3][P];
+  float rs[3][P];
+  tile_channel_values<P>(g, width, lane, tile_channels, xs);
+  tile_channel_values<P>(g, width, lane, r_values, rs);
   for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) { apply_add_pack<P>(x, r, y, at, xs, rs); });
 }
 
@@ -1125,20 +1158,22 @@ Nchw nchw_of(const TensorDesc& d) {
   return {d.dim(0), static_cast<int>(d.dim(1)), d.dim(2) * d.dim(3)};
 }
 
-// Blocks of `kernel` an SM runs at once, as its registers and shared memory allow. Asked once
-// per kernel and device: every launch of the batch norm passes sizes its grid by it, and eager
-// steps launch hundreds of them.
+// Blocks of `kernel` an SM runs at once, as its registers and shared memory (`shared` bytes of
+// dynamic shared memory a block) allow. Asked once per kernel, shared size and device: every
+// launch of the batch norm passes sizes its grid by it, and eager steps launch hundreds of them.
 template <class... Params>
-Result<int> blocks_per_sm(void (*kernel)(Params...)) {
+Result<int> blocks_per_sm(void (*kernel)(Params...), std::size_t shared = 0) {
   static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, int> known;
+  static std::map<std::tuple<const void*, std::size_t, int>, int> known;
   int device = 0;
   DLPROBE_CUDA_CHECK(cudaGetDevice(&device));
-  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), device};
+  const std::tuple<const void*, std::size_t, int> key{reinterpret_cast<const void*>(kernel), shared,
+                                                      device};
   const std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = known.find(key); it != known.end()) return it->second;
   int per_sm = 0;
-  DLPROBE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
+  DLPROBE_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, shared));
   known.emplace(key, per_sm);
   return per_sm;
 }
@@ -1510,7 +1545,7 @@ Status launch_batch_norm_finalize_apply(const KernelContext& ctx,
         const std::size_t shared = 3 * static_cast<std::size_t>(g.tx) * P * sizeof(float);
         return with_epilogue(epi, [&]<bool kResidual, bool kRelu>() -> Status {
           auto* kernel = finalize_apply_nhwc<T, P, kResidual, kRelu>;
-          DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel));
+          DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel, shared));
           kernel<<<nhwc_grid(ctx, x.desc, P, per_sm), kBlock, shared, ctx.stream>>>(xp, rp, yp, g,
                                                                                     in, out);
           DLPROBE_CUDA_CHECK_LAUNCH();
@@ -1555,6 +1590,35 @@ Status launch_batch_norm_apply_add(const KernelContext& ctx, const TensorView& x
         DLPROBE_CUDA_CHECK_LAUNCH();
         return Status::ok();
       });
+}
+
+Status launch_batch_norm_finalize_apply_add(const KernelContext& ctx,
+                                            const Backend::BatchNormFinalize& f,
+                                            const TensorView& x,
+                                            const Backend::BatchNormFinalize& rf,
+                                            const TensorView& r, const TensorView& y) {
+  const SumsIn in = sums_in(f.sum, f.sqsum, f.gamma, f.beta, f.count);
+  const StatsOut out = stats_out(f.p, f.running_mean, f.running_var, f.save_mean, f.save_invstd);
+  const SumsIn rin = sums_in(rf.sum, rf.sqsum, rf.gamma, rf.beta, rf.count);
+  const StatsOut rout =
+      stats_out(rf.p, rf.running_mean, rf.running_var, rf.save_mean, rf.save_invstd);
+  return dispatch("batch_norm_finalize_apply_add", x.desc, {x.data, r.data, y.data},
+                  [&]<class T, int P>() -> Status {
+                    if (x.desc.layout() != Layout::nhwc) {
+                      return error(Errc::unsupported, "batch_norm_finalize_apply_add: NHWC only");
+                    }
+                    const Nhwc g = nhwc_of(x.desc, P);
+                    // Both batch norms' mean, scale and beta for the block's tile of channels.
+                    const std::size_t shared =
+                        6 * static_cast<std::size_t>(g.tx) * P * sizeof(float);
+                    auto* kernel = finalize_apply_add_nhwc<T, P>;
+                    DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel, shared));
+                    kernel<<<nhwc_grid(ctx, x.desc, P, per_sm), kBlock, shared, ctx.stream>>>(
+                        static_cast<const T*>(x.data), static_cast<const T*>(r.data),
+                        static_cast<T*>(y.data), g, in, out, rin, rout);
+                    DLPROBE_CUDA_CHECK_LAUNCH();
+                    return Status::ok();
+                  });
 }
 
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,
