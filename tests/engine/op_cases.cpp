@@ -553,117 +553,124 @@ std::vector<Variant> batch_norm_apply(Precision precision) {
       });
 }
 
-// A block output whose shortcut is another batch norm's output: relu(bn(x) + bn(r)), each with the
-// statistics its own forward saves.
-std::vector<Variant> batch_norm_apply_add(Precision precision) {
+// A block output's two batch-norm inputs over every batch-norm shape and layout: make(v, x, r,
+// seed) fills a variant named for its shape and layout, which holds x (mean 1) and r (mean -0.5).
+template <class Make>
+std::vector<Variant> apply_add_cases(Precision precision, std::uint64_t seed, Make&& make) {
   std::vector<Variant> out;
-  std::uint64_t seed = 4700;
   for (const Shape& s : kBatchNormShapes) {
     for (Layout l : kLayouts) {
       Variant v = variant(label(s, l), precision);
       const HostTensor& x = v.tensors.input("x", uniform(s, seed += 10, l, -1.0, 3.0));
       const HostTensor& r = v.tensors.input("r", uniform(s, seed + 1, l, -2.0, 1.0));
-      batch_norm_parameters(v.tensors, s, seed + 2);
-      const Shape c{s[1]};
-      v.tensors.input("r_gamma", uniform(c, seed + 6, Layout::nchw, 0.5, 1.5), Role::fp32);
-      v.tensors.input("r_beta", uniform(c, seed + 7), Role::fp32);
-      const auto fwd = reference::batch_norm_train_forward<double>(
-                           x, v.tensors["gamma"], v.tensors["beta"], v.tensors["running_mean"],
-                           v.tensors["running_var"], kTrain)
-                           .value();
-      const auto rfwd = reference::batch_norm_train_forward<double>(
-                            r, v.tensors["r_gamma"], v.tensors["r_beta"], v.tensors["running_mean"],
-                            v.tensors["running_var"], kTrain)
-                            .value();
-      v.tensors.input("save_mean", fwd.save_mean, Role::fp32);
-      v.tensors.input("save_invstd", fwd.save_invstd, Role::fp32);
-      v.tensors.input("r_mean", rfwd.save_mean, Role::fp32);
-      v.tensors.input("r_invstd", rfwd.save_invstd, Role::fp32);
-      v.tensors.output("y", s, l);
-      v.checks = {{"y", {}}};
-      v.run = [](Backend& b, BackendTensors& t) {
-        return b.batch_norm_apply_add(t["x"], t["gamma"], t["beta"], t["save_mean"],
-                                      t["save_invstd"], t["r"], t["r_gamma"], t["r_beta"],
-                                      t["r_mean"], t["r_invstd"], t["y"]);
-      };
-      v.reference = [y = fwd.y, ry = rfwd.y](const OpTensors&) -> Result<Values> {
-        DLPROBE_ASSIGN_OR_RETURN(HostTensor want, add_relu(y, &ry));
-        return Values{{"y", std::move(want)}};
-      };
+      make(v, x, r, seed);
       out.push_back(std::move(v));
     }
   }
   return out;
 }
 
+// A block output whose shortcut is another batch norm's output: relu(bn(x) + bn(r)), each with the
+// statistics its own forward saves.
+std::vector<Variant> batch_norm_apply_add(Precision precision) {
+  return apply_add_cases(
+      precision, 4700,
+      [](Variant& v, const HostTensor& x, const HostTensor& r, std::uint64_t seed) {
+        const Shape& s = x.desc().shape();
+        const Layout l = x.desc().layout();
+        batch_norm_parameters(v.tensors, s, seed + 2);
+        const Shape c{s[1]};
+        v.tensors.input("r_gamma", uniform(c, seed + 6, Layout::nchw, 0.5, 1.5), Role::fp32);
+        v.tensors.input("r_beta", uniform(c, seed + 7), Role::fp32);
+        const auto fwd = reference::batch_norm_train_forward<double>(
+                             x, v.tensors["gamma"], v.tensors["beta"], v.tensors["running_mean"],
+                             v.tensors["running_var"], kTrain)
+                             .value();
+        const auto rfwd = reference::batch_norm_train_forward<double>(
+                              r, v.tensors["r_gamma"], v.tensors["r_beta"],
+                              v.tensors["running_mean"], v.tensors["running_var"], kTrain)
+                              .value();
+        v.tensors.input("save_mean", fwd.save_mean, Role::fp32);
+        v.tensors.input("save_invstd", fwd.save_invstd, Role::fp32);
+        v.tensors.input("r_mean", rfwd.save_mean, Role::fp32);
+        v.tensors.input("r_invstd", rfwd.save_invstd, Role::fp32);
+        v.tensors.output("y", s, l);
+        v.checks = {{"y", {}}};
+        v.run = [](Backend& b, BackendTensors& t) {
+          return b.batch_norm_apply_add(t["x"], t["gamma"], t["beta"], t["save_mean"],
+                                        t["save_invstd"], t["r"], t["r_gamma"], t["r_beta"],
+                                        t["r_mean"], t["r_invstd"], t["y"]);
+        };
+        v.reference = [y = fwd.y, ry = rfwd.y](const OpTensors&) -> Result<Values> {
+          DLPROBE_ASSIGN_OR_RETURN(HostTensor want, add_relu(y, &ry));
+          return Values{{"y", std::move(want)}};
+        };
+      });
+}
+
 // Both batch norms' finalizes and the block output's pass in one call, from x's and r's sums:
 // y and both statistics against the training forwards'. Offset means (1 +- 2 and -0.5 +- 1.5)
 // for the variance's sake.
 std::vector<Variant> batch_norm_finalize_apply_add(Precision precision) {
-  std::vector<Variant> out;
-  std::uint64_t seed = 4900;
-  for (const Shape& s : kBatchNormShapes) {
-    for (Layout l : kLayouts) {
-      Variant v = variant(label(s, l), precision);
-      const HostTensor& x = v.tensors.input("x", uniform(s, seed += 10, l, -1.0, 3.0));
-      const HostTensor& r = v.tensors.input("r", uniform(s, seed + 1, l, -2.0, 1.0));
-      ChannelSums xs = sums_of(x);
-      ChannelSums rs = sums_of(r);
-      v.tensors.input("sum", std::move(xs.sum), Role::fp32);
-      v.tensors.input("sqsum", std::move(xs.sqsum), Role::fp32);
-      v.tensors.input("r_sum", std::move(rs.sum), Role::fp32);
-      v.tensors.input("r_sqsum", std::move(rs.sqsum), Role::fp32);
-      batch_norm_parameters(v.tensors, s, seed + 2);
-      const Shape c{s[1]};
-      v.tensors.input("r_gamma", uniform(c, seed + 6, Layout::nchw, 0.5, 1.5), Role::fp32);
-      v.tensors.input("r_beta", uniform(c, seed + 7), Role::fp32);
-      v.tensors.input("r_running_mean", uniform(c, seed + 8), Role::fp32);
-      v.tensors.input("r_running_var", uniform(c, seed + 9, Layout::nchw, 0.5, 2.0), Role::fp32);
-      batch_norm_train_outputs(v, s, l, s);
-      v.tensors.output("r_save_mean", c, Layout::nchw, Role::fp32);
-      v.tensors.output("r_save_invstd", c, Layout::nchw, Role::fp32);
-      const Check sums{.terms = per_channel(s)};
-      v.checks.insert(v.checks.end(), {{"r_save_mean", sums},
-                                       {"r_save_invstd", sums},
-                                       {"r_running_mean", sums},
-                                       {"r_running_var", sums}});
-      const auto count = static_cast<std::int64_t>(per_channel(s));
-      v.run = [count](Backend& b, BackendTensors& t) {
-        const Backend::BatchNormFinalize f{t["sum"],         t["sqsum"],     count,
-                                           t["gamma"],       t["beta"],      t["running_mean"],
-                                           t["running_var"], t["save_mean"], t["save_invstd"],
-                                           TensorView{},     TensorView{},   kTrain};
-        const Backend::BatchNormFinalize rf{
-            t["r_sum"],         t["r_sqsum"],     count,
-            t["r_gamma"],       t["r_beta"],      t["r_running_mean"],
-            t["r_running_var"], t["r_save_mean"], t["r_save_invstd"],
-            TensorView{},       TensorView{},     kTrain};
-        return b.batch_norm_finalize_apply_add(f, t["x"], rf, t["r"], t["y"]);
-      };
-      v.reference = [x, r](const OpTensors& t) -> Result<Values> {
-        DLPROBE_ASSIGN_OR_RETURN(
-            reference::BatchNormTrainOutput xf,
-            reference::batch_norm_train_forward<double>(x, t["gamma"], t["beta"], t["running_mean"],
-                                                        t["running_var"], kTrain));
-        DLPROBE_ASSIGN_OR_RETURN(
-            reference::BatchNormTrainOutput rf,
-            reference::batch_norm_train_forward<double>(
-                r, t["r_gamma"], t["r_beta"], t["r_running_mean"], t["r_running_var"], kTrain));
-        DLPROBE_ASSIGN_OR_RETURN(HostTensor y, add_relu(std::move(xf.y), &rf.y));
-        return Values{{"y", std::move(y)},
-                      {"save_mean", std::move(xf.save_mean)},
-                      {"save_invstd", std::move(xf.save_invstd)},
-                      {"running_mean", std::move(xf.running_mean)},
-                      {"running_var", std::move(xf.running_var)},
-                      {"r_save_mean", std::move(rf.save_mean)},
-                      {"r_save_invstd", std::move(rf.save_invstd)},
-                      {"r_running_mean", std::move(rf.running_mean)},
-                      {"r_running_var", std::move(rf.running_var)}};
-      };
-      out.push_back(std::move(v));
-    }
-  }
-  return out;
+  return apply_add_cases(
+      precision, 4900,
+      [](Variant& v, const HostTensor& x, const HostTensor& r, std::uint64_t seed) {
+        const Shape& s = x.desc().shape();
+        const Layout l = x.desc().layout();
+        ChannelSums xs = sums_of(x);
+        ChannelSums rs = sums_of(r);
+        v.tensors.input("sum", std::move(xs.sum), Role::fp32);
+        v.tensors.input("sqsum", std::move(xs.sqsum), Role::fp32);
+        v.tensors.input("r_sum", std::move(rs.sum), Role::fp32);
+        v.tensors.input("r_sqsum", std::move(rs.sqsum), Role::fp32);
+        batch_norm_parameters(v.tensors, s, seed + 2);
+        const Shape c{s[1]};
+        v.tensors.input("r_gamma", uniform(c, seed + 6, Layout::nchw, 0.5, 1.5), Role::fp32);
+        v.tensors.input("r_beta", uniform(c, seed + 7), Role::fp32);
+        v.tensors.input("r_running_mean", uniform(c, seed + 8), Role::fp32);
+        v.tensors.input("r_running_var", uniform(c, seed + 9, Layout::nchw, 0.5, 2.0), Role::fp32);
+        batch_norm_train_outputs(v, s, l, s);
+        v.tensors.output("r_save_mean", c, Layout::nchw, Role::fp32);
+        v.tensors.output("r_save_invstd", c, Layout::nchw, Role::fp32);
+        const Check sums{.terms = per_channel(s)};
+        v.checks.insert(v.checks.end(), {{"r_save_mean", sums},
+                                         {"r_save_invstd", sums},
+                                         {"r_running_mean", sums},
+                                         {"r_running_var", sums}});
+        const auto count = static_cast<std::int64_t>(per_channel(s));
+        v.run = [count](Backend& b, BackendTensors& t) {
+          const Backend::BatchNormFinalize f{t["sum"],         t["sqsum"],     count,
+                                             t["gamma"],       t["beta"],      t["running_mean"],
+                                             t["running_var"], t["save_mean"], t["save_invstd"],
+                                             TensorView{},     TensorView{},   kTrain};
+          const Backend::BatchNormFinalize rf{
+              t["r_sum"],         t["r_sqsum"],     count,
+              t["r_gamma"],       t["r_beta"],      t["r_running_mean"],
+              t["r_running_var"], t["r_save_mean"], t["r_save_invstd"],
+              TensorView{},       TensorView{},     kTrain};
+          return b.batch_norm_finalize_apply_add(f, t["x"], rf, t["r"], t["y"]);
+        };
+        v.reference = [x, r](const OpTensors& t) -> Result<Values> {
+          DLPROBE_ASSIGN_OR_RETURN(
+              reference::BatchNormTrainOutput xf,
+              reference::batch_norm_train_forward<double>(
+                  x, t["gamma"], t["beta"], t["running_mean"], t["running_var"], kTrain));
+          DLPROBE_ASSIGN_OR_RETURN(
+              reference::BatchNormTrainOutput rf,
+              reference::batch_norm_train_forward<double>(
+                  r, t["r_gamma"], t["r_beta"], t["r_running_mean"], t["r_running_var"], kTrain));
+          DLPROBE_ASSIGN_OR_RETURN(HostTensor y, add_relu(std::move(xf.y), &rf.y));
+          return Values{{"y", std::move(y)},
+                        {"save_mean", std::move(xf.save_mean)},
+                        {"save_invstd", std::move(xf.save_invstd)},
+                        {"running_mean", std::move(xf.running_mean)},
+                        {"running_var", std::move(xf.running_var)},
+                        {"r_save_mean", std::move(rf.save_mean)},
+                        {"r_save_invstd", std::move(rf.save_invstd)},
+                        {"r_running_mean", std::move(rf.running_mean)},
+                        {"r_running_var", std::move(rf.running_var)}};
+        };
+      });
 }
 
 // ---- elementwise ----
