@@ -716,6 +716,17 @@ TEST_F(CudaConv, FinalizeInThePrologueMatchesItsTwoCalls) {
     for (const char* name : {"y", "save_mean", "running_mean", "bias"}) {
       EXPECT_TRUE(apart.contains(name)) << name << " did not move with the mean";
     }
+    // Sums over another count than x's values a channel are refused, not finalized.
+    const BackendTensor any = backend_output(env(), desc(ch, DType::fp32));
+    const BackendTensor any_scale = backend_output(env(), desc(ch, pt));
+    const Backend::BatchNormFinalize wrong{
+        any.view(), any.view(), count + 1,  any.view(),       any.view(),       any.view(),
+        any.view(), any.view(), any.view(), any_scale.view(), any_scale.view(), {}};
+    BackendTensor y = backend_output(env(), ops.y_desc);
+    const Status refused = backend.conv2d_forward_finalize_fused(
+        wrong, ops.x_in.view(), ops.w_in.view(), y.view(), {}, {}, p);
+    EXPECT_FALSE(refused.is_ok());
+    EXPECT_NE(refused.message().find("values a channel"), std::string::npos) << refused.message();
   }
 }
 

@@ -622,7 +622,7 @@ Status CudaBackend::conv2d_forward_finalize_fused(const BatchNormFinalize& f, co
       x.desc.dim(1) > kMaxPassChannels) {
     return Backend::conv2d_forward_finalize_fused(f, x, w, y, sum, sqsum, p);
   }
-  DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, f));
+  DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, f, x));
   DLPROBE_RETURN_IF_ERROR(need_fused_operands(op, x, w, y));
   const DType pt = conv_prologue_dtype(x.desc.dtype());
   DLPROBE_RETURN_IF_ERROR(
@@ -1079,12 +1079,19 @@ Status CudaBackend::need_finalize_operands(std::string_view op, const BatchNormF
   return Status::ok();
 }
 
+Status CudaBackend::need_finalize_operands(std::string_view op, const BatchNormFinalize& f,
+                                           const TensorView& x) {
+  DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, f));
+  const std::int64_t per_channel =
+      x.desc.rank() == 4 ? x.desc.dim(0) * x.desc.dim(2) * x.desc.dim(3) : -1;
+  return need(f.count == per_channel, op,
+              fmt::format("the sums are over {} values a channel; x {} has {}", f.count,
+                          x.desc.str(), per_channel));
+}
+
 Status CudaBackend::batch_norm_finalize(const BatchNormFinalize& f) {
   DLPROBE_RETURN_IF_ERROR(need_finalize_operands("batch_norm_finalize", f));
-  const bool prologue = f.scale.data != nullptr;
-  return launch_batch_norm_finalize(
-      ctx(), f.sum, f.sqsum, f.count, f.gamma, f.beta, f.running_mean, f.running_var, f.save_mean,
-      f.save_invstd, prologue ? &f.scale : nullptr, prologue ? &f.bias : nullptr, f.p);
+  return launch_batch_norm_finalize(ctx(), f);
 }
 
 Status CudaBackend::batch_norm_finalize_apply(const BatchNormFinalize& f, const TensorView& x,
@@ -1094,7 +1101,7 @@ Status CudaBackend::batch_norm_finalize_apply(const BatchNormFinalize& f, const 
   if (x.desc.layout() != Layout::nhwc) {
     return Backend::batch_norm_finalize_apply(f, x, residual, y, relu);
   }
-  DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, f));
+  DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, f, x));
   DLPROBE_RETURN_IF_ERROR(need(f.scale.data == nullptr, op, "no prologue's scale and bias"));
   DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x, {{"gamma", &f.gamma}}));
   DLPROBE_RETURN_IF_ERROR(need_like(op, "y", y, x));
@@ -1152,8 +1159,8 @@ Status CudaBackend::batch_norm_finalize_apply_add(const BatchNormFinalize& f, co
   if (x.desc.layout() != Layout::nhwc) {
     return Backend::batch_norm_finalize_apply_add(f, x, rf, r, y);
   }
-  for (const BatchNormFinalize* each : {&f, &rf}) {
-    DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, *each));
+  for (const auto& [each, of] : {std::pair{&f, &x}, std::pair{&rf, &r}}) {
+    DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, *each, *of));
     DLPROBE_RETURN_IF_ERROR(need(each->scale.data == nullptr, op, "no prologue's scale and bias"));
   }
   DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x, {{"gamma", &f.gamma}, {"r_gamma", &rf.gamma}}));

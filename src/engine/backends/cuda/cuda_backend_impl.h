@@ -278,8 +278,11 @@ class CudaBackend final : public Backend {
   bool prologue_by_pass(const TensorView& x) const {
     return options_.conv_prologue_pass || x.desc.dim(0) <= options_.conv_prologue_pass_up_to_batch;
   }
-  // The checks batch_norm_finalize's operands pass.
+  // The checks batch_norm_finalize's operands pass; with x, the tensor whose sums they are
+  // (a combined call's input), also its count of values a channel.
   static Status need_finalize_operands(std::string_view op, const BatchNormFinalize& f);
+  static Status need_finalize_operands(std::string_view op, const BatchNormFinalize& f,
+                                       const TensorView& x);
   // The stem's images are padded to this many channels (see needs_channel_pad).
   static constexpr std::int64_t kPaddedChannels = 4;
   bool needs_channel_pad(const TensorView& x, const TensorView& w, const Conv2dParams& p) const;

@@ -115,16 +115,10 @@ Status launch_batch_norm_inference_forward(const KernelContext& ctx, const Tenso
                                            const TensorView& running_mean,
                                            const TensorView& running_var, const TensorView& y,
                                            const BatchNormParams& p, const BatchNormEpilogue& epi);
-// The statistics from a convolution's per-channel sums over `count` values, and where `scale`
-// and `bias` are given, the next convolution's prologue in their dtype (Backend::
+// The statistics from a convolution's per-channel sums over `count` values, and where f's scale
+// and bias have data, the next convolution's prologue in their dtype (Backend::
 // batch_norm_finalize).
-Status launch_batch_norm_finalize(const KernelContext& ctx, const TensorView& sum,
-                                  const TensorView& sqsum, std::int64_t count,
-                                  const TensorView& gamma, const TensorView& beta,
-                                  const TensorView& running_mean, const TensorView& running_var,
-                                  const TensorView& save_mean, const TensorView& save_invstd,
-                                  const TensorView* scale, const TensorView* bias,
-                                  const BatchNormParams& p);
+Status launch_batch_norm_finalize(const KernelContext& ctx, const Backend::BatchNormFinalize& f);
 // launch_batch_norm_finalize (with the prologue's scale and bias) and launch_scale_bias_relu
 // from them in one launch: every block makes all channels' scale and bias from the sums, its
 // first block stores what the finalize would. NHWC x and y; the outputs are those of the two

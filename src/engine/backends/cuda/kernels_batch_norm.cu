@@ -1372,11 +1372,14 @@ StatsOut stats_out(const BatchNormParams& p, const TensorView& running_mean,
           f32_out(save_invstd),      f32_out(running_mean),          f32_out(running_var)};
 }
 
-// What a finalize reads (SumsIn), from the op's arguments.
-SumsIn sums_in(const TensorView& sum, const TensorView& sqsum, const TensorView& gamma,
-               const TensorView& beta, std::int64_t count) {
-  const auto n = static_cast<double>(count);
-  return {f32(sum), f32(sqsum), f32(gamma), f32(beta), n, 1.0 / n};
+// What a finalize reads (SumsIn) and where its statistics go (StatsOut).
+SumsIn sums_in(const Backend::BatchNormFinalize& f) {
+  const auto n = static_cast<double>(f.count);
+  return {f32(f.sum), f32(f.sqsum), f32(f.gamma), f32(f.beta), n, 1.0 / n};
+}
+
+StatsOut stats_out(const Backend::BatchNormFinalize& f) {
+  return stats_out(f.p, f.running_mean, f.running_var, f.save_mean, f.save_invstd);
 }
 
 const void* residual_data(const BatchNormEpilogue& epi) {
@@ -1467,22 +1470,15 @@ Status launch_batch_norm_inference_forward(const KernelContext& ctx, const Tenso
                   });
 }
 
-Status launch_batch_norm_finalize(const KernelContext& ctx, const TensorView& sum,
-                                  const TensorView& sqsum, std::int64_t count,
-                                  const TensorView& gamma, const TensorView& beta,
-                                  const TensorView& running_mean, const TensorView& running_var,
-                                  const TensorView& save_mean, const TensorView& save_invstd,
-                                  const TensorView* scale, const TensorView* bias,
-                                  const BatchNormParams& p) {
-  const auto channels = static_cast<int>(gamma.desc.numel());
-  const StatsOut out = stats_out(p, running_mean, running_var, save_mean, save_invstd);
+Status launch_batch_norm_finalize(const KernelContext& ctx, const Backend::BatchNormFinalize& f) {
+  const auto channels = static_cast<int>(f.gamma.desc.numel());
   const dim3 grid(static_cast<unsigned>((channels + kBlock - 1) / kBlock));
-  const DType t = scale != nullptr ? scale->desc.dtype() : DType::fp32;
+  const bool prologue = f.scale.data != nullptr;
+  const DType t = prologue ? f.scale.desc.dtype() : DType::fp32;
   return dispatch_floating(t, [&]<class T>(TypeTag<T>) -> Status {
-    finalize_sums<T>
-        <<<grid, kBlock, 0, ctx.stream>>>(sums_in(sum, sqsum, gamma, beta, count), channels, out,
-                                          scale != nullptr ? static_cast<T*>(scale->data) : nullptr,
-                                          bias != nullptr ? static_cast<T*>(bias->data) : nullptr);
+    finalize_sums<T><<<grid, kBlock, 0, ctx.stream>>>(
+        sums_in(f), channels, stats_out(f), prologue ? static_cast<T*>(f.scale.data) : nullptr,
+        prologue ? static_cast<T*>(f.bias.data) : nullptr);
     DLPROBE_CUDA_CHECK_LAUNCH();
     return Status::ok();
   });
@@ -1497,8 +1493,8 @@ Status launch_finalize_scale_bias_relu(const KernelContext& ctx,
                  "finalize_scale_bias_relu: NHWC x, scale and bias of one dtype");
   }
   const auto channels = static_cast<int>(d.dim(1));
-  const StatsOut out = stats_out(f.p, f.running_mean, f.running_var, f.save_mean, f.save_invstd);
-  const SumsIn in = sums_in(f.sum, f.sqsum, f.gamma, f.beta, f.count);
+  const StatsOut out = stats_out(f);
+  const SumsIn in = sums_in(f);
   const std::size_t shared = 2 * static_cast<std::size_t>(channels) * sizeof(float);
   return dispatch_floating(d.dtype(), [&]<class T>(TypeTag<T>) -> Status {
     return dispatch_floating(f.scale.desc.dtype(), [&]<class S>(TypeTag<S>) -> Status {
@@ -1529,8 +1525,8 @@ Status launch_finalize_scale_bias_relu(const KernelContext& ctx,
 Status launch_batch_norm_finalize_apply(const KernelContext& ctx,
                                         const Backend::BatchNormFinalize& f, const TensorView& x,
                                         const TensorView& y, const BatchNormEpilogue& epi) {
-  const SumsIn in = sums_in(f.sum, f.sqsum, f.gamma, f.beta, f.count);
-  const StatsOut out = stats_out(f.p, f.running_mean, f.running_var, f.save_mean, f.save_invstd);
+  const SumsIn in = sums_in(f);
+  const StatsOut out = stats_out(f);
   return dispatch(
       "batch_norm_finalize_apply", x.desc, {x.data, y.data, residual_data(epi)},
       [&]<class T, int P>() -> Status {
@@ -1597,20 +1593,22 @@ Status launch_batch_norm_finalize_apply_add(const KernelContext& ctx,
                                             const TensorView& x,
                                             const Backend::BatchNormFinalize& rf,
                                             const TensorView& r, const TensorView& y) {
-  const SumsIn in = sums_in(f.sum, f.sqsum, f.gamma, f.beta, f.count);
-  const StatsOut out = stats_out(f.p, f.running_mean, f.running_var, f.save_mean, f.save_invstd);
-  const SumsIn rin = sums_in(rf.sum, rf.sqsum, rf.gamma, rf.beta, rf.count);
-  const StatsOut rout =
-      stats_out(rf.p, rf.running_mean, rf.running_var, rf.save_mean, rf.save_invstd);
+  const SumsIn in = sums_in(f);
+  const StatsOut out = stats_out(f);
+  const SumsIn rin = sums_in(rf);
+  const StatsOut rout = stats_out(rf);
   return dispatch("batch_norm_finalize_apply_add", x.desc, {x.data, r.data, y.data},
                   [&]<class T, int P>() -> Status {
                     if (x.desc.layout() != Layout::nhwc) {
                       return error(Errc::unsupported, "batch_norm_finalize_apply_add: NHWC only");
                     }
                     const Nhwc g = nhwc_of(x.desc, P);
-                    // Both batch norms' mean, scale and beta for the block's tile of channels.
+                    // Both batch norms' mean, scale and beta for the block's tile of channels:
+                    // at most a block's width of the widest packs, within the 48 KiB a launch
+                    // may take without opting in to more.
                     const std::size_t shared =
                         6 * static_cast<std::size_t>(g.tx) * P * sizeof(float);
+                    static_assert(6 * kBlock * kPack<__half> * sizeof(float) <= 48 * 1024);
                     auto* kernel = finalize_apply_add_nhwc<T, P>;
                     DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel, shared));
                     kernel<<<nhwc_grid(ctx, x.desc, P, per_sm), kBlock, shared, ctx.stream>>>(
