@@ -307,12 +307,10 @@ Command add_bench_command(CLI::App& app) {
          "statistics: epilogue (cuDNN, as the convolution writes it) or pass (dlprobe, in a pass "
          "over the output after it)");
   option(*sub, "--conv-prologue", flags->conv_prologue,
-         fmt::format("With batch norm inside the convolutions, who applies a batch norm + ReLU to "
-                     "the next convolution's input: fused (cuDNN, as the convolution loads it), "
-                     "pass (dlprobe, into scratch memory before the convolution and its weight "
-                     "gradient) or auto (pass at batches up to {}, where it measured faster)",
-                     device::kConvPrologueAutoPassBatch)
-             .c_str());
+         "With batch norm inside the convolutions, who applies a batch norm + ReLU to the next "
+         "convolution's input: fused (cuDNN, as the convolution loads it), pass (dlprobe, into "
+         "scratch memory before the convolution and its weight gradient) or auto (per call "
+         "shape, the faster of the two as timed on its first call; kept in --tuning-cache)");
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "

@@ -25,9 +25,7 @@ Result<std::unique_ptr<Backend>> open_cuda_backend(int index, memory::CachingAll
   cuda.reduced_precision_reductions = conv.engines == ConvEngines::any;
   cuda.conv_sums_pass = conv.sums == ConvSums::pass;
   cuda.conv_prologue_pass = conv.prologue == ConvPrologue::pass;
-  if (conv.prologue == ConvPrologue::automatic) {
-    cuda.conv_prologue_pass_up_to_batch = kConvPrologueAutoPassBatch;
-  }
+  cuda.conv_prologue_timed = conv.prologue == ConvPrologue::automatic;
   return make_cuda_backend(index, allocator, cuda);
 }
 

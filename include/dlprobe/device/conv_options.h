@@ -36,13 +36,8 @@ Result<ConvSums> parse_conv_sums(std::string_view text);
 enum class ConvPrologue : std::uint8_t {
   fused,      // cuDNN applies them as the convolution loads its input
   pass,       // dlprobe's pass writes the normalised input to scratch memory first
-  automatic,  // the pass at batches of kConvPrologueAutoPassBatch or fewer, else cuDNN's
+  automatic,  // each call shape's faster of the two, timed on its first call
 };
-// The largest batch `automatic` runs the prologue as the pass at. ResNet-50 fp16 gradients on an
-// H100 (2026-12-05, docs/performance.md) with the pass against cuDNN's prologue: 1.070 of the img/s
-// at batch 16, 1.029 at 32, 0.990 at 64, 0.969 at 256; on an H200 this rule ran 1.064 at 16 and
-// 1.048 at 32.
-inline constexpr std::int64_t kConvPrologueAutoPassBatch = 32;
 // "fused", "pass" or "auto"; the error names the value, never a flag.
 Result<ConvPrologue> parse_conv_prologue(std::string_view text);
 

@@ -60,9 +60,12 @@ struct CudaBackendOptions {
   // prologue), forward or weight gradient, takes its input from a pass of dlprobe's that writes
   // relu(x * scale + bias) to scratch memory, then runs without cuDNN's prologue.
   bool conv_prologue_pass = false;
-  // The same pass for the calls whose input has at most this many images (0: none), cuDNN's
-  // prologue for the others: bench's `--conv-prologue auto`.
-  std::int64_t conv_prologue_pass_up_to_batch = 0;
+  // Each shape's faster of the two, forward and weight gradient apart: timed on the first call
+  // of the shape (both ways on its own buffers) and kept with the tuning choices, where
+  // conv_engine times candidates at all (heuristic: cuDNN's prologue). bench's `--conv-prologue
+  // auto`. Neither wins everywhere: in fp16 ResNet-50 the pass took most small tensors and
+  // cuDNN's prologue most large ones, with exceptions both ways (docs/performance.md).
+  bool conv_prologue_timed = false;
   // Cooperative launches (a grid that waits for all its blocks) where the device takes them:
   // batch norm in one launch where a tensor fits the grid, and the sums pass's merge in the same
   // launch. False takes the kernels' other paths, as on a device (or under MPS) that refuses them.

@@ -511,44 +511,134 @@ TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
   }
 }
 
-// With conv_prologue_pass_up_to_batch (bench's --conv-prologue auto) the calls over at most that
-// many images take the prologue pass and the others cuDNN's prologue, both against fp64. Whether
-// cuDNN has an engine for the fused graph varies (cuDNN 9.19 had none for this one at 8 images on
-// an H200 and at 4 on an H100, deterministic engines only); where it has none the call runs the
-// pass as its fallback and counts the graph as unfusable. So: the pass without asking cuDNN up to
-// the batch, and above it the pass only as that fallback.
-TEST_F(CudaConv, PrologueByAPassUpToABatch) {
-  auto made = cuda::CudaBackend::create(
-      0, allocator(), {.deterministic = false, .conv_prologue_pass_up_to_batch = 2});
-  ASSERT_TRUE(made.has_value()) << made.status().message();
-  cuda::CudaBackend& backend = **made;
+// With conv_prologue_timed (bench's --conv-prologue auto) a call shape's first call runs both
+// routes of its prologue, cuDNN's graph and dlprobe's pass, an untimed run and three timed ones
+// each, and keeps the faster in the tuning cache; a backend over the same cache runs that route
+// without timing. The forward whose batch norm finalizes in the call (the step's call) gives y
+// against fp64 by either route, and the finalize's outputs to the bit as batch_norm_finalize
+// gives them on a backend that times nothing: its timed runs move copies of the running
+// statistics, so the real ones move once. The weight gradient's route is timed apart.
+TEST_F(CudaConv, PrologueRouteTimedOnceAndKept) {
+  auto tuning = std::make_shared<ConvTuningCache>();
+  const CudaBackendOptions timed{.conv_engine = ConvEngineChoice::autotune,
+                                 .deterministic = false,
+                                 .conv_prologue_timed = true,
+                                 .tuning = tuning};
+  auto plain_made = cuda::CudaBackend::create(0, allocator(), {.deterministic = false});
+  ASSERT_TRUE(plain_made.has_value()) << plain_made.status().message();
+  cuda::CudaBackend& plain = **plain_made;
   const FusedCase c{32, 64, 10, 3, 1, 1};
+  const std::int64_t n = 4;
+  const std::int64_t count = n * c.size * c.size;
   const Conv2dParams p = c.params();
-  for (const std::int64_t n : {2, 4}) {
-    SCOPED_TRACE(n);
-    const FusedOperands ops(env(), c, n, 71);
-    const auto& [x, w, scale, bias, x_in, w_in, scale_in, bias_in, y_desc] = ops;
-    BackendTensor y = backend_output(env(), y_desc);
-    const std::size_t before = backend.prologue_passes();
-    const std::size_t refused = backend.unfusable_graphs();
-    ASSERT_TRUE(shared().synchronize().is_ok());
-    const Status ran =
-        backend.conv2d_forward_fused(x_in.view(), scale_in.view(), bias_in.view(), w_in.view(),
-                                     y.view(), TensorView{}, TensorView{}, p);
-    ASSERT_TRUE(ran.is_ok()) << ran.message();
-    ASSERT_TRUE(backend.synchronize().is_ok());
-    const std::size_t fallbacks = backend.unfusable_graphs() - refused;
-    if (n <= 2) {
-      EXPECT_EQ(backend.prologue_passes() - before, 1U);
-      EXPECT_EQ(fallbacks, 0U) << "cuDNN was asked for the fused graph";
-    } else {
-      EXPECT_EQ(backend.prologue_passes() - before, fallbacks) << "the pass ran, not as a fallback";
-    }
-    const HostTensor y_ref =
-        reference::conv2d_forward<double>(prologue_of(x, scale, bias, true), f64(w), p).value();
-    EXPECT_TRUE(matches(to_host(env(), y.view()), y_ref, kFp16,
-                        {.terms = static_cast<double>(c.c * c.kernel * c.kernel)}));
+  const FusedOperands ops(env(), c, n, 91);
+  const Shape ch{c.c};
+  const HostTensor mean = rand(ch, 93, DType::fp64, Layout::nchw, -1.0, 1.0);
+  const HostTensor var = rand(ch, 94, DType::fp64, Layout::nchw, 0.5, 2.0);
+  HostTensor sum(desc(ch, DType::fp32));
+  HostTensor sqsum(desc(ch, DType::fp32));
+  for (std::int64_t i = 0; i < c.c; ++i) {
+    sum.set(i, static_cast<double>(count) * mean.get(i));
+    sqsum.set(i, static_cast<double>(count) * (var.get(i) + mean.get(i) * mean.get(i)));
   }
+  const HostTensor gamma = rand(ch, 95, DType::fp32, Layout::nchw, 0.5, 1.5);
+  const HostTensor beta = rand(ch, 96, DType::fp32);
+  const HostTensor running_mean = rand(ch, 97, DType::fp32);
+  const HostTensor running_var = rand(ch, 98, DType::fp32, Layout::nchw, 0.5, 1.5);
+  const DType pt = plain.conv_prologue_dtype(DType::fp16);
+  const std::vector<std::string> names = {"save_mean",   "save_invstd", "running_mean",
+                                          "running_var", "scale",       "bias"};
+
+  // The finalize's outputs by name and y, from the one call on `backend` or (none) from
+  // batch_norm_finalize on the plain backend.
+  using Outputs = std::map<std::string, HostTensor>;
+  const auto run = [&](cuda::CudaBackend* backend) -> Outputs {
+    const BackendTensor sum_in = to_backend(env(), sum);
+    const BackendTensor sqsum_in = to_backend(env(), sqsum);
+    const BackendTensor gamma_in = to_backend(env(), gamma);
+    const BackendTensor beta_in = to_backend(env(), beta);
+    BackendTensor rm = to_backend(env(), running_mean);
+    BackendTensor rv = to_backend(env(), running_var);
+    BackendTensor save_mean = backend_output(env(), desc(ch, DType::fp32));
+    BackendTensor save_invstd = backend_output(env(), desc(ch, DType::fp32));
+    BackendTensor scale = backend_output(env(), desc(ch, pt));
+    BackendTensor bias = backend_output(env(), desc(ch, pt));
+    BackendTensor y = backend_output(env(), ops.y_desc);
+    BackendTensor y_sum = backend_output(env(), desc({c.k}, DType::fp32));
+    BackendTensor y_sqsum = backend_output(env(), desc({c.k}, DType::fp32));
+    const Backend::BatchNormFinalize f{
+        sum_in.view(),      sqsum_in.view(), count,       gamma_in.view(),
+        beta_in.view(),     rm.view(),       rv.view(),   save_mean.view(),
+        save_invstd.view(), scale.view(),    bias.view(), {.eps = 1e-5, .momentum = 0.1}};
+    // With y's sums, as in the step: cuDNN has no engine for this graph without them.
+    const Status ran = backend != nullptr ? backend->conv2d_forward_finalize_fused(
+                                                f, ops.x_in.view(), ops.w_in.view(), y.view(),
+                                                y_sum.view(), y_sqsum.view(), p)
+                                          : plain.batch_norm_finalize(f);
+    EXPECT_TRUE(ran.is_ok()) << ran.message();
+    EXPECT_TRUE((backend != nullptr ? backend->synchronize() : plain.synchronize()).is_ok());
+    Outputs out{{"save_mean", to_host(env(), save_mean.view())},
+                {"save_invstd", to_host(env(), save_invstd.view())},
+                {"running_mean", to_host(env(), rm.view())},
+                {"running_var", to_host(env(), rv.view())},
+                {"scale", to_host(env(), scale.view())},
+                {"bias", to_host(env(), bias.view())}};
+    if (backend != nullptr) {
+      out.emplace("y", to_host(env(), y.view()));
+      out.emplace("y_sum", to_host(env(), y_sum.view()));
+      out.emplace("y_sqsum", to_host(env(), y_sqsum.view()));
+    }
+    return out;
+  };
+  const Outputs finalized = run(nullptr);
+  const HostTensor& scale_ref = finalized.at("scale");
+  const HostTensor& bias_ref = finalized.at("bias");
+  const HostTensor input = prologue_of(ops.x, scale_ref, bias_ref, true);
+  const HostTensor y_ref = reference::conv2d_forward<double>(input, f64(ops.w), p).value();
+  const Check check{.terms = static_cast<double>(c.c * c.kernel * c.kernel)};
+  const HostTensor dy = rand(ops.y_desc.shape(), 99, DType::fp16, Layout::nhwc);
+  const BackendTensor dy_in = to_backend(env(), dy);
+  const TensorDesc dw_desc = desc(ops.w.desc().shape(), DType::fp64, Layout::nhwc);
+  const HostTensor dw_ref = reference::conv2d_backward_weight<double>(
+                                prologue_of(ops.x, ops.scale, ops.bias, true), f64(dy), dw_desc, p)
+                                .value();
+  const Check sums_over_images{.terms = static_cast<double>(n * c.out() * c.out())};
+
+  // Prologue passes of the forward and of the weight gradient, on a new timed backend.
+  const auto passes_of = [&]() -> std::pair<std::size_t, std::size_t> {
+    auto made = cuda::CudaBackend::create(0, allocator(), timed);
+    EXPECT_TRUE(made.has_value()) << made.status().message();
+    if (!made.has_value()) return {};
+    cuda::CudaBackend& backend = **made;
+    const Outputs got = run(&backend);
+    for (const std::string& name : names) {
+      const HostTensor& a = got.at(name);
+      const HostTensor& b = finalized.at(name);
+      for (std::int64_t i = 0; i < a.numel(); ++i) {
+        EXPECT_EQ(a.get(i), b.get(i)) << name << "[" << i << "]";
+      }
+    }
+    EXPECT_TRUE(matches(got.at("y"), y_ref, kFp16, check));
+    EXPECT_TRUE(statistics_match(y_ref, got.at("y_sum"), got.at("y_sqsum")));
+    const std::size_t forward = backend.prologue_passes();
+    BackendTensor dw = backend_output(env(), ops.w.desc());
+    const Status grad = backend.conv2d_backward_weight_fused(
+        ops.x_in.view(), ops.scale_in.view(), ops.bias_in.view(), dy_in.view(), dw.view(), p);
+    EXPECT_TRUE(grad.is_ok()) << grad.message();
+    EXPECT_TRUE(backend.synchronize().is_ok());
+    EXPECT_TRUE(matches(to_host(env(), dw.view()), dw_ref, kFp16, sums_over_images));
+    EXPECT_EQ(backend.unfusable_graphs(), 0U) << "cuDNN had no engine: the routes were one";
+    return {forward, backend.prologue_passes() - forward};
+  };
+  const std::size_t entries = tuning->size();
+  const auto [forward, gradient] = passes_of();
+  // Timing ran the pass four times, then the call once more by the route it chose.
+  EXPECT_TRUE(forward == 4 || forward == 5) << forward;
+  EXPECT_TRUE(gradient == 4 || gradient == 5) << gradient;
+  EXPECT_GE(tuning->size(), entries + 2) << "both routes kept";
+  const auto [forward_again, gradient_again] = passes_of();
+  EXPECT_EQ(forward_again, forward - 4) << "the kept route, untimed";
+  EXPECT_EQ(gradient_again, gradient - 4) << "the kept route, untimed";
 }
 
 // With CudaBackendOptions::conv_prologue_pass dlprobe's pass writes relu(x * scale + bias) to

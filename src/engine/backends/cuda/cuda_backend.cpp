@@ -1,7 +1,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <span>
 #include <utility>
@@ -605,9 +608,12 @@ Status CudaBackend::conv2d_forward_fused(const TensorView& x, const TensorView& 
       need(prologue == (bias.data != nullptr) && stats == (sqsum.data != nullptr), op,
            "scale and bias come together, and so do sum and sqsum"));
   if (!prologue && !stats) return conv2d_forward(x, w, y, p);
-  return fused_conv(ConvDirection::forward, x, prologue ? &scale : nullptr,
-                    prologue ? &bias : nullptr, w, y, stats ? &sum : nullptr,
-                    stats ? &sqsum : nullptr, p, op);
+  const TensorView* sums = stats ? &sum : nullptr;
+  const TensorView* squares = stats ? &sqsum : nullptr;
+  if (prologue) {
+    return with_prologue(ConvDirection::forward, x, scale, bias, w, y, sums, squares, p, op);
+  }
+  return fused_conv(ConvDirection::forward, x, nullptr, nullptr, w, y, sums, squares, p, op);
 }
 
 Status CudaBackend::conv2d_forward_finalize_fused(const BatchNormFinalize& f, const TensorView& x,
@@ -618,8 +624,7 @@ Status CudaBackend::conv2d_forward_finalize_fused(const BatchNormFinalize& f, co
   // The pass keeps every channel's scale and bias in shared memory: 48 KiB hold 6,144 channels,
   // beyond any prologue of ResNet's (512). Wider ones take the two calls.
   constexpr std::int64_t kMaxPassChannels = 48 * 1024 / (2 * sizeof(float));
-  if (f.scale.data == nullptr || !prologue_by_pass(x) || x.desc.rank() != 4 ||
-      x.desc.dim(1) > kMaxPassChannels) {
+  if (f.scale.data == nullptr || x.desc.rank() != 4 || x.desc.dim(1) > kMaxPassChannels) {
     return Backend::conv2d_forward_finalize_fused(f, x, w, y, sum, sqsum, p);
   }
   DLPROBE_RETURN_IF_ERROR(need_finalize_operands(op, f, x));
@@ -628,21 +633,146 @@ Status CudaBackend::conv2d_forward_finalize_fused(const BatchNormFinalize& f, co
   DLPROBE_RETURN_IF_ERROR(
       need(f.scale.desc.dtype() == pt && f.gamma.desc.numel() == x.desc.dim(1), op,
            fmt::format("scale and bias: {}, one value per channel of x", dtype_name(pt))));
-  // The convolution's input as fused_conv's pass makes it, the finalize in the same launch.
-  DLPROBE_ASSIGN_OR_RETURN(auto buffer, scratch(ctx(), x.desc.bytes(), op));
-  const TensorView input{x.desc, buffer.data()};
-  DLPROBE_RETURN_IF_ERROR(launch_finalize_scale_bias_relu(ctx(), f, x, input));
-  ++prologue_passes_;
   const bool stats = sum.data != nullptr;
-  return fused_conv(ConvDirection::forward, input, nullptr, nullptr, w, y, stats ? &sum : nullptr,
-                    stats ? &sqsum : nullptr, p, op);
+  const auto run = [&](PrologueRoute route, const BatchNormFinalize& fin) -> Status {
+    if (route == PrologueRoute::graph) {
+      DLPROBE_RETURN_IF_ERROR(launch_batch_norm_finalize(ctx(), fin));
+      return fused_conv(ConvDirection::forward, x, &fin.scale, &fin.bias, w, y,
+                        stats ? &sum : nullptr, stats ? &sqsum : nullptr, p, op);
+    }
+    // The convolution's input as conv_after_pass makes it, the finalize in the same launch.
+    DLPROBE_ASSIGN_OR_RETURN(auto buffer, scratch(ctx(), x.desc.bytes(), op));
+    const TensorView input{x.desc, buffer.data()};
+    DLPROBE_RETURN_IF_ERROR(launch_finalize_scale_bias_relu(ctx(), fin, x, input));
+    ++prologue_passes_;
+    return fused_conv(ConvDirection::forward, input, nullptr, nullptr, w, y, stats ? &sum : nullptr,
+                      stats ? &sqsum : nullptr, p, op);
+  };
+  // Timed runs finalize into copies of the running statistics, which every finalize moves: the
+  // call below moves them once. Its other outputs come from the sums alone.
+  const auto timed = [&](PrologueRoute route) -> Status {
+    BatchNormFinalize copy = f;
+    DLPROBE_ASSIGN_OR_RETURN(auto mean, scratch(ctx(), f.running_mean.desc.bytes(), op));
+    DLPROBE_ASSIGN_OR_RETURN(auto var, scratch(ctx(), f.running_var.desc.bytes(), op));
+    copy.running_mean.data = mean.data();
+    copy.running_var.data = var.data();
+    DLPROBE_CUDA_CHECK(cudaMemcpyAsync(mean.data(), f.running_mean.data,
+                                       f.running_mean.desc.bytes(), cudaMemcpyDeviceToDevice,
+                                       stream()));
+    DLPROBE_CUDA_CHECK(cudaMemcpyAsync(var.data(), f.running_var.data, f.running_var.desc.bytes(),
+                                       cudaMemcpyDeviceToDevice, stream()));
+    return run(route, copy);
+  };
+  DLPROBE_ASSIGN_OR_RETURN(const PrologueRoute route,
+                           prologue_route(ConvDirection::forward, x, w, y, stats, p, op, timed));
+  return run(route, f);
 }
 
 Status CudaBackend::conv2d_backward_weight_fused(const TensorView& x, const TensorView& scale,
                                                  const TensorView& bias, const TensorView& dy,
                                                  const TensorView& dw, const Conv2dParams& p) {
-  return fused_conv(ConvDirection::backward_filter, x, &scale, &bias, dw, dy, nullptr, nullptr, p,
-                    "conv2d_backward_weight_fused");
+  constexpr std::string_view op = "conv2d_backward_weight_fused";
+  return with_prologue(ConvDirection::backward_filter, x, scale, bias, dw, dy, nullptr, nullptr, p,
+                       op);
+}
+
+Status CudaBackend::with_prologue(ConvDirection direction, const TensorView& x,
+                                  const TensorView& scale, const TensorView& bias,
+                                  const TensorView& w, const TensorView& y, const TensorView* sum,
+                                  const TensorView* sqsum, const Conv2dParams& p,
+                                  std::string_view op) {
+  DLPROBE_RETURN_IF_ERROR(need_fused_operands(op, x, w, y));
+  const auto run = [&](PrologueRoute route) {
+    return route == PrologueRoute::graph
+               ? fused_conv(direction, x, &scale, &bias, w, y, sum, sqsum, p, op)
+               : conv_after_pass(direction, x, scale, bias, w, y, sum, sqsum, p, op);
+  };
+  DLPROBE_ASSIGN_OR_RETURN(const PrologueRoute route,
+                           prologue_route(direction, x, w, y, sum != nullptr, p, op, run));
+  return run(route);
+}
+
+Status CudaBackend::conv_after_pass(ConvDirection direction, const TensorView& x,
+                                    const TensorView& scale, const TensorView& bias,
+                                    const TensorView& w, const TensorView& y, const TensorView* sum,
+                                    const TensorView* sqsum, const Conv2dParams& p,
+                                    std::string_view op) {
+  DLPROBE_RETURN_IF_ERROR(need_prologue_operands(op, x, scale, bias));
+  DLPROBE_ASSIGN_OR_RETURN(auto buffer, scratch(ctx(), x.desc.bytes(), op));
+  const TensorView input{x.desc, buffer.data()};
+  DLPROBE_RETURN_IF_ERROR(launch_scale_bias_relu(ctx(), x, scale, bias, input));
+  ++prologue_passes_;
+  return fused_conv(direction, input, nullptr, nullptr, w, y, sum, sqsum, p, op);
+}
+
+// The prologue's route of a call not seen yet: as the options fix it, the tuning cache's record,
+// or both routes timed on the call's own buffers, each after an untimed run that builds its plans
+// (autotuning a plain convolution times its candidates there) and loads its kernels.
+Result<CudaBackend::PrologueRoute> CudaBackend::prologue_route(
+    ConvDirection direction, const TensorView& x, const TensorView& w, const TensorView& y,
+    bool stats, const Conv2dParams& p, std::string_view op,
+    const std::function<Status(PrologueRoute)>& run) {
+  if (!options_.conv_prologue_timed || options_.conv_engine == ConvEngineChoice::heuristic) {
+    return options_.conv_prologue_pass ? PrologueRoute::pass : PrologueRoute::graph;
+  }
+  DLPROBE_ASSIGN_OR_RETURN(const ConvSpec spec, conv_spec(direction, x, w, y, p));
+  std::string key = fmt::format("{}{} | {}", op, stats ? " sums" : "", conv_key(spec));
+  if (const auto it = prologue_routes_.find(key); it != prologue_routes_.end()) return it->second;
+  const std::string tuning_key =
+      options_.tuning ? fmt::format("{} | prologue route | {}", tuning_stamp_, key) : std::string();
+  if (options_.tuning) {
+    if (auto entry = options_.tuning->find(tuning_key);
+        entry && entry->engine >= 0 && entry->engine <= 1) {
+      const auto route = static_cast<PrologueRoute>(entry->engine);
+      prologue_routes_.emplace(std::move(key), route);
+      return route;
+    }
+  }
+  // Nothing may wait for the GPU while a graph records; the eager run before it times every call.
+  if (recording_ != nullptr) return PrologueRoute::graph;
+  // Whatever the other stream still runs would share the GPU with the timed runs.
+  DLPROBE_CUDA_CHECK(cudaDeviceSynchronize());
+  constexpr int kTimedRuns = 3;
+  const auto time_route = [&](PrologueRoute route) -> Result<float> {
+    DLPROBE_RETURN_IF_ERROR(run(route));
+    DLPROBE_CUDA_CHECK(cudaEventRecord(start_.get(), stream()));
+    for (int i = 0; i < kTimedRuns; ++i) DLPROBE_RETURN_IF_ERROR(run(route));
+    DLPROBE_CUDA_CHECK(cudaEventRecord(stop_.get(), stream()));
+    DLPROBE_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
+    float total = 0;
+    DLPROBE_CUDA_CHECK(cudaEventElapsedTime(&total, start_.get(), stop_.get()));
+    return total / kTimedRuns;
+  };
+  const Result<float> graph_ms = time_route(PrologueRoute::graph);
+  // The pass needs scratch memory as large as x, which a step near its memory limit may lack:
+  // a route that fails loses, and only both failing fails the call.
+  const Result<float> pass_ms = time_route(PrologueRoute::pass);
+  if (!graph_ms && !pass_ms) return graph_ms.status();
+  constexpr float kFailed = std::numeric_limits<float>::infinity();
+  const std::array<float, 2> ms = {graph_ms.value_or(kFailed), pass_ms.value_or(kFailed)};
+  if (!graph_ms || !pass_ms) {
+    log_debug("{}: prologue {} failed: {}", key, graph_ms ? "by the pass" : "in cuDNN's graph",
+              (graph_ms ? pass_ms : graph_ms).status().message());
+  }
+  const PrologueRoute route = ms[1] < ms[0] ? PrologueRoute::pass : PrologueRoute::graph;
+  log_debug("{}: prologue {:.3f} ms in cuDNN's graph, {:.3f} ms by the pass: {}", key, ms[0], ms[1],
+            route == PrologueRoute::pass ? "the pass" : "the graph");
+  if (options_.tuning) {
+    const auto index = static_cast<std::size_t>(route);
+    if (Status s = options_.tuning->record(
+            tuning_key,
+            {static_cast<std::int64_t>(index),
+             {},
+             route == PrologueRoute::pass ? "prologue by the pass" : "prologue in the graph",
+             ms[index],
+             0,
+             {}});
+        !s.is_ok()) {
+      log_warn("{}", s.message());
+    }
+  }
+  prologue_routes_.emplace(std::move(key), route);
+  return route;
 }
 
 // w is dw and y is dy for the weight gradient; scale and bias (the prologue) absent or both there;
@@ -652,35 +782,21 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
                                const TensorView& y, const TensorView* sum, const TensorView* sqsum,
                                const Conv2dParams& p, std::string_view op) {
   DLPROBE_RETURN_IF_ERROR(need_fused_operands(op, x, w, y));
-  const DType t = x.desc.dtype();
   const bool prologue = scale != nullptr && bias != nullptr;
-  const DType pt = conv_prologue_dtype(t);
-  DLPROBE_RETURN_IF_ERROR(
-      need(!prologue || (scale->desc.dtype() == pt && bias->desc.dtype() == pt), op,
-           fmt::format("scale and bias: {} for {} x", dtype_name(pt), dtype_name(t))));
+  if (prologue) DLPROBE_RETURN_IF_ERROR(need_prologue_operands(op, x, *scale, *bias));
   const std::int64_t c = x.desc.dim(1);
   const std::int64_t k = w.desc.dim(0);
-  if (prologue) {
-    DLPROBE_RETURN_IF_ERROR(need(scale->desc.rank() == 1 && scale->desc.numel() == c &&
-                                     bias->desc.rank() == 1 && bias->desc.numel() == c,
-                                 op, "scale and bias: one value per channel of x"));
-  }
   const bool stats = sum != nullptr && sqsum != nullptr;
-  // The input the prologue would give the convolution, by dlprobe's pass into scratch memory,
-  // then the convolution without it (the statistics as the options say).
-  const auto prologue_apart = [&]() -> Status {
-    DLPROBE_ASSIGN_OR_RETURN(auto buffer, scratch(ctx(), x.desc.bytes(), op));
-    const TensorView input{x.desc, buffer.data()};
-    DLPROBE_RETURN_IF_ERROR(launch_scale_bias_relu(ctx(), x, *scale, *bias, input));
-    ++prologue_passes_;
-    return fused_conv(direction, input, nullptr, nullptr, w, y, sum, sqsum, p, op);
+  // The input the prologue would give the convolution by dlprobe's pass, then the convolution
+  // without it (the statistics as the options say).
+  const auto prologue_apart = [&]() {
+    return conv_after_pass(direction, x, *scale, *bias, w, y, sum, sqsum, p, op);
   };
   // The output's sums by dlprobe's pass, after the convolution.
   const auto sums_apart = [&]() -> Status {
     ++sums_passes_;
     return launch_channel_sums(ctx(), y, *sum, *sqsum);
   };
-  if (prologue && prologue_by_pass(x)) return prologue_apart();
   if (!prologue && !stats) return conv(direction, x, w, y, p, op);
   if (stats) {
     DLPROBE_RETURN_IF_ERROR(need_fp32(op, "sum", *sum));
@@ -761,6 +877,19 @@ Status CudaBackend::need_fused_operands(std::string_view op, const TensorView& x
               op,
               fmt::format("x {}, w {} and y {} do not make a convolution", x.desc.str(),
                           w.desc.str(), y.desc.str()));
+}
+
+Status CudaBackend::need_prologue_operands(std::string_view op, const TensorView& x,
+                                           const TensorView& scale, const TensorView& bias) const {
+  const DType t = x.desc.dtype();
+  const DType pt = conv_prologue_dtype(t);
+  DLPROBE_RETURN_IF_ERROR(
+      need(scale.desc.dtype() == pt && bias.desc.dtype() == pt, op,
+           fmt::format("scale and bias: {} for {} x", dtype_name(pt), dtype_name(t))));
+  const std::int64_t c = x.desc.dim(1);
+  return need(scale.desc.rank() == 1 && scale.desc.numel() == c && bias.desc.rank() == 1 &&
+                  bias.desc.numel() == c,
+              op, "scale and bias: one value per channel of x");
 }
 
 Status CudaBackend::run_fused(const FusedConvSpec& spec, std::span<const std::int64_t> uids,

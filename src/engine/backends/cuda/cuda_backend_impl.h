@@ -189,7 +189,7 @@ class CudaBackend final : public Backend {
   Status conv2d_forward_fused(const TensorView& x, const TensorView& scale, const TensorView& bias,
                               const TensorView& w, const TensorView& y, const TensorView& sum,
                               const TensorView& sqsum, const Conv2dParams& p) override;
-  // Where the prologue runs as dlprobe's pass (prologue_by_pass), the pass finalizes too.
+  // Where the prologue runs as dlprobe's pass (prologue_route), the pass finalizes too.
   Status conv2d_forward_finalize_fused(const BatchNormFinalize& finalize, const TensorView& x,
                                        const TensorView& w, const TensorView& y,
                                        const TensorView& sum, const TensorView& sqsum,
@@ -223,10 +223,10 @@ class CudaBackend final : public Backend {
   std::size_t conv_plans_replayed() const { return conv_plans_replayed_; }
   // Fused graphs' plans loaded whole from the tuning cache rather than compiled.
   std::size_t fused_plans_loaded() const { return fused_plans_loaded_; }
-  // Fused calls whose prologue ran as dlprobe's pass (conv_prologue_pass, a batch within
-  // conv_prologue_pass_up_to_batch, or cuDNN had no engine for the graph), and whose output's sums
-  // did (conv_sums_pass): what the options asked for is
-  // what ran, which the numbers alone would not show.
+  // Fused calls whose prologue ran as dlprobe's pass (conv_prologue_pass, the route timed
+  // faster under conv_prologue_timed, or cuDNN had no engine for the graph), and whose output's
+  // sums did (conv_sums_pass): what the options asked for is what ran, which the numbers alone
+  // would not show.
   std::size_t prologue_passes() const { return prologue_passes_; }
   std::size_t sums_passes() const { return sums_passes_; }
   // Fused graphs cuDNN had no engine for, whose calls ran as the unfused ones they stand for.
@@ -273,11 +273,29 @@ class CudaBackend final : public Backend {
                     std::string_view op);
   Status conv(ConvDirection direction, const TensorView& x, const TensorView& w,
               const TensorView& y, const Conv2dParams& p, std::string_view op);
-  // Whether a fused convolution over x applies its prologue as dlprobe's pass
-  // (CudaBackendOptions::conv_prologue_pass, conv_prologue_pass_up_to_batch).
-  bool prologue_by_pass(const TensorView& x) const {
-    return options_.conv_prologue_pass || x.desc.dim(0) <= options_.conv_prologue_pass_up_to_batch;
-  }
+  // How a convolution with a batch norm's apply and ReLU before it (its prologue) runs: in
+  // cuDNN's fused graph, or after dlprobe's pass writes the normalised input to scratch memory.
+  enum class PrologueRoute : std::uint8_t { graph, pass };
+  // A call with the prologue (forward or weight gradient) by its route.
+  Status with_prologue(ConvDirection direction, const TensorView& x, const TensorView& scale,
+                       const TensorView& bias, const TensorView& w, const TensorView& y,
+                       const TensorView* sum, const TensorView* sqsum, const Conv2dParams& p,
+                       std::string_view op);
+  // The pass into scratch memory, then the convolution without the prologue.
+  Status conv_after_pass(ConvDirection direction, const TensorView& x, const TensorView& scale,
+                         const TensorView& bias, const TensorView& w, const TensorView& y,
+                         const TensorView* sum, const TensorView* sqsum, const Conv2dParams& p,
+                         std::string_view op);
+  // The route of op's calls of this shape: as CudaBackendOptions::conv_prologue_pass fixes it,
+  // or under conv_prologue_timed the faster of the two as `run` takes them on the first call's
+  // buffers, kept for the backend's life and in the tuning cache. `run` may run many times: what
+  // it writes must be the same each time.
+  Result<PrologueRoute> prologue_route(ConvDirection direction, const TensorView& x,
+                                       const TensorView& w, const TensorView& y, bool stats,
+                                       const Conv2dParams& p, std::string_view op,
+                                       const std::function<Status(PrologueRoute)>& run);
+  Status need_prologue_operands(std::string_view op, const TensorView& x, const TensorView& scale,
+                                const TensorView& bias) const;
   // The checks batch_norm_finalize's operands pass; with x, the tensor whose sums they are
   // (a combined call's input), also its count of values a channel.
   static Status need_finalize_operands(std::string_view op, const BatchNormFinalize& f);
@@ -351,6 +369,8 @@ class CudaBackend final : public Backend {
   std::size_t sums_passes_ = 0;
   // Fused graphs cuDNN has no engine for: their calls run as the unfused ones they stand for.
   std::set<std::string> unfusable_;
+  // The prologue's route by op and shape (see prologue_route).
+  std::map<std::string, PrologueRoute> prologue_routes_;
 };
 
 }  // namespace dlprobe::cuda
