@@ -511,6 +511,75 @@ TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
   }
 }
 
+// A batch norm's finalize before a fused convolution of case c over n images: sums of its
+// count = n * size * size values a channel, with means in [-1, 1] and variances in [0.5, 2],
+// gamma, beta and running statistics, drawn from `seed` on.
+struct FinalizeInputs {
+  FinalizeInputs(const FusedCase& c, std::int64_t n, std::uint64_t seed)
+      : count(n * c.size * c.size),
+        sum(desc({c.c}, DType::fp32)),
+        sqsum(desc({c.c}, DType::fp32)),
+        gamma(rand({c.c}, seed + 2, DType::fp32, Layout::nchw, 0.5, 1.5)),
+        beta(rand({c.c}, seed + 3, DType::fp32)),
+        running_mean(rand({c.c}, seed + 4, DType::fp32)),
+        running_var(rand({c.c}, seed + 5, DType::fp32, Layout::nchw, 0.5, 1.5)) {
+    const HostTensor mean = rand({c.c}, seed, DType::fp64, Layout::nchw, -1.0, 1.0);
+    const HostTensor var = rand({c.c}, seed + 1, DType::fp64, Layout::nchw, 0.5, 2.0);
+    for (std::int64_t i = 0; i < c.c; ++i) {
+      sum.set(i, static_cast<double>(count) * mean.get(i));
+      sqsum.set(i, static_cast<double>(count) * (var.get(i) + mean.get(i) * mean.get(i)));
+    }
+  }
+  std::int64_t count;
+  HostTensor sum, sqsum, gamma, beta, running_mean, running_var;
+};
+
+// The inputs on the backend (`sums` in place of their sum) and the outputs of a call that
+// finalizes them, with y and its sums for the convolution after it.
+struct FinalizeCall {
+  FinalizeCall(OpenedBackend& env, const FinalizeInputs& in, const HostTensor& sums, DType pt,
+               const TensorDesc& y_desc)
+      : count(in.count),
+        sum(to_backend(env, sums)),
+        sqsum(to_backend(env, in.sqsum)),
+        gamma(to_backend(env, in.gamma)),
+        beta(to_backend(env, in.beta)),
+        running_mean(to_backend(env, in.running_mean)),
+        running_var(to_backend(env, in.running_var)),
+        save_mean(backend_output(env, in.gamma.desc())),
+        save_invstd(backend_output(env, in.gamma.desc())),
+        scale(backend_output(env, desc(in.gamma.desc().shape(), pt))),
+        bias(backend_output(env, desc(in.gamma.desc().shape(), pt))),
+        y(backend_output(env, y_desc)),
+        y_sum(backend_output(env, desc({y_desc.dim(1)}, DType::fp32))),
+        y_sqsum(backend_output(env, desc({y_desc.dim(1)}, DType::fp32))) {}
+  Backend::BatchNormFinalize finalize() const {
+    return {sum.view(),         sqsum.view(),     count,
+            gamma.view(),       beta.view(),      running_mean.view(),
+            running_var.view(), save_mean.view(), save_invstd.view(),
+            scale.view(),       bias.view(),      {.eps = 1e-5, .momentum = 0.1}};
+  }
+  // Every output on the host by name: the finalize's, with `with_y` also y, with `with_sums`
+  // y's sums.
+  std::map<std::string, HostTensor> outputs(OpenedBackend& env, bool with_y, bool with_sums) const {
+    std::map<std::string, HostTensor> out{{"save_mean", to_host(env, save_mean.view())},
+                                          {"save_invstd", to_host(env, save_invstd.view())},
+                                          {"running_mean", to_host(env, running_mean.view())},
+                                          {"running_var", to_host(env, running_var.view())},
+                                          {"scale", to_host(env, scale.view())},
+                                          {"bias", to_host(env, bias.view())}};
+    if (with_y) out.emplace("y", to_host(env, y.view()));
+    if (with_sums) {
+      out.emplace("y_sum", to_host(env, y_sum.view()));
+      out.emplace("y_sqsum", to_host(env, y_sqsum.view()));
+    }
+    return out;
+  }
+  std::int64_t count;
+  BackendTensor sum, sqsum, gamma, beta, running_mean, running_var, save_mean, save_invstd, scale,
+      bias, y, y_sum, y_sqsum;
+};
+
 // With conv_prologue_timed (bench's --conv-prologue auto) a call shape's first call runs both
 // routes of its prologue, cuDNN's graph and dlprobe's pass, an untimed run and three timed ones
 // each, and keeps the faster in the tuning cache; a backend over the same cache runs that route
@@ -529,66 +598,27 @@ TEST_F(CudaConv, PrologueRouteTimedOnceAndKept) {
   cuda::CudaBackend& plain = **plain_made;
   const FusedCase c{32, 64, 10, 3, 1, 1};
   const std::int64_t n = 4;
-  const std::int64_t count = n * c.size * c.size;
   const Conv2dParams p = c.params();
   const FusedOperands ops(env(), c, n, 91);
-  const Shape ch{c.c};
-  const HostTensor mean = rand(ch, 93, DType::fp64, Layout::nchw, -1.0, 1.0);
-  const HostTensor var = rand(ch, 94, DType::fp64, Layout::nchw, 0.5, 2.0);
-  HostTensor sum(desc(ch, DType::fp32));
-  HostTensor sqsum(desc(ch, DType::fp32));
-  for (std::int64_t i = 0; i < c.c; ++i) {
-    sum.set(i, static_cast<double>(count) * mean.get(i));
-    sqsum.set(i, static_cast<double>(count) * (var.get(i) + mean.get(i) * mean.get(i)));
-  }
-  const HostTensor gamma = rand(ch, 95, DType::fp32, Layout::nchw, 0.5, 1.5);
-  const HostTensor beta = rand(ch, 96, DType::fp32);
-  const HostTensor running_mean = rand(ch, 97, DType::fp32);
-  const HostTensor running_var = rand(ch, 98, DType::fp32, Layout::nchw, 0.5, 1.5);
+  const FinalizeInputs in(c, n, 93);
   const DType pt = plain.conv_prologue_dtype(DType::fp16);
   const std::vector<std::string> names = {"save_mean",   "save_invstd", "running_mean",
                                           "running_var", "scale",       "bias"};
 
-  // The finalize's outputs by name and y, from the one call on `backend` or (none) from
-  // batch_norm_finalize on the plain backend.
+  // The finalize's outputs by name and y with its sums, from the one call on `backend` or (none)
+  // from batch_norm_finalize on the plain backend.
   using Outputs = std::map<std::string, HostTensor>;
   const auto run = [&](cuda::CudaBackend* backend) -> Outputs {
-    const BackendTensor sum_in = to_backend(env(), sum);
-    const BackendTensor sqsum_in = to_backend(env(), sqsum);
-    const BackendTensor gamma_in = to_backend(env(), gamma);
-    const BackendTensor beta_in = to_backend(env(), beta);
-    BackendTensor rm = to_backend(env(), running_mean);
-    BackendTensor rv = to_backend(env(), running_var);
-    BackendTensor save_mean = backend_output(env(), desc(ch, DType::fp32));
-    BackendTensor save_invstd = backend_output(env(), desc(ch, DType::fp32));
-    BackendTensor scale = backend_output(env(), desc(ch, pt));
-    BackendTensor bias = backend_output(env(), desc(ch, pt));
-    BackendTensor y = backend_output(env(), ops.y_desc);
-    BackendTensor y_sum = backend_output(env(), desc({c.k}, DType::fp32));
-    BackendTensor y_sqsum = backend_output(env(), desc({c.k}, DType::fp32));
-    const Backend::BatchNormFinalize f{
-        sum_in.view(),      sqsum_in.view(), count,       gamma_in.view(),
-        beta_in.view(),     rm.view(),       rv.view(),   save_mean.view(),
-        save_invstd.view(), scale.view(),    bias.view(), {.eps = 1e-5, .momentum = 0.1}};
+    const FinalizeCall call(env(), in, in.sum, pt, ops.y_desc);
     // With y's sums, as in the step: cuDNN has no engine for this graph without them.
-    const Status ran = backend != nullptr ? backend->conv2d_forward_finalize_fused(
-                                                f, ops.x_in.view(), ops.w_in.view(), y.view(),
-                                                y_sum.view(), y_sqsum.view(), p)
-                                          : plain.batch_norm_finalize(f);
+    const Status ran = backend != nullptr
+                           ? backend->conv2d_forward_finalize_fused(
+                                 call.finalize(), ops.x_in.view(), ops.w_in.view(), call.y.view(),
+                                 call.y_sum.view(), call.y_sqsum.view(), p)
+                           : plain.batch_norm_finalize(call.finalize());
     EXPECT_TRUE(ran.is_ok()) << ran.message();
     EXPECT_TRUE((backend != nullptr ? backend->synchronize() : plain.synchronize()).is_ok());
-    Outputs out{{"save_mean", to_host(env(), save_mean.view())},
-                {"save_invstd", to_host(env(), save_invstd.view())},
-                {"running_mean", to_host(env(), rm.view())},
-                {"running_var", to_host(env(), rv.view())},
-                {"scale", to_host(env(), scale.view())},
-                {"bias", to_host(env(), bias.view())}};
-    if (backend != nullptr) {
-      out.emplace("y", to_host(env(), y.view()));
-      out.emplace("y_sum", to_host(env(), y_sum.view()));
-      out.emplace("y_sqsum", to_host(env(), y_sqsum.view()));
-    }
-    return out;
+    return call.outputs(env(), backend != nullptr, backend != nullptr);
   };
   const Outputs finalized = run(nullptr);
   const HostTensor& scale_ref = finalized.at("scale");
@@ -717,76 +747,36 @@ TEST_F(CudaConv, FinalizeInThePrologueMatchesItsTwoCalls) {
                                      std::pair{FusedCase{12, 16, 9, 3, 1, 1}, false}}) {
     SCOPED_TRACE(c.name());
     const std::int64_t n = 4;
-    const std::int64_t count = n * c.size * c.size;
     const Conv2dParams p = c.params();
     const FusedOperands ops(env(), c, n, 81);
-    const Shape ch{c.c};
-    // Sums of `count` values with means in [-1, 1] and variances in [0.5, 2].
-    const HostTensor mean = rand(ch, 83, DType::fp64, Layout::nchw, -1.0, 1.0);
-    const HostTensor var = rand(ch, 84, DType::fp64, Layout::nchw, 0.5, 2.0);
-    HostTensor sum(desc(ch, DType::fp32));
-    HostTensor sqsum(desc(ch, DType::fp32));
-    for (std::int64_t i = 0; i < c.c; ++i) {
-      sum.set(i, static_cast<double>(count) * mean.get(i));
-      sqsum.set(i, static_cast<double>(count) * (var.get(i) + mean.get(i) * mean.get(i)));
-    }
-    HostTensor shifted = sum;
-    shifted.set(1, sum.get(1) + static_cast<double>(count) * 0.25);
-    const HostTensor gamma = rand(ch, 85, DType::fp32, Layout::nchw, 0.5, 1.5);
-    const HostTensor beta = rand(ch, 86, DType::fp32);
-    const HostTensor running_mean = rand(ch, 87, DType::fp32);
-    const HostTensor running_var = rand(ch, 88, DType::fp32, Layout::nchw, 0.5, 1.5);
+    const FinalizeInputs in(c, n, 83);
+    HostTensor shifted = in.sum;
+    shifted.set(1, in.sum.get(1) + static_cast<double>(in.count) * 0.25);
     const DType pt = backend.conv_prologue_dtype(DType::fp16);
 
     // Every output of one run, on the host.
     using Outputs = std::map<std::string, HostTensor>;
     const auto run = [&](bool one_call, const HostTensor& sums) -> Outputs {
-      const BackendTensor sum_in = to_backend(env(), sums);
-      const BackendTensor sqsum_in = to_backend(env(), sqsum);
-      const BackendTensor gamma_in = to_backend(env(), gamma);
-      const BackendTensor beta_in = to_backend(env(), beta);
-      BackendTensor rm = to_backend(env(), running_mean);
-      BackendTensor rv = to_backend(env(), running_var);
-      BackendTensor save_mean = backend_output(env(), desc(ch, DType::fp32));
-      BackendTensor save_invstd = backend_output(env(), desc(ch, DType::fp32));
-      BackendTensor scale = backend_output(env(), desc(ch, pt));
-      BackendTensor bias = backend_output(env(), desc(ch, pt));
-      BackendTensor y = backend_output(env(), ops.y_desc);
-      BackendTensor y_sum = backend_output(env(), desc({c.k}, DType::fp32));
-      BackendTensor y_sqsum = backend_output(env(), desc({c.k}, DType::fp32));
-      const TensorView ys = with_sums ? y_sum.view() : TensorView{};
-      const TensorView ysq = with_sums ? y_sqsum.view() : TensorView{};
-      const Backend::BatchNormFinalize f{
-          sum_in.view(),      sqsum_in.view(), count,       gamma_in.view(),
-          beta_in.view(),     rm.view(),       rv.view(),   save_mean.view(),
-          save_invstd.view(), scale.view(),    bias.view(), {.eps = 1e-5, .momentum = 0.1}};
+      const FinalizeCall call(env(), in, sums, pt, ops.y_desc);
+      const Backend::BatchNormFinalize f = call.finalize();
+      const TensorView ys = with_sums ? call.y_sum.view() : TensorView{};
+      const TensorView ysq = with_sums ? call.y_sqsum.view() : TensorView{};
       const std::size_t passes = backend.prologue_passes();
       Status ran = Status::ok();
       if (one_call) {
-        ran = backend.conv2d_forward_finalize_fused(f, ops.x_in.view(), ops.w_in.view(), y.view(),
-                                                    ys, ysq, p);
+        ran = backend.conv2d_forward_finalize_fused(f, ops.x_in.view(), ops.w_in.view(),
+                                                    call.y.view(), ys, ysq, p);
       } else {
         ran = backend.batch_norm_finalize(f);
         if (ran.is_ok()) {
           ran = backend.conv2d_forward_fused(ops.x_in.view(), f.scale, f.bias, ops.w_in.view(),
-                                             y.view(), ys, ysq, p);
+                                             call.y.view(), ys, ysq, p);
         }
       }
       EXPECT_TRUE(ran.is_ok()) << ran.message();
       EXPECT_EQ(backend.prologue_passes(), passes + 1) << "the prologue by cuDNN";
       EXPECT_TRUE(backend.synchronize().is_ok());
-      Outputs out{{"y", to_host(env(), y.view())},
-                  {"save_mean", to_host(env(), save_mean.view())},
-                  {"save_invstd", to_host(env(), save_invstd.view())},
-                  {"running_mean", to_host(env(), rm.view())},
-                  {"running_var", to_host(env(), rv.view())},
-                  {"scale", to_host(env(), scale.view())},
-                  {"bias", to_host(env(), bias.view())}};
-      if (with_sums) {
-        out.emplace("y_sum", to_host(env(), y_sum.view()));
-        out.emplace("y_sqsum", to_host(env(), y_sqsum.view()));
-      }
-      return out;
+      return call.outputs(env(), true, with_sums);
     };
     // The tensors that differ anywhere in a bit, by name.
     const auto differing = [](const Outputs& a, const Outputs& b) {
@@ -799,19 +789,19 @@ TEST_F(CudaConv, FinalizeInThePrologueMatchesItsTwoCalls) {
       }
       return names;
     };
-    const Outputs two_calls = run(false, sum);
-    const Outputs one_call = run(true, sum);
+    const Outputs two_calls = run(false, in.sum);
+    const Outputs one_call = run(true, in.sum);
     EXPECT_EQ(differing(one_call, two_calls), std::set<std::string>{});
     const std::set<std::string> apart = differing(run(true, shifted), two_calls);
     for (const char* name : {"y", "save_mean", "running_mean", "bias"}) {
       EXPECT_TRUE(apart.contains(name)) << name << " did not move with the mean";
     }
     // Sums over another count than x's values a channel are refused, not finalized.
-    const BackendTensor any = backend_output(env(), desc(ch, DType::fp32));
-    const BackendTensor any_scale = backend_output(env(), desc(ch, pt));
+    const BackendTensor any = backend_output(env(), desc({c.c}, DType::fp32));
+    const BackendTensor any_scale = backend_output(env(), desc({c.c}, pt));
     const Backend::BatchNormFinalize wrong{
-        any.view(), any.view(), count + 1,  any.view(),       any.view(),       any.view(),
-        any.view(), any.view(), any.view(), any_scale.view(), any_scale.view(), {}};
+        any.view(), any.view(), in.count + 1, any.view(),       any.view(),       any.view(),
+        any.view(), any.view(), any.view(),   any_scale.view(), any_scale.view(), {}};
     BackendTensor y = backend_output(env(), ops.y_desc);
     const Status refused = backend.conv2d_forward_finalize_fused(
         wrong, ops.x_in.view(), ops.w_in.view(), y.view(), {}, {}, p);
