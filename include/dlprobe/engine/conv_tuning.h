@@ -48,6 +48,9 @@ struct ConvKnob {
   friend bool operator==(const ConvKnob&, const ConvKnob&) = default;
 };
 
+// The CUDA backend also keeps here, under keys that name "prologue route", which way a call with a
+// batch norm's apply before its convolution ran faster: engine 0 for cuDNN's fused graph, 1 for
+// dlprobe's pass (no knobs, no plan; ms the winner's time).
 struct ConvTuningEntry {
   std::int64_t engine = -1;          // cuDNN's global engine index
   std::vector<ConvKnob> knobs;       // its configuration's knob choices
