@@ -196,6 +196,8 @@ results::Configuration to_configuration(const Measured& m) {
       if (m.runs.size() > 1 && !steps.empty()) {
         c.samples.run_steps.push_back(static_cast<std::int64_t>(steps.size()));
       }
+      // With --repeat each run profiles after its timing; the last run's profile is kept.
+      if (!r->profile.empty()) c.profile = r->profile;
       c.samples.warmup_steps += static_cast<int>(r->warmup_steps);
       c.samples.warmup.push_back({r->until_steady ? "steady" : "fixed", r->warmup_steps,
                                   r->warmup_seconds, r->warmup_steady, r->restarts,

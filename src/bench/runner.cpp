@@ -277,7 +277,8 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
       std::vector<double> v;
       for (const auto& run : runs) v.push_back(run[k]);
       std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-      r.profile.push_back({calls[k].name, calls[k].kind, v[v.size() / 2]});
+      r.profile.push_back(
+          {calls[k].name, std::string(engine::call_kind_name(calls[k].kind)), v[v.size() / 2]});
     }
   }
   return r;

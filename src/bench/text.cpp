@@ -231,11 +231,11 @@ std::string outcome_text(const Sweep& sweep, const SweepOutcome& outcome,
   return out + findings_text(outcome.configurations, findings);
 }
 
-std::string profile_text(const std::vector<CallTime>& profile) {
+std::string profile_text(const std::vector<results::CallTime>& profile) {
   std::map<std::string_view, std::pair<double, int>> by_kind;
   double total = 0;
-  for (const CallTime& t : profile) {
-    auto& [ms, count] = by_kind[engine::call_kind_name(t.kind)];
+  for (const results::CallTime& t : profile) {
+    auto& [ms, count] = by_kind[t.kind];
     ms += t.ms;
     ++count;
     total += t.ms;
@@ -250,13 +250,14 @@ std::string profile_text(const std::vector<CallTime>& profile) {
     out += fmt::format("  {:<28} {:9.3f} ms {:5.1f} %  {:4d} calls\n", kind, v.first,
                        100.0 * v.first / std::max(total, 1e-12), v.second);
   }
-  std::vector<const CallTime*> slowest;
-  for (const CallTime& t : profile) slowest.push_back(&t);
+  std::vector<const results::CallTime*> slowest;
+  for (const results::CallTime& t : profile) slowest.push_back(&t);
   std::sort(slowest.begin(), slowest.end(),
-            [](const CallTime* a, const CallTime* b) { return a->ms > b->ms; });
+            [](const results::CallTime* a, const results::CallTime* b) { return a->ms > b->ms; });
   slowest.resize(std::min<std::size_t>(slowest.size(), 25));
   out += "  slowest calls:\n";
-  for (const CallTime* t : slowest) out += fmt::format("  {:9.3f} ms  {}\n", t->ms, t->name);
+  for (const results::CallTime* t : slowest)
+    out += fmt::format("  {:9.3f} ms  {}\n", t->ms, t->name);
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace dlprobe::report {
 
@@ -42,6 +43,33 @@ double run_noise(const Configuration& c) {
   return std::isfinite(half) ? half : 0;
 }
 
+// The calls of two profiles whose time moved most (see ComparisonRow::moved_calls).
+std::vector<ComparisonRow::MovedCall> moved_calls(const std::vector<results::CallTime>& base,
+                                                  const std::vector<results::CallTime>& next) {
+  std::map<std::string, ComparisonRow::MovedCall> by_name;
+  const auto add = [&](const std::vector<results::CallTime>& calls, bool is_base) {
+    for (const results::CallTime& c : calls) {
+      ComparisonRow::MovedCall& m = by_name[c.name];
+      m.name = c.name;
+      std::optional<double>& ms = is_base ? m.base_ms : m.new_ms;
+      ms = ms.value_or(0) + c.ms;
+    }
+  };
+  add(base, true);
+  add(next, false);
+  const auto move = [](const ComparisonRow::MovedCall& m) {
+    return std::abs(m.new_ms.value_or(0) - m.base_ms.value_or(0));
+  };
+  std::vector<ComparisonRow::MovedCall> out;
+  for (auto& [name, m] : by_name) {
+    if (move(m) > 0) out.push_back(std::move(m));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [&](const auto& a, const auto& b) { return move(a) > move(b); });
+  if (out.size() > kMovedCalls) out.resize(kMovedCalls);
+  return out;
+}
+
 Result<ComparisonRow> compare_one(const Configuration& base, const Configuration& next,
                                   const CompareOptions& options) {
   ComparisonRow row;
@@ -51,6 +79,7 @@ Result<ComparisonRow> compare_one(const Configuration& base, const Configuration
   row.new_status = next.status;
   if (base.statistics) row.base_throughput = base.statistics->throughput;
   if (next.statistics) row.new_throughput = next.statistics->throughput;
+  if (base.profile && next.profile) row.moved_calls = moved_calls(*base.profile, *next.profile);
   if (!measured(base) || !measured(next)) return row;
   const std::string what = results::describe(base.kind, base.settings);
   auto ratio = stats::throughput_ratio(base.samples.step_seconds, base.samples.step_items,
@@ -214,6 +243,18 @@ std::string render_comparison_text(const Comparison& comparison) {
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   }
+  for (const auto& r : comparison.rows) {
+    if (r.moved_calls.empty()) continue;
+    out += fmt::format("\ncalls that moved most (ms a step, base -> new), {}:\n",
+                       results::describe(r.kind, r.settings));
+    std::size_t name_width = 0;
+    for (const auto& m : r.moved_calls) name_width = std::max(name_width, m.name.size());
+    for (const auto& m : r.moved_calls) {
+      out += fmt::format("  {:<{}}  {:>9} -> {:>9}  {:+.3f}\n", m.name, name_width,
+                         optional_fixed(m.base_ms, 3), optional_fixed(m.new_ms, 3),
+                         m.new_ms.value_or(0) - m.base_ms.value_or(0));
+    }
+  }
   for (const auto& d : comparison.only_in_base) out += fmt::format("only in base: {}\n", d);
   for (const auto& d : comparison.only_in_new) out += fmt::format("only in new: {}\n", d);
   return out;
@@ -237,6 +278,15 @@ nlohmann::json comparison_json(const Comparison& comparison) {
         {"mann_whitney_exact", r.mann_whitney ? nlohmann::json(r.mann_whitney->exact) : nullptr},
         {"verdict", verdict_name(r.verdict)},
         {"regression", regression(r)}};
+    if (!r.moved_calls.empty()) {
+      nlohmann::json calls = nlohmann::json::array();
+      for (const auto& m : r.moved_calls) {
+        calls.push_back({{"name", m.name},
+                         {"base_ms", m.base_ms ? nlohmann::json(*m.base_ms) : nullptr},
+                         {"new_ms", m.new_ms ? nlohmann::json(*m.new_ms) : nullptr}});
+      }
+      row["moved_calls"] = std::move(calls);
+    }
     rows.push_back(std::move(row));
   }
   return {{"schema", "dlprobe.compare/1"},

@@ -394,6 +394,20 @@ DLPROBE_RESULTS_SCHEMA(Telemetry, gpu, samples, window_s, gpu_util_pct, mem_util
 DLPROBE_RESULTS_SCHEMA(Compute, flops_per_item, achieved_tflops, ceiling_tflops, ceiling_dtype,
                        fraction_of_ceiling);
 DLPROBE_RESULTS_SCHEMA(Finding, severity, id, message, evidence, fix);
+template <>
+struct Schema<CallTime> {
+  using Self = CallTime;
+  static constexpr auto fields = DLPROBE_RESULTS_KEYS(name, kind, ms);
+  static Status check(const std::string& path, const CallTime& c) {
+    if (c.name.empty() || c.kind.empty()) {
+      return invalid_argument(fmt::format("{}: a call needs a name and a kind", path));
+    }
+    if (!(c.ms >= 0)) {
+      return invalid_argument(fmt::format("{}: {} ms", join_path(path, "ms"), c.ms));
+    }
+    return {};
+  }
+};
 DLPROBE_RESULTS_SCHEMA(Warmup, mode, steps, seconds, steady, restarts, step_seconds);
 // Besides these, the document holds "schema": kSchema, which from_json checks before anything.
 DLPROBE_RESULTS_SCHEMA(Document, context, configurations, findings);
@@ -541,13 +555,15 @@ struct Schema<Configuration> {
       std::tuple{CustomField<Configuration>{"settings", write_settings, read_settings}},
       DLPROBE_RESULTS_KEYS(status, error, statistics),
       DLPROBE_RESULTS_KEYS_SINCE_1(run_spread, runs_in),
-      DLPROBE_RESULTS_KEYS(samples, memory, telemetry, compute, findings));
+      DLPROBE_RESULTS_KEYS(samples, memory, telemetry, compute, findings),
+      std::tuple{DLPROBE_RESULTS_KEY_WHEN_SET(profile)});
 };
 
 #undef DLPROBE_RESULTS_SCHEMA
 #undef DLPROBE_RESULTS_KEYS_SINCE_1
 #undef DLPROBE_RESULTS_KEYS
 #undef DLPROBE_RESULTS_KEY_SINCE_1
+#undef DLPROBE_RESULTS_KEY_WHEN_SET
 #undef DLPROBE_RESULTS_KEY
 
 // ---- values, defined ----

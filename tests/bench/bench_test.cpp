@@ -388,7 +388,7 @@ TEST(Runner, ProfileGivesATimePerCall) {
   ASSERT_TRUE(r.has_value()) << r.status().message();
   ASSERT_FALSE(r->profile.empty());
   double sum = 0;
-  for (const CallTime& t : r->profile) sum += t.ms;
+  for (const results::CallTime& t : r->profile) sum += t.ms;
   EXPECT_GT(sum, 0);
 }
 

@@ -389,6 +389,39 @@ TEST(BenchCliTest, CtrlCAtRandomMomentsEndsCleanly) {
   EXPECT_GT(interrupted, 0) << tries << " tries";
 }
 
+// --profile keeps every call of the step in the results file, in the step's order, beside the
+// text's slowest calls; without it the file has no profile.
+TEST(BenchCliTest, TheProfileIsKeptInTheResultsFile) {
+  const std::string json = ::testing::TempDir() + "bench_cli_profile.json";
+  CliRun r = run(kSmall + "--mode grads --steps 2 --min-time 0s --warmup 1 --warmup-time 0s " +
+                 "--profile 2 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("slowest calls:"), std::string::npos) << r.output;
+  auto doc = dlprobe::results::read_file(json);
+  ASSERT_TRUE(doc.has_value()) << doc.status().message();
+  ASSERT_TRUE(doc->configurations[0].profile.has_value());
+  const auto& calls = *doc->configurations[0].profile;
+  ASSERT_GT(calls.size(), 10u);
+  double total = 0;
+  for (const auto& call : calls) {
+    EXPECT_FALSE(call.name.empty());
+    total += call.ms;
+  }
+  EXPECT_GT(total, 0);
+  // Each call is named in the text's slowest list by the same name as in the file.
+  const auto slowest = std::max_element(calls.begin(), calls.end(),
+                                        [](const auto& a, const auto& b) { return a.ms < b.ms; });
+  EXPECT_NE(r.output.find(slowest->name), std::string::npos) << slowest->name << "\n" << r.output;
+  r = run(kSmall +
+          "--mode grads --steps 2 --min-time 0s --warmup 1 --warmup-time 0s --overwrite --json " +
+          json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  doc = dlprobe::results::read_file(json);
+  ASSERT_TRUE(doc.has_value()) << doc.status().message();
+  EXPECT_FALSE(doc->configurations[0].profile.has_value());
+  std::filesystem::remove(json);
+}
+
 TEST(BenchCliTest, SingleConfigurationInDetail) {
   const CliRun r = run(kSmall +
                        "--mode infer --steps 3 --min-time 0s --warmup 1 --warmup-time 0s "

@@ -453,6 +453,44 @@ TEST(Compare, Verdicts) {
   EXPECT_NE(text.find("only in new: m bs=512"), std::string::npos);
 }
 
+// Where both sides were profiled, a row names the calls whose time moved most, largest first,
+// a call of one side only with no time on the other, a repeated name summed; none where a side
+// has no profile.
+TEST(Compare, ProfiledRowsNameTheCallsThatMovedMost) {
+  Document base;
+  Document next;
+  base.configurations = {steps(32, around(0.100, 40, 0.01)), steps(64, around(0.200, 40, 0.01))};
+  next.configurations = {steps(32, around(0.110, 40, 0.01)), steps(64, around(0.200, 40, 0.01))};
+  base.configurations[0].profile = std::vector<results::CallTime>{
+      {"conv1", "conv_forward", 2.0}, {"bn1", "batch_norm_forward", 1.0}, {"relu", "relu", 0.5},
+      {"relu", "relu", 0.25},         {"fc", "linear_forward", 0.1},      {"old", "fill", 0.05}};
+  next.configurations[0].profile = std::vector<results::CallTime>{
+      {"conv1", "conv_forward", 2.0}, {"bn1", "batch_norm_forward", 1.5}, {"relu", "relu", 0.5},
+      {"relu", "relu", 0.5},          {"fc", "linear_forward", 0.05},     {"new", "fill", 0.2}};
+  next.configurations[1].profile = base.configurations[0].profile;
+  auto r = compare(base, next);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  const auto& moved = r->rows[0].moved_calls;
+  std::vector<std::string> names;
+  for (const auto& m : moved) names.push_back(m.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"bn1", "relu", "new", "fc", "old"}));
+  EXPECT_EQ(moved[1].base_ms, 0.75);
+  EXPECT_EQ(moved[1].new_ms, 1.0);
+  EXPECT_EQ(moved[2].base_ms, std::nullopt);
+  EXPECT_EQ(moved[4].new_ms, std::nullopt);
+  EXPECT_TRUE(r->rows[1].moved_calls.empty()) << "the base of bs=64 has no profile";
+  const std::string text = render_comparison_text(*r);
+  EXPECT_NE(text.find("calls that moved most (ms a step, base -> new), m bs=32 bf16:"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  bn1       1.000 ->     1.500  +0.500"), std::string::npos) << text;
+  EXPECT_NE(text.find("  new           - ->     0.200  +0.200"), std::string::npos) << text;
+  const auto j = comparison_json(*r);
+  EXPECT_EQ(j["rows"][0]["moved_calls"][0]["name"], "bn1");
+  EXPECT_TRUE(j["rows"][0]["moved_calls"][2]["base_ms"].is_null());
+  EXPECT_FALSE(j["rows"][1].contains("moved_calls"));
+}
+
 TEST(Compare, NoChangeWhenTheTestsDisagreeOrTheDataIsTooNoisy) {
   Document base;
   Document next;

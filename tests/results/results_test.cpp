@@ -276,6 +276,25 @@ TEST(Results, TheContainerIsWrittenOnlyWhenKnown) {
   EXPECT_EQ(error_of(j.dump()), "f.json: context.container.image: expected a string, found number");
 }
 
+TEST(Results, TheProfileIsWrittenOnlyWhenProfiled) {
+  Document d = sample_document();
+  // Without one the document is written as before the key was added, to the byte.
+  EXPECT_FALSE(to_json(d)["configurations"][0].contains("profile"));
+  d.configurations[0].profile = std::vector<CallTime>{{"stem.conv", "conv_forward", 1.5}};
+  auto back = parse(serialize(d));
+  ASSERT_TRUE(back.has_value()) << back.status().message();
+  EXPECT_EQ(back->configurations[0].profile, d.configurations[0].profile);
+  json j = to_json(d);
+  j["configurations"][0]["profile"][0]["ms"] = -0.5;
+  EXPECT_EQ(error_of(j.dump()), "f.json: configurations[0].profile[0].ms: -0.5 ms");
+  j = to_json(d);
+  j["configurations"][0]["profile"][0]["name"] = "";
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].profile[0]: a call needs a name and a kind");
+  j["configurations"][0]["profile"] = {{{"name", "fc"}, {"kind", "linear_forward"}}};
+  EXPECT_EQ(error_of(j.dump()), "f.json: configurations[0].profile[0]: missing field \"ms\"");
+}
+
 TEST(Results, OtherCpuShareIsOfTheMachinesTimeOverTheWindows) {
   Samples s;
   s.step_seconds = {0.5, 0.5, 0.5, 0.5};
@@ -452,6 +471,8 @@ Configuration full_native_configuration() {
   c.telemetry = {t};
   c.compute = Compute{12.3e9, 310.5, 700.5, "bf16", 0.44};
   c.findings = {{Severity::warning, "power_cap", "power limited", "sw_power_cap seen", "raise it"}};
+  c.profile = std::vector<CallTime>{{"layer1.0.conv1", "conv_forward_fused", 0.25},
+                                    {"fc", "linear_forward", 0.5}};
   return c;
 }
 
@@ -545,6 +566,9 @@ TEST_F(ResultsRoundTrip, Finding) {
 }
 TEST_F(ResultsRoundTrip, Configuration) {
   EXPECT_EQ(back.configurations, full.configurations);
+}
+TEST_F(ResultsRoundTrip, Profile) {
+  EXPECT_EQ(back.configurations[0].profile, full.configurations[0].profile);
 }
 TEST_F(ResultsRoundTrip, Document) {
   EXPECT_EQ(back, full);

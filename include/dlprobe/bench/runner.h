@@ -32,6 +32,7 @@
 #include "dlprobe/bench/input_feed.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/device/engine.h"
+#include "dlprobe/results/results.h"
 #include "dlprobe/stats/steady_state.h"
 #include "dlprobe/step/step_config.h"
 #include "dlprobe/step/step_plan.h"
@@ -55,13 +56,6 @@ struct Protocol {
 };
 // Every field in range, or a one-line error naming it.
 Status check_protocol(const Protocol& protocol);
-
-// Where a profiled step's time goes, per call of the plan.
-struct CallTime {
-  std::string name;
-  engine::CallKind kind = engine::CallKind::fill;
-  double ms = 0.0;  // median over the profiled steps
-};
 
 // What the runner is doing, for a progress line.
 struct Progress {
@@ -152,7 +146,8 @@ struct BenchResult {
   std::vector<Window> windows;              // empty when interrupted before timing
   engine::StepResult last;                  // the last timed step's loss
   memory::MemoryStats memory;               // peaks over the timed windows
-  std::vector<CallTime> profile;            // parallel to the step's calls; empty unless profiled
+  // Where a profiled step's time goes: parallel to the step's calls; empty unless profiled.
+  std::vector<results::CallTime> profile;
   bool interrupted = false;
   // StepConfig::graph: the timed steps ran as graph replays (false: the capture failed, and the
   // step ran eagerly after a warning saying why).

@@ -38,6 +38,6 @@ std::string outcome_text(const Sweep& sweep, const SweepOutcome& outcome,
 std::string run_spread_text(const results::Configuration& configuration, std::string_view what);
 
 // Device time per kind of call, then the slowest calls.
-std::string profile_text(const std::vector<CallTime>& profile);
+std::string profile_text(const std::vector<results::CallTime>& profile);
 
 }  // namespace dlprobe::bench

@@ -10,10 +10,13 @@
 // Where a side was run several times from scratch (bench --repeat), the half-width of its
 // interval between runs, relative to their mean, is the noise when it is the larger: the interval
 // within the steps of one run does not see what changes from run to run.
+// Where both sides were profiled (bench --profile), a row also names the calls whose device time
+// moved most, so that a slower step says where it got slower.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,7 +50,17 @@ struct ComparisonRow {
   double noise = 0;  // the threshold applied: the option's, or the spread between runs
   // Why two finished runs are not comparable, or where the two tests disagree; else empty.
   std::string why;
+  // With both sides profiled: the calls (by name, their times summed where a name repeats)
+  // whose ms moved most, largest move first, at most kMovedCalls; a call of one side only has
+  // no time on the other.
+  struct MovedCall {
+    std::string name;
+    std::optional<double> base_ms;
+    std::optional<double> new_ms;
+  };
+  std::vector<MovedCall> moved_calls;
 };
+inline constexpr std::size_t kMovedCalls = 8;
 
 struct Comparison {
   std::vector<ComparisonRow> rows;

@@ -289,6 +289,17 @@ struct Finding {
   friend bool operator==(const Finding&, const Finding&) = default;
 };
 
+// One call of a profiled step (bench --profile N), in the step's order: its name as the step's
+// plan gives it ("layer1.0.conv1.forward"; names may repeat), its kind ("conv_forward",
+// "batch_norm_relu_backward", ...) and its device time in ms, the median over the profiled steps.
+struct CallTime {
+  std::string name;
+  std::string kind;
+  double ms = 0;
+
+  friend bool operator==(const CallTime&, const CallTime&) = default;
+};
+
 struct Configuration {
   Kind kind = Kind::native;
   Settings settings;
@@ -307,6 +318,9 @@ struct Configuration {
   std::vector<Telemetry> telemetry;  // one per GPU sampled
   std::optional<Compute> compute;
   std::vector<Finding> findings;
+  // Every call of the step with its device time (bench --profile N); absent unless profiled.
+  // Added within dlprobe.results/1.
+  std::optional<std::vector<CallTime>> profile;
 
   friend bool operator==(const Configuration&, const Configuration&) = default;
 };
