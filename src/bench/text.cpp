@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 #include <optional>
 
 #include "dlprobe/core/units.h"
@@ -232,23 +231,14 @@ std::string outcome_text(const Sweep& sweep, const SweepOutcome& outcome,
 }
 
 std::string profile_text(const std::vector<results::CallTime>& profile) {
-  std::map<std::string_view, std::pair<double, int>> by_kind;
+  const std::vector<results::KindTime> kinds = results::time_by_kind(profile);
   double total = 0;
-  for (const results::CallTime& t : profile) {
-    auto& [ms, count] = by_kind[t.kind];
-    ms += t.ms;
-    ++count;
-    total += t.ms;
-  }
-  std::vector<std::pair<std::string_view, std::pair<double, int>>> kinds(by_kind.begin(),
-                                                                         by_kind.end());
-  std::sort(kinds.begin(), kinds.end(),
-            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  for (const results::KindTime& k : kinds) total += k.ms;
   std::string out =
       fmt::format("profile     {:.3f} ms per step (median per call), by kind:\n", total);
-  for (const auto& [kind, v] : kinds) {
-    out += fmt::format("  {:<28} {:9.3f} ms {:5.1f} %  {:4d} calls\n", kind, v.first,
-                       100.0 * v.first / std::max(total, 1e-12), v.second);
+  for (const results::KindTime& k : kinds) {
+    out += fmt::format("  {:<28} {:9.3f} ms {:5.1f} %  {:4d} calls\n", k.kind, k.ms,
+                       100.0 * k.ms / std::max(total, 1e-12), k.calls);
   }
   std::vector<const results::CallTime*> slowest;
   for (const results::CallTime& t : profile) slowest.push_back(&t);

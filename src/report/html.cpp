@@ -691,6 +691,45 @@ std::string notes_html(const std::vector<Note>& list) {
   return s + "</tbody></table></div>\n";
 }
 
+// Where each profiled configuration's step goes (bench --profile): its time by call kind, then
+// its slowest calls.
+std::string profile_section(const std::vector<Entry>& all, bool several) {
+  constexpr std::size_t kSlowest = 10;
+  std::string s;
+  for (const Entry& e : all) {
+    if (!e.config->profile || e.config->profile->empty()) continue;
+    const std::vector<results::CallTime>& calls = *e.config->profile;
+    const std::vector<results::KindTime> kinds = results::time_by_kind(calls);
+    double total = 0;
+    for (const results::KindTime& k : kinds) total += k.ms;
+    s += fmt::format(
+        "<h3>{}</h3>\n<p class=\"sub\">{:.3f} ms a step: each call's median over the profiled "
+        "steps, summed</p>\n<div class=\"wide\"><table class=\"sortable\"><thead><tr>"
+        "<th>kind</th><th>ms</th><th>share</th><th>calls</th></tr></thead><tbody>\n",
+        esc(label(e, several)), total);
+    for (const results::KindTime& k : kinds) {
+      const double share = total > 0 ? 100.0 * k.ms / total : 0.0;
+      s += fmt::format(
+          "<tr><td>{}</td><td class=\"n\" data-sort=\"{}\">{:.3f}</td><td class=\"n\" "
+          "data-sort=\"{}\">{:.1f} %</td><td class=\"n\" data-sort=\"{}\">{}</td></tr>\n",
+          esc(k.kind), k.ms, k.ms, share, share, k.calls, k.calls);
+    }
+    s += "</tbody></table></div>\n";
+    std::vector<const results::CallTime*> slowest;
+    for (const results::CallTime& c : calls) slowest.push_back(&c);
+    std::stable_sort(slowest.begin(), slowest.end(),
+                     [](const auto* a, const auto* b) { return a->ms > b->ms; });
+    slowest.resize(std::min(slowest.size(), kSlowest));
+    s += "<table class=\"kv\">\n";
+    for (const results::CallTime* c : slowest) {
+      s += fmt::format("<tr><th>{:.3f} ms</th><td>{} ({})</td></tr>\n", c->ms, esc(c->name),
+                       esc(c->kind));
+    }
+    s += "</table>\n";
+  }
+  return s;
+}
+
 std::string table_html(const results::Table& t) {
   // In a box of the page's width that scrolls, should a table of many columns still be wider.
   std::string s = "<div class=\"wide\"><table id=\"configurations\" class=\"sortable\"><thead><tr>";
@@ -779,6 +818,9 @@ std::string render_html(std::span<const NamedDocument> documents) {
   if (json warmup = chart_warmup(all, several); !warmup.is_null()) {
     body += "<h2>Warm-up</h2>\n";
     place(body, charts, std::move(warmup), 300);
+  }
+  if (const std::string profiles = profile_section(all, several); !profiles.empty()) {
+    body += "<h2>Where the step's time goes</h2>\n" + profiles;
   }
   std::string memory;
   json peak = chart_memory(all, several);

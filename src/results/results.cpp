@@ -154,6 +154,20 @@ std::optional<double> other_cpu_share(const Samples& samples) {
   return std::min(1.0, other / (wall * samples.host_cpus));
 }
 
+std::vector<KindTime> time_by_kind(const std::vector<CallTime>& profile) {
+  std::vector<KindTime> out;
+  for (const CallTime& c : profile) {
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const KindTime& k) { return k.kind == c.kind; });
+    if (it == out.end()) it = out.insert(out.end(), KindTime{c.kind, 0, 0});
+    it->ms += c.ms;
+    ++it->calls;
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const KindTime& a, const KindTime& b) { return a.ms > b.ms; });
+  return out;
+}
+
 // ---- the schema ----
 //
 // Each struct's keys are listed once, in its Schema: writing and reading both walk that list, so a

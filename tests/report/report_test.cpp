@@ -217,6 +217,31 @@ TEST(Html, LeavesOutChartsWithoutData) {
   EXPECT_TRUE(chart_of(html, "chart-memory").is_null());
 }
 
+// A profiled configuration's step by call kind (largest first, its share of the sum) and its
+// slowest calls, names escaped; no section where nothing was profiled.
+TEST(Html, ShowsWhereAProfiledStepGoes) {
+  Document d = testing::synthetic_external_document();
+  EXPECT_EQ(render_html(std::vector<NamedDocument>{{"x.json", d}}).find("Where the step"),
+            std::string::npos);
+  d.configurations[0].profile = std::vector<results::CallTime>{{"conv<1>", "conv_forward", 3.0},
+                                                               {"bn1", "batch_norm_forward", 0.5},
+                                                               {"conv2", "conv_forward", 0.5},
+                                                               {"fc", "linear_forward", 1.0}};
+  const std::string html = render_html(std::vector<NamedDocument>{{"x.json", d}});
+  const std::size_t section = html.find("<h2>Where the step's time goes</h2>");
+  ASSERT_NE(section, std::string::npos);
+  EXPECT_NE(html.find("5.000 ms a step", section), std::string::npos);
+  const std::size_t conv = html.find("<td>conv_forward</td>", section);
+  const std::size_t linear = html.find("<td>linear_forward</td>", section);
+  ASSERT_NE(conv, std::string::npos);
+  ASSERT_NE(linear, std::string::npos);
+  EXPECT_LT(conv, linear) << "the largest kind first";
+  EXPECT_NE(html.find("data-sort=\"70\">70.0 %", section), std::string::npos);
+  EXPECT_NE(html.find("<th>3.000 ms</th><td>conv&lt;1&gt; (conv_forward)</td>", section),
+            std::string::npos);
+  EXPECT_EQ(html.find("conv<1>"), std::string::npos) << "a name written unescaped";
+}
+
 TEST(Html, DrawsEachWarmupCurve) {
   Document d = testing::synthetic_external_document();
   const std::vector<NamedDocument> without = {{"x.json", d}};

@@ -300,6 +300,14 @@ struct CallTime {
   friend bool operator==(const CallTime&, const CallTime&) = default;
 };
 
+// A profile's calls summed by kind (bench --profile), the largest share first.
+struct KindTime {
+  std::string kind;
+  double ms = 0;
+  int calls = 0;
+};
+std::vector<KindTime> time_by_kind(const std::vector<CallTime>& profile);
+
 struct Configuration {
   Kind kind = Kind::native;
   Settings settings;
