@@ -720,7 +720,8 @@ std::string profile_section(const std::vector<Entry>& all, bool several) {
     std::stable_sort(slowest.begin(), slowest.end(),
                      [](const auto* a, const auto* b) { return a->ms > b->ms; });
     slowest.resize(std::min(slowest.size(), kSlowest));
-    s += "<table class=\"kv\">\n";
+    s += fmt::format("<p class=\"sub\">Its {} slowest calls:</p>\n<table class=\"kv\">\n",
+                     slowest.size());
     for (const results::CallTime* c : slowest) {
       s += fmt::format("<tr><th>{:.3f} ms</th><td>{} ({})</td></tr>\n", c->ms, esc(c->name),
                        esc(c->kind));
