@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "dlprobe/core/units.h"
+
 namespace dlprobe::device {
 
 Result<ConvEngines> parse_conv_engines(std::string_view text) {
@@ -18,11 +20,18 @@ Result<ConvSums> parse_conv_sums(std::string_view text) {
   return invalid_argument(fmt::format("unknown choice '{}' (expected epilogue or pass)", text));
 }
 
-Result<ConvPrologue> parse_conv_prologue(std::string_view text) {
-  if (text == "fused") return ConvPrologue::fused;
-  if (text == "pass") return ConvPrologue::pass;
-  if (text == "auto") return ConvPrologue::automatic;
-  return invalid_argument(fmt::format("unknown choice '{}' (expected fused, pass or auto)", text));
+Result<ConvPrologueChoice> parse_conv_prologue(std::string_view text) {
+  if (text == "fused") return ConvPrologueChoice{ConvPrologue::fused};
+  if (text == "pass") return ConvPrologueChoice{ConvPrologue::pass};
+  if (text == "auto") return ConvPrologueChoice{ConvPrologue::automatic};
+  constexpr std::string_view kUpTo = "up-to:";
+  if (text.starts_with(kUpTo)) {
+    DLPROBE_ASSIGN_OR_RETURN(const std::uint64_t bytes,
+                             parse_size(text.substr(kUpTo.size()), "up-to"));
+    return ConvPrologueChoice{ConvPrologue::up_to, bytes};
+  }
+  return invalid_argument(
+      fmt::format("unknown choice '{}' (expected fused, pass, auto or up-to:SIZE)", text));
 }
 
 Result<ConvEngineChoice> parse_conv_algo(std::string_view text) {

@@ -173,12 +173,24 @@ TEST(ParseConvOptions, EachValue) {
   }
   EXPECT_EQ(*parse_conv_sums("epilogue"), ConvSums::epilogue);
   EXPECT_EQ(*parse_conv_sums("pass"), ConvSums::pass);
-  EXPECT_EQ(*parse_conv_prologue("fused"), ConvPrologue::fused);
-  EXPECT_EQ(*parse_conv_prologue("pass"), ConvPrologue::pass);
-  EXPECT_EQ(*parse_conv_prologue("auto"), ConvPrologue::automatic);
-  for (const std::string bad : {"", "cudnn", "apart", "Auto"}) {
+  EXPECT_EQ(parse_conv_prologue("fused")->mode, ConvPrologue::fused);
+  EXPECT_EQ(parse_conv_prologue("pass")->mode, ConvPrologue::pass);
+  EXPECT_EQ(parse_conv_prologue("auto")->mode, ConvPrologue::automatic);
+  const auto up_to = parse_conv_prologue("up-to:13MB");
+  ASSERT_TRUE(up_to.has_value()) << up_to.status().message();
+  EXPECT_EQ(up_to->mode, ConvPrologue::up_to);
+  EXPECT_EQ(up_to->up_to_bytes, 13'000'000U);
+  EXPECT_EQ(parse_conv_prologue("up-to:2MiB")->up_to_bytes, 2U << 20);
+  for (const std::string bad : {"", "cudnn", "apart", "Auto", "up-to", "upto:1MB"}) {
     expect_plain_error(parse_conv_prologue(bad).status(),
-                       "unknown choice '" + bad + "' (expected fused, pass or auto)", bad);
+                       "unknown choice '" + bad + "' (expected fused, pass, auto or up-to:SIZE)",
+                       bad);
+  }
+  for (const std::string bad : {"up-to:", "up-to:big", "up-to:-1MB"}) {
+    const auto refused = parse_conv_prologue(bad);
+    ASSERT_FALSE(refused.has_value()) << bad;
+    EXPECT_NE(refused.status().message().find("up-to"), std::string::npos)
+        << refused.status().message();
   }
   for (const std::string bad : {"", "cudnn", "Pass"}) {
     expect_plain_error(parse_conv_sums(bad).status(),

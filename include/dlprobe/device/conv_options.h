@@ -36,17 +36,23 @@ Result<ConvSums> parse_conv_sums(std::string_view text);
 enum class ConvPrologue : std::uint8_t {
   fused,      // cuDNN applies them as the convolution loads its input
   pass,       // dlprobe's pass writes the normalised input to scratch memory first
+  up_to,      // the pass where the call's input holds at most up_to_bytes, cuDNN's above
   automatic,  // each call shape's faster of the two, timed on its first call
 };
-// "fused", "pass" or "auto"; the error names the value, never a flag.
-Result<ConvPrologue> parse_conv_prologue(std::string_view text);
+struct ConvPrologueChoice {
+  ConvPrologue mode = ConvPrologue::automatic;
+  std::uint64_t up_to_bytes = 0;  // with up_to
+};
+// "fused", "pass", "auto" or "up-to:SIZE" (SIZE as parse_size reads it); the error names the
+// value, never a flag.
+Result<ConvPrologueChoice> parse_conv_prologue(std::string_view text);
 
 struct ConvOptions {
   ConvEngineChoice algo = ConvEngineChoice::autotune;
   ConvEngines engines = ConvEngines::any;
   std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
   ConvSums sums = ConvSums::epilogue;
-  ConvPrologue prologue = ConvPrologue::automatic;
+  ConvPrologueChoice prologue = {};
 };
 
 }  // namespace dlprobe::device

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "dlprobe/allocator/caching_allocator.h"
 #include "dlprobe/core/status.h"
@@ -66,6 +67,11 @@ struct CudaBackendOptions {
   // auto`. Neither wins everywhere: in fp16 ResNet-50 the pass took most small tensors and
   // cuDNN's prologue most large ones, with exceptions both ways (docs/performance.md).
   bool conv_prologue_timed = false;
+  // Or by the size of the call's input: the pass where it holds at most this many bytes, cuDNN's
+  // prologue above (bench's `--conv-prologue up-to:SIZE`). At fp16 ResNet-50 on an H100 13 MB ran
+  // ahead of the timed routes at batches 32 and 64, which see each call alone
+  // (docs/performance.md).
+  std::optional<std::uint64_t> conv_prologue_pass_up_to_bytes = std::nullopt;
   // Cooperative launches (a grid that waits for all its blocks) where the device takes them:
   // batch norm in one launch where a tensor fits the grid, and the sums pass's merge in the same
   // launch. False takes the kernels' other paths, as on a device (or under MPS) that refuses them.

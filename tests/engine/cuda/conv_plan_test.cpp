@@ -671,6 +671,58 @@ TEST_F(CudaConv, PrologueRouteTimedOnceAndKept) {
   EXPECT_EQ(gradient_again, gradient - 4) << "the kept route, untimed";
 }
 
+// With conv_prologue_pass_up_to_bytes (bench's --conv-prologue up-to:SIZE) a call whose input
+// holds at most that many bytes takes the pass, and a larger one cuDNN's prologue (or the pass
+// as the fallback where cuDNN has no engine for the graph, which it counts), forward and weight
+// gradient alike, each against fp64.
+TEST_F(CudaConv, PrologueByAPassUpToASize) {
+  const FusedCase c{32, 64, 10, 3, 1, 1};
+  const std::int64_t bytes_of_two = 2 * c.c * c.size * c.size * 2;  // fp16 x of 2 images
+  auto made = cuda::CudaBackend::create(
+      0, allocator(),
+      {.deterministic = false,
+       .conv_prologue_pass_up_to_bytes = static_cast<std::uint64_t>(bytes_of_two)});
+  ASSERT_TRUE(made.has_value()) << made.status().message();
+  cuda::CudaBackend& backend = **made;
+  const Conv2dParams p = c.params();
+  for (const std::int64_t n : {2, 4}) {
+    SCOPED_TRACE(n);
+    const FusedOperands ops(env(), c, n, 71);
+    BackendTensor y = backend_output(env(), ops.y_desc);
+    BackendTensor sum = backend_output(env(), desc({c.k}, DType::fp32));
+    BackendTensor sqsum = backend_output(env(), desc({c.k}, DType::fp32));
+    const std::size_t before = backend.prologue_passes();
+    const std::size_t refused = backend.unfusable_graphs();
+    ASSERT_TRUE(backend
+                    .conv2d_forward_fused(ops.x_in.view(), ops.scale_in.view(), ops.bias_in.view(),
+                                          ops.w_in.view(), y.view(), sum.view(), sqsum.view(), p)
+                    .is_ok());
+    const HostTensor dy = rand(ops.y_desc.shape(), 73, DType::fp16, Layout::nhwc);
+    const BackendTensor dy_in = to_backend(env(), dy);
+    BackendTensor dw = backend_output(env(), ops.w.desc());
+    ASSERT_TRUE(backend
+                    .conv2d_backward_weight_fused(ops.x_in.view(), ops.scale_in.view(),
+                                                  ops.bias_in.view(), dy_in.view(), dw.view(), p)
+                    .is_ok());
+    ASSERT_TRUE(backend.synchronize().is_ok());
+    const std::size_t passes = backend.prologue_passes() - before;
+    if (n == 2) {
+      EXPECT_EQ(passes, 2U) << "the pass, forward and weight gradient";
+    } else {
+      EXPECT_EQ(passes, backend.unfusable_graphs() - refused) << "the pass, not as a fallback";
+    }
+    const HostTensor input = prologue_of(ops.x, ops.scale, ops.bias, true);
+    const HostTensor y_ref = reference::conv2d_forward<double>(input, f64(ops.w), p).value();
+    EXPECT_TRUE(matches(to_host(env(), y.view()), y_ref, kFp16,
+                        {.terms = static_cast<double>(c.c * c.kernel * c.kernel)}));
+    const TensorDesc dw_desc = desc(ops.w.desc().shape(), DType::fp64, Layout::nhwc);
+    EXPECT_TRUE(
+        matches(to_host(env(), dw.view()),
+                reference::conv2d_backward_weight<double>(input, f64(dy), dw_desc, p).value(),
+                kFp16, {.terms = static_cast<double>(n * c.out() * c.out())}));
+  }
+}
+
 // With CudaBackendOptions::conv_prologue_pass dlprobe's pass writes relu(x * scale + bias) to
 // scratch and the convolution and its weight gradient run without cuDNN's prologue, the
 // statistics from cuDNN's epilogue or from the sums pass: y, its statistics and the weight

@@ -712,6 +712,10 @@ Result<CudaBackend::PrologueRoute> CudaBackend::prologue_route(
     ConvDirection direction, const TensorView& x, const TensorView& w, const TensorView& y,
     bool stats, const Conv2dParams& p, std::string_view op,
     const std::function<Status(PrologueRoute)>& run) {
+  if (options_.conv_prologue_pass_up_to_bytes) {
+    return x.desc.bytes() <= *options_.conv_prologue_pass_up_to_bytes ? PrologueRoute::pass
+                                                                      : PrologueRoute::graph;
+  }
   if (!options_.conv_prologue_timed || options_.conv_engine == ConvEngineChoice::heuristic) {
     return options_.conv_prologue_pass ? PrologueRoute::pass : PrologueRoute::graph;
   }
