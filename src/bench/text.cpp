@@ -240,13 +240,8 @@ std::string profile_text(const std::vector<results::CallTime>& profile) {
     out += fmt::format("  {:<28} {:9.3f} ms {:5.1f} %  {:4d} calls\n", k.kind, k.ms,
                        100.0 * k.ms / std::max(total, 1e-12), k.calls);
   }
-  std::vector<const results::CallTime*> slowest;
-  for (const results::CallTime& t : profile) slowest.push_back(&t);
-  std::sort(slowest.begin(), slowest.end(),
-            [](const results::CallTime* a, const results::CallTime* b) { return a->ms > b->ms; });
-  slowest.resize(std::min<std::size_t>(slowest.size(), 25));
   out += "  slowest calls:\n";
-  for (const results::CallTime* t : slowest)
+  for (const results::CallTime* t : results::slowest_calls(profile, 25))
     out += fmt::format("  {:9.3f} ms  {}\n", t->ms, t->name);
   return out;
 }

@@ -715,11 +715,7 @@ std::string profile_section(const std::vector<Entry>& all, bool several) {
           esc(k.kind), k.ms, k.ms, share, share, k.calls, k.calls);
     }
     s += "</tbody></table></div>\n";
-    std::vector<const results::CallTime*> slowest;
-    for (const results::CallTime& c : calls) slowest.push_back(&c);
-    std::stable_sort(slowest.begin(), slowest.end(),
-                     [](const auto* a, const auto* b) { return a->ms > b->ms; });
-    slowest.resize(std::min(slowest.size(), kSlowest));
+    const std::vector<const results::CallTime*> slowest = results::slowest_calls(calls, kSlowest);
     s += fmt::format("<p class=\"sub\">Its {} slowest calls:</p>\n<table class=\"kv\">\n",
                      slowest.size());
     for (const results::CallTime* c : slowest) {

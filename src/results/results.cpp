@@ -168,6 +168,16 @@ std::vector<KindTime> time_by_kind(const std::vector<CallTime>& profile) {
   return out;
 }
 
+std::vector<const CallTime*> slowest_calls(const std::vector<CallTime>& profile,
+                                           std::size_t count) {
+  std::vector<const CallTime*> out;
+  for (const CallTime& c : profile) out.push_back(&c);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const CallTime* a, const CallTime* b) { return a->ms > b->ms; });
+  out.resize(std::min(out.size(), count));
+  return out;
+}
+
 // ---- the schema ----
 //
 // Each struct's keys are listed once, in its Schema: writing and reading both walk that list, so a

@@ -307,6 +307,8 @@ struct KindTime {
   int calls = 0;
 };
 std::vector<KindTime> time_by_kind(const std::vector<CallTime>& profile);
+// Its `count` slowest calls, the slowest first (ties in the step's order).
+std::vector<const CallTime*> slowest_calls(const std::vector<CallTime>& profile, std::size_t count);
 
 struct Configuration {
   Kind kind = Kind::native;
