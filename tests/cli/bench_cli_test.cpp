@@ -182,8 +182,9 @@ TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error(kSmall + "--conv-engines fft", "--conv-engines: unknown choice 'fft'");
   expect_error(kSmall + "--conv-sums cudnn",
                "--conv-sums: unknown choice 'cudnn' (expected epilogue or pass)");
-  expect_error(kSmall + "--conv-prologue apart",
-               "--conv-prologue: unknown choice 'apart' (expected fused, pass or auto)");
+  expect_error(
+      kSmall + "--conv-prologue apart",
+      "--conv-prologue: unknown choice 'apart' (expected fused, pass, auto or up-to:SIZE)");
   expect_error(kSmall + "--graph maybe", "--graph: unknown choice 'maybe'");
   expect_error(kSmall + "--mode infer --graph --gpu-memory grow",
                "--graph: a graph needs the planned memory");
