@@ -286,10 +286,16 @@ class CudaBackend final : public Backend {
                          const TensorView& bias, const TensorView& w, const TensorView& y,
                          const TensorView* sum, const TensorView* sqsum, const Conv2dParams& p,
                          std::string_view op);
+  // The convolution over an input of x's shape that make_input writes to scratch memory (a
+  // prologue's pass), without cuDNN's prologue.
+  Status conv_on_scratch(ConvDirection direction, const TensorView& x,
+                         const std::function<Status(const TensorView&)>& make_input,
+                         const TensorView& w, const TensorView& y, const TensorView* sum,
+                         const TensorView* sqsum, const Conv2dParams& p, std::string_view op);
   // The route of op's calls of this shape: as CudaBackendOptions::conv_prologue_pass or
-  // conv_prologue_pass_up_to_bytes fixes it, or under conv_prologue_timed the faster of the two as `run` takes them on the first call's
-  // buffers, kept for the backend's life and in the tuning cache. `run` may run many times: what
-  // it writes must be the same each time.
+  // conv_prologue_pass_up_to_bytes fixes it, or under conv_prologue_timed the faster of the two as
+  // `run` takes them on the first call's buffers, kept for the backend's life and in the tuning
+  // cache. `run` may run many times: what it writes must be the same each time.
   Result<PrologueRoute> prologue_route(ConvDirection direction, const TensorView& x,
                                        const TensorView& w, const TensorView& y, bool stats,
                                        const Conv2dParams& p, std::string_view op,
