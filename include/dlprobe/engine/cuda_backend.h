@@ -65,7 +65,7 @@ struct CudaBackendOptions {
   // of the shape (both ways on its own buffers) and kept with the tuning choices, where
   // conv_engine times candidates at all (heuristic: cuDNN's prologue). bench's `--conv-prologue
   // auto`. Neither wins everywhere: in fp16 ResNet-50 the pass took most small tensors and
-  // cuDNN's prologue most large ones, with exceptions both ways (docs/performance.md).
+  // cuDNN's prologue most large ones, with exceptions both ways (lab/README.md).
   bool conv_prologue_timed = false;
   // Or by the size of the call's input: the pass where it holds at most this many bytes, cuDNN's
   // prologue above (bench's `--conv-prologue up-to:SIZE`). At fp16 ResNet-50 on an H100 13 MB ran
