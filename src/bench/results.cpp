@@ -7,6 +7,7 @@
 
 #include "dlprobe/bench/host_cpu.h"
 #include "dlprobe/core/units.h"
+#include "dlprobe/memory/analysis_json.h"
 #include "dlprobe/monitor/nvml.h"
 #include "dlprobe/stats/statistics.h"
 
@@ -239,6 +240,9 @@ results::Configuration to_configuration(const Measured& m) {
     results::Memory mem;
     mem.source = "allocator";
     mem.allocator_stats = memory::to_flat_json(*m.memory);
+    if (!m.runs.empty() && m.runs.front()->arena_fullest) {
+      mem.arena = memory::to_json(*m.runs.front()->arena_fullest);
+    }
     c.memory = std::move(mem);
   }
   if (m.telemetry) c.telemetry.push_back(*m.telemetry);

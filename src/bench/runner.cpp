@@ -256,6 +256,8 @@ Result<BenchResult> run_bench(device::Engine& e, const BenchOptions& o, const Ho
     ++w;
   }
   r.memory = e.allocator().stats();
+  r.arena_fullest =
+      memory::arena_fullest(*step, r.memory[memory::Category::arena].allocated_bytes_peak);
   r.graph_replayed = step->graph_recorded();
   r.recomputed_block_outputs = step->config().recompute_block_outputs;
   if (o.step.recompute_block_outputs && !r.recomputed_block_outputs) {

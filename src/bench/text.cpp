@@ -137,6 +137,30 @@ std::string findings_text(const std::vector<results::Configuration>& configurati
   return out;
 }
 
+namespace {
+
+// A planned step's arena when most of it is live: the allocator holds the arena as one block, so
+// its category lines count it whole as `arena` and the activations in it as none.
+std::string arena_text(const memory::ArenaMoment& a) {
+  std::string out = fmt::format("  in the arena, at its fullest ({}, {}):\n", a.call_name,
+                                memory::phase_name(a.phase));
+  auto part = [&](std::string_view name, std::int64_t bytes) {
+    if (bytes > 0) out += fmt::format("    {:<18} {}\n", name, size_text(bytes));
+  };
+  for (const memory::Category cat : memory::kAllCategories) {
+    if (cat != memory::Category::temporaries) {
+      part(memory::category_name(cat), a[cat]);
+      continue;
+    }
+    part("backward gradients", a.gradient_bytes);
+    part("other temporaries", a[cat] - a.gradient_bytes);
+  }
+  out += fmt::format("    {:<18} {}\n", "free", size_text(a.free_bytes));
+  return out;
+}
+
+}  // namespace
+
 std::string detail_text(const Sweep& sweep, const results::Configuration& c,
                         const std::vector<BenchResult>& runs) {
   static const BenchResult kNone;  // nothing ran: no memory, no loss
@@ -211,6 +235,7 @@ std::string detail_text(const Sweep& sweep, const results::Configuration& c,
                        size_text(m[cat].allocated_bytes_peak),
                        size_text(m.peak.allocated_by_category[static_cast<std::size_t>(cat)]));
   }
+  if (r.arena_fullest) out += arena_text(*r.arena_fullest);
   if (!m.peak.owner.empty()) out += fmt::format("  peak set by      {}\n", m.peak.owner);
   if (!r.profile.empty()) out += profile_text(r.profile);
   return out;

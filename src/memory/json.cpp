@@ -29,20 +29,6 @@ json moment_json(const MemoryMoment& m) {
           {"by_category", by_category_json(m.by_category)}};
 }
 
-json arena_moment_json(const ArenaMoment& a) {
-  return {{"call", a.call},
-          {"call_name", a.call_name},
-          {"layer", a.layer},
-          {"phase", std::string(phase_name(a.phase))},
-          {"block_bytes", a.block_bytes()},
-          {"live_bytes", a.live_bytes()},
-          {"live_by_category", by_category_json(a.live)},
-          {"live_gradient_bytes", a.gradient_bytes},
-          {"free_bytes", a.free_bytes},
-          {"largest_free_bytes", a.largest_free_bytes},
-          {"allocated_bytes", a.allocated_bytes}};
-}
-
 // Column-wise, so a few hundred points stay a few kilobytes per category.
 json timeline_json(const std::vector<LayerVisit>& visits) {
   json layer = json::array();
@@ -104,13 +90,27 @@ void plain_fields(C& c, Visit visit) {
 
 }  // namespace
 
+json to_json(const ArenaMoment& a) {
+  return {{"call", a.call},
+          {"call_name", a.call_name},
+          {"layer", a.layer},
+          {"phase", std::string(phase_name(a.phase))},
+          {"block_bytes", a.block_bytes()},
+          {"live_bytes", a.live_bytes()},
+          {"live_by_category", by_category_json(a.live)},
+          {"live_gradient_bytes", a.gradient_bytes},
+          {"free_bytes", a.free_bytes},
+          {"largest_free_bytes", a.largest_free_bytes},
+          {"allocated_bytes", a.allocated_bytes}};
+}
+
 json to_json(const StepMemory& m) {
   json arena = nullptr;
   if (m.arena) {
     arena = {{"bytes", m.arena->bytes},
              {"peak_live_bytes", m.arena->peak_live_bytes},
-             {"at_peak", m.arena_at_peak ? arena_moment_json(*m.arena_at_peak) : json(nullptr)},
-             {"fullest", m.arena_fullest ? arena_moment_json(*m.arena_fullest) : json(nullptr)}};
+             {"at_peak", m.arena_at_peak ? to_json(*m.arena_at_peak) : json(nullptr)},
+             {"fullest", m.arena_fullest ? to_json(*m.arena_fullest) : json(nullptr)}};
   }
   return {{"peak", moment_json(m.peak)},
           {"peak_call", m.peak_call},

@@ -47,6 +47,37 @@ std::vector<std::string_view> call_layers(std::span<const engine::Call> calls) {
   return layers;
 }
 
+// Planned: the bytes live in the arena during each of `n` calls (and 0 after them), by category,
+// as the arena lays them out (sizes rounded as the planner rounds them).
+std::vector<CategoryBytes> live_by_call(std::span<const engine::TransientBuffer> transients,
+                                        std::size_t n) {
+  std::vector<CategoryBytes> live(n + 1, CategoryBytes{});
+  for (const engine::TransientBuffer& b : transients) {
+    const auto bytes = static_cast<std::int64_t>(round_up(b.bytes, kBlockRound));
+    live[std::min(b.first_call, n)][index_of(b.category)] += bytes;
+    live[std::min(b.last_call + 1, n)][index_of(b.category)] -= bytes;
+  }
+  for (std::size_t i = 1; i <= n; ++i) {
+    for (std::size_t c = 0; c < kCategoryCount; ++c) live[i][c] += live[i - 1][c];
+  }
+  return live;
+}
+
+std::int64_t total_of(const CategoryBytes& bytes) {
+  std::int64_t total = 0;
+  for (const std::int64_t b : bytes) total += b;
+  return total;
+}
+
+// The first of `n` calls with the most bytes live.
+std::size_t fullest_call(const std::vector<CategoryBytes>& live, std::size_t n) {
+  std::size_t fullest = 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if (total_of(live[i]) > total_of(live[fullest])) fullest = i;
+  }
+  return fullest;
+}
+
 // The arena during call `i`: the plan's buffers live then, by category, and the free runs between
 // and above them in the allocator's block of `block` bytes.
 ArenaMoment arena_during(std::span<const engine::TransientBuffer> transients, std::size_t i,
@@ -161,24 +192,9 @@ StepMemory StepFollower::result() const {
   out.arena = step_.arena();
   out.events = static_cast<std::int64_t>(events_.size());
 
-  // Planned: the bytes live in the arena at each call, by category, as the arena lays them out
-  // (sizes rounded as the planner rounds them).
-  std::vector<CategoryBytes> live(n + 1, CategoryBytes{});
-  if (out.arena) {
-    for (const engine::TransientBuffer& b : step_.transients()) {
-      const auto bytes = static_cast<std::int64_t>(round_up(b.bytes, kBlockRound));
-      live[b.first_call][index_of(b.category)] += bytes;
-      live[std::min(b.last_call + 1, n)][index_of(b.category)] -= bytes;
-    }
-    for (std::size_t i = 1; i <= n; ++i) {
-      for (std::size_t c = 0; c < kCategoryCount; ++c) live[i][c] += live[i - 1][c];
-    }
-  }
-  auto live_total = [&](std::size_t i) {
-    std::int64_t total = 0;
-    for (const std::int64_t bytes : live[i]) total += bytes;
-    return total;
-  };
+  const std::vector<CategoryBytes> live =
+      out.arena ? live_by_call(step_.transients(), n) : std::vector<CategoryBytes>(n + 1);
+  auto live_total = [&](std::size_t i) { return total_of(live[i]); };
   auto split_arena = [&](MemoryMoment m, std::size_t i) {
     if (!out.arena || i >= n) return m;
     for (std::size_t c = 0; c < kCategoryCount; ++c) m.by_category[c] += live[i][c];
@@ -232,10 +248,7 @@ StepMemory StepFollower::result() const {
   out.peak_layer = std::string(layers[peak]);
   out.peak_phase = phases[peak];
   if (out.arena) {
-    std::size_t fullest = 0;
-    for (std::size_t i = 1; i < n; ++i) {
-      if (live_total(i) > live_total(fullest)) fullest = i;
-    }
+    const std::size_t fullest = fullest_call(live, n);
     auto arena_at = [&](std::size_t i) {
       // The allocator's block: what split_arena left unused plus what it moved out.
       ArenaMoment a = arena_during(step_.transients(), i, high[i][Category::arena] + live_total(i));
@@ -274,6 +287,19 @@ Result<StepMemory> follow_step(engine::TrainingStep& step, CachingAllocator& all
   follower.stop();
   if (!ran) return ran.status();
   return follower.result();
+}
+
+std::optional<ArenaMoment> arena_fullest(const engine::TrainingStep& step, std::int64_t block) {
+  if (!step.arena()) return std::nullopt;
+  const std::vector<engine::Call>& calls = step.calls();
+  const std::size_t n = calls.size();
+  if (n == 0) return std::nullopt;
+  const std::size_t i = fullest_call(live_by_call(step.transients(), n), n);
+  ArenaMoment a = arena_during(step.transients(), i, block);
+  a.call_name = calls[i].name;
+  a.layer = std::string(call_layers(calls)[i]);
+  a.phase = call_phases(calls)[i];
+  return a;
 }
 
 namespace {

@@ -463,10 +463,10 @@ struct Schema<stats::RunSpread> {
 template <>
 struct Schema<Memory> {
   using Self = Memory;
-  static constexpr auto fields =
-      std::tuple_cat(DLPROBE_RESULTS_KEYS(source, allocator_stats, framework_peak_allocated_bytes,
-                                          framework_peak_reserved_bytes, nvml_process_peak_bytes),
-                     DLPROBE_RESULTS_KEYS_SINCE_1(analysis));
+  static constexpr auto fields = std::tuple_cat(
+      DLPROBE_RESULTS_KEYS(source, allocator_stats, framework_peak_allocated_bytes,
+                           framework_peak_reserved_bytes, nvml_process_peak_bytes),
+      DLPROBE_RESULTS_KEYS_SINCE_1(analysis), std::tuple{DLPROBE_RESULTS_KEY_WHEN_SET(arena)});
 };
 
 // Settings has two key sets: a native run's and an external run's (the configuration's kind says

@@ -362,6 +362,27 @@ TEST(Runner, EachConfigurationStartsClean) {
   EXPECT_EQ(e->allocator().stats().reserved_bytes, 0);
 }
 
+// A planned step's arena is one block to the allocator: the runner says what it holds at its
+// fullest, and the text prints it under the arena's line.
+TEST(Runner, PlannedArenaSaysWhatItHolds) {
+  auto e = reference_engine();
+  BenchOptions o;
+  o.step = tiny_step(2, engine::StepMode::grads);
+  o.protocol = fixed_protocol(0, 0.0, 1, 0.0, 1, 10);
+  auto grown = run_bench(*e, o);
+  ASSERT_TRUE(grown.has_value()) << grown.status().message();
+  EXPECT_FALSE(grown->arena_fullest.has_value());
+  o.step.memory_plan = engine::MemoryPlan::planned;
+  auto r = run_bench(*e, o);
+  ASSERT_TRUE(r.has_value()) << r.status().message();
+  ASSERT_TRUE(r->arena_fullest.has_value());
+  const memory::ArenaMoment& a = *r->arena_fullest;
+  EXPECT_EQ(a.block_bytes(), r->memory[memory::Category::arena].allocated_bytes_peak);
+  EXPECT_GT(a[memory::Category::activations], 0);
+  EXPECT_GT(a.gradient_bytes, 0);
+  EXPECT_FALSE(a.call_name.empty());
+}
+
 TEST(Runner, ErrorsAreOneLine) {
   auto e = reference_engine();
   BenchOptions o;

@@ -128,6 +128,33 @@ TEST(ToConfiguration, OutOfMemoryKeepsTheAllocatorsView) {
   EXPECT_EQ(c.memory->allocator_stats["allocated_bytes.all.peak"], 123);
 }
 
+// A planned run's arena at its fullest goes into memory.arena as memory.analysis writes it; a run
+// without one writes no key.
+TEST(ToConfiguration, PlannedArenaContents) {
+  BenchResult r = run_of({steady(10, 0.1)});
+  Measured m = measured(r);
+  m.memory = memory::MemoryStats{};
+  EXPECT_TRUE(to_configuration(m).memory->arena.is_null());
+  memory::ArenaMoment a;
+  a.call = 7;
+  a.call_name = "layer1.0.conv1.backward_data";
+  a.phase = memory::Phase::backward;
+  a.live[static_cast<std::size_t>(memory::Category::activations)] = 3000;
+  a.live[static_cast<std::size_t>(memory::Category::temporaries)] = 500;
+  a.gradient_bytes = 200;
+  a.free_bytes = 596;
+  r.arena_fullest = a;
+  const results::Configuration c = to_configuration(m);
+  ASSERT_TRUE(c.memory.has_value());
+  const nlohmann::json& j = c.memory->arena;
+  EXPECT_EQ(j["call_name"], "layer1.0.conv1.backward_data");
+  EXPECT_EQ(j["phase"], "backward");
+  EXPECT_EQ(j["block_bytes"], 4096);
+  EXPECT_EQ(j["live_by_category"]["activations"], 3000);
+  EXPECT_EQ(j["live_gradient_bytes"], 200);
+  EXPECT_EQ(j["free_bytes"], 596);
+}
+
 TEST(ToConfiguration, InferenceHasNoOptimizer) {
   const BenchResult r = run_of({steady(30, 0.01)});
   Measured m = measured(r, 1);

@@ -501,9 +501,13 @@ TEST(BenchCliTest, DefaultsPickTheFastestAndSaySo) {
   ASSERT_EQ(given.exit_code, 0) << given.output;
   EXPECT_EQ(given.output.find("picked:"), std::string::npos) << given.output;
   EXPECT_NE(given.output.find("step        infer, fp32, nhwc"), std::string::npos) << given.output;
+  // The planned arena is one block to the allocator; the text says what it holds.
+  EXPECT_NE(given.output.find("\n  in the arena, at its fullest ("), std::string::npos)
+      << given.output;
   const CliRun layout_only = run(quick + "--gpu-memory grow --graph off");
   EXPECT_NE(layout_only.output.find("picked: layout "), std::string::npos) << layout_only.output;
   EXPECT_EQ(layout_only.output.find("gpu-memory grow"), std::string::npos) << layout_only.output;
+  EXPECT_EQ(layout_only.output.find("in the arena"), std::string::npos) << layout_only.output;
 }
 
 TEST(BenchCliTest, HelpShowsTheDefaults) {

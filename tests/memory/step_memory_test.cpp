@@ -221,6 +221,34 @@ TEST(FollowStep, TellsTheArenaAtItsFullestWhereTheWorkspaceMovesThePeak) {
   for (Category c2 : kAllCategories) EXPECT_EQ(full[c2], (*plain->arena_fullest)[c2]);
 }
 
+// From the plan alone, what a followed step tells of the arena at its fullest (bench prints it
+// without following a step); nothing for a step without an arena.
+TEST(ArenaFullest, IsWhatAFollowedStepTells) {
+  testing::Rig r = make_rig(small_config(4, MemoryPlan::planned));
+  ASSERT_TRUE(r.step);
+  Result<StepMemory> m = follow_step(*r.step, *r.allocator);
+  ASSERT_TRUE(m.has_value()) << m.status().message();
+  ASSERT_TRUE(m->arena_fullest.has_value());
+  const std::int64_t block = r.allocator->stats()[Category::arena].allocated_bytes;
+  const std::optional<ArenaMoment> plan = arena_fullest(*r.step, block);
+  ASSERT_TRUE(plan.has_value());
+  const ArenaMoment& followed = *m->arena_fullest;
+  EXPECT_EQ(plan->call, followed.call);
+  EXPECT_EQ(plan->call_name, followed.call_name);
+  EXPECT_EQ(plan->layer, followed.layer);
+  EXPECT_EQ(plan->phase, followed.phase);
+  for (Category c : kAllCategories) EXPECT_EQ((*plan)[c], followed[c]) << category_name(c);
+  EXPECT_EQ(plan->gradient_bytes, followed.gradient_bytes);
+  EXPECT_EQ(plan->free_bytes, followed.free_bytes);
+  EXPECT_EQ(plan->largest_free_bytes, followed.largest_free_bytes);
+  EXPECT_EQ(plan->block_bytes(), block);
+  EXPECT_GT((*plan)[Category::activations], 0);
+
+  testing::Rig dynamic = make_rig(small_config(4, MemoryPlan::dynamic));
+  ASSERT_TRUE(dynamic.step);
+  EXPECT_FALSE(arena_fullest(*dynamic.step, 0).has_value());
+}
+
 TEST(CallPhases, FollowTheStepMode) {
   for (engine::StepMode mode :
        {engine::StepMode::train, engine::StepMode::grads, engine::StepMode::infer}) {

@@ -295,6 +295,24 @@ TEST(Results, TheProfileIsWrittenOnlyWhenProfiled) {
   EXPECT_EQ(error_of(j.dump()), "f.json: configurations[0].profile[0]: missing field \"ms\"");
 }
 
+TEST(Results, TheArenaIsWrittenOnlyForPlannedSteps) {
+  Document d = sample_document();
+  Memory m;
+  m.source = "allocator";
+  m.allocator_stats = {{"peak.allocated_bytes", 4096}};
+  d.configurations[0].memory = m;
+  // Without one the memory object is written as before the key was added.
+  EXPECT_FALSE(to_json(d)["configurations"][0]["memory"].contains("arena"));
+  d.configurations[0].memory->arena = {{"call_name", "loss.backward"}, {"free_bytes", 512}};
+  auto back = parse(serialize(d));
+  ASSERT_TRUE(back.has_value()) << back.status().message();
+  EXPECT_EQ(back->configurations[0].memory, d.configurations[0].memory);
+  json j = to_json(d);
+  j["configurations"][0]["memory"]["arena"] = 7;
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].memory.arena: expected an object or null, found number");
+}
+
 TEST(Results, OtherCpuShareIsOfTheMachinesTimeOverTheWindows) {
   Samples s;
   s.step_seconds = {0.5, 0.5, 0.5, 0.5};
@@ -452,6 +470,7 @@ Configuration full_native_configuration() {
   m.framework_peak_reserved_bytes = 8000000;
   m.nvml_process_peak_bytes = 2000000000;
   m.analysis = {{"verdict", "fits"}};
+  m.arena = {{"call", 44}, {"free_bytes", 385024}};
   c.memory = m;
   Telemetry t;
   t.gpu = 1;

@@ -32,6 +32,7 @@
 #include "dlprobe/bench/input_feed.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/device/engine.h"
+#include "dlprobe/memory/step_memory.h"
 #include "dlprobe/results/results.h"
 #include "dlprobe/stats/steady_state.h"
 #include "dlprobe/step/step_config.h"
@@ -146,6 +147,9 @@ struct BenchResult {
   std::vector<Window> windows;              // empty when interrupted before timing
   engine::StepResult last;                  // the last timed step's loss
   memory::MemoryStats memory;               // peaks over the timed windows
+  // Planned steps: what the arena holds when most of it is live, by category (the allocator sees
+  // the arena as one block, so `memory` cannot tell).
+  std::optional<memory::ArenaMoment> arena_fullest;
   // Where a profiled step's time goes: parallel to the step's calls; empty unless profiled.
   std::vector<results::CallTime> profile;
   bool interrupted = false;

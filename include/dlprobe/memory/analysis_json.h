@@ -17,6 +17,8 @@
 namespace dlprobe::memory {
 
 nlohmann::json to_json(const StepMemory& memory);
+// What the arena holds during one call: an `at_peak` / `fullest` object of memory.analysis.
+nlohmann::json to_json(const ArenaMoment& arena);
 nlohmann::json to_json(const Calibration& calibration);
 nlohmann::json to_json(const Reconciliation& reconciliation);
 nlohmann::json to_json(const Prediction& prediction);

@@ -102,4 +102,9 @@ struct StepMemory {
 // allocator's peak statistics are reset first, so afterwards they are this step's.
 Result<StepMemory> follow_step(engine::TrainingStep& step, CachingAllocator& allocator);
 
+// Planned only: what the arena holds during the first call where the most of it is live, from the
+// plan alone (no step runs), in the allocator's block of `block` bytes; none without an arena.
+// What StepMemory::arena_fullest gives for a followed step, but its allocated_bytes (0 here).
+std::optional<ArenaMoment> arena_fullest(const engine::TrainingStep& step, std::int64_t block);
+
 }  // namespace dlprobe::memory

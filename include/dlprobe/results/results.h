@@ -224,6 +224,9 @@ struct Memory {
   // `dlprobe memory`'s analysis (memory::to_json(AnalysisRecord), docs/results-schema.md): an
   // object, or null. Files written before it existed lack the key, which reads as null.
   nlohmann::json analysis;
+  // A planned step's arena when most of it is live (bench: the `fullest` object of
+  // memory.analysis's arena, docs/results-schema.md), or null; written only when set.
+  nlohmann::json arena;
 
   friend bool operator==(const Memory&, const Memory&) = default;
 };
