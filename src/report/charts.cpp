@@ -33,8 +33,10 @@ tr.sev-warning td:first-child { color: #a65e00; font-weight: bold; }
 .none { color: #777; }
 )";
 
-constexpr const char* kPalette[] = {"#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7",
-                                    "#56B4E9", "#F0E442", "#000000", "#7f3c8d", "#11a579"};
+// Eleven: the memory chart's categories, a planned arena's four parts among them, each its own.
+constexpr const char* kPalette[] = {"#0072B2", "#E69F00", "#009E73", "#D55E00",
+                                    "#CC79A7", "#56B4E9", "#F0E442", "#000000",
+                                    "#7f3c8d", "#11a579", "#e73f74"};
 
 // Creates the charts the JSON of #chart-data describes. Besides Chart.js's configuration, a
 // specification may carry: dataset.tips[i], the tooltip text of point i; dataset.title, the

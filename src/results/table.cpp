@@ -22,15 +22,64 @@ std::optional<std::int64_t> peak_memory_bytes(const Memory& memory) {
   return memory.nvml_process_peak_bytes;
 }
 
+namespace {
+
+// A bytes figure of a memory.arena object, or none where the key is missing or not an integer.
+std::optional<std::int64_t> bytes_at(const nlohmann::json& j, std::string_view key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<std::int64_t>();
+}
+
+// memory.arena's contents as parts of the arena's `block` bytes: the activations, backward
+// gradients and other temporaries live at its fullest, and its free rest; none unless they add up
+// to the block (a file from elsewhere, or one where the allocator's arena is not the plan's).
+std::vector<std::pair<std::string, std::int64_t>> arena_parts(const nlohmann::json& arena,
+                                                              std::int64_t block) {
+  std::vector<std::pair<std::string, std::int64_t>> parts;
+  if (!arena.is_object() || bytes_at(arena, "block_bytes") != block) return parts;
+  const auto live = arena.find("live_by_category");
+  if (live == arena.end() || !live->is_object()) return parts;
+  const std::optional<std::int64_t> gradients = bytes_at(arena, "live_gradient_bytes");
+  const std::optional<std::int64_t> free = bytes_at(arena, "free_bytes");
+  if (!gradients || !free) return parts;
+  std::int64_t sum = *free;
+  for (const auto category : memory::kAllCategories) {
+    const std::optional<std::int64_t> bytes = bytes_at(*live, memory::category_name(category));
+    if (!bytes) return {};
+    sum += *bytes;
+    if (*bytes == 0) continue;
+    const std::string name(memory::category_name(category));
+    if (category == memory::Category::temporaries) {
+      if (*gradients > 0) parts.emplace_back("arena: backward gradients", *gradients);
+      if (*bytes > *gradients) parts.emplace_back("arena: other temporaries", *bytes - *gradients);
+    } else {
+      parts.emplace_back("arena: " + name, *bytes);
+    }
+  }
+  if (sum != block) return {};
+  parts.emplace_back("arena: free", *free);
+  return parts;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, std::int64_t>> peak_by_category(const Memory& memory) {
   std::vector<std::pair<std::string, std::int64_t>> out;
   if (!memory.allocator_stats.is_object()) return out;
   for (const auto category : memory::kAllCategories) {
     const std::string name(memory::category_name(category));
     const auto it = memory.allocator_stats.find("peak.allocated_bytes." + name);
-    if (it != memory.allocator_stats.end() && it->is_number_integer()) {
-      out.emplace_back(name, it->get<std::int64_t>());
+    if (it == memory.allocator_stats.end() || !it->is_number_integer()) continue;
+    const auto bytes = it->get<std::int64_t>();
+    if (category == memory::Category::arena) {
+      const auto parts = arena_parts(memory.arena, bytes);
+      if (!parts.empty()) {
+        out.insert(out.end(), parts.begin(), parts.end());
+        continue;
+      }
     }
+    out.emplace_back(name, bytes);
   }
   return out;
 }

@@ -154,6 +154,36 @@ TEST(Table, ThroughputIsGroupedAndPeakMemoryPrefersTheAllocator) {
   EXPECT_EQ(parts.back().first, "input");
 }
 
+// A planned step's arena is one block to the allocator; the memory chart shows what it held at its
+// fullest where the file says, and the block whole where the parts do not add up to it.
+TEST(Table, PlannedArenaIsToldByWhatItHolds) {
+  results::Memory m;
+  m.source = "allocator";
+  m.allocator_stats = {{"peak.allocated_bytes.weights", 100}, {"peak.allocated_bytes.arena", 4096}};
+  m.arena = {{"block_bytes", 4096},
+             {"free_bytes", 596},
+             {"live_gradient_bytes", 200},
+             {"live_by_category",
+              {{"weights", 0},
+               {"gradients", 0},
+               {"optimizer_state", 0},
+               {"activations", 3000},
+               {"workspace", 0},
+               {"temporaries", 500},
+               {"input", 0},
+               {"arena", 0}}}};
+  using Parts = std::vector<std::pair<std::string, std::int64_t>>;
+  EXPECT_EQ(results::peak_by_category(m), (Parts{{"weights", 100},
+                                                 {"arena: activations", 3000},
+                                                 {"arena: backward gradients", 200},
+                                                 {"arena: other temporaries", 300},
+                                                 {"arena: free", 596}}));
+  m.arena["free_bytes"] = 600;  // four bytes more than the block
+  EXPECT_EQ(results::peak_by_category(m), (Parts{{"weights", 100}, {"arena", 4096}}));
+  m.arena = nullptr;
+  EXPECT_EQ(results::peak_by_category(m), (Parts{{"weights", 100}, {"arena", 4096}}));
+}
+
 TEST(Html, EscapesEverythingItWrites) {
   EXPECT_EQ(html_escape("<a href=\"x\">'&'</a>"),
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");

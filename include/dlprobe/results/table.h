@@ -49,7 +49,9 @@ std::string to_markdown(const Table& table);
 // (peak allocated bytes), the framework's own figure, else NVML's view of the process.
 std::optional<std::int64_t> peak_memory_bytes(const Memory& memory);
 // The allocator's breakdown at the overall peak ("peak.allocated_bytes.<category>"), in the
-// allocator's category order; empty without allocator statistics.
+// allocator's category order; empty without allocator statistics. A planned step's arena, one
+// block to the allocator, is told as what it holds at its fullest where memory.arena says
+// ("arena: activations", "arena: backward gradients", "arena: other temporaries", "arena: free").
 std::vector<std::pair<std::string, std::int64_t>> peak_by_category(const Memory& memory);
 
 }  // namespace dlprobe::results
