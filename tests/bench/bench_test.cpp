@@ -363,7 +363,7 @@ TEST(Runner, EachConfigurationStartsClean) {
 }
 
 // A planned step's arena is one block to the allocator: the runner says what it holds at its
-// fullest, and the text prints it under the arena's line.
+// fullest (bench_cli_test checks the text that prints it).
 TEST(Runner, PlannedArenaSaysWhatItHolds) {
   auto e = reference_engine();
   BenchOptions o;
