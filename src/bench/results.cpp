@@ -242,6 +242,8 @@ results::Configuration to_configuration(const Measured& m) {
     mem.allocator_stats = memory::to_flat_json(*m.memory);
     if (!m.runs.empty() && m.runs.front()->arena_fullest) {
       mem.arena = memory::to_json(*m.runs.front()->arena_fullest);
+      // From the plan alone: what the allocator held during that call is not known.
+      mem.arena.erase("allocated_bytes");
     }
     c.memory = std::move(mem);
   }

@@ -144,16 +144,8 @@ namespace {
 std::string arena_text(const memory::ArenaMoment& a) {
   std::string out = fmt::format("  in the arena, at its fullest ({}, {}):\n", a.call_name,
                                 memory::phase_name(a.phase));
-  auto part = [&](std::string_view name, std::int64_t bytes) {
-    if (bytes > 0) out += fmt::format("    {:<18} {}\n", name, size_text(bytes));
-  };
-  for (const memory::Category cat : memory::kAllCategories) {
-    if (cat != memory::Category::temporaries) {
-      part(memory::category_name(cat), a[cat]);
-      continue;
-    }
-    part("backward gradients", a.gradient_bytes);
-    part("other temporaries", a[cat] - a.gradient_bytes);
+  for (const memory::ArenaPart& part : memory::arena_parts(a)) {
+    if (part.bytes > 0) out += fmt::format("    {:<18} {}\n", part.name, size_text(part.bytes));
   }
   out += fmt::format("    {:<18} {}\n", "free", size_text(a.free_bytes));
   return out;

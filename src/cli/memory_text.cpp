@@ -33,20 +33,14 @@ void print_arena_contents(const memory::ArenaMoment& a, const memory::Prediction
                           std::string_view indent, const Line& line) {
   const memory::ArenaMoment* p = nullptr;
   if (predicted != nullptr && (predicted->step.*which)) p = &*(predicted->step.*which);
-  auto part = [&](std::string_view name, auto bytes) {
-    const std::optional<std::int64_t> beside =
-        p != nullptr ? std::optional(bytes(*p)) : std::nullopt;
-    if (bytes(a) == 0 && beside.value_or(0) == 0) return;
-    line(fmt::format("{}{}", indent, name), bytes(a), beside);
-  };
-  for (Category c : memory::kAllCategories) {
-    if (c != Category::temporaries) {
-      part(memory::category_name(c), [c](const memory::ArenaMoment& m) { return m[c]; });
-      continue;
-    }
-    part("backward gradients", [](const memory::ArenaMoment& m) { return m.gradient_bytes; });
-    part("other temporaries",
-         [](const memory::ArenaMoment& m) { return m[Category::temporaries] - m.gradient_bytes; });
+  const std::vector<memory::ArenaPart> parts = memory::arena_parts(a);
+  const std::vector<memory::ArenaPart> beside =
+      p != nullptr ? memory::arena_parts(*p) : std::vector<memory::ArenaPart>{};
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::optional<std::int64_t> b =
+        p != nullptr ? std::optional(beside[i].bytes) : std::nullopt;
+    if (parts[i].bytes == 0 && b.value_or(0) == 0) continue;
+    line(fmt::format("{}{}", indent, parts[i].name), parts[i].bytes, b);
   }
   line(fmt::format("{}free", indent), a.free_bytes,
        p != nullptr ? std::optional(p->free_bytes) : std::nullopt);

@@ -289,6 +289,19 @@ Result<StepMemory> follow_step(engine::TrainingStep& step, CachingAllocator& all
   return follower.result();
 }
 
+std::vector<ArenaPart> arena_parts(const ArenaMoment& a) {
+  std::vector<ArenaPart> parts;
+  for (const Category c : kAllCategories) {
+    if (c != Category::temporaries) {
+      parts.push_back({category_name(c), a[c]});
+      continue;
+    }
+    parts.push_back({"backward gradients", a.gradient_bytes});
+    parts.push_back({"other temporaries", a[c] - a.gradient_bytes});
+  }
+  return parts;
+}
+
 std::optional<ArenaMoment> arena_fullest(const engine::TrainingStep& step, std::int64_t block) {
   if (!step.arena()) return std::nullopt;
   const std::vector<engine::Call>& calls = step.calls();

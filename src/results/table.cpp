@@ -33,7 +33,8 @@ std::optional<std::int64_t> bytes_at(const nlohmann::json& j, std::string_view k
 
 // memory.arena's contents as parts of the arena's `block` bytes: the activations, backward
 // gradients and other temporaries live at its fullest, and its free rest; none unless they add up
-// to the block (a file from elsewhere, or one where the allocator's arena is not the plan's).
+// to the block (a file from elsewhere, or one where the allocator's arena is not the plan's). From
+// the file's JSON, so not memory::arena_parts (results sits below memory), with its part names.
 std::vector<std::pair<std::string, std::int64_t>> arena_parts(const nlohmann::json& arena,
                                                               std::int64_t block) {
   std::vector<std::pair<std::string, std::int64_t>> parts;

@@ -153,6 +153,7 @@ TEST(ToConfiguration, PlannedArenaContents) {
   EXPECT_EQ(j["live_by_category"]["activations"], 3000);
   EXPECT_EQ(j["live_gradient_bytes"], 200);
   EXPECT_EQ(j["free_bytes"], 596);
+  EXPECT_FALSE(j.contains("allocated_bytes"));  // the plan alone does not know it
 }
 
 TEST(ToConfiguration, InferenceHasNoOptimizer) {

@@ -78,6 +78,15 @@ struct ArenaMoment {
   std::int64_t operator[](Category c) const { return live[static_cast<std::size_t>(c)]; }
 };
 
+// What an ArenaMoment's live buffers hold, part by part in one order for every moment (zeros
+// included): each category, but temporaries told as the gradients the backward pass carries
+// ("backward gradients") and the rest ("other temporaries"). The free rest is free_bytes.
+struct ArenaPart {
+  std::string_view name;
+  std::int64_t bytes = 0;
+};
+std::vector<ArenaPart> arena_parts(const ArenaMoment& a);
+
 struct StepMemory {
   MemoryMoment peak;
   std::size_t peak_call = 0;  // the entry of calls() during which the peak happened
@@ -104,7 +113,7 @@ Result<StepMemory> follow_step(engine::TrainingStep& step, CachingAllocator& all
 
 // Planned only: what the arena holds during the first call where the most of it is live, from the
 // plan alone (no step runs), in the allocator's block of `block` bytes; none without an arena.
-// What StepMemory::arena_fullest gives for a followed step, but its allocated_bytes (0 here).
+// What StepMemory::arena_fullest gives for a followed step, but its allocated_bytes (0: unknown).
 std::optional<ArenaMoment> arena_fullest(const engine::TrainingStep& step, std::int64_t block);
 
 }  // namespace dlprobe::memory
