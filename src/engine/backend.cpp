@@ -150,6 +150,15 @@ Status Backend::batch_norm_finalize_apply_add(const BatchNormFinalize& f, const 
                               rf.save_mean, rf.save_invstd, y);
 }
 
+Status Backend::batch_norm_add_backward(const TensorView& dy, const BatchNormGrads& x,
+                                        const BatchNormGrads& r) {
+  for (const BatchNormGrads* g : {&x, &r}) {
+    DLPROBE_RETURN_IF_ERROR(batch_norm_backward(dy, g->x, g->gamma, g->save_mean, g->save_invstd,
+                                                g->dx, g->dgamma, g->dbeta));
+  }
+  return Status::ok();
+}
+
 Status Backend::batch_norm_apply(const TensorView&, const TensorView&, const TensorView&,
                                  const TensorView&, const TensorView&, const TensorView&,
                                  const TensorView&, bool) {

@@ -99,6 +99,8 @@ std::string_view call_kind_name(CallKind kind) {
       return "batch_norm_inference_forward";
     case CallKind::batch_norm_backward:
       return "batch_norm_backward";
+    case CallKind::batch_norm_add_backward:
+      return "batch_norm_add_backward";
     case CallKind::batch_norm_relu_train_forward:
       return "batch_norm_relu_train_forward";
     case CallKind::batch_norm_relu_inference_forward:

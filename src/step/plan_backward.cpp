@@ -2,6 +2,7 @@
 // its input (handed on through contribute()) and of its parameters.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,22 @@ void Planner::backward_conv(const model::Layer& l, std::size_t i, Buffer* dy) {
 }
 
 void Planner::backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* dy) {
+  if (backward_taken_[i]) return;
+  // A block output's two summed batch norms take their one gradient (the add passed it to both)
+  // together, at the first of them the backward reaches.
+  const int partner = paired_[i] >= 0 ? paired_[i] : paired_by(i);
+  if (partner >= 0) {
+    const auto k = static_cast<std::size_t>(partner);
+    if (grad_[static_cast<std::size_t>(s_.model.layers()[k].output)] == dy) {
+      backward_taken_[k] = true;
+      if (paired_[i] >= 0) {
+        backward_batch_norm_pair(i, k, dy);
+      } else {
+        backward_batch_norm_pair(k, i, dy);
+      }
+      return;
+    }
+  }
   const std::string& name = l.name;
   const StateSlot& g = slot(entry_of(i, StateKind::bn_weight));
   Buffer* x = kept(l.inputs[0]);
@@ -152,6 +169,52 @@ void Planner::backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* 
          });
   }
   contribute(l.inputs[0], dx, name);
+}
+
+int Planner::paired_by(std::size_t shortcut) const {
+  if (!deferred_[shortcut]) return -1;
+  const auto it = std::find(paired_.begin(), paired_.end(), static_cast<int>(shortcut));
+  return it == paired_.end() ? -1 : static_cast<int>(it - paired_.begin());
+}
+
+void Planner::backward_batch_norm_pair(std::size_t main, std::size_t shortcut, Buffer* dy) {
+  const auto& layers = s_.model.layers();
+  struct Side {
+    Buffer* x;
+    Buffer* gamma;
+    Buffer* sm;
+    Buffer* si;
+    Buffer* dx;
+    Buffer* dgamma;
+    Buffer* dbeta;
+  };
+  auto side = [&](std::size_t i) {
+    const model::Layer& l = layers[i];
+    const StateSlot& g = slot(entry_of(i, StateKind::bn_weight));
+    Buffer* x = kept(l.inputs[0]);
+    return Side{x,
+                g.master,
+                bn_mean_[i],
+                bn_invstd_[i],
+                temporary_like(x, l.name),
+                g.grad,
+                slot(entry_of(i, StateKind::bn_bias)).grad};
+  };
+  const Side a = side(main);
+  const Side b = side(shortcut);
+  const std::string& name = layers[main].name;
+  emit(name + "+" + layers[shortcut].name + ".backward", CallKind::batch_norm_add_backward, name,
+       {dy, a.x, a.gamma, a.sm, a.si, a.dx, a.dgamma, a.dbeta, b.x, b.gamma, b.sm, b.si, b.dx,
+        b.dgamma, b.dbeta},
+       [&be = be_, dy, a, b] {
+         return be.batch_norm_add_backward(dy->view,
+                                           {a.x->view, a.gamma->view, a.sm->view, a.si->view,
+                                            a.dx->view, a.dgamma->view, a.dbeta->view},
+                                           {b.x->view, b.gamma->view, b.sm->view, b.si->view,
+                                            b.dx->view, b.dgamma->view, b.dbeta->view});
+       });
+  contribute(layers[main].inputs[0], a.dx, name);
+  contribute(layers[shortcut].inputs[0], b.dx, layers[shortcut].name);
 }
 
 void Planner::backward_relu(const model::Layer& l, std::size_t i, Buffer* dy) {

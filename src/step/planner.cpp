@@ -179,6 +179,7 @@ void Planner::plan_conv_fusion() {
   pending_finalize_.clear();
   paired_.assign(n, -1);
   deferred_.assign(n, false);
+  backward_taken_.assign(n, false);
   if (!s_.config.fuse || !s_.config.fuse_conv || !s_.training() ||
       !be_.fuses_conv_batch_norm(s_.act(), s_.config.layout)) {
     return;

@@ -124,6 +124,11 @@ class Planner {
   Status backward(const model::Layer& l, std::size_t i);
   void backward_conv(const model::Layer& l, std::size_t i, Buffer* dy);
   void backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* dy);
+  // A block output's two summed batch norms (paired_), x's `main` and r's `shortcut`, from their
+  // one gradient dy: batch_norm_add_backward.
+  void backward_batch_norm_pair(std::size_t main, std::size_t shortcut, Buffer* dy);
+  // The batch norm whose pair `shortcut` is (paired_), or -1.
+  int paired_by(std::size_t shortcut) const;
   void backward_relu(const model::Layer& l, std::size_t i, Buffer* dy);
   void backward_linear(const model::Layer& l, std::size_t i, Buffer* dy);
   // The shortcut of the residual add after batch norm `bn` (Fusion::add_relu): its other operand.
@@ -237,6 +242,7 @@ class Planner {
   // pass of its own, its output never stored.
   std::vector<int> paired_;
   std::vector<bool> deferred_;
+  std::vector<bool> backward_taken_;  // per batch norm: its backward ran with its pair's
   std::vector<bool> folded_;  // per layer: a ReLU or add run inside the batch norm before it
   // Batch norm inside the convolutions (plan_conv_fusion), indexed by layer; -1 for none.
   std::vector<int> sums_for_;  // per conv: the batch norm whose input it sums

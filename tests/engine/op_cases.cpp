@@ -374,6 +374,64 @@ std::vector<Variant> batch_norm_backward(Precision precision, bool fused,
   return out;
 }
 
+// A block output's two batch norms from their one gradient (batch_norm_add_backward): x's and
+// r's gradients, each against its own backward's in fp64.
+std::vector<Variant> batch_norm_add_backward(Precision precision, std::span<const Shape> shapes,
+                                             std::span<const Layout> layouts) {
+  std::vector<Variant> out;
+  std::uint64_t seed = 5300;
+  for (const Shape& s : shapes) {
+    for (Layout l : layouts) {
+      Variant v = variant(label(s, l), precision);
+      const Shape c{s[1]};
+      v.tensors.input("dy", uniform(s, seed += 10, l));
+      for (const char* side : {"", "r_"}) {
+        const std::string p = side;
+        const HostTensor& x = v.tensors.input(p.empty() ? "x" : "r",
+                                              uniform(s, ++seed, l, p.empty() ? -2.0 : -1.0, 3.0));
+        const HostTensor& gamma =
+            v.tensors.input(p + "gamma", uniform(c, ++seed, Layout::nchw, 0.5, 1.5), Role::fp32);
+        const HostTensor& beta = v.tensors.input(p + "beta", uniform(c, ++seed), Role::fp32);
+        const auto fwd =
+            reference::batch_norm_train_forward<double>(x, gamma, beta, beta, gamma, kTrain)
+                .value();
+        v.tensors.input(p + "save_mean", fwd.save_mean, Role::fp32);
+        v.tensors.input(p + "save_invstd", fwd.save_invstd, Role::fp32);
+        v.tensors.output(p.empty() ? "dx" : "dr", s, l);
+        v.tensors.output(p + "dgamma", c, Layout::nchw, Role::fp32);
+        v.tensors.output(p + "dbeta", c, Layout::nchw, Role::fp32);
+      }
+      const Check sums{.terms = per_channel(s)};
+      v.checks = {{"dx", sums}, {"dgamma", sums},   {"dbeta", sums},
+                  {"dr", sums}, {"r_dgamma", sums}, {"r_dbeta", sums}};
+      v.run = [](Backend& b, BackendTensors& t) {
+        return b.batch_norm_add_backward(
+            t["dy"],
+            {t["x"], t["gamma"], t["save_mean"], t["save_invstd"], t["dx"], t["dgamma"],
+             t["dbeta"]},
+            {t["r"], t["r_gamma"], t["r_save_mean"], t["r_save_invstd"], t["dr"], t["r_dgamma"],
+             t["r_dbeta"]});
+      };
+      v.reference = [](const OpTensors& t) -> Result<Values> {
+        Values want;
+        for (const char* side : {"", "r_"}) {
+          const std::string p = side;
+          DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormGrads g,
+                                   reference::batch_norm_backward<double>(
+                                       t["dy"], t[p.empty() ? "x" : "r"], t[p + "gamma"],
+                                       t[p + "save_mean"], t[p + "save_invstd"]));
+          want.emplace(p.empty() ? "dx" : "dr", std::move(g.dx));
+          want.emplace(p + "dgamma", std::move(g.dgamma));
+          want.emplace(p + "dbeta", std::move(g.dbeta));
+        }
+        return want;
+      };
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
 // ---- batch norm around the convolutions ----
 
 // x's per-channel sum and sum of squares, as a convolution's statistics epilogue gives them.
@@ -1600,6 +1658,8 @@ const std::vector<OpCase>& op_cases() {
        [](Precision p) { return batch_norm_inference(p, true, true); }},
       {"batch_norm_relu_backward", P::activations, &Offers::fused_batch_norm_relu,
        [](Precision p) { return batch_norm_backward(p, true); }},
+      {"batch_norm_add_backward", P::activations, nullptr,
+       [](Precision p) { return batch_norm_add_backward(p, kBatchNormShapes, kLayouts); }},
       {"batch_norm_relu_backward_recomputed", P::activations, &Offers::fused_conv_batch_norm,
        [](Precision p) { return batch_norm_backward(p, true, kBatchNormShapes, kLayouts, false); }},
       {"batch_norm_finalize", P::activations, &Offers::fused_conv_batch_norm, batch_norm_finalize},
@@ -1620,6 +1680,8 @@ const std::vector<OpCase>& op_cases() {
        }},
       {"batch_norm_backward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
        [](Precision p) { return batch_norm_backward(p, false, kGpuSizedBatchNormShapes, kNhwc); }},
+      {"batch_norm_add_backward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
+       [](Precision p) { return batch_norm_add_backward(p, kGpuSizedBatchNormShapes, kNhwc); }},
       {"batch_norm_relu_backward_gpu_sized", P::activations, &Offers::gpu_sized_batch_norm,
        [](Precision p) { return batch_norm_backward(p, true, kGpuSizedBatchNormShapes, kNhwc); }},
       {"relu_forward", P::activations, nullptr, relu_forward},

@@ -102,7 +102,9 @@ TEST(StepPlanTest, FusesBatchNormWithReluAndResidualAdd) {
 // max pool after it runs in its call.
 // Backward, the 7 block outputs whose gradient arrives as two terms take it in the data gradient
 // of the next block's first convolution (one of the terms), which is never stored: 7 of the 19
-// data gradients, and no relu_backward_add.
+// data gradients, and no relu_backward_add. The 3 pairs of batch norms that a block output's pass
+// summed take their one gradient in one call each (batch_norm_add_backward), which leaves 5 plain
+// backwards of the 11.
 TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
   StepConfig c = tiny_config();
   c.precision = Precision::fp64;
@@ -123,6 +125,10 @@ TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
   EXPECT_EQ(kinds[CallKind::conv_backward_data_add_relu], 7);
   EXPECT_EQ(kinds[CallKind::conv_backward_data], 12);
   EXPECT_EQ(kinds[CallKind::relu_backward_add], 0);
+  EXPECT_EQ(kinds[CallKind::batch_norm_add_backward], 3);
+  EXPECT_EQ(kinds[CallKind::batch_norm_backward], 5);
+  EXPECT_EQ(names["layer2.0.downsample.1+layer2.0.bn2.backward"], 1);
+  EXPECT_EQ(names["layer2.0.bn2.backward"], 0);
   EXPECT_EQ(names["layer1.1.conv1.backward_data+layer1.0.relu2.backward+grad_accumulate"], 1);
   EXPECT_EQ(names["layer1.0.conv1.forward+sums"], 1);
   EXPECT_EQ(names["layer1.0.bn1.finalize+layer1.0.conv2.forward+layer1.0.bn1+sums"], 1);

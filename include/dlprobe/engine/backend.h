@@ -236,6 +236,17 @@ class Backend {
                                                const TensorView& x,
                                                const BatchNormFinalize& r_finalize,
                                                const TensorView& r, const TensorView& y);
+  // One batch norm's part of batch_norm_add_backward: its input and saved statistics, and where
+  // its gradients go.
+  struct BatchNormGrads {
+    TensorView x, gamma, save_mean, save_invstd, dx, dgamma, dbeta;
+  };
+  // The backward of batch_norm_apply_add below its ReLU: dy reaches bn(x) and bn(r) alike, so both
+  // batch norms' gradients come from the one dy, each as batch_norm_backward gives it. The
+  // default runs batch_norm_backward for each; a backend may read dy once for both (a projection
+  // block's output, whose gradient is as large as any tensor of its backward).
+  virtual Status batch_norm_add_backward(const TensorView& dy, const BatchNormGrads& x,
+                                         const BatchNormGrads& r);
 
   virtual Status relu_forward(const TensorView& x, const TensorView& y) = 0;
   // From the forward's output y: the gradient passes where y > 0.

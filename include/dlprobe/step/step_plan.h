@@ -28,6 +28,7 @@ enum class CallKind : std::uint8_t {
   batch_norm_train_forward,
   batch_norm_inference_forward,
   batch_norm_backward,
+  batch_norm_add_backward,  // both batch norms of a block output's apply_add, from one gradient
   batch_norm_relu_train_forward,           // batch norm, [residual add,] ReLU in one call
   batch_norm_relu_inference_forward,       // the same with running statistics
   batch_norm_relu_backward,                // ReLU's mask and batch norm's backward in one call

@@ -1193,6 +1193,27 @@ Status CudaBackend::batch_norm_backward(const TensorView& dy, const TensorView& 
                   dgamma, dbeta);
 }
 
+Status CudaBackend::batch_norm_add_backward(const TensorView& dy, const BatchNormGrads& x,
+                                            const BatchNormGrads& r) {
+  constexpr std::string_view op = "batch_norm_add_backward";
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x.x,
+                                           {{"gamma", &x.gamma},
+                                            {"save_mean", &x.save_mean},
+                                            {"save_invstd", &x.save_invstd},
+                                            {"dgamma", &x.dgamma},
+                                            {"dbeta", &x.dbeta},
+                                            {"r_gamma", &r.gamma},
+                                            {"r_mean", &r.save_mean},
+                                            {"r_invstd", &r.save_invstd},
+                                            {"r_dgamma", &r.dgamma},
+                                            {"r_dbeta", &r.dbeta}}));
+  for (const auto& [name, t] :
+       NamedTensors{{"dy", &dy}, {"dx", &x.dx}, {"r", &r.x}, {"dr", &r.dx}}) {
+    DLPROBE_RETURN_IF_ERROR(need_like(op, name, *t, x.x));
+  }
+  return launch_batch_norm_add_backward(ctx(), dy, x, r);
+}
+
 // The ReLU's decision is recomputed from x (launch_batch_norm_backward), so y, where stored, is
 // only checked.
 Status CudaBackend::batch_norm_relu_backward(const TensorView& dy, const TensorView& y,

@@ -216,6 +216,10 @@ class CudaBackend final : public Backend {
   Status batch_norm_finalize_apply_add(const BatchNormFinalize& finalize, const TensorView& x,
                                        const BatchNormFinalize& r_finalize, const TensorView& r,
                                        const TensorView& y) override;
+  // Both batch norms' sums in one pass over dy, x and r, and both dx in another, where neither
+  // takes the one-launch kernels (launch_batch_norm_add_backward).
+  Status batch_norm_add_backward(const TensorView& dy, const BatchNormGrads& x,
+                                 const BatchNormGrads& r) override;
 
   // Cached cuDNN execution plans and cuBLASLt algorithms (one per distinct shape key).
   std::size_t conv_plan_count() const { return conv_plans_.size(); }

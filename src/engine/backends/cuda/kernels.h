@@ -162,6 +162,14 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
                                   const TensorView& gamma, const TensorView& save_mean,
                                   const TensorView& save_invstd, const TensorView& dx,
                                   const TensorView& dgamma, const TensorView& dbeta);
+// launch_batch_norm_backward of x's batch norm and of r's (neither with the ReLU) from the one
+// dy (Backend::batch_norm_add_backward). NHWC in packs, where the tensors are too large for the
+// one-launch kernels: one pass sums dy, x and r for both, one launch finalizes both, one pass
+// writes both dx; elsewhere the two calls. The gradients are launch_batch_norm_backward's to the
+// bit.
+Status launch_batch_norm_add_backward(const KernelContext& ctx, const TensorView& dy,
+                                      const Backend::BatchNormGrads& x,
+                                      const Backend::BatchNormGrads& r);
 // A convolution output's per-channel sum and sum of squares (fp32, [C]), as cuDNN's statistics
 // epilogue gives them, by a pass over y (NHWC).
 Status launch_channel_sums(const KernelContext& ctx, const TensorView& y, const TensorView& sum,

@@ -795,24 +795,43 @@ __device__ __forceinline__ void dx_pack(const T* dy, const T* x, T* dx, std::int
   store_pack(dx + at, grad);
 }
 
+// bn_dx's values for the P channels of NHWC pack `pack`.
+template <int P>
+struct DxPackLine {
+  float mean[P];
+  float scale[P];
+  float slope[P];
+  float offset[P];
+};
+
+template <int P>
+__device__ __forceinline__ DxPackLine<P> dx_pack_line(const GradChannels& ch, int pack) {
+  DxPackLine<P> l;
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int c = pack * P + k;
+    const float inv = ch.invstd[c];
+    l.mean[k] = ch.mean[c];
+    l.scale[k] = ch.gamma[c] * inv;
+    const DxLine line = dx_line(l.scale[k], inv, ch.dgamma[c], ch.dbeta[c], ch.inv_count);
+    l.slope[k] = line.slope;
+    l.offset[k] = line.offset;
+  }
+  return l;
+}
+
 template <class T, int P, bool kRelu>
 __global__ void dx_nhwc(const T* dy, const T* x, T* dx, Nhwc g, GradChannels ch) {
   const NhwcLane lane = nhwc_lane(g);
   if (lane.pack >= g.packs) return;
-  float mean[P], scale[P], slope[P], offset[P], beta[P] = {};
+  const DxPackLine<P> l = dx_pack_line<P>(ch, lane.pack);
+  float beta[P] = {};
+  if constexpr (kRelu) {
 #pragma unroll
-  for (int k = 0; k < P; ++k) {
-    const int c = lane.pack * P + k;
-    const float inv = ch.invstd[c];
-    mean[k] = ch.mean[c];
-    scale[k] = ch.gamma[c] * inv;
-    const DxLine line = dx_line(scale[k], inv, ch.dgamma[c], ch.dbeta[c], ch.inv_count);
-    slope[k] = line.slope;
-    offset[k] = line.offset;
-    if constexpr (kRelu) beta[k] = ch.beta[c];
+    for (int k = 0; k < P; ++k) beta[k] = ch.beta[lane.pack * P + k];
   }
   for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) {
-    dx_pack<kRelu, P>(dy, x, dx, at, mean, scale, slope, offset, beta);
+    dx_pack<kRelu, P>(dy, x, dx, at, l.mean, l.scale, l.slope, l.offset, beta);
   });
 }
 
@@ -825,6 +844,110 @@ __global__ void dx_nchw(const T* dy, const T* x, T* dx, Nchw g, std::int64_t pac
     const DxLine line = dx_line(scale, inv, ch.dgamma[c], ch.dbeta[c], ch.inv_count);
     dx_pack<kRelu, P>(dy, x, dx, q * P, ch.mean[c], scale, line.slope, line.offset,
                       kRelu ? ch.beta[c] : 0.0F);
+  });
+}
+
+// ---- the backward of a block output's two batch norms (batch_norm_add_backward) ----
+//
+// A projection block's output is relu(bn(x) + bn(r)): below the ReLU one gradient dy reaches
+// both batch norms, and as the largest tensor of the block's backward it was read four times by
+// two backwards of two passes each. These kernels read it twice: the sums of both in one pass,
+// both dx in another. Each batch norm's values are taken in the order and with the expressions of
+// grad_sums_nhwc and dx_nhwc (without the ReLU), and the sums split as theirs are, so the
+// gradients are those two backwards' to the bit.
+
+// Where the pair's sums go: partial is [splits][2 * channels], x's channels then r's, so that one
+// finalize_partials launch over 2 * channels merges both (PairGradsOut finishes them).
+template <class T, int P>
+__global__ void grad_sums_add_nhwc(const T* dy, const T* x, const T* r, const float* x_mean,
+                                   const float* r_mean, Nhwc g, std::int64_t rows_per_split,
+                                   GradSums* partial) {
+  __shared__ GradSums tile[kBlock][P];
+  const NhwcLane lane = nhwc_lane(g);
+  const RowSplit rows = row_split(g, rows_per_split);
+  // sum(dy) is the same sum for both batch norms; sum(dy * (v - mean)) one each.
+  float sum_dy[P] = {}, dy_xmu[P] = {}, dy_rmu[P] = {};
+  if (lane.pack < g.packs) {
+    float mx[P], mr[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      mx[k] = x_mean[lane.pack * P + k];
+      mr[k] = r_mean[lane.pack * P + k];
+    }
+    for (std::int64_t row = rows.begin + lane.row; row < rows.end; row += kGradRowsAhead * g.ty) {
+      Pack<T, P> held_dy[kGradRowsAhead], held_x[kGradRowsAhead], held_r[kGradRowsAhead];
+#pragma unroll
+      for (int u = 0; u < kGradRowsAhead; ++u) {
+        const std::int64_t ru = row + u * g.ty;
+        if (ru < rows.end) {
+          const std::int64_t at = ru * g.channels + lane.pack * P;
+          held_dy[u] = load_raw<T, P>(dy + at);
+          held_x[u] = load_raw<T, P>(x + at);
+          held_r[u] = load_raw<T, P>(r + at);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kGradRowsAhead; ++u) {
+        if (row + u * g.ty >= rows.end) break;
+        float grad[P], vx[P], vr[P];
+        to_floats(held_dy[u], grad);
+        to_floats(held_x[u], vx);
+        to_floats(held_r[u], vr);
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          sum_dy[k] += grad[k];
+          dy_xmu[k] += grad[k] * (vx[k] - mx[k]);
+          dy_rmu[k] += grad[k] * (vr[k] - mr[k]);
+        }
+      }
+    }
+  }
+  // merge_tile stores a split's partials `channels` apart: 2 * channels here, r's C further on.
+  Nhwc pair = g;
+  pair.channels = 2 * g.channels;
+#pragma unroll
+  for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = {sum_dy[k], dy_xmu[k]};
+  merge_tile(tile, pair, lane, partial);
+  __syncthreads();  // the first merge's last reads of the tile before it is written again
+#pragma unroll
+  for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = {sum_dy[k], dy_rmu[k]};
+  merge_tile(tile, pair, lane, partial + g.channels);
+}
+
+// GradsOut of both batch norms over 2 * channels merged channels, x's first.
+struct PairGradsOut {
+  GradsOut x;
+  GradsOut r;
+  int channels;
+
+  __device__ void finish(int c, const GradSums& acc) const {
+    if (c < channels) {
+      x.finish(c, acc);
+    } else {
+      r.finish(c - channels, acc);
+    }
+  }
+};
+
+template <class T, int P>
+__global__ void dx_add_nhwc(const T* dy, const T* x, const T* r, T* dx, T* dr, Nhwc g,
+                            GradChannels xc, GradChannels rc) {
+  const NhwcLane lane = nhwc_lane(g);
+  if (lane.pack >= g.packs) return;
+  const DxPackLine<P> lx = dx_pack_line<P>(xc, lane.pack);
+  const DxPackLine<P> lr = dx_pack_line<P>(rc, lane.pack);
+  for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) {
+    float grad[P], vx[P], vr[P];
+    to_floats(load_raw<T, P>(dy + at), grad);
+    to_floats(load_raw<T, P>(x + at), vx);
+    to_floats(load_raw<T, P>(r + at), vr);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      vx[k] = bn_dx(grad[k], vx[k], lx.mean[k], lx.scale[k], lx.slope[k], lx.offset[k]);
+      vr[k] = bn_dx(grad[k], vr[k], lr.mean[k], lr.scale[k], lr.slope[k], lr.offset[k]);
+    }
+    store_pack(dx + at, vx);
+    store_pack(dr + at, vr);
   });
 }
 
@@ -1341,17 +1464,28 @@ Status launch_cooperative(const KernelContext& ctx, dim3 grid, void (*kernel)(Pa
   return Status::ok();
 }
 
-// The resident kernel of the two depths (rows a thread holds) that fits g, launched
-// cooperatively with its partials; false where neither fits (the caller takes the three-launch
-// path). A shallow depth spreads a small tensor over more blocks; a deep one holds a larger one.
-template <class Acc, int kShallow, int kDeep, class... Params, class... Args>
-Result<bool> launch_resident(const KernelContext& ctx, const Nhwc& g, std::string_view op,
-                             void (*shallow)(Params...), void (*deep)(Params...), Args&&... args) {
+// The resident kernel of the two depths (rows a thread holds) that fits g: its depth and split;
+// none where neither fits. A shallow depth spreads a small tensor over more blocks; a deep one
+// holds a larger one.
+template <int kShallow, int kDeep, class... Params>
+Result<std::optional<ResidentPlan>> resident_plan(const KernelContext& ctx, const Nhwc& g,
+                                                  void (*shallow)(Params...),
+                                                  void (*deep)(Params...)) {
   const int tiles = (g.packs + g.tx - 1) / g.tx;
   DLPROBE_ASSIGN_OR_RETURN(const std::int64_t shallow_blocks, resident_blocks(ctx, shallow));
   DLPROBE_ASSIGN_OR_RETURN(const std::int64_t deep_blocks, resident_blocks(ctx, deep));
   const ResidentDepth depths[] = {{kShallow, shallow_blocks}, {kDeep, deep_blocks}};
-  const std::optional<ResidentPlan> plan = plan_resident_reduce(g.rows, tiles, g.ty, depths);
+  return plan_resident_reduce(g.rows, tiles, g.ty, depths);
+}
+
+// resident_plan's kernel, launched cooperatively with its partials; false where neither fits (the
+// caller takes the three-launch path).
+template <class Acc, int kShallow, int kDeep, class... Params, class... Args>
+Result<bool> launch_resident(const KernelContext& ctx, const Nhwc& g, std::string_view op,
+                             void (*shallow)(Params...), void (*deep)(Params...), Args&&... args) {
+  const int tiles = (g.packs + g.tx - 1) / g.tx;
+  DLPROBE_ASSIGN_OR_RETURN(const std::optional<ResidentPlan> plan,
+                           (resident_plan<kShallow, kDeep>(ctx, g, shallow, deep)));
   if (!plan) return false;
   DLPROBE_ASSIGN_OR_RETURN(
       Scratch partial,
@@ -1619,6 +1753,55 @@ Status launch_batch_norm_finalize_apply_add(const KernelContext& ctx,
                   });
 }
 
+// launch_batch_norm_add_backward's two passes, where the tensors are too large for the
+// one-launch kernels; `each` (the two backwards) where they are not: they read each tensor once,
+// which two passes cannot beat.
+template <class T, int P, class Each>
+Status add_backward_passes(const KernelContext& ctx, const TensorView& dy,
+                           const Backend::BatchNormGrads& x, const Backend::BatchNormGrads& r,
+                           Each&& each) {
+  constexpr std::string_view op = "batch_norm_add_backward";
+  const TensorDesc& d = x.x.desc;
+  const Nhwc gs = reduction_nhwc_of(d, P);
+  DLPROBE_ASSIGN_OR_RETURN(const std::optional<ResidentPlan> resident,
+                           (resident_plan<4, 8>(ctx, gs, resident_backward_nhwc<T, P, 4, false>,
+                                                resident_backward_nhwc<T, P, 8, false>)));
+  if (resident) return each();
+  // grad_sums_nhwc's split, so that each batch norm's partials are the ones its own backward
+  // would merge.
+  DLPROBE_ASSIGN_OR_RETURN(const int sums_per_sm, blocks_per_sm(grad_sums_nhwc<T, P, false>));
+  const Reduction red = reduction_for(ctx, d, P, sums_per_sm);
+  const int channels = gs.channels;
+  DLPROBE_ASSIGN_OR_RETURN(
+      Scratch buffer,
+      scratch(ctx, static_cast<std::size_t>(2 * channels * red.splits) * sizeof(GradSums), op));
+  auto* acc = static_cast<GradSums*>(buffer.data());
+  const auto* dyp = static_cast<const T*>(dy.data);
+  const auto* xp = static_cast<const T*>(x.x.data);
+  const auto* rp = static_cast<const T*>(r.x.data);
+  grad_sums_add_nhwc<T, P><<<red.grid, kBlock, 0, ctx.stream>>>(
+      dyp, xp, rp, f32(x.save_mean), f32(r.save_mean), gs, red.per_split, acc);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  const PairGradsOut out{{f32(x.save_invstd), f32_out(x.dgamma), f32_out(x.dbeta)},
+                         {f32(r.save_invstd), f32_out(r.dgamma), f32_out(r.dbeta)},
+                         channels};
+  finalize_partials<<<finalize_grid(2 * channels), kBlock, 0, ctx.stream>>>(acc, 2 * channels,
+                                                                            red.splits, out);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  const float inv_count = 1.0F / static_cast<float>(d.dim(0) * d.dim(2) * d.dim(3));
+  auto line_of = [&](const Backend::BatchNormGrads& b) {
+    return GradChannels{f32(b.gamma),  nullptr,      f32(b.save_mean), f32(b.save_invstd),
+                        f32(b.dgamma), f32(b.dbeta), inv_count};
+  };
+  auto* kernel = dx_add_nhwc<T, P>;
+  DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel));
+  kernel<<<nhwc_grid(ctx, d, P, per_sm), kBlock, 0, ctx.stream>>>(
+      dyp, xp, rp, static_cast<T*>(x.dx.data), static_cast<T*>(r.dx.data), nhwc_of(d, P),
+      line_of(x), line_of(r));
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,
                                   const TensorView* relu_beta, const TensorView& x,
                                   const TensorView& gamma, const TensorView& save_mean,
@@ -1687,6 +1870,30 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
     if (beta != nullptr) return passes(std::true_type{});
     return passes(std::false_type{});
   });
+}
+
+Status launch_batch_norm_add_backward(const KernelContext& ctx, const TensorView& dy,
+                                      const Backend::BatchNormGrads& x,
+                                      const Backend::BatchNormGrads& r) {
+  constexpr std::string_view op = "batch_norm_add_backward";
+  const TensorDesc& d = x.x.desc;
+  auto each = [&]() -> Status {
+    for (const Backend::BatchNormGrads* b : {&x, &r}) {
+      DLPROBE_RETURN_IF_ERROR(launch_batch_norm_backward(ctx, dy, nullptr, b->x, b->gamma,
+                                                         b->save_mean, b->save_invstd, b->dx,
+                                                         b->dgamma, b->dbeta));
+    }
+    return Status::ok();
+  };
+  if (d.layout() != Layout::nhwc) return each();
+  return dispatch(op, d, {dy.data, x.x.data, r.x.data, x.dx.data, r.dx.data},
+                  [&]<class T, int P>() -> Status {
+                    if constexpr (P != kPack<T>) {
+                      return each();
+                    } else {
+                      return add_backward_passes<T, P>(ctx, dy, x, r, each);
+                    }
+                  });
 }
 
 Status launch_channel_sums(const KernelContext& ctx, const TensorView& y, const TensorView& sum,
