@@ -7,6 +7,7 @@ profiled)."""
 import argparse
 import collections
 import csv
+import sys
 
 TIME = "gpu__time_duration.sum"
 PERCENTS = [("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM%"),
@@ -27,8 +28,16 @@ def main():
     parser.add_argument("--per", type=int, default=1, help="divide by this many steps")
     parser.add_argument("--width", type=int, default=70, help="characters of a kernel's name")
     args = parser.parse_args()
-    rows = [r for r in csv.reader(open(args.csv)) if r]
-    head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+    try:
+        with open(args.csv, newline="") as f:
+            rows = [r for r in csv.reader(f) if r]
+    except OSError as e:
+        sys.exit(f"ncu_table: {args.csv}: {e.strerror}")
+    head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+    if head is None:
+        # ncu writes no table when the profiled program fails or no kernel matched its filter.
+        sys.exit(f"ncu_table: {args.csv}: no kernel table (did ncu or the program fail? see its "
+                 "stderr)")
     names = rows[head]
     col = {n: names.index(n) for n in names}
     unit = {n: rows[head + 1][col[n]] for n in names}
