@@ -1388,14 +1388,15 @@ struct Partials {
   Acc* acc() const { return static_cast<Acc*>(buffer.data()); }
 };
 
-// `per_sm`: blocks of the reduction kernel an SM runs at once.
+// `per_sm`: blocks of the reduction kernel an SM runs at once; `sets` of d's channels a split
+// (two where one pass sums two batch norms).
 template <class Acc>
 Result<Partials<Acc>> partials(const KernelContext& ctx, const TensorDesc& d, int pack, int per_sm,
-                               std::string_view op) {
+                               std::string_view op, int sets = 1) {
   const Reduction red = reduction_for(ctx, d, pack, per_sm);
   DLPROBE_ASSIGN_OR_RETURN(
       Scratch buffer,
-      scratch(ctx, static_cast<std::size_t>(d.dim(1) * red.splits) * sizeof(Acc), op));
+      scratch(ctx, static_cast<std::size_t>(sets * d.dim(1) * red.splits) * sizeof(Acc), op));
   return Partials<Acc>{red, std::move(buffer)};
 }
 
@@ -1770,12 +1771,11 @@ Status add_backward_passes(const KernelContext& ctx, const TensorView& dy,
   // grad_sums_nhwc's split, so that each batch norm's partials are the ones its own backward
   // would merge.
   DLPROBE_ASSIGN_OR_RETURN(const int sums_per_sm, blocks_per_sm(grad_sums_nhwc<T, P, false>));
-  const Reduction red = reduction_for(ctx, d, P, sums_per_sm);
+  DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial,
+                           partials<GradSums>(ctx, d, P, sums_per_sm, op, 2));
+  const Reduction& red = partial.red;
+  GradSums* acc = partial.acc();
   const int channels = gs.channels;
-  DLPROBE_ASSIGN_OR_RETURN(
-      Scratch buffer,
-      scratch(ctx, static_cast<std::size_t>(2 * channels * red.splits) * sizeof(GradSums), op));
-  auto* acc = static_cast<GradSums*>(buffer.data());
   const auto* dyp = static_cast<const T*>(dy.data);
   const auto* xp = static_cast<const T*>(x.x.data);
   const auto* rp = static_cast<const T*>(r.x.data);
