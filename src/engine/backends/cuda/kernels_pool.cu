@@ -227,9 +227,19 @@ __global__ void pool_gather_nhwc(const T* dy, const std::uint8_t* where, T* dx, 
   const int pk = place.pk;
   const std::int64_t out_plane = static_cast<std::int64_t>(place.n) * g.oh * g.ow * g.c + pk * P;
   const Covering cover = covering(g, h, w);
+  // The stem's windows (3x3, stride 2) cover an input with at most 2 x 2 of them: a loop of that
+  // fixed count unrolls, so that every window's loads are in flight at once, where a loop over the
+  // run-time cover waits on each window's in turn. Skipped windows keep the order of the sums.
+  const int rows = kStemPool ? 2 : cover.oh1 - cover.oh0 + 1;
+  const int cols = kStemPool ? 2 : cover.ow1 - cover.ow0 + 1;
   float sum[P] = {};
-  for (int oh = cover.oh0; oh <= cover.oh1; ++oh) {
-    for (int ow = cover.ow0; ow <= cover.ow1; ++ow) {
+#pragma unroll
+  for (int i = 0; i < rows; ++i) {
+#pragma unroll
+    for (int j = 0; j < cols; ++j) {
+      const int oh = cover.oh0 + i;
+      const int ow = cover.ow0 + j;
+      if (oh > cover.oh1 || ow > cover.ow1) continue;
       const int self = position_in(g, h, w, oh, ow);
       const std::int64_t at = out_plane + static_cast<std::int64_t>(oh * g.ow + ow) * g.c;
       const BytePack<P> idx = *reinterpret_cast<const BytePack<P>*>(where + at);
@@ -281,8 +291,15 @@ bool pool_packable(const TensorDesc& d, std::initializer_list<const void*> point
   return ok;
 }
 
-unsigned blocks_for(std::int64_t items) {
-  return static_cast<unsigned>((items + kBlock - 1) / kBlock);
+unsigned blocks_for(std::int64_t items, int block = kBlock) {
+  return static_cast<unsigned>((items + block - 1) / block);
+}
+
+// The block size of a grid whose rows hold `items` threads each: half a block where that divides a
+// row and a whole one does not, so that no block is left part idle at each row's end (the stem's
+// gather: 896 threads a row, which blocks of 256 leave an eighth idle).
+int row_block(std::int64_t items) {
+  return items % kBlock != 0 && items % (kBlock / 2) == 0 ? kBlock / 2 : kBlock;
 }
 
 }  // namespace
@@ -363,9 +380,11 @@ Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy
           pool_window_nhwc<T, P, true, false, kStemPool>
               <<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g, {});
         }
+        const std::int64_t row = std::int64_t{g.w} * g.c / P;
+        const int block = row_block(row);
         pool_gather_nhwc<T, P, kStemPool>
-            <<<dim3(n * static_cast<unsigned>(g.h), blocks_for(std::int64_t{g.w} * g.c / P)),
-               kBlock, 0, ctx.stream>>>(dyp, wp, dxp, g);
+            <<<dim3(n * static_cast<unsigned>(g.h), blocks_for(row, block)), block, 0,
+               ctx.stream>>>(dyp, wp, dxp, g);
       };
       if (wide && is_stem_pool(g)) {
         passes(std::integral_constant<int, kPack<T>>{}, std::true_type{});
