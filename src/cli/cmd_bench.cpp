@@ -307,11 +307,15 @@ Command add_bench_command(CLI::App& app) {
          "statistics: epilogue (cuDNN, as the convolution writes it) or pass (dlprobe, in a pass "
          "over the output after it)");
   option(*sub, "--conv-prologue", flags->conv_prologue,
-         "With batch norm inside the convolutions, who applies a batch norm + ReLU to the next "
-         "convolution's input: fused (cuDNN, as the convolution loads it), pass (dlprobe, into "
-         "scratch memory before the convolution and its weight gradient), auto (per call "
-         "shape, the faster of the two as timed on its first call; kept in --tuning-cache) or "
-         "up-to:SIZE (the pass where the call's input holds at most SIZE, cuDNN's above)");
+         fmt::format("With batch norm inside the convolutions, who applies a batch norm + ReLU "
+                     "to the next convolution's input: fused (cuDNN, as the convolution loads "
+                     "it), pass (dlprobe, into scratch memory before the convolution and its "
+                     "weight gradient), timed (per call shape, the faster of the two as timed on "
+                     "its first call; kept in --tuning-cache), up-to:SIZE (the pass where the "
+                     "call's input holds at most SIZE, cuDNN's above) or auto: up-to:{}MB up to "
+                     "batch {}, timed above",
+                     device::kAutoPrologueUpTo / 1'000'000, device::kAutoPrologueBatch)
+             .c_str());
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "

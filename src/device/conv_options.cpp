@@ -24,6 +24,7 @@ Result<ConvPrologueChoice> parse_conv_prologue(std::string_view text) {
   if (text == "fused") return ConvPrologueChoice{ConvPrologue::fused};
   if (text == "pass") return ConvPrologueChoice{ConvPrologue::pass};
   if (text == "auto") return ConvPrologueChoice{ConvPrologue::automatic};
+  if (text == "timed") return ConvPrologueChoice{ConvPrologue::timed};
   constexpr std::string_view kUpTo = "up-to:";
   if (text.starts_with(kUpTo)) {
     DLPROBE_ASSIGN_OR_RETURN(const std::uint64_t bytes,
@@ -31,7 +32,30 @@ Result<ConvPrologueChoice> parse_conv_prologue(std::string_view text) {
     return ConvPrologueChoice{ConvPrologue::up_to, bytes};
   }
   return invalid_argument(
-      fmt::format("unknown choice '{}' (expected fused, pass, auto or up-to:SIZE)", text));
+      fmt::format("unknown choice '{}' (expected fused, pass, auto, timed or up-to:SIZE)", text));
+}
+
+ConvPrologueRoutes prologue_routes(const ConvPrologueChoice& choice) {
+  ConvPrologueRoutes routes;
+  switch (choice.mode) {
+    case ConvPrologue::fused:
+      break;
+    case ConvPrologue::pass:
+      routes.pass = true;
+      break;
+    case ConvPrologue::up_to:
+      routes.pass_up_to_bytes = choice.up_to_bytes;
+      break;
+    case ConvPrologue::timed:
+      routes.timed = true;
+      break;
+    case ConvPrologue::automatic:
+      routes.timed = true;
+      routes.pass_up_to_bytes = kAutoPrologueUpTo;
+      routes.size_rule_up_to_batch = kAutoPrologueBatch;
+      break;
+  }
+  return routes;
 }
 
 Result<ConvEngineChoice> parse_conv_algo(std::string_view text) {

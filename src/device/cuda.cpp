@@ -24,11 +24,11 @@ Result<std::unique_ptr<Backend>> open_cuda_backend(int index, memory::CachingAll
   cuda.transform_engines = conv.engines == ConvEngines::any;
   cuda.reduced_precision_reductions = conv.engines == ConvEngines::any;
   cuda.conv_sums_pass = conv.sums == ConvSums::pass;
-  cuda.conv_prologue_pass = conv.prologue.mode == ConvPrologue::pass;
-  cuda.conv_prologue_timed = conv.prologue.mode == ConvPrologue::automatic;
-  if (conv.prologue.mode == ConvPrologue::up_to) {
-    cuda.conv_prologue_pass_up_to_bytes = conv.prologue.up_to_bytes;
-  }
+  const ConvPrologueRoutes prologue = prologue_routes(conv.prologue);
+  cuda.conv_prologue_pass = prologue.pass;
+  cuda.conv_prologue_timed = prologue.timed;
+  cuda.conv_prologue_pass_up_to_bytes = prologue.pass_up_to_bytes;
+  cuda.conv_prologue_size_rule_up_to_batch = prologue.size_rule_up_to_batch;
   return make_cuda_backend(index, allocator, cuda);
 }
 

@@ -184,7 +184,7 @@ TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
                "--conv-sums: unknown choice 'cudnn' (expected epilogue or pass)");
   expect_error(
       kSmall + "--conv-prologue apart",
-      "--conv-prologue: unknown choice 'apart' (expected fused, pass, auto or up-to:SIZE)");
+      "--conv-prologue: unknown choice 'apart' (expected fused, pass, auto, timed or up-to:SIZE)");
   expect_error(kSmall + "--graph maybe", "--graph: unknown choice 'maybe'");
   expect_error(kSmall + "--mode infer --graph --gpu-memory grow",
                "--graph: a graph needs the planned memory");

@@ -176,15 +176,16 @@ TEST(ParseConvOptions, EachValue) {
   EXPECT_EQ(parse_conv_prologue("fused")->mode, ConvPrologue::fused);
   EXPECT_EQ(parse_conv_prologue("pass")->mode, ConvPrologue::pass);
   EXPECT_EQ(parse_conv_prologue("auto")->mode, ConvPrologue::automatic);
+  EXPECT_EQ(parse_conv_prologue("timed")->mode, ConvPrologue::timed);
   const auto up_to = parse_conv_prologue("up-to:13MB");
   ASSERT_TRUE(up_to.has_value()) << up_to.status().message();
   EXPECT_EQ(up_to->mode, ConvPrologue::up_to);
   EXPECT_EQ(up_to->up_to_bytes, 13'000'000U);
   EXPECT_EQ(parse_conv_prologue("up-to:2MiB")->up_to_bytes, 2U << 20);
   for (const std::string bad : {"", "cudnn", "apart", "Auto", "up-to", "upto:1MB"}) {
-    expect_plain_error(parse_conv_prologue(bad).status(),
-                       "unknown choice '" + bad + "' (expected fused, pass, auto or up-to:SIZE)",
-                       bad);
+    expect_plain_error(
+        parse_conv_prologue(bad).status(),
+        "unknown choice '" + bad + "' (expected fused, pass, auto, timed or up-to:SIZE)", bad);
   }
   for (const std::string bad : {"up-to:", "up-to:big", "up-to:-1MB"}) {
     const auto refused = parse_conv_prologue(bad);
@@ -196,6 +197,29 @@ TEST(ParseConvOptions, EachValue) {
     expect_plain_error(parse_conv_sums(bad).status(),
                        "unknown choice '" + bad + "' (expected epilogue or pass)", bad);
   }
+}
+
+// What each --conv-prologue choice asks of the CUDA backend; `auto` is the size rule up to its
+// batch and the timed routes above it.
+TEST(ConvPrologueRoutes, EachChoiceItsRoutes) {
+  const auto routes = [](std::string_view text) {
+    return prologue_routes(*parse_conv_prologue(text));
+  };
+  const ConvPrologueRoutes fused = routes("fused");
+  EXPECT_FALSE(fused.pass || fused.timed || fused.pass_up_to_bytes || fused.size_rule_up_to_batch);
+  EXPECT_TRUE(routes("pass").pass);
+  EXPECT_FALSE(routes("pass").timed);
+  const ConvPrologueRoutes timed = routes("timed");
+  EXPECT_TRUE(timed.timed);
+  EXPECT_FALSE(timed.pass || timed.pass_up_to_bytes || timed.size_rule_up_to_batch);
+  const ConvPrologueRoutes up_to = routes("up-to:2MiB");
+  EXPECT_EQ(up_to.pass_up_to_bytes, std::optional<std::uint64_t>(2U << 20));
+  EXPECT_FALSE(up_to.timed || up_to.size_rule_up_to_batch);
+  const ConvPrologueRoutes automatic = routes("auto");
+  EXPECT_TRUE(automatic.timed);
+  EXPECT_FALSE(automatic.pass);
+  EXPECT_EQ(automatic.pass_up_to_bytes, std::optional<std::uint64_t>(13'000'000U));
+  EXPECT_EQ(automatic.size_rule_up_to_batch, std::optional<std::int64_t>(128));
 }
 
 }  // namespace

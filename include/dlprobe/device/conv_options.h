@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "dlprobe/core/status.h"
@@ -37,15 +38,33 @@ enum class ConvPrologue : std::uint8_t {
   fused,      // cuDNN applies them as the convolution loads its input
   pass,       // dlprobe's pass writes the normalised input to scratch memory first
   up_to,      // the pass where the call's input holds at most up_to_bytes, cuDNN's above
-  automatic,  // each call shape's faster of the two, timed on its first call
+  timed,      // each call shape's faster of the two, timed on its first call
+  automatic,  // up_to kAutoPrologueUpTo at batches up to kAutoPrologueBatch, timed above
 };
 struct ConvPrologueChoice {
   ConvPrologue mode = ConvPrologue::automatic;
   std::uint64_t up_to_bytes = 0;  // with up_to
 };
-// "fused", "pass", "auto" or "up-to:SIZE" (SIZE as parse_size reads it); the error names the
-// value, never a flag.
+// "fused", "pass", "auto", "timed" or "up-to:SIZE" (SIZE as parse_size reads it); the error names
+// the value, never a flag.
 Result<ConvPrologueChoice> parse_conv_prologue(std::string_view text);
+
+// The CUDA backend's routes for a choice (CudaBackendOptions' conv_prologue_* fields): the pass
+// everywhere, the faster route timed, the pass by the size of the call's input, and the batches
+// that size rule holds at (above them the timed route; none: every batch).
+struct ConvPrologueRoutes {
+  bool pass = false;
+  bool timed = false;
+  std::optional<std::uint64_t> pass_up_to_bytes;
+  std::optional<std::int64_t> size_rule_up_to_batch;
+};
+// `auto`: timing each call shape alone misleads at small batches, where the pass gains beside
+// the second stream that the timed run does not see: on an H200 (fp16 ResNet-50 gradients,
+// 2026-12-06) `up-to:13MB` ran ahead of the timed routes by 4.2 % at batch 32, 1.1 % at 64 and
+// 0.6 % at 128, and 0.8 % behind at 256 (bf16: 2.4 % and 1.8 % ahead at 32 and 64).
+inline constexpr std::uint64_t kAutoPrologueUpTo = 13'000'000;
+inline constexpr std::int64_t kAutoPrologueBatch = 128;
+ConvPrologueRoutes prologue_routes(const ConvPrologueChoice& choice);
 
 struct ConvOptions {
   ConvEngineChoice algo = ConvEngineChoice::autotune;

@@ -64,14 +64,18 @@ struct CudaBackendOptions {
   // Each shape's faster of the two, forward and weight gradient apart: timed on the first call
   // of the shape (both ways on its own buffers) and kept with the tuning choices, where
   // conv_engine times candidates at all (heuristic: cuDNN's prologue). bench's `--conv-prologue
-  // auto`. Neither wins everywhere: in fp16 ResNet-50 the pass took most small tensors and
-  // cuDNN's prologue most large ones, with exceptions both ways (lab/README.md).
+  // timed`, and `auto` above its batch. Neither wins everywhere: in fp16 ResNet-50 the pass took
+  // most small tensors and cuDNN's prologue most large ones, with exceptions both ways
+  // (lab/README.md).
   bool conv_prologue_timed = false;
   // Or by the size of the call's input: the pass where it holds at most this many bytes, cuDNN's
   // prologue above (bench's `--conv-prologue up-to:SIZE`). At fp16 ResNet-50 on an H100 13 MB ran
   // ahead of the timed routes at batches 32 and 64, which see each call alone
   // (docs/performance.md).
   std::optional<std::uint64_t> conv_prologue_pass_up_to_bytes = std::nullopt;
+  // The size rule for calls whose batch (the input's first dimension) is at most this, the
+  // routes above for larger ones (bench's `--conv-prologue auto`); none: for every call.
+  std::optional<std::int64_t> conv_prologue_size_rule_up_to_batch = std::nullopt;
   // Cooperative launches (a grid that waits for all its blocks) where the device takes them:
   // batch norm in one launch where a tensor fits the grid, and the sums pass's merge in the same
   // launch. False takes the kernels' other paths, as on a device (or under MPS) that refuses them.

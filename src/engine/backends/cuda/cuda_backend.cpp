@@ -734,7 +734,9 @@ Result<CudaBackend::PrologueRoute> CudaBackend::prologue_route(
     ConvDirection direction, const TensorView& x, const TensorView& w, const TensorView& y,
     bool stats, const Conv2dParams& p, std::string_view op,
     const std::function<Status(PrologueRoute)>& run) {
-  if (options_.conv_prologue_pass_up_to_bytes) {
+  if (options_.conv_prologue_pass_up_to_bytes &&
+      (!options_.conv_prologue_size_rule_up_to_batch ||
+       x.desc.dim(0) <= *options_.conv_prologue_size_rule_up_to_batch)) {
     return x.desc.bytes() <= *options_.conv_prologue_pass_up_to_bytes ? PrologueRoute::pass
                                                                       : PrologueRoute::graph;
   }
