@@ -58,10 +58,10 @@ struct ConvPrologueRoutes {
   std::optional<std::uint64_t> pass_up_to_bytes;
   std::optional<std::int64_t> size_rule_up_to_batch;
 };
-// `auto`: timing each call shape alone misleads at small batches, where the pass gains beside
-// the second stream that the timed run does not see: on an H200 (fp16 ResNet-50 gradients,
-// 2026-12-06) `up-to:13MB` ran ahead of the timed routes by 4.2 % at batch 32, 1.1 % at 64 and
-// 0.6 % at 128, and 0.8 % behind at 256 (bf16: 2.4 % and 1.8 % ahead at 32 and 64).
+// `auto`: timing each call shape alone, on a GPU that runs nothing else, picked slower routes at
+// small batches: on an H200 (fp16 ResNet-50 gradients, 2026-12-06) `up-to:13MB` ran ahead of the
+// timed routes by 4.2 % at batch 32, 1.1 % at 64 and 0.6 % at 128, and 0.8 % behind at 256
+// (bf16: 2.4 % and 1.8 % ahead at 32 and 64).
 inline constexpr std::uint64_t kAutoPrologueUpTo = 13'000'000;
 inline constexpr std::int64_t kAutoPrologueBatch = 128;
 ConvPrologueRoutes prologue_routes(const ConvPrologueChoice& choice);

@@ -73,8 +73,9 @@ struct CudaBackendOptions {
   // ahead of the timed routes at batches 32 and 64, which see each call alone
   // (docs/performance.md).
   std::optional<std::uint64_t> conv_prologue_pass_up_to_bytes = std::nullopt;
-  // The size rule for calls whose batch (the input's first dimension) is at most this, the
-  // routes above for larger ones (bench's `--conv-prologue auto`); none: for every call.
+  // The size rule holds for calls whose batch (the input's first dimension) is at most this;
+  // larger ones take the route the two options before it give (bench's `--conv-prologue auto`:
+  // timed). None: the size rule holds for every call.
   std::optional<std::int64_t> conv_prologue_size_rule_up_to_batch = std::nullopt;
   // Cooperative launches (a grid that waits for all its blocks) where the device takes them:
   // batch norm in one launch where a tensor fits the grid, and the sums pass's merge in the same
