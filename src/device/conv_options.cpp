@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "dlprobe/core/units.h"
 
 namespace dlprobe::device {
@@ -35,27 +37,17 @@ Result<ConvPrologueChoice> parse_conv_prologue(std::string_view text) {
       fmt::format("unknown choice '{}' (expected fused, pass, auto, timed or up-to:SIZE)", text));
 }
 
-ConvPrologueRoutes prologue_routes(const ConvPrologueChoice& choice) {
-  ConvPrologueRoutes routes;
-  switch (choice.mode) {
-    case ConvPrologue::fused:
-      break;
-    case ConvPrologue::pass:
-      routes.pass = true;
-      break;
-    case ConvPrologue::up_to:
-      routes.pass_up_to_bytes = choice.up_to_bytes;
-      break;
-    case ConvPrologue::timed:
-      routes.timed = true;
-      break;
-    case ConvPrologue::automatic:
-      routes.timed = true;
-      routes.pass_up_to_bytes = kAutoPrologueUpTo;
-      routes.size_rule_up_to_batch = kAutoPrologueBatch;
-      break;
+void set_prologue_routes(const ConvPrologueChoice& choice, CudaBackendOptions& cuda) {
+  cuda.conv_prologue_pass = choice.mode == ConvPrologue::pass;
+  cuda.conv_prologue_timed =
+      choice.mode == ConvPrologue::timed || choice.mode == ConvPrologue::automatic;
+  cuda.conv_prologue_pass_up_to_bytes = std::nullopt;
+  cuda.conv_prologue_size_rule_up_to_batch = std::nullopt;
+  if (choice.mode == ConvPrologue::up_to) cuda.conv_prologue_pass_up_to_bytes = choice.up_to_bytes;
+  if (choice.mode == ConvPrologue::automatic) {
+    cuda.conv_prologue_pass_up_to_bytes = kAutoPrologueUpTo;
+    cuda.conv_prologue_size_rule_up_to_batch = kAutoPrologueBatch;
   }
-  return routes;
 }
 
 Result<ConvEngineChoice> parse_conv_algo(std::string_view text) {

@@ -24,11 +24,7 @@ Result<std::unique_ptr<Backend>> open_cuda_backend(int index, memory::CachingAll
   cuda.transform_engines = conv.engines == ConvEngines::any;
   cuda.reduced_precision_reductions = conv.engines == ConvEngines::any;
   cuda.conv_sums_pass = conv.sums == ConvSums::pass;
-  const ConvPrologueRoutes prologue = prologue_routes(conv.prologue);
-  cuda.conv_prologue_pass = prologue.pass;
-  cuda.conv_prologue_timed = prologue.timed;
-  cuda.conv_prologue_pass_up_to_bytes = prologue.pass_up_to_bytes;
-  cuda.conv_prologue_size_rule_up_to_batch = prologue.size_rule_up_to_batch;
+  set_prologue_routes(conv.prologue, cuda);
   return make_cuda_backend(index, allocator, cuda);
 }
 

@@ -203,23 +203,35 @@ TEST(ParseConvOptions, EachValue) {
 // batch and the timed routes above it.
 TEST(ConvPrologueRoutes, EachChoiceItsRoutes) {
   const auto routes = [](std::string_view text) {
-    return prologue_routes(*parse_conv_prologue(text));
+    // Set beforehand, so that a choice which leaves a field alone shows.
+    CudaBackendOptions cuda;
+    cuda.conv_prologue_pass = true;
+    cuda.conv_prologue_timed = true;
+    cuda.conv_prologue_pass_up_to_bytes = 1;
+    cuda.conv_prologue_size_rule_up_to_batch = 1;
+    set_prologue_routes(*parse_conv_prologue(text), cuda);
+    return cuda;
   };
-  const ConvPrologueRoutes fused = routes("fused");
-  EXPECT_FALSE(fused.pass || fused.timed || fused.pass_up_to_bytes || fused.size_rule_up_to_batch);
-  EXPECT_TRUE(routes("pass").pass);
-  EXPECT_FALSE(routes("pass").timed);
-  const ConvPrologueRoutes timed = routes("timed");
-  EXPECT_TRUE(timed.timed);
-  EXPECT_FALSE(timed.pass || timed.pass_up_to_bytes || timed.size_rule_up_to_batch);
-  const ConvPrologueRoutes up_to = routes("up-to:2MiB");
-  EXPECT_EQ(up_to.pass_up_to_bytes, std::optional<std::uint64_t>(2U << 20));
-  EXPECT_FALSE(up_to.timed || up_to.size_rule_up_to_batch);
-  const ConvPrologueRoutes automatic = routes("auto");
-  EXPECT_TRUE(automatic.timed);
-  EXPECT_FALSE(automatic.pass);
-  EXPECT_EQ(automatic.pass_up_to_bytes, std::optional<std::uint64_t>(13'000'000U));
-  EXPECT_EQ(automatic.size_rule_up_to_batch, std::optional<std::int64_t>(128));
+  const CudaBackendOptions fused = routes("fused");
+  EXPECT_FALSE(fused.conv_prologue_pass || fused.conv_prologue_timed ||
+               fused.conv_prologue_pass_up_to_bytes || fused.conv_prologue_size_rule_up_to_batch);
+  const CudaBackendOptions pass = routes("pass");
+  EXPECT_TRUE(pass.conv_prologue_pass);
+  EXPECT_FALSE(pass.conv_prologue_timed || pass.conv_prologue_pass_up_to_bytes ||
+               pass.conv_prologue_size_rule_up_to_batch);
+  const CudaBackendOptions timed = routes("timed");
+  EXPECT_TRUE(timed.conv_prologue_timed);
+  EXPECT_FALSE(timed.conv_prologue_pass || timed.conv_prologue_pass_up_to_bytes ||
+               timed.conv_prologue_size_rule_up_to_batch);
+  const CudaBackendOptions up_to = routes("up-to:2MiB");
+  EXPECT_EQ(up_to.conv_prologue_pass_up_to_bytes, std::optional<std::uint64_t>(2U << 20));
+  EXPECT_FALSE(up_to.conv_prologue_pass || up_to.conv_prologue_timed ||
+               up_to.conv_prologue_size_rule_up_to_batch);
+  const CudaBackendOptions automatic = routes("auto");
+  EXPECT_TRUE(automatic.conv_prologue_timed);
+  EXPECT_FALSE(automatic.conv_prologue_pass);
+  EXPECT_EQ(automatic.conv_prologue_pass_up_to_bytes, std::optional<std::uint64_t>(13'000'000U));
+  EXPECT_EQ(automatic.conv_prologue_size_rule_up_to_batch, std::optional<std::int64_t>(128));
 }
 
 }  // namespace

@@ -3,11 +3,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string_view>
 
 #include "dlprobe/core/status.h"
 #include "dlprobe/engine/conv_tuning.h"
+#include "dlprobe/engine/cuda_backend.h"
 
 namespace dlprobe::device {
 
@@ -49,22 +49,14 @@ struct ConvPrologueChoice {
 // the value, never a flag.
 Result<ConvPrologueChoice> parse_conv_prologue(std::string_view text);
 
-// The CUDA backend's routes for a choice (CudaBackendOptions' conv_prologue_* fields): the pass
-// everywhere, the faster route timed, the pass by the size of the call's input, and the batches
-// that size rule holds at (above them the timed route; none: every batch).
-struct ConvPrologueRoutes {
-  bool pass = false;
-  bool timed = false;
-  std::optional<std::uint64_t> pass_up_to_bytes;
-  std::optional<std::int64_t> size_rule_up_to_batch;
-};
 // `auto`: timing each call shape alone, on a GPU that runs nothing else, picked slower routes at
 // small batches: on an H200 (fp16 ResNet-50 gradients, 2026-12-06) `up-to:13MB` ran ahead of the
 // timed routes by 4.2 % at batch 32, 1.1 % at 64 and 0.6 % at 128, and 0.8 % behind at 256
 // (bf16: 2.4 % and 1.8 % ahead at 32 and 64).
 inline constexpr std::uint64_t kAutoPrologueUpTo = 13'000'000;
 inline constexpr std::int64_t kAutoPrologueBatch = 128;
-ConvPrologueRoutes prologue_routes(const ConvPrologueChoice& choice);
+// The CUDA backend's conv_prologue_* options for a choice.
+void set_prologue_routes(const ConvPrologueChoice& choice, CudaBackendOptions& cuda);
 
 struct ConvOptions {
   ConvEngineChoice algo = ConvEngineChoice::autotune;
