@@ -23,7 +23,14 @@ gpu_tests() {
   fi
   echo "== $1 $2"
   timeout "${TEST_TIMEOUT:-150}" "$bin/$1" --gtest_filter="$2" >"$out/$1.log" 2>&1
+  local rc=$?
   grep -E '^\[ +(OK|FAILED|PASSED) |Failure' "$out/$1.log" | head -n 60
+  # A run cut short prints no summary line: say so, or its tests would read as none run.
+  if [ "$rc" = 124 ]; then
+    echo "== $1: timed out after ${TEST_TIMEOUT:-150} s, $(grep -c '^\[ \+OK ' "$out/$1.log") tests passed by then"
+  elif [ "$rc" != 0 ]; then
+    echo "== $1: exit $rc"
+  fi
 }
 for build in $builds; do
   suffix=${build#dlprobe}  # "" for the bundle's own, "-NAME" for dlprobe-NAME
