@@ -668,9 +668,10 @@ __device__ __forceinline__ void load_grad(const T* dy, const T* x, std::int64_t 
 // before it sums any: with one at a time each thread waited on the memory for every row. Four
 // rows take the fp16 ReLU variant 96 registers and the pair's 111, two blocks an SM (reduction_for
 // plans the grid by the occupancy), where two rows took 80, three blocks: a third more bytes in
-// flight an SM, and fp16 ResNet-50 ran 0.8 to 1.7 % faster (H100, bs32 to 256). Eight rows in the
-// single sums (128 registers, still two blocks) ran slower at bs32. The elementwise dx pass keeps
-// one row: two cost it a block an SM and time (fp16 ResNet-50 bs256 on an H200).
+// flight an SM, and fp16 ResNet-50 ran 0.8 to 2.0 % faster (H100, bs256 to bs32, two calls).
+// Eight rows in the single sums (128 registers, still two blocks) ran 1 % slower at bs32. The
+// elementwise dx pass keeps one row: two (bounded to three blocks an SM) and four (two blocks)
+// ran within 0.2 % of it (fp16 ResNet-50, H100, bs32 to 256).
 constexpr int kGradRowsAhead = 4;
 
 template <class T, int P, bool kRelu>
