@@ -1,5 +1,7 @@
 #include "dry_backend.h"
 
+#include "dlprobe/device/conv_options.h"
+
 namespace dlprobe::memory {
 namespace {
 
@@ -52,6 +54,12 @@ class DryBackend final : public Backend {
   // As the CUDA backend's, whose plans this one stands in for.
   DType conv_prologue_dtype(DType activation) const override {
     return activation == DType::bf16 ? DType::fp32 : activation;
+  }
+  // As the CUDA backend's default (`--conv-prologue auto`), which `dlprobe memory` runs: the
+  // pass for inputs of at most kAutoPrologueUpTo bytes up to batch kAutoPrologueBatch.
+  bool conv_prologue_runs_as_pass(const TensorDesc& x) const override {
+    return fuses_conv_ && x.dim(0) <= device::kAutoPrologueBatch &&
+           x.bytes() <= device::kAutoPrologueUpTo;
   }
   bool recomputes_max_pool_input() const override { return recomputes_pool_; }
   Status max_pool2d_backward_recomputed(View, View, View, View, View, View, View,

@@ -193,6 +193,57 @@ TEST(StepPlanTest, FusedAndUnfusedStepsAgree) {
   }
 }
 
+// A rig whose reference backend says that every fused convolution's prologue runs as a pass of
+// its own (make_reference_backend's prologue_as_pass), or not.
+testing::Rig make_prologue_rig(const StepConfig& c, bool prologue_as_pass) {
+  return testing::make_rig_on(
+      c, std::unique_ptr<memory::MemorySource>(std::make_unique<memory::HostMemorySource>()),
+      [prologue_as_pass](memory::CachingAllocator&) {
+        return make_reference_backend(DType::fp64, 1, prologue_as_pass);
+      });
+}
+
+// Where the backend would run a prologue as a pass of its own, the batch norm takes its own pass
+// and its output is kept: no convolution takes a prologue, the weight gradients read the kept
+// tensors as they are, and the step computes what the plain one does. Recomputing the block
+// outputs (to hold less) keeps the prologues.
+TEST(StepPlanTest, KeepsTheNormalisedInputWhereThePrologueIsAPass) {
+  StepConfig c = tiny_config();
+  c.precision = Precision::fp64;
+  c.layout = Layout::nhwc;
+  testing::Rig kept = make_prologue_rig(c, true);
+  testing::Rig fused = make_prologue_rig(c, false);
+  StepConfig apart = c;
+  apart.fuse = false;
+  testing::Rig plain = make_prologue_rig(apart, false);
+  ASSERT_TRUE(kept.step && fused.step && plain.step);
+  auto [names, kinds] = count_calls(*kept.step);
+  EXPECT_EQ(kinds[CallKind::conv_backward_weight_fused], 0);
+  EXPECT_EQ(kinds[CallKind::conv_backward_weight], 20);
+  EXPECT_EQ(names["layer1.0.bn1.finalize+apply+relu"], 1);
+  EXPECT_EQ(names["layer1.0.conv2.forward+sums"], 1);
+  EXPECT_EQ(names["layer1.0.conv2.backward_weight"], 1);
+  EXPECT_EQ(names["layer1.0.bn1.finalize+layer1.0.conv2.forward+layer1.0.bn1+sums"], 0);
+  EXPECT_EQ(names["layer1.0.conv2.backward_weight+layer1.0.bn1"], 0);
+  // The statistics still come from the convolutions' sums.
+  EXPECT_EQ(names["layer1.0.conv1.forward+sums"], 1);
+  EXPECT_EQ(kinds[CallKind::batch_norm_train_forward], 0);
+  EXPECT_EQ(count_calls(*fused.step).kinds[CallKind::conv_backward_weight_fused], 8);
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(run(kept), run(plain), 1e-12);
+  for (const char* name : {"conv1.weight", "layer1.0.conv2.weight", "layer1.0.bn1.weight",
+                           "layer1.0.bn1.running_var", "layer2.0.conv2.weight"}) {
+    const HostTensor want = plain.step->tensor(name).value();
+    const HostTensor got = kept.step->tensor(name).value();
+    for (std::int64_t k = 0; k < got.numel(); ++k) {
+      ASSERT_NEAR(got.get(k), want.get(k), 1e-12) << name;
+    }
+  }
+  c.recompute_block_outputs = true;
+  testing::Rig recomputed = make_prologue_rig(c, true);
+  ASSERT_TRUE(recomputed.step);
+  EXPECT_EQ(count_calls(*recomputed.step).kinds[CallKind::conv_backward_weight_fused], 8);
+}
+
 // The named state entries of two steps agree to the bit: after training their weights, else
 // their gradients.
 void expect_same_state(const testing::Rig& got, const testing::Rig& want, StepMode mode,

@@ -727,6 +727,20 @@ Status CudaBackend::conv_on_scratch(ConvDirection direction, const TensorView& x
   return fused_conv(direction, input, nullptr, nullptr, w, y, sum, sqsum, p, op);
 }
 
+std::optional<CudaBackend::PrologueRoute> CudaBackend::fixed_prologue_route(
+    const TensorDesc& x) const {
+  if (options_.conv_prologue_pass_up_to_bytes &&
+      (!options_.conv_prologue_size_rule_up_to_batch ||
+       x.dim(0) <= *options_.conv_prologue_size_rule_up_to_batch)) {
+    return x.bytes() <= *options_.conv_prologue_pass_up_to_bytes ? PrologueRoute::pass
+                                                                 : PrologueRoute::graph;
+  }
+  if (!options_.conv_prologue_timed || options_.conv_engine == ConvEngineChoice::heuristic) {
+    return options_.conv_prologue_pass ? PrologueRoute::pass : PrologueRoute::graph;
+  }
+  return std::nullopt;
+}
+
 // The prologue's route of a call not seen yet: as the options fix it, the tuning cache's record,
 // or both routes timed on the call's own buffers, each after an untimed run that builds its plans
 // (autotuning a plain convolution times its candidates there) and loads its kernels.
@@ -734,15 +748,7 @@ Result<CudaBackend::PrologueRoute> CudaBackend::prologue_route(
     ConvDirection direction, const TensorView& x, const TensorView& w, const TensorView& y,
     bool stats, const Conv2dParams& p, std::string_view op,
     const std::function<Status(PrologueRoute)>& run) {
-  if (options_.conv_prologue_pass_up_to_bytes &&
-      (!options_.conv_prologue_size_rule_up_to_batch ||
-       x.desc.dim(0) <= *options_.conv_prologue_size_rule_up_to_batch)) {
-    return x.desc.bytes() <= *options_.conv_prologue_pass_up_to_bytes ? PrologueRoute::pass
-                                                                      : PrologueRoute::graph;
-  }
-  if (!options_.conv_prologue_timed || options_.conv_engine == ConvEngineChoice::heuristic) {
-    return options_.conv_prologue_pass ? PrologueRoute::pass : PrologueRoute::graph;
-  }
+  if (const std::optional<PrologueRoute> fixed = fixed_prologue_route(x.desc)) return *fixed;
   DLPROBE_ASSIGN_OR_RETURN(const ConvSpec spec, conv_spec(direction, x, w, y, p));
   std::string key = fmt::format("{}{} | {}", op, stats ? " sums" : "", conv_key(spec));
   if (const auto it = prologue_routes_.find(key); it != prologue_routes_.end()) return it->second;

@@ -186,6 +186,10 @@ class CudaBackend final : public Backend {
   DType conv_prologue_dtype(DType activation) const override {
     return activation == DType::bf16 ? DType::fp32 : activation;
   }
+  // Where the options fix the route before the call (fixed_prologue_route) and it is the pass.
+  bool conv_prologue_runs_as_pass(const TensorDesc& x) const override {
+    return fixed_prologue_route(x) == PrologueRoute::pass;
+  }
   Status conv2d_forward_fused(const TensorView& x, const TensorView& scale, const TensorView& bias,
                               const TensorView& w, const TensorView& y, const TensorView& sum,
                               const TensorView& sqsum, const Conv2dParams& p) override;
@@ -304,6 +308,9 @@ class CudaBackend final : public Backend {
                                        const TensorView& w, const TensorView& y, bool stats,
                                        const Conv2dParams& p, std::string_view op,
                                        const std::function<Status(PrologueRoute)>& run);
+  // The route the options fix for calls over an input like x, whatever their shape's timing
+  // would say; none where it is timed on the call's first run.
+  std::optional<PrologueRoute> fixed_prologue_route(const TensorDesc& x) const;
   Status need_prologue_operands(std::string_view op, const TensorView& x, const TensorView& scale,
                                 const TensorView& bias) const;
   // The checks batch_norm_finalize's operands pass; with x, the tensor whose sums they are

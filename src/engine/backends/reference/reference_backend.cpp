@@ -325,7 +325,8 @@ void set_elem(const TensorView& v, std::size_t i, T value) {
 template <class T>
 class ReferenceBackend final : public HostBackend {
  public:
-  explicit ReferenceBackend(int streams) : streams_(streams) {}
+  ReferenceBackend(int streams, bool prologue_as_pass)
+      : streams_(streams), prologue_as_pass_(prologue_as_pass) {}
 
   std::string_view name() const override { return "reference"; }
   Status synchronize() override { return Status::ok(); }
@@ -501,6 +502,9 @@ class ReferenceBackend final : public HostBackend {
   // compare across layouts.
   bool fuses_conv_batch_norm(DType activation, Layout layout) const override {
     return activation == DType::fp64 && layout == Layout::nhwc;
+  }
+  bool conv_prologue_runs_as_pass(const TensorDesc& /*x*/) const override {
+    return prologue_as_pass_;
   }
   Status conv2d_forward_fused(const TensorView& x, const TensorView& scale, const TensorView& bias,
                               const TensorView& w, const TensorView& y, const TensorView& sum,
@@ -824,6 +828,7 @@ class ReferenceBackend final : public HostBackend {
 
  private:
   int streams_;
+  bool prologue_as_pass_;
   std::size_t next_ticket_ = 0;
   std::deque<std::pair<std::size_t, std::function<Status()>>> late_;  // stream 1's, not joined
 
@@ -941,14 +946,17 @@ class ReferenceBackend final : public HostBackend {
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> make_reference_backend(DType compute, int streams) {
+Result<std::unique_ptr<Backend>> make_reference_backend(DType compute, int streams,
+                                                        bool prologue_as_pass) {
   if (streams != 1 && streams != 2) {
     return invalid_argument(
         fmt::format("the reference backend has one or two streams, not {}", streams));
   }
-  if (compute == DType::fp32) return std::unique_ptr<Backend>(new ReferenceBackend<float>(streams));
+  if (compute == DType::fp32) {
+    return std::unique_ptr<Backend>(new ReferenceBackend<float>(streams, prologue_as_pass));
+  }
   if (compute == DType::fp64) {
-    return std::unique_ptr<Backend>(new ReferenceBackend<double>(streams));
+    return std::unique_ptr<Backend>(new ReferenceBackend<double>(streams, prologue_as_pass));
   }
   return invalid_argument(
       fmt::format("the reference backend computes in fp32 or fp64, not {}", dtype_name(compute)));
