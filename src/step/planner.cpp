@@ -210,13 +210,13 @@ void Planner::plan_conv_fusion() {
     if (fusion_[i] != Fusion::relu) continue;
     const int next = only_reader_of(layers[i + 1].output);
     if (next < 0 || layers[static_cast<std::size_t>(next)].kind != LayerKind::conv) continue;
-    // Where the backend would apply it in a pass of its own anyway, the batch norm takes its own
-    // pass and its output is kept: the convolution and its weight gradient read it as it is, and
-    // the weight gradient runs no pass again. Not where the step recomputes to hold less.
+    // Where the backend asks for it, the batch norm takes its own pass and its output is kept: the
+    // convolution and its weight gradient read it as it is, and the weight gradient applies it
+    // no more. Not where the step recomputes to hold less.
     if (!s_.config.recompute_block_outputs) {
       const Result<TensorDesc> out = make_desc(
           shapes_[static_cast<std::size_t>(layers[i + 1].output)], s_.act(), s_.config.layout);
-      if (out && be_.conv_prologue_runs_as_pass(out.value())) continue;
+      if (out && be_.keeps_normalised_conv_input(out.value())) continue;
     }
     applies_[static_cast<std::size_t>(next)] = static_cast<int>(i);
     applied_[i] = true;

@@ -193,20 +193,20 @@ TEST(StepPlanTest, FusedAndUnfusedStepsAgree) {
   }
 }
 
-// A rig whose reference backend says that every fused convolution's prologue runs as a pass of
-// its own (make_reference_backend's prologue_as_pass), or not.
-testing::Rig make_prologue_rig(const StepConfig& c, bool prologue_as_pass) {
+// A rig whose reference backend asks for every normalised input of a convolution to be kept
+// (make_reference_backend's keeps_normalised), or for none.
+testing::Rig make_prologue_rig(const StepConfig& c, bool keeps_normalised) {
   return testing::make_rig_on(
       c, std::unique_ptr<memory::MemorySource>(std::make_unique<memory::HostMemorySource>()),
-      [prologue_as_pass](memory::CachingAllocator&) {
-        return make_reference_backend(DType::fp64, 1, prologue_as_pass);
+      [keeps_normalised](memory::CachingAllocator&) {
+        return make_reference_backend(DType::fp64, 1, keeps_normalised);
       });
 }
 
-// Where the backend would run a prologue as a pass of its own, the batch norm takes its own pass
-// and its output is kept: no convolution takes a prologue, the weight gradients read the kept
-// tensors as they are, and the step computes what the plain one does. Recomputing the block
-// outputs (to hold less) keeps the prologues.
+// Where the backend asks for it, the batch norm takes its own pass and its output is kept: no
+// convolution takes a prologue, the weight gradients read the kept tensors as they are, and the
+// step computes what the plain one does. Recomputing the block outputs (to hold less) keeps the
+// prologues.
 TEST(StepPlanTest, KeepsTheNormalisedInputWhereThePrologueIsAPass) {
   StepConfig c = tiny_config();
   c.precision = Precision::fp64;

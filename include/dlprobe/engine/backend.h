@@ -172,12 +172,12 @@ class Backend {
   // The dtype of a fused convolution's scale and bias (its prologue) over activations of this
   // dtype: the activations' own unless a backend needs more precision there.
   virtual DType conv_prologue_dtype(DType activation) const { return activation; }
-  // Whether the prologue of a fused convolution over an input like x is known, before the call,
-  // to run as a pass of the backend's own that writes relu(x * scale + bias) for the convolution
-  // to read. A plan may then leave the batch norm its own pass and keep its output, which the
-  // convolution and its weight gradient read as they are: the weight gradient's prologue would
-  // run that pass again.
-  virtual bool conv_prologue_runs_as_pass(const TensorDesc& /*x*/) const { return false; }
+  // Whether a plan should leave a batch norm + ReLU whose output x only a fused convolution reads
+  // its own pass and keep x, which the convolution and its weight gradient then read as they are,
+  // rather than have both apply it in their prologues: where the backend would run the prologue
+  // as a pass of its own anyway (the weight gradient's would run that pass again), or x is small
+  // enough that holding it costs little.
+  virtual bool keeps_normalised_conv_input(const TensorDesc& /*x*/) const { return false; }
   // y = conv(relu(x * scale + bias), w), or conv(x, w) where scale and bias have no data; and
   // where sum and sqsum have data, y's per-channel sum and sum of squares. scale and bias [C] in
   // conv_prologue_dtype(x's dtype); sum and sqsum [K] in the dtype of the batch-norm statistics.

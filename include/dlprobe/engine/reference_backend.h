@@ -19,11 +19,10 @@ namespace dlprobe {
 // `compute` is DType::fp32 or DType::fp64; anything else is an error. With two `streams`, work
 // sent to stream 1 runs at the join that covers it (see Backend::streams), the latest a device may
 // run it: the tests' check that a schedule over two streams waits where it must. With
-// `prologue_as_pass` it says that every fused convolution's prologue runs as a pass of its own
-// (Backend::conv_prologue_runs_as_pass), as the CUDA backend's does at small batches: the tests'
-// way to the plan that keeps the normalised inputs.
+// `keeps_normalised` it answers yes to every Backend::keeps_normalised_conv_input, as the CUDA
+// backend does for small tensors: the tests' way to the plan that keeps the normalised inputs.
 Result<std::unique_ptr<Backend>> make_reference_backend(DType compute = DType::fp32,
                                                         int streams = 1,
-                                                        bool prologue_as_pass = false);
+                                                        bool keeps_normalised = false);
 
 }  // namespace dlprobe

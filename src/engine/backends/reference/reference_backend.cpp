@@ -325,8 +325,8 @@ void set_elem(const TensorView& v, std::size_t i, T value) {
 template <class T>
 class ReferenceBackend final : public HostBackend {
  public:
-  ReferenceBackend(int streams, bool prologue_as_pass)
-      : streams_(streams), prologue_as_pass_(prologue_as_pass) {}
+  ReferenceBackend(int streams, bool keeps_normalised)
+      : streams_(streams), keeps_normalised_(keeps_normalised) {}
 
   std::string_view name() const override { return "reference"; }
   Status synchronize() override { return Status::ok(); }
@@ -503,8 +503,8 @@ class ReferenceBackend final : public HostBackend {
   bool fuses_conv_batch_norm(DType activation, Layout layout) const override {
     return activation == DType::fp64 && layout == Layout::nhwc;
   }
-  bool conv_prologue_runs_as_pass(const TensorDesc& /*x*/) const override {
-    return prologue_as_pass_;
+  bool keeps_normalised_conv_input(const TensorDesc& /*x*/) const override {
+    return keeps_normalised_;
   }
   Status conv2d_forward_fused(const TensorView& x, const TensorView& scale, const TensorView& bias,
                               const TensorView& w, const TensorView& y, const TensorView& sum,
@@ -828,7 +828,7 @@ class ReferenceBackend final : public HostBackend {
 
  private:
   int streams_;
-  bool prologue_as_pass_;
+  bool keeps_normalised_;
   std::size_t next_ticket_ = 0;
   std::deque<std::pair<std::size_t, std::function<Status()>>> late_;  // stream 1's, not joined
 
@@ -947,16 +947,16 @@ class ReferenceBackend final : public HostBackend {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_reference_backend(DType compute, int streams,
-                                                        bool prologue_as_pass) {
+                                                        bool keeps_normalised) {
   if (streams != 1 && streams != 2) {
     return invalid_argument(
         fmt::format("the reference backend has one or two streams, not {}", streams));
   }
   if (compute == DType::fp32) {
-    return std::unique_ptr<Backend>(new ReferenceBackend<float>(streams, prologue_as_pass));
+    return std::unique_ptr<Backend>(new ReferenceBackend<float>(streams, keeps_normalised));
   }
   if (compute == DType::fp64) {
-    return std::unique_ptr<Backend>(new ReferenceBackend<double>(streams, prologue_as_pass));
+    return std::unique_ptr<Backend>(new ReferenceBackend<double>(streams, keeps_normalised));
   }
   return invalid_argument(
       fmt::format("the reference backend computes in fp32 or fp64, not {}", dtype_name(compute)));
