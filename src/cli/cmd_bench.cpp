@@ -45,7 +45,7 @@ struct BenchFlags {
   std::string weights;
   TuningFlags tuning;
   std::string conv_engines = "any";
-  std::string conv_sums = "epilogue";
+  std::string conv_sums = "auto";
   std::string conv_prologue = "auto";
   std::string gpu_memory = "auto";
   std::string graph = "auto";
@@ -304,8 +304,8 @@ Command add_bench_command(CLI::App& app) {
          "sums)");
   option(*sub, "--conv-sums", flags->conv_sums,
          "With batch norm inside the convolutions, who sums a convolution's output for the "
-         "statistics: epilogue (cuDNN, as the convolution writes it) or pass (dlprobe, in a pass "
-         "over the output after it)");
+         "statistics: epilogue (cuDNN, as the convolution writes it), pass (dlprobe, in a pass "
+         "over the output after it) or auto: the pass in bf16, epilogue in fp16");
   option(*sub, "--conv-prologue", flags->conv_prologue,
          fmt::format("With batch norm inside the convolutions, who applies a batch norm + ReLU "
                      "to the next convolution's input: fused (cuDNN, as the convolution loads "

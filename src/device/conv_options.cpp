@@ -19,7 +19,21 @@ Result<ConvEngines> parse_conv_engines(std::string_view text) {
 Result<ConvSums> parse_conv_sums(std::string_view text) {
   if (text == "epilogue") return ConvSums::epilogue;
   if (text == "pass") return ConvSums::pass;
-  return invalid_argument(fmt::format("unknown choice '{}' (expected epilogue or pass)", text));
+  if (text == "auto") return ConvSums::automatic;
+  return invalid_argument(
+      fmt::format("unknown choice '{}' (expected epilogue, pass or auto)", text));
+}
+
+ConvSumsBy conv_sums_by(ConvSums sums) {
+  switch (sums) {
+    case ConvSums::epilogue:
+      return ConvSumsBy::epilogue;
+    case ConvSums::pass:
+      return ConvSumsBy::pass;
+    case ConvSums::automatic:
+      return ConvSumsBy::pass_in_bf16;
+  }
+  return ConvSumsBy::epilogue;
 }
 
 Result<ConvPrologueChoice> parse_conv_prologue(std::string_view text) {

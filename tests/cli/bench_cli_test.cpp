@@ -181,7 +181,7 @@ TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error(kSmall + "--json /nonexistent/dir/r.json", "/nonexistent/dir/r.json");
   expect_error(kSmall + "--conv-engines fft", "--conv-engines: unknown choice 'fft'");
   expect_error(kSmall + "--conv-sums cudnn",
-               "--conv-sums: unknown choice 'cudnn' (expected epilogue or pass)");
+               "--conv-sums: unknown choice 'cudnn' (expected epilogue, pass or auto)");
   expect_error(
       kSmall + "--conv-prologue apart",
       "--conv-prologue: unknown choice 'apart' (expected fused, pass, auto, timed or up-to:SIZE)");

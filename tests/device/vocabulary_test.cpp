@@ -173,6 +173,7 @@ TEST(ParseConvOptions, EachValue) {
   }
   EXPECT_EQ(*parse_conv_sums("epilogue"), ConvSums::epilogue);
   EXPECT_EQ(*parse_conv_sums("pass"), ConvSums::pass);
+  EXPECT_EQ(*parse_conv_sums("auto"), ConvSums::automatic);
   EXPECT_EQ(parse_conv_prologue("fused")->mode, ConvPrologue::fused);
   EXPECT_EQ(parse_conv_prologue("pass")->mode, ConvPrologue::pass);
   EXPECT_EQ(parse_conv_prologue("auto")->mode, ConvPrologue::automatic);
@@ -195,8 +196,16 @@ TEST(ParseConvOptions, EachValue) {
   }
   for (const std::string bad : {"", "cudnn", "Pass"}) {
     expect_plain_error(parse_conv_sums(bad).status(),
-                       "unknown choice '" + bad + "' (expected epilogue or pass)", bad);
+                       "unknown choice '" + bad + "' (expected epilogue, pass or auto)", bad);
   }
+}
+
+// What each --conv-sums choice asks of the CUDA backend: `auto` the pass in bf16 only.
+TEST(ConvSumsRoutes, EachChoiceItsRoute) {
+  EXPECT_EQ(conv_sums_by(ConvSums::epilogue), ConvSumsBy::epilogue);
+  EXPECT_EQ(conv_sums_by(ConvSums::pass), ConvSumsBy::pass);
+  EXPECT_EQ(conv_sums_by(ConvSums::automatic), ConvSumsBy::pass_in_bf16);
+  EXPECT_EQ(ConvOptions{}.sums, ConvSums::automatic);
 }
 
 // What each --conv-prologue choice asks of the CUDA backend; `auto` is the size rule up to its

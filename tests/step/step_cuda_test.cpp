@@ -49,7 +49,7 @@ TEST(StepCudaTest, Fp32TrainAdamW) {
 // partial sums in 16 bits (as under bench's default, --conv-engines any, but for FFT and Winograd
 // engines), and its whole fp16 step passes the same comparison with fp64.
 // With `sums_pass` and `prologue_pass`, dlprobe's passes in place of cuDNN's statistics epilogue
-// and prologue (CudaBackendOptions::conv_sums_pass, conv_prologue_pass).
+// and prologue (CudaBackendOptions::conv_sums, conv_prologue_pass).
 testing::RigFactory fusing_cuda_rig(bool sums_pass, bool prologue_pass) {
   return [=](const StepConfig& c) {
     return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
@@ -57,7 +57,7 @@ testing::RigFactory fusing_cuda_rig(bool sums_pass, bool prologue_pass) {
                                   CudaBackendOptions o;
                                   o.deterministic = false;
                                   o.reduced_precision_reductions = true;
-                                  o.conv_sums_pass = sums_pass;
+                                  o.conv_sums = sums_pass ? ConvSumsBy::pass : ConvSumsBy::epilogue;
                                   o.conv_prologue_pass = prologue_pass;
                                   return make_cuda_backend(0, allocator, o);
                                 });
@@ -114,8 +114,8 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithTheConvolutionsPrologueAndSumsByPasses) 
 }
 
 // bf16 takes batch norm inside the convolutions only with the sums pass (its statistics epilogue
-// made the bf16 step slower than batch norm apart),
-// its prologue's scale and bias in fp32.
+// made the bf16 step slower than batch norm apart; bench's `--conv-sums auto` takes the pass in
+// bf16), and keeps every normalised input (cuDNN has no engine for most bf16 prologues).
 TEST(StepCudaTest, Bf16GradientsNhwcWithTheConvolutionsSumsByAPass) {
   const StepConfig c = config(Precision::bf16, Layout::nhwc, StepMode::grads);
   testing::Rig rig = make_sums_pass_cuda_rig(c);
@@ -123,6 +123,7 @@ TEST(StepCudaTest, Bf16GradientsNhwcWithTheConvolutionsSumsByAPass) {
   ASSERT_TRUE(rig.step && epilogue.step);
   EXPECT_EQ(calls_of(rig, CallKind::conv_forward_fused), 19);
   EXPECT_EQ(calls_of(epilogue, CallKind::conv_forward_fused), 0) << "bf16 without the pass";
+  EXPECT_EQ(calls_of(rig, CallKind::conv_backward_weight_fused), 0) << "every input kept";
   testing::compare_gradients(Precision::bf16, Layout::nhwc, make_sums_pass_cuda_rig,
                              "cuda fused bf16, sums by a pass");
 }

@@ -26,11 +26,14 @@ Result<ConvEngineChoice> parse_conv_algo(std::string_view text);
 // Where a convolution that feeds a batch norm sums its output for the statistics (batch norm
 // inside the convolutions: fp16 NHWC training on a GPU).
 enum class ConvSums : std::uint8_t {
-  epilogue,  // cuDNN, as the convolution writes its output
-  pass,      // dlprobe, in a pass over the output after the convolution
+  epilogue,   // cuDNN, as the convolution writes its output
+  pass,       // dlprobe, in a pass over the output after the convolution
+  automatic,  // the pass in bf16, cuDNN's epilogue in fp16
 };
-// "epilogue" or "pass"; the error names the value, never a flag.
+// "epilogue", "pass" or "auto"; the error names the value, never a flag.
 Result<ConvSums> parse_conv_sums(std::string_view text);
+// The CUDA backend's conv_sums for a choice.
+ConvSumsBy conv_sums_by(ConvSums sums);
 
 // Where a convolution after a batch norm + ReLU (batch norm inside the convolutions) gets its
 // normalised input, forward and for its weight gradient.
@@ -62,7 +65,7 @@ struct ConvOptions {
   ConvEngineChoice algo = ConvEngineChoice::autotune;
   ConvEngines engines = ConvEngines::any;
   std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
-  ConvSums sums = ConvSums::epilogue;
+  ConvSums sums = ConvSums::automatic;
   ConvPrologueChoice prologue = {};
 };
 

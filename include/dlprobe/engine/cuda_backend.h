@@ -24,6 +24,13 @@
 
 namespace dlprobe {
 
+// Who sums a fused convolution's output (CudaBackendOptions::conv_sums).
+enum class ConvSumsBy : std::uint8_t {
+  epilogue,      // cuDNN, as the convolution writes its output
+  pass,          // dlprobe, in a pass over the output after the convolution
+  pass_in_bf16,  // the pass for bf16 outputs, cuDNN's epilogue for fp16 ones
+};
+
 struct CudaBackendOptions {
   ConvEngineChoice conv_engine = ConvEngineChoice::heuristic;
   // The most scratch memory one cuDNN or cuBLASLt call may take; engines needing more are skipped.
@@ -51,12 +58,13 @@ struct CudaBackendOptions {
   // False keeps every engine's sums in fp32. fp32 and TF32 convolutions always do, and so do the
   // fused graphs (batch norm inside the convolution), whose choice is cuDNN's first, not timed.
   bool reduced_precision_reductions = false;
-  // A fused convolution that sums its output for the batch norm after it (conv2d_forward_fused
-  // with sum and sqsum) runs without cuDNN's statistics epilogue, and a pass of dlprobe's over
-  // the output sums it (one launch where the device takes cooperative launches). cuDNN's
+  // Who sums a fused convolution's output for the batch norm after it (conv2d_forward_fused with
+  // sum and sqsum): cuDNN's statistics epilogue, or a pass of dlprobe's over the output after a
+  // convolution without it (one launch where the device takes cooperative launches). cuDNN's
   // epilogue took 27 to 34 us a convolution at ResNet-50's batch 32 on an H200 whatever the
-  // shape, against 13 to 26 us for the convolution alone (docs/cuda-backend.md).
-  bool conv_sums_pass = false;
+  // shape, against 13 to 26 us for the convolution alone (docs/cuda-backend.md); in bf16 it
+  // made the step slower than batch norm apart, so bf16 fuses batch norm only with the pass.
+  ConvSumsBy conv_sums = ConvSumsBy::epilogue;
   // A fused convolution with a batch norm's apply and ReLU before it (scale and bias: its
   // prologue), forward or weight gradient, takes its input from a pass of dlprobe's that writes
   // relu(x * scale + bias) to scratch memory, then runs without cuDNN's prologue.

@@ -455,9 +455,9 @@ TEST_F(CudaConv, FusedBatchNormReluConvolutionMatchesReference) {
   EXPECT_EQ(shared().unfusable_graphs(), 0U) << "a fused graph ran as its unfused calls";
 }
 
-// With CudaBackendOptions::conv_sums_pass the convolution runs without cuDNN's statistics epilogue
-// (with its prologue, or alone) and dlprobe's pass sums its output: y and its statistics against
-// the fp64 reference, with and without the prologue, the merge in the pass's own launch
+// With CudaBackendOptions::conv_sums at pass the convolution runs without cuDNN's statistics
+// epilogue (with its prologue, or alone) and dlprobe's pass sums its output: y and its statistics
+// against the fp64 reference, with and without the prologue, the merge in the pass's own launch
 // (cooperative) and in a second; the sums must not be those of the other output (a pass over the
 // wrong tensor would pass a looser check). A ResNet-50 batch-32 shape, whose sums take many
 // splits, and 12 output channels, which the pass reads one element at a time (no 16-byte packs).
@@ -469,7 +469,7 @@ TEST_F(CudaConv, ConvolutionSumsByAPassMatchReference) {
   for (const bool cooperative : {true, false}) {
     SCOPED_TRACE(cooperative ? "merged in the pass's launch" : "merged in a second launch");
     auto made = cuda::CudaBackend::create(
-        0, allocator(), {.conv_sums_pass = true, .cooperative_launches = cooperative});
+        0, allocator(), {.conv_sums = ConvSumsBy::pass, .cooperative_launches = cooperative});
     ASSERT_TRUE(made.has_value()) << made.status().message();
     cuda::CudaBackend& backend = **made;
     for (const SumsCase& sc :
@@ -730,8 +730,10 @@ TEST_F(CudaConv, PrologueByAPassUpToASize) {
 TEST_F(CudaConv, PrologueByAPassMatchesReference) {
   for (const bool sums_pass : {false, true}) {
     SCOPED_TRACE(sums_pass ? "sums by a pass" : "sums in the epilogue");
-    auto made = cuda::CudaBackend::create(
-        0, allocator(), {.conv_sums_pass = sums_pass, .conv_prologue_pass = true});
+    auto made =
+        cuda::CudaBackend::create(0, allocator(),
+                                  {.conv_sums = sums_pass ? ConvSumsBy::pass : ConvSumsBy::epilogue,
+                                   .conv_prologue_pass = true});
     ASSERT_TRUE(made.has_value()) << made.status().message();
     cuda::CudaBackend& backend = **made;
     for (const FusedCase& c : {FusedCase{32, 64, 10, 3, 1, 1}, FusedCase{64, 32, 9, 1, 1, 0},

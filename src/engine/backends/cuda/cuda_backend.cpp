@@ -863,7 +863,7 @@ Status CudaBackend::fused_conv(ConvDirection direction, const TensorView& x,
   }
   // With the sums pass the graph keeps only the prologue (a plain convolution without one), and
   // dlprobe's pass sums the output after it.
-  const bool sums_pass = stats && options_.conv_sums_pass;
+  const bool sums_pass = stats && sums_pass_in(y.desc.dtype());
   if (stats && !sums_pass) {
     DLPROBE_ASSIGN_OR_RETURN(spec.sum, channels(kUidSum, *sum, k));
     DLPROBE_ASSIGN_OR_RETURN(spec.sqsum, channels(kUidSqsum, *sqsum, k));

@@ -1169,7 +1169,7 @@ __global__ void __launch_bounds__(kBlock, kResidentBlocksPerSm)
 // ---- a convolution output's sums, by a pass of their own ----
 //
 // Where the batch norm's statistics are not summed in the convolution's epilogue
-// (CudaBackendOptions::conv_sums_pass), a pass over the output sums each channel and its squares
+// (CudaBackendOptions::conv_sums), a pass over the output sums each channel and its squares
 // as cuDNN's epilogue would, for the same finalize.
 
 struct Sums {
