@@ -114,7 +114,7 @@ TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
   one.precisions = {engine::Precision::bf16};
   one.modes = {engine::StepMode::grads};
   EXPECT_EQ(expand(one, DeviceKind::cuda)->picked,
-            "layout nhwc, gpu-memory planned, graph on, streams 1");
+            "layout nhwc, gpu-memory planned, graph on, streams 2 up to batch 128, 1 above");
   // A choice given is kept, and the open ones follow it: no graph over grown memory.
   one.memory = memory::parse_gpu_memory("grow").value();
   const Result<Expanded> grown = expand(one, DeviceKind::cuda);
