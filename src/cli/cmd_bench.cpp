@@ -305,7 +305,7 @@ Command add_bench_command(CLI::App& app) {
   option(*sub, "--conv-sums", flags->conv_sums,
          "With batch norm inside the convolutions, who sums a convolution's output for the "
          "statistics: epilogue (cuDNN, as the convolution writes it), pass (dlprobe, in a pass "
-         "over the output after it) or auto: the pass in bf16, epilogue in fp16");
+         "over the output after it) or auto: epilogue in fp16, the pass in bf16 and tf32");
   option(*sub, "--conv-prologue", flags->conv_prologue,
          fmt::format("With batch norm inside the convolutions, who applies a batch norm + ReLU "
                      "to the next convolution's input: fused (cuDNN, as the convolution loads "

@@ -31,7 +31,7 @@ ConvSumsBy conv_sums_by(ConvSums sums) {
     case ConvSums::pass:
       return ConvSumsBy::pass;
     case ConvSums::automatic:
-      return ConvSumsBy::pass_in_bf16;
+      return ConvSumsBy::epilogue_in_fp16;
   }
   return ConvSumsBy::epilogue;
 }

@@ -25,9 +25,10 @@ FastestSettings fastest_settings(DeviceKind device, engine::Precision precision)
     // 32, 2.4 % at 64 and 2.0 % at 128, and training (eager) 9.6 % at 32 and 3.0 % at 128; but
     // gradients 0.7 % at 256 for 11.85 against 9.26 GiB (their operands are kept until the
     // gradients are read). bf16 gradients (batch norm inside the convolutions) ran 3.2 % faster at
-    // 32, 3.0 % at 64 and 2.1 % at 128 on an H100 (2026-12-06). Those two precisions were
-    // measured, so only they take it.
-    if (precision == engine::Precision::fp16 || precision == engine::Precision::bf16) {
+    // 32, 3.0 % at 64 and 2.1 % at 128 on an H100, and tf32 4.2 % at 64 and 3.4 % at 128
+    // (2026-12-06). Those three precisions were measured, so only they take it.
+    if (precision == engine::Precision::fp16 || precision == engine::Precision::bf16 ||
+        precision == engine::Precision::tf32) {
       s.two_streams_up_to = 128;
     }
     return s;

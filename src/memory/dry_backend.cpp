@@ -56,9 +56,10 @@ class DryBackend final : public Backend {
     return activation == DType::bf16 ? DType::fp32 : activation;
   }
   // As the CUDA backend's default (`--conv-prologue auto`), which `dlprobe memory` runs: the
-  // normalised inputs of at most kAutoPrologueUpTo bytes, at any batch, and every bf16 one.
+  // fp16 normalised inputs of at most kAutoPrologueUpTo bytes, at any batch, and every bf16 and
+  // fp32 one.
   bool keeps_normalised_conv_input(const TensorDesc& x) const override {
-    return fuses_conv_ && (x.dtype() == DType::bf16 || x.bytes() <= device::kAutoPrologueUpTo);
+    return fuses_conv_ && (x.dtype() != DType::fp16 || x.bytes() <= device::kAutoPrologueUpTo);
   }
   bool recomputes_max_pool_input() const override { return recomputes_pool_; }
   Status max_pool2d_backward_recomputed(View, View, View, View, View, View, View,

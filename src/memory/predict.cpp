@@ -32,11 +32,9 @@ Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* 
       std::unique_ptr<CachingAllocator> allocator,
       CachingAllocator::create(std::make_unique<FakeMemorySource>(source), o.allocator));
   // Planned as the calibrated backend plans; without a calibration, as the CUDA backend does by
-  // default (batch norm inside the convolutions in fp16 and bf16 NHWC, where the step's fuse_conv
-  // allows it).
+  // default (batch norm inside the convolutions in NHWC, where the step's fuse_conv allows it).
   const bool fuses_conv = calibration != nullptr ? calibration->fused_conv
-                                                 : (o.step.precision == engine::Precision::fp16 ||
-                                                    o.step.precision == engine::Precision::bf16) &&
+                                                 : o.step.precision != engine::Precision::fp64 &&
                                                        o.step.layout == Layout::nhwc;
   const std::unique_ptr<Backend> backend =
       make_dry_backend(calibration == nullptr || calibration->fused, fuses_conv,

@@ -200,11 +200,11 @@ TEST(ParseConvOptions, EachValue) {
   }
 }
 
-// What each --conv-sums choice asks of the CUDA backend: `auto` the pass in bf16 only.
+// What each --conv-sums choice asks of the CUDA backend: `auto` cuDNN's epilogue in fp16 only.
 TEST(ConvSumsRoutes, EachChoiceItsRoute) {
   EXPECT_EQ(conv_sums_by(ConvSums::epilogue), ConvSumsBy::epilogue);
   EXPECT_EQ(conv_sums_by(ConvSums::pass), ConvSumsBy::pass);
-  EXPECT_EQ(conv_sums_by(ConvSums::automatic), ConvSumsBy::pass_in_bf16);
+  EXPECT_EQ(conv_sums_by(ConvSums::automatic), ConvSumsBy::epilogue_in_fp16);
   EXPECT_EQ(ConvOptions{}.sums, ConvSums::automatic);
 }
 

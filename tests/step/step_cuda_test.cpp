@@ -128,6 +128,17 @@ TEST(StepCudaTest, Bf16GradientsNhwcWithTheConvolutionsSumsByAPass) {
                              "cuda fused bf16, sums by a pass");
 }
 
+// tf32 (fp32 tensors) the same way.
+TEST(StepCudaTest, Tf32GradientsNhwcWithTheConvolutionsSumsByAPass) {
+  const StepConfig c = config(Precision::tf32, Layout::nhwc, StepMode::grads);
+  testing::Rig rig = make_sums_pass_cuda_rig(c);
+  ASSERT_TRUE(rig.step);
+  EXPECT_EQ(calls_of(rig, CallKind::conv_forward_fused), 19);
+  EXPECT_EQ(calls_of(rig, CallKind::conv_backward_data_add_relu), 7);
+  testing::compare_gradients(Precision::tf32, Layout::nhwc, make_sums_pass_cuda_rig,
+                             "cuda fused tf32, sums by a pass");
+}
+
 // Training steps too: the running statistics come from the finalize, and the weights move.
 TEST(StepCudaTest, Fp16TrainSgdWithBatchNormInsideTheConvolutions) {
   testing::compare_training(Precision::fp16, OptimizerKind::sgd, make_fusing_cuda_rig,

@@ -28,7 +28,7 @@ Result<ConvEngineChoice> parse_conv_algo(std::string_view text);
 enum class ConvSums : std::uint8_t {
   epilogue,   // cuDNN, as the convolution writes its output
   pass,       // dlprobe, in a pass over the output after the convolution
-  automatic,  // the pass in bf16, cuDNN's epilogue in fp16
+  automatic,  // cuDNN's epilogue in fp16, the pass in bf16 and fp32 (tf32)
 };
 // "epilogue", "pass" or "auto"; the error names the value, never a flag.
 Result<ConvSums> parse_conv_sums(std::string_view text);

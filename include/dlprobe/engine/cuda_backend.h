@@ -26,9 +26,9 @@ namespace dlprobe {
 
 // Who sums a fused convolution's output (CudaBackendOptions::conv_sums).
 enum class ConvSumsBy : std::uint8_t {
-  epilogue,      // cuDNN, as the convolution writes its output
-  pass,          // dlprobe, in a pass over the output after the convolution
-  pass_in_bf16,  // the pass for bf16 outputs, cuDNN's epilogue for fp16 ones
+  epilogue,          // cuDNN, as the convolution writes its output
+  pass,              // dlprobe, in a pass over the output after the convolution
+  epilogue_in_fp16,  // cuDNN's epilogue for fp16 outputs, the pass for bf16 and fp32 ones
 };
 
 struct CudaBackendOptions {
@@ -62,8 +62,9 @@ struct CudaBackendOptions {
   // sum and sqsum): cuDNN's statistics epilogue, or a pass of dlprobe's over the output after a
   // convolution without it (one launch where the device takes cooperative launches). cuDNN's
   // epilogue took 27 to 34 us a convolution at ResNet-50's batch 32 on an H200 whatever the
-  // shape, against 13 to 26 us for the convolution alone (docs/cuda-backend.md); in bf16 it
-  // made the step slower than batch norm apart, so bf16 fuses batch norm only with the pass.
+  // shape, against 13 to 26 us for the convolution alone (docs/cuda-backend.md); in bf16 and
+  // tf32 it made the step slower than batch norm apart, so those fuse batch norm only with the
+  // pass.
   ConvSumsBy conv_sums = ConvSumsBy::epilogue;
   // A fused convolution with a batch norm's apply and ReLU before it (scale and bias: its
   // prologue), forward or weight gradient, takes its input from a pass of dlprobe's that writes

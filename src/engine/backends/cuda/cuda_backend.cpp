@@ -897,9 +897,8 @@ Status CudaBackend::need_fused_operands(std::string_view op, const TensorView& x
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "w", w));
   DLPROBE_RETURN_IF_ERROR(need_activation(op, "y", y));
   const DType t = x.desc.dtype();
-  DLPROBE_RETURN_IF_ERROR(
-      need((t == DType::fp16 || t == DType::bf16) && w.desc.dtype() == t && y.desc.dtype() == t, op,
-           "x, w and y: all fp16 or all bf16"));
+  DLPROBE_RETURN_IF_ERROR(need(is_activation(t) && w.desc.dtype() == t && y.desc.dtype() == t, op,
+                               "x, w and y: all fp32, all fp16 or all bf16"));
   DLPROBE_RETURN_IF_ERROR(need(x.desc.layout() == Layout::nhwc && w.desc.layout() == Layout::nhwc &&
                                    y.desc.layout() == Layout::nhwc,
                                op, "x, w and y: NHWC"));

@@ -168,22 +168,23 @@ class CudaBackend final : public Backend {
                       const TensorView& found_inf) override;
 
   // cuDNN's runtime fusion of a convolution with the batch norms around it (cudnn_graph.h's
-  // FusedConvSpec, from cuDNN's first choice of engine: build_fused_conv_plan): NHWC fp16 or
-  // bf16, scale and bias in conv_prologue_dtype, sum and sqsum fp32, on GPUs of compute
+  // FusedConvSpec, from cuDNN's first choice of engine: build_fused_conv_plan): NHWC fp32, fp16
+  // or bf16, scale and bias in conv_prologue_dtype, sum and sqsum fp32, on GPUs of compute
   // capability 8.0 and later (runtime fusion's engines need them). The step plans it for fp16,
-  // and for bf16 where dlprobe's pass sums the outputs (conv_sums): with cuDNN's statistics
-  // epilogue (and batch norm applying itself) the bf16 step ran 6,277.6 img/s against 7,472.3
-  // with batch norm apart (ResNet-50 bs256, H200, 2026-12-05; docs/performance.md). Nor
+  // and for bf16 and fp32 where dlprobe's pass sums the outputs (conv_sums): with cuDNN's
+  // statistics epilogue (and batch norm applying itself) the bf16 step ran 6,277.6 img/s against
+  // 7,472.3 with batch norm apart, and tf32 3,382.8 against 3,922.4 (ResNet-50 bs256, H200,
+  // 2026-12-05; docs/performance.md). Nor
   // where the options ask for deterministic engines: cuDNN lists these engines as deterministic,
   // but the fused step's loss moved in the fifth digit between eager runs of one plan on an H200
   // (2.2935, 2.29405, 2.29318).
   bool fuses_conv_batch_norm(DType activation, Layout layout) const override {
     return runtime_fusion_ && !options_.deterministic && layout == Layout::nhwc &&
-           (activation == DType::fp16 || (activation == DType::bf16 && sums_pass_in(activation)));
+           (activation == DType::fp16 || sums_pass_in(activation));
   }
   bool sums_pass_in(DType activation) const {
     return options_.conv_sums == ConvSumsBy::pass ||
-           (options_.conv_sums == ConvSumsBy::pass_in_bf16 && activation == DType::bf16);
+           (options_.conv_sums == ConvSumsBy::epilogue_in_fp16 && activation != DType::fp16);
   }
   // bf16's scale and bias in fp32: in bf16 (8 bits) the whole bf16 step fell outside the fp64
   // comparison of step_cuda_test on an H200 while the fp16 one passed with fp16's (11 bits).
@@ -194,12 +195,14 @@ class CudaBackend final : public Backend {
   // rule (auto, up-to) for inputs within its size at any batch: keeping the normalised tensors of
   // at most 13 MB ran fp16 ResNet-50 0.3 % faster at batch 256 (layer4's five, 0.06 GiB more at the
   // peak), where the timed routes applied them in the convolutions, and 0.6 to 0.8 % at batch 64
-  // (H100, 2026-12-06). In bf16, every tensor: cuDNN 9.19 has no runtime-fusion engine for a bf16
-  // prologue with fp32 scale and bias for most of ResNet-50's shapes (at batch 128 on an H100,
-  // none of the seven forward and seven weight-gradient shapes it was asked for), whose calls run
-  // the prologue as dlprobe's pass anyway.
+  // (H100, 2026-12-06). In bf16 and fp32, every tensor: cuDNN 9.19 has no runtime-fusion engine
+  // for a bf16 prologue with fp32 scale and bias for most of ResNet-50's shapes (at batch 128 on
+  // an H100, none of the seven forward and seven weight-gradient shapes it was asked for), whose
+  // calls run the prologue as dlprobe's pass anyway; and tf32 ResNet-50 so ran 6.6 % faster than
+  // with batch norm apart at batches 64 and 256 (H100, 2026-12-06), where its fused prologues
+  // were not measured.
   bool keeps_normalised_conv_input(const TensorDesc& x) const override {
-    if (x.dtype() == DType::bf16) return true;
+    if (x.dtype() != DType::fp16) return true;
     if (options_.conv_prologue_pass_up_to_bytes) {
       return x.bytes() <= *options_.conv_prologue_pass_up_to_bytes;
     }
