@@ -182,6 +182,7 @@ class CudaBackend final : public Backend {
     return runtime_fusion_ && !options_.deterministic && layout == Layout::nhwc &&
            (activation == DType::fp16 || sums_pass_in(activation));
   }
+  // Whether dlprobe's pass rather than cuDNN's epilogue sums fused outputs of this dtype.
   bool sums_pass_in(DType activation) const {
     return options_.conv_sums == ConvSumsBy::pass ||
            (options_.conv_sums == ConvSumsBy::epilogue_in_fp16 && activation != DType::fp16);
