@@ -12,7 +12,7 @@
 // alone; it then the ReLU backward of the two terms' sum (relu_backward_add), as the step runs
 // them; and the fused graph (conv2d_backward_data_add_relu: the add and the mask in the data
 // gradient's epilogue). The fused forward and weight gradient also with dlprobe's passes in place
-// of cuDNN's statistics epilogue and prologue (CudaBackendOptions::conv_sums_pass and
+// of cuDNN's statistics epilogue and prologue (CudaBackendOptions::conv_sums and
 // conv_prologue_pass, bench --conv-sums / --conv-prologue pass), each way on a backend of its own.
 // fp16 NHWC, ResNet-50's blocks after each stage's first, batch 256 and 32, random operands. Each
 // figure is the mean of a run of calls timed with CUDA events on the backend's stream.
@@ -97,10 +97,11 @@ Gpu& gpu() {
     // Autotuned plain convolutions, as `dlprobe bench` runs them; the fused graphs take cuDNN's
     // first choice (their engines compile at plan time).
     auto open = [&](bool sums, bool prologue) {
-      auto backend = cuda::CudaBackend::create(0, *made->allocator,
-                                               {.conv_engine = ConvEngineChoice::autotune,
-                                                .conv_sums_pass = sums,
-                                                .conv_prologue_pass = prologue});
+      auto backend =
+          cuda::CudaBackend::create(0, *made->allocator,
+                                    {.conv_engine = ConvEngineChoice::autotune,
+                                     .conv_sums = sums ? ConvSumsBy::pass : ConvSumsBy::epilogue,
+                                     .conv_prologue_pass = prologue});
       if (!backend) {
         std::fprintf(stderr, "bench_conv_fusion_gpu: %s\n", backend.status().message().c_str());
         std::exit(2);
