@@ -60,10 +60,10 @@ void add_recompute_flag(CLI::App& sub, std::string& recompute) {
   option(sub, "--recompute", recompute,
          "block-outputs: keep no residual block's output for the backward pass, which "
          "computes each again from what it keeps anyway (batch norm inside the convolutions: "
-         "fp16 NHWC on a GPU), nor, where a block's input is kept, its projection shortcut's "
-         "convolution output, which it runs again, nor the images' fp16 cast; about a third "
-         "fewer activations for one more elementwise pass a block (and in ResNet-50 two 1x1 "
-         "convolutions); none: keep them");
+         "fp16, bf16 and tf32 NHWC on a GPU), nor, where a block's input is kept, its "
+         "projection shortcut's convolution output, which it runs again, nor the images' "
+         "reduced-precision cast; about a third fewer activations for one more elementwise pass "
+         "a block (and in ResNet-50 two 1x1 convolutions); none: keep them");
 }
 
 Status parse_recompute(const std::string& text, engine::StepConfig& step) {

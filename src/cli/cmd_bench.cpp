@@ -309,11 +309,11 @@ Command add_bench_command(CLI::App& app) {
   option(*sub, "--conv-prologue", flags->conv_prologue,
          fmt::format("With batch norm inside the convolutions, who applies a batch norm + ReLU "
                      "to the next convolution's input: fused (cuDNN, as the convolution loads "
-                     "it), pass (dlprobe, into scratch memory before the convolution and its "
-                     "weight gradient), timed (per call shape, the faster of the two as timed on "
+                     "it), pass (dlprobe's pass, whose output the convolution and its weight "
+                     "gradient read), timed (per call shape, the faster of the two as timed on "
                      "its first call; kept in --tuning-cache), up-to:SIZE (the pass where the "
-                     "call's input holds at most SIZE, cuDNN's above) or auto: up-to:{}MB up to "
-                     "batch {}, timed above",
+                     "input holds at most SIZE, cuDNN's above) or auto: up-to:{}MB, cuDNN's "
+                     "above up to batch {} and timed above that; bf16 and tf32 take the pass",
                      device::kAutoPrologueUpTo / 1'000'000, device::kAutoPrologueBatch)
              .c_str());
   option(*sub, "--gpu-memory", flags->gpu_memory,
@@ -330,12 +330,13 @@ Command add_bench_command(CLI::App& app) {
       ->option_text("[auto|on|off]=auto");
   option(*sub, "--fusion", flags->fusion,
          "all: batch norm with its ReLU and residual add, and inside the convolutions where "
-         "the backend can (cuDNN's runtime fusion: fp16 NHWC, training); batch-norm: "
-         "only with its ReLU and add; none: every layer its own call");
+         "the backend can (the CUDA backend: fp16, bf16 and tf32 NHWC, not inference); "
+         "batch-norm: only with its ReLU and add; none: every layer its own call");
   option(*sub, "--streams", flags->streams,
          "2: each convolution's weight gradient runs on a second CUDA stream beside the rest "
          "of the backward pass (needs planned memory); 1: every call on one stream; auto: the "
-         "fastest measured (2 for fp16 up to batch 128 on a GPU with planned memory, else 1). "
+         "fastest measured (2 for fp16, bf16 and tf32 up to batch 128 on a GPU with planned "
+         "memory, else 1). "
          "--profile's steps run on one");
   add_recompute_flag(*sub, flags->recompute);
   sub->add_option("--profile", flags->profile,
