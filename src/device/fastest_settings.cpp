@@ -24,7 +24,7 @@ FastestSettings fastest_settings(DeviceKind device, engine::Precision precision)
     // The weight gradients on a second stream: fp16 ResNet-50 gradients ran 1.0 % faster at batch
     // 32, 2.4 % at 64 and 2.0 % at 128, and training (eager) 9.6 % at 32 and 3.0 % at 128; but
     // gradients 0.7 % at 256 for 11.85 against 9.26 GiB (their operands are kept until the
-    // gradients are read). bf16 gradients (batch norm inside the convolutions) ran 3.2 % faster at
+    // gradients are read). bf16 gradients (batch norm inside the convolutions) ran 3.1 % faster at
     // 32, 3.0 % at 64 and 2.1 % at 128 on an H100, and tf32 4.2 % at 64 and 3.4 % at 128
     // (2026-12-06). Those three precisions were measured, so only they take it.
     if (precision == engine::Precision::fp16 || precision == engine::Precision::bf16 ||

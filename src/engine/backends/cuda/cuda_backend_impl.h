@@ -194,13 +194,13 @@ class CudaBackend final : public Backend {
   }
   // Where the options make the prologue dlprobe's pass (fixed_prologue_route), and under a size
   // rule (auto, up-to) for inputs within its size at any batch: keeping the normalised tensors of
-  // at most 13 MB ran fp16 ResNet-50 0.3 % faster at batch 256 (layer4's five, 0.06 GiB more at the
-  // peak), where the timed routes applied them in the convolutions, and 0.6 to 0.8 % at batch 64
-  // (H100, 2026-12-06). In bf16 and fp32, every tensor: cuDNN 9.19 has no runtime-fusion engine
-  // for a bf16 prologue with fp32 scale and bias for most of ResNet-50's shapes (at batch 128 on
-  // an H100, none of the seven forward and seven weight-gradient shapes it was asked for), whose
-  // calls run the prologue as dlprobe's pass anyway; and tf32 ResNet-50 so ran 6.6 % faster than
-  // with batch norm apart at batches 64 and 256 (H100, 2026-12-06), where its fused prologues
+  // at most 13 MB ran fp16 ResNet-50 0.2 to 0.3 % faster at batch 256 (layer4's five, 0.06 GiB more
+  // at the peak), where the timed routes applied them in the convolutions, and 0.6 to 0.8 % at
+  // batch 64 (H100, 2026-12-06). In bf16 and fp32, every tensor: cuDNN 9.19 has no runtime-fusion
+  // engine for a bf16 prologue with fp32 scale and bias for most of ResNet-50's shapes (at batch
+  // 128 on an H100, none of the seven forward and seven weight-gradient shapes it was asked for),
+  // whose calls run the prologue as dlprobe's pass anyway; and tf32 ResNet-50 so ran 6.6 % faster
+  // than with batch norm apart at batches 64 and 256 (H100, 2026-12-06), where its fused prologues
   // were not measured.
   bool keeps_normalised_conv_input(const TensorDesc& x) const override {
     if (x.dtype() != DType::fp16) return true;
