@@ -506,7 +506,7 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
 // three channels, where it pads them itself into 98 MiB of workspace at batch 256
 // (microbench/stem_conv_gpu_bench.cpp); the copy here takes about 0.08 ms and as much memory, so
 // the two ways cost about the same and the copy stays for every engine. The data gradient (never
-// needed for an input image) runs unpadded.
+// needed for an input image) runs unpadded, and bf16's stem runs as depth (runs_stem_as_depth).
 bool CudaBackend::needs_channel_pad(const TensorView& x, const TensorView& w,
                                     const Conv2dParams& p) const {
   const DType t = x.desc.dtype();
@@ -534,6 +534,44 @@ Status CudaBackend::padded_conv(ConvDirection direction, const TensorView& x, co
   }
   DLPROBE_RETURN_IF_ERROR(conv(direction, x4, w4, y, p, op));
   return launch_copy_channels(ctx(), w4, w);
+}
+
+// In bf16 cuDNN 9.19 has no first-layer engine: ResNet-50's stem took 1.88 ms forward and 1.24 ms
+// for the weight gradient at batch 256 on an H100 (four channels, `--profile`; fp16's engine 63:
+// 0.47 and 0.47 ms), and padding the image to eight channels gained 1.4 % of the bf16 step. As a
+// 4x4, stride-1 convolution over 16 channels it took 0.74 and 0.53 ms: the bf16 step 5.3 % faster
+// at batch 256, 4.4 % at 64 (2026-12-06). In fp16 engine 63 stays ahead (the step 1.0 % slower
+// this way), and tf32 tied.
+bool CudaBackend::runs_stem_as_depth(const TensorView& x, const TensorView& w,
+                                     const Conv2dParams& p) const {
+  return x.desc.dtype() == DType::bf16 && x.desc.layout() == Layout::nhwc &&
+         w.desc.layout() == Layout::nhwc && x.desc.dim(1) <= 4 && w.desc.dim(2) == 7 &&
+         w.desc.dim(3) == 7 && p.stride[0] == 2 && p.stride[1] == 2 && p.pad[0] == 3 &&
+         p.pad[1] == 3 && p.dilation[0] == 1 && p.dilation[1] == 1 && p.groups == 1;
+}
+
+Status CudaBackend::stem_conv_as_depth(ConvDirection direction, const TensorView& x,
+                                       const TensorView& w, const TensorView& y,
+                                       std::string_view op) {
+  const DType t = x.desc.dtype();
+  DLPROBE_ASSIGN_OR_RETURN(
+      const TensorDesc xd_desc,
+      TensorDesc::make(Shape{x.desc.dim(0), 16, y.desc.dim(2) + 3, y.desc.dim(3) + 3}, t,
+                       Layout::nhwc));
+  DLPROBE_ASSIGN_OR_RETURN(const TensorDesc wd_desc,
+                           TensorDesc::make(Shape{w.desc.dim(0), 16, 4, 4}, t, Layout::nhwc));
+  DLPROBE_ASSIGN_OR_RETURN(auto xd_buf, scratch(ctx(), xd_desc.bytes(), op));
+  DLPROBE_ASSIGN_OR_RETURN(auto wd_buf, scratch(ctx(), wd_desc.bytes(), op));
+  const TensorView xd{xd_desc, xd_buf.data()};
+  const TensorView wd{wd_desc, wd_buf.data()};
+  DLPROBE_RETURN_IF_ERROR(launch_stem_to_depth(ctx(), x, xd));
+  const Conv2dParams unpadded{};
+  if (direction == ConvDirection::forward) {
+    DLPROBE_RETURN_IF_ERROR(launch_stem_weights_to_depth(ctx(), w, wd));
+    return conv(direction, xd, wd, y, unpadded, op);
+  }
+  DLPROBE_RETURN_IF_ERROR(conv(direction, xd, wd, y, unpadded, op));
+  return launch_stem_weights_from_depth(ctx(), wd, w);
 }
 
 // Times one candidate on the real buffers: an untimed run, a timed one, and unless that is more
@@ -574,6 +612,9 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
                                op,
                                fmt::format("operands {}, {}, {} differ in dtype", x.desc.str(),
                                            w.desc.str(), y.desc.str())));
+  if (direction != ConvDirection::backward_data && runs_stem_as_depth(x, w, p)) {
+    return stem_conv_as_depth(direction, x, w, y, op);
+  }
   if (direction != ConvDirection::backward_data && needs_channel_pad(x, w, p)) {
     return padded_conv(direction, x, w, y, p, op);
   }

@@ -83,6 +83,15 @@ Status launch_add(const KernelContext& ctx, const TensorView& a, const TensorVie
 // NHWC tensors of one dtype and the same N, H, W (or K, R, S): dst's channel c is src's where src
 // has it, else zero. Pads an image to more channels, or drops the extra ones of a gradient.
 Status launch_copy_channels(const KernelContext& ctx, const TensorView& src, const TensorView& dst);
+// A 7x7, stride-2, pad-3 convolution over an NHWC image x of at most four channels is the 4x4,
+// stride-1, unpadded one over xd [N, 16, P + 3, Q + 3] (P x Q the output) with the weights wd
+// [K, 16, 4, 4] (space to depth): each depth pixel holds a 2x2 patch of the image, the border
+// zero. launch_stem_weights_from_depth takes a weight gradient of wd back to w's shape.
+Status launch_stem_to_depth(const KernelContext& ctx, const TensorView& x, const TensorView& xd);
+Status launch_stem_weights_to_depth(const KernelContext& ctx, const TensorView& w,
+                                    const TensorView& wd);
+Status launch_stem_weights_from_depth(const KernelContext& ctx, const TensorView& wd,
+                                      const TensorView& w);
 // y = relu(x * scale + bias) per channel (NHWC; scale and bias [C], of one floating dtype), as a
 // fused convolution's prologue gives its input.
 Status launch_scale_bias_relu(const KernelContext& ctx, const TensorView& x,

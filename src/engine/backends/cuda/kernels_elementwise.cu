@@ -213,6 +213,72 @@ __global__ void pad_rows_to_four(const T* src, T* dst, std::int64_t rows, int sr
   }
 }
 
+// The stem as a 4x4 convolution over 16 channels (see launch_stem_to_depth): channel q of a
+// depth pixel is (row parity, column parity, image channel), q = (2 * bh + bw) * 4 + c.
+constexpr int kDepthChannels = 16;
+
+// xd[n, u, v, q] = x[n, 2u - 4 + bh, 2v - 4 + bw, c], zero outside the image and past its
+// channels: a thread a depth pixel, two 8-element stores.
+template <class T>
+__global__ void stem_to_depth(const T* x, T* xd, std::int64_t pixels, int h, int w, int c_in,
+                              int u_size, int v_size) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < pixels; i += stride) {
+    const auto v = static_cast<int>(i % v_size);
+    const auto u = static_cast<int>((i / v_size) % u_size);
+    const std::int64_t n = i / (static_cast<std::int64_t>(v_size) * u_size);
+    Pack<T, 8> half[2];
+#pragma unroll
+    for (int q = 0; q < kDepthChannels; ++q) {
+      const int row = 2 * u - 4 + (q >> 3);
+      const int col = 2 * v - 4 + ((q >> 2) & 1);
+      const int c = q & 3;
+      half[q >> 3].v[q & 7] = c < c_in && row >= 0 && row < h && col >= 0 && col < w
+                                  ? x[((n * h + row) * w + col) * c_in + c]
+                                  : from_float<T>(0.0F);
+    }
+    auto* out = reinterpret_cast<Pack<T, 8>*>(xd + i * kDepthChannels);
+    out[0] = half[0];
+    out[1] = half[1];
+  }
+}
+
+// wd[k, a, b, q] = w[k, 2a + bh - 1, 2b + bw - 1, c] (NHWC weights [K, 7, 7, C]), zero where the
+// 8x8 window the 4x4 one covers reaches past the 7x7 kernel or past C.
+template <class T>
+__global__ void stem_weights_to_depth(const T* w, T* wd, std::int64_t n, int c_in) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const auto q = static_cast<int>(i % kDepthChannels);
+    const auto b = static_cast<int>((i / kDepthChannels) % 4);
+    const auto a = static_cast<int>((i / (4 * kDepthChannels)) % 4);
+    const std::int64_t k = i / (16 * kDepthChannels);
+    const int r = 2 * a + (q >> 3) - 1;
+    const int s = 2 * b + ((q >> 2) & 1) - 1;
+    const int c = q & 3;
+    wd[i] =
+        c < c_in && r >= 0 && s >= 0 ? w[((k * 7 + r) * 7 + s) * c_in + c] : from_float<T>(0.0F);
+  }
+}
+
+// dw[k, r, s, c] = dwd[k, (r + 1) / 2, (s + 1) / 2, q]: each weight's gradient is the one of the
+// depth weight that holds it (stem_weights_to_depth's map, inverted).
+template <class T>
+__global__ void stem_weights_from_depth(const T* wd, T* w, std::int64_t n, int c_in) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const auto c = static_cast<int>(i % c_in);
+    const auto s = static_cast<int>((i / c_in) % 7);
+    const auto r = static_cast<int>((i / (7 * c_in)) % 7);
+    const std::int64_t k = i / (49 * c_in);
+    const int q = (((r + 1) & 1) * 2 + ((s + 1) & 1)) * 4 + c;
+    w[i] = wd[((k * 4 + (r + 1) / 2) * 4 + (s + 1) / 2) * kDepthChannels + q];
+  }
+}
+
 // y = relu(x * scale + bias), scale and bias per channel (scale_bias_relu_packs).
 template <class T, class S, int P>
 __global__ void scale_bias_relu_nhwc(const T* x, const S* scale, const S* bias, T* y,
@@ -401,6 +467,46 @@ Status launch_copy_channels(const KernelContext& ctx, const TensorView& src,
       copy_channels<<<grid_for(dst.desc.numel(), ctx.sm_count), kBlock, 0, ctx.stream>>>(
           sp, dp, rows, src_c, dst_c);
     }
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    return Status::ok();
+  });
+}
+
+Status launch_stem_to_depth(const KernelContext& ctx, const TensorView& x, const TensorView& xd) {
+  const TensorDesc& d = xd.desc;
+  const std::int64_t pixels = d.dim(0) * d.dim(2) * d.dim(3);
+  return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    stem_to_depth<<<grid_for(pixels, ctx.sm_count), kBlock, 0, ctx.stream>>>(
+        static_cast<const T*>(x.data), static_cast<T*>(xd.data), pixels,
+        static_cast<int>(x.desc.dim(2)), static_cast<int>(x.desc.dim(3)),
+        static_cast<int>(x.desc.dim(1)), static_cast<int>(d.dim(2)), static_cast<int>(d.dim(3)));
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    return Status::ok();
+  });
+}
+
+Status launch_stem_weights_to_depth(const KernelContext& ctx, const TensorView& w,
+                                    const TensorView& wd) {
+  const std::int64_t n = wd.desc.numel();
+  return dispatch_floating(wd.desc.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    stem_weights_to_depth<<<grid_for(n, ctx.sm_count), kBlock, 0, ctx.stream>>>(
+        static_cast<const T*>(w.data), static_cast<T*>(wd.data), n,
+        static_cast<int>(w.desc.dim(1)));
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    return Status::ok();
+  });
+}
+
+Status launch_stem_weights_from_depth(const KernelContext& ctx, const TensorView& wd,
+                                      const TensorView& w) {
+  const std::int64_t n = w.desc.numel();
+  return dispatch_floating(w.desc.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    stem_weights_from_depth<<<grid_for(n, ctx.sm_count), kBlock, 0, ctx.stream>>>(
+        static_cast<const T*>(wd.data), static_cast<T*>(w.data), n,
+        static_cast<int>(w.desc.dim(1)));
     DLPROBE_CUDA_CHECK_LAUNCH();
     return Status::ok();
   });
