@@ -26,7 +26,9 @@ FastestSettings fastest_settings(DeviceKind device, engine::Precision precision)
     // gradients 0.7 % at 256 for 11.85 against 9.26 GiB (their operands are kept until the
     // gradients are read). bf16 gradients (batch norm inside the convolutions) ran 3.1 % faster at
     // 32, 3.0 % at 64 and 2.1 % at 128 on an H100, and tf32 4.2 % at 64 and 3.4 % at 128
-    // (2026-12-06). Those three precisions were measured, so only they take it.
+    // (2026-12-06). Those three precisions were measured, so only they take it. At 256 the H100
+    // ran fp16 1.0 %, bf16 2.0 % and tf32 2.8 % faster on two, for 3.1, 1.8 and 3.0 GiB more
+    // (fp16 11.85 against 8.76): above the peers' memory, so one stream stays there.
     if (precision == engine::Precision::fp16 || precision == engine::Precision::bf16 ||
         precision == engine::Precision::tf32) {
       s.two_streams_up_to = 128;
