@@ -244,38 +244,34 @@ __global__ void stem_to_depth(const T* x, T* xd, std::int64_t pixels, int h, int
   }
 }
 
-// wd[k, a, b, q] = w[k, 2a + bh - 1, 2b + bw - 1, c] (NHWC weights [K, 7, 7, C]), zero where the
-// 8x8 window the 4x4 one covers reaches past the 7x7 kernel or past C.
-template <class T>
-__global__ void stem_weights_to_depth(const T* w, T* wd, std::int64_t n, int c_in) {
+// The stem's weights to depth and their gradient back, a thread an element of `to`:
+// - to depth, wd[k, a, b, q] = w[k, 2a + bh - 1, 2b + bw - 1, c] (NHWC weights [K, 7, 7, C]), zero
+//   where the 8x8 window the 4x4 one covers reaches past the 7x7 kernel or past C;
+// - back, dw[k, r, s, c] = dwd[k, (r + 1) / 2, (s + 1) / 2, q]: each weight's gradient is the one
+//   of the depth weight that holds it.
+template <class T, bool kToDepth>
+__global__ void stem_weights(const T* from, T* to, std::int64_t n, int c_in) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    const auto q = static_cast<int>(i % kDepthChannels);
-    const auto b = static_cast<int>((i / kDepthChannels) % 4);
-    const auto a = static_cast<int>((i / (4 * kDepthChannels)) % 4);
-    const std::int64_t k = i / (16 * kDepthChannels);
-    const int r = 2 * a + (q >> 3) - 1;
-    const int s = 2 * b + ((q >> 2) & 1) - 1;
-    const int c = q & 3;
-    wd[i] =
-        c < c_in && r >= 0 && s >= 0 ? w[((k * 7 + r) * 7 + s) * c_in + c] : from_float<T>(0.0F);
-  }
-}
-
-// dw[k, r, s, c] = dwd[k, (r + 1) / 2, (s + 1) / 2, q]: each weight's gradient is the one of the
-// depth weight that holds it (stem_weights_to_depth's map, inverted).
-template <class T>
-__global__ void stem_weights_from_depth(const T* wd, T* w, std::int64_t n, int c_in) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const auto c = static_cast<int>(i % c_in);
-    const auto s = static_cast<int>((i / c_in) % 7);
-    const auto r = static_cast<int>((i / (7 * c_in)) % 7);
-    const std::int64_t k = i / (49 * c_in);
-    const int q = (((r + 1) & 1) * 2 + ((s + 1) & 1)) * 4 + c;
-    w[i] = wd[((k * 4 + (r + 1) / 2) * 4 + (s + 1) / 2) * kDepthChannels + q];
+    if constexpr (kToDepth) {
+      const auto q = static_cast<int>(i % kDepthChannels);
+      const auto b = static_cast<int>((i / kDepthChannels) % 4);
+      const auto a = static_cast<int>((i / (4 * kDepthChannels)) % 4);
+      const std::int64_t k = i / (16 * kDepthChannels);
+      const int r = 2 * a + (q >> 3) - 1;
+      const int s = 2 * b + ((q >> 2) & 1) - 1;
+      const int c = q & 3;
+      to[i] = c < c_in && r >= 0 && s >= 0 ? from[((k * 7 + r) * 7 + s) * c_in + c]
+                                           : from_float<T>(0.0F);
+    } else {
+      const auto c = static_cast<int>(i % c_in);
+      const auto s = static_cast<int>((i / c_in) % 7);
+      const auto r = static_cast<int>((i / (7 * c_in)) % 7);
+      const std::int64_t k = i / (49 * c_in);
+      const int q = (((r + 1) & 1) * 2 + ((s + 1) & 1)) * 4 + c;
+      to[i] = from[((k * 4 + (r + 1) / 2) * 4 + (s + 1) / 2) * kDepthChannels + q];
+    }
   }
 }
 
@@ -486,30 +482,33 @@ Status launch_stem_to_depth(const KernelContext& ctx, const TensorView& x, const
   });
 }
 
-Status launch_stem_weights_to_depth(const KernelContext& ctx, const TensorView& w,
-                                    const TensorView& wd) {
-  const std::int64_t n = wd.desc.numel();
-  return dispatch_floating(wd.desc.dtype(), [&](auto tag) -> Status {
+namespace {
+
+// A thread an element of `to`: the depth weights from w's, or w's gradient from the depth one's.
+template <bool kToDepth>
+Status launch_stem_weights(const KernelContext& ctx, const TensorView& from, const TensorView& to,
+                           const TensorView& w) {
+  const std::int64_t n = to.desc.numel();
+  return dispatch_floating(to.desc.dtype(), [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
-    stem_weights_to_depth<<<grid_for(n, ctx.sm_count), kBlock, 0, ctx.stream>>>(
-        static_cast<const T*>(w.data), static_cast<T*>(wd.data), n,
+    stem_weights<T, kToDepth><<<grid_for(n, ctx.sm_count), kBlock, 0, ctx.stream>>>(
+        static_cast<const T*>(from.data), static_cast<T*>(to.data), n,
         static_cast<int>(w.desc.dim(1)));
     DLPROBE_CUDA_CHECK_LAUNCH();
     return Status::ok();
   });
 }
 
+}  // namespace
+
+Status launch_stem_weights_to_depth(const KernelContext& ctx, const TensorView& w,
+                                    const TensorView& wd) {
+  return launch_stem_weights<true>(ctx, w, wd, w);
+}
+
 Status launch_stem_weights_from_depth(const KernelContext& ctx, const TensorView& wd,
                                       const TensorView& w) {
-  const std::int64_t n = w.desc.numel();
-  return dispatch_floating(w.desc.dtype(), [&](auto tag) -> Status {
-    using T = typename decltype(tag)::type;
-    stem_weights_from_depth<<<grid_for(n, ctx.sm_count), kBlock, 0, ctx.stream>>>(
-        static_cast<const T*>(wd.data), static_cast<T*>(w.data), n,
-        static_cast<int>(w.desc.dim(1)));
-    DLPROBE_CUDA_CHECK_LAUNCH();
-    return Status::ok();
-  });
+  return launch_stem_weights<false>(ctx, wd, w, w);
 }
 
 Status launch_global_avg_pool_forward(const KernelContext& ctx, const TensorView& x,
