@@ -65,7 +65,8 @@ struct ConvShape {
 };
 
 // ResNet's layers (3x3, the 1x1 downsample with stride 2 on an odd size so that the last row and
-// column go unread, the 7x7 stem) and the branches beyond them: groups, depthwise, dilation,
+// column go unread, the 7x7 stem, also on four channels and one, odd, not square: the CUDA
+// backend's bf16 stem route) and the branches beyond them: groups, depthwise, dilation,
 // asymmetric stride, padding and dilation, a stride longer than the kernel.
 const ConvShape kConvShapes[] = {
     {{2, 8, 7, 6}, {16, 8, 3, 3}, {}},
@@ -87,6 +88,8 @@ const ConvShape kConvShapes[] = {
     {{1, 4, 7, 7}, {4, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 4}},
     {{2, 2, 6, 8}, {3, 2, 2, 3}, {{2, 1}, {0, 1}, {1, 2}, 1}},
     {{1, 1, 8, 8}, {2, 1, 2, 2}, {{3, 3}, {0, 0}, {1, 1}, 1}},
+    {{1, 4, 11, 8}, {5, 4, 7, 7}, {{2, 2}, {3, 3}, {1, 1}, 1}},
+    {{2, 1, 9, 10}, {3, 1, 7, 7}, {{2, 2}, {3, 3}, {1, 1}, 1}},
 };
 
 std::string conv_label(const ConvShape& c, Layout l) {

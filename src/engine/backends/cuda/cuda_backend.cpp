@@ -542,24 +542,30 @@ Status CudaBackend::padded_conv(ConvDirection direction, const TensorView& x, co
 // 4x4, stride-1 convolution over 16 channels it took 0.74 and 0.53 ms: the bf16 step 5.3 % faster
 // at batch 256, 4.4 % at 64 (2026-12-06). In fp16 engine 63 stays ahead (the step 1.0 % slower
 // this way), and tf32 tied.
-bool CudaBackend::runs_stem_as_depth(const TensorView& x, const TensorView& w,
+// Operands whose shapes do not fit the convolution go the plain way, where cuDNN says so: the
+// depth tensor is sized from y, so the route itself would take them.
+bool CudaBackend::runs_stem_as_depth(const TensorView& x, const TensorView& w, const TensorView& y,
                                      const Conv2dParams& p) const {
-  return x.desc.dtype() == DType::bf16 && x.desc.layout() == Layout::nhwc &&
-         w.desc.layout() == Layout::nhwc && x.desc.dim(1) <= 4 && w.desc.dim(2) == 7 &&
-         w.desc.dim(3) == 7 && p.stride[0] == 2 && p.stride[1] == 2 && p.pad[0] == 3 &&
-         p.pad[1] == 3 && p.dilation[0] == 1 && p.dilation[1] == 1 && p.groups == 1;
+  const TensorDesc& xd = x.desc;
+  return xd.dtype() == DType::bf16 && xd.layout() == Layout::nhwc &&
+         w.desc.layout() == Layout::nhwc && xd.dim(1) <= 4 && w.desc.dim(1) == xd.dim(1) &&
+         w.desc.dim(2) == 7 && w.desc.dim(3) == 7 && p.stride[0] == 2 && p.stride[1] == 2 &&
+         p.pad[0] == 3 && p.pad[1] == 3 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
+         p.groups == 1 && y.desc.dim(0) == xd.dim(0) && y.desc.dim(1) == w.desc.dim(0) &&
+         y.desc.dim(2) == (xd.dim(2) - 1) / 2 + 1 && y.desc.dim(3) == (xd.dim(3) - 1) / 2 + 1;
 }
 
 Status CudaBackend::stem_conv_as_depth(ConvDirection direction, const TensorView& x,
                                        const TensorView& w, const TensorView& y,
                                        std::string_view op) {
   const DType t = x.desc.dtype();
+  DLPROBE_ASSIGN_OR_RETURN(const TensorDesc xd_desc,
+                           TensorDesc::make(Shape{x.desc.dim(0), kStemDepthChannels,
+                                                  y.desc.dim(2) + 3, y.desc.dim(3) + 3},
+                                            t, Layout::nhwc));
   DLPROBE_ASSIGN_OR_RETURN(
-      const TensorDesc xd_desc,
-      TensorDesc::make(Shape{x.desc.dim(0), 16, y.desc.dim(2) + 3, y.desc.dim(3) + 3}, t,
-                       Layout::nhwc));
-  DLPROBE_ASSIGN_OR_RETURN(const TensorDesc wd_desc,
-                           TensorDesc::make(Shape{w.desc.dim(0), 16, 4, 4}, t, Layout::nhwc));
+      const TensorDesc wd_desc,
+      TensorDesc::make(Shape{w.desc.dim(0), kStemDepthChannels, 4, 4}, t, Layout::nhwc));
   DLPROBE_ASSIGN_OR_RETURN(auto xd_buf, scratch(ctx(), xd_desc.bytes(), op));
   DLPROBE_ASSIGN_OR_RETURN(auto wd_buf, scratch(ctx(), wd_desc.bytes(), op));
   const TensorView xd{xd_desc, xd_buf.data()};
@@ -612,7 +618,7 @@ Status CudaBackend::conv(ConvDirection direction, const TensorView& x, const Ten
                                op,
                                fmt::format("operands {}, {}, {} differ in dtype", x.desc.str(),
                                            w.desc.str(), y.desc.str())));
-  if (direction != ConvDirection::backward_data && runs_stem_as_depth(x, w, p)) {
+  if (direction != ConvDirection::backward_data && runs_stem_as_depth(x, w, y, p)) {
     return stem_conv_as_depth(direction, x, w, y, op);
   }
   if (direction != ConvDirection::backward_data && needs_channel_pad(x, w, p)) {

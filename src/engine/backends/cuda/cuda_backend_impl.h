@@ -344,7 +344,8 @@ class CudaBackend final : public Backend {
                      const TensorView& y, const Conv2dParams& p, std::string_view op);
   // The image stem (7x7, stride 2, pad 3, at most four channels, NHWC) as a 4x4 convolution over
   // 16 channels (kernels.h, launch_stem_to_depth).
-  bool runs_stem_as_depth(const TensorView& x, const TensorView& w, const Conv2dParams& p) const;
+  bool runs_stem_as_depth(const TensorView& x, const TensorView& w, const TensorView& y,
+                          const Conv2dParams& p) const;
   Status stem_conv_as_depth(ConvDirection direction, const TensorView& x, const TensorView& w,
                             const TensorView& y, std::string_view op);
   Result<ExecutionPlan> fused_conv_plan(const FusedConvSpec& spec, const std::string& key,

@@ -84,9 +84,11 @@ Status launch_add(const KernelContext& ctx, const TensorView& a, const TensorVie
 // has it, else zero. Pads an image to more channels, or drops the extra ones of a gradient.
 Status launch_copy_channels(const KernelContext& ctx, const TensorView& src, const TensorView& dst);
 // A 7x7, stride-2, pad-3 convolution over an NHWC image x of at most four channels is the 4x4,
-// stride-1, unpadded one over xd [N, 16, P + 3, Q + 3] (P x Q the output) with the weights wd
-// [K, 16, 4, 4] (space to depth): each depth pixel holds a 2x2 patch of the image, the border
-// zero. launch_stem_weights_from_depth takes a weight gradient of wd back to w's shape.
+// stride-1, unpadded one over xd [N, kStemDepthChannels, P + 3, Q + 3] (P x Q the output) with
+// the weights wd [K, kStemDepthChannels, 4, 4] (space to depth): each depth pixel holds a 2x2
+// patch of the image, the border zero. launch_stem_weights_from_depth takes a weight gradient of
+// wd back to w's shape. Any floating dtype; the backend takes the route in bf16 only.
+inline constexpr std::int64_t kStemDepthChannels = 16;
 Status launch_stem_to_depth(const KernelContext& ctx, const TensorView& x, const TensorView& xd);
 Status launch_stem_weights_to_depth(const KernelContext& ctx, const TensorView& w,
                                     const TensorView& wd);

@@ -215,7 +215,8 @@ __global__ void pad_rows_to_four(const T* src, T* dst, std::int64_t rows, int sr
 
 // The stem as a 4x4 convolution over 16 channels (see launch_stem_to_depth): channel q of a
 // depth pixel is (row parity, column parity, image channel), q = (2 * bh + bw) * 4 + c.
-constexpr int kDepthChannels = 16;
+constexpr int kDepthChannels = static_cast<int>(kStemDepthChannels);
+static_assert(kDepthChannels == 2 * 2 * 4, "a 2x2 patch of up to four channels");
 
 // xd[n, u, v, q] = x[n, 2u - 4 + bh, 2v - 4 + bw, c], zero outside the image and past its
 // channels: a thread a depth pixel, two 8-element stores.
@@ -484,16 +485,14 @@ Status launch_stem_to_depth(const KernelContext& ctx, const TensorView& x, const
 
 namespace {
 
-// A thread an element of `to`: the depth weights from w's, or w's gradient from the depth one's.
 template <bool kToDepth>
 Status launch_stem_weights(const KernelContext& ctx, const TensorView& from, const TensorView& to,
-                           const TensorView& w) {
+                           int c_in) {
   const std::int64_t n = to.desc.numel();
   return dispatch_floating(to.desc.dtype(), [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     stem_weights<T, kToDepth><<<grid_for(n, ctx.sm_count), kBlock, 0, ctx.stream>>>(
-        static_cast<const T*>(from.data), static_cast<T*>(to.data), n,
-        static_cast<int>(w.desc.dim(1)));
+        static_cast<const T*>(from.data), static_cast<T*>(to.data), n, c_in);
     DLPROBE_CUDA_CHECK_LAUNCH();
     return Status::ok();
   });
@@ -503,12 +502,12 @@ Status launch_stem_weights(const KernelContext& ctx, const TensorView& from, con
 
 Status launch_stem_weights_to_depth(const KernelContext& ctx, const TensorView& w,
                                     const TensorView& wd) {
-  return launch_stem_weights<true>(ctx, w, wd, w);
+  return launch_stem_weights<true>(ctx, w, wd, static_cast<int>(w.desc.dim(1)));
 }
 
 Status launch_stem_weights_from_depth(const KernelContext& ctx, const TensorView& wd,
                                       const TensorView& w) {
-  return launch_stem_weights<false>(ctx, wd, w, w);
+  return launch_stem_weights<false>(ctx, wd, w, static_cast<int>(w.desc.dim(1)));
 }
 
 Status launch_global_avg_pool_forward(const KernelContext& ctx, const TensorView& x,
