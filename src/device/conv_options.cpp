@@ -16,24 +16,12 @@ Result<ConvEngines> parse_conv_engines(std::string_view text) {
       fmt::format("unknown choice '{}' (expected any, deterministic or exact)", text));
 }
 
-Result<ConvSums> parse_conv_sums(std::string_view text) {
-  if (text == "epilogue") return ConvSums::epilogue;
-  if (text == "pass") return ConvSums::pass;
-  if (text == "auto") return ConvSums::automatic;
+Result<ConvSumsBy> parse_conv_sums(std::string_view text) {
+  if (text == "epilogue") return ConvSumsBy::epilogue;
+  if (text == "pass") return ConvSumsBy::pass;
+  if (text == "auto") return ConvSumsBy::epilogue_in_fp16;
   return invalid_argument(
       fmt::format("unknown choice '{}' (expected epilogue, pass or auto)", text));
-}
-
-ConvSumsBy conv_sums_by(ConvSums sums) {
-  switch (sums) {
-    case ConvSums::epilogue:
-      return ConvSumsBy::epilogue;
-    case ConvSums::pass:
-      return ConvSumsBy::pass;
-    case ConvSums::automatic:
-      return ConvSumsBy::epilogue_in_fp16;
-  }
-  return ConvSumsBy::epilogue;
 }
 
 Result<ConvPrologueChoice> parse_conv_prologue(std::string_view text) {

@@ -23,7 +23,7 @@ Result<std::unique_ptr<Backend>> open_cuda_backend(int index, memory::CachingAll
   cuda.deterministic = conv.engines != ConvEngines::any;
   cuda.transform_engines = conv.engines == ConvEngines::any;
   cuda.reduced_precision_reductions = conv.engines == ConvEngines::any;
-  cuda.conv_sums = conv_sums_by(conv.sums);
+  cuda.conv_sums = conv.sums;
   set_prologue_routes(conv.prologue, cuda);
   return make_cuda_backend(index, allocator, cuda);
 }

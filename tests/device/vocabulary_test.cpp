@@ -171,9 +171,11 @@ TEST(ParseConvOptions, EachValue) {
                        "unknown choice '" + bad + "' (expected heuristic, autotune or exhaustive)",
                        bad);
   }
-  EXPECT_EQ(*parse_conv_sums("epilogue"), ConvSums::epilogue);
-  EXPECT_EQ(*parse_conv_sums("pass"), ConvSums::pass);
-  EXPECT_EQ(*parse_conv_sums("auto"), ConvSums::automatic);
+  EXPECT_EQ(*parse_conv_sums("epilogue"), ConvSumsBy::epilogue);
+  EXPECT_EQ(*parse_conv_sums("pass"), ConvSumsBy::pass);
+  // `auto`: cuDNN's epilogue in fp16 only, and the default.
+  EXPECT_EQ(*parse_conv_sums("auto"), ConvSumsBy::epilogue_in_fp16);
+  EXPECT_EQ(ConvOptions{}.sums, ConvSumsBy::epilogue_in_fp16);
   EXPECT_EQ(parse_conv_prologue("fused")->mode, ConvPrologue::fused);
   EXPECT_EQ(parse_conv_prologue("pass")->mode, ConvPrologue::pass);
   EXPECT_EQ(parse_conv_prologue("auto")->mode, ConvPrologue::automatic);
@@ -198,14 +200,6 @@ TEST(ParseConvOptions, EachValue) {
     expect_plain_error(parse_conv_sums(bad).status(),
                        "unknown choice '" + bad + "' (expected epilogue, pass or auto)", bad);
   }
-}
-
-// What each --conv-sums choice asks of the CUDA backend: `auto` cuDNN's epilogue in fp16 only.
-TEST(ConvSumsRoutes, EachChoiceItsRoute) {
-  EXPECT_EQ(conv_sums_by(ConvSums::epilogue), ConvSumsBy::epilogue);
-  EXPECT_EQ(conv_sums_by(ConvSums::pass), ConvSumsBy::pass);
-  EXPECT_EQ(conv_sums_by(ConvSums::automatic), ConvSumsBy::epilogue_in_fp16);
-  EXPECT_EQ(ConvOptions{}.sums, ConvSums::automatic);
 }
 
 // What each --conv-prologue choice asks of the CUDA backend; `auto` is the size rule up to its

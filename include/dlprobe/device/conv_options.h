@@ -23,17 +23,10 @@ Result<ConvEngines> parse_conv_engines(std::string_view text);
 // "heuristic", "autotune" or "exhaustive"; the error names the value, never a flag.
 Result<ConvEngineChoice> parse_conv_algo(std::string_view text);
 
-// Where a convolution that feeds a batch norm sums its output for the statistics (batch norm
-// inside the convolutions: fp16 NHWC training on a GPU).
-enum class ConvSums : std::uint8_t {
-  epilogue,   // cuDNN, as the convolution writes its output
-  pass,       // dlprobe, in a pass over the output after the convolution
-  automatic,  // cuDNN's epilogue in fp16, the pass in bf16 and fp32 (tf32)
-};
-// "epilogue", "pass" or "auto"; the error names the value, never a flag.
-Result<ConvSums> parse_conv_sums(std::string_view text);
-// The CUDA backend's conv_sums for a choice.
-ConvSumsBy conv_sums_by(ConvSums sums);
+// Who sums a convolution's output for the statistics of the batch norm after it (batch norm
+// inside the convolutions): "epilogue", "pass" or "auto" (ConvSumsBy::epilogue_in_fp16: cuDNN's
+// epilogue in fp16, dlprobe's pass in bf16 and tf32); the error names the value, never a flag.
+Result<ConvSumsBy> parse_conv_sums(std::string_view text);
 
 // Where a convolution after a batch norm + ReLU (batch norm inside the convolutions) gets its
 // normalised input, forward and for its weight gradient.
@@ -65,7 +58,7 @@ struct ConvOptions {
   ConvEngineChoice algo = ConvEngineChoice::autotune;
   ConvEngines engines = ConvEngines::any;
   std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
-  ConvSums sums = ConvSums::automatic;
+  ConvSumsBy sums = ConvSumsBy::epilogue_in_fp16;
   ConvPrologueChoice prologue = {};
 };
 
