@@ -171,6 +171,7 @@ results::Settings settings_of(const engine::StepConfig& step, const device::Devi
   s.backend = std::string(device::backend_kind_name(backend));
   // The CPU backends have one stream, whatever the step asked for.
   s.streams = step.streams > 1 && backend == device::BackendKind::cuda ? step.streams : 0;
+  s.stream_lag = s.streams > 1 ? step.stream_lag : 0;
   s.recompute = step.recompute_block_outputs ? "block-outputs" : "";
   return s;
 }

@@ -56,6 +56,11 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
     return invalid_argument(
         "a second stream needs the planned memory: plan it, or take one stream");
   }
+  if (axes.stream_lag && (*axes.stream_lag < 0 || axes.streams == 1)) {
+    return invalid_argument(
+        "a stream lag is a count of calls (0: no bound) that bounds the second stream: it needs "
+        "two streams (or auto)");
+  }
   const bool recompute = axes.base.recompute_block_outputs;
   if (axes.streams > 1 && recompute) {
     return invalid_argument(
@@ -66,6 +71,7 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
   device::Picks layouts;
   device::Picks graphs;
   device::Picks streams;
+  device::Picks lags;
   for (const model::Arch arch : axes.models) {
     for (const engine::Precision precision : axes.precisions) {
       const device::FastestSettings best = device::fastest_settings(device, precision);
@@ -77,12 +83,23 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
         }
         const bool graph = axes.graph.value_or(best.graph && planned);
         if (!axes.graph) graphs.add(graph ? "on" : "off", engine::precision_name(precision));
-        const std::int64_t two_up_to =
-            !axes.streams && planned && !recompute ? best.two_streams_up_to : 0;
+        const bool streams_open = !axes.streams && planned && !recompute;
         // The CPU backends have one stream: no choice to tell of there.
         if (!axes.streams && device == DeviceKind::cuda) {
-          streams.add(two_up_to > 0 ? fmt::format("2 up to batch {}, 1 above", two_up_to) : "1",
+          const std::int64_t up_to = streams_open ? best.two_streams_up_to : 0;
+          const std::string above =
+              best.stream_lag_above == 0 ? "1"
+              : axes.stream_lag          ? "2"
+                                : fmt::format("2 with --stream-lag {}", best.stream_lag_above);
+          streams.add(up_to > 0 ? fmt::format("2 up to batch {}, {} above", up_to, above) : "1",
                       engine::precision_name(precision));
+        }
+        if (axes.streams > 1 && !axes.stream_lag) {
+          lags.add(best.stream_lag_above > 0
+                       ? fmt::format("0 up to batch {}, {} above", best.two_streams_up_to,
+                                     best.stream_lag_above)
+                       : "0",
+                   engine::precision_name(precision));
         }
         for (const Layout layout : each) {
           SweepGroup g;
@@ -94,7 +111,11 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
           g.step.memory_plan = planned ? engine::MemoryPlan::planned : engine::MemoryPlan::dynamic;
           g.step.graph = graph;
           g.step.streams = axes.streams.value_or(1);
-          g.two_streams_up_to = two_up_to;
+          g.step.stream_lag = axes.stream_lag.value_or(0);
+          g.streams_open = streams_open;
+          g.stream_lag_open = !axes.stream_lag;
+          g.two_streams_up_to = best.two_streams_up_to;
+          g.stream_lag_above = best.stream_lag_above;
           g.batches = axes.batches;
           g.auto_batch = axes.auto_batch;
           out.groups.push_back(std::move(g));
@@ -107,6 +128,7 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
   if (!axes.memory) picked.push_back("gpu-memory " + out.gpu_memory);
   if (!graphs.empty()) picked.push_back("graph " + graphs.text());
   if (!streams.empty()) picked.push_back("streams " + streams.text());
+  if (!lags.empty()) picked.push_back("stream-lag " + lags.text());
   out.picked = fmt::format("{}", fmt::join(picked, ", "));
   return out;
 }

@@ -51,6 +51,7 @@ struct BenchFlags {
   std::string graph = "auto";
   std::string fusion = "all";
   std::string streams = "auto";
+  std::string stream_lag = "auto";
   std::string recompute = "none";
   std::string profile = "0";
   std::string batch_start = "16";
@@ -144,6 +145,15 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
           "--streams: 2 keeps the outputs --recompute block-outputs would save to the end of "
           "the backward pass (take --streams 1 or auto)");
     }
+  }
+  if (f.stream_lag != "auto") {
+    if (axes.streams == 1) {
+      return invalid_argument(
+          "--stream-lag bounds the second stream: it needs --streams 2 or auto");
+    }
+    DLPROBE_ASSIGN_OR_RETURN(
+        axes.stream_lag,
+        parse_int(f.stream_lag, "--stream-lag (auto, or calls: 0 for no bound)", 0, 1'000'000));
   }
 
   bench::Sweep& s = p.sweep;
@@ -335,9 +345,12 @@ Command add_bench_command(CLI::App& app) {
   option(*sub, "--streams", flags->streams,
          "2: each convolution's weight gradient runs on a second CUDA stream beside the rest "
          "of the backward pass (needs planned memory); 1: every call on one stream; auto: the "
-         "fastest measured (2 for fp16, bf16 and tf32 up to batch 128 on a GPU with planned "
-         "memory, else 1). "
+         "fastest measured (2 for fp16, bf16 and tf32 on a GPU with planned memory, else 1). "
          "--profile's steps run on one");
+  option(*sub, "--stream-lag", flags->stream_lag,
+         "On two streams, stream 0 waits for a weight gradient more than N calls behind it, "
+         "so that the arena keeps its operands less long (0: waits only where it must; more "
+         "memory, more overlap); auto: 0 up to batch 128, 16 above (fp16, bf16, tf32)");
   add_recompute_flag(*sub, flags->recompute);
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "

@@ -80,6 +80,7 @@ std::string describe(Kind kind, const Settings& s) {
     if (!s.gpu_memory.empty() && s.gpu_memory != "grow") out += " " + s.gpu_memory;
     if (!s.input.empty() && s.input != "synthetic") out += " input=" + s.input;
     if (s.streams > 1) out += fmt::format(" streams={}", s.streams);
+    if (s.stream_lag > 0) out += fmt::format(" stream-lag={}", s.stream_lag);
     if (!s.recompute.empty()) out += " recompute=" + s.recompute;
     return out;
   }
@@ -476,7 +477,7 @@ struct NativeSettings {
   static constexpr auto fields =
       std::tuple_cat(DLPROBE_RESULTS_KEYS(model, batch, precision, mode, layout, device, optimizer),
                      DLPROBE_RESULTS_KEYS_SINCE_1(gpu_memory, image_size, classes, backend, width,
-                                                  input, streams, recompute));
+                                                  input, streams, recompute, stream_lag));
 };
 struct ExternalSettings {
   using Self = Settings;

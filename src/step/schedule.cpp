@@ -43,16 +43,21 @@ Lifetimes lifetimes_of(const std::vector<Draft>& drafts) {
 // it, the stream runs them in order) only before
 //   - a call that uses a buffer it writes (the fp16 gradients' cast), or that lists no buffers
 //     (the optimizer's calls, which reach every gradient);
+//   - with StepConfig::stream_lag N, any call more than N drafts past it;
 //   - the step's end (the runtime's).
-// So the arena keeps every weight gradient's operands until then. Waiting earlier, to keep fewer,
-// cost more than the second stream gained: on an H200 at batch 32 (fp16 ResNet-50 gradients),
-// with at most 1, 2, 4 or 16 weight gradients pending the step ran 4,650 to 4,700 img/s against
-// 4,816 on one stream, as stream 0 stalled behind stream 1; with none of those waits, 4,880
-// against 4,769 (1.80 against 1.38 GiB).
+// Without a lag the arena keeps every weight gradient's operands until the end. Waiting earlier,
+// to keep fewer, cost more than the second stream gained at small batches: on an H200 at batch 32
+// (fp16 ResNet-50 gradients), with at most 1, 2, 4 or 16 weight gradients pending the step ran
+// 4,650 to 4,700 img/s against 4,816 on one stream, as stream 0 stalled behind stream 1; with none
+// of those waits, 4,880 against 4,769 (1.80 against 1.38 GiB). On an H100 a lag of 16 drafts ran
+// batch 32 below one stream too (fp16 5,052 against 5,149 img/s), but at batch 256 it kept most of
+// the overlap in little more than one stream's arena: fp16 1.007 times one stream's speed in 9.15
+// against 8.76 GiB (unbounded 1.008 in 11.85), bf16 1.017 in 10.45 against 10.27, tf32 1.025 in
+// 20.00 against 19.91 (unbounded 22.94); lags 8 and 32 ran within 0.5 % of 16.
 // A stream-0 call that only reads what a pending call reads needs no wait: the planner writes a
 // gradient once, before the backward of the layer that reads it, and the backward pass writes no
 // activation, so what stream 1 reads does not change under it.
-void place_stream_waits(std::vector<Draft>& drafts, Lifetimes& t) {
+void place_stream_waits(std::vector<Draft>& drafts, Lifetimes& t, std::size_t lag) {
   std::deque<std::size_t> pending;  // stream-1 drafts not waited for, oldest first
   // Before draft j, stream 0 waits for the oldest `count` pending drafts.
   auto wait_before = [&](std::size_t j, std::size_t count) {
@@ -77,9 +82,12 @@ void place_stream_waits(std::vector<Draft>& drafts, Lifetimes& t) {
       wait_before(i, pending.size());
       continue;
     }
-    // Through the newest pending call that writes what this one uses.
+    // Through the newest pending call that writes what this one uses, or that is `lag` behind.
     std::size_t count = 0;
-    for (std::size_t k = 0; k < pending.size(); ++k) {
+    if (lag > 0) {
+      while (count < pending.size() && i - pending[count] > lag) ++count;
+    }
+    for (std::size_t k = count; k < pending.size(); ++k) {
       const std::vector<Buffer*>& w = drafts[pending[k]].writes;
       const bool uses_it = std::any_of(d.uses.begin(), d.uses.end(), [&](const Buffer* b) {
         return std::find(w.begin(), w.end(), b) != w.end();
@@ -170,7 +178,7 @@ std::vector<Call> schedule_dynamic(StepState& s, std::vector<Draft> drafts, cons
 Result<std::vector<Call>> schedule(StepState& s, std::vector<Draft> drafts) {
   Lifetimes t = lifetimes_of(drafts);
   if (s.config.memory_plan == MemoryPlan::planned) {
-    place_stream_waits(drafts, t);
+    place_stream_waits(drafts, t, static_cast<std::size_t>(s.config.stream_lag));
     return schedule_planned(s, std::move(drafts), t);
   }
   return schedule_dynamic(s, std::move(drafts), t);

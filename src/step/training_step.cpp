@@ -31,6 +31,12 @@ Status check_config(const StepConfig& c) {
     return invalid_argument(
         "a second stream needs the planned memory plan (MemoryPlan::planned), or streams = 1");
   }
+  if (c.stream_lag < 0) {
+    return invalid_argument(fmt::format("stream_lag must be >= 0, got {}", c.stream_lag));
+  }
+  if (c.stream_lag > 0 && c.streams < 2) {
+    return invalid_argument("a stream lag bounds the second stream: it needs streams = 2");
+  }
   if (c.streams > 1 && c.recompute_block_outputs) {
     // The second stream's weight gradients keep their operands, the recomputed outputs among
     // them, to the end of the backward pass: nothing would be saved.

@@ -96,8 +96,12 @@ TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
     EXPECT_EQ(c.layout, layout) << i;
     EXPECT_EQ(c.memory_plan, engine::MemoryPlan::planned) << i;
     EXPECT_EQ(c.graph, graph) << i;
-    EXPECT_EQ(gpu->groups[i].step_at(128).streams, small_batch_streams) << i;
-    EXPECT_EQ(gpu->groups[i].step_at(256).streams, 1) << i;
+    // Two streams without a bound up to batch 128, bounded to 16 calls above.
+    const int two = small_batch_streams;
+    EXPECT_EQ(gpu->groups[i].step_at(128).streams, two) << i;
+    EXPECT_EQ(gpu->groups[i].step_at(128).stream_lag, 0) << i;
+    EXPECT_EQ(gpu->groups[i].step_at(256).streams, two) << i;
+    EXPECT_EQ(gpu->groups[i].step_at(256).stream_lag, two > 1 ? 16 : 0) << i;
     EXPECT_EQ(gpu->groups[i].step_at(256).batch, 256) << i;
   };
   expect(0, Layout::nchw, true, 1);  // fp32 train
@@ -108,25 +112,61 @@ TEST(Expand, OpenChoicesTakeTheFastestPerConfiguration) {
   EXPECT_EQ(gpu->allocation.mode, memory::Mode::growth);
   EXPECT_EQ(gpu->picked,
             "layout nchw for fp32 and nhwc for fp16, gpu-memory planned, graph on, streams 1 for "
-            "fp32 and 2 up to batch 128, 1 above for fp16");
+            "fp32 and 2 up to batch 128, 2 with --stream-lag 16 above for fp16");
 
   SweepAxes one = fp32_and_fp16_train_and_grads();
   one.precisions = {engine::Precision::bf16};
   one.modes = {engine::StepMode::grads};
   EXPECT_EQ(expand(one, DeviceKind::cuda)->picked,
-            "layout nhwc, gpu-memory planned, graph on, streams 2 up to batch 128, 1 above");
+            "layout nhwc, gpu-memory planned, graph on, streams 2 up to batch 128, 2 with "
+            "--stream-lag 16 above");
   // A choice given is kept, and the open ones follow it: no graph over grown memory.
   one.memory = memory::parse_gpu_memory("grow").value();
   const Result<Expanded> grown = expand(one, DeviceKind::cuda);
   ASSERT_TRUE(grown.has_value());
   EXPECT_EQ(grown->picked, "layout nhwc, graph off, streams 1");
   EXPECT_FALSE(grown->groups[0].step.graph);
-  EXPECT_EQ(grown->groups[0].step.streams, 1);
-  EXPECT_EQ(grown->groups[0].two_streams_up_to, 0);
+  EXPECT_EQ(grown->groups[0].step_at(256).streams, 1);
+  EXPECT_FALSE(grown->groups[0].streams_open);
   // Two streams asked for over grown memory: an error, as a graph is.
   one.streams = 2;
   EXPECT_NE(expand(one, DeviceKind::cuda).status().message().find("planned"), std::string::npos);
   EXPECT_EQ(grown->groups[0].step.memory_plan, engine::MemoryPlan::dynamic);
+}
+
+// A stream lag given holds at every batch on two streams; left open beside two streams asked for,
+// it is the fastest at each batch; it bounds the second stream, so one stream refuses it.
+TEST(Expand, AStreamLagBoundsTheSecondStream) {
+  SweepAxes a = fp32_and_fp16_train_and_grads();
+  a.precisions = {engine::Precision::fp16};
+  a.stream_lag = 4;
+  const Result<Expanded> open = expand(a, DeviceKind::cuda);
+  ASSERT_TRUE(open.has_value()) << open.status().message();
+  for (const std::int64_t batch : {32, 256}) {
+    EXPECT_EQ(open->groups[0].step_at(batch).streams, 2) << batch;
+    EXPECT_EQ(open->groups[0].step_at(batch).stream_lag, 4) << batch;
+  }
+  EXPECT_EQ(open->picked,
+            "layout nhwc, gpu-memory planned, graph on, streams 2 up to batch 128, 2 above");
+
+  a.streams = 2;
+  a.stream_lag.reset();
+  const Result<Expanded> two = expand(a, DeviceKind::cuda);
+  ASSERT_TRUE(two.has_value()) << two.status().message();
+  EXPECT_EQ(two->groups[0].step_at(64).stream_lag, 0);
+  EXPECT_EQ(two->groups[0].step_at(512).streams, 2);
+  EXPECT_EQ(two->groups[0].step_at(512).stream_lag, 16);
+  EXPECT_EQ(two->picked,
+            "layout nhwc, gpu-memory planned, graph on, stream-lag 0 up to batch 128, 16 above");
+
+  a.streams = 1;
+  a.stream_lag = 16;
+  EXPECT_NE(expand(a, DeviceKind::cuda).status().message().find("needs two streams"),
+            std::string::npos);
+  a.streams.reset();
+  a.stream_lag = -1;
+  EXPECT_NE(expand(a, DeviceKind::cuda).status().message().find("count of calls"),
+            std::string::npos);
 }
 
 // Recomputed block outputs save nothing on two streams (the second keeps its operands to the end

@@ -76,6 +76,10 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
                "--recompute: unknown choice 'outputs' (expected none or block-outputs)");
   expect_error(kSmall + "--recompute block-outputs --streams 2",
                "--streams: 2 keeps the outputs --recompute block-outputs would save");
+  expect_error(kSmall + "--streams 1 --stream-lag 4",
+               "--stream-lag bounds the second stream: it needs --streams 2 or auto");
+  expect_error(kSmall + "--stream-lag -1", "--stream-lag (auto, or calls: 0 for no bound)");
+  expect_error(kSmall + "--stream-lag some", "--stream-lag (auto, or calls: 0 for no bound)");
   expect_error(kSmall + "--steps 0", "--steps");
   expect_error(kSmall + "--batch two", "--batch");
   // One image of 16x16 leaves layer3's batch norm a single value per channel.

@@ -46,12 +46,14 @@ TEST(FastestSettings, EveryDeviceAndPrecision) {
     EXPECT_EQ(s.layout, c.layout) << what;
     EXPECT_EQ(s.planned, c.planned) << what;
     EXPECT_EQ(s.graph, c.graph) << what;
-    // The weight gradients beside the rest on a GPU at small batches in fp16, bf16 and tf32, the
-    // precisions it was measured in; the CPU backends have one stream.
+    // The weight gradients beside the rest on a GPU in fp16, bf16 and tf32, the precisions it was
+    // measured in, unbounded at small batches and 16 calls behind at most above; the CPU backends
+    // have one stream.
     const bool two =
         c.device == gpu && (c.precision == Precision::fp16 || c.precision == Precision::bf16 ||
                             c.precision == Precision::tf32);
     EXPECT_EQ(s.two_streams_up_to, two ? 128 : 0) << what;
+    EXPECT_EQ(s.stream_lag_above, two ? 16 : 0) << what;
   }
 }
 

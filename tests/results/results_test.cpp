@@ -404,7 +404,11 @@ TEST(Results, WindowThroughputsAndSeriesLabels) {
   n.backend = "cuda";
   n.streams = 2;
   EXPECT_EQ(describe(Kind::native, n), "resnet18 bs=8 fp32 train nchw cuda:0 sgd streams=2");
+  n.stream_lag = 16;
+  EXPECT_EQ(describe(Kind::native, n),
+            "resnet18 bs=8 fp32 train nchw cuda:0 sgd streams=2 stream-lag=16");
   n.streams = 0;
+  n.stream_lag = 0;
   n.recompute = "block-outputs";
   EXPECT_EQ(describe(Kind::native, n),
             "resnet18 bs=8 fp32 train nchw cuda:0 sgd recompute=block-outputs");
@@ -431,6 +435,7 @@ Configuration full_native_configuration() {
   c.settings.classes = 10;
   c.settings.backend = "reference";
   c.settings.streams = 2;
+  c.settings.stream_lag = 16;
   c.settings.recompute = "block-outputs";
   c.status = RunStatus::interrupted;
   c.error = "interrupted after 4 steps";

@@ -256,7 +256,8 @@ TEST(StepCudaTest, TrainGraphReplayMatchesEagerSteps) {
 
 // Weight gradients on a second stream (StepConfig::streams): with deterministic engines the same
 // values to the bit as on one stream, eagerly and replayed as a graph (whose capture forks and
-// joins the streams); and the fused fp16 step and SGD training pass the fp64 comparison.
+// joins the streams), also with stream 0 waiting for a weight gradient three calls behind
+// (StepConfig::stream_lag); and the fused fp16 step and SGD training pass the fp64 comparison.
 testing::Rig on_two_streams(StepConfig c, const testing::RigFactory& make) {
   c.streams = 2;
   c.memory_plan = MemoryPlan::planned;
@@ -271,7 +272,9 @@ TEST(StepCudaTest, TwoStreamsMatchOneStream) {
     testing::Rig two = on_two_streams(c, make_cuda_rig);
     c.graph = true;
     testing::Rig graph = on_two_streams(c, make_cuda_rig);
-    ASSERT_TRUE(one.step && two.step && graph.step);
+    c.stream_lag = 3;
+    testing::Rig lagged = on_two_streams(c, make_cuda_rig);
+    ASSERT_TRUE(one.step && two.step && graph.step && lagged.step);
     int second = 0;
     for (const Call& call : two.step->calls()) second += call.stream;
     EXPECT_EQ(second, 20) << "ResNet-18's weight gradients";
@@ -279,6 +282,7 @@ TEST(StepCudaTest, TwoStreamsMatchOneStream) {
       const double want = testing::run(one);
       EXPECT_EQ(testing::run(two), want) << "step " << i;
       EXPECT_EQ(testing::run(graph), want) << "step " << i;
+      EXPECT_EQ(testing::run(lagged), want) << "step " << i << ", lag 3";
     }
     EXPECT_TRUE(graph.step->graph_recorded()) << precision_name(precision);
     for (const char* name :
@@ -289,6 +293,8 @@ TEST(StepCudaTest, TwoStreamsMatchOneStream) {
           << name << " (" << precision_name(precision) << ", eager)";
       EXPECT_TRUE(dlprobe::testing::identical(graph.step->gradient(name).value(), want))
           << name << " (" << precision_name(precision) << ", graph)";
+      EXPECT_TRUE(dlprobe::testing::identical(lagged.step->gradient(name).value(), want))
+          << name << " (" << precision_name(precision) << ", graph, lag 3)";
     }
   }
 }

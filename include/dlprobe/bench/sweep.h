@@ -31,15 +31,25 @@ namespace dlprobe::bench {
 
 // Everything of a configuration but the batch, and the batches to run it at.
 struct SweepGroup {
-  engine::StepConfig step;  // step.batch is ignored; so is step.streams under two_streams_up_to
-  // StepConfig::streams left open: 2 at batches up to this one, else 1 (0: step.streams holds).
+  // step.batch is ignored; so are step.streams and step.stream_lag where left open.
+  engine::StepConfig step;
+  // Left open by `auto`, settled at each batch from the fastest settings' two values:
+  //   streams_open: StepConfig::streams 2 at batches up to two_streams_up_to; above, 2 where
+  //     stream_lag_above is set, else 1;
+  //   stream_lag_open: on two streams, StepConfig::stream_lag 0 (no bound) at batches up to
+  //     two_streams_up_to and stream_lag_above above.
+  bool streams_open = false;
+  bool stream_lag_open = false;
   std::int64_t two_streams_up_to = 0;
+  std::int64_t stream_lag_above = 0;
 
-  // The step of the configuration at `batch`, its stream choice settled.
+  // The step of the configuration at `batch`, its stream choices settled.
   engine::StepConfig step_at(std::int64_t batch) const {
     engine::StepConfig s = step;
     s.batch = batch;
-    if (two_streams_up_to > 0) s.streams = batch <= two_streams_up_to ? 2 : 1;
+    const bool above = batch > two_streams_up_to;
+    if (streams_open) s.streams = !above || stream_lag_above > 0 ? 2 : 1;
+    if (stream_lag_open) s.stream_lag = s.streams > 1 && above ? stream_lag_above : 0;
     return s;
   }
   std::vector<std::int64_t> batches;  // in order; ignored when auto_batch
@@ -72,6 +82,8 @@ struct SweepAxes {
   std::optional<bool> graph;
   // StepConfig::streams; nullopt: the fastest where the arena is planned, else 1.
   std::optional<int> streams;
+  // StepConfig::stream_lag wherever two streams run; nullopt: the fastest at each batch.
+  std::optional<std::int64_t> stream_lag;
   engine::StepConfig base;  // image size, classes, optimizer, seeds
 };
 

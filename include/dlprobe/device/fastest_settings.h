@@ -20,6 +20,8 @@ struct FastestSettings {
   bool graph = false;    // StepConfig::graph: the step recorded once and replayed
   // StepConfig::streams 2 at batches up to this one where the arena is planned, else 1.
   std::int64_t two_streams_up_to = 0;
+  // Above two_streams_up_to: 2 streams too, with StepConfig::stream_lag this (0: 1 stream there).
+  std::int64_t stream_lag_above = 0;
 };
 
 // A pure function of what it is given, so that a test pins every default.

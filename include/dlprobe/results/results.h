@@ -146,6 +146,9 @@ struct Settings {
   // The backend streams the step ran on (StepConfig::streams) where more than one; 0 (and files
   // without the key): one.
   std::int64_t streams = 0;
+  // On two streams, the bound on how far stream 0 runs ahead of a weight gradient, in calls
+  // (StepConfig::stream_lag); 0 (and files before it): no bound, or one stream.
+  std::int64_t stream_lag = 0;
   // What the backward pass computed again instead of keeping (StepConfig::recompute_block_outputs):
   // "block-outputs"; empty (and files before it) for nothing.
   std::string recompute;

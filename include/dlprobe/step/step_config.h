@@ -93,6 +93,11 @@ struct StepConfig {
   // backend has one; 1: every call in order on one. Needs MemoryPlan::planned, whose arena keeps
   // what the second stream reads until the first waits for it.
   int streams = 1;
+  // With streams 2: before each call, stream 0 waits for every weight gradient it has not waited
+  // for that was emitted more than this many calls earlier (0: no bound, it waits only where it
+  // reads what one writes, and at the end). The bound ends the second stream's operands' lives
+  // sooner, so the arena stays near one stream's, for less overlap.
+  std::int64_t stream_lag = 0;
 };
 
 }  // namespace dlprobe::engine
