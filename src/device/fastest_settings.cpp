@@ -29,10 +29,10 @@ FastestSettings fastest_settings(DeviceKind device, engine::Precision precision)
     // (2026-12-06). Those three precisions were measured, so only they take it. At 256 the H100
     // ran fp16 1.0 %, bf16 2.0 % and tf32 2.8 % faster on two, for 3.1, 1.8 and 3.0 GiB more
     // (fp16 11.85 against 8.76): above the peers' memory. There stream 0 waits for a weight
-    // gradient 16 calls behind (StepConfig::stream_lag): fp16 0.7 %, bf16 1.7 % and tf32 2.5 %
-    // faster than one stream for 0.39, 0.18 and 0.09 GiB more; at batch 32 that lag ran below one
-    // stream (fp16 5,059 against 5,160 img/s) and at 128 below two unbounded (bf16 6,558 against
-    // 6,613), so it starts above 128 (schedule.cpp has the figures).
+    // gradient 16 calls behind (StepConfig::stream_lag): fp16 0.7 %, bf16 1.2 % and tf32 2.7 %
+    // faster than one stream for 0.22, 0.19 and 0.09 GiB more (H100, 2026-12-06, docs/bench.md
+    // "Streams"); at batch 32 that lag ran below one stream (fp16 5,059 against 5,160 img/s) and
+    // at 128 below two unbounded (bf16 6,558 against 6,613), so it starts above 128.
     if (precision == engine::Precision::fp16 || precision == engine::Precision::bf16 ||
         precision == engine::Precision::tf32) {
       s.two_streams_up_to = 128;
