@@ -56,7 +56,7 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
     return invalid_argument(
         "a second stream needs the planned memory: plan it, or take one stream");
   }
-  if (axes.stream_lag && (*axes.stream_lag < 0 || axes.streams == 1)) {
+  if (axes.stream_lag && (*axes.stream_lag < 0 || (*axes.stream_lag > 0 && axes.streams == 1))) {
     return invalid_argument(
         "a stream lag is a count of calls (0: no bound) that bounds the second stream: it needs "
         "two streams (or auto)");
@@ -94,7 +94,7 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
           streams.add(up_to > 0 ? fmt::format("2 up to batch {}, {} above", up_to, above) : "1",
                       engine::precision_name(precision));
         }
-        if (axes.streams > 1 && !axes.stream_lag) {
+        if (axes.streams > 1 && !axes.stream_lag && device == DeviceKind::cuda) {
           lags.add(best.stream_lag_above > 0
                        ? fmt::format("0 up to batch {}, {} above", best.two_streams_up_to,
                                      best.stream_lag_above)

@@ -147,13 +147,13 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
     }
   }
   if (f.stream_lag != "auto") {
-    if (axes.streams == 1) {
-      return invalid_argument(
-          "--stream-lag bounds the second stream: it needs --streams 2 or auto");
-    }
     DLPROBE_ASSIGN_OR_RETURN(
         axes.stream_lag,
         parse_int(f.stream_lag, "--stream-lag (auto, or calls: 0 for no bound)", 0, 1'000'000));
+    if (axes.stream_lag > 0 && axes.streams == 1) {
+      return invalid_argument(
+          "--stream-lag bounds the second stream: it needs --streams 2 or auto");
+    }
   }
 
   bench::Sweep& s = p.sweep;
@@ -246,8 +246,9 @@ int run_bench_command(const BenchFlags& flags) {
   ProgressLine line(flags.quiet);
   if (!plan->device.empty()) line.note("dlprobe bench: " + plan->device);
   if (!plan->picked.empty()) {
-    line.note(fmt::format("picked: {} (override with --layout/--gpu-memory/--graph/--streams)",
-                          plan->picked));
+    line.note(fmt::format(
+        "picked: {} (override with --layout/--gpu-memory/--graph/--streams/--stream-lag)",
+        plan->picked));
   }
 
   std::shared_ptr<nvml::Library> nvml;
@@ -350,7 +351,8 @@ Command add_bench_command(CLI::App& app) {
   option(*sub, "--stream-lag", flags->stream_lag,
          "On two streams, stream 0 waits for a weight gradient more than N calls behind it, "
          "so that the arena keeps its operands less long (0: waits only where it must; more "
-         "memory, more overlap); auto: 0 up to batch 128, 16 above (fp16, bf16, tf32)");
+         "memory, more overlap: with --streams auto, two unbounded streams at every batch); "
+         "auto: 0 up to batch 128, 16 above (fp16, bf16, tf32)");
   add_recompute_flag(*sub, flags->recompute);
   sub->add_option("--profile", flags->profile,
                   "After timing, N more steps with a mark around every call: device time per "

@@ -49,12 +49,13 @@ Lifetimes lifetimes_of(const std::vector<Draft>& drafts) {
 // to keep fewer, cost more than the second stream gained at small batches: on an H200 at batch 32
 // (fp16 ResNet-50 gradients), with at most 1, 2, 4 or 16 weight gradients pending the step ran
 // 4,650 to 4,700 img/s against 4,816 on one stream, as stream 0 stalled behind stream 1; with none
-// of those waits, 4,880 against 4,769 (1.80 against 1.38 GiB). On an H100 a lag of 16 drafts ran
-// batch 32 below one stream too (fp16 5,052 against 5,149 img/s), but at batch 256 it kept most of
-// the overlap in little more than one stream's arena: fp16 1.007 times one stream's speed in 9.15
-// against 8.76 GiB (unbounded 1.008 in 11.85), bf16 1.017 in 10.45 against 10.27, tf32 1.025 in
-// 20.00 against 19.91 (unbounded 22.94); lags 8 and 32 ran within 0.5 % of 16.
-// A stream-0 call that only reads what a pending call reads needs no wait: the planner writes a
+// of those waits, 4,880 against 4,769 (1.80 against 1.38 GiB). On an H100 (2026-12-06, a lab
+// build of this rule beside the binaries of 2bd43ae, `bench_ab --streams 1 2`) a lag of 16 drafts
+// ran batch 32 below one stream too (fp16 5,052 against 5,149 img/s), but at batch 256 it kept most
+// of the overlap in little more than one stream's arena: fp16 1.007 times one stream's speed
+// in 9.15 against 8.76 GiB (unbounded 1.008 in 11.85), bf16 1.017 in 10.45 against 10.27,
+// tf32 1.025 in 20.00 against 19.91 (unbounded 22.94); lags 8 and 32 ran within 0.5 % of 16. A
+// stream-0 call that only reads what a pending call reads needs no wait: the planner writes a
 // gradient once, before the backward of the layer that reads it, and the backward pass writes no
 // activation, so what stream 1 reads does not change under it.
 void place_stream_waits(std::vector<Draft>& drafts, Lifetimes& t, std::size_t lag) {

@@ -163,6 +163,31 @@ TEST(Expand, AStreamLagBoundsTheSecondStream) {
   a.stream_lag = 16;
   EXPECT_NE(expand(a, DeviceKind::cuda).status().message().find("needs two streams"),
             std::string::npos);
+  a.stream_lag = 0;  // no bound: nothing to refuse on one stream
+  EXPECT_TRUE(expand(a, DeviceKind::cuda).has_value());
+  // Where the open streams come to one (strict fp32, grown memory, recomputed outputs), a lag
+  // given has no second stream to bound and is dropped, not refused at run time.
+  a.streams.reset();
+  a.stream_lag = 4;
+  a.precisions = {engine::Precision::fp32, engine::Precision::fp16};
+  const Result<Expanded> mixed = expand(a, DeviceKind::cuda);
+  ASSERT_TRUE(mixed.has_value()) << mixed.status().message();
+  EXPECT_EQ(mixed->groups[0].step_at(32).streams, 1);  // fp32 train
+  EXPECT_EQ(mixed->groups[0].step_at(32).stream_lag, 0);
+  EXPECT_EQ(mixed->groups[2].step_at(32).stream_lag, 4);  // fp16 train
+  a.precisions = {engine::Precision::fp16};
+  a.memory = memory::parse_gpu_memory("grow").value();
+  const Result<Expanded> grown = expand(a, DeviceKind::cuda);
+  ASSERT_TRUE(grown.has_value()) << grown.status().message();
+  EXPECT_EQ(grown->groups[0].step_at(32).streams, 1);
+  EXPECT_EQ(grown->groups[0].step_at(32).stream_lag, 0);
+  a.memory.reset();
+  a.base.recompute_block_outputs = true;
+  const Result<Expanded> recomputed = expand(a, DeviceKind::cuda);
+  ASSERT_TRUE(recomputed.has_value()) << recomputed.status().message();
+  EXPECT_EQ(recomputed->groups[0].step_at(256).streams, 1);
+  EXPECT_EQ(recomputed->groups[0].step_at(256).stream_lag, 0);
+  a.base.recompute_block_outputs = false;
   a.streams.reset();
   a.stream_lag = -1;
   EXPECT_NE(expand(a, DeviceKind::cuda).status().message().find("count of calls"),

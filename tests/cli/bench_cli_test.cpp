@@ -498,12 +498,16 @@ TEST(BenchCliTest, DefaultsPickTheFastestAndSaySo) {
   EXPECT_NE(picked.output.find("picked: layout "), std::string::npos) << picked.output;
   EXPECT_NE(picked.output.find("gpu-memory "), std::string::npos) << picked.output;
   EXPECT_NE(
-      picked.output.find(", graph off (override with --layout/--gpu-memory/--graph/--streams)\n"),
+      picked.output.find(
+          ", graph off (override with --layout/--gpu-memory/--graph/--streams/--stream-lag)\n"),
       std::string::npos)
       << picked.output;
   const CliRun given = run(quick + "--layout nhwc --gpu-memory planned --graph off");
   ASSERT_EQ(given.exit_code, 0) << given.output;
   EXPECT_EQ(given.output.find("picked:"), std::string::npos) << given.output;
+  // A lag where the open streams come to one (the CPU has one): nothing to bound, the run goes on.
+  const CliRun lag = run(quick + "--stream-lag 4");
+  EXPECT_EQ(lag.exit_code, 0) << lag.output;
   EXPECT_NE(given.output.find("step        infer, fp32, nhwc"), std::string::npos) << given.output;
   // The planned arena is one block to the allocator; the text says what it holds.
   EXPECT_NE(given.output.find("\n  in the arena, at its fullest ("), std::string::npos)

@@ -270,11 +270,13 @@ TEST(StepCudaTest, TwoStreamsMatchOneStream) {
     c.memory_plan = MemoryPlan::planned;
     testing::Rig one = make_cuda_rig(c);
     testing::Rig two = on_two_streams(c, make_cuda_rig);
-    c.graph = true;
-    testing::Rig graph = on_two_streams(c, make_cuda_rig);
     c.stream_lag = 3;
+    testing::Rig lagged_eager = on_two_streams(c, make_cuda_rig);
+    c.graph = true;
     testing::Rig lagged = on_two_streams(c, make_cuda_rig);
-    ASSERT_TRUE(one.step && two.step && graph.step && lagged.step);
+    c.stream_lag = 0;
+    testing::Rig graph = on_two_streams(c, make_cuda_rig);
+    ASSERT_TRUE(one.step && two.step && graph.step && lagged.step && lagged_eager.step);
     int second = 0;
     for (const Call& call : two.step->calls()) second += call.stream;
     EXPECT_EQ(second, 20) << "ResNet-18's weight gradients";
@@ -283,6 +285,7 @@ TEST(StepCudaTest, TwoStreamsMatchOneStream) {
       EXPECT_EQ(testing::run(two), want) << "step " << i;
       EXPECT_EQ(testing::run(graph), want) << "step " << i;
       EXPECT_EQ(testing::run(lagged), want) << "step " << i << ", lag 3";
+      EXPECT_EQ(testing::run(lagged_eager), want) << "step " << i << ", lag 3, eager";
     }
     EXPECT_TRUE(graph.step->graph_recorded()) << precision_name(precision);
     for (const char* name :
@@ -295,6 +298,8 @@ TEST(StepCudaTest, TwoStreamsMatchOneStream) {
           << name << " (" << precision_name(precision) << ", graph)";
       EXPECT_TRUE(dlprobe::testing::identical(lagged.step->gradient(name).value(), want))
           << name << " (" << precision_name(precision) << ", graph, lag 3)";
+      EXPECT_TRUE(dlprobe::testing::identical(lagged_eager.step->gradient(name).value(), want))
+          << name << " (" << precision_name(precision) << ", eager, lag 3)";
     }
   }
 }

@@ -347,48 +347,53 @@ TEST(StepPlanTest, TwoStreamStepsAgreeWithOneStream) {
 }
 
 // StepConfig::stream_lag: stream 0 has waited for every weight gradient more than `lag` calls
-// behind it, so the arena keeps their operands less long: ResNet-50's fp16 gradients plan an
-// arena between one stream's and two unbounded streams'.
+// behind it, and for no other but those the unbounded step waits for, so the arena keeps their
+// operands less long: ResNet-50's fp16 gradients plan an arena between one stream's and two
+// unbounded streams'.
 TEST(StepPlanTest, AStreamLagBoundsTheSecondStreamsArena) {
   StepConfig c = tiny_config(64, 8, 10);
   c.model = {model::Arch::resnet50, 64, 10, false, 64};
   c.precision = Precision::fp16;
   c.layout = Layout::nhwc;
   c.mode = StepMode::grads;
-  const auto arena_of = [&](int streams, std::int64_t lag) -> std::uint64_t {
-    testing::Rig r = two_stream_rig(c, streams, lag);
-    EXPECT_TRUE(r.step);
-    if (!r.step) return 0;
-    if (streams > 1 && lag > 0) {
-      // Before each call, every stream-1 call more than `lag` before it has been waited for.
-      std::int64_t joined = -1;
-      std::vector<std::int64_t> second;
-      const std::vector<Call>& calls = r.step->calls();
-      for (std::size_t i = 0; i < calls.size(); ++i) {
-        joined = std::max(joined, calls[i].join_through);
-        if (calls[i].stream == 1) {
-          second.push_back(static_cast<std::int64_t>(i));
-          continue;
-        }
-        for (const std::int64_t j : second) {
-          if (static_cast<std::int64_t>(i) - j > lag) {
-            EXPECT_LE(j, joined) << calls[i].name;
-          }
-        }
+  // Per call, the newest stream-1 call stream 0 has waited for by then (-1: none).
+  const auto joined_by = [](const std::vector<Call>& calls) {
+    std::vector<std::int64_t> out;
+    std::int64_t joined = -1;
+    for (const Call& call : calls) {
+      joined = std::max(joined, call.join_through);
+      out.push_back(joined);
+    }
+    return out;
+  };
+  testing::Rig one = two_stream_rig(c, 1);
+  testing::Rig unbounded = two_stream_rig(c, 2);
+  ASSERT_TRUE(one.step && unbounded.step);
+  const std::vector<Call>& calls = unbounded.step->calls();
+  const std::vector<std::int64_t> must = joined_by(calls);
+  for (const std::int64_t lag : {1, 16}) {
+    testing::Rig r = two_stream_rig(c, 2, lag);
+    ASSERT_TRUE(r.step);
+    ASSERT_EQ(r.step->calls().size(), calls.size());
+    const std::vector<std::int64_t> got = joined_by(r.step->calls());
+    std::int64_t behind = -1;  // the newest stream-1 call more than `lag` before call i
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const auto at = static_cast<std::int64_t>(i);
+      for (std::int64_t j = behind + 1; j < at - lag; ++j) {
+        if (calls[static_cast<std::size_t>(j)].stream == 1) behind = j;
+      }
+      if (calls[i].stream == 0) {
+        EXPECT_EQ(got[i], std::max(must[i], behind)) << "lag " << lag << ": " << calls[i].name;
       }
     }
-    const auto a = r.step->arena();
-    EXPECT_TRUE(a.has_value());
-    return a ? a->bytes : 0;
-  };
-  const std::uint64_t one = arena_of(1, 0);
-  const std::uint64_t unbounded = arena_of(2, 0);
-  const std::uint64_t lag16 = arena_of(2, 16);
-  EXPECT_LT(one, unbounded);
-  EXPECT_LE(one, lag16);
+  }
+  const auto arena = [](const testing::Rig& r) { return r.step->arena().value().bytes; };
+  testing::Rig lag16 = two_stream_rig(c, 2, 16);
+  ASSERT_TRUE(lag16.step);
+  EXPECT_LT(arena(one), arena(unbounded));
+  EXPECT_LE(arena(one), arena(lag16));
   // Measured: 1.4 % above one stream's at lag 8, 3.7 % at 32, 16.8 % unbounded.
-  EXPECT_LT(static_cast<double>(lag16), 1.05 * static_cast<double>(one));
-  EXPECT_LT(lag16, unbounded);
+  EXPECT_LT(static_cast<double>(arena(lag16)), 1.05 * static_cast<double>(arena(one)));
 }
 
 // The max pool after the stem's batch norm + ReLU finds its forward's and its backward's maxima in

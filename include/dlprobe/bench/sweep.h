@@ -49,7 +49,9 @@ struct SweepGroup {
     s.batch = batch;
     const bool above = batch > two_streams_up_to;
     if (streams_open) s.streams = !above || stream_lag_above > 0 ? 2 : 1;
-    if (stream_lag_open) s.stream_lag = s.streams > 1 && above ? stream_lag_above : 0;
+    if (stream_lag_open) s.stream_lag = above ? stream_lag_above : 0;
+    // A lag given bounds a second stream wherever one runs; one stream has none to bound.
+    if (s.streams < 2) s.stream_lag = 0;
     return s;
   }
   std::vector<std::int64_t> batches;  // in order; ignored when auto_batch
