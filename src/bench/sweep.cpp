@@ -56,10 +56,14 @@ Result<Expanded> expand(const SweepAxes& axes, DeviceKind device) {
     return invalid_argument(
         "a second stream needs the planned memory: plan it, or take one stream");
   }
-  if (axes.stream_lag && (*axes.stream_lag < 0 || (*axes.stream_lag > 0 && axes.streams == 1))) {
+  if (axes.stream_lag && *axes.stream_lag < 0) {
     return invalid_argument(
-        "a stream lag is a count of calls (0: no bound) that bounds the second stream: it needs "
-        "two streams (or auto)");
+        fmt::format("a stream lag is a count of calls, 0 for no bound; got {}", *axes.stream_lag));
+  }
+  if (axes.stream_lag > 0 && axes.streams == 1) {
+    return invalid_argument(
+        "a stream lag bounds the second stream, and one stream was asked for: take two streams "
+        "(or auto), or no lag");
   }
   const bool recompute = axes.base.recompute_block_outputs;
   if (axes.streams > 1 && recompute) {

@@ -53,7 +53,7 @@ Lifetimes lifetimes_of(const std::vector<Draft>& drafts) {
 // build of this rule beside the binaries of 2bd43ae, `bench_ab --streams 1 2`) a lag of 16 drafts
 // ran batch 32 below one stream too (fp16 5,052 against 5,149 img/s), but at batch 256 it kept most
 // of the overlap in little more than one stream's arena: fp16 1.007 times one stream's speed
-// in 9.15 against 8.76 GiB (unbounded 1.008 in 11.85), bf16 1.017 in 10.45 against 10.27,
+// in 9.15 against 8.76 GiB (unbounded 1.007 in 11.85), bf16 1.017 in 10.45 against 10.27,
 // tf32 1.025 in 20.00 against 19.91 (unbounded 22.94); lags 8 and 32 ran within 0.5 % of 16. A
 // stream-0 call that only reads what a pending call reads needs no wait: the planner writes a
 // gradient once, before the backward of the layer that reads it, and the backward pass writes no
