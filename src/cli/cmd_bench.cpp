@@ -47,6 +47,7 @@ struct BenchFlags {
   std::string conv_engines = "any";
   std::string conv_sums = "auto";
   std::string conv_prologue = "auto";
+  std::string stem_backward = "apart";
   std::string gpu_memory = "auto";
   std::string graph = "auto";
   std::string fusion = "all";
@@ -188,6 +189,11 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
                            for_flag("--conv-sums", device::parse_conv_sums(f.conv_sums)));
   DLPROBE_ASSIGN_OR_RETURN(
       s.conv.prologue, for_flag("--conv-prologue", device::parse_conv_prologue(f.conv_prologue)));
+  if (f.stem_backward != "apart" && f.stem_backward != "fused") {
+    return invalid_argument("--stem-backward: unknown choice '" + f.stem_backward +
+                            "' (expected apart or fused)");
+  }
+  s.conv.fused_stem_backward = f.stem_backward == "fused";
   DLPROBE_ASSIGN_OR_RETURN(s.profile_steps, parse_int(f.profile, "--profile", 0, 10'000));
   s.weights = f.weights;
   DLPROBE_ASSIGN_OR_RETURN(s.data, data_input(f.data, s.device));
@@ -327,6 +333,11 @@ Command add_bench_command(CLI::App& app) {
                      "above up to batch {} and timed above that; bf16 and tf32 take the pass",
                      device::kAutoPrologueUpTo / 1'000'000, device::kAutoPrologueBatch)
              .c_str());
+  option(*sub, "--stem-backward", flags->stem_backward,
+         "The backward of the stem's batch norm, ReLU and max pool (NHWC, GPU): apart (the pool's "
+         "two passes, then the batch norm's) or fused (one call: the pool's forward keeps its "
+         "maxima's places and the batch norm's passes gather the pool's gradient as they load "
+         "it; not yet measured on a GPU)");
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "

@@ -25,6 +25,7 @@ Result<std::unique_ptr<Backend>> open_cuda_backend(int index, memory::CachingAll
   cuda.reduced_precision_reductions = conv.engines == ConvEngines::any;
   cuda.conv_sums = conv.sums;
   set_prologue_routes(conv.prologue, cuda);
+  cuda.fused_stem_backward = conv.fused_stem_backward;
   return make_cuda_backend(index, allocator, cuda);
 }
 

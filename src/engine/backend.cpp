@@ -177,11 +177,20 @@ Status Backend::max_pool2d_backward_recomputed(const TensorView&, const TensorVi
   return no_fusion(*this, "max_pool2d_backward_recomputed");
 }
 
+Status Backend::batch_norm_relu_max_pool_backward(const TensorView&, const TensorView&,
+                                                  const TensorView&, const TensorView&,
+                                                  const TensorView&, const TensorView&,
+                                                  const TensorView&, const TensorView&,
+                                                  const TensorView&, const TensorView&,
+                                                  const MaxPool2dParams&) {
+  return no_fusion(*this, "batch_norm_relu_max_pool_backward");
+}
+
 Status Backend::batch_norm_relu_max_pool_train_forward(const TensorView&, const TensorView&,
                                                        const TensorView&, const TensorView&,
                                                        const TensorView&, const TensorView&,
                                                        const TensorView&, const TensorView&,
-                                                       const BatchNormParams&,
+                                                       const TensorView&, const BatchNormParams&,
                                                        const MaxPool2dParams&) {
   return no_fusion(*this, "batch_norm_relu_max_pool_train_forward");
 }

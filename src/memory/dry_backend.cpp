@@ -10,8 +10,11 @@ class DryBackend final : public Backend {
   using View = const TensorView&;
 
  public:
-  DryBackend(bool fuses, bool fuses_conv, bool recomputes_pool)
-      : fuses_(fuses), fuses_conv_(fuses_conv), recomputes_pool_(recomputes_pool) {}
+  DryBackend(bool fuses, bool fuses_conv, bool recomputes_pool, bool fuses_pool_backward)
+      : fuses_(fuses),
+        fuses_conv_(fuses_conv),
+        recomputes_pool_(recomputes_pool),
+        fuses_pool_backward_(fuses_pool_backward) {}
 
   std::string_view name() const override { return "dry"; }
   DeviceKind device() const override { return DeviceKind::cpu; }
@@ -62,12 +65,20 @@ class DryBackend final : public Backend {
     return fuses_conv_ && (x.dtype() != DType::fp16 || x.bytes() <= device::kAutoPrologueUpTo);
   }
   bool recomputes_max_pool_input() const override { return recomputes_pool_; }
+  bool fuses_max_pool_batch_norm_backward(const TensorDesc&,
+                                          const MaxPool2dParams&) const override {
+    return fuses_pool_backward_;
+  }
+  Status batch_norm_relu_max_pool_backward(View, View, View, View, View, View, View, View, View,
+                                           View, const MaxPool2dParams&) override {
+    return {};
+  }
   Status max_pool2d_backward_recomputed(View, View, View, View, View, View, View,
                                         const MaxPool2dParams&) override {
     return {};
   }
   Status batch_norm_relu_max_pool_train_forward(View, View, View, View, View, View, View, View,
-                                                const BatchNormParams&,
+                                                View, const BatchNormParams&,
                                                 const MaxPool2dParams&) override {
     return {};
   }
@@ -112,12 +123,14 @@ class DryBackend final : public Backend {
   bool fuses_;
   bool fuses_conv_;
   bool recomputes_pool_;
+  bool fuses_pool_backward_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_dry_backend(bool fuses, bool fuses_conv, bool recomputes_pool) {
-  return std::make_unique<DryBackend>(fuses, fuses_conv, recomputes_pool);
+std::unique_ptr<Backend> make_dry_backend(bool fuses, bool fuses_conv, bool recomputes_pool,
+                                          bool fuses_pool_backward) {
+  return std::make_unique<DryBackend>(fuses, fuses_conv, recomputes_pool, fuses_pool_backward);
 }
 
 }  // namespace dlprobe::memory

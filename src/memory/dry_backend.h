@@ -15,7 +15,10 @@ namespace dlprobe::memory {
 // reference backends do, or apart, as oneDNN's does; `fuses_conv`: plan batch norm inside the
 // convolutions (Backend::fuses_conv_batch_norm) for the step's precision and layout. The call list
 // follows both; `recomputes_pool`: the max pool's backward recomputes its input
-// (Backend::recomputes_max_pool_input), which the step then never stores.
-std::unique_ptr<Backend> make_dry_backend(bool fuses, bool fuses_conv, bool recomputes_pool);
+// (Backend::recomputes_max_pool_input), which the step then never stores;
+// `fuses_pool_backward`: that pool's backward runs with the batch norm's in one call
+// (Backend::fuses_max_pool_batch_norm_backward), its forward keeping its maxima's places.
+std::unique_ptr<Backend> make_dry_backend(bool fuses, bool fuses_conv, bool recomputes_pool,
+                                          bool fuses_pool_backward);
 
 }  // namespace dlprobe::memory

@@ -132,6 +132,7 @@ json to_json(const Calibration& c) {
   j["fused"] = c.fused;
   j["fused_conv"] = c.fused_conv;
   j["recomputed_pool"] = c.recomputed_pool;
+  j["fused_pool_backward"] = c.fused_pool_backward;
   j["workspace_by_call"] = std::move(by_call);
   j["outside_allocator_bytes"] = c.outside_allocator_bytes;
   return j;
@@ -204,6 +205,9 @@ Result<Calibration> calibration_from_json(const json& j, std::string_view path) 
   c.recomputed_pool = false;
   if (j.contains("recomputed_pool")) {
     DLPROBE_RETURN_IF_ERROR(read(j, path, "recomputed_pool", c.recomputed_pool));
+  }
+  if (j.contains("fused_pool_backward")) {
+    DLPROBE_RETURN_IF_ERROR(read(j, path, "fused_pool_backward", c.fused_pool_backward));
   }
   const auto by_call = j.find("workspace_by_call");
   if (by_call == j.end() || !by_call->is_array()) {

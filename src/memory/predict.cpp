@@ -38,7 +38,8 @@ Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* 
                                                        o.step.layout == Layout::nhwc;
   const std::unique_ptr<Backend> backend =
       make_dry_backend(calibration == nullptr || calibration->fused, fuses_conv,
-                       calibration == nullptr || calibration->recomputed_pool);
+                       calibration == nullptr || calibration->recomputed_pool,
+                       calibration != nullptr && calibration->fused_pool_backward);
   DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
                            engine::TrainingStep::create(o.step, *backend, *allocator));
   // The calibration's workspace: per call where its profile was measured on this call list, else

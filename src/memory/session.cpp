@@ -151,6 +151,10 @@ Result<Measurement> Session::measure(const engine::StepConfig& config, int warmu
   m.calibration.fused_conv =
       s.backend->fuses_conv_batch_norm(engine::activation_dtype(config.precision), config.layout);
   m.calibration.recomputed_pool = s.backend->recomputes_max_pool_input();
+  m.calibration.fused_pool_backward =
+      std::any_of(step->calls().begin(), step->calls().end(), [](const engine::Call& c) {
+        return c.kind == engine::CallKind::batch_norm_relu_max_pool_backward;
+      });
   // The profile over the calls that compute (see Calibration::workspace_by_call).
   std::vector<std::int64_t> computing;
   for (std::size_t i : computing_calls(step->calls())) {

@@ -109,6 +109,8 @@ std::string_view call_kind_name(CallKind kind) {
       return "batch_norm_relu_backward";
     case CallKind::batch_norm_relu_max_pool_train_forward:
       return "batch_norm_relu_max_pool_train_forward";
+    case CallKind::batch_norm_relu_max_pool_backward:
+      return "batch_norm_relu_max_pool_backward";
     case CallKind::relu_forward:
       return "relu_forward";
     case CallKind::relu_backward:

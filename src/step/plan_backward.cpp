@@ -11,6 +11,7 @@
 namespace dlprobe::engine::step_impl {
 
 Status Planner::backward(const model::Layer& l, std::size_t i) {
+  if (backward_taken_[i]) return Status::ok();
   Buffer* dy = grad_[static_cast<std::size_t>(l.output)];
   if (dy == nullptr) {
     return error(Errc::internal, fmt::format("{}: no gradient reaches the output", l.name));
@@ -32,6 +33,10 @@ Status Planner::backward(const model::Layer& l, std::size_t i) {
       if (pool_from_bn_[i] >= 0) {
         const auto bn = static_cast<std::size_t>(pool_from_bn_[i]);
         const auto [bn_x, gamma, beta, sm, si] = batch_norm_saved(bn);
+        if (be_.fuses_max_pool_batch_norm_backward(bn_x->view.desc, l.pool)) {
+          backward_pool_batch_norm(l, i, dy);
+          break;
+        }
         // Shaped like the batch norm's input: its output, the pool's input, may never be stored.
         Buffer* dx = temporary_like(bn_x, name);
         emit(name + ".backward+" + s_.model.layers()[bn].name, CallKind::max_pool_backward, name,
@@ -120,7 +125,6 @@ void Planner::backward_conv(const model::Layer& l, std::size_t i, Buffer* dy) {
 }
 
 void Planner::backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* dy) {
-  if (backward_taken_[i]) return;
   // A block output's two summed batch norms take their one gradient (the add passed it to both)
   // together, at the first of them the backward reaches.
   const int partner = paired_[i] >= 0 ? paired_[i] : paired_by(i);
@@ -169,6 +173,32 @@ void Planner::backward_batch_norm(const model::Layer& l, std::size_t i, Buffer* 
          });
   }
   contribute(l.inputs[0], dx, name);
+}
+
+// Max pool `i`'s backward with the batch norm + ReLU it recomputes its input from (the stem), in
+// one call that never stores the pool's input gradient; the ReLU's and the batch norm's layers
+// then have no backward of their own.
+void Planner::backward_pool_batch_norm(const model::Layer& pool, std::size_t i, Buffer* dy) {
+  const auto bn = static_cast<std::size_t>(pool_from_bn_[i]);
+  const model::Layer& l = s_.model.layers()[bn];
+  Buffer* x = kept(l.inputs[0]);
+  const auto [bn_x, gamma, beta, sm, si] = batch_norm_saved(bn);
+  Buffer* dgamma = slot(entry_of(bn, StateKind::bn_weight)).grad;
+  Buffer* dbeta = slot(entry_of(bn, StateKind::bn_bias)).grad;
+  Buffer* dx = temporary_like(x, l.name);
+  Buffer* positions = pool_positions_[i];
+  std::vector<Buffer*> uses = {dy, x, gamma, beta, sm, si, dx, dgamma, dbeta};
+  if (positions != nullptr) uses.push_back(positions);
+  emit(pool.name + ".backward+relu+" + l.name, CallKind::batch_norm_relu_max_pool_backward,
+       pool.name, std::move(uses),
+       [&be = be_, dy, positions, x, gamma, beta, sm, si, dx, dgamma, dbeta, p = pool.pool] {
+         return be.batch_norm_relu_max_pool_backward(dy->view, view_or_none(positions), x->view,
+                                                     gamma->view, beta->view, sm->view, si->view,
+                                                     dx->view, dgamma->view, dbeta->view, p);
+       });
+  backward_taken_[bn] = true;
+  backward_taken_[i - 1] = true;  // the ReLU between them (plan_pool_recompute)
+  contribute(l.inputs[0], dx, pool.name);
 }
 
 int Planner::paired_by(std::size_t shortcut) const {

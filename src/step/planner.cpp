@@ -50,6 +50,7 @@ void Planner::prepare(const std::vector<Shape>& shapes) {
 void Planner::plan_pool_recompute() {
   const auto& layers = s_.model.layers();
   pool_from_bn_.assign(layers.size(), -1);
+  pool_positions_.assign(layers.size(), nullptr);
   if (!s_.training() || !be_.recomputes_max_pool_input()) return;
   for (std::size_t i = 2; i < layers.size(); ++i) {
     const int in = layers[i].inputs[0];

@@ -130,6 +130,7 @@ class Planner {
   // The batch norm whose pair `shortcut` is (paired_), or -1.
   int paired_by(std::size_t shortcut) const;
   void backward_relu(const model::Layer& l, std::size_t i, Buffer* dy);
+  void backward_pool_batch_norm(const model::Layer& pool, std::size_t i, Buffer* dy);
   void backward_linear(const model::Layer& l, std::size_t i, Buffer* dy);
   // The shortcut of the residual add after batch norm `bn` (Fusion::add_relu): its other operand.
   int shortcut_of(std::size_t bn) const {
@@ -242,7 +243,9 @@ class Planner {
   // pass of its own, its output never stored.
   std::vector<int> paired_;
   std::vector<bool> deferred_;
-  std::vector<bool> backward_taken_;  // per batch norm: its backward ran with its pair's
+  // per layer: its backward ran in another's call (a batch norm with its pair's, the stem's batch
+  // norm and ReLU with the max pool's)
+  std::vector<bool> backward_taken_;
   std::vector<bool> folded_;  // per layer: a ReLU or add run inside the batch norm before it
   // Batch norm inside the convolutions (plan_conv_fusion), indexed by layer; -1 for none.
   std::vector<int> sums_for_;  // per conv: the batch norm whose input it sums
@@ -261,7 +264,9 @@ class Planner {
   };
   std::map<std::size_t, PendingFinalize> pending_finalize_;
   std::vector<int> pool_from_bn_;  // per max pool: the batch norm its input is recomputed from
-  std::vector<int> producer_;      // per value: the layer that writes it (-1 for the images)
+  // per max pool: where its forward keeps its windows' maxima for its backward (none: nowhere)
+  std::vector<Buffer*> pool_positions_;
+  std::vector<int> producer_;  // per value: the layer that writes it (-1 for the images)
   // plan_block_recompute, per value: the batch norm whose output (+add+ReLU) is recomputed, or -1;
   // and the buffer it (or a convolution output rerun_ marks) was recomputed into, once the backward
   // has read it.

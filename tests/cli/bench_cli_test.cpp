@@ -189,6 +189,8 @@ TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error(
       kSmall + "--conv-prologue apart",
       "--conv-prologue: unknown choice 'apart' (expected fused, pass, auto, timed or up-to:SIZE)");
+  expect_error(kSmall + "--stem-backward both",
+               "--stem-backward: unknown choice 'both' (expected apart or fused)");
   expect_error(kSmall + "--graph maybe", "--graph: unknown choice 'maybe'");
   expect_error(kSmall + "--mode infer --graph --gpu-memory grow",
                "--graph: a graph needs the planned memory");

@@ -99,6 +99,9 @@ struct Offers {
   // be quick.
   bool gpu_sized_batch_norm = false;
   bool recomputed_max_pool = false;  // recomputes_max_pool_input()
+  // batch_norm_relu_max_pool_backward on NHWC tensors in 16-byte channel packs (its cases'
+  // shapes): fuses_max_pool_batch_norm_backward() for them.
+  bool fused_max_pool_backward = false;
 };
 
 struct BackendRow {

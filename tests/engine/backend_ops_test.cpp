@@ -66,6 +66,15 @@ TEST_P(BackendRows, OfferWhatTheirRowSays) {
   EXPECT_EQ(b->backend->fuses_batch_norm_relu(), row.offers.fused_batch_norm_relu);
   EXPECT_EQ(b->backend->fuses_relu_backward_add(), row.offers.fused_relu_backward_add);
   EXPECT_EQ(b->backend->recomputes_max_pool_input(), row.offers.recomputed_max_pool);
+  // ResNet-50's stem at batch 2, in each floating dtype; in NCHW no row fuses it.
+  for (DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
+    const TensorDesc stem = TensorDesc::make({2, 64, 112, 112}, dtype, Layout::nhwc).value();
+    EXPECT_EQ(b->backend->fuses_max_pool_batch_norm_backward(stem, {}),
+              row.offers.fused_max_pool_backward)
+        << dtype_name(dtype);
+    EXPECT_FALSE(b->backend->fuses_max_pool_batch_norm_backward(stem.with_layout(Layout::nchw), {}))
+        << dtype_name(dtype);
+  }
 }
 
 std::vector<const BackendRow*> rows() {

@@ -19,7 +19,8 @@ BackendRow reference_row() {
                  .mixed_layouts = true,
                  .half_to_half_casts = true,
                  .fused_conv_batch_norm = true,
-                 .recomputed_max_pool = true},
+                 .recomputed_max_pool = true,
+                 .fused_max_pool_backward = true},
       .returns_scratch = true,
       .open = []() -> Result<OpenedBackend> {
         OpenedBackend b;

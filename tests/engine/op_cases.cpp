@@ -923,31 +923,58 @@ std::vector<Variant> max_pool(Precision precision, bool backward) {
   return out;
 }
 
+// A batch norm's input `name` of shape `s` with its parameters and saved statistics, for a max pool
+// that computes its input relu(bn(x)) again from them: the input a multiple of 1/64 in [-2, 2)
+// and the statistics and parameters binary fractions, so bn(x) is exact in fp32 as in fp64 and
+// every dtype rounds the same value: the windows' maxima (and their ties, at ReLU's zeros) are
+// the reference's.
+void exact_batch_norm_inputs(OpTensors& t, const std::string& name, const Shape& s, Layout l,
+                             std::uint64_t seed) {
+  HostTensor x = uniform(s, seed, l, -2.0, 2.0);
+  for (double& e : x.values<double>()) e = std::floor(e * 64.0) / 64.0;
+  t.input(name, x);
+  const Shape ch{s[1]};
+  HostTensor gamma = filled(ch, 1.0);
+  HostTensor beta = filled(ch, 0.125);
+  for (std::int64_t k = 0; k < ch[0]; ++k) {
+    constexpr double kGammas[] = {1.0, -0.5, 0.5, -1.0};
+    gamma.set(k, kGammas[k % 4]);
+    if (k % 3 == 1) beta.set(k, -0.25);
+  }
+  t.input("gamma", gamma, Role::fp32);
+  t.input("beta", beta, Role::fp32);
+  t.input("save_mean", filled(ch, 0.25), Role::fp32);
+  t.input("save_invstd", filled(ch, 2.0), Role::fp32);
+}
+
+// relu(bn(x)) in fp64, x the batch norm's input `name`, with the parameters and saved statistics
+// of exact_batch_norm_inputs.
+HostTensor relu_of_batch_norm(const OpTensors& t, const std::string& name) {
+  HostTensor x = t[name];
+  const TensorDesc& d = x.desc();
+  const std::int64_t channels = d.dim(1);
+  const std::int64_t plane = d.dim(2) * d.dim(3);
+  std::span<double> xs = x.values<double>();
+  for (std::size_t at = 0; at < xs.size(); ++at) {
+    const auto i = static_cast<std::int64_t>(at);
+    const std::int64_t k = d.layout() == Layout::nhwc ? i % channels : (i / plane) % channels;
+    const double bn =
+        (xs[at] - t["save_mean"].get(k)) * t["save_invstd"].get(k) * t["gamma"].get(k) +
+        t["beta"].get(k);
+    xs[at] = std::max(bn, 0.0);
+  }
+  return x;
+}
+
 // The max pool's backward with its input relu(bn(bn_x)) computed again from the batch norm's
-// input. The input is a multiple of 1/64 in [-2, 2) and the statistics and parameters are binary
-// fractions, so bn(bn_x) is exact in fp32 as in fp64 and every dtype rounds the same value: the
-// windows' maxima (and their ties, at ReLU's zeros) are the reference's.
+// input (exact_batch_norm_inputs).
 std::vector<Variant> max_pool_recomputed(Precision precision) {
   std::vector<Variant> out;
   std::uint64_t seed = 6900;
   for (const PoolCase& c : kPoolCases) {
     for (Layout l : kLayouts) {
       Variant v = variant(pool_label(c, l), precision);
-      HostTensor bn_x = uniform(c.x, seed += 10, l, -2.0, 2.0);
-      for (double& e : bn_x.values<double>()) e = std::floor(e * 64.0) / 64.0;
-      v.tensors.input("bn_x", bn_x);
-      const Shape ch{c.x[1]};
-      HostTensor gamma = filled(ch, 1.0);
-      HostTensor beta = filled(ch, 0.125);
-      for (std::int64_t k = 0; k < ch[0]; ++k) {
-        constexpr double kGammas[] = {1.0, -0.5, 0.5, -1.0};
-        gamma.set(k, kGammas[k % 4]);
-        if (k % 3 == 1) beta.set(k, -0.25);
-      }
-      v.tensors.input("gamma", gamma, Role::fp32);
-      v.tensors.input("beta", beta, Role::fp32);
-      v.tensors.input("save_mean", filled(ch, 0.25), Role::fp32);
-      v.tensors.input("save_invstd", filled(ch, 2.0), Role::fp32);
+      exact_batch_norm_inputs(v.tensors, "bn_x", c.x, l, seed += 10);
       const Shape ys = max_pool2d_output_shape(c.x, c.p).value();
       v.tensors.input("dy", uniform(ys, seed + 1, l));
       v.tensors.output("dx", c.x, l);
@@ -958,19 +985,7 @@ std::vector<Variant> max_pool_recomputed(Precision precision) {
       };
       v.reference = [p = c.p, dtype = v.tensors.dtype(Role::activation)](
                         const OpTensors& t) -> Result<Values> {
-        HostTensor x = t["bn_x"];
-        const TensorDesc& d = x.desc();
-        const std::int64_t channels = d.dim(1);
-        const std::int64_t plane = d.dim(2) * d.dim(3);
-        std::span<double> xs = x.values<double>();
-        for (std::size_t at = 0; at < xs.size(); ++at) {
-          const auto i = static_cast<std::int64_t>(at);
-          const std::int64_t k = d.layout() == Layout::nhwc ? i % channels : (i / plane) % channels;
-          const double bn =
-              (xs[at] - t["save_mean"].get(k)) * t["save_invstd"].get(k) * t["gamma"].get(k) +
-              t["beta"].get(k);
-          xs[at] = std::max(bn, 0.0);
-        }
+        const HostTensor x = relu_of_batch_norm(t, "bn_x");
         DLPROBE_ASSIGN_OR_RETURN(
             HostTensor dx, reference::max_pool2d_backward<double>(t["dy"], rounded(x, dtype), p));
         return Values{{"dx", std::move(dx)}};
@@ -981,32 +996,133 @@ std::vector<Variant> max_pool_recomputed(Precision precision) {
   return out;
 }
 
+// For each window of a pool over an input of shape `x` (NHWC), the place r * kw + s of one of its
+// inputs drawn at random (padding never), shaped as the pool's output.
+HostTensor drawn_positions(const Shape& x, const MaxPool2dParams& p, std::uint64_t seed) {
+  const Shape ys = max_pool2d_output_shape(x, p).value();
+  HostTensor at = uniform(ys, seed, Layout::nhwc, 0.0, 1.0);
+  for (std::int64_t n = 0; n < ys[0]; ++n)
+    for (std::int64_t c = 0; c < ys[1]; ++c)
+      for (std::int64_t oh = 0; oh < ys[2]; ++oh)
+        for (std::int64_t ow = 0; ow < ys[3]; ++ow) {
+          const std::int64_t h0 = oh * p.stride[0] - p.pad[0];
+          const std::int64_t w0 = ow * p.stride[1] - p.pad[1];
+          const std::int64_t r0 = std::max<std::int64_t>(0, -h0);
+          const std::int64_t r1 = std::min(p.kernel[0], x[2] - h0);
+          const std::int64_t s0 = std::max<std::int64_t>(0, -w0);
+          const std::int64_t s1 = std::min(p.kernel[1], x[3] - w0);
+          const double u = at.at<double>(n, c, oh, ow);
+          const auto k = static_cast<std::int64_t>(u * static_cast<double>((r1 - r0) * (s1 - s0)));
+          const std::int64_t r = r0 + k / (s1 - s0);
+          const std::int64_t s = s0 + k % (s1 - s0);
+          at.at<double>(n, c, oh, ow) = static_cast<double>(r * p.kernel[1] + s);
+        }
+  return at;
+}
+
+// The backward of max_pool(relu(bn(x))) in one call (the step's stem), on NHWC tensors in 16-byte
+// channel packs: the stem's pool (two sizes, one a row of 48 x 64 channels), a pool of 2x2
+// windows and one of uneven windows and strides. The values are max_pool_recomputed's, so every
+// dtype finds the windows' maxima where the reference does; the reference rounds the pool's input
+// and its gradient to the dtype, as the op's contract says, then takes the ReLU's mask (the
+// batch norm's output > 0) and the batch norm's backward in fp64. With `given` the op gets
+// positions, and they are not the maxima but an input of each window drawn at random: the op must
+// gather where it is told.
+std::vector<Variant> batch_norm_relu_max_pool_backward(Precision precision, bool given) {
+  const PoolCase cases[] = {
+      {{2, 16, 11, 10}, {}, PoolValues::uniform},
+      {{1, 64, 9, 48}, {}, PoolValues::uniform},
+      {{2, 8, 9, 9}, {{2, 2}, {2, 2}, {0, 0}}, PoolValues::uniform},
+      {{2, 8, 7, 6}, {{3, 2}, {1, 2}, {1, 0}}, PoolValues::uniform},
+  };
+  std::vector<Variant> out;
+  std::uint64_t seed = given ? 7900 : 7700;
+  for (const PoolCase& c : cases) {
+    Variant v = variant(pool_label(c, Layout::nhwc), precision);
+    exact_batch_norm_inputs(v.tensors, "x", c.x, Layout::nhwc, seed += 10);
+    const Shape ch{c.x[1]};
+    const Shape ys = max_pool2d_output_shape(c.x, c.p).value();
+    v.tensors.input("dy", uniform(ys, seed + 1, Layout::nhwc));
+    if (given) v.tensors.input("positions", drawn_positions(c.x, c.p, seed + 2));
+    v.tensors.output("dx", c.x, Layout::nhwc);
+    v.tensors.output("dgamma", ch, Layout::nchw, Role::fp32);
+    v.tensors.output("dbeta", ch, Layout::nchw, Role::fp32);
+    const Check sums{.terms = per_channel(c.x)};
+    v.checks = {{"dx", sums}, {"dgamma", sums}, {"dbeta", sums}};
+    v.run = [p = c.p, given](Backend& b, BackendTensors& t) {
+      return b.batch_norm_relu_max_pool_backward(
+          t["dy"], given ? t["positions"] : TensorView{}, t["x"], t["gamma"], t["beta"],
+          t["save_mean"], t["save_invstd"], t["dx"], t["dgamma"], t["dbeta"], p);
+    };
+    v.reference = [p = c.p, given, dtype = v.tensors.dtype(Role::activation)](
+                      const OpTensors& t) -> Result<Values> {
+      const HostTensor relu_y = relu_of_batch_norm(t, "x");
+      DLPROBE_ASSIGN_OR_RETURN(
+          HostTensor pooled,
+          given
+              ? reference::max_pool2d_backward_at<double>(t["dy"], t["positions"], relu_y.desc(), p)
+              : reference::max_pool2d_backward<double>(t["dy"], rounded(relu_y, dtype), p));
+      DLPROBE_ASSIGN_OR_RETURN(HostTensor masked,
+                               reference::relu_backward<double>(rounded(pooled, dtype), relu_y));
+      DLPROBE_ASSIGN_OR_RETURN(reference::BatchNormGrads g,
+                               reference::batch_norm_backward<double>(
+                                   masked, t["x"], t["gamma"], t["save_mean"], t["save_invstd"]));
+      return Values{
+          {"dx", std::move(g.dx)}, {"dgamma", std::move(g.dgamma)}, {"dbeta", std::move(g.dbeta)}};
+    };
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 // Batch norm + ReLU and the max pool after them in one call (the step's stem): the pool's output
 // and the batch norm's statistics, over the max pool's windows, on values that straddle the
 // ReLU's zero.
-std::vector<Variant> batch_norm_relu_max_pool(Precision precision) {
+//
+// With `positions`, the windows' maxima's places too (NHWC, 8 channels or a multiple): on the
+// integers of the `ties` cases, which a batch norm with positive gamma keeps apart by far more
+// than any dtype's rounding and keeps tied where they tie, so every dtype finds the reference's
+// places (checked exactly).
+std::vector<Variant> batch_norm_relu_max_pool(Precision precision, bool positions) {
   std::vector<Variant> out;
-  std::uint64_t seed = 7300;
+  std::uint64_t seed = positions ? 7400 : 7300;
   for (const PoolCase& c : kPoolCases) {
     if (c.values != PoolValues::ties) continue;  // the shapes once each; the values are drawn here
+    if (positions && c.x[1] % 8 != 0) continue;
     for (Layout l : kLayouts) {
-      Variant v = variant(pool_label({c.x, c.p, PoolValues::uniform}, l), precision);
-      v.tensors.input("x", uniform(c.x, seed += 10, l, -1.0, 3.0));
+      if (positions && l != Layout::nhwc) continue;
+      Variant v =
+          variant(pool_label({c.x, c.p, positions ? c.values : PoolValues::uniform}, l), precision);
+      v.tensors.input(
+          "x", positions ? pool_input(c, seed += 10, l) : uniform(c.x, seed += 10, l, -1.0, 3.0));
       batch_norm_parameters(v.tensors, c.x, seed + 1);
-      batch_norm_train_outputs(v, c.x, l, max_pool2d_output_shape(c.x, c.p).value());
-      v.run = [p = c.p](Backend& b, BackendTensors& t) {
+      const Shape ys = max_pool2d_output_shape(c.x, c.p).value();
+      batch_norm_train_outputs(v, c.x, l, ys);
+      if (positions) {
+        v.tensors.output("positions", ys, l);
+        v.checks.push_back({"positions", {.exact = true}});
+      }
+      v.run = [p = c.p, positions](Backend& b, BackendTensors& t) {
         return b.batch_norm_relu_max_pool_train_forward(
             t["x"], t["gamma"], t["beta"], t["running_mean"], t["running_var"], t["y"],
-            t["save_mean"], t["save_invstd"], kTrain, p);
+            positions ? t["positions"] : TensorView{}, t["save_mean"], t["save_invstd"], kTrain, p);
       };
-      v.reference = [p = c.p](const OpTensors& t) -> Result<Values> {
+      v.reference = [p = c.p, positions, dtype = v.tensors.dtype(Role::activation)](
+                        const OpTensors& t) -> Result<Values> {
         DLPROBE_ASSIGN_OR_RETURN(
             reference::BatchNormTrainOutput r,
             reference::batch_norm_train_forward<double>(
                 t["x"], t["gamma"], t["beta"], t["running_mean"], t["running_var"], kTrain));
         DLPROBE_ASSIGN_OR_RETURN(HostTensor relu, add_relu(std::move(r.y), nullptr));
         DLPROBE_ASSIGN_OR_RETURN(HostTensor y, reference::max_pool2d_forward<double>(relu, p));
-        return train_forward_values(std::move(r), std::move(y));
+        HostTensor at;
+        if (positions) {
+          DLPROBE_ASSIGN_OR_RETURN(
+              at, reference::max_pool2d_positions<double>(rounded(relu, dtype), p));
+        }
+        Values values = train_forward_values(std::move(r), std::move(y));
+        if (positions) values.emplace("positions", std::move(at));
+        return values;
       };
       out.push_back(std::move(v));
     }
@@ -1705,7 +1821,15 @@ const std::vector<OpCase>& op_cases() {
       {"max_pool2d_backward_recomputed", P::activations, &Offers::recomputed_max_pool,
        max_pool_recomputed},
       {"batch_norm_relu_max_pool_train_forward", P::activations, &Offers::recomputed_max_pool,
-       batch_norm_relu_max_pool},
+       [](Precision p) { return batch_norm_relu_max_pool(p, false); }},
+      {"batch_norm_relu_max_pool_train_forward_positions", P::activations,
+       &Offers::fused_max_pool_backward,
+       [](Precision p) { return batch_norm_relu_max_pool(p, true); }},
+      {"batch_norm_relu_max_pool_backward", P::activations, &Offers::fused_max_pool_backward,
+       [](Precision p) { return batch_norm_relu_max_pool_backward(p, false); }},
+      {"batch_norm_relu_max_pool_backward_at_positions", P::activations,
+       &Offers::fused_max_pool_backward,
+       [](Precision p) { return batch_norm_relu_max_pool_backward(p, true); }},
       {"global_avg_pool_forward", P::activations, nullptr,
        [](Precision p) { return global_avg_pool(p, false); }},
       {"global_avg_pool_backward", P::activations, nullptr,

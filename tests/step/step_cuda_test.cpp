@@ -49,8 +49,10 @@ TEST(StepCudaTest, Fp32TrainAdamW) {
 // partial sums in 16 bits (as under bench's default, --conv-engines any, but for FFT and Winograd
 // engines), and its whole fp16 step passes the same comparison with fp64.
 // With `sums_pass` and `prologue_pass`, dlprobe's passes in place of cuDNN's statistics epilogue
-// and prologue (CudaBackendOptions::conv_sums, conv_prologue_pass).
-testing::RigFactory fusing_cuda_rig(bool sums_pass, bool prologue_pass) {
+// and prologue (CudaBackendOptions::conv_sums, conv_prologue_pass); with `stem_backward`, the
+// stem's pool, ReLU and batch norm backward in one call (fused_stem_backward).
+testing::RigFactory fusing_cuda_rig(bool sums_pass, bool prologue_pass,
+                                    bool stem_backward = false) {
   return [=](const StepConfig& c) {
     return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
                                 [=](memory::CachingAllocator& allocator) {
@@ -59,6 +61,7 @@ testing::RigFactory fusing_cuda_rig(bool sums_pass, bool prologue_pass) {
                                   o.reduced_precision_reductions = true;
                                   o.conv_sums = sums_pass ? ConvSumsBy::pass : ConvSumsBy::epilogue;
                                   o.conv_prologue_pass = prologue_pass;
+                                  o.fused_stem_backward = stem_backward;
                                   return make_cuda_backend(0, allocator, o);
                                 });
   };
@@ -66,6 +69,11 @@ testing::RigFactory fusing_cuda_rig(bool sums_pass, bool prologue_pass) {
 
 testing::Rig make_fusing_cuda_rig(const StepConfig& c) {
   return fusing_cuda_rig(false, false)(c);
+}
+
+// bench's `--stem-backward fused` on top of the default fused step.
+testing::Rig make_stem_fused_cuda_rig(const StepConfig& c) {
+  return fusing_cuda_rig(false, false, true)(c);
 }
 
 int calls_of(const testing::Rig& r, CallKind kind) {
@@ -89,6 +97,20 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithBatchNormInsideTheConvolutions) {
       << "deterministic engines: no runtime fusion";
   EXPECT_EQ(calls_of(exact, CallKind::conv_backward_data_add_relu), 0);
   testing::compare_gradients(Precision::fp16, Layout::nhwc, make_fusing_cuda_rig, "cuda fused");
+}
+
+// The stem's pool, ReLU and batch norm backward in one call (bench --stem-backward fused), in the
+// fused step of each half precision and in tf32: the same comparison with fp64.
+TEST(StepCudaTest, GradientsNhwcWithTheStemBackwardFused) {
+  const StepConfig c = config(Precision::fp16, Layout::nhwc, StepMode::grads);
+  testing::Rig rig = make_stem_fused_cuda_rig(c);
+  ASSERT_TRUE(rig.step);
+  EXPECT_EQ(calls_of(rig, CallKind::batch_norm_relu_max_pool_backward), 1);
+  EXPECT_EQ(calls_of(rig, CallKind::max_pool_backward), 0);
+  for (const Precision p : {Precision::fp16, Precision::bf16, Precision::tf32}) {
+    testing::compare_gradients(p, Layout::nhwc, make_stem_fused_cuda_rig,
+                               "cuda, stem backward fused");
+  }
 }
 
 // The convolutions' statistics summed by dlprobe's pass over each output rather than in cuDNN's

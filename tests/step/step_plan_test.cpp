@@ -104,7 +104,8 @@ TEST(StepPlanTest, FusesBatchNormWithReluAndResidualAdd) {
 // of the next block's first convolution (one of the terms), which is never stored: 7 of the 19
 // data gradients, and no relu_backward_add. The 3 pairs of batch norms that a block output's pass
 // summed take their one gradient in one call each (batch_norm_add_backward), which leaves 5 plain
-// backwards of the 11.
+// backwards of the 11. In NHWC the stem's BN + ReLU take their backward in the max pool's call,
+// which leaves 8 of the 9 BN + ReLU backwards.
 TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
   StepConfig c = tiny_config();
   c.precision = Precision::fp64;
@@ -121,7 +122,10 @@ TEST(StepPlanTest, FusesBatchNormIntoConvolutions) {
   EXPECT_EQ(kinds[CallKind::batch_norm_relu_max_pool_train_forward], 1);
   EXPECT_EQ(kinds[CallKind::conv_backward_weight_fused], 8);
   EXPECT_EQ(kinds[CallKind::conv_backward_weight], 12);
-  EXPECT_EQ(kinds[CallKind::batch_norm_relu_backward], 9);
+  EXPECT_EQ(kinds[CallKind::batch_norm_relu_backward], 8);
+  EXPECT_EQ(kinds[CallKind::batch_norm_relu_max_pool_backward], 1);
+  EXPECT_EQ(kinds[CallKind::max_pool_backward], 0);
+  EXPECT_EQ(names["maxpool.backward+relu+bn1"], 1);
   EXPECT_EQ(kinds[CallKind::conv_backward_data_add_relu], 7);
   EXPECT_EQ(kinds[CallKind::conv_backward_data], 12);
   EXPECT_EQ(kinds[CallKind::relu_backward_add], 0);
@@ -417,6 +421,34 @@ TEST(StepPlanTest, MaxPoolRecomputesItsInputFromTheBatchNorm) {
     }
     EXPECT_EQ(kept, fuse ? 0 : 1) << (fuse ? "fused" : "unfused");
     EXPECT_EQ(buffers, fuse ? 0 : 1) << (fuse ? "fused" : "unfused");
+  }
+}
+
+// In NHWC the stem's batch norm + ReLU take their backward in the max pool's call, which gathers
+// the pool's gradient as it goes at the windows' maxima the forward kept: the pool's input
+// gradient is no buffer, and neither the batch norm nor the ReLU has a backward call of its own.
+// NCHW keeps the pool's backward apart.
+TEST(StepPlanTest, MaxPoolTakesTheStemBatchNormBackwardInNhwc) {
+  for (const Layout layout : {Layout::nhwc, Layout::nchw}) {
+    StepConfig c = tiny_config();
+    c.layout = layout;
+    testing::Rig r = make_rig(c);
+    ASSERT_TRUE(r.step);
+    const bool nhwc = layout == Layout::nhwc;
+    auto [names, kinds] = count_calls(*r.step);
+    EXPECT_EQ(names["maxpool.backward+relu+bn1"], nhwc ? 1 : 0);
+    EXPECT_EQ(names["maxpool.backward+bn1"], nhwc ? 0 : 1);
+    EXPECT_EQ(names["bn1.backward+relu"], nhwc ? 0 : 1);
+    // The pool's output, and in NHWC where its windows' maxima lie, which the forward keeps for
+    // the backward.
+    int pool_gradients = 0;
+    int pool_kept = 0;
+    for (const TransientBuffer& t : r.step->transients()) {
+      if (t.owner != "maxpool") continue;
+      ++(t.gradient ? pool_gradients : pool_kept);
+    }
+    EXPECT_EQ(pool_gradients, nhwc ? 0 : 1) << layout_name(layout);
+    EXPECT_EQ(pool_kept, nhwc ? 2 : 1) << layout_name(layout);
   }
 }
 

@@ -60,6 +60,8 @@ struct ConvOptions {
   std::shared_ptr<ConvTuningCache> tuning = nullptr;  // shared by the process; may be null
   ConvSumsBy sums = ConvSumsBy::epilogue_in_fp16;
   ConvPrologueChoice prologue = {};
+  // The stem's max pool, ReLU and batch norm backward in one call (bench's `--stem-backward`).
+  bool fused_stem_backward = false;
 };
 
 }  // namespace dlprobe::device

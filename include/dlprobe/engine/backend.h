@@ -280,16 +280,36 @@ class Backend {
                                                 const TensorView& save_mean,
                                                 const TensorView& save_invstd, const TensorView& dx,
                                                 const MaxPool2dParams& p);
+  // (optional) The backward of y = max_pool(relu(bn(x))) as batch_norm_relu_max_pool_train_forward
+  // computed it, from y's gradient dy: dx, dgamma and dbeta as max_pool2d_backward_recomputed and
+  // then batch_norm_relu_backward (y without data) give them (up to the order of the per-channel
+  // sums), the pool's input gradient rounded to x's dtype between the two, but never stored: a
+  // backend may gather it from dy wherever it needs it. `positions` are the windows' maxima's
+  // places as that forward stored them, or without data, found again from x. Planned only where
+  // fuses_max_pool_batch_norm_backward(x, pool) is true; the default refuses.
+  virtual bool fuses_max_pool_batch_norm_backward(const TensorDesc& /*x*/,
+                                                  const MaxPool2dParams& /*pool*/) const {
+    return false;
+  }
+  virtual Status batch_norm_relu_max_pool_backward(
+      const TensorView& dy, const TensorView& positions, const TensorView& x,
+      const TensorView& gamma, const TensorView& beta, const TensorView& save_mean,
+      const TensorView& save_invstd, const TensorView& dx, const TensorView& dgamma,
+      const TensorView& dbeta, const MaxPool2dParams& pool);
   // (optional, where recomputes_max_pool_input() is true) y = max_pool(relu(bn(x))) with the
   // batch's statistics, which are saved and move the running ones as in
   // batch_norm_relu_train_forward; the batch norm's output is compared as that op would have
   // stored it (rounded to x's dtype) and never stored: max_pool2d_backward_recomputed makes it
-  // again. The default refuses.
+  // again. Where `positions` has data (y's shape, layout and dtype), each window's maximum's place
+  // in it too, r * kw + s for input row h0 + r and column w0 + s (h0, w0 the window's first,
+  // padding included; where max_pool2d_backward finds the maximum: a strictly greater value or a
+  // NaN moves it), a small integer in y's dtype, for batch_norm_relu_max_pool_backward. The
+  // default refuses.
   virtual Status batch_norm_relu_max_pool_train_forward(
       const TensorView& x, const TensorView& gamma, const TensorView& beta,
       const TensorView& running_mean, const TensorView& running_var, const TensorView& y,
-      const TensorView& save_mean, const TensorView& save_invstd, const BatchNormParams& bn,
-      const MaxPool2dParams& pool);
+      const TensorView& positions, const TensorView& save_mean, const TensorView& save_invstd,
+      const BatchNormParams& bn, const MaxPool2dParams& pool);
 
   // y = a + b; `y` may alias `a` or `b`.
   virtual Status add(const TensorView& a, const TensorView& b, const TensorView& y) = 0;

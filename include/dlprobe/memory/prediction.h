@@ -51,6 +51,10 @@ struct Calibration {
   // the step never stored it, as the CUDA and reference backends do. A file without the key came
   // from before that and reads as false.
   bool recomputed_pool = true;
+  // Whether that pool's backward ran with its batch norm's in one call (the measured step held a
+  // batch_norm_relu_max_pool_backward call: the reference backend in NHWC, the CUDA backend under
+  // bench's --stem-backward fused). A file without the key reads as false.
+  bool fused_pool_backward = false;
   // NVML's figure for the process less the allocator's reserved bytes, read together after the
   // step: CUDA context, library handles, lazily loaded kernels. None without NVML (and on a CPU).
   std::optional<std::int64_t> outside_allocator_bytes;

@@ -33,6 +33,7 @@ enum class CallKind : std::uint8_t {
   batch_norm_relu_inference_forward,       // the same with running statistics
   batch_norm_relu_backward,                // ReLU's mask and batch norm's backward in one call
   batch_norm_relu_max_pool_train_forward,  // batch norm, ReLU and the max pool after them
+  batch_norm_relu_max_pool_backward,       // the backward of those three in one call
   batch_norm_apply,      // the elementwise pass of a batch norm whose input a convolution summed
   batch_norm_apply_add,  // two batch norms' passes summed, and the ReLU: a block output
   relu_forward,

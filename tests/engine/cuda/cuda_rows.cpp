@@ -37,7 +37,8 @@ const BackendRow& cuda_row() {
                  .half_to_half_casts = true,
                  .fused_conv_batch_norm = true,
                  .gpu_sized_batch_norm = true,
-                 .recomputed_max_pool = true},
+                 .recomputed_max_pool = true,
+                 .fused_max_pool_backward = true},
       .returns_scratch = false,
       .open = []() -> Result<OpenedBackend> {
         // DLPROBE_TEST_DEBUG=1 logs which cuDNN engine each convolution shape got.
@@ -45,7 +46,9 @@ const BackendRow& cuda_row() {
         OpenedBackend b;
         DLPROBE_ASSIGN_OR_RETURN(auto source, memory::make_cuda_memory_source(0));
         DLPROBE_ASSIGN_OR_RETURN(b.allocator, memory::CachingAllocator::create(std::move(source)));
-        DLPROBE_ASSIGN_OR_RETURN(b.backend, cuda::CudaBackend::create(0, *b.allocator, {}));
+        CudaBackendOptions options;
+        options.fused_stem_backward = true;  // its op rows run here
+        DLPROBE_ASSIGN_OR_RETURN(b.backend, cuda::CudaBackend::create(0, *b.allocator, options));
         return b;
       },
       .after_op = engine_fits};

@@ -49,6 +49,13 @@ Status need_like(std::string_view op, std::string_view name, const TensorView& t
               fmt::format("{} is {}, expected {}", name, t.desc.str(), like.desc.str()));
 }
 
+// Every pointer on a 16-byte boundary, as the kernels' packs need (the engine's allocator aligns
+// to 512 bytes; a caller's own buffers may not).
+bool aligned_16(std::initializer_list<const void*> pointers) {
+  return std::all_of(pointers.begin(), pointers.end(),
+                     [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; });
+}
+
 // Tensors with the names that errors give them.
 using NamedTensors = std::initializer_list<std::pair<std::string_view, const TensorView*>>;
 
@@ -1484,13 +1491,60 @@ Status CudaBackend::max_pool2d_backward_recomputed(const TensorView& dy, const T
   return launch_max_pool2d_backward(ctx(), dy, bn_x, dx, p, &from_bn);
 }
 
+bool CudaBackend::fuses_max_pool_batch_norm_backward(const TensorDesc& x,
+                                                     const MaxPool2dParams& pool) const {
+  return options_.fused_stem_backward && x.rank() == 4 && x.layout() == Layout::nhwc &&
+         (x.dtype() == DType::fp32 || x.dtype() == DType::fp16 || x.dtype() == DType::bf16) &&
+         x.dim(1) % (16 / static_cast<std::int64_t>(dtype_size(x.dtype()))) == 0 &&
+         pool.kernel[0] * pool.kernel[1] <= 255;
+}
+
+Status CudaBackend::batch_norm_relu_max_pool_backward(
+    const TensorView& dy, const TensorView& positions, const TensorView& x, const TensorView& gamma,
+    const TensorView& beta, const TensorView& save_mean, const TensorView& save_invstd,
+    const TensorView& dx, const TensorView& dgamma, const TensorView& dbeta,
+    const MaxPool2dParams& pool) {
+  constexpr std::string_view op = "batch_norm_relu_max_pool_backward";
+  DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
+                                           {{"gamma", &gamma},
+                                            {"beta", &beta},
+                                            {"save_mean", &save_mean},
+                                            {"save_invstd", &save_invstd},
+                                            {"dgamma", &dgamma},
+                                            {"dbeta", &dbeta}}));
+  DLPROBE_RETURN_IF_ERROR(need_max_pool(op, "x", x, "dy", dy));
+  DLPROBE_ASSIGN_OR_RETURN(const Shape pooled, max_pool2d_output_shape(x.desc.shape(), pool));
+  DLPROBE_RETURN_IF_ERROR(need(dy.desc.shape() == pooled && dy.desc.layout() == x.desc.layout(), op,
+                               fmt::format("dy is {} for x {}", dy.desc.str(), x.desc.str())));
+  DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
+  DLPROBE_RETURN_IF_ERROR(need(fuses_max_pool_batch_norm_backward(x.desc, pool), op,
+                               fmt::format("{} is not NHWC in 16-byte channel packs, or the "
+                                           "windows hold more than 255 positions",
+                                           x.desc.str())));
+  if (positions.data != nullptr) {
+    DLPROBE_RETURN_IF_ERROR(need_like(op, "positions", positions, dy));
+    return launch_batch_norm_relu_backward_from_pool(ctx(), dy, {.values = positions.data}, pool, x,
+                                                     gamma, beta, save_mean, save_invstd, dx,
+                                                     dgamma, dbeta);
+  }
+  DLPROBE_ASSIGN_OR_RETURN(auto where,
+                           scratch(ctx(), static_cast<std::size_t>(dy.desc.numel()), op));
+  auto* bytes = static_cast<std::uint8_t*>(where.data());
+  const PoolInputFromBatchNorm from_bn{
+      static_cast<const float*>(save_mean.data), static_cast<const float*>(save_invstd.data),
+      static_cast<const float*>(gamma.data), static_cast<const float*>(beta.data)};
+  DLPROBE_RETURN_IF_ERROR(launch_max_pool2d_positions(ctx(), x, dy.desc, bytes, pool, &from_bn));
+  return launch_batch_norm_relu_backward_from_pool(ctx(), dy, {.bytes = bytes}, pool, x, gamma,
+                                                   beta, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
 // The statistics pass and its merge, then the pool, which normalises each value it compares: the
 // batch norm's output (ResNet-50's stem at batch 256 in fp16: 411 MB) is neither written nor read.
 Status CudaBackend::batch_norm_relu_max_pool_train_forward(
     const TensorView& x, const TensorView& gamma, const TensorView& beta,
     const TensorView& running_mean, const TensorView& running_var, const TensorView& y,
-    const TensorView& save_mean, const TensorView& save_invstd, const BatchNormParams& bn,
-    const MaxPool2dParams& pool) {
+    const TensorView& positions, const TensorView& save_mean, const TensorView& save_invstd,
+    const BatchNormParams& bn, const MaxPool2dParams& pool) {
   constexpr std::string_view op = "batch_norm_relu_max_pool_train_forward";
   DLPROBE_RETURN_IF_ERROR(check_batch_norm(op, x,
                                            {{"gamma", &gamma},
@@ -1500,12 +1554,25 @@ Status CudaBackend::batch_norm_relu_max_pool_train_forward(
                                             {"save_mean", &save_mean},
                                             {"save_invstd", &save_invstd}}));
   DLPROBE_RETURN_IF_ERROR(need_max_pool(op, "x", x, "y", y));
+  DLPROBE_ASSIGN_OR_RETURN(const Shape pooled, max_pool2d_output_shape(x.desc.shape(), pool));
+  DLPROBE_RETURN_IF_ERROR(need(y.desc.shape() == pooled && y.desc.layout() == x.desc.layout(), op,
+                               fmt::format("y is {} for x {}", y.desc.str(), x.desc.str())));
+  if (positions.data != nullptr) {
+    // Checked before the statistics move the running ones: a refused call changes nothing.
+    DLPROBE_RETURN_IF_ERROR(need_like(op, "positions", positions, y));
+    DLPROBE_RETURN_IF_ERROR(
+        need(fuses_max_pool_batch_norm_backward(x.desc, pool) &&
+                 aligned_16({x.data, y.data, positions.data}),
+             op,
+             fmt::format("positions are kept only for NHWC in 16-byte channel packs, not {}",
+                         x.desc.str())));
+  }
   DLPROBE_RETURN_IF_ERROR(launch_batch_norm_statistics(ctx(), x, running_mean, running_var,
                                                        save_mean, save_invstd, bn));
   const PoolInputFromBatchNorm from_bn{
       static_cast<const float*>(save_mean.data), static_cast<const float*>(save_invstd.data),
       static_cast<const float*>(gamma.data), static_cast<const float*>(beta.data)};
-  return launch_max_pool2d_forward(ctx(), x, y, pool, &from_bn);
+  return launch_max_pool2d_forward(ctx(), x, y, pool, &from_bn, positions.data);
 }
 
 Status CudaBackend::add(const TensorView& a, const TensorView& b, const TensorView& y) {

@@ -139,11 +139,24 @@ class CudaBackend final : public Backend {
                                         const TensorView& gamma, const TensorView& beta,
                                         const TensorView& save_mean, const TensorView& save_invstd,
                                         const TensorView& dx, const MaxPool2dParams& p) override;
+  // NHWC in 16-byte channel packs (ResNet's stem: 64 channels): the batch norm's two passes gather
+  // the pool's gradient from dy as they load it (launch_batch_norm_relu_backward_from_pool), at the
+  // windows' maxima the forward kept (`positions`) or, without them, the ones a first pass finds
+  // as max_pool2d_backward_recomputed does: at ResNet-50's stem the tensor of the pool's input
+  // gradient (411 MB at fp16 batch 256) is neither written nor read twice.
+  bool fuses_max_pool_batch_norm_backward(const TensorDesc& x,
+                                          const MaxPool2dParams& pool) const override;
+  Status batch_norm_relu_max_pool_backward(const TensorView& dy, const TensorView& positions,
+                                           const TensorView& x, const TensorView& gamma,
+                                           const TensorView& beta, const TensorView& save_mean,
+                                           const TensorView& save_invstd, const TensorView& dx,
+                                           const TensorView& dgamma, const TensorView& dbeta,
+                                           const MaxPool2dParams& pool) override;
   Status batch_norm_relu_max_pool_train_forward(
       const TensorView& x, const TensorView& gamma, const TensorView& beta,
       const TensorView& running_mean, const TensorView& running_var, const TensorView& y,
-      const TensorView& save_mean, const TensorView& save_invstd, const BatchNormParams& bn,
-      const MaxPool2dParams& pool) override;
+      const TensorView& positions, const TensorView& save_mean, const TensorView& save_invstd,
+      const BatchNormParams& bn, const MaxPool2dParams& pool) override;
   Status add(const TensorView& a, const TensorView& b, const TensorView& y) override;
   Status global_avg_pool_forward(const TensorView& x, const TensorView& y) override;
   Status global_avg_pool_backward(const TensorView& dy, const TensorView& dx) override;

@@ -195,13 +195,40 @@ struct PoolInputFromBatchNorm {
   const float* gamma;
   const float* beta;
 };
+// With `positions` (from_bn's NHWC in 16-byte channel packs only), each window's maximum's place
+// in the window too, as a value of y's dtype laid out as y (Backend::
+// batch_norm_relu_max_pool_train_forward's `positions`).
 Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y,
                                  const MaxPool2dParams& p,
-                                 const PoolInputFromBatchNorm* from_bn = nullptr);
+                                 const PoolInputFromBatchNorm* from_bn = nullptr,
+                                 void* positions = nullptr);
 Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy,
                                   const TensorView& x, const TensorView& dx,
                                   const MaxPool2dParams& p,
                                   const PoolInputFromBatchNorm* from_bn = nullptr);
+// The max pool backward's first pass alone (NHWC in 16-byte channel packs): each window's maximum
+// found again in x (computed from the batch norm's input with from_bn) and its position in the
+// window stored in `where`, a byte an element of the pool's output gradient dy, laid out as dy.
+Status launch_max_pool2d_positions(const KernelContext& ctx, const TensorView& x,
+                                   const TensorDesc& dy, std::uint8_t* where,
+                                   const MaxPool2dParams& p, const PoolInputFromBatchNorm* from_bn);
+// Where each window's maximum lies, laid out as the pool's output: bytes from
+// launch_max_pool2d_positions, or else the forward's positions (launch_max_pool2d_forward's, in
+// the activations' dtype).
+struct PoolPositions {
+  const std::uint8_t* bytes = nullptr;
+  const void* values = nullptr;
+};
+// The backward of relu(bn(x)) where the ReLU's output gradient is the max pool's backward of dy
+// (the pool after them, its windows' maxima at `where`): both of the batch norm's passes gather
+// that gradient as they load it, rounded to x's dtype as the pool's backward would store it, where
+// launch_max_pool2d_backward and launch_batch_norm_backward write it (x's size) and read it
+// twice. NHWC in 16-byte channel packs.
+Status launch_batch_norm_relu_backward_from_pool(
+    const KernelContext& ctx, const TensorView& dy, const PoolPositions& where,
+    const MaxPool2dParams& p, const TensorView& x, const TensorView& gamma, const TensorView& beta,
+    const TensorView& save_mean, const TensorView& save_invstd, const TensorView& dx,
+    const TensorView& dgamma, const TensorView& dbeta);
 
 Status launch_global_avg_pool_forward(const KernelContext& ctx, const TensorView& x,
                                       const TensorView& y);

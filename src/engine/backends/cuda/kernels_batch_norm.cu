@@ -17,10 +17,12 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "cuda_common.cuh"
 #include "launch_plan.h"
+#include "pool_geometry.cuh"
 
 namespace dlprobe::cuda {
 namespace {
@@ -180,14 +182,18 @@ __device__ __forceinline__ int nchw_channel(const Nchw& g, std::int64_t q) {
   return static_cast<int>(plane % static_cast<std::uint32_t>(g.channels));
 }
 
-// The elementwise passes' grid-stride loops: f(at) for the offset of each NHWC row pack this
-// thread takes, f(q, c) for each NCHW pack q (of channel c).
+// The elementwise passes' grid-stride loops: f(at) (or f(at, row)) for the offset of each NHWC
+// row pack this thread takes, f(q, c) for each NCHW pack q (of channel c).
 template <int P, class F>
 __device__ __forceinline__ void for_each_nhwc_row(const Nhwc& g, const NhwcLane& lane, F&& f) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.y) * g.ty;
   for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * g.ty + lane.row; r < g.rows;
        r += stride) {
-    f(r * g.channels + lane.pack * P);
+    if constexpr (std::is_invocable_v<F&, std::int64_t, std::int64_t>) {
+      f(r * g.channels + lane.pack * P, r);
+    } else {
+      f(r * g.channels + lane.pack * P);
+    }
   }
 }
 
@@ -649,6 +655,58 @@ __device__ __forceinline__ GradPacks<T, P> load_grad_packs(const T* dy, const T*
   return {load_raw<T, P>(dy + at), load_raw<T, P>(x + at)};
 }
 
+// Rows of its channels a thread of grad_sums_nhwc (and of the pair's grad_sums_add_nhwc) loads
+// before it sums any: with one at a time each thread waited on the memory for every row. Four
+// rows take the fp16 ReLU variant 96 registers and the pair's 111, two blocks an SM (reduction_for
+// plans the grid by the occupancy), where two rows took 80, three blocks: a third more bytes in
+// flight an SM, and fp16 ResNet-50 ran 0.8 to 2.0 % faster (H100, bs256 to bs32, two calls).
+// Eight rows in the single sums (128 registers, still two blocks) ran 1 % slower at bs32. The
+// elementwise dx pass keeps one row: two (bounded to three blocks an SM) and four (two blocks)
+// ran within 0.2 % of it (fp16 ResNet-50, H100, bs32 to 256).
+constexpr int kGradRowsAhead = 4;
+
+// Where the backward's NHWC passes read the gradient reaching the batch norm's output (or its
+// fused ReLU's) for the P channels of `pack` at NHWC row `row` (element offset `at`): a tensor
+// shaped as x (StoredGrad), or the max pool's backward gathered as it is loaded (PooledGrad).
+template <class T, int P>
+struct StoredGrad {
+  static constexpr int kRowsAhead = kGradRowsAhead;
+  const T* dy;
+
+  __device__ __forceinline__ Pack<T, P> load(std::int64_t /*row*/, int /*pack*/,
+                                             std::int64_t at) const {
+    return load_raw<T, P>(dy + at);
+  }
+};
+
+// The gradient of the max pool's input: pool::gather_nhwc's sum over the windows whose maximum
+// the element is, rounded to T as the pool's backward stores it, so that the batch norm's passes
+// see the values they would read from that tensor.
+template <class T, int P, bool kStemPool, class Pos>
+struct PooledGrad {
+  static constexpr int kRowsAhead = kGradRowsAhead;
+  const T* dy;  // the pool's output gradient
+  const Pos* where;
+  pool::PoolGeom geom;
+
+  __device__ __forceinline__ Pack<T, P> load(std::int64_t row, int pack,
+                                             std::int64_t /*at*/) const {
+    const pool::PoolGeom g = pool::geometry<kStemPool>(geom);
+    // Rows number below 2^31 (check_size): 32-bit divisions, a fraction of 64-bit ones' cost.
+    const auto r = static_cast<std::uint32_t>(row);
+    const std::uint32_t nh = r / static_cast<std::uint32_t>(g.w);
+    const std::uint32_t n = nh / static_cast<std::uint32_t>(g.h);
+    const auto h = static_cast<int>(nh - n * static_cast<std::uint32_t>(g.h));
+    const auto w = static_cast<int>(r - nh * static_cast<std::uint32_t>(g.w));
+    float sum[P];
+    pool::gather_nhwc<T, P, kStemPool, Pos>(dy, where, g, static_cast<int>(n), h, w, pack, sum);
+    Pack<T, P> out;
+#pragma unroll
+    for (int k = 0; k < P; ++k) out.v[k] = from_float<T>(sum[k]);
+    return out;
+  }
+};
+
 template <bool kRelu, class T, int P, class C>
 __device__ __forceinline__ void grad_operands(const GradPacks<T, P>& in, float (&g)[P],
                                               float (&vx)[P], const C& mean, const C& scale,
@@ -665,18 +723,8 @@ __device__ __forceinline__ void load_grad(const T* dy, const T* x, std::int64_t 
   grad_operands<kRelu>(load_grad_packs<T, P>(dy, x, at), g, vx, mean, scale, beta);
 }
 
-// Rows of its channels a thread of grad_sums_nhwc (and of the pair's grad_sums_add_nhwc) loads
-// before it sums any: with one at a time each thread waited on the memory for every row. Four
-// rows take the fp16 ReLU variant 96 registers and the pair's 111, two blocks an SM (reduction_for
-// plans the grid by the occupancy), where two rows took 80, three blocks: a third more bytes in
-// flight an SM, and fp16 ResNet-50 ran 0.8 to 2.0 % faster (H100, bs256 to bs32, two calls).
-// Eight rows in the single sums (128 registers, still two blocks) ran 1 % slower at bs32. The
-// elementwise dx pass keeps one row: two (bounded to three blocks an SM) and four (two blocks)
-// ran within 0.2 % of it (fp16 ResNet-50, H100, bs32 to 256).
-constexpr int kGradRowsAhead = 4;
-
-template <class T, int P, bool kRelu>
-__global__ void grad_sums_nhwc(const T* dy, const T* x, ReluChannels ch, Nhwc g,
+template <class T, int P, bool kRelu, class Grad = StoredGrad<T, P>>
+__global__ void grad_sums_nhwc(Grad dy, const T* x, ReluChannels ch, Nhwc g,
                                std::int64_t rows_per_split, GradSums* partial) {
   __shared__ GradSums tile[kBlock][P];
   const NhwcLane lane = nhwc_lane(g);
@@ -693,17 +741,18 @@ __global__ void grad_sums_nhwc(const T* dy, const T* x, ReluChannels ch, Nhwc g,
         beta[k] = ch.beta[c];
       }
     }
-    // kGradRowsAhead rows loaded before any is summed, in the order of a plain loop over r,
+    // Grad::kRowsAhead rows loaded before any is summed, in the order of a plain loop over r,
     // r + ty, ...
-    for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += kGradRowsAhead * g.ty) {
-      GradPacks<T, P> held[kGradRowsAhead];
+    for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += Grad::kRowsAhead * g.ty) {
+      GradPacks<T, P> held[Grad::kRowsAhead];
 #pragma unroll
-      for (int u = 0; u < kGradRowsAhead; ++u) {
+      for (int u = 0; u < Grad::kRowsAhead; ++u) {
         const std::int64_t ru = r + u * g.ty;
-        if (ru < rows.end) held[u] = load_grad_packs<T, P>(dy, x, ru * g.channels + lane.pack * P);
+        const std::int64_t at = ru * g.channels + lane.pack * P;
+        if (ru < rows.end) held[u] = {dy.load(ru, lane.pack, at), load_raw<T, P>(x + at)};
       }
 #pragma unroll
-      for (int u = 0; u < kGradRowsAhead; ++u) {
+      for (int u = 0; u < Grad::kRowsAhead; ++u) {
         if (r + u * g.ty >= rows.end) break;
         float grad[P], vx[P];
         grad_operands<kRelu>(held[u], grad, vx, m, scale, beta);
@@ -786,14 +835,15 @@ __device__ __forceinline__ float bn_dx(float g, float x, float mean, float scale
   return fmaf(scale, g, fmaf(x - mean, slope, offset));
 }
 
-// dx of the P elements at `at`, with the per-channel values of bn_dx. `scale` is also the
-// forward's scale of x - mean, which the ReLU's mask recomputes the forward's output with.
+// dx of the P elements at `at` from their packs of dy and x, with the per-channel values of
+// bn_dx. `scale` is also the forward's scale of x - mean, which the ReLU's mask recomputes the
+// forward's output with.
 template <bool kRelu, int P, class T, class C>
-__device__ __forceinline__ void dx_pack(const T* dy, const T* x, T* dx, std::int64_t at,
+__device__ __forceinline__ void dx_pack(const GradPacks<T, P>& in, T* dx, std::int64_t at,
                                         const C& mean, const C& scale, const C& slope,
                                         const C& offset, const C& beta) {
   float grad[P], vx[P];
-  load_grad<kRelu>(dy, x, at, grad, vx, mean, scale, beta);
+  grad_operands<kRelu>(in, grad, vx, mean, scale, beta);
 #pragma unroll
   for (int k = 0; k < P; ++k) {
     grad[k] = bn_dx(grad[k], vx[k], of(mean, k), of(scale, k), of(slope, k), of(offset, k));
@@ -826,8 +876,8 @@ __device__ __forceinline__ DxPackLine<P> dx_pack_line(const GradChannels& ch, in
   return l;
 }
 
-template <class T, int P, bool kRelu>
-__global__ void dx_nhwc(const T* dy, const T* x, T* dx, Nhwc g, GradChannels ch) {
+template <class T, int P, bool kRelu, class Grad = StoredGrad<T, P>>
+__global__ void dx_nhwc(Grad dy, const T* x, T* dx, Nhwc g, GradChannels ch) {
   const NhwcLane lane = nhwc_lane(g);
   if (lane.pack >= g.packs) return;
   const DxPackLine<P> l = dx_pack_line<P>(ch, lane.pack);
@@ -836,8 +886,9 @@ __global__ void dx_nhwc(const T* dy, const T* x, T* dx, Nhwc g, GradChannels ch)
 #pragma unroll
     for (int k = 0; k < P; ++k) beta[k] = ch.beta[lane.pack * P + k];
   }
-  for_each_nhwc_row<P>(g, lane, [&](std::int64_t at) {
-    dx_pack<kRelu, P>(dy, x, dx, at, l.mean, l.scale, l.slope, l.offset, beta);
+  for_each_nhwc_row<P>(g, lane, [&](std::int64_t at, std::int64_t row) {
+    const GradPacks<T, P> in{dy.load(row, lane.pack, at), load_raw<T, P>(x + at)};
+    dx_pack<kRelu, P>(in, dx, at, l.mean, l.scale, l.slope, l.offset, beta);
   });
 }
 
@@ -848,8 +899,8 @@ __global__ void dx_nchw(const T* dy, const T* x, T* dx, Nchw g, std::int64_t pac
     const float inv = ch.invstd[c];
     const float scale = ch.gamma[c] * inv;
     const DxLine line = dx_line(scale, inv, ch.dgamma[c], ch.dbeta[c], ch.inv_count);
-    dx_pack<kRelu, P>(dy, x, dx, q * P, ch.mean[c], scale, line.slope, line.offset,
-                      kRelu ? ch.beta[c] : 0.0F);
+    dx_pack<kRelu, P>(load_grad_packs<T, P>(dy, x, q * P), dx, q * P, ch.mean[c], scale, line.slope,
+                      line.offset, kRelu ? ch.beta[c] : 0.0F);
   });
 }
 
@@ -1808,6 +1859,31 @@ Status add_backward_passes(const KernelContext& ctx, const TensorView& dy,
   return Status::ok();
 }
 
+// The backward's three launches over NHWC: the sums of g and g * (x - mean) split over the rows,
+// their merge into dgamma and dbeta, then the dx pass; `dy` says where g comes from.
+template <class T, int P, bool kRelu, class Grad>
+Status backward_passes_nhwc(const KernelContext& ctx, const TensorDesc& d, const Grad& dy,
+                            const T* x, T* dx, const ReluChannels& relu, const GradChannels& ch,
+                            const GradsOut& out, std::string_view op) {
+  const int channels = static_cast<int>(d.dim(1));
+  DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(grad_sums_nhwc<T, P, kRelu, Grad>));
+  DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial,
+                           partials<GradSums>(ctx, d, P, per_sm, op));
+  const Reduction& red = partial.red;
+  GradSums* acc = partial.acc();
+  grad_sums_nhwc<T, P, kRelu, Grad><<<red.grid, kBlock, 0, ctx.stream>>>(
+      dy, x, relu, reduction_nhwc_of(d, P), red.per_split, acc);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  finalize_partials<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
+                                                                        out);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  auto* kernel = dx_nhwc<T, P, kRelu, Grad>;
+  DLPROBE_ASSIGN_OR_RETURN(const int dx_per_sm, blocks_per_sm(kernel));
+  kernel<<<nhwc_grid(ctx, d, P, dx_per_sm), kBlock, 0, ctx.stream>>>(dy, x, dx, nhwc_of(d, P), ch);
+  DLPROBE_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
 Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy,
                                   const TensorView* relu_beta, const TensorView& x,
                                   const TensorView& gamma, const TensorView& save_mean,
@@ -1822,8 +1898,7 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
     const auto* xp = static_cast<const T*>(x.data);
     auto* dxp = static_cast<T*>(dx.data);
     const float* mean = f32(save_mean);
-    const Nhwc gs = reduction_nhwc_of(d, P);  // the sums' blocks
-    const Nhwc gh = nhwc_of(d, P);            // the dx pass's
+    const Nhwc gs = reduction_nhwc_of(d, P);  // the one-launch kernels' blocks
     const Nchw gc = nchw_of(d);
     const bool nhwc = d.layout() == Layout::nhwc;
     const std::int64_t packs = d.numel() / P;
@@ -1845,36 +1920,71 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
           if (done) return Status::ok();
         }
       }
-      DLPROBE_ASSIGN_OR_RETURN(const int per_sm, nhwc ? blocks_per_sm(grad_sums_nhwc<T, P, kRelu>)
-                                                      : blocks_per_sm(grad_sums_nchw<T, P, kRelu>));
+      if (nhwc) {
+        return backward_passes_nhwc<T, P, kRelu>(ctx, d, StoredGrad<T, P>{dyp}, xp, dxp, relu, ch,
+                                                 out, op);
+      }
+      DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(grad_sums_nchw<T, P, kRelu>));
       DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial,
                                partials<GradSums>(ctx, d, P, per_sm, op));
       const Reduction& red = partial.red;
       GradSums* acc = partial.acc();
-      if (nhwc) {
-        grad_sums_nhwc<T, P, kRelu>
-            <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gs, red.per_split, acc);
-      } else {
-        grad_sums_nchw<T, P, kRelu>
-            <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gc, red.per_split, acc);
-      }
+      grad_sums_nchw<T, P, kRelu>
+          <<<red.grid, kBlock, 0, ctx.stream>>>(dyp, xp, relu, gc, red.per_split, acc);
       DLPROBE_CUDA_CHECK_LAUNCH();
       finalize_partials<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels,
                                                                             red.splits, out);
       DLPROBE_CUDA_CHECK_LAUNCH();
-      if (nhwc) {
-        auto* kernel = dx_nhwc<T, P, kRelu>;
-        DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(kernel));
-        kernel<<<nhwc_grid(ctx, d, P, per_sm), kBlock, 0, ctx.stream>>>(dyp, xp, dxp, gh, ch);
-      } else {
-        dx_nchw<T, P, kRelu>
-            <<<nchw_grid(ctx, d, P), kBlock, 0, ctx.stream>>>(dyp, xp, dxp, gc, packs, ch);
-      }
+      dx_nchw<T, P, kRelu>
+          <<<nchw_grid(ctx, d, P), kBlock, 0, ctx.stream>>>(dyp, xp, dxp, gc, packs, ch);
       DLPROBE_CUDA_CHECK_LAUNCH();
       return Status::ok();
     };
     if (beta != nullptr) return passes(std::true_type{});
     return passes(std::false_type{});
+  });
+}
+
+Status launch_batch_norm_relu_backward_from_pool(
+    const KernelContext& ctx, const TensorView& dy, const PoolPositions& where,
+    const MaxPool2dParams& p, const TensorView& x, const TensorView& gamma, const TensorView& beta,
+    const TensorView& save_mean, const TensorView& save_invstd, const TensorView& dx,
+    const TensorView& dgamma, const TensorView& dbeta) {
+  constexpr std::string_view op = "batch_norm_relu_backward_from_pool";
+  const TensorDesc& d = x.desc;
+  const void* positions = where.bytes != nullptr ? where.bytes : where.values;
+  if (d.layout() != Layout::nhwc || !packable(d, {dy.data, x.data, dx.data, positions})) {
+    return error(Errc::unsupported,
+                 std::string(op) + ": " + d.str() + " is not NHWC in 16-byte channel packs");
+  }
+  const auto count = static_cast<float>(d.dim(0) * d.dim(2) * d.dim(3));
+  DLPROBE_RETURN_IF_ERROR(check_size(d, op));
+  return dispatch_floating(d.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    constexpr int P = kPack<T>;
+    const float* mean = f32(save_mean);
+    const ReluChannels relu{mean, f32(save_invstd), f32(gamma), f32(beta)};
+    const GradChannels ch{f32(gamma),  f32(beta),  mean,        f32(save_invstd),
+                          f32(dgamma), f32(dbeta), 1.0F / count};
+    const GradsOut out{f32(save_invstd), f32_out(dgamma), f32_out(dbeta)};
+    const pool::PoolGeom g = pool::geom_of(d, dy.desc, p);
+    const auto* dyp = static_cast<const T*>(dy.data);
+    const auto* xp = static_cast<const T*>(x.data);
+    auto* dxp = static_cast<T*>(dx.data);
+    // The passes for each way the positions come and each pool geometry.
+    auto passes = [&](const auto* at, auto stem_tag) {
+      constexpr bool kStemPool = decltype(stem_tag)::value;
+      using Pos = std::remove_cv_t<std::remove_pointer_t<decltype(at)>>;
+      return backward_passes_nhwc<T, P, true>(ctx, d, PooledGrad<T, P, kStemPool, Pos>{dyp, at, g},
+                                              xp, dxp, relu, ch, out, op);
+    };
+    const auto* values = static_cast<const T*>(where.values);
+    if (pool::is_stem_pool(g)) {
+      return where.bytes != nullptr ? passes(where.bytes, std::true_type{})
+                                    : passes(values, std::true_type{});
+    }
+    return where.bytes != nullptr ? passes(where.bytes, std::false_type{})
+                                  : passes(values, std::false_type{});
   });
 }
 

@@ -1,54 +1,24 @@
-// Max pooling. The forward keeps no indices: the backward finds each window's maximum again in x,
-// with the same rule as the forward and PyTorch (start below every value, move on a strictly
-// greater value or a NaN, so the first maximum wins), then each input element gathers the
-// gradients of the windows whose maximum it is (see the backward's two passes below). Where x,
-// a batch norm's ReLU output, is never stored, the forward and the backward's first pass compute
-// it from the batch norm's input.
+// Max pooling. The forward keeps no indices (batch_norm_relu_max_pool_train_forward may keep the
+// maxima's places for the stem's fused backward): the backward finds each window's maximum again
+// in x, with the same rule as the forward and PyTorch (start below every value, move on a strictly
+// greater value or a NaN), then each input element gathers the gradients of the windows whose
+// maximum it is (see the backward's two passes below). Where x, a batch norm's ReLU output, is
+// never stored, the forward and the backward's first pass compute it from the batch norm's input.
 #include "cuda_common.cuh"
+#include "pool_geometry.cuh"
 
 namespace dlprobe::cuda {
 namespace {
 
-// Plane sizes of one max pool: input H x W, output OH x OW, C channels; 32-bit within a plane
-// (the host checks that a plane fits), 64-bit plane offsets.
-struct PoolGeom {
-  int c, h, w, oh, ow;
-  int kh, kw, sh, sw, ph, pw;
-};
-
-PoolGeom geom_of(const TensorDesc& x, const TensorDesc& y, const MaxPool2dParams& p) {
-  return {
-      static_cast<int>(x.dim(1)),    static_cast<int>(x.dim(2)),    static_cast<int>(x.dim(3)),
-      static_cast<int>(y.dim(2)),    static_cast<int>(y.dim(3)),    static_cast<int>(p.kernel[0]),
-      static_cast<int>(p.kernel[1]), static_cast<int>(p.stride[0]), static_cast<int>(p.stride[1]),
-      static_cast<int>(p.pad[0]),    static_cast<int>(p.pad[1])};
-}
-
-// ResNet's max pool (3x3, stride 2, padding 1), the one every step runs, with its sizes known when
-// compiled: the window loops unroll and the backward's divisions become shifts. Both passes of the
-// stem's backward ran at about a quarter of the DRAM bandwidth with the sizes read at run time and
-// the batch norm's per-channel values loaded again at each window position (Nsight Compute,
-// ResNet-50 fp16 bs256 on an H200: 0.63 and 0.65 ms against 0.19 ms for the forward).
-bool is_stem_pool(const PoolGeom& g) {
-  return g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2 && g.ph == 1 && g.pw == 1;
-}
-template <bool kStemPool>
-__device__ __forceinline__ PoolGeom geometry(PoolGeom g) {
-  if constexpr (kStemPool) {
-    g.kh = 3;
-    g.kw = 3;
-    g.sh = 2;
-    g.sw = 2;
-    g.ph = 1;
-    g.pw = 1;
-  }
-  return g;
-}
-
-// Floor division for a possibly negative numerator and a positive divisor.
-__device__ __forceinline__ int floor_div(int a, int b) {
-  return a >= 0 ? a / b : -((-a + b - 1) / b);
-}
+using pool::BytePack;
+using pool::covering;
+using pool::Covering;
+using pool::gather_nhwc;
+using pool::geom_of;
+using pool::geometry;
+using pool::is_stem_pool;
+using pool::PoolGeom;
+using pool::position_in;
 
 // The maxima of output window (oh, ow) for P channels and where each is in the window (r * kw +
 // s for input h0 + r, w0 + s; the first valid position when the window holds only NaN-free -inf).
@@ -87,25 +57,31 @@ __device__ void window_max(const PoolGeom& g, int oh, int ow, Load load, float (
 // has each input element gather the gradients of the windows whose maximum it is, which needs no
 // atomics and adds in a fixed order (windows by row, then column). Finding the maxima from each
 // input element instead reads every window about four times (3x3, stride 2), measured at 2.2 ms
-// for ResNet-50's stem at batch 256 on an H200.
-template <int P>
-struct alignas(P) BytePack {
-  std::uint8_t v[P];
-};
+// for ResNet-50's stem at batch 256 on an H200. The batch norm before the stem's pool may take
+// the second pass into its own (launch_batch_norm_relu_backward_from_pool).
 
-// What a window pass stores for P neighbouring outputs at `out`: the maxima into y (the forward),
-// or with kWhere their positions in the window into `where`, laid out as y (the backward's first
-// pass).
-template <bool kWhere, class T, int P>
-__device__ void store_window(T* y, std::uint8_t* where, std::int64_t out, const float (&best)[P],
+// What a window pass stores for P neighbouring outputs at `out`, laid out as y: the maxima into y
+// (the forward); their positions in the window into `where` as bytes (the backward's first pass);
+// or both, the positions as small integers in y's dtype (a forward that keeps them for the
+// backward, batch_norm_relu_max_pool_train_forward's).
+enum class Store { values, positions, values_and_positions };
+
+template <Store kStore, class T, int P>
+__device__ void store_window(T* y, void* where, std::int64_t out, const float (&best)[P],
                              const int (&at)[P]) {
-  if constexpr (kWhere) {
+  if constexpr (kStore == Store::positions) {
     BytePack<P> pos;
 #pragma unroll
     for (int k = 0; k < P; ++k) pos.v[k] = static_cast<std::uint8_t>(at[k]);
-    *reinterpret_cast<BytePack<P>*>(where + out) = pos;
+    *reinterpret_cast<BytePack<P>*>(static_cast<std::uint8_t*>(where) + out) = pos;
   } else {
     store_pack(y + out, best);
+    if constexpr (kStore == Store::values_and_positions) {
+      float pos[P];
+#pragma unroll
+      for (int k = 0; k < P; ++k) pos[k] = static_cast<float>(at[k]);
+      store_pack(static_cast<T*>(where) + out, pos);
+    }
   }
 }
 
@@ -151,8 +127,8 @@ __device__ __forceinline__ bool nhwc_place(int rows, int cols, int packs, NhwcPl
 }
 
 // NHWC, P channels a thread: grid (N * OH, ceil(OW * C/P / kBlock)).
-template <class T, int P, bool kWhere, bool kFromBn, bool kStemPool>
-__global__ void pool_window_nhwc(const T* x, T* y, std::uint8_t* where, PoolGeom geom,
+template <class T, int P, Store kStore, bool kFromBn, bool kStemPool>
+__global__ void pool_window_nhwc(const T* x, T* y, void* where, PoolGeom geom,
                                  PoolInputFromBatchNorm from_bn) {
   const PoolGeom g = geometry<kStemPool>(geom);
   NhwcPlace place;
@@ -174,13 +150,13 @@ __global__ void pool_window_nhwc(const T* x, T* y, std::uint8_t* where, PoolGeom
         for (int k = 0; k < P; ++k) v[k] = pool_input<kFromBn, T>(v[k], bn[k]);
       },
       best, pos);
-  store_window<kWhere>(y, where, (static_cast<std::int64_t>(blockIdx.x) * g.ow + ow) * g.c + pk * P,
+  store_window<kStore>(y, where, (static_cast<std::int64_t>(blockIdx.x) * g.ow + ow) * g.c + pk * P,
                        best, pos);
 }
 
 // NCHW, one element a thread: grid (N * C planes, ceil(OH * OW / kBlock)).
-template <class T, bool kWhere, bool kFromBn = false>
-__global__ void pool_window_nchw(const T* x, T* y, std::uint8_t* where, PoolGeom g,
+template <class T, Store kStore, bool kFromBn = false>
+__global__ void pool_window_nchw(const T* x, T* y, void* where, PoolGeom g,
                                  PoolInputFromBatchNorm bn = {}) {
   const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
   if (i >= g.oh * g.ow) return;
@@ -197,23 +173,7 @@ __global__ void pool_window_nchw(const T* x, T* y, std::uint8_t* where, PoolGeom
         v[0] = pool_input<kFromBn, T>(to_float(plane[h * g.w + w]), channel);
       },
       best, at);
-  store_window<kWhere>(y, where, static_cast<std::int64_t>(blockIdx.x) * g.oh * g.ow + i, best, at);
-}
-
-// The output windows that hold input (h, w): oh with oh*sh - ph <= h <= oh*sh - ph + kh - 1, and
-// likewise ow, clipped to the output.
-struct Covering {
-  int oh0, oh1, ow0, ow1;
-};
-
-__device__ Covering covering(const PoolGeom& g, int h, int w) {
-  return {max(floor_div(h + g.ph - g.kh, g.sh) + 1, 0), min(floor_div(h + g.ph, g.sh), g.oh - 1),
-          max(floor_div(w + g.pw - g.kw, g.sw) + 1, 0), min(floor_div(w + g.pw, g.sw), g.ow - 1)};
-}
-
-// Where input (h, w) lies in output window (oh, ow), as window_max numbers the positions.
-__device__ __forceinline__ int position_in(const PoolGeom& g, int h, int w, int oh, int ow) {
-  return (h - (oh * g.sh - g.ph)) * g.kw + (w - (ow * g.sw - g.pw));
+  store_window<kStore>(y, where, static_cast<std::int64_t>(blockIdx.x) * g.oh * g.ow + i, best, at);
 }
 
 // grid (N * H, ceil(W * C/P / kBlock)).
@@ -222,36 +182,10 @@ __global__ void pool_gather_nhwc(const T* dy, const std::uint8_t* where, T* dx, 
   const PoolGeom g = geometry<kStemPool>(geom);
   NhwcPlace place;
   if (!nhwc_place(g.h, g.w, g.c / P, place)) return;
-  const int h = place.row;
-  const int w = place.col;
-  const int pk = place.pk;
-  const std::int64_t out_plane = static_cast<std::int64_t>(place.n) * g.oh * g.ow * g.c + pk * P;
-  const Covering cover = covering(g, h, w);
-  // The stem's windows (3x3, stride 2) cover an input with at most 2 x 2 of them: a loop of that
-  // fixed count unrolls, so that every window's loads are in flight at once, where a loop over the
-  // run-time cover waits on each window's in turn. Skipped windows keep the order of the sums.
-  const int rows = kStemPool ? 2 : cover.oh1 - cover.oh0 + 1;
-  const int cols = kStemPool ? 2 : cover.ow1 - cover.ow0 + 1;
-  float sum[P] = {};
-#pragma unroll
-  for (int i = 0; i < rows; ++i) {
-#pragma unroll
-    for (int j = 0; j < cols; ++j) {
-      const int oh = cover.oh0 + i;
-      const int ow = cover.ow0 + j;
-      if (oh > cover.oh1 || ow > cover.ow1) continue;
-      const int self = position_in(g, h, w, oh, ow);
-      const std::int64_t at = out_plane + static_cast<std::int64_t>(oh * g.ow + ow) * g.c;
-      const BytePack<P> idx = *reinterpret_cast<const BytePack<P>*>(where + at);
-      float d[P];
-      load_pack(dy + at, d);
-#pragma unroll
-      for (int k = 0; k < P; ++k) {
-        if (idx.v[k] == self) sum[k] += d[k];
-      }
-    }
-  }
-  store_pack(dx + (static_cast<std::int64_t>(blockIdx.x) * g.w + w) * g.c + pk * P, sum);
+  float sum[P];
+  gather_nhwc<T, P, kStemPool>(dy, where, g, place.n, place.row, place.col, place.pk, sum);
+  store_pack(dx + (static_cast<std::int64_t>(blockIdx.x) * g.w + place.col) * g.c + place.pk * P,
+             sum);
 }
 
 // grid (N * C planes, ceil(H * W / kBlock)).
@@ -302,14 +236,36 @@ int row_block(std::int64_t items) {
   return items % kBlock != 0 && items % (kBlock / 2) == 0 ? kBlock / 2 : kBlock;
 }
 
+// The backward's first pass over NHWC (grid (N * OH, ceil(OW * C/P / kBlock))): each window's
+// maximum position into `where`, laid out as the pool's output.
+template <class T, int P, bool kStemPool>
+void window_positions_nhwc(const KernelContext& ctx, const T* x, std::uint8_t* where,
+                           const PoolGeom& g, unsigned n, const PoolInputFromBatchNorm* from_bn) {
+  const dim3 grid(n * static_cast<unsigned>(g.oh), blocks_for(std::int64_t{g.ow} * g.c / P));
+  if (from_bn != nullptr) {
+    pool_window_nhwc<T, P, Store::positions, true, kStemPool>
+        <<<grid, kBlock, 0, ctx.stream>>>(x, nullptr, where, g, *from_bn);
+  } else {
+    pool_window_nhwc<T, P, Store::positions, false, kStemPool>
+        <<<grid, kBlock, 0, ctx.stream>>>(x, nullptr, where, g, {});
+  }
+}
+
 }  // namespace
 
 Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, const TensorView& y,
-                                 const MaxPool2dParams& p, const PoolInputFromBatchNorm* from_bn) {
-  DLPROBE_RETURN_IF_ERROR(check_pool_size(x.desc, "max_pool2d_forward"));
+                                 const MaxPool2dParams& p, const PoolInputFromBatchNorm* from_bn,
+                                 void* positions) {
+  constexpr std::string_view op = "max_pool2d_forward";
+  DLPROBE_RETURN_IF_ERROR(check_pool_size(x.desc, op));
   const PoolGeom g = geom_of(x.desc, y.desc, p);
   const bool nhwc = x.desc.layout() == Layout::nhwc;
-  const bool wide = nhwc && pool_packable(x.desc, {x.data, y.data});
+  const bool wide = nhwc && pool_packable(x.desc, {x.data, y.data, positions});
+  if (positions != nullptr && (!wide || from_bn == nullptr)) {
+    return error(Errc::unsupported, std::string(op) +
+                                        ": positions are kept only from a batch "
+                                        "norm's output in NHWC 16-byte channel packs");
+  }
   return dispatch_floating(x.desc.dtype(), [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     const auto* xp = static_cast<const T*>(x.data);
@@ -320,11 +276,14 @@ Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, 
       constexpr int P = decltype(pack_tag)::value;
       constexpr bool kStemPool = decltype(stem_tag)::value;
       const dim3 grid(planes, blocks_for(std::int64_t{g.ow} * g.c / P));
-      if (from_bn != nullptr) {
-        pool_window_nhwc<T, P, false, true, kStemPool>
+      if (positions != nullptr) {
+        pool_window_nhwc<T, P, Store::values_and_positions, true, kStemPool>
+            <<<grid, kBlock, 0, ctx.stream>>>(xp, yp, positions, g, bn);
+      } else if (from_bn != nullptr) {
+        pool_window_nhwc<T, P, Store::values, true, kStemPool>
             <<<grid, kBlock, 0, ctx.stream>>>(xp, yp, nullptr, g, bn);
       } else {
-        pool_window_nhwc<T, P, false, false, kStemPool>
+        pool_window_nhwc<T, P, Store::values, false, kStemPool>
             <<<grid, kBlock, 0, ctx.stream>>>(xp, yp, nullptr, g, {});
       }
     };
@@ -335,11 +294,11 @@ Status launch_max_pool2d_forward(const KernelContext& ctx, const TensorView& x, 
     } else if (nhwc) {
       forward_nhwc(std::integral_constant<int, 1>{}, std::false_type{});
     } else if (from_bn != nullptr) {
-      pool_window_nchw<T, false, true>
+      pool_window_nchw<T, Store::values, true>
           <<<dim3(planes, blocks_for(std::int64_t{g.oh} * g.ow)), kBlock, 0, ctx.stream>>>(
               xp, yp, nullptr, g, bn);
     } else {
-      pool_window_nchw<T, false>
+      pool_window_nchw<T, Store::values>
           <<<dim3(planes, blocks_for(std::int64_t{g.oh} * g.ow)), kBlock, 0, ctx.stream>>>(
               xp, yp, nullptr, g);
     }
@@ -372,14 +331,7 @@ Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy
       auto passes = [&](auto pack_tag, auto stem_tag) {
         constexpr int P = decltype(pack_tag)::value;
         constexpr bool kStemPool = decltype(stem_tag)::value;
-        const dim3 grid(n * static_cast<unsigned>(g.oh), blocks_for(std::int64_t{g.ow} * g.c / P));
-        if (from_bn != nullptr) {
-          pool_window_nhwc<T, P, true, true, kStemPool>
-              <<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g, bn);
-        } else {
-          pool_window_nhwc<T, P, true, false, kStemPool>
-              <<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g, {});
-        }
+        window_positions_nhwc<T, P, kStemPool>(ctx, xp, wp, g, n, from_bn);
         const std::int64_t row = std::int64_t{g.w} * g.c / P;
         const int block = row_block(row);
         pool_gather_nhwc<T, P, kStemPool>
@@ -397,13 +349,42 @@ Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy
       const unsigned planes = n * static_cast<unsigned>(g.c);
       const dim3 grid(planes, blocks_for(std::int64_t{g.oh} * g.ow));
       if (from_bn != nullptr) {
-        pool_window_nchw<T, true, true><<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g, bn);
+        pool_window_nchw<T, Store::positions, true>
+            <<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g, bn);
       } else {
-        pool_window_nchw<T, true><<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g);
+        pool_window_nchw<T, Store::positions><<<grid, kBlock, 0, ctx.stream>>>(xp, nullptr, wp, g);
       }
       pool_gather_nchw<T>
           <<<dim3(planes, blocks_for(std::int64_t{g.h} * g.w)), kBlock, 0, ctx.stream>>>(dyp, wp,
                                                                                          dxp, g);
+    }
+    DLPROBE_CUDA_CHECK_LAUNCH();
+    return Status::ok();
+  });
+}
+
+Status launch_max_pool2d_positions(const KernelContext& ctx, const TensorView& x,
+                                   const TensorDesc& dy, std::uint8_t* where,
+                                   const MaxPool2dParams& p,
+                                   const PoolInputFromBatchNorm* from_bn) {
+  constexpr std::string_view op = "max_pool2d_positions";
+  DLPROBE_RETURN_IF_ERROR(check_pool_size(x.desc, op));
+  const PoolGeom g = geom_of(x.desc, dy, p);
+  if (g.kh * g.kw > 255) {
+    return error(Errc::unsupported, std::string(op) + ": windows of more than 255 positions");
+  }
+  if (x.desc.layout() != Layout::nhwc || !pool_packable(x.desc, {x.data, where})) {
+    return error(Errc::unsupported,
+                 std::string(op) + ": " + x.desc.str() + " is not NHWC in 16-byte channel packs");
+  }
+  return dispatch_floating(x.desc.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const auto* xp = static_cast<const T*>(x.data);
+    const auto n = static_cast<unsigned>(x.desc.dim(0));
+    if (is_stem_pool(g)) {
+      window_positions_nhwc<T, kPack<T>, true>(ctx, xp, where, g, n, from_bn);
+    } else {
+      window_positions_nhwc<T, kPack<T>, false>(ctx, xp, where, g, n, from_bn);
     }
     DLPROBE_CUDA_CHECK_LAUNCH();
     return Status::ok();

@@ -356,6 +356,55 @@ Result<HostTensor> max_pool2d_backward(const HostTensor& dy, const HostTensor& x
 }
 
 template <class T>
+Result<HostTensor> max_pool2d_positions(const HostTensor& x, const MaxPool2dParams& p) {
+  DLPROBE_RETURN_IF_ERROR(need_dtype<T>("max_pool2d_positions", "x", x.dtype()));
+  DLPROBE_ASSIGN_OR_RETURN(Shape ys, max_pool2d_output_shape(x.shape(), p));
+  DLPROBE_ASSIGN_OR_RETURN(TensorDesc yd, output_desc(ys, dtype_of<T>, x.layout()));
+  HostTensor at(yd);
+  for (std::int64_t n = 0; n < ys[0]; ++n)
+    for (std::int64_t c = 0; c < ys[1]; ++c)
+      for (std::int64_t oh = 0; oh < ys[2]; ++oh)
+        for (std::int64_t ow = 0; ow < ys[3]; ++ow) {
+          const WindowMax<T> best = window_max<T>(x, p, n, c, oh, ow);
+          const std::int64_t r = best.h - (oh * p.stride[0] - p.pad[0]);
+          const std::int64_t s = best.w - (ow * p.stride[1] - p.pad[1]);
+          at.at<T>(n, c, oh, ow) = static_cast<T>(r * p.kernel[1] + s);
+        }
+  return at;
+}
+
+template <class T>
+Result<HostTensor> max_pool2d_backward_at(const HostTensor& dy, const HostTensor& positions,
+                                          const TensorDesc& x, const MaxPool2dParams& p) {
+  constexpr std::string_view op = "max_pool2d_backward_at";
+  DLPROBE_RETURN_IF_ERROR(
+      need_dtypes<T>(op, {{"dy", dy.dtype()}, {"positions", positions.dtype()}}));
+  DLPROBE_ASSIGN_OR_RETURN(Shape ys, max_pool2d_output_shape(x.shape(), p));
+  DLPROBE_RETURN_IF_ERROR(same_shape_check(op, dy.shape(), ys));
+  DLPROBE_RETURN_IF_ERROR(same_shape_check(op, positions.shape(), ys));
+  DLPROBE_ASSIGN_OR_RETURN(TensorDesc xd, TensorDesc::make(x.shape(), dtype_of<T>, x.layout()));
+  HostTensor dx = HostTensor::zeros(xd);
+  for (std::int64_t n = 0; n < ys[0]; ++n)
+    for (std::int64_t c = 0; c < ys[1]; ++c)
+      for (std::int64_t oh = 0; oh < ys[2]; ++oh)
+        for (std::int64_t ow = 0; ow < ys[3]; ++ow) {
+          const T at = positions.at<T>(n, c, oh, ow);
+          const bool place = std::isfinite(at) && at >= 0 &&
+                             at < static_cast<T>(p.kernel[0] * p.kernel[1]) && std::floor(at) == at;
+          const std::int64_t k = place ? static_cast<std::int64_t>(at) : 0;
+          const std::int64_t h = oh * p.stride[0] - p.pad[0] + k / p.kernel[1];
+          const std::int64_t w = ow * p.stride[1] - p.pad[1] + k % p.kernel[1];
+          if (!place || h < 0 || h >= x.dim(2) || w < 0 || w >= x.dim(3)) {
+            return invalid_argument(
+                fmt::format("{}: position {} of window ({}, {}, {}, {}) is no input of its window",
+                            op, static_cast<double>(at), n, c, oh, ow));
+          }
+          dx.at<T>(n, c, h, w) += dy.at<T>(n, c, oh, ow);
+        }
+  return dx;
+}
+
+template <class T>
 Result<HostTensor> add(const HostTensor& a, const HostTensor& b) {
   constexpr std::string_view op = "add";
   DLPROBE_RETURN_IF_ERROR(need_dtypes<T>(op, {{"a", a.dtype()}, {"b", b.dtype()}}));
@@ -583,40 +632,43 @@ Result<AdamWStep> adamw_step(const HostTensor& param, const HostTensor& grad,
   return out;
 }
 
-#define DLPROBE_REFERENCE_INSTANTIATE(T)                                                         \
-  template Result<HostTensor> conv2d_forward<T>(const HostTensor&, const HostTensor&,            \
-                                                const Conv2dParams&);                            \
-  template Result<HostTensor> conv2d_backward_data<T>(const HostTensor&, const HostTensor&,      \
-                                                      const TensorDesc&, const Conv2dParams&);   \
-  template Result<HostTensor> conv2d_backward_weight<T>(const HostTensor&, const HostTensor&,    \
-                                                        const TensorDesc&, const Conv2dParams&); \
-  template Result<BatchNormTrainOutput> batch_norm_train_forward<T>(                             \
-      const HostTensor&, const HostTensor&, const HostTensor&, const HostTensor&,                \
-      const HostTensor&, const BatchNormParams&);                                                \
-  template Result<HostTensor> batch_norm_inference_forward<T>(                                   \
-      const HostTensor&, const HostTensor&, const HostTensor&, const HostTensor&,                \
-      const HostTensor&, const BatchNormParams&);                                                \
-  template Result<BatchNormGrads> batch_norm_backward<T>(const HostTensor&, const HostTensor&,   \
-                                                         const HostTensor&, const HostTensor&,   \
-                                                         const HostTensor&);                     \
-  template Result<HostTensor> relu_forward<T>(const HostTensor&);                                \
-  template Result<HostTensor> relu_backward<T>(const HostTensor&, const HostTensor&);            \
-  template Result<HostTensor> max_pool2d_forward<T>(const HostTensor&, const MaxPool2dParams&);  \
-  template Result<HostTensor> max_pool2d_backward<T>(const HostTensor&, const HostTensor&,       \
-                                                     const MaxPool2dParams&);                    \
-  template Result<HostTensor> add<T>(const HostTensor&, const HostTensor&);                      \
-  template Result<HostTensor> global_avg_pool_forward<T>(const HostTensor&);                     \
-  template Result<HostTensor> global_avg_pool_backward<T>(const HostTensor&, const TensorDesc&); \
-  template Result<HostTensor> linear_forward<T>(const HostTensor&, const HostTensor&,            \
-                                                const HostTensor&);                              \
-  template Result<LinearGrads> linear_backward<T>(const HostTensor&, const HostTensor&,          \
-                                                  const HostTensor&);                            \
-  template Result<HostTensor> cross_entropy_forward<T>(const HostTensor&, const HostTensor&);    \
-  template Result<HostTensor> cross_entropy_backward<T>(const HostTensor&, const HostTensor&,    \
-                                                        const HostTensor&);                      \
-  template Result<SgdStep> sgd_step<T>(const HostTensor&, const HostTensor&, const SgdState&,    \
-                                       const SgdParams&);                                        \
-  template Result<AdamWStep> adamw_step<T>(const HostTensor&, const HostTensor&,                 \
+#define DLPROBE_REFERENCE_INSTANTIATE(T)                                                          \
+  template Result<HostTensor> conv2d_forward<T>(const HostTensor&, const HostTensor&,             \
+                                                const Conv2dParams&);                             \
+  template Result<HostTensor> conv2d_backward_data<T>(const HostTensor&, const HostTensor&,       \
+                                                      const TensorDesc&, const Conv2dParams&);    \
+  template Result<HostTensor> conv2d_backward_weight<T>(const HostTensor&, const HostTensor&,     \
+                                                        const TensorDesc&, const Conv2dParams&);  \
+  template Result<BatchNormTrainOutput> batch_norm_train_forward<T>(                              \
+      const HostTensor&, const HostTensor&, const HostTensor&, const HostTensor&,                 \
+      const HostTensor&, const BatchNormParams&);                                                 \
+  template Result<HostTensor> batch_norm_inference_forward<T>(                                    \
+      const HostTensor&, const HostTensor&, const HostTensor&, const HostTensor&,                 \
+      const HostTensor&, const BatchNormParams&);                                                 \
+  template Result<BatchNormGrads> batch_norm_backward<T>(const HostTensor&, const HostTensor&,    \
+                                                         const HostTensor&, const HostTensor&,    \
+                                                         const HostTensor&);                      \
+  template Result<HostTensor> relu_forward<T>(const HostTensor&);                                 \
+  template Result<HostTensor> relu_backward<T>(const HostTensor&, const HostTensor&);             \
+  template Result<HostTensor> max_pool2d_forward<T>(const HostTensor&, const MaxPool2dParams&);   \
+  template Result<HostTensor> max_pool2d_backward<T>(const HostTensor&, const HostTensor&,        \
+                                                     const MaxPool2dParams&);                     \
+  template Result<HostTensor> max_pool2d_positions<T>(const HostTensor&, const MaxPool2dParams&); \
+  template Result<HostTensor> max_pool2d_backward_at<T>(                                          \
+      const HostTensor&, const HostTensor&, const TensorDesc&, const MaxPool2dParams&);           \
+  template Result<HostTensor> add<T>(const HostTensor&, const HostTensor&);                       \
+  template Result<HostTensor> global_avg_pool_forward<T>(const HostTensor&);                      \
+  template Result<HostTensor> global_avg_pool_backward<T>(const HostTensor&, const TensorDesc&);  \
+  template Result<HostTensor> linear_forward<T>(const HostTensor&, const HostTensor&,             \
+                                                const HostTensor&);                               \
+  template Result<LinearGrads> linear_backward<T>(const HostTensor&, const HostTensor&,           \
+                                                  const HostTensor&);                             \
+  template Result<HostTensor> cross_entropy_forward<T>(const HostTensor&, const HostTensor&);     \
+  template Result<HostTensor> cross_entropy_backward<T>(const HostTensor&, const HostTensor&,     \
+                                                        const HostTensor&);                       \
+  template Result<SgdStep> sgd_step<T>(const HostTensor&, const HostTensor&, const SgdState&,     \
+                                       const SgdParams&);                                         \
+  template Result<AdamWStep> adamw_step<T>(const HostTensor&, const HostTensor&,                  \
                                            const AdamWState&, const AdamWParams&);
 
 DLPROBE_REFERENCE_INSTANTIATE(double)

@@ -71,6 +71,15 @@ Result<HostTensor> max_pool2d_forward(const HostTensor& x, const MaxPool2dParams
 template <class T>
 Result<HostTensor> max_pool2d_backward(const HostTensor& dy, const HostTensor& x,
                                        const MaxPool2dParams& p);
+// Where max_pool2d_backward finds each window's maximum, as its place in the window: r * kw + s for
+// input row h0 + r and column w0 + s (h0, w0 the window's first, padding included), a T shaped
+// as the forward's output.
+template <class T>
+Result<HostTensor> max_pool2d_positions(const HostTensor& x, const MaxPool2dParams& p);
+// max_pool2d_backward with those places given, for an input described by `x`.
+template <class T>
+Result<HostTensor> max_pool2d_backward_at(const HostTensor& dy, const HostTensor& positions,
+                                          const TensorDesc& x, const MaxPool2dParams& p);
 
 // The residual connection's sum; its backward is the identity on both operands.
 template <class T>

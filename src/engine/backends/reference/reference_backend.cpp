@@ -654,17 +654,54 @@ class ReferenceBackend final : public HostBackend {
     DLPROBE_ASSIGN_OR_RETURN(HostTensor out, reference::max_pool2d_backward<T>(dyt, x, p));
     return store(std::move(out), dx);
   }
+  // In NHWC, as the CUDA backend: a step in NCHW keeps the two calls, so that both plans run here.
+  // Windows of at most 255 positions, as there: each place is exact in every dtype.
+  bool fuses_max_pool_batch_norm_backward(const TensorDesc& x,
+                                          const MaxPool2dParams& pool) const override {
+    return x.layout() == Layout::nhwc && pool.kernel[0] * pool.kernel[1] <= 255;
+  }
+  Status batch_norm_relu_max_pool_backward(const TensorView& dy, const TensorView& positions,
+                                           const TensorView& x, const TensorView& gamma,
+                                           const TensorView& beta, const TensorView& save_mean,
+                                           const TensorView& save_invstd, const TensorView& dx,
+                                           const TensorView& dgamma, const TensorView& dbeta,
+                                           const MaxPool2dParams& pool) override {
+    // The two calls it stands for, the pool's input gradient stored in x's dtype between them.
+    HostTensor pooled_grad(x.desc);
+    if (positions.data != nullptr) {
+      DLPROBE_RETURN_IF_ERROR(run_reference<T>(
+          pooled_grad.view(),
+          [&](const HostTensor& dyt, const HostTensor& at) {
+            return reference::max_pool2d_backward_at<T>(dyt, at, x.desc, pool);
+          },
+          dy, positions));
+    } else {
+      DLPROBE_RETURN_IF_ERROR(max_pool2d_backward_recomputed(
+          dy, x, gamma, beta, save_mean, save_invstd, pooled_grad.view(), pool));
+    }
+    return batch_norm_relu_backward(pooled_grad.view(), TensorView{}, x, gamma, beta, save_mean,
+                                    save_invstd, dx, dgamma, dbeta);
+  }
   Status batch_norm_relu_max_pool_train_forward(
       const TensorView& x, const TensorView& gamma, const TensorView& beta,
       const TensorView& running_mean, const TensorView& running_var, const TensorView& y,
-      const TensorView& save_mean, const TensorView& save_invstd, const BatchNormParams& bn,
-      const MaxPool2dParams& pool) override {
+      const TensorView& positions, const TensorView& save_mean, const TensorView& save_invstd,
+      const BatchNormParams& bn, const MaxPool2dParams& pool) override {
+    if (positions.data != nullptr && !(positions.desc == y.desc)) {
+      return invalid_argument("batch_norm_relu_max_pool_train_forward: positions are " +
+                              positions.desc.str() + " for y " + y.desc.str());
+    }
     // The two calls it stands for, the batch norm's output stored in x's dtype between them.
     HostTensor relu(x.desc);
     const TensorView no_residual;
     DLPROBE_RETURN_IF_ERROR(bn_train(x, gamma, beta, running_mean, running_var, relu.view(),
                                      save_mean, save_invstd, bn, &no_residual));
-    return max_pool2d_forward(relu.view(), y, pool);
+    DLPROBE_RETURN_IF_ERROR(max_pool2d_forward(relu.view(), y, pool));
+    if (positions.data == nullptr) return Status::ok();
+    return run_reference<T>(
+        positions,
+        [&](const HostTensor& xt) { return reference::max_pool2d_positions<T>(xt, pool); },
+        relu.view());
   }
 
   Status add(const TensorView& a, const TensorView& b, const TensorView& y) override {
