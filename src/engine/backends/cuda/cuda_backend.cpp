@@ -1517,10 +1517,12 @@ Status CudaBackend::batch_norm_relu_max_pool_backward(
   DLPROBE_RETURN_IF_ERROR(need(dy.desc.shape() == pooled && dy.desc.layout() == x.desc.layout(), op,
                                fmt::format("dy is {} for x {}", dy.desc.str(), x.desc.str())));
   DLPROBE_RETURN_IF_ERROR(need_like(op, "dx", dx, x));
-  DLPROBE_RETURN_IF_ERROR(need(fuses_max_pool_batch_norm_backward(x.desc, pool), op,
-                               fmt::format("{} is not NHWC in 16-byte channel packs, or the "
-                                           "windows hold more than 255 positions",
-                                           x.desc.str())));
+  DLPROBE_RETURN_IF_ERROR(
+      need(fuses_max_pool_batch_norm_backward(x.desc, pool), op,
+           fmt::format("needs fused_stem_backward (bench --stem-backward fused), "
+                       "NHWC in 16-byte channel packs and windows of at most "
+                       "255 positions; x is {}",
+                       x.desc.str())));
   if (positions.data != nullptr) {
     DLPROBE_RETURN_IF_ERROR(need_like(op, "positions", positions, dy));
     return launch_batch_norm_relu_backward_from_pool(ctx(), dy, {.values = positions.data}, pool, x,
@@ -1564,7 +1566,8 @@ Status CudaBackend::batch_norm_relu_max_pool_train_forward(
         need(fuses_max_pool_batch_norm_backward(x.desc, pool) &&
                  aligned_16({x.data, y.data, positions.data}),
              op,
-             fmt::format("positions are kept only for NHWC in 16-byte channel packs, not {}",
+             fmt::format("positions are kept only under fused_stem_backward (bench "
+                         "--stem-backward fused), for NHWC in 16-byte channel packs; x is {}",
                          x.desc.str())));
   }
   DLPROBE_RETURN_IF_ERROR(launch_batch_norm_statistics(ctx(), x, running_mean, running_var,
