@@ -47,7 +47,7 @@ struct BenchFlags {
   std::string conv_engines = "any";
   std::string conv_sums = "auto";
   std::string conv_prologue = "auto";
-  std::string stem_backward = "apart";
+  std::string stem_backward = "fused";
   std::string gpu_memory = "auto";
   std::string graph = "auto";
   std::string fusion = "all";
@@ -334,10 +334,10 @@ Command add_bench_command(CLI::App& app) {
                      device::kAutoPrologueUpTo / 1'000'000, device::kAutoPrologueBatch)
              .c_str());
   option(*sub, "--stem-backward", flags->stem_backward,
-         "The backward of the stem's batch norm, ReLU and max pool (NHWC, GPU): apart (the pool's "
-         "two passes, then the batch norm's) or fused (one call: the pool's forward keeps its "
-         "maxima's places and the batch norm's passes gather the pool's gradient as they load "
-         "it; H100: fp16 0.4 to 1.2 % faster, bf16 0.8 % slower)");
+         "The backward of the stem's batch norm, ReLU and max pool (NHWC, GPU): fused (one call: "
+         "the pool's forward keeps its maxima's places and the batch norm's passes gather the "
+         "pool's gradient as they load it; H100: 0.5 to 1.2 % faster than apart) or apart (the pool's two "
+         "passes, then the batch norm's)");
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "

@@ -65,9 +65,10 @@ class DryBackend final : public Backend {
     return fuses_conv_ && (x.dtype() != DType::fp16 || x.bytes() <= device::kAutoPrologueUpTo);
   }
   bool recomputes_max_pool_input() const override { return recomputes_pool_; }
-  bool fuses_max_pool_batch_norm_backward(const TensorDesc&,
+  // In NHWC only, as the CUDA and reference backends offer it.
+  bool fuses_max_pool_batch_norm_backward(const TensorDesc& x,
                                           const MaxPool2dParams&) const override {
-    return fuses_pool_backward_;
+    return fuses_pool_backward_ && x.layout() == Layout::nhwc;
   }
   Status batch_norm_relu_max_pool_backward(View, View, View, View, View, View, View, View, View,
                                            View, const MaxPool2dParams&) override {

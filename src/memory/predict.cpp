@@ -32,14 +32,15 @@ Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* 
       std::unique_ptr<CachingAllocator> allocator,
       CachingAllocator::create(std::make_unique<FakeMemorySource>(source), o.allocator));
   // Planned as the calibrated backend plans; without a calibration, as the CUDA backend does by
-  // default (batch norm inside the convolutions in NHWC, where the step's fuse_conv allows it).
+  // default (batch norm inside the convolutions in NHWC, where the step's fuse_conv allows it, and
+  // the stem's backward in one call).
   const bool fuses_conv = calibration != nullptr ? calibration->fused_conv
                                                  : o.step.precision != engine::Precision::fp64 &&
                                                        o.step.layout == Layout::nhwc;
   const std::unique_ptr<Backend> backend =
       make_dry_backend(calibration == nullptr || calibration->fused, fuses_conv,
                        calibration == nullptr || calibration->recomputed_pool,
-                       calibration != nullptr && calibration->fused_pool_backward);
+                       calibration == nullptr || calibration->fused_pool_backward);
   DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
                            engine::TrainingStep::create(o.step, *backend, *allocator));
   // The calibration's workspace: per call where its profile was measured on this call list, else

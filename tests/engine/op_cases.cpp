@@ -854,8 +854,8 @@ const PoolCase kPoolCases[] = {
     {{2, 5, 12, 12}, {}, PoolValues::ties},
     {{3, 4, 9, 7}, {}, PoolValues::ties},
     {{2, 16, 11, 10}, {}, PoolValues::ties},
-    // The stem's gather in blocks of half the size where they fill a row: in fp16 and bf16 a row of
-    // 48 x 8 packs, three such blocks (fp32: 48 x 16 packs, three whole ones).
+    // The stem's pool on a wider row: its gather's rows of 2 x 2 cells, 25 x 8 packs in fp16 and
+    // bf16, fill most of a block (fp32: 25 x 16 packs, two blocks).
     {{1, 64, 9, 48}, {}, PoolValues::ties},
     // Eight channels and another window: the CUDA kernels' packed path without the stem's sizes
     // compiled in (the default above is the stem's 3x3, stride 2, padding 1).

@@ -49,10 +49,9 @@ TEST(StepCudaTest, Fp32TrainAdamW) {
 // partial sums in 16 bits (as under bench's default, --conv-engines any, but for FFT and Winograd
 // engines), and its whole fp16 step passes the same comparison with fp64.
 // With `sums_pass` and `prologue_pass`, dlprobe's passes in place of cuDNN's statistics epilogue
-// and prologue (CudaBackendOptions::conv_sums, conv_prologue_pass); with `stem_backward`, the
-// stem's pool, ReLU and batch norm backward in one call (fused_stem_backward).
-testing::RigFactory fusing_cuda_rig(bool sums_pass, bool prologue_pass,
-                                    bool stem_backward = false) {
+// and prologue (CudaBackendOptions::conv_sums, conv_prologue_pass); without `stem_backward`, the
+// stem's pool backward and its batch norm's as two calls (fused_stem_backward off).
+testing::RigFactory fusing_cuda_rig(bool sums_pass, bool prologue_pass, bool stem_backward = true) {
   return [=](const StepConfig& c) {
     return testing::make_rig_on(c, memory::make_cuda_memory_source(0),
                                 [=](memory::CachingAllocator& allocator) {
@@ -71,9 +70,9 @@ testing::Rig make_fusing_cuda_rig(const StepConfig& c) {
   return fusing_cuda_rig(false, false)(c);
 }
 
-// bench's `--stem-backward fused` on top of the default fused step.
-testing::Rig make_stem_fused_cuda_rig(const StepConfig& c) {
-  return fusing_cuda_rig(false, false, true)(c);
+// bench's `--stem-backward apart` on top of the default fused step.
+testing::Rig make_stem_apart_cuda_rig(const StepConfig& c) {
+  return fusing_cuda_rig(false, false, false)(c);
 }
 
 int calls_of(const testing::Rig& r, CallKind kind) {
@@ -88,28 +87,31 @@ TEST(StepCudaTest, Fp16GradientsNhwcWithBatchNormInsideTheConvolutions) {
   testing::Rig exact = make_cuda_rig(c);
   ASSERT_TRUE(fusing.step && exact.step);
   // ResNet-18: every convolution but the stem's sums its output, the 7 block outputs whose
-  // gradient arrives as two terms take it in a data gradient's epilogue, and the 3 projection
-  // blocks apply their two batch norms in one pass.
+  // gradient arrives as two terms take it in a data gradient's epilogue, the 3 projection
+  // blocks apply their two batch norms in one pass, and the stem's pool, ReLU and batch norm
+  // backward is one call.
   EXPECT_EQ(calls_of(fusing, CallKind::conv_forward_fused), 19);
   EXPECT_EQ(calls_of(fusing, CallKind::conv_backward_data_add_relu), 7);
   EXPECT_EQ(calls_of(fusing, CallKind::batch_norm_apply_add), 3);
+  EXPECT_EQ(calls_of(fusing, CallKind::batch_norm_relu_max_pool_backward), 1);
+  EXPECT_EQ(calls_of(fusing, CallKind::max_pool_backward), 0);
   EXPECT_EQ(calls_of(exact, CallKind::conv_forward_fused), 0)
       << "deterministic engines: no runtime fusion";
   EXPECT_EQ(calls_of(exact, CallKind::conv_backward_data_add_relu), 0);
   testing::compare_gradients(Precision::fp16, Layout::nhwc, make_fusing_cuda_rig, "cuda fused");
 }
 
-// The stem's pool, ReLU and batch norm backward in one call (bench --stem-backward fused), in the
+// The stem's pool backward and its batch norm's as two calls (bench --stem-backward apart), in the
 // fused step of each half precision and in tf32: the same comparison with fp64.
-TEST(StepCudaTest, GradientsNhwcWithTheStemBackwardFused) {
+TEST(StepCudaTest, GradientsNhwcWithTheStemBackwardApart) {
   const StepConfig c = config(Precision::fp16, Layout::nhwc, StepMode::grads);
-  testing::Rig rig = make_stem_fused_cuda_rig(c);
+  testing::Rig rig = make_stem_apart_cuda_rig(c);
   ASSERT_TRUE(rig.step);
-  EXPECT_EQ(calls_of(rig, CallKind::batch_norm_relu_max_pool_backward), 1);
-  EXPECT_EQ(calls_of(rig, CallKind::max_pool_backward), 0);
+  EXPECT_EQ(calls_of(rig, CallKind::batch_norm_relu_max_pool_backward), 0);
+  EXPECT_EQ(calls_of(rig, CallKind::max_pool_backward), 1);
   for (const Precision p : {Precision::fp16, Precision::bf16, Precision::tf32}) {
-    testing::compare_gradients(p, Layout::nhwc, make_stem_fused_cuda_rig,
-                               "cuda, stem backward fused");
+    testing::compare_gradients(p, Layout::nhwc, make_stem_apart_cuda_rig,
+                               "cuda, stem backward apart");
   }
 }
 

@@ -61,7 +61,7 @@ struct ConvOptions {
   ConvSumsBy sums = ConvSumsBy::epilogue_in_fp16;
   ConvPrologueChoice prologue = {};
   // The stem's max pool, ReLU and batch norm backward in one call (bench's `--stem-backward`).
-  bool fused_stem_backward = false;
+  bool fused_stem_backward = true;
 };
 
 }  // namespace dlprobe::device

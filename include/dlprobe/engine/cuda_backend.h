@@ -91,9 +91,9 @@ struct CudaBackendOptions {
   // launch. False takes the kernels' other paths, as on a device (or under MPS) that refuses them.
   bool cooperative_launches = true;
   // The stem's max pool, ReLU and batch norm backward in one call, at the places the pool's
-  // forward keeps (Backend::batch_norm_relu_max_pool_backward; bench's `--stem-backward fused`).
-  // Off until measured on a GPU beside the two calls it replaces.
-  bool fused_stem_backward = false;
+  // forward keeps (Backend::batch_norm_relu_max_pool_backward; bench's `--stem-backward`). False:
+  // the pool's backward, then the batch norm's, as two calls.
+  bool fused_stem_backward = true;
   // Where autotuned choices are looked up first and recorded (null: this backend's plans only).
   // Shared by backends and processes on the same GPU and cuDNN; keys name both.
   std::shared_ptr<ConvTuningCache> tuning = nullptr;

@@ -46,9 +46,7 @@ const BackendRow& cuda_row() {
         OpenedBackend b;
         DLPROBE_ASSIGN_OR_RETURN(auto source, memory::make_cuda_memory_source(0));
         DLPROBE_ASSIGN_OR_RETURN(b.allocator, memory::CachingAllocator::create(std::move(source)));
-        CudaBackendOptions options;
-        options.fused_stem_backward = true;  // its op rows run here
-        DLPROBE_ASSIGN_OR_RETURN(b.backend, cuda::CudaBackend::create(0, *b.allocator, options));
+        DLPROBE_ASSIGN_OR_RETURN(b.backend, cuda::CudaBackend::create(0, *b.allocator, {}));
         return b;
       },
       .after_op = engine_fits};

@@ -681,17 +681,16 @@ struct StoredGrad {
 
 // The gradient of the max pool's input: pool::gather_nhwc's sum over the windows whose maximum
 // the element is, rounded to T as the pool's backward stores it, so that the batch norm's passes
-// see the values they would read from that tensor.
-template <class T, int P, bool kStemPool, class Pos>
+// see the values they would read from that tensor. The stem's pool takes the cell kernels below.
+template <class T, int P, class Pos>
 struct PooledGrad {
   static constexpr int kRowsAhead = kGradRowsAhead;
   const T* dy;  // the pool's output gradient
   const Pos* where;
-  pool::PoolGeom geom;
+  pool::PoolGeom g;
 
   __device__ __forceinline__ Pack<T, P> load(std::int64_t row, int pack,
                                              std::int64_t /*at*/) const {
-    const pool::PoolGeom g = pool::geometry<kStemPool>(geom);
     // Rows number below 2^31 (check_size): 32-bit divisions, a fraction of 64-bit ones' cost.
     const auto r = static_cast<std::uint32_t>(row);
     const std::uint32_t nh = r / static_cast<std::uint32_t>(g.w);
@@ -699,7 +698,7 @@ struct PooledGrad {
     const auto h = static_cast<int>(nh - n * static_cast<std::uint32_t>(g.h));
     const auto w = static_cast<int>(r - nh * static_cast<std::uint32_t>(g.w));
     float sum[P];
-    pool::gather_nhwc<T, P, kStemPool, Pos>(dy, where, g, static_cast<int>(n), h, w, pack, sum);
+    pool::gather_nhwc<T, P, Pos>(dy, where, g, static_cast<int>(n), h, w, pack, sum);
     Pack<T, P> out;
 #pragma unroll
     for (int k = 0; k < P; ++k) out.v[k] = from_float<T>(sum[k]);
@@ -723,6 +722,43 @@ __device__ __forceinline__ void load_grad(const T* dy, const T* x, std::int64_t 
   grad_operands<kRelu>(load_grad_packs<T, P>(dy, x, at), g, vx, mean, scale, beta);
 }
 
+// What grad_operands needs per channel of NHWC pack `pack`: the mean, and with the ReLU the
+// forward's scale and beta.
+template <bool kRelu, int P>
+struct ReluPack {
+  float mean[P];
+  float scale[P] = {};
+  float beta[P] = {};
+};
+
+template <bool kRelu, int P>
+__device__ __forceinline__ ReluPack<kRelu, P> relu_pack(const ReluChannels& ch, int pack) {
+  ReluPack<kRelu, P> v;
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int c = pack * P + k;
+    v.mean[k] = ch.mean[c];
+    if constexpr (kRelu) {
+      v.scale[k] = ch.invstd[c] * ch.gamma[c];
+      v.beta[k] = ch.beta[c];
+    }
+  }
+  return v;
+}
+
+// Adds one place's g and g * (x - mean) to the sums.
+template <bool kRelu, class T, int P>
+__device__ __forceinline__ void add_grad_sums(const GradPacks<T, P>& in,
+                                              const ReluPack<kRelu, P>& v, GradSums (&acc)[P]) {
+  float grad[P], vx[P];
+  grad_operands<kRelu>(in, grad, vx, v.mean, v.scale, v.beta);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    acc[k].dy += grad[k];
+    acc[k].dy_xmu += grad[k] * (vx[k] - v.mean[k]);
+  }
+}
+
 template <class T, int P, bool kRelu, class Grad = StoredGrad<T, P>>
 __global__ void grad_sums_nhwc(Grad dy, const T* x, ReluChannels ch, Nhwc g,
                                std::int64_t rows_per_split, GradSums* partial) {
@@ -731,16 +767,7 @@ __global__ void grad_sums_nhwc(Grad dy, const T* x, ReluChannels ch, Nhwc g,
   const RowSplit rows = row_split(g, rows_per_split);
   GradSums acc[P] = {};
   if (lane.pack < g.packs) {
-    float m[P], scale[P] = {}, beta[P] = {};
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      const int c = lane.pack * P + k;
-      m[k] = ch.mean[c];
-      if constexpr (kRelu) {
-        scale[k] = ch.invstd[c] * ch.gamma[c];
-        beta[k] = ch.beta[c];
-      }
-    }
+    const ReluPack<kRelu, P> v = relu_pack<kRelu, P>(ch, lane.pack);
     // Grad::kRowsAhead rows loaded before any is summed, in the order of a plain loop over r,
     // r + ty, ...
     for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += Grad::kRowsAhead * g.ty) {
@@ -754,13 +781,7 @@ __global__ void grad_sums_nhwc(Grad dy, const T* x, ReluChannels ch, Nhwc g,
 #pragma unroll
       for (int u = 0; u < Grad::kRowsAhead; ++u) {
         if (r + u * g.ty >= rows.end) break;
-        float grad[P], vx[P];
-        grad_operands<kRelu>(held[u], grad, vx, m, scale, beta);
-#pragma unroll
-        for (int k = 0; k < P; ++k) {
-          acc[k].dy += grad[k];
-          acc[k].dy_xmu += grad[k] * (vx[k] - m[k]);
-        }
+        add_grad_sums<kRelu>(held[u], v, acc);
       }
     }
   }
@@ -889,6 +910,94 @@ __global__ void dx_nhwc(Grad dy, const T* x, T* dx, Nhwc g, GradChannels ch) {
   for_each_nhwc_row<P>(g, lane, [&](std::int64_t at, std::int64_t row) {
     const GradPacks<T, P> in{dy.load(row, lane.pack, at), load_raw<T, P>(x + at)};
     dx_pack<kRelu, P>(in, dx, at, l.mean, l.scale, l.slope, l.offset, beta);
+  });
+}
+
+// ---- the stem's backward: its max pool's, ReLU's and batch norm's by cells ----
+//
+// grad_sums_nhwc's and dx_nhwc's work with the gradient gathered from the stem's pool a cell of
+// 2 x 2 inputs at a time (pool_geometry.cuh): `g` counts the cells as its rows.
+
+// Elements of T a thread of the cell kernels takes: 8 bytes. A cell's twelve packs (x, dy and
+// positions for four places) are loaded before any is used, and with 16 bytes the passes took
+// 131 to 211 registers (ptxas, sm_90), one block an SM.
+template <class T>
+inline constexpr int kCellPack = kPack<T> / 2;
+
+// The pool's output gradient and its windows' maxima's positions.
+template <class T, class Pos>
+struct StemPool {
+  const T* dy;
+  const Pos* where;
+  pool::PoolGeom geom;
+  pool::StemCells cells;
+};
+
+// A cell's four inputs for channel pack `pack`: each one's gradient (as the pool's backward
+// stores it) and x, its element offset, and whether it lies in the plane.
+template <class T, int P>
+struct CellOperands {
+  GradPacks<T, P> in[4];
+  std::int64_t at[4];
+  bool held[4];
+};
+
+template <class T, int P, class Pos>
+__device__ __forceinline__ CellOperands<T, P> cell_operands(const StemPool<T, Pos>& src, const T* x,
+                                                            std::int64_t cell, int pack) {
+  const pool::PoolGeom g = pool::geometry<true>(src.geom);
+  const pool::StemCell c = pool::stem_cell(src.cells, static_cast<std::uint32_t>(cell));
+  CellOperands<T, P> o;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    o.held[k] = pool::holds_input(g, c, k);
+    o.at[k] = pool::input_at(g, c, k) + pack * P;
+    if (o.held[k]) o.in[k].x = load_raw<T, P>(x + o.at[k]);
+  }
+  Pack<T, P> grad[4];
+  pool::cell_grads<T, P>(src.dy, src.where, g, c, pack, grad);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) o.in[k].dy = grad[k];
+  return o;
+}
+
+template <class T, int P, class Pos>
+__global__ void grad_sums_stem_nhwc(StemPool<T, Pos> src, const T* x, ReluChannels ch, Nhwc g,
+                                    std::int64_t rows_per_split, GradSums* partial) {
+  __shared__ GradSums tile[kBlock][P];
+  const NhwcLane lane = nhwc_lane(g);
+  const RowSplit rows = row_split(g, rows_per_split);
+  GradSums acc[P] = {};
+  if (lane.pack < g.packs) {
+    const ReluPack<true, P> v = relu_pack<true, P>(ch, lane.pack);
+    for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += g.ty) {
+      const CellOperands<T, P> o = cell_operands<T, P>(src, x, r, lane.pack);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (o.held[k]) add_grad_sums<true>(o.in[k], v, acc);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = acc[k];
+  merge_tile(tile, g, lane, partial);
+}
+
+template <class T, int P, class Pos>
+__global__ void dx_stem_nhwc(StemPool<T, Pos> src, const T* x, T* dx, Nhwc g, GradChannels ch) {
+  const NhwcLane lane = nhwc_lane(g);
+  if (lane.pack >= g.packs) return;
+  const DxPackLine<P> l = dx_pack_line<P>(ch, lane.pack);
+  float beta[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) beta[k] = ch.beta[lane.pack * P + k];
+  for_each_nhwc_row<P>(g, lane, [&](std::int64_t /*at*/, std::int64_t cell) {
+    const CellOperands<T, P> o = cell_operands<T, P>(src, x, cell, lane.pack);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (o.held[k])
+        dx_pack<true, P>(o.in[k], dx, o.at[k], l.mean, l.scale, l.slope, l.offset, beta);
+    }
   });
 }
 
@@ -1860,26 +1969,28 @@ Status add_backward_passes(const KernelContext& ctx, const TensorView& dy,
 }
 
 // The backward's three launches over NHWC: the sums of g and g * (x - mean) split over the rows,
-// their merge into dgamma and dbeta, then the dx pass; `dy` says where g comes from.
-template <class T, int P, bool kRelu, class Grad>
-Status backward_passes_nhwc(const KernelContext& ctx, const TensorDesc& d, const Grad& dy,
-                            const T* x, T* dx, const ReluChannels& relu, const GradChannels& ch,
-                            const GradsOut& out, std::string_view op) {
-  const int channels = static_cast<int>(d.dim(1));
-  DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(grad_sums_nhwc<T, P, kRelu, Grad>));
+// their merge into dgamma and dbeta, then the dx pass. `rows` is what the kernels step over as
+// NHWC rows of x's channels: x itself, or the stem pool's cells; `dy` says where g comes from.
+template <int P, class Src, class T, class... SumsParams, class... DxParams>
+Status backward_passes_nhwc(const KernelContext& ctx, const TensorDesc& rows,
+                            void (*sums)(SumsParams...), void (*dx_kernel)(DxParams...),
+                            const Src& dy, const T* x, T* dx, const ReluChannels& relu,
+                            const GradChannels& ch, const GradsOut& out, std::string_view op) {
+  const int channels = static_cast<int>(rows.dim(1));
+  DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(sums));
   DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial,
-                           partials<GradSums>(ctx, d, P, per_sm, op));
+                           partials<GradSums>(ctx, rows, P, per_sm, op));
   const Reduction& red = partial.red;
   GradSums* acc = partial.acc();
-  grad_sums_nhwc<T, P, kRelu, Grad><<<red.grid, kBlock, 0, ctx.stream>>>(
-      dy, x, relu, reduction_nhwc_of(d, P), red.per_split, acc);
+  sums<<<red.grid, kBlock, 0, ctx.stream>>>(dy, x, relu, reduction_nhwc_of(rows, P), red.per_split,
+                                            acc);
   DLPROBE_CUDA_CHECK_LAUNCH();
   finalize_partials<<<finalize_grid(channels), kBlock, 0, ctx.stream>>>(acc, channels, red.splits,
                                                                         out);
   DLPROBE_CUDA_CHECK_LAUNCH();
-  auto* kernel = dx_nhwc<T, P, kRelu, Grad>;
-  DLPROBE_ASSIGN_OR_RETURN(const int dx_per_sm, blocks_per_sm(kernel));
-  kernel<<<nhwc_grid(ctx, d, P, dx_per_sm), kBlock, 0, ctx.stream>>>(dy, x, dx, nhwc_of(d, P), ch);
+  DLPROBE_ASSIGN_OR_RETURN(const int dx_per_sm, blocks_per_sm(dx_kernel));
+  dx_kernel<<<nhwc_grid(ctx, rows, P, dx_per_sm), kBlock, 0, ctx.stream>>>(dy, x, dx,
+                                                                           nhwc_of(rows, P), ch);
   DLPROBE_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
@@ -1921,8 +2032,10 @@ Status launch_batch_norm_backward(const KernelContext& ctx, const TensorView& dy
         }
       }
       if (nhwc) {
-        return backward_passes_nhwc<T, P, kRelu>(ctx, d, StoredGrad<T, P>{dyp}, xp, dxp, relu, ch,
-                                                 out, op);
+        using Grad = StoredGrad<T, P>;
+        return backward_passes_nhwc<P>(ctx, d, grad_sums_nhwc<T, P, kRelu, Grad>,
+                                       dx_nhwc<T, P, kRelu, Grad>, Grad{dyp}, xp, dxp, relu, ch,
+                                       out, op);
       }
       DLPROBE_ASSIGN_OR_RETURN(const int per_sm, blocks_per_sm(grad_sums_nchw<T, P, kRelu>));
       DLPROBE_ASSIGN_OR_RETURN(const Partials<GradSums> partial,
@@ -1972,19 +2085,25 @@ Status launch_batch_norm_relu_backward_from_pool(
     const auto* xp = static_cast<const T*>(x.data);
     auto* dxp = static_cast<T*>(dx.data);
     // The passes for each way the positions come and each pool geometry.
-    auto passes = [&](const auto* at, auto stem_tag) {
-      constexpr bool kStemPool = decltype(stem_tag)::value;
+    auto passes = [&](const auto* at) -> Status {
       using Pos = std::remove_cv_t<std::remove_pointer_t<decltype(at)>>;
-      return backward_passes_nhwc<T, P, true>(ctx, d, PooledGrad<T, P, kStemPool, Pos>{dyp, at, g},
-                                              xp, dxp, relu, ch, out, op);
+      if (pool::is_stem_pool(g)) {
+        const pool::StemCells cells = pool::stem_cells(g);
+        DLPROBE_ASSIGN_OR_RETURN(const TensorDesc cell_rows,
+                                 TensorDesc::make({d.dim(0), d.dim(1), cells.rows, cells.cols},
+                                                  d.dtype(), Layout::nhwc));
+        return backward_passes_nhwc<kCellPack<T>>(
+            ctx, cell_rows, grad_sums_stem_nhwc<T, kCellPack<T>, Pos>,
+            dx_stem_nhwc<T, kCellPack<T>, Pos>, StemPool<T, Pos>{dyp, at, g, cells}, xp, dxp, relu,
+            ch, out, op);
+      }
+      using Grad = PooledGrad<T, P, Pos>;
+      return backward_passes_nhwc<P>(ctx, d, grad_sums_nhwc<T, P, true, Grad>,
+                                     dx_nhwc<T, P, true, Grad>, Grad{dyp, at, g}, xp, dxp, relu, ch,
+                                     out, op);
     };
-    const auto* values = static_cast<const T*>(where.values);
-    if (pool::is_stem_pool(g)) {
-      return where.bytes != nullptr ? passes(where.bytes, std::true_type{})
-                                    : passes(values, std::true_type{});
-    }
-    return where.bytes != nullptr ? passes(where.bytes, std::false_type{})
-                                  : passes(values, std::false_type{});
+    if (where.bytes != nullptr) return passes(where.bytes);
+    return passes(static_cast<const T*>(where.values));
   });
 }
 

@@ -11,14 +11,20 @@ namespace dlprobe::cuda {
 namespace {
 
 using pool::BytePack;
+using pool::cell_grads;
 using pool::covering;
 using pool::Covering;
 using pool::gather_nhwc;
 using pool::geom_of;
 using pool::geometry;
+using pool::holds_input;
+using pool::input_at;
 using pool::is_stem_pool;
 using pool::PoolGeom;
 using pool::position_in;
+using pool::stem_cells;
+using pool::StemCell;
+using pool::StemCells;
 
 // The maxima of output window (oh, ow) for P channels and where each is in the window (r * kw +
 // s for input h0 + r, w0 + s; the first valid position when the window holds only NaN-free -inf).
@@ -177,15 +183,33 @@ __global__ void pool_window_nchw(const T* x, T* y, void* where, PoolGeom g,
 }
 
 // grid (N * H, ceil(W * C/P / kBlock)).
-template <class T, int P, bool kStemPool>
-__global__ void pool_gather_nhwc(const T* dy, const std::uint8_t* where, T* dx, PoolGeom geom) {
-  const PoolGeom g = geometry<kStemPool>(geom);
+template <class T, int P>
+__global__ void pool_gather_nhwc(const T* dy, const std::uint8_t* where, T* dx, PoolGeom g) {
   NhwcPlace place;
   if (!nhwc_place(g.h, g.w, g.c / P, place)) return;
   float sum[P];
-  gather_nhwc<T, P, kStemPool>(dy, where, g, place.n, place.row, place.col, place.pk, sum);
+  gather_nhwc<T, P>(dy, where, g, place.n, place.row, place.col, place.pk, sum);
   store_pack(dx + (static_cast<std::int64_t>(blockIdx.x) * g.w + place.col) * g.c + place.pk * P,
              sum);
+}
+
+// The stem's pool by cells of 2 x 2 inputs (pool_geometry.cuh): grid (N * cell rows,
+// ceil(cell columns * C/P / kBlock)).
+template <class T, int P>
+__global__ void pool_gather_stem_nhwc(const T* dy, const std::uint8_t* where, T* dx, PoolGeom geom,
+                                      StemCells cells) {
+  const PoolGeom g = geometry<true>(geom);
+  NhwcPlace place;
+  if (!nhwc_place(cells.rows, cells.cols, g.c / P, place)) return;
+  const StemCell c{place.n, place.row, place.col};
+  Pack<T, P> grad[4];
+  cell_grads<T, P>(dy, where, g, c, place.pk, grad);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (holds_input(g, c, k)) {
+      *reinterpret_cast<Pack<T, P>*>(dx + input_at(g, c, k) + place.pk * P) = grad[k];
+    }
+  }
 }
 
 // grid (N * C planes, ceil(H * W / kBlock)).
@@ -230,8 +254,9 @@ unsigned blocks_for(std::int64_t items, int block = kBlock) {
 }
 
 // The block size of a grid whose rows hold `items` threads each: half a block where that divides a
-// row and a whole one does not, so that no block is left part idle at each row's end (the stem's
-// gather: 896 threads a row, which blocks of 256 leave an eighth idle).
+// row and a whole one does not, so that no block is left part idle at each row's end (a gather
+// over ResNet's stem input by rows, fp16: 896 threads a row, which blocks of 256 leave an eighth
+// idle).
 int row_block(std::int64_t items) {
   return items % kBlock != 0 && items % (kBlock / 2) == 0 ? kBlock / 2 : kBlock;
 }
@@ -332,11 +357,19 @@ Status launch_max_pool2d_backward(const KernelContext& ctx, const TensorView& dy
         constexpr int P = decltype(pack_tag)::value;
         constexpr bool kStemPool = decltype(stem_tag)::value;
         window_positions_nhwc<T, P, kStemPool>(ctx, xp, wp, g, n, from_bn);
-        const std::int64_t row = std::int64_t{g.w} * g.c / P;
-        const int block = row_block(row);
-        pool_gather_nhwc<T, P, kStemPool>
-            <<<dim3(n * static_cast<unsigned>(g.h), blocks_for(row, block)), block, 0,
-               ctx.stream>>>(dyp, wp, dxp, g);
+        if constexpr (kStemPool) {
+          const StemCells cells = stem_cells(g);
+          const std::int64_t row = std::int64_t{cells.cols} * g.c / P;
+          const int block = row_block(row);
+          pool_gather_stem_nhwc<T, P>
+              <<<dim3(n * static_cast<unsigned>(cells.rows), blocks_for(row, block)), block, 0,
+                 ctx.stream>>>(dyp, wp, dxp, g, cells);
+        } else {
+          const std::int64_t row = std::int64_t{g.w} * g.c / P;
+          const int block = row_block(row);
+          pool_gather_nhwc<T, P><<<dim3(n * static_cast<unsigned>(g.h), blocks_for(row, block)),
+                                   block, 0, ctx.stream>>>(dyp, wp, dxp, g);
+        }
       };
       if (wide && is_stem_pool(g)) {
         passes(std::integral_constant<int, kPack<T>>{}, std::true_type{});
