@@ -336,8 +336,8 @@ Command add_bench_command(CLI::App& app) {
   option(*sub, "--stem-backward", flags->stem_backward,
          "The backward of the stem's batch norm, ReLU and max pool (NHWC, GPU): fused (one call: "
          "the pool's forward keeps its maxima's places and the batch norm's passes gather the "
-         "pool's gradient as they load it; H100: 0.5 to 1.2 % faster than apart) or apart (the pool's two "
-         "passes, then the batch norm's)");
+         "pool's gradient as they load it; H100: 0.5 to 1.2 % faster than apart) or apart (the "
+         "pool's two passes, then the batch norm's)");
   option(*sub, "--gpu-memory", flags->gpu_memory,
          "How the engine takes device memory: grow, prealloc[:FRACTION|SIZE], "
          "limit:SIZE (the whole process within SIZE), planned (one arena laid out from "

@@ -37,10 +37,13 @@ Result<StepMemory> simulate_step(const SimulationOptions& o, const Calibration* 
   const bool fuses_conv = calibration != nullptr ? calibration->fused_conv
                                                  : o.step.precision != engine::Precision::fp64 &&
                                                        o.step.layout == Layout::nhwc;
+  // The stem's backward in one call: the CUDA backend's default in NHWC but for fp64.
+  const bool fuses_pool_backward = calibration != nullptr
+                                       ? calibration->fused_pool_backward
+                                       : o.step.precision != engine::Precision::fp64;
   const std::unique_ptr<Backend> backend =
       make_dry_backend(calibration == nullptr || calibration->fused, fuses_conv,
-                       calibration == nullptr || calibration->recomputed_pool,
-                       calibration == nullptr || calibration->fused_pool_backward);
+                       calibration == nullptr || calibration->recomputed_pool, fuses_pool_backward);
   DLPROBE_ASSIGN_OR_RETURN(std::unique_ptr<engine::TrainingStep> step,
                            engine::TrainingStep::create(o.step, *backend, *allocator));
   // The calibration's workspace: per call where its profile was measured on this call list, else

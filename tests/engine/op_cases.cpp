@@ -857,6 +857,8 @@ const PoolCase kPoolCases[] = {
     // The stem's pool on a wider row: its gather's rows of 2 x 2 cells, 25 x 8 packs in fp16 and
     // bf16, fill most of a block (fp32: 25 x 16 packs, two blocks).
     {{1, 64, 9, 48}, {}, PoolValues::ties},
+    // Even rows and odd columns in 16-byte packs: the cells' last row and column hold one input.
+    {{2, 16, 10, 9}, {}, PoolValues::ties},
     // Eight channels and another window: the CUDA kernels' packed path without the stem's sizes
     // compiled in (the default above is the stem's 3x3, stride 2, padding 1).
     {{2, 8, 9, 9}, {{2, 2}, {2, 2}, {0, 0}}, PoolValues::ties},
@@ -1021,16 +1023,17 @@ HostTensor drawn_positions(const Shape& x, const MaxPool2dParams& p, std::uint64
 }
 
 // The backward of max_pool(relu(bn(x))) in one call (the step's stem), on NHWC tensors in 16-byte
-// channel packs: the stem's pool (two sizes, one a row of 48 x 64 channels), a pool of 2x2
-// windows and one of uneven windows and strides. The values are max_pool_recomputed's, so every
-// dtype finds the windows' maxima where the reference does; the reference rounds the pool's input
-// and its gradient to the dtype, as the op's contract says, then takes the ReLU's mask (the
-// batch norm's output > 0) and the batch norm's backward in fp64. With `given` the op gets
-// positions, and they are not the maxima but an input of each window drawn at random: the op must
-// gather where it is told.
+// channel packs: the stem's pool (three sizes: odd and even rows and columns, and a row of 48 x 64
+// channels), a pool of 2x2 windows and one of uneven windows and strides. The values are
+// max_pool_recomputed's, so every dtype finds the windows' maxima where the reference does; the
+// reference rounds the pool's input and its gradient to the dtype, as the op's contract says, then
+// takes the ReLU's mask (the batch norm's output > 0) and the batch norm's backward in fp64. With
+// `given` the op gets positions, and they are not the maxima but an input of each window drawn at
+// random: the op must gather where it is told.
 std::vector<Variant> batch_norm_relu_max_pool_backward(Precision precision, bool given) {
   const PoolCase cases[] = {
       {{2, 16, 11, 10}, {}, PoolValues::uniform},
+      {{2, 16, 10, 9}, {}, PoolValues::uniform},
       {{1, 64, 9, 48}, {}, PoolValues::uniform},
       {{2, 8, 9, 9}, {{2, 2}, {2, 2}, {0, 0}}, PoolValues::uniform},
       {{2, 8, 7, 6}, {{3, 2}, {1, 2}, {1, 0}}, PoolValues::uniform},
