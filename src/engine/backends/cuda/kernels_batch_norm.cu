@@ -759,15 +759,28 @@ __device__ __forceinline__ void add_grad_sums(const GradPacks<T, P>& in,
   }
 }
 
-template <class T, int P, bool kRelu, class Grad = StoredGrad<T, P>>
-__global__ void grad_sums_nhwc(Grad dy, const T* x, ReluChannels ch, Nhwc g,
-                               std::int64_t rows_per_split, GradSums* partial) {
+// The frame of the backward's NHWC sums kernels: a thread's sums of g and g * (x - mean) over
+// its rows of the block's split, `add(lane, rows, v, acc)` given its pack's channel values, then
+// the block's merge into the split's partials.
+template <bool kRelu, int P, class Add>
+__device__ __forceinline__ void grad_sums_block(const ReluChannels& ch, const Nhwc& g,
+                                                std::int64_t rows_per_split, GradSums* partial,
+                                                Add&& add) {
   __shared__ GradSums tile[kBlock][P];
   const NhwcLane lane = nhwc_lane(g);
   const RowSplit rows = row_split(g, rows_per_split);
   GradSums acc[P] = {};
-  if (lane.pack < g.packs) {
-    const ReluPack<kRelu, P> v = relu_pack<kRelu, P>(ch, lane.pack);
+  if (lane.pack < g.packs) add(lane, rows, relu_pack<kRelu, P>(ch, lane.pack), acc);
+#pragma unroll
+  for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = acc[k];
+  merge_tile(tile, g, lane, partial);
+}
+
+template <class T, int P, bool kRelu, class Grad = StoredGrad<T, P>>
+__global__ void grad_sums_nhwc(Grad dy, const T* x, ReluChannels ch, Nhwc g,
+                               std::int64_t rows_per_split, GradSums* partial) {
+  auto add = [&](const NhwcLane& lane, const RowSplit& rows, const ReluPack<kRelu, P>& v,
+                 GradSums(&acc)[P]) {
     // Grad::kRowsAhead rows loaded before any is summed, in the order of a plain loop over r,
     // r + ty, ...
     for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += Grad::kRowsAhead * g.ty) {
@@ -784,10 +797,8 @@ __global__ void grad_sums_nhwc(Grad dy, const T* x, ReluChannels ch, Nhwc g,
         add_grad_sums<kRelu>(held[u], v, acc);
       }
     }
-  }
-#pragma unroll
-  for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = acc[k];
-  merge_tile(tile, g, lane, partial);
+  };
+  grad_sums_block<kRelu, P>(ch, g, rows_per_split, partial, add);
 }
 
 template <class T, int P, bool kRelu>
@@ -964,12 +975,8 @@ __device__ __forceinline__ CellOperands<T, P> cell_operands(const StemPool<T, Po
 template <class T, int P, class Pos>
 __global__ void grad_sums_stem_nhwc(StemPool<T, Pos> src, const T* x, ReluChannels ch, Nhwc g,
                                     std::int64_t rows_per_split, GradSums* partial) {
-  __shared__ GradSums tile[kBlock][P];
-  const NhwcLane lane = nhwc_lane(g);
-  const RowSplit rows = row_split(g, rows_per_split);
-  GradSums acc[P] = {};
-  if (lane.pack < g.packs) {
-    const ReluPack<true, P> v = relu_pack<true, P>(ch, lane.pack);
+  auto add = [&](const NhwcLane& lane, const RowSplit& rows, const ReluPack<true, P>& v,
+                 GradSums(&acc)[P]) {
     for (std::int64_t r = rows.begin + lane.row; r < rows.end; r += g.ty) {
       const CellOperands<T, P> o = cell_operands<T, P>(src, x, r, lane.pack);
 #pragma unroll
@@ -977,10 +984,8 @@ __global__ void grad_sums_stem_nhwc(StemPool<T, Pos> src, const T* x, ReluChanne
         if (o.held[k]) add_grad_sums<true>(o.in[k], v, acc);
       }
     }
-  }
-#pragma unroll
-  for (int k = 0; k < P; ++k) tile[threadIdx.x][k] = acc[k];
-  merge_tile(tile, g, lane, partial);
+  };
+  grad_sums_block<true, P>(ch, g, rows_per_split, partial, add);
 }
 
 template <class T, int P, class Pos>
