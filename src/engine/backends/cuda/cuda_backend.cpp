@@ -49,13 +49,6 @@ Status need_like(std::string_view op, std::string_view name, const TensorView& t
               fmt::format("{} is {}, expected {}", name, t.desc.str(), like.desc.str()));
 }
 
-// Every pointer on a 16-byte boundary, as the kernels' packs need (the engine's allocator aligns
-// to 512 bytes; a caller's own buffers may not).
-bool aligned_16(std::initializer_list<const void*> pointers) {
-  return std::all_of(pointers.begin(), pointers.end(),
-                     [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; });
-}
-
 // Tensors with the names that errors give them.
 using NamedTensors = std::initializer_list<std::pair<std::string_view, const TensorView*>>;
 

@@ -7,7 +7,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -22,6 +24,13 @@
 #include "scratch_pool.h"
 
 namespace dlprobe::cuda {
+
+// Every pointer on a 16-byte boundary, as the kernels' 16-byte packs need (the engine's allocator
+// aligns to 512 bytes; a caller's own buffers may not). A null pointer counts as aligned.
+inline bool aligned_16(std::initializer_list<const void*> pointers) {
+  return std::all_of(pointers.begin(), pointers.end(),
+                     [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; });
+}
 
 struct KernelContext {
   cudaStream_t stream = nullptr;

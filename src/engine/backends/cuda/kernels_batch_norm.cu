@@ -1419,11 +1419,7 @@ float* f32_out(const TensorView& t) {
 bool packable(const TensorDesc& d, std::initializer_list<const void*> pointers) {
   const std::int64_t pack = 16 / static_cast<std::int64_t>(dtype_size(d.dtype()));
   const std::int64_t inner = d.layout() == Layout::nhwc ? d.dim(1) : d.dim(2) * d.dim(3);
-  bool ok = inner % pack == 0;
-  for (const void* p : pointers) {
-    ok = ok && (p == nullptr || reinterpret_cast<std::uintptr_t>(p) % 16 == 0);
-  }
-  return ok;
+  return inner % pack == 0 && aligned_16(pointers);
 }
 
 // The kernels index packs of a channel and planes with 32 bits.
@@ -1808,11 +1804,8 @@ Status launch_finalize_scale_bias_relu(const KernelContext& ctx,
       auto* yp = static_cast<T*>(y.data);
       auto* sp = static_cast<S*>(f.scale.data);
       auto* bp = static_cast<S*>(f.bias.data);
-      const auto aligned = [](const void* p) {
-        return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-      };
       constexpr int P = kPack<T>;
-      if (channels % P == 0 && aligned(xp) && aligned(yp)) {
+      if (channels % P == 0 && aligned_16({xp, yp})) {
         const std::int64_t packs = d.numel() / P;
         finalize_scale_bias_relu_nhwc<T, S, P>
             <<<grid_for(packs, ctx.sm_count), kBlock, shared, ctx.stream>>>(

@@ -583,11 +583,8 @@ Status launch_scale_bias_relu(const KernelContext& ctx, const TensorView& x,
       auto* yp = static_cast<T*>(y.data);
       const auto* sp = static_cast<const S*>(scale.data);
       const auto* bp = static_cast<const S*>(bias.data);
-      const auto aligned = [](const void* p) {
-        return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-      };
       constexpr int P = kPack<T>;
-      if (channels % P == 0 && aligned(xp) && aligned(yp)) {
+      if (channels % P == 0 && aligned_16({xp, yp})) {
         const std::int64_t packs = d.numel() / P;
         scale_bias_relu_nhwc<T, S, P><<<grid_for(packs, ctx.sm_count), kBlock, 0, ctx.stream>>>(
             xp, sp, bp, yp, packs, static_cast<int>(channels / P));

@@ -10,7 +10,6 @@
 namespace dlprobe::cuda {
 namespace {
 
-using pool::BytePack;
 using pool::cell_grads;
 using pool::covering;
 using pool::Covering;
@@ -76,10 +75,10 @@ template <Store kStore, class T, int P>
 __device__ void store_window(T* y, void* where, std::int64_t out, const float (&best)[P],
                              const int (&at)[P]) {
   if constexpr (kStore == Store::positions) {
-    BytePack<P> pos;
+    Pack<std::uint8_t, P> pos;
 #pragma unroll
     for (int k = 0; k < P; ++k) pos.v[k] = static_cast<std::uint8_t>(at[k]);
-    *reinterpret_cast<BytePack<P>*>(static_cast<std::uint8_t*>(where) + out) = pos;
+    *reinterpret_cast<Pack<std::uint8_t, P>*>(static_cast<std::uint8_t*>(where) + out) = pos;
   } else {
     store_pack(y + out, best);
     if constexpr (kStore == Store::values_and_positions) {
@@ -244,9 +243,7 @@ Status check_pool_size(const TensorDesc& d, std::string_view op) {
 
 bool pool_packable(const TensorDesc& d, std::initializer_list<const void*> pointers) {
   const std::int64_t pack = 16 / static_cast<std::int64_t>(dtype_size(d.dtype()));
-  bool ok = d.dim(1) % pack == 0;
-  for (const void* p : pointers) ok = ok && reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
-  return ok;
+  return d.dim(1) % pack == 0 && aligned_16(pointers);
 }
 
 unsigned blocks_for(std::int64_t items, int block = kBlock) {

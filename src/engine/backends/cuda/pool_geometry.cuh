@@ -51,25 +51,11 @@ __device__ __forceinline__ int floor_div(int a, int b) {
   return a >= 0 ? a / b : -((-a + b - 1) / b);
 }
 
-// The positions the backward's first pass stores, P of them (one byte each) as one access.
-template <int P>
-struct alignas(P) BytePack {
-  std::uint8_t v[P];
-};
-
-// P positions as they are in memory: bytes (the backward's own first pass), or small integers in
-// the activation dtype (what batch_norm_relu_max_pool_train_forward stores for the backward).
+// P positions as ints from their pack as it is in memory (cuda_common.cuh's Pack): bytes (the
+// backward's own first pass), or small integers in the activation dtype (what
+// batch_norm_relu_max_pool_train_forward stores for the backward).
 template <class Pos, int P>
-using PositionPack =
-    std::conditional_t<std::is_same_v<Pos, std::uint8_t>, BytePack<P>, Pack<Pos, P>>;
-
-template <class Pos, int P>
-__device__ __forceinline__ PositionPack<Pos, P> load_position_pack(const Pos* at) {
-  return *reinterpret_cast<const PositionPack<Pos, P>*>(at);
-}
-
-template <class Pos, int P>
-__device__ __forceinline__ void positions_of(const PositionPack<Pos, P>& pack, int (&out)[P]) {
+__device__ __forceinline__ void positions_of(const Pack<Pos, P>& pack, int (&out)[P]) {
 #pragma unroll
   for (int k = 0; k < P; ++k) {
     if constexpr (std::is_same_v<Pos, std::uint8_t>) {
@@ -83,7 +69,7 @@ __device__ __forceinline__ void positions_of(const PositionPack<Pos, P>& pack, i
 // P positions at `at` as ints.
 template <class Pos, int P>
 __device__ __forceinline__ void load_positions(const Pos* at, int (&out)[P]) {
-  positions_of<Pos, P>(load_position_pack<Pos, P>(at), out);
+  positions_of<Pos, P>(load_raw<Pos, P>(at), out);
 }
 
 // The output windows that hold input (h, w): oh with oh*sh - ph <= h <= oh*sh - ph + kh - 1, and
@@ -208,7 +194,7 @@ template <class T, int P, class Pos>
 __device__ __forceinline__ void cell_grads(const T* dy, const Pos* where, const PoolGeom& g,
                                            const StemCell& c, int pk, Pack<T, P> (&grad)[4]) {
   Pack<T, P> d[4];
-  PositionPack<Pos, P> at[4];
+  Pack<Pos, P> at[4];
   bool held[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
@@ -216,7 +202,7 @@ __device__ __forceinline__ void cell_grads(const T* dy, const Pos* where, const 
     if (held[q]) {
       const std::int64_t off = window_at(g, c, q) + pk * P;
       d[q] = load_raw<T, P>(dy + off);
-      at[q] = load_position_pack<Pos, P>(where + off);
+      at[q] = load_raw<Pos, P>(where + off);
     }
   }
 #pragma unroll

@@ -321,11 +321,11 @@ WindowMax<T> window_max(const HostTensor& x, const MaxPool2dParams& p, std::int6
   return best;
 }
 
-}  // namespace
-
-template <class T>
-Result<HostTensor> max_pool2d_forward(const HostTensor& x, const MaxPool2dParams& p) {
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>("max_pool2d_forward", "x", x.dtype()));
+// A tensor shaped as the pool's output, each element f(window's maximum, oh, ow).
+template <class T, class F>
+Result<HostTensor> per_window(std::string_view op, const HostTensor& x, const MaxPool2dParams& p,
+                              F&& f) {
+  DLPROBE_RETURN_IF_ERROR(need_dtype<T>(op, "x", x.dtype()));
   DLPROBE_ASSIGN_OR_RETURN(Shape ys, max_pool2d_output_shape(x.shape(), p));
   DLPROBE_ASSIGN_OR_RETURN(TensorDesc yd, output_desc(ys, dtype_of<T>, x.layout()));
   HostTensor y(yd);
@@ -333,8 +333,17 @@ Result<HostTensor> max_pool2d_forward(const HostTensor& x, const MaxPool2dParams
     for (std::int64_t c = 0; c < ys[1]; ++c)
       for (std::int64_t oh = 0; oh < ys[2]; ++oh)
         for (std::int64_t ow = 0; ow < ys[3]; ++ow)
-          y.at<T>(n, c, oh, ow) = window_max<T>(x, p, n, c, oh, ow).value;
+          y.at<T>(n, c, oh, ow) = f(window_max<T>(x, p, n, c, oh, ow), oh, ow);
   return y;
+}
+
+}  // namespace
+
+template <class T>
+Result<HostTensor> max_pool2d_forward(const HostTensor& x, const MaxPool2dParams& p) {
+  return per_window<T>(
+      "max_pool2d_forward", x, p,
+      [](const WindowMax<T>& best, std::int64_t, std::int64_t) { return best.value; });
 }
 
 template <class T>
@@ -357,20 +366,12 @@ Result<HostTensor> max_pool2d_backward(const HostTensor& dy, const HostTensor& x
 
 template <class T>
 Result<HostTensor> max_pool2d_positions(const HostTensor& x, const MaxPool2dParams& p) {
-  DLPROBE_RETURN_IF_ERROR(need_dtype<T>("max_pool2d_positions", "x", x.dtype()));
-  DLPROBE_ASSIGN_OR_RETURN(Shape ys, max_pool2d_output_shape(x.shape(), p));
-  DLPROBE_ASSIGN_OR_RETURN(TensorDesc yd, output_desc(ys, dtype_of<T>, x.layout()));
-  HostTensor at(yd);
-  for (std::int64_t n = 0; n < ys[0]; ++n)
-    for (std::int64_t c = 0; c < ys[1]; ++c)
-      for (std::int64_t oh = 0; oh < ys[2]; ++oh)
-        for (std::int64_t ow = 0; ow < ys[3]; ++ow) {
-          const WindowMax<T> best = window_max<T>(x, p, n, c, oh, ow);
-          const std::int64_t r = best.h - (oh * p.stride[0] - p.pad[0]);
-          const std::int64_t s = best.w - (ow * p.stride[1] - p.pad[1]);
-          at.at<T>(n, c, oh, ow) = static_cast<T>(r * p.kernel[1] + s);
-        }
-  return at;
+  return per_window<T>("max_pool2d_positions", x, p,
+                       [&p](const WindowMax<T>& best, std::int64_t oh, std::int64_t ow) {
+                         const std::int64_t r = best.h - (oh * p.stride[0] - p.pad[0]);
+                         const std::int64_t s = best.w - (ow * p.stride[1] - p.pad[1]);
+                         return static_cast<T>(r * p.kernel[1] + s);
+                       });
 }
 
 template <class T>
