@@ -20,6 +20,7 @@
 #include "dlprobe/core/files.h"
 #include "dlprobe/engine/conv_tuning.h"
 #include "engine/backends/cuda/cudnn_graph.h"
+#include "engine/backends/cuda/timed_choice.h"
 #include "engine/backends/reference/reference.h"
 #include "test_util.h"
 
@@ -197,11 +198,41 @@ TEST_F(CudaConv, AutotuningTimesEveryKnobConfigurationOnce) {
   EXPECT_EQ(plan->time_ms, 1.0F);
 }
 
+// Among the timed configurations the tuning keeps one without workspace where it is within
+// kWorkspaceFreeTolerance of the fastest (timed_choice.h), else the fastest: the timer here makes
+// every configuration with workspace the fastest.
+TEST_F(CudaConv, AutotuningKeepsAConfigurationWithoutWorkspaceWithinTheTolerance) {
+  const CudnnHandle handle = cudnn_handle();
+  ASSERT_NE(handle, nullptr);
+  const cuda::ConvSpec spec = layer1_conv2_spec();
+  for (const float free_ms : {1.02F, 1.05F}) {
+    std::size_t with = 0;
+    std::size_t without = 0;
+    const cuda::PlanTimer timer = [&](const cuda::ExecutionPlan& plan, float) -> Result<float> {
+      ++(plan.workspace_bytes > 0 ? with : without);
+      return plan.workspace_bytes > 0 ? 1.0F : free_ms;
+    };
+    auto plan = cuda::build_conv_plan(handle.get(), spec, ConvEngineChoice::autotune,
+                                      std::int64_t{256} << 20, timer);
+    ASSERT_TRUE(plan.has_value()) << plan.status().message();
+    ASSERT_GT(with, 0U) << "no configuration with workspace was timed for this shape";
+    ASSERT_GT(without, 0U) << "no configuration without workspace was timed for this shape";
+    if (free_ms <= 1.0 + cuda::kWorkspaceFreeTolerance) {
+      EXPECT_EQ(plan->workspace_bytes, 0);
+      EXPECT_EQ(plan->time_ms, free_ms);
+    } else {
+      EXPECT_GT(plan->workspace_bytes, 0);
+      EXPECT_EQ(plan->time_ms, 1.0F);
+    }
+  }
+}
+
 // With a timer, a fused graph's plan is the fastest of all its configurations that build (each
 // distinct, more than one for this shape on an H200), not the first; without one, nothing is
-// timed. The timer here makes each later candidate faster, so a search that kept the first would
-// fail; and it is called once for every configuration that builds, as a timer that fails them all
-// counts them, so a search that stopped after a few would fail too where more build.
+// timed. The timer here makes each later candidate twice as fast (beyond any tolerance of
+// timed_choice.h), so a search that kept the first would fail; and it is called once for every
+// configuration that builds, as a timer that fails them all counts them, so a search that stopped
+// after a few would fail too where more build.
 TEST_F(CudaConv, TunedFusedGraphKeepsTheFastestOfAllItsConfigurations) {
   const CudnnHandle handle = cudnn_handle();
   ASSERT_NE(handle, nullptr);
@@ -218,7 +249,7 @@ TEST_F(CudaConv, TunedFusedGraphKeepsTheFastestOfAllItsConfigurations) {
   std::vector<std::string> timed;
   const cuda::PlanTimer timer = [&](const cuda::ExecutionPlan& plan, float) -> Result<float> {
     timed.push_back(plan_label(plan));
-    return 100.0F - static_cast<float>(timed.size());
+    return std::ldexp(1.0F, -static_cast<int>(timed.size()));
   };
   constexpr std::int64_t kWorkspace = std::int64_t{256} << 20;
   auto first = cuda::build_fused_conv_plan(handle.get(), spec, kWorkspace);
@@ -238,7 +269,7 @@ TEST_F(CudaConv, TunedFusedGraphKeepsTheFastestOfAllItsConfigurations) {
   EXPECT_EQ(std::set<std::string>(timed.begin(), timed.end()).size(), timed.size())
       << fmt::format("{}", fmt::join(timed, "; "));
   // The last timed, the fastest by this timer.
-  EXPECT_EQ(tuned->time_ms, 100.0F - static_cast<float>(timed.size()))
+  EXPECT_EQ(tuned->time_ms, std::ldexp(1.0F, -static_cast<int>(timed.size())))
       << fmt::format("{}", fmt::join(timed, "; "));
   RecordProperty("candidates_timed", fmt::format("{}", fmt::join(timed, "; ")));
 }

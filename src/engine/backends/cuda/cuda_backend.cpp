@@ -454,6 +454,11 @@ std::int64_t CudaBackend::conv_workspace_cap(const ConvSpec& spec) const {
   return options_.max_workspace_bytes;
 }
 
+// The rule that picks among timed configurations (choose_timed_config), named in the tuning
+// cache's keys: a cache whose choices an older rule made is tuned again rather than taken. 2: a
+// configuration without workspace within kWorkspaceFreeTolerance of the fastest.
+constexpr int kTimedChoiceVersion = 2;
+
 // The plan for a shape not planned yet: the tuning cache's recorded engine where it has one that
 // still builds, else a new choice (recorded in the cache when it was timed).
 Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const std::string& key,
@@ -461,7 +466,8 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
   const ConvEngineChoice choice = options_.conv_engine;
   const bool cached = options_.tuning && choice != ConvEngineChoice::heuristic;
   const std::string tuning_key =
-      cached ? fmt::format("{} | {} | {}", tuning_stamp_, conv_engine_choice_name(choice), key)
+      cached ? fmt::format("{} | {} v{} | {}", tuning_stamp_, conv_engine_choice_name(choice),
+                           kTimedChoiceVersion, key)
              : std::string();
   if (cached) {
     if (auto entry = options_.tuning->find(tuning_key)) {
@@ -1034,11 +1040,14 @@ Result<ExecutionPlan> CudaBackend::fused_conv_plan(const FusedConvSpec& spec,
   // fp16 ResNet-50 step took 46 s on an H200 just started, autotune's 9 s).
   const bool tuned = options_.conv_engine == ConvEngineChoice::exhaustive;
   // " timed all": a cache from when exhaustive timed only the first four configurations holds
-  // plans of a narrower search, which are tuned again rather than taken.
+  // plans of a narrower search, which are tuned again rather than taken; so are those an older
+  // rule chose among the timed ones.
   const std::string tuning_key =
-      options_.tuning ? fmt::format("{} | fused v{}{} | {}", tuning_stamp_, kFusedGraphVersion,
-                                    tuned ? " timed all" : "", key)
-                      : std::string();
+      options_.tuning
+          ? fmt::format("{} | fused v{}{} | {}", tuning_stamp_, kFusedGraphVersion,
+                        tuned ? fmt::format(" timed all, choice v{}", kTimedChoiceVersion) : "",
+                        key)
+          : std::string();
   if (options_.tuning) {
     if (auto entry = options_.tuning->find(tuning_key); entry && !entry->plan.empty()) {
       auto plan =

@@ -10,6 +10,7 @@
 
 #include "cuda_library_check.h"
 #include "dlprobe/core/log.h"
+#include "timed_choice.h"
 
 namespace dlprobe::cuda {
 
@@ -763,15 +764,17 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
     log_debug("conv candidates ({}): {}", candidates.size(), fmt::join(labels, "; "));
   }
 
-  std::optional<ExecutionPlan> best;
+  // Every configuration timed, for choose_timed_config once all are.
+  std::vector<ExecutionPlan> timed;
+  std::vector<TimedConfig> times;
   float best_ms = std::numeric_limits<float>::infinity();
   // The exhaustive list gets a time budget per shape once a ranked engine has been timed: with
   // ~75 shapes in a ResNet-50 step, an unbounded search took over a minute on an H200.
   const auto tuning_start = std::chrono::steady_clock::now();
   constexpr std::chrono::milliseconds kExhaustiveBudget{400};
   for (const Candidate& candidate : candidates) {
-    if (!time_runtime_compiled && candidate.last_resort && best) break;  // they are last
-    if (!candidate.ranked && best &&
+    if (!time_runtime_compiled && candidate.last_resort && !timed.empty()) break;  // last
+    if (!candidate.ranked && !timed.empty() &&
         std::chrono::steady_clock::now() - tuning_start > kExhaustiveBudget) {
       continue;
     }
@@ -786,13 +789,18 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
       continue;
     }
     log_debug("conv autotune: {} {:.3f} ms", plan->engine_name, *ms);
-    if (*ms < best_ms) {
-      best_ms = *ms;
-      best = std::move(plan);
-      best->time_ms = *ms;
-    }
+    best_ms = std::min(best_ms, *ms);
+    plan->time_ms = *ms;
+    times.push_back({*ms, plan->workspace_bytes});
+    timed.push_back(std::move(*plan));
   }
-  if (best) return std::move(*best);
+  if (const auto kept = choose_timed_config(times)) {
+    if (timed[*kept].time_ms > best_ms) {
+      log_debug("conv autotune: {} ({:.4f} ms) without workspace, the fastest {:.4f} ms with it",
+                timed[*kept].engine_name, timed[*kept].time_ms, best_ms);
+    }
+    return std::move(timed[*kept]);
+  }
   return error(Errc::unsupported,
                fmt::format("cuDNN has no engine for {} within {} bytes of workspace", key,
                            max_workspace_bytes));

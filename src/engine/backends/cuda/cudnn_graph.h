@@ -130,17 +130,19 @@ struct ExecutionPlan {
 using PlanTimer = std::function<Result<float>(const ExecutionPlan&, float best_ms)>;
 
 // Builds the operation graph for `spec` and returns an execution plan: heuristics mode A's first
-// engine that builds, or with autotune / exhaustive the fastest candidate as `timer` measures
-// them. Candidates whose workspace exceeds `max_workspace_bytes` are skipped.
+// engine that builds, or with autotune / exhaustive the candidate that choose_timed_config keeps
+// of those `timer` measures (the fastest, or the fastest without workspace where it is within 3 %
+// of that). Candidates whose workspace exceeds `max_workspace_bytes` are skipped.
 Result<ExecutionPlan> build_conv_plan(cudnnHandle_t handle, const ConvSpec& spec,
                                       ConvEngineChoice choice, std::int64_t max_workspace_bytes,
                                       const PlanTimer& timer = {});
 
 // The plan for a FusedConvSpec: the first engine cuDNN's heuristics offer that builds within the
-// workspace, or with `timer` the fastest of all the configurations that build (heuristics modes A
-// and B, the fallback list). Only runtime-fusion engines take such a graph, and they compile their
-// kernels when the plan is built (about a second each), so a timed search costs seconds a graph;
-// the backend times only under exhaustive tuning (docs/performance.md has what it bought).
+// workspace, or with `timer` the one choose_timed_config keeps of all the configurations that
+// build (heuristics modes A and B, the fallback list). Only runtime-fusion engines take such a
+// graph, and they compile their kernels when the plan is built (about a second each), so a timed
+// search costs seconds a graph; the backend times only under exhaustive tuning (docs/performance.md
+// has what it bought).
 Result<ExecutionPlan> build_fused_conv_plan(cudnnHandle_t handle, const FusedConvSpec& spec,
                                             std::int64_t max_workspace_bytes,
                                             const PlanTimer& timer = {});

@@ -1,0 +1,21 @@
+#include "timed_choice.h"
+
+namespace dlprobe::cuda {
+
+std::optional<std::size_t> choose_timed_config(std::span<const TimedConfig> timed) {
+  std::optional<std::size_t> fastest;
+  std::optional<std::size_t> fastest_free;  // the fastest without workspace
+  for (std::size_t i = 0; i < timed.size(); ++i) {
+    if (!fastest || timed[i].ms < timed[*fastest].ms) fastest = i;
+    if (timed[i].workspace_bytes == 0 && (!fastest_free || timed[i].ms < timed[*fastest_free].ms)) {
+      fastest_free = i;
+    }
+  }
+  if (fastest && fastest_free && timed[*fastest].workspace_bytes > 0 &&
+      timed[*fastest_free].ms <= timed[*fastest].ms * (1.0 + kWorkspaceFreeTolerance)) {
+    return fastest_free;
+  }
+  return fastest;
+}
+
+}  // namespace dlprobe::cuda

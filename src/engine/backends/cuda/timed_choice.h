@@ -1,0 +1,36 @@
+// Which of a convolution's timed configurations the tuning keeps (`autotune`, `exhaustive`): plain
+// C++, so the CPU tests check it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace dlprobe::cuda {
+
+// One configuration as the candidate timer saw it: alone on the GPU, on the call's own buffers.
+struct TimedConfig {
+  float ms = 0;
+  std::int64_t workspace_bytes = 0;
+};
+
+// How much slower alone a configuration without workspace may be and still be kept over the
+// fastest, which takes workspace.
+inline constexpr double kWorkspaceFreeTolerance = 0.03;
+
+// The index in `timed` of the configuration to keep: the fastest (the first of equals), unless
+// it takes workspace and the fastest without any is within kWorkspaceFreeTolerance of it.
+// nullopt for none.
+//
+// Why: timed alone, two configurations may tie and yet run the step differently beside the
+// other stream's work. At fp16 batch 64 on an H100 (2026-12-07) the data gradient of ResNet-50's
+// layer1 1x1 convolution (64 to 256 channels) took 0.050 ms alone with cuDNN's engine 63 under
+// either value of its workspace knob, but the step ran 6,420 img/s with 272 bytes of workspace
+// and 6,545 without (that one entry of a tuning cache swapped each way, two runs each), and which
+// one autotuning kept went either way between runs: 5 of 13 fresh tunings took the slower. Why
+// the step runs it slower was not profiled. With this rule four of four fresh tunings ran batch
+// 64 at 6,540 to 6,551 img/s; docs/performance.md has the other batches and precisions.
+std::optional<std::size_t> choose_timed_config(std::span<const TimedConfig> timed);
+
+}  // namespace dlprobe::cuda
