@@ -20,7 +20,8 @@ void add_tuning_flags(CLI::App& sub, TuningFlags& flags) {
   sub.add_option("--conv-algo", flags.algo,
                  "cuDNN engine per convolution shape: heuristic (cuDNN's first choice), autotune "
                  "(time the engines cuDNN's heuristics list, keep the fastest, as "
-                 "cudnn.benchmark) or exhaustive (also every other engine, within 0.4 s a shape)")
+                 "cudnn.benchmark, or one without workspace within 3 % of it) or exhaustive "
+                 "(also every other engine, within 0.4 s a shape)")
       ->capture_default_str();
   sub.add_option("--tuning-cache", flags.cache,
                  "Keep autotuned choices in this JSON file and start from those it holds for "

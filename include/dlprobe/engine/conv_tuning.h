@@ -27,6 +27,7 @@ namespace dlprobe {
 enum class ConvEngineChoice : std::uint8_t {
   heuristic,   // cuDNN's first-ranked engine that fits the workspace limit
   autotune,    // time every engine cuDNN's heuristics list on the real buffers, keep the fastest
+               // (or the fastest without workspace, where within 3 % of it)
   exhaustive,  // also every other engine cuDNN has for the shape, within a time budget per shape
 };
 constexpr std::string_view conv_engine_choice_name(ConvEngineChoice choice) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 namespace dlprobe::cuda {
@@ -36,6 +37,15 @@ TEST(TimedChoice, WithoutWorkspaceWithinTheTolerance) {
   EXPECT_EQ(choose({{0.0504F, 272}, {0.0520F, 0}, {0.0510F, 0}}), 2U)
       << "the fastest of those without workspace";
   EXPECT_EQ(choose({{0.0498F, 0}, {0.0504F, 272}}), 0U) << "the fastest is free already";
+}
+
+TEST(TimedChoice, TimesThatAreNotFiniteAreNeverKept) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(choose({{nan, 0}, {0.2F, 272}}), 1U);
+  EXPECT_EQ(choose({{0.100F, 272}, {nan, 0}, {0.102F, 0}}), 2U);
+  EXPECT_EQ(choose({{0.100F, 272}, {inf, 0}}), 0U);
+  EXPECT_FALSE(choose({{nan, 0}, {inf, 272}}).has_value());
 }
 
 TEST(TimedChoice, TheToleranceIsRelative) {

@@ -13,6 +13,7 @@
 #include "cuda_backend_impl.h"
 #include "cuda_library_check.h"
 #include "dlprobe/core/log.h"
+#include "timed_choice.h"
 
 namespace dlprobe {
 namespace cuda {
@@ -454,11 +455,6 @@ std::int64_t CudaBackend::conv_workspace_cap(const ConvSpec& spec) const {
   return options_.max_workspace_bytes;
 }
 
-// The rule that picks among timed configurations (choose_timed_config), named in the tuning
-// cache's keys: a cache whose choices an older rule made is tuned again rather than taken. 2: a
-// configuration without workspace within kWorkspaceFreeTolerance of the fastest.
-constexpr int kTimedChoiceVersion = 2;
-
 // The plan for a shape not planned yet: the tuning cache's recorded engine where it has one that
 // still builds, else a new choice (recorded in the cache when it was timed).
 Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const std::string& key,
@@ -466,6 +462,7 @@ Result<ExecutionPlan> CudaBackend::tuned_conv_plan(const ConvSpec& spec, const s
   const ConvEngineChoice choice = options_.conv_engine;
   const bool cached = options_.tuning && choice != ConvEngineChoice::heuristic;
   const std::string tuning_key =
+      // The rule's version (timed_choice.h): choices an older rule made are tuned again.
       cached ? fmt::format("{} | {} v{} | {}", tuning_stamp_, conv_engine_choice_name(choice),
                            kTimedChoiceVersion, key)
              : std::string();
@@ -1029,8 +1026,8 @@ constexpr int kFusedGraphVersion = 1;
 
 // The plan of a fused graph not planned yet: loaded from the tuning cache where it holds the
 // serialized plan (no heuristics query, no search over candidates), else built (the heuristics'
-// choice, or under exhaustive the fastest of all its configurations) and, with a cache,
-// recorded there whole.
+// choice, or under exhaustive the one choose_timed_config keeps of all its configurations) and,
+// with a cache, recorded there whole.
 Result<ExecutionPlan> CudaBackend::fused_conv_plan(const FusedConvSpec& spec,
                                                    const std::string& key, std::string_view op,
                                                    std::span<const std::int64_t> uids,

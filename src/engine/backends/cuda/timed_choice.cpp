@@ -1,11 +1,14 @@
 #include "timed_choice.h"
 
+#include <cmath>
+
 namespace dlprobe::cuda {
 
 std::optional<std::size_t> choose_timed_config(std::span<const TimedConfig> timed) {
   std::optional<std::size_t> fastest;
   std::optional<std::size_t> fastest_free;  // the fastest without workspace
   for (std::size_t i = 0; i < timed.size(); ++i) {
+    if (!std::isfinite(timed[i].ms)) continue;
     if (!fastest || timed[i].ms < timed[*fastest].ms) fastest = i;
     if (timed[i].workspace_bytes == 0 && (!fastest_free || timed[i].ms < timed[*fastest_free].ms)) {
       fastest_free = i;

@@ -19,18 +19,25 @@ struct TimedConfig {
 // fastest, which takes workspace.
 inline constexpr double kWorkspaceFreeTolerance = 0.03;
 
+// The version of this rule, named in the tuning cache's keys so that choices an older rule made
+// are tuned again rather than replayed: raise it with any change to choose_timed_config or the
+// tolerance. 2: a configuration without workspace within kWorkspaceFreeTolerance of the fastest.
+inline constexpr int kTimedChoiceVersion = 2;
+
 // The index in `timed` of the configuration to keep: the fastest (the first of equals), unless
-// it takes workspace and the fastest without any is within kWorkspaceFreeTolerance of it.
-// nullopt for none.
+// it takes workspace and the fastest without any is within kWorkspaceFreeTolerance of it. Times
+// that are not finite are never kept; nullopt where no time is.
 //
 // Why: timed alone, two configurations may tie and yet run the step differently beside the
 // other stream's work. At fp16 batch 64 on an H100 (2026-12-07) the data gradient of ResNet-50's
 // layer1 1x1 convolution (64 to 256 channels) took 0.050 ms alone with cuDNN's engine 63 under
 // either value of its workspace knob, but the step ran 6,420 img/s with 272 bytes of workspace
 // and 6,545 without (that one entry of a tuning cache swapped each way, two runs each), and which
-// one autotuning kept went either way between runs: 5 of 13 fresh tunings took the slower. Why
-// the step runs it slower was not profiled. With this rule four of four fresh tunings ran batch
-// 64 at 6,540 to 6,551 img/s; docs/performance.md has the other batches and precisions.
+// one autotuning kept went either way between runs: 5 of 13 fresh tunings kept one with workspace
+// (engine 63 with 272 bytes three times, engine 67 with 131 bytes twice), and each ran the step
+// near 6,420. Why the step runs them slower was not profiled. With this rule four of four fresh
+// tunings ran batch 64 at 6,540 to 6,551 img/s; docs/performance.md has the other batches and
+// precisions.
 std::optional<std::size_t> choose_timed_config(std::span<const TimedConfig> timed);
 
 }  // namespace dlprobe::cuda
