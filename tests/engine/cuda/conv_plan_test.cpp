@@ -98,9 +98,9 @@ TEST_F(CudaConv, TuningCacheReplaysTheChoice) {
     std::string engine;
     std::size_t replayed = 0;
   };
-  auto run = [&](ConvEngineChoice choice) -> Ran {
-    auto made =
-        cuda::CudaBackend::create(0, allocator(), {.conv_engine = choice, .tuning = *cache});
+  auto run_with = [&](ConvEngineChoice choice, std::shared_ptr<ConvTuningCache> tuning) -> Ran {
+    auto made = cuda::CudaBackend::create(0, allocator(),
+                                          {.conv_engine = choice, .tuning = std::move(tuning)});
     EXPECT_TRUE(made.has_value()) << made.status().message();
     if (!made.has_value()) return {};
     BackendTensor y = backend_output(env(), desc({2, 16, 12, 12}, DType::fp16, Layout::nhwc));
@@ -110,6 +110,7 @@ TEST_F(CudaConv, TuningCacheReplaysTheChoice) {
     EXPECT_TRUE(matches(to_host(env(), y.view()), y_ref, kFp16, {.terms = 16 * 9}));
     return {(*made)->last_conv_engine(), (*made)->conv_plans_replayed()};
   };
+  auto run = [&](ConvEngineChoice choice) { return run_with(choice, *cache); };
   const Ran tuned = run(ConvEngineChoice::autotune);
   EXPECT_EQ(tuned.replayed, 0U);
   EXPECT_EQ((*cache)->size(), 1U);
@@ -138,6 +139,23 @@ TEST_F(CudaConv, TuningCacheReplaysTheChoice) {
   // Heuristic choices are cuDNN's first and cost nothing to make: not recorded.
   run(ConvEngineChoice::heuristic);
   EXPECT_EQ((*cache)->size(), 2U);
+  // A choice that an older rule made among the timed configurations (its key names no version of
+  // timed_choice.h's rule) is tuned again, not replayed.
+  auto text = read_whole_file(file);
+  ASSERT_TRUE(text.has_value()) << text.status().message();
+  auto entries = ConvTuningCache::parse(*text, file.string());
+  ASSERT_TRUE(entries.has_value()) << entries.status().message();
+  const std::string current = fmt::format("| autotune v{} |", cuda::kTimedChoiceVersion);
+  const auto recorded = std::find_if(entries->begin(), entries->end(), [&](const auto& e) {
+    return e.first.find(current) != std::string::npos;
+  });
+  ASSERT_NE(recorded, entries->end()) << "no key names " << current;
+  std::string older_key = recorded->first;
+  older_key.replace(older_key.find(current), current.size(), "| autotune |");
+  auto older = std::make_shared<ConvTuningCache>();
+  ASSERT_TRUE(older->record(older_key, recorded->second).is_ok());
+  EXPECT_EQ(run_with(ConvEngineChoice::autotune, older).replayed, 0U);
+  EXPECT_EQ(older->size(), 2U);
 }
 
 using CudnnHandle = std::unique_ptr<cudnnContext, decltype(&cudnnDestroy)>;
