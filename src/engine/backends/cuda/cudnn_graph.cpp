@@ -3,12 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
-#include <memory>
 #include <utility>
 
 #include "cuda_library_check.h"
@@ -767,19 +765,17 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
     log_debug("conv candidates ({}): {}", candidates.size(), fmt::join(labels, "; "));
   }
 
-  // The only two timed configurations choose_timed_config may keep: the fastest and the fastest
-  // without workspace (one plan where the fastest takes none). The others are let go at once, as
-  // each may hold kernels compiled for it.
-  std::shared_ptr<ExecutionPlan> fastest;
-  std::shared_ptr<ExecutionPlan> fastest_free;
+  // Every configuration timed and its time, for choose_timed_config once all are.
+  std::vector<ExecutionPlan> timed;
+  std::vector<TimedConfig> times;
   float best_ms = std::numeric_limits<float>::infinity();
   // The exhaustive list gets a time budget per shape once a ranked engine has been timed: with
   // ~75 shapes in a ResNet-50 step, an unbounded search took over a minute on an H200.
   const auto tuning_start = std::chrono::steady_clock::now();
   constexpr std::chrono::milliseconds kExhaustiveBudget{400};
   for (const Candidate& candidate : candidates) {
-    if (!time_runtime_compiled && candidate.last_resort && fastest) break;  // they are last
-    if (!candidate.ranked && fastest &&
+    if (!time_runtime_compiled && candidate.last_resort && !timed.empty()) break;  // last
+    if (!candidate.ranked && !timed.empty() &&
         std::chrono::steady_clock::now() - tuning_start > kExhaustiveBudget) {
       continue;
     }
@@ -795,27 +791,17 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
       continue;
     }
     log_debug("conv autotune: {} {:.3f} ms", plan->engine_name, *ms);
+    best_ms = std::min(best_ms, *ms);
     plan->time_ms = *ms;
-    auto timed = std::make_shared<ExecutionPlan>(std::move(*plan));
-    if (*ms < best_ms) {
-      best_ms = *ms;
-      fastest = timed;
-    }
-    if (timed->workspace_bytes == 0 && (!fastest_free || *ms < fastest_free->time_ms)) {
-      fastest_free = timed;
-    }
+    times.push_back({*ms, plan->workspace_bytes});
+    timed.push_back(std::move(*plan));
   }
-  if (fastest) {
-    const std::array<TimedConfig, 2> pair{
-        TimedConfig{fastest->time_ms, fastest->workspace_bytes},
-        TimedConfig{fastest_free ? fastest_free->time_ms : std::numeric_limits<float>::infinity(),
-                    0}};
-    if (choose_timed_config(pair) == 1U) {
+  if (const auto kept = choose_timed_config(times)) {
+    if (timed[*kept].time_ms > best_ms) {
       log_debug("conv autotune: {} ({:.4f} ms) without workspace, the fastest {:.4f} ms with it",
-                fastest_free->engine_name, fastest_free->time_ms, best_ms);
-      return std::move(*fastest_free);
+                timed[*kept].engine_name, timed[*kept].time_ms, best_ms);
     }
-    return std::move(*fastest);
+    return std::move(timed[*kept]);
   }
   return error(Errc::unsupported,
                fmt::format("cuDNN has no engine for {} within {} bytes of workspace", key,
