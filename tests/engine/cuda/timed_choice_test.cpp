@@ -1,9 +1,10 @@
 // Which timed configuration the tuning keeps (timed_choice.h): the fastest, or the fastest
-// without workspace within kWorkspaceFreeTolerance of it.
+// without workspace within kWorkspaceFreeTolerance of it; and how much workspace it may take.
 #include "timed_choice.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -56,6 +57,30 @@ TEST(TimedChoice, TheToleranceIsRelative) {
   EXPECT_EQ(choose({{fastest, 1 << 20}, {just_over, 0}}), 0U);
   EXPECT_EQ(choose({{100 * fastest, 1 << 20}, {100 * just_within, 0}}), 1U);
   EXPECT_EQ(choose({{100 * fastest, 1 << 20}, {100 * just_over, 0}}), 0U);
+}
+
+constexpr std::int64_t kCap = std::int64_t{256} << 20;
+constexpr std::int64_t kFp32Cap = std::int64_t{2} << 30;
+
+TEST(TimedWorkspaceCap, Fp32TensorsWhoseFastEnginesNeedMoreTakeTheLargerCap) {
+  EXPECT_EQ(timed_workspace_cap({.fp32_tensors = true, .tf32 = true}, kCap, kFp32Cap), kFp32Cap);
+  EXPECT_EQ(timed_workspace_cap({.fp32_tensors = true, .transforms = true}, kCap, kFp32Cap),
+            kFp32Cap);
+  EXPECT_EQ(
+      timed_workspace_cap({.fp32_tensors = true, .tf32 = true, .transforms = true}, kCap, kFp32Cap),
+      kFp32Cap);
+}
+
+TEST(TimedWorkspaceCap, OthersKeepTheCap) {
+  EXPECT_EQ(timed_workspace_cap({.fp32_tensors = true}, kCap, kFp32Cap), kCap)
+      << "strict fp32, direct sums only";
+  EXPECT_EQ(timed_workspace_cap({}, kCap, kFp32Cap), kCap) << "fp16 or bf16";
+  EXPECT_EQ(timed_workspace_cap({.tf32 = true, .transforms = true}, kCap, kFp32Cap), kCap)
+      << "fp16 or bf16 under a TF32 math mode";
+}
+
+TEST(TimedWorkspaceCap, NeverBelowTheCap) {
+  EXPECT_EQ(timed_workspace_cap({.fp32_tensors = true, .tf32 = true}, kFp32Cap, kCap), kFp32Cap);
 }
 
 }  // namespace

@@ -445,14 +445,15 @@ Status CudaBackend::cast_many(std::span<const TensorView> src, std::span<const T
 
 // ---- convolutions ----
 
-// The larger strict-fp32 cap only where candidates are timed: there a large workspace is taken
-// only when it buys speed, where the heuristic choice would take the first engine that fits.
+// The larger fp32 cap only where candidates are timed (timed_choice.h): there a large workspace
+// is taken only when it buys speed, where the heuristic choice would take the first engine that
+// fits.
 std::int64_t CudaBackend::conv_workspace_cap(const ConvSpec& spec) const {
-  if (spec.allow_transforms && strict_fp32(spec) &&
-      options_.conv_engine != ConvEngineChoice::heuristic) {
-    return std::max(options_.max_workspace_bytes, options_.max_fp32_conv_workspace_bytes);
-  }
-  return options_.max_workspace_bytes;
+  if (options_.conv_engine == ConvEngineChoice::heuristic) return options_.max_workspace_bytes;
+  return timed_workspace_cap({.fp32_tensors = spec.x.dtype == CUDNN_DATA_FLOAT,
+                              .tf32 = spec.allow_tf32,
+                              .transforms = spec.allow_transforms},
+                             options_.max_workspace_bytes, options_.max_fp32_conv_workspace_bytes);
 }
 
 // The plan for a shape not planned yet: the tuning cache's recorded engine where it has one that

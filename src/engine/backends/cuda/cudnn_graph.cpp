@@ -620,14 +620,23 @@ Result<std::optional<ExecutionPlan>> make_plan(
   DLPROBE_RETURN_IF_ERROR(plan_desc.set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle));
   DLPROBE_RETURN_IF_ERROR(plan_desc.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw));
-  if (!plan_desc.finalize().is_ok()) return std::optional<ExecutionPlan>{};
   std::string label = config_label(index, notes, knobs);
+  if (const Status finalized = plan_desc.finalize(); !finalized.is_ok()) {
+    log_debug("conv candidate {} left out: {}", label, finalized.message());
+    return std::optional<ExecutionPlan>{};
+  }
   ExecutionPlan plan{std::move(plan_desc), 0, std::move(label), index, 0, std::move(knobs)};
   std::int64_t n = 0;
   if (cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                CUDNN_TYPE_INT64, 1, &n,
-                               &plan.workspace_bytes) != CUDNN_STATUS_SUCCESS ||
-      plan.workspace_bytes > max_workspace_bytes) {
+                               &plan.workspace_bytes) != CUDNN_STATUS_SUCCESS) {
+    return std::optional<ExecutionPlan>{};
+  }
+  if (plan.workspace_bytes > max_workspace_bytes) {
+    // Logged because a configuration left out here is one the timing never sees: cudnn.benchmark
+    // may run it for PyTorch where the cap kept it from dlprobe.
+    log_debug("conv candidate {} left out: it needs {} bytes of workspace, the cap is {}",
+              plan.engine_name, plan.workspace_bytes, max_workspace_bytes);
     return std::optional<ExecutionPlan>{};
   }
   return std::optional<ExecutionPlan>{std::move(plan)};

@@ -1,5 +1,6 @@
 #include "timed_choice.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace dlprobe::cuda {
@@ -19,6 +20,11 @@ std::optional<std::size_t> choose_timed_config(std::span<const TimedConfig> time
     return fastest_free;
   }
   return fastest;
+}
+
+std::int64_t timed_workspace_cap(TimedConvMath math, std::int64_t cap, std::int64_t fp32_cap) {
+  const bool large = math.fp32_tensors && (math.tf32 || math.transforms);
+  return large ? std::max(cap, fp32_cap) : cap;
 }
 
 }  // namespace dlprobe::cuda

@@ -19,10 +19,30 @@ struct TimedConfig {
 // fastest, which takes workspace.
 inline constexpr double kWorkspaceFreeTolerance = 0.03;
 
-// The version of this rule, named in the tuning cache's keys so that choices an older rule made
-// are tuned again rather than replayed: raise it with any change to choose_timed_config or the
-// tolerance. 2: a configuration without workspace within kWorkspaceFreeTolerance of the fastest.
-inline constexpr int kTimedChoiceVersion = 2;
+// The version of these rules, named in the tuning cache's keys so that choices an older rule made
+// are tuned again rather than replayed: raise it with any change to choose_timed_config, the
+// tolerance or timed_workspace_cap. 2: a configuration without workspace within
+// kWorkspaceFreeTolerance of the fastest. 3: TF32 convolutions under the larger cap.
+inline constexpr int kTimedChoiceVersion = 3;
+
+// What decides a timed convolution's workspace cap.
+struct TimedConvMath {
+  bool fp32_tensors = false;  // fp32 operands (strict fp32 or TF32), not fp16/bf16
+  bool tf32 = false;          // on TF32 tensor cores
+  bool transforms = false;    // FFT and Winograd engines may compete
+};
+
+// The most workspace a convolution chosen by timing may take: `fp32_cap` (if larger) for fp32
+// operands where the fast engines need more than `cap`, else `cap`. A large workspace is then
+// taken only where it was timed faster; a heuristic choice keeps `cap` (the caller's part).
+// - Strict fp32 with transform engines: without tensor cores the fast engines for 3x3 layers are
+//   FFT ones, whose transformed operands grow with the activations (CudaBackendOptions).
+// - TF32: cuDNN's tensor-core engines for the three-channel stem's weight gradient pad and convert
+//   their operands in workspace (1.17 GiB at batch 256), which the 256 MiB cap left out. On an
+//   H100 (2026-12-07) that gradient took 1.96 ms with them against 3.36 ms for the best engine
+//   under the cap, and ResNet-50's TF32 step ran 1.9 % faster at batch 256 (1.0 GiB more at the
+//   peak); cudnn.benchmark takes such an engine for PyTorch.
+std::int64_t timed_workspace_cap(TimedConvMath math, std::int64_t cap, std::int64_t fp32_cap);
 
 // The index in `timed` of the configuration to keep: the fastest (the first of equals), unless
 // it takes workspace and the fastest without any is within kWorkspaceFreeTolerance of it. Times
