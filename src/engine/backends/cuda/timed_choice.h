@@ -37,11 +37,11 @@ struct TimedConvMath {
 // taken only where it was timed faster; a heuristic choice keeps `cap` (the caller's part).
 // - Strict fp32 with transform engines: without tensor cores the fast engines for 3x3 layers are
 //   FFT ones, whose transformed operands grow with the activations (CudaBackendOptions).
-// - TF32: cuDNN's tensor-core engines for the three-channel stem's weight gradient pad and convert
-//   their operands in workspace (1.17 GiB at batch 256), which the 256 MiB cap left out. On an
-//   H100 (2026-12-07) that gradient took 1.96 ms with them against 3.36 ms for the best engine
-//   under the cap, and ResNet-50's TF32 step ran 1.9 % faster at batch 256 (1.0 GiB more at the
-//   peak); cudnn.benchmark takes such an engine for PyTorch.
+// - TF32: cuDNN's tensor-core engines for the three-channel stem's weight gradient need more than
+//   256 MiB (the step's workspace 1.17 GiB at batch 256 with engine 34), and the cap left them
+//   out. On an H100 (2026-12-07) that gradient took 1.96 ms with them against 3.36 ms for the best
+//   engine under the cap, and ResNet-50's TF32 step ran 2.0 % faster at batch 256 (1.0 GiB more
+//   at the peak); cudnn.benchmark takes such an engine for PyTorch.
 std::int64_t timed_workspace_cap(TimedConvMath math, std::int64_t cap, std::int64_t fp32_cap);
 
 // The index in `timed` of the configuration to keep: the fastest (the first of equals), unless
