@@ -42,7 +42,8 @@ struct CudaBackendOptions {
   // transformed operands grow with the activations. On an H200 at ResNet-50 bs 256, 13 of the
   // step's convolutions chose engines above 256 MiB (FFT for 10 of them, up to 1.42 GiB; layer2's
   // 3x3 forward: 0.544 ms against 1.383 ms direct), and the step went from 262 to 225 ms. In TF32
-  // the stem's weight gradient takes up to 1.17 GiB at bs 256 (1.96 against 3.36 ms on an H100).
+  // the step's workspace, the stem's weight gradient's, is 1.17 GiB at bs 256 (that gradient 1.96
+  // against 3.36 ms on an H100).
   std::int64_t max_fp32_conv_workspace_bytes = std::int64_t{2} << 30;
   MathMode math_mode = MathMode::strict_fp32;
   // Only convolution engines that give the same bits on every run: cuDNN's non-deterministic ones

@@ -75,6 +75,10 @@ TEST(TimedWorkspaceCap, OthersKeepTheCap) {
   EXPECT_EQ(timed_workspace_cap({.fp32_tensors = true}, kCap, kFp32Cap), kCap)
       << "strict fp32, direct sums only";
   EXPECT_EQ(timed_workspace_cap({}, kCap, kFp32Cap), kCap) << "fp16 or bf16";
+  EXPECT_EQ(timed_workspace_cap({.transforms = true}, kCap, kFp32Cap), kCap)
+      << "fp16 or bf16 with transform engines";
+  EXPECT_EQ(timed_workspace_cap({.tf32 = true}, kCap, kFp32Cap), kCap)
+      << "fp16 or bf16 under a TF32 math mode";
   EXPECT_EQ(timed_workspace_cap({.tf32 = true, .transforms = true}, kCap, kFp32Cap), kCap)
       << "fp16 or bf16 under a TF32 math mode";
 }

@@ -609,11 +609,11 @@ Result<std::int64_t> global_engine_count(const BackendDescriptor& graph) {
 
 // The execution plan of an engine configuration whose knob choices are `knobs` (for its label and
 // to rebuild it), or nullopt when it cannot run here (the plan does not finalize, or it needs more
-// workspace than allowed).
+// workspace than allowed). `key` names the graph in the log.
 Result<std::optional<ExecutionPlan>> make_plan(
     cudnnHandle_t handle, const BackendDescriptor& cfg, std::int64_t index,
     const std::vector<cudnnBackendNumericalNote_t>& notes, std::vector<ConvKnob> knobs,
-    std::int64_t max_workspace_bytes) {
+    std::int64_t max_workspace_bytes, std::string_view key) {
   DLPROBE_ASSIGN_OR_RETURN(auto plan_desc,
                            BackendDescriptor::create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
   cudnnBackendDescriptor_t cfg_raw = cfg.get();
@@ -622,7 +622,7 @@ Result<std::optional<ExecutionPlan>> make_plan(
                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg_raw));
   std::string label = config_label(index, notes, knobs);
   if (const Status finalized = plan_desc.finalize(); !finalized.is_ok()) {
-    log_debug("conv candidate {} left out: {}", label, finalized.message());
+    log_debug("conv candidate {} for {} left out: {}", label, key, finalized.message());
     return std::optional<ExecutionPlan>{};
   }
   ExecutionPlan plan{std::move(plan_desc), 0, std::move(label), index, 0, std::move(knobs)};
@@ -635,8 +635,8 @@ Result<std::optional<ExecutionPlan>> make_plan(
   if (plan.workspace_bytes > max_workspace_bytes) {
     // Logged because a configuration left out here is one the timing never sees: cudnn.benchmark
     // may run it for PyTorch where the cap kept it from dlprobe.
-    log_debug("conv candidate {} left out: it needs {} bytes of workspace, the cap is {}",
-              plan.engine_name, plan.workspace_bytes, max_workspace_bytes);
+    log_debug("conv candidate {} for {} left out: it needs {} bytes of workspace, the cap is {}",
+              plan.engine_name, key, plan.workspace_bytes, max_workspace_bytes);
     return std::optional<ExecutionPlan>{};
   }
   return std::optional<ExecutionPlan>{std::move(plan)};
@@ -790,7 +790,7 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
     }
     DLPROBE_ASSIGN_OR_RETURN(auto plan,
                              make_plan(handle, *candidate.cfg, candidate.index, candidate.notes,
-                                       candidate.knobs, max_workspace_bytes));
+                                       candidate.knobs, max_workspace_bytes, key));
     if (!plan) continue;
     if (choice == ConvEngineChoice::heuristic || !timer) return std::move(*plan);
     auto ms = timer(*plan, best_ms);
@@ -854,8 +854,9 @@ Result<ExecutionPlan> build_conv_plan_for_engine(cudnnHandle_t handle, const Con
   DLPROBE_ASSIGN_OR_RETURN(auto notes, engine_notes(ec->cfg, index, runtime_compiled));
   // The policy may have changed since the choice was recorded: it is checked again.
   if (!engine_allowed(spec, notes)) return unavailable("is not allowed");
-  DLPROBE_ASSIGN_OR_RETURN(auto plan, make_plan(handle, ec->cfg, engine_index, notes,
-                                                read_knobs(ec->cfg), max_workspace_bytes));
+  DLPROBE_ASSIGN_OR_RETURN(auto plan,
+                           make_plan(handle, ec->cfg, engine_index, notes, read_knobs(ec->cfg),
+                                     max_workspace_bytes, conv_key(spec)));
   if (!plan) return unavailable("does not build within the workspace limit");
   return std::move(*plan);
 }

@@ -34,7 +34,8 @@ struct TimedConvMath {
 
 // The most workspace a convolution chosen by timing may take: `fp32_cap` (if larger) for fp32
 // operands where the fast engines need more than `cap`, else `cap`. A large workspace is then
-// taken only where it was timed faster; a heuristic choice keeps `cap` (the caller's part).
+// taken only where its configuration was timed fastest (choose_timed_config); a heuristic choice
+// keeps `cap` (the caller's part).
 // - Strict fp32 with transform engines: without tensor cores the fast engines for 3x3 layers are
 //   FFT ones, whose transformed operands grow with the activations (CudaBackendOptions).
 // - TF32: cuDNN's tensor-core engines for the three-channel stem's weight gradient need more than
