@@ -627,9 +627,12 @@ Result<std::optional<ExecutionPlan>> make_plan(
   }
   ExecutionPlan plan{std::move(plan_desc), 0, std::move(label), index, 0, std::move(knobs)};
   std::int64_t n = 0;
-  if (cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                               CUDNN_TYPE_INT64, 1, &n,
-                               &plan.workspace_bytes) != CUDNN_STATUS_SUCCESS) {
+  if (const cudnnStatus_t got =
+          cudnnBackendGetAttribute(plan.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                   CUDNN_TYPE_INT64, 1, &n, &plan.workspace_bytes);
+      got != CUDNN_STATUS_SUCCESS) {
+    log_debug("conv candidate {} for {} left out: its workspace size is unknown ({})",
+              plan.engine_name, key, cudnnGetErrorString(got));
     return std::optional<ExecutionPlan>{};
   }
   if (plan.workspace_bytes > max_workspace_bytes) {
@@ -774,9 +777,8 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
     log_debug("conv candidates ({}): {}", candidates.size(), fmt::join(labels, "; "));
   }
 
-  // Every configuration timed and its time, for choose_timed_config once all are.
+  // Every configuration timed (with its time), for choose_timed_config once all are.
   std::vector<ExecutionPlan> timed;
-  std::vector<TimedConfig> times;
   float best_ms = std::numeric_limits<float>::infinity();
   // The exhaustive list gets a time budget per shape once a ranked engine has been timed: with
   // ~75 shapes in a ResNet-50 step, an unbounded search took over a minute on an H200.
@@ -802,9 +804,11 @@ Result<ExecutionPlan> plan_for_graph(cudnnHandle_t handle, const OpGraph& g, con
     log_debug("conv autotune: {} {:.3f} ms", plan->engine_name, *ms);
     best_ms = std::min(best_ms, *ms);
     plan->time_ms = *ms;
-    times.push_back({*ms, plan->workspace_bytes});
     timed.push_back(std::move(*plan));
   }
+  std::vector<TimedConfig> times;
+  times.reserve(timed.size());
+  for (const ExecutionPlan& p : timed) times.push_back({p.time_ms, p.workspace_bytes});
   if (const auto kept = choose_timed_config(times)) {
     if (timed[*kept].time_ms > best_ms) {
       log_debug("conv autotune: {} ({:.4f} ms) without workspace, the fastest {:.4f} ms with it",
