@@ -447,7 +447,8 @@ Status CudaBackend::cast_many(std::span<const TensorView> src, std::span<const T
 
 // The larger fp32 cap only where candidates are timed (timed_choice.h): there a large workspace
 // is taken only where its configuration was timed fastest, where the heuristic choice would take
-// the first engine that fits. (conv_spec sums every convolution in fp32, strict or not.)
+// the first engine that fits. Every convolution computes in fp32 (conv_spec), so the operands'
+// dtype is what tells fp32 convolutions from fp16 and bf16 ones.
 std::int64_t CudaBackend::conv_workspace_cap(const ConvSpec& spec) const {
   if (options_.conv_engine == ConvEngineChoice::heuristic) return options_.max_workspace_bytes;
   return timed_workspace_cap({.fp32_tensors = spec.x.dtype == CUDNN_DATA_FLOAT,
