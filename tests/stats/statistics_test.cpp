@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 namespace dlprobe::stats {
@@ -198,6 +200,38 @@ TEST(MannWhitney, ExactSmallSamples) {
   r = mann_whitney_u(std::vector<double>{1, 4}, std::vector<double>{2, 3});
   EXPECT_EQ(r->u_a, 2);
   EXPECT_DOUBLE_EQ(r->p_value, 1);
+}
+
+TEST(MannWhitney, ExactAgainstALargeSample) {
+  // One value against n: U is the count of the n below it, each count equally likely, so
+  // P(U <= u) = (u + 1) / (n + 1). n is a million steps, as a results file may hold.
+  const std::size_t n = 1'000'000;
+  std::vector<double> b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<double>(i);
+  auto r = mann_whitney_u(std::vector<double>{1000.5}, b);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->exact);
+  EXPECT_EQ(r->u_a, 1001);
+  EXPECT_NEAR(r->p_value, 2.0 * 1002 / (n + 1), 1e-15);
+  // Three values against 2,000, the smaller U past n, where the orderings that would need more
+  // than n below one value drop out: against the count of 0 <= x <= y <= z <= n with
+  // x + y + z <= U (the counts below each of the three, in order).
+  const std::size_t small = 2000;
+  r = mann_whitney_u(std::vector<double>{100.5, 1000.5, 1700.5},
+                     std::span<const double>(b).first(small));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->exact);
+  EXPECT_EQ(r->u_a, 101 + 1001 + 1701);
+  const auto u = static_cast<std::size_t>(std::min(r->u_a, r->u_b));
+  ASSERT_GT(u, small);
+  double triples = 0;
+  for (std::size_t x = 0; 3 * x <= u; ++x) {
+    for (std::size_t y = x; x + 2 * y <= u && y <= small; ++y) {
+      triples += static_cast<double>(std::min(u - x - y, small) - y + 1);
+    }
+  }
+  const double all = static_cast<double>(small + 1) * (small + 2) * (small + 3) / 6;
+  EXPECT_NEAR(r->p_value, 2 * triples / all, 1e-13);
 }
 
 TEST(MannWhitney, NormalApproximationWithTies) {
