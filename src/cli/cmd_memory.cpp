@@ -44,7 +44,8 @@ struct MemoryFlags {
   bool predict_only = false;
   std::string device_memory;
   std::string calibration;
-  std::int64_t calibration_batch = 0;
+  std::int64_t calibration_batch = 0;  // read only when given; else the analysis picks one
+  bool calibration_batch_given = false;
   bool max_batch = false;
   std::string limit;
   std::string json;
@@ -136,11 +137,11 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   } else if (limit) {
     return invalid_argument("--limit: only with --max-batch (else use --gpu-memory limit:SIZE)");
   }
-  if (f.calibration_batch < 0) {
+  if (f.calibration_batch_given && f.calibration_batch < 1) {
     return invalid_argument(
         fmt::format("--calibration-batch: must be >= 1, got {}", f.calibration_batch));
   }
-  a.calibration_batch = f.calibration_batch;
+  a.calibration_batch = f.calibration_batch_given ? f.calibration_batch : 0;
   DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
   DLPROBE_ASSIGN_OR_RETURN(const device::ConvEngines engines,
                            for_flag("--conv-engines", device::parse_conv_engines(f.conv_engines)));
@@ -279,9 +280,10 @@ Command add_memory_command(CLI::App& app) {
   sub->add_option("--calibration", f->calibration,
                   "A results file of an earlier dlprobe memory run on a GPU: its workspace and "
                   "CUDA context figures go into the prediction");
-  sub->add_option("--calibration-batch", f->calibration_batch,
-                  "The batch measured first, whose workspace and context figures predict the "
-                  "others (default: the smallest of --batch; 32 for --max-batch)");
+  CLI::Option* calibration_batch = sub->add_option(
+      "--calibration-batch", f->calibration_batch,
+      "The batch measured first, whose workspace and context figures predict the others "
+      "(default: the smallest of --batch; 32 for --max-batch)");
   sub->add_flag("--max-batch", f->max_batch,
                 "Find the largest batch that completes a training step under --limit: "
                 "predicted, then verified by measured runs");
@@ -297,7 +299,8 @@ Command add_memory_command(CLI::App& app) {
       "CUDA: which convolution engines compete: deterministic (the same workspaces every run), "
       "exact, or any (also non-deterministic, FFT, Winograd and reduced-precision ones, as bench)");
   add_recompute_flag(*sub, f->recompute);
-  return {sub, [f] {
+  return {sub, [f, calibration_batch] {
+            f->calibration_batch_given = calibration_batch->count() > 0;
             if (Status s = prepare_outputs({{"--json", f->json}}, f->overwrite); !s) {
               return report_error(s);
             }

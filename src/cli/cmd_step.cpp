@@ -12,6 +12,7 @@
 // `conv1.weight`), so nothing a user types can disagree with them.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "dlprobe/engine/safetensors.h"
 #include "dlprobe/step/step_config.h"
 #include "dlprobe/step/training_step.h"
+#include "protocol_flags.h"
 #include "step_files.h"
 
 namespace dlprobe::cli {
@@ -48,10 +50,12 @@ struct StepFlags {
   // the same engines on every run.
   TuningFlags tuning{"heuristic", ""};
   std::string conv_engines = "exact";
-  double loss_scale = 0.0;  // 0: GradScaler's initial scale
+  double loss_scale = 0.0;  // read only when given; else GradScaler's initial scale
+  bool loss_scale_given = false;
   std::int64_t steps = 1;
   bool write_losses = false;  // --steps given: the `losses` tensor too
-  std::int64_t batch = 0;     // 0: every image of the input in one batch
+  std::int64_t batch = 0;     // read only when given; else every image in one batch
+  bool batch_given = false;
 };
 
 Status run_step_command(const StepFlags& f) {
@@ -73,7 +77,11 @@ Status run_step_command(const StepFlags& f) {
   conv.tuning = tuning.cache;
   DLPROBE_ASSIGN_OR_RETURN(conv.engines,
                            for_flag("--conv-engines", device::parse_conv_engines(f.conv_engines)));
-  if (f.loss_scale != 0.0) {
+  if (f.loss_scale_given) {
+    if (!(f.loss_scale > 0.0) || !std::isfinite(f.loss_scale)) {
+      return invalid_argument(
+          fmt::format("--loss-scale: {} is not a positive finite number", f.loss_scale));
+    }
     if (c.precision != engine::Precision::fp16) {
       return invalid_argument("--loss-scale: only fp16 scales the loss");
     }
@@ -90,16 +98,23 @@ Status run_step_command(const StepFlags& f) {
   c.model.classes = shape.classes;
   c.model.width = shape.width;
   const std::int64_t images = in.images.shape()[0];
-  if (f.steps < 1) return invalid_argument(fmt::format("--steps: {} is not >= 1", f.steps));
+  // Each step keeps its loss, so the count sizes an allocation.
+  if (f.steps < 1 || f.steps > kMaxSteps) {
+    return invalid_argument(
+        fmt::format("--steps: {} is out of range (accepts 1 to {})", f.steps, kMaxSteps));
+  }
   if (f.steps > 1 && c.mode != engine::StepMode::train) {
     return invalid_argument("--steps: more than one step needs --mode train");
   }
-  if (f.batch < 0 || (f.batch > 0 && images % f.batch != 0)) {
+  if (f.batch_given && f.batch < 1) {
+    return invalid_argument(fmt::format("--batch: {} is not >= 1", f.batch));
+  }
+  if (f.batch_given && images % f.batch != 0) {
     return invalid_argument(
         fmt::format("--batch: {} does not divide the {} images of {} into whole batches", f.batch,
                     images, f.input));
   }
-  c.batch = f.batch > 0 ? f.batch : images;
+  c.batch = f.batch_given ? f.batch : images;
   c.model.image_size = in.images.shape()[2];
 
   DLPROBE_ASSIGN_OR_RETURN(
@@ -207,17 +222,21 @@ Command add_step_command(CLI::App& app) {
          "Convolution engines allowed: exact (deterministic direct sums, the default: "
          "the most accurate), deterministic, any (also non-deterministic, FFT, Winograd, "
          "reduced-precision reductions)");
-  sub->add_option("--loss-scale", flags->loss_scale,
-                  "fp16: the loss scale of this step (as GradScaler's initial scale)")
-      ->default_str("65536");
+  CLI::Option* loss_scale =
+      sub->add_option("--loss-scale", flags->loss_scale,
+                      "fp16: the loss scale of this step (as GradScaler's initial scale)")
+          ->default_str("65536");
   CLI::Option* steps = sub->add_option(
       "--steps", flags->steps,
       "Run this many steps (--mode train; step i on batch i mod the input's batches) "
       "and also write their losses as 'losses' [N] (default: one step, no 'losses')");
-  sub->add_option("--batch", flags->batch,
-                  "Images per step; must divide the input's images (default: all of them)");
-  return {sub, [flags, steps] {
+  CLI::Option* batch =
+      sub->add_option("--batch", flags->batch,
+                      "Images per step; must divide the input's images (default: all of them)");
+  return {sub, [flags, steps, loss_scale, batch] {
             flags->write_losses = steps->count() > 0;
+            flags->loss_scale_given = loss_scale->count() > 0;
+            flags->batch_given = batch->count() > 0;
             const Status s = run_step_command(*flags);
             return s.is_ok() ? kExitOk : report_error(s);
           }};

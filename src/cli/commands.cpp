@@ -102,6 +102,23 @@ void name_value_types(CLI::App& app) {
   name_types_in(app, "");
 }
 
+Status refuse_empty_values(const CLI::App& app) {
+  for (const CLI::Option* o : app.get_options()) {
+    // Flags take no value (their result reads "true"); what an option was given is in results().
+    if (o->get_expected_min() == 0 || o->count() == 0) continue;
+    for (const std::string& value : o->results()) {
+      if (value.empty()) {
+        return invalid_argument(
+            fmt::format("{}: an empty value (give one, or leave the option out)", o->get_name()));
+      }
+    }
+  }
+  for (const CLI::App* sub : app.get_subcommands()) {
+    DLPROBE_RETURN_IF_ERROR(refuse_empty_values(*sub));
+  }
+  return Status::ok();
+}
+
 int report_error(const Status& status) {
   std::fprintf(stderr, "dlprobe: error: %s\n", one_line(status.message()).c_str());
   return kExitError;

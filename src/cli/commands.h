@@ -67,6 +67,11 @@ std::string one_line(std::string_view text);
 // there is none, from the list in commands.cpp.
 void name_value_types(CLI::App& app);
 
+// Refuses a value given empty (`--json ''`, `--fail-above "$UNSET"`) to any option or positional
+// argument of `app` and of the subcommands that were parsed: an empty value would otherwise read
+// as the option left out, and fall back to its default without a word.
+Status refuse_empty_values(const CLI::App& app);
+
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
 

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     }
     return app.exit(e);
   }
+  if (const dlprobe::Status s = refuse_empty_values(app); !s.is_ok()) return report_error(s);
   if (verbose) dlprobe::log_set_level(dlprobe::LogLevel::debug);
   for (const auto& command : commands) {
     if (!command.app->parsed()) continue;

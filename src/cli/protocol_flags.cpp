@@ -25,7 +25,7 @@ void add_protocol_flags(CLI::App& sub, ProtocolFlags& f) {
 }
 
 Status parse_protocol(const ProtocolFlags& f, bench::Protocol& p, int& runs) {
-  DLPROBE_ASSIGN_OR_RETURN(p.min_steps, parse_int(f.steps, "--steps", 1, 1'000'000));
+  DLPROBE_ASSIGN_OR_RETURN(p.min_steps, parse_int(f.steps, "--steps", 1, kMaxSteps));
   DLPROBE_ASSIGN_OR_RETURN(p.min_seconds, parse_seconds(f.min_time, "--min-time"));
   p.until_steady = f.warmup == "auto";
   if (p.until_steady) {

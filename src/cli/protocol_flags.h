@@ -2,6 +2,7 @@
 // --warmup-time, --windows and --repeat (runs from scratch), into a bench::Protocol and the runs.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "dlprobe/bench/runner.h"
@@ -12,6 +13,9 @@ class App;
 }
 
 namespace dlprobe::cli {
+
+// The most steps a command takes: a run keeps each step's time (bench) or loss (step).
+inline constexpr std::int64_t kMaxSteps = 1'000'000;
 
 struct ProtocolFlags {
   std::string steps = "30";

@@ -91,6 +91,12 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
   expect_error(kSmall + "--tuning-cache /nonexistent/dir/tuning.json",
                "--tuning-cache: /nonexistent/dir/tuning.json");
   expect_error(kSmall + "--tuning-cache -", "--tuning-cache -: ");
+  // An empty value (an unset variable in a script) would read as the option left out.
+  for (const char* option :
+       {"--json", "--weights", "--tuning-cache", "--warmup-time", "--history"}) {
+    expect_error(kSmall + option + " ''",
+                 std::string(option) + ": an empty value (give one, or leave the option out)");
+  }
 }
 
 // A value with a line break or another control character in it (a pasted value, a script's

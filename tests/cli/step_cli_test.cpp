@@ -360,7 +360,8 @@ TEST_F(StepCliTest, StepsTrainsOverTheBatchesAndWritesEachLoss) {
   ASSERT_EQ(run_cli(files("--mode train --overwrite")).exit_code, 0);
   EXPECT_EQ(safetensors::read_file(output_).value().find("losses"), nullptr);
 
-  expect_error(files("--mode train --steps 0 --overwrite"), "--steps: 0 is not >= 1");
+  expect_error(files("--mode train --steps 0 --overwrite"),
+               "--steps: 0 is out of range (accepts 1 to 1000000)");
   expect_error(files("--steps 2 --overwrite"), "more than one step needs --mode train");
   expect_error(files("--mode train --batch 3 --overwrite"), "does not divide the 4 images");
 }
@@ -391,7 +392,16 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   expect_error(files("", "cpu --backend tpu"), "--backend: unknown backend 'tpu'");
   expect_error(files("", "cpu --backend cuda"), "--backend: backend cuda does not run on cpu");
   expect_error(files("--loss-scale 1024"), "only fp16 scales the loss");
-  expect_error(files("--precision fp16 --loss-scale -1"), "init scale -1 must be > 0");
+  for (const char* scale : {"0", "-1", "inf"}) {
+    expect_error(files(std::string("--precision fp16 --loss-scale ") + scale),
+                 std::string("--loss-scale: ") + scale + " is not a positive finite number");
+  }
+  expect_error(files("--batch 0"), "--batch: 0 is not >= 1");
+  expect_error(files("--batch 3"), "--batch: 3 does not divide the 4 images");
+  // Each step keeps its loss: a count past the bound is refused before any memory is taken.
+  expect_error(files("--mode train --steps 99999999999"),
+               "--steps: 99999999999 is out of range (accepts 1 to 1000000)");
+  expect_error(files("--state-output ''"), "--state-output: an empty value");
   expect_error("--device cpu --weights " + *weights_ + " --output " + output_, "--input");
   expect_error(with_bad_input, "cannot open");
   // A folder opens but does not read.

@@ -65,6 +65,9 @@ TEST(MemoryCli, RefusesBadInputWithOneLine) {
       {"--conv-engines fft", "--conv-engines: unknown choice 'fft'"},
       {"--recompute all", "--recompute: unknown choice 'all' (expected none or block-outputs)"},
       {"memory --model resnet51", "unknown model 'resnet51'"},
+      {"memory --model resnet18 --device cpu --calibration-batch 0",
+       "--calibration-batch: must be >= 1, got 0"},
+      {"--json ''", "--json: an empty value"},
   };
   for (const auto& [args, needle] : cases) {
     const CliRun r = run(args.starts_with("memory ") ? args : kSmall + args);
