@@ -135,6 +135,24 @@ TEST(History, FiltersSelectRows) {
   auto bad = h->list(bad_date);
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.status().message().find("--since 'yesterday'"), std::string::npos);
+  // Shaped like a date but none: each is refused, where as text it would select all or nothing.
+  for (const char* date : {"2026-13-01", "2026-00-10", "2026-02-30", "2026-12-07T24:00:00Z",
+                           "2026-12-07T12:60", "2026-12-07T12:00:61Z", "2026-12-07T", "2026-12-07Z",
+                           "2026-12-07 12:00", "2026-12-07T12:00:00+01:00", "2026/12/07"}) {
+    Filter f;
+    f.until = date;
+    auto r = h->list(f);
+    ASSERT_FALSE(r) << date;
+    EXPECT_NE(r.status().message().find(std::string("--until '") + date + "': not a date"),
+              std::string::npos)
+        << r.status().message();
+  }
+  for (const char* date : {"2024-02-29", "2026-12-07T12", "2026-12-07T12:30",
+                           "2026-12-07T23:59:60Z", "2026-12-07T00:00:00Z"}) {
+    Filter f;
+    f.since = date;
+    EXPECT_TRUE(h->list(f)) << date;
+  }
 }
 
 TEST(History, DefaultPathFollowsXdgDataHome) {
