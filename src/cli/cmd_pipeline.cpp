@@ -4,10 +4,12 @@
 // to measure it on.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "bench_common.h"
 #include "commands.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/data/make_dataset.h"
@@ -54,18 +56,17 @@ struct MakeFlags {
 Result<data::ThroughputOptions> options_from(const PipelineFlags& f) {
   data::ThroughputOptions o;
   if (!f.threads.empty()) {
-    DLPROBE_ASSIGN_OR_RETURN(auto list, parse_list(f.threads, "--threads"));
-    for (const auto& item : list) {
-      DLPROBE_ASSIGN_OR_RETURN(auto t, parse_int(item, "--threads", 1, 1024));
-      o.threads.push_back(static_cast<int>(t));
-    }
+    DLPROBE_ASSIGN_OR_RETURN(
+        o.threads,
+        parse_each<int>(f.threads, "--threads", [](const std::string& item) -> Result<int> {
+          DLPROBE_ASSIGN_OR_RETURN(auto t, parse_int(item, "--threads", 1, 1024));
+          return static_cast<int>(t);
+        }));
   }
-  DLPROBE_ASSIGN_OR_RETURN(auto stages, parse_list(f.stages, "--stages"));
-  o.stages.clear();
-  for (const auto& name : stages) {
-    DLPROBE_ASSIGN_OR_RETURN(auto stage, for_flag("--stages", data::parse_stage(name)));
-    o.stages.push_back(stage);
-  }
+  DLPROBE_ASSIGN_OR_RETURN(
+      o.stages, parse_each<data::Stage>(f.stages, "--stages", [](const std::string& name) {
+        return for_flag("--stages", data::parse_stage(name));
+      }));
   data::LoaderOptions& l = o.loader;
   DLPROBE_ASSIGN_OR_RETURN(auto batch, parse_int(f.batch, "--batch", 1, 65536));
   l.batch_size = static_cast<int>(batch);
@@ -166,6 +167,18 @@ int run_pipeline(const PipelineFlags& f) {
     if (Status s = write_file_atomic(f.json, data::to_json(*report).dump(2) + "\n"); !s) {
       return report_error(s);
     }
+  }
+  // A stage that decoded no image (every file it met skipped) measured nothing: its 0 img/s are
+  // kept above, and the run fails, as a training run on such data would.
+  const auto empty = std::find_if(
+      report->points.begin(), report->points.end(),
+      [](const data::ThroughputPoint& p) { return p.stage != data::Stage::read && p.images == 0; });
+  if (empty != report->points.end() && !report->skipped.empty()) {
+    const data::SkippedFile& first = report->skipped.front();
+    return report_error(
+        invalid_argument(fmt::format("{}: {} gave no image ({} file(s) skipped; the first, {}: {})",
+                                     f.dir, data::stage_name(empty->stage), report->skipped.size(),
+                                     first.path.string(), first.message)));
   }
   return kExitOk;
 }

@@ -80,8 +80,12 @@ class TurboJpegDecoder final : public Decoder {
                             &height, &subsampling, &colorspace) != 0) {
       return failed();
     }
+    if (width <= 0 || height <= 0) {
+      return DecodeError{DecodeFailure::corrupt,
+                         fmt::format("{}x{} pixels in the header: no image", width, height)};
+    }
     const auto pixels = static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height);
-    if (width <= 0 || height <= 0 || pixels > limits_.max_pixels) {
+    if (pixels > limits_.max_pixels) {
       return DecodeError{DecodeFailure::too_large,
                          fmt::format("{}x{} pixels, more than the {} accepted", width, height,
                                      limits_.max_pixels)};

@@ -83,6 +83,27 @@ TEST_F(PipelineCli, BadFilesAreListedOrStrictlyAnError) {
   expect_error(quote(data_) + " --threads 1 --min-time 10ms --size 32 --strict", bad);
 }
 
+// A dataset none of whose files decodes: the points measured (0 img/s) are printed and written,
+// and the run fails with one line naming the stage and a file.
+TEST_F(PipelineCli, ADatasetWithNoImageFailsAfterKeepingWhatItMeasured) {
+  const std::filesystem::path only = dir_ / "bad" / "class_0000";
+  std::filesystem::create_directories(only);
+  std::ofstream(only / "a.jpg") << "not a jpeg";
+  std::ofstream(only / "b.jpg") << "";
+  const std::string json = (dir_ / "bad.json").string();
+  const auto r =
+      run(quote((dir_ / "bad").string()) +
+          " --threads 1 --stages decode --min-time 10ms --size 32 --json " + quote(json));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(error_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.err.find("decode gave no image (2 file(s) skipped; the first, "), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("skipped 2 file(s)"), std::string::npos) << r.out;
+  const auto doc = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(doc["points"].size(), 1u);
+  EXPECT_EQ(doc["points"][0]["images_per_second"].get<double>(), 0);
+}
+
 TEST_F(PipelineCli, RefusesBadInputWithOneLine) {
   expect_error(quote((dir_ / "missing").string()), (dir_ / "missing").string());
   expect_error("", "name the dataset folder");
@@ -90,6 +111,8 @@ TEST_F(PipelineCli, RefusesBadInputWithOneLine) {
   expect_error(quote(data_) + " --layout chwn", "--layout: unknown layout 'chwn'");
   expect_error(quote(data_) + " --stages resize", "--stages: unknown stage 'resize'");
   expect_error(quote(data_) + " --threads 0", "--threads");
+  expect_error(quote(data_) + " --threads 1,2,1", "--threads: '1' is given twice");
+  expect_error(quote(data_) + " --stages decode,decode", "--stages: 'decode' is given twice");
   expect_error(quote(data_) + " --min-time 5", "--min-time");
   expect_error("make-dataset " + quote(data_), data_ + ": not empty");
   expect_error("make-dataset " + quote((dir_ / "x").string()) + " --images 0", "--images");

@@ -170,6 +170,19 @@ TEST(HostDecoder, BadFilesAreDecodeErrors) {
   }
 }
 
+// The SOI marker and an APP0 marker's first byte, nothing else: libjpeg-turbo reads a header of
+// 0x0 pixels from it, an image that is not there rather than one too large.
+TEST(HostDecoder, AHeaderOfNoPixelsIsCorruptNotTooLarge) {
+  auto decoder = host();
+  const std::vector<std::uint8_t> stub = {0xFF, 0xD8, 0xFF, 0xE0};
+  Image image;
+  auto failed = decoder->decode(stub, {}, image);
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->failure, DecodeFailure::corrupt)
+      << decode_failure_name(failed->failure) << " " << failed->message;
+  EXPECT_EQ(failed->message.find("more than"), std::string::npos) << failed->message;
+}
+
 TEST(HostDecoder, PixelLimitRefusesFromTheHeader) {
   auto limited = make_host_decoder(DecodeLimits{64 * 48 - 1});
   ASSERT_TRUE(limited);
