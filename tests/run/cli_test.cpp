@@ -420,6 +420,11 @@ TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
     EXPECT_EQ(o.err.find("dlprobe: error:"), o.err.rfind("dlprobe: error:")) << o.err;
     EXPECT_EQ(o.err.find('\n', o.err.find("dlprobe: error:")) + 1, o.err.size()) << o.err;
   }
+  // Refused before the workload starts: nothing echoed, no results file begun.
+  const auto o = dlprobe({"run", "-i", "5ms", "--json", path("early.json"), "--", "true"});
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_EQ(o.err, "dlprobe: error: --interval: '5ms' is below the minimum of 10ms\n");
+  EXPECT_FALSE(std::filesystem::exists(path("early.json")));
 }
 
 // A script in the seed's form: no step lines, its throughput in "Throughput: X samples/sec" at the
