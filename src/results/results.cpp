@@ -448,6 +448,24 @@ struct Schema<Summary> {
           NestedField{"throughput_ci_high", &Summary::throughput_ci, &stats::Interval::high}},
       DLPROBE_RESULTS_KEYS(ci_level, bootstrap_resamples, bootstrap_seed, mean_s, median_s, p90_s,
                            p99_s, min_s, max_s, mad_s, cv, outliers));
+  static Status check(const std::string& path, const Summary& s) {
+    // A rate, a count and a time are never negative, and an interval's low end is not above its
+    // high one: compare and the history show these figures as read.
+    for (const auto& [key, value] :
+         {std::pair{"throughput", s.throughput}, std::pair{"total_items", s.total_items},
+          std::pair{"total_seconds", s.total_seconds},
+          std::pair{"throughput_ci_low", s.throughput_ci.low}}) {
+      if (!(value >= 0)) {
+        return invalid_argument(fmt::format("{}: {} is negative", join_path(path, key), value));
+      }
+    }
+    if (!(s.throughput_ci.low <= s.throughput_ci.high)) {
+      return invalid_argument(fmt::format("{}: {} is below the low end {}",
+                                          join_path(path, "throughput_ci_high"),
+                                          s.throughput_ci.high, s.throughput_ci.low));
+    }
+    return {};
+  }
 };
 
 // The interval is written flat, as the summary's is.
@@ -566,6 +584,18 @@ struct Schema<Samples> {
       return invalid_argument(fmt::format("{}: {} entries for {} steps",
                                           join_path(path, "step_items"), s.step_items.size(),
                                           s.step_seconds.size()));
+    }
+    // What compare, report and the history compute from: a step takes time and counts no fewer
+    // than no items.
+    for (std::size_t i = 0; i < s.step_seconds.size(); ++i) {
+      if (!(s.step_seconds[i] > 0)) {
+        return invalid_argument(fmt::format("{}: step {} took {} s",
+                                            join_path(path, "step_seconds"), i, s.step_seconds[i]));
+      }
+      if (!(s.step_items[i] >= 0)) {
+        return invalid_argument(fmt::format("{}: step {} counted {} items",
+                                            join_path(path, "step_items"), i, s.step_items[i]));
+      }
     }
     return {};
   }

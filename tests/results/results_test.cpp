@@ -251,6 +251,24 @@ TEST(Results, FieldsAddedWithinVersionOne) {
   j["configurations"][0]["samples"]["window_other_cpu_seconds"] = {0.5, -1.0};
   EXPECT_EQ(error_of(j.dump()),
             "f.json: configurations[0].samples.window_other_cpu_seconds: -1 is not a CPU time");
+  // Step times and counts as compare reads them: a time above 0, a count not below it.
+  j = to_json(d);
+  j["configurations"][0]["samples"]["step_seconds"][2] = 0.0;
+  EXPECT_EQ(error_of(j.dump()), "f.json: configurations[0].samples.step_seconds: step 2 took 0 s");
+  j = to_json(d);
+  j["configurations"][0]["samples"]["step_items"] = -2;
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].samples.step_items: step 0 counted -2 items");
+  // The summary's figures are never negative, and its interval is in order.
+  j = to_json(d);
+  j["configurations"][0]["statistics"]["throughput"] = -5;
+  EXPECT_EQ(error_of(j.dump()), "f.json: configurations[0].statistics.throughput: -5 is negative");
+  j = to_json(d);
+  j["configurations"][0]["statistics"]["throughput_ci_high"] = 0.5;
+  j["configurations"][0]["statistics"]["throughput_ci_low"] = 1.5;
+  EXPECT_EQ(
+      error_of(j.dump()),
+      "f.json: configurations[0].statistics.throughput_ci_high: 0.5 is below the low end 1.5");
   j = to_json(d);
   j["configurations"][0]["samples"].erase("window_other_cpu_seconds");
   j["configurations"][0]["samples"].erase("host_cpus");
@@ -649,8 +667,11 @@ TEST(Results, NumbersOutOfRangeNameTheirPath) {
             "f.json: configurations[0].memory.allocator_stats.x: number out of range");
   EXPECT_EQ(error_of(with_raw_value(j, "/unknown", "[1, [2, 1e999]]")),
             "f.json: unknown[1][1]: number out of range");
-  // A tiny number is merely rounded: it is finite.
-  EXPECT_TRUE(parse(with_raw_value(j, "/configurations/0/samples/step_seconds/3", "1e-400")));
+  // A tiny number is merely rounded: it is finite (and 0, which a step time may not be).
+  EXPECT_TRUE(
+      parse(with_raw_value(j, "/configurations/0/samples/window_other_cpu_seconds/0", "1e-400")));
+  EXPECT_EQ(error_of(with_raw_value(j, "/configurations/0/samples/step_seconds/3", "1e-400")),
+            "f.json: configurations[0].samples.step_seconds: step 3 took 0 s");
 }
 
 TEST(Results, IntegersThatDoNotFitTheirFieldAreRefused) {
