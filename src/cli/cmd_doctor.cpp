@@ -51,6 +51,10 @@ Command add_doctor_command(CLI::App& app) {
     if (Status s = prepare_outputs({{"--output", flags->output}}, flags->overwrite); !s) {
       return report_error(s);
     }
+    if (flags->device < 0) {
+      return report_error(invalid_argument(
+          fmt::format("--device: {} is not a CUDA device index (0 or more)", flags->device)));
+    }
     doctor::DoctorOptions options;
     options.ceilings = !flags->no_ceilings;
     options.ceilings_device = flags->device;

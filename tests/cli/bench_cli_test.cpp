@@ -589,6 +589,13 @@ TEST(VersionCliTest, NamesTheCommitTheSourcesAreAt) {
 
 // The default device follows the machine: with no GPU, the CPU backend runs and the output says
 // which device was picked and why.
+TEST(DoctorCliTest, ANegativeDeviceIsOneLine) {
+  const CliRun r =
+      dlprobe::testing::run_dlprobe({"doctor", "--no-ceilings", "--device", "-1"}, kOptions);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.err, "dlprobe: error: --device: -1 is not a CUDA device index (0 or more)\n");
+}
+
 TEST(BenchCliTest, NoDeviceGivenRunsWhereTheMachineCan) {
   const CliRun r =
       run("--model resnet18 --width 16 --image-size 32 --classes 10 --batch 2 "
