@@ -57,6 +57,8 @@ struct BenchFlags {
   std::string profile = "0";
   std::string batch_start = "16";
   std::string batch_limit = "4096";
+  bool batch_range_given = false;  // --batch-start or --batch-limit on the command line
+  bool optimizer_given = false;
   std::string repeat_process;  // empty: measure in this process
   std::string json;
   std::string csv;
@@ -128,6 +130,14 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
   DLPROBE_RETURN_IF_ERROR(parse_shape(f.shape, axes.base.model));
   DLPROBE_ASSIGN_OR_RETURN(axes.base.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
+  // Flags that would be taken and ignored without a word.
+  if (f.optimizer_given && std::find(axes.modes.begin(), axes.modes.end(),
+                                     engine::StepMode::train) == axes.modes.end()) {
+    return invalid_argument("--optimizer: only with --mode train (the optimizer's update)");
+  }
+  if (f.batch_range_given && !axes.auto_batch) {
+    return invalid_argument("--batch-start and --batch-limit: only with --batch auto");
+  }
   if (f.gpu_memory != "auto") {
     DLPROBE_ASSIGN_OR_RETURN(axes.memory, memory::parse_gpu_memory(f.gpu_memory, "--gpu-memory"));
   }
@@ -383,7 +393,12 @@ Command add_bench_command(CLI::App& app) {
   sub->add_flag("--no-ceiling", flags->no_ceiling,
                 "Skip measuring the GEMM ceilings that TFLOP/s is compared with");
   sub->add_flag("-q,--quiet", flags->quiet, "No progress on stderr");
-  return {sub, [flags] { return run_bench_command(*flags); }};
+  return {sub, [flags, sub] {
+            flags->batch_range_given =
+                sub->count("--batch-start") + sub->count("--batch-limit") > 0;
+            flags->optimizer_given = sub->count("--optimizer") > 0;
+            return run_bench_command(*flags);
+          }};
 }
 
 }  // namespace dlprobe::cli

@@ -58,6 +58,10 @@ TEST(BenchCliTest, RefusesBadInputWithOneLine) {
   expect_error(kSmall + "--mode eval", "unknown mode 'eval'");
   expect_error(kSmall + "--layout chwn", "unknown layout 'chwn'");
   expect_error(kSmall + "--optimizer lamb", "unknown optimizer 'lamb'");
+  expect_error(kSmall + "--mode infer,grads --optimizer adamw",
+               "--optimizer: only with --mode train (the optimizer's update)");
+  expect_error(kSmall + "--batch-start 4",
+               "--batch-start and --batch-limit: only with --batch auto");
   expect_error("--model resnet18 --device tpu:0", "--device: unknown device 'tpu:0'");
   expect_error(kSmall + "--batch 0", "--batch");
   expect_error(kSmall + "--data /nonexistent/jpegs", "/nonexistent/jpegs");
