@@ -42,11 +42,7 @@ struct MonitorPlan {
 
 Result<MonitorPlan> plan_from(const MonitorFlags& f) {
   MonitorPlan plan;
-  DLPROBE_ASSIGN_OR_RETURN(plan.sampler.interval, parse_duration(f.interval, "--interval"));
-  if (plan.sampler.interval < monitor::kMinInterval) {
-    return invalid_argument(
-        fmt::format("--interval: '{}' is below the minimum of 10ms", f.interval));
-  }
+  DLPROBE_ASSIGN_OR_RETURN(plan.sampler.interval, parse_sampling_interval(f.interval));
   if (!f.count.empty()) {
     DLPROBE_ASSIGN_OR_RETURN(auto count, parse_int(f.count, "--count", 1, 1'000'000'000));
     plan.sampler.max_ticks = static_cast<std::uint64_t>(count);

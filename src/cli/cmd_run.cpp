@@ -13,7 +13,6 @@
 #include "commands.h"
 #include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/units.h"
-#include "dlprobe/monitor/sampler.h"
 #include "dlprobe/run/session.h"
 #include "history_flags.h"
 
@@ -79,11 +78,7 @@ Result<run::SessionPlan> plan_from(const RunFlags& f) {
     DLPROBE_ASSIGN_OR_RETURN(p.base.throughput_regex,
                              run::ThroughputRegex::compile(f.throughput_regex));
   }
-  DLPROBE_ASSIGN_OR_RETURN(p.base.interval, parse_duration(f.interval, "--interval"));
-  if (p.base.interval < monitor::kMinInterval) {
-    return invalid_argument(
-        fmt::format("--interval: '{}' is below the minimum of 10ms", f.interval));
-  }
+  DLPROBE_ASSIGN_OR_RETURN(p.base.interval, parse_sampling_interval(f.interval));
   if (!f.gpus.empty()) {
     DLPROBE_ASSIGN_OR_RETURN(auto list, parse_list(f.gpus, "--gpu"));
     for (const auto& item : list) {

@@ -9,6 +9,9 @@
 #include <string>
 #include <utility>
 
+#include "dlprobe/core/units.h"
+#include "dlprobe/monitor/sampler.h"
+
 namespace dlprobe::cli {
 
 std::string one_line(std::string_view text) {
@@ -117,6 +120,17 @@ Status refuse_empty_values(const CLI::App& app) {
     DLPROBE_RETURN_IF_ERROR(refuse_empty_values(*sub));
   }
   return Status::ok();
+}
+
+Result<std::chrono::nanoseconds> parse_sampling_interval(const std::string& text) {
+  DLPROBE_ASSIGN_OR_RETURN(const std::chrono::nanoseconds interval,
+                           parse_duration(text, "--interval"));
+  if (interval < monitor::kMinInterval) {
+    return invalid_argument(fmt::format(
+        "--interval: '{}' is below the minimum of {}ms", text,
+        std::chrono::duration_cast<std::chrono::milliseconds>(monitor::kMinInterval).count()));
+  }
+  return interval;
 }
 
 int report_error(const Status& status) {

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -71,6 +72,9 @@ void name_value_types(CLI::App& app);
 // argument of `app` and of the subcommands that were parsed: an empty value would otherwise read
 // as the option left out, and fall back to its default without a word.
 Status refuse_empty_values(const CLI::App& app);
+
+// --interval (monitor, run): a duration of at least monitor::kMinInterval, or a one-line error.
+Result<std::chrono::nanoseconds> parse_sampling_interval(const std::string& text);
 
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);

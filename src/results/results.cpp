@@ -585,8 +585,8 @@ struct Schema<Samples> {
                                           join_path(path, "step_items"), s.step_items.size(),
                                           s.step_seconds.size()));
     }
-    // What compare, report and the history compute from: a step takes time and counts no fewer
-    // than no items.
+    // What compare, report and the history compute from: a step takes some time and counts no
+    // negative number of items.
     for (std::size_t i = 0; i < s.step_seconds.size(); ++i) {
       if (!(s.step_seconds[i] > 0)) {
         return invalid_argument(fmt::format("{}: step {} took {} s",
