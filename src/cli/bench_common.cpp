@@ -123,6 +123,27 @@ Result<DeviceChoice> noted_device_choice(const DeviceFlags& flags, std::string_v
   return choice;
 }
 
+std::vector<std::string> given_options(const CLI::App& sub,
+                                       std::initializer_list<std::string_view> names) {
+  std::vector<std::string> given;
+  for (const std::string_view name : names) {
+    if (sub.count(std::string(name)) > 0) given.emplace_back(name);
+  }
+  return given;
+}
+
+void warn_cuda_only(std::string_view command, device::BackendKind backend,
+                    const std::vector<std::string>& given) {
+  if (backend == device::BackendKind::cuda) return;
+  for (const std::string& name : given) {
+    std::fputs(fmt::format("dlprobe {}: {} has no effect on the {} backend (the CUDA backend's "
+                           "option)\n",
+                           command, name, device::backend_kind_name(backend))
+                   .c_str(),
+               stderr);
+  }
+}
+
 void add_shape_flags(CLI::App& sub, ShapeFlags& flags) {
   option(sub, "--image-size", flags.image_size, "Square image side");
   option(sub, "--classes", flags.classes, "Output classes");

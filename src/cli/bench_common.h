@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <set>
@@ -116,6 +117,15 @@ struct DeviceChoice {
 Result<DeviceChoice> device_choice(const DeviceFlags& flags);
 // device_choice, and "dlprobe <command>: <picked>" on stderr when the device was picked.
 Result<DeviceChoice> noted_device_choice(const DeviceFlags& flags, std::string_view command);
+
+// The options among `names` given on the command line, in that order.
+std::vector<std::string> given_options(const CLI::App& sub,
+                                       std::initializer_list<std::string_view> names);
+// Options that only the CUDA backend reads, given for a run on another backend: a line on stderr
+// for each, so that the run is not read as one that took them. A warning, not a refusal: a script
+// may pass the same flags to every device it runs on.
+void warn_cuda_only(std::string_view command, device::BackendKind backend,
+                    const std::vector<std::string>& given);
 
 // --image-size, --classes and --width: the model's shape, as bench and memory take them.
 struct ShapeFlags {

@@ -59,7 +59,8 @@ struct BenchFlags {
   std::string batch_limit = "4096";
   bool batch_range_given = false;  // --batch-start or --batch-limit on the command line
   bool optimizer_given = false;
-  std::string repeat_process;  // empty: measure in this process
+  std::vector<std::string> cuda_only;  // options only the CUDA backend reads, given
+  std::string repeat_process;          // empty: measure in this process
   std::string json;
   std::string csv;
   std::string md;
@@ -253,6 +254,7 @@ int run_bench_command(const BenchFlags& flags) {
   }
   Result<BenchPlan> plan = plan_from(flags);
   if (!plan) return report_error(plan.status());
+  warn_cuda_only("bench", plan->sweep.backend, flags.cuda_only);
   if (!flags.repeat_process.empty()) {
     auto count = parse_int(flags.repeat_process, "--repeat-process", 1, 100);
     if (!count) return report_error(count.status());
@@ -397,6 +399,9 @@ Command add_bench_command(CLI::App& app) {
             flags->batch_range_given =
                 sub->count("--batch-start") + sub->count("--batch-limit") > 0;
             flags->optimizer_given = sub->count("--optimizer") > 0;
+            flags->cuda_only =
+                given_options(*sub, {"--conv-algo", "--conv-engines", "--conv-sums",
+                                     "--conv-prologue", "--stem-backward", "--stream-lag"});
             return run_bench_command(*flags);
           }};
 }

@@ -46,6 +46,7 @@ struct MemoryFlags {
   std::string calibration;
   std::int64_t calibration_batch = 0;  // read only when given; else the analysis picks one
   bool calibration_batch_given = false;
+  std::vector<std::string> cuda_only;  // options only the CUDA backend reads, given
   bool max_batch = false;
   std::string limit;
   std::string json;
@@ -153,6 +154,7 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   if (!f.predict_only) {
     memory::SessionOptions& so = a.session.emplace();
     DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, noted_device_choice(f.where, "memory"));
+    warn_cuda_only("memory", where.backend, f.cuda_only);
     so.device = where.device;
     so.backend = where.backend;
     so.conv.algo = tuning.algo;
@@ -299,8 +301,9 @@ Command add_memory_command(CLI::App& app) {
       "CUDA: which convolution engines compete: deterministic (the same workspaces every run), "
       "exact, or any (also non-deterministic, FFT, Winograd and reduced-precision ones, as bench)");
   add_recompute_flag(*sub, f->recompute);
-  return {sub, [f, calibration_batch] {
+  return {sub, [f, sub, calibration_batch] {
             f->calibration_batch_given = calibration_batch->count() > 0;
+            f->cuda_only = given_options(*sub, {"--conv-algo"});
             if (Status s = prepare_outputs({{"--json", f->json}}, f->overwrite); !s) {
               return report_error(s);
             }

@@ -56,6 +56,7 @@ struct StepFlags {
   bool write_losses = false;  // --steps given: the `losses` tensor too
   std::int64_t batch = 0;     // read only when given; else every image in one batch
   bool batch_given = false;
+  std::vector<std::string> cuda_only;  // options only the CUDA backend reads, given
 };
 
 Status run_step_command(const StepFlags& f) {
@@ -68,6 +69,7 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(c.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
   DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, noted_device_choice(f.where, "step"));
+  warn_cuda_only("step", where.backend, f.cuda_only);
   if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
     return s.with_context("--precision");
   }
@@ -233,7 +235,8 @@ Command add_step_command(CLI::App& app) {
   CLI::Option* batch =
       sub->add_option("--batch", flags->batch,
                       "Images per step; must divide the input's images (default: all of them)");
-  return {sub, [flags, steps, loss_scale, batch] {
+  return {sub, [flags, sub, steps, loss_scale, batch] {
+            flags->cuda_only = given_options(*sub, {"--conv-algo", "--conv-engines"});
             flags->write_losses = steps->count() > 0;
             flags->loss_scale_given = loss_scale->count() > 0;
             flags->batch_given = batch->count() > 0;

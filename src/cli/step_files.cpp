@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -62,6 +63,16 @@ Result<StepInput> read_step_input(const std::string& path) {
   if (!lb.has_value()) return lb.status().with_context(fmt::format("{}: labels", path));
   in.images = std::move(im).value();
   in.labels = std::move(lb).value();
+  // A NaN or an infinity in the batch would run to a NaN loss and gradients, written as if they
+  // were the step's answer: the file is refused instead, naming the first such value.
+  const std::int64_t per_image = s[1] * s[2] * s[3];
+  for (std::int64_t i = 0; i < in.images.numel(); ++i) {
+    if (!std::isfinite(in.images.get(i))) {
+      return invalid_argument(
+          fmt::format("{}: 'images' holds {} at value {} of image {}, not a finite number", path,
+                      in.images.get(i), i % per_image, i / per_image));
+    }
+  }
   return in;
 }
 

@@ -517,9 +517,12 @@ TEST(BenchCliTest, DefaultsPickTheFastestAndSaySo) {
   const CliRun given = run(quick + "--layout nhwc --gpu-memory planned --graph off");
   ASSERT_EQ(given.exit_code, 0) << given.output;
   EXPECT_EQ(given.output.find("picked:"), std::string::npos) << given.output;
-  // A lag where the open streams come to one (the CPU has one): nothing to bound, the run goes on.
+  // A lag where the open streams come to one (the CPU has one): nothing to bound, the run goes on
+  // and says so.
   const CliRun lag = run(quick + "--stream-lag 4");
   EXPECT_EQ(lag.exit_code, 0) << lag.output;
+  EXPECT_NE(lag.output.find("dlprobe bench: --stream-lag has no effect on the "), std::string::npos)
+      << lag.output;
   EXPECT_NE(given.output.find("step        infer, fp32, nhwc"), std::string::npos) << given.output;
   // The planned arena is one block to the allocator; the text says what it holds.
   EXPECT_NE(given.output.find("\n  in the arena, at its fullest ("), std::string::npos)
@@ -528,6 +531,26 @@ TEST(BenchCliTest, DefaultsPickTheFastestAndSaySo) {
   EXPECT_NE(layout_only.output.find("picked: layout "), std::string::npos) << layout_only.output;
   EXPECT_EQ(layout_only.output.find("gpu-memory grow"), std::string::npos) << layout_only.output;
   EXPECT_EQ(layout_only.output.find("in the arena"), std::string::npos) << layout_only.output;
+}
+
+// The CUDA backend's options, given for a run on the CPU, are named on stderr (each once); the
+// run goes on, and a run without them says nothing of the kind.
+TEST(BenchCliTest, CudaOnlyOptionsOnTheCpuAreNamed) {
+  const std::string quick = kSmall + "--mode infer --steps 1 --min-time 0s --warmup 0 ";
+  const CliRun given = run(quick +
+                           "--conv-prologue pass --conv-sums pass --conv-algo heuristic "
+                           "--conv-engines any --stem-backward fused");
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  for (const char* name :
+       {"--conv-prologue", "--conv-sums", "--conv-algo", "--conv-engines", "--stem-backward"}) {
+    const std::string line = std::string("dlprobe bench: ") + name + " has no effect on the ";
+    const std::size_t at = given.output.find(line);
+    EXPECT_NE(at, std::string::npos) << name << "\n" << given.output;
+    EXPECT_EQ(given.output.find(line, at + 1), std::string::npos) << name << "\n" << given.output;
+  }
+  const CliRun plain = run(quick);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("has no effect"), std::string::npos) << plain.output;
 }
 
 TEST(BenchCliTest, HelpShowsTheDefaults) {

@@ -327,11 +327,26 @@ TEST_F(StepCliTest, TheCpuRunsOneDnnWhereBuilt) {
 }
 
 TEST_F(StepCliTest, InferModeWritesNoGradients) {
-  ASSERT_EQ(run_cli(files("--mode infer")).exit_code, 0);
+  const CliRun cli = run_cli(files("--mode infer"));
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  EXPECT_EQ(cli.output.find("has no effect"), std::string::npos) << cli.output;
   const safetensors::File out = safetensors::read_file(output_).value();
   EXPECT_EQ(out.tensors.size(), 3u);
   EXPECT_NE(out.find("logits"), nullptr);
   EXPECT_EQ(out.find("conv1.weight"), nullptr);
+}
+
+// The convolution engines' choices are the CUDA backend's: given for the CPU, each is named on
+// stderr and the step runs.
+TEST_F(StepCliTest, CudaOnlyOptionsOnTheCpuAreNamed) {
+  const CliRun cli = run_cli(files("--mode infer --conv-algo autotune --conv-engines any"));
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  EXPECT_NE(cli.output.find("dlprobe step: --conv-algo has no effect on the reference backend"),
+            std::string::npos)
+      << cli.output;
+  EXPECT_NE(cli.output.find("dlprobe step: --conv-engines has no effect on the reference backend"),
+            std::string::npos)
+      << cli.output;
 }
 
 TEST_F(StepCliTest, StepsTrainsOverTheBatchesAndWritesEachLoss) {
@@ -430,6 +445,16 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   big.set(2, 10.0);
   write_input(bad, {file_tensor("images", *images_), file_tensor("labels", big)});
   expect_error(with_bad_input, "label 10 of sample 2 is outside [0, 10)");
+  // A NaN or an infinity among the pixels is refused, the first one named.
+  HostTensor nan_images = *images_;
+  nan_images.set(2 * 3 * 32 * 32 + 5, std::nan(""));
+  nan_images.set(3 * 3 * 32 * 32, -INFINITY);
+  write_input(bad, {file_tensor("images", nan_images), file_tensor("labels", *labels_)});
+  expect_error(with_bad_input, "'images' holds nan at value 5 of image 2, not a finite number");
+  HostTensor inf_images = *images_;
+  inf_images.set(3 * 3 * 32 * 32 + 1, INFINITY);
+  write_input(bad, {file_tensor("images", inf_images), file_tensor("labels", *labels_)});
+  expect_error(with_bad_input, "'images' holds inf at value 1 of image 3, not a finite number");
   // One image of 16x16 leaves layer3's batch norm a single value per channel.
   const HostTensor one =
       HostTensor::random(TensorDesc::make(Shape{1, 3, 16, 16}, DType::fp32).value(), 1);

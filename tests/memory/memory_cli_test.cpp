@@ -218,6 +218,11 @@ TEST(MemoryCli, TheCpuIsTheCpuBackendAsInBench) {
   const CliRun cpu = run(small + "--device cpu");
   ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
   EXPECT_TRUE(has(cpu.output, backend)) << cpu.output;
+  EXPECT_FALSE(has(cpu.output, "has no effect")) << cpu.output;
+  // The engines' choice is the CUDA backend's: given for the CPU, it is named.
+  const CliRun algo = run(small + "--device cpu --conv-algo heuristic");
+  ASSERT_EQ(algo.exit_code, 0) << algo.output;
+  EXPECT_TRUE(has(algo.output, "dlprobe memory: --conv-algo has no effect on the ")) << algo.output;
   const CliRun picked = run(small);
   ASSERT_EQ(picked.exit_code, 0) << picked.output;
   if (has(picked.output, "dlprobe memory: device cuda:0")) GTEST_SKIP() << "a GPU is present";

@@ -1,7 +1,7 @@
 // Which engine backend runs the step, and what each one runs:
-//   cuda       cuDNN, cuBLASLt and dlprobe's kernels on a CUDA device (built with
-//   DLPROBE_WITH_CUDA) onednn     the CPU backend on oneDNN (built with DLPROBE_WITH_ONEDNN): what
-//   the CPU runs reference  plain loops on the CPU: correct and slow, run only when named
+// - cuda: cuDNN, cuBLASLt and dlprobe's kernels on a CUDA device (built with DLPROBE_WITH_CUDA);
+// - onednn: the CPU backend on oneDNN (built with DLPROBE_WITH_ONEDNN), what the CPU runs;
+// - reference: plain loops on the CPU, correct and slow, run only when named.
 #pragma once
 
 #include <cstdint>
