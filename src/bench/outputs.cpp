@@ -1,6 +1,9 @@
 #include "dlprobe/bench/outputs.h"
 
+#include <filesystem>
 #include <span>
+#include <system_error>
+#include <vector>
 
 #include "dlprobe/core/files.h"
 #include "dlprobe/results/table.h"
@@ -14,7 +17,22 @@ Result<Outputs> Outputs::create(std::string json, std::string csv, std::string m
   o.csv_ = std::move(csv);
   o.md_ = std::move(md);
   o.document_.context = std::move(context);
-  DLPROBE_RETURN_IF_ERROR(o.flush());
+  // A file that exists is left as it is until the first configuration replaces it (the command
+  // has checked that it can be), so that a run that fails before measuring keeps what it held;
+  // the files this call creates are removed again if a later output fails, so that such a run
+  // leaves none behind either.
+  std::vector<std::string> created;
+  for (const std::string* path : {&o.json_, &o.csv_, &o.md_}) {
+    if (path->empty() || is_stdout_path(*path)) continue;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(*path, ec)) continue;
+    const bool is_new = !std::filesystem::exists(*path, ec);
+    if (Status s = o.write_one(*path); !s) {
+      for (const std::string& c : created) std::filesystem::remove(c, ec);
+      return s;
+    }
+    if (is_new) created.push_back(*path);
+  }
   return o;
 }
 
@@ -34,16 +52,20 @@ Status Outputs::finish() const {
 
 Status Outputs::flush(bool last) const {
   // A file is rewritten every time; standard output, which cannot be, only the last time.
-  const auto due = [last](const std::string& path) {
-    return !path.empty() && (last ? is_stdout_path(path) : !is_stdout_path(path));
-  };
-  if (due(json_)) DLPROBE_RETURN_IF_ERROR(write_file_atomic(json_, results::serialize(document_)));
-  if (!due(csv_) && !due(md_)) return Status::ok();
+  for (const std::string* path : {&json_, &csv_, &md_}) {
+    if (!path->empty() && (last ? is_stdout_path(*path) : !is_stdout_path(*path))) {
+      DLPROBE_RETURN_IF_ERROR(write_one(*path));
+    }
+  }
+  return Status::ok();
+}
+
+Status Outputs::write_one(const std::string& path) const {
+  if (&path == &json_) return write_file_atomic(path, results::serialize(document_));
   const results::NamedDocument named{"results", document_};
   const results::Table table = results::configuration_table(std::span(&named, 1));
-  if (due(csv_)) DLPROBE_RETURN_IF_ERROR(write_file_atomic(csv_, results::to_csv(table)));
-  if (due(md_)) DLPROBE_RETURN_IF_ERROR(write_file_atomic(md_, results::to_markdown(table)));
-  return Status::ok();
+  return write_file_atomic(path,
+                           &path == &csv_ ? results::to_csv(table) : results::to_markdown(table));
 }
 
 }  // namespace dlprobe::bench

@@ -304,7 +304,9 @@ Command add_memory_command(CLI::App& app) {
   return {sub, [f, sub, calibration_batch] {
             f->calibration_batch_given = calibration_batch->count() > 0;
             f->cuda_only = given_options(*sub, {"--conv-algo"});
-            if (Status s = prepare_outputs({{"--json", f->json}}, f->overwrite); !s) {
+            if (Status s = prepare_outputs({{"--json", f->json}}, f->overwrite,
+                                           {{"--calibration", f->calibration}});
+                !s) {
               return report_error(s);
             }
             Result<memory::AnalysisOptions> options = to_options(*f);

@@ -91,12 +91,14 @@ Status run_step_command(const StepFlags& f) {
   }
   // The outputs are written after the step: a path that cannot take them is refused first.
   DLPROBE_RETURN_IF_ERROR(
-      prepare_outputs({{"--output", f.output}, {"--state-output", f.state_output}}, f.overwrite));
+      prepare_outputs({{"--output", f.output}, {"--state-output", f.state_output}}, f.overwrite,
+                      {{"--weights", f.weights}, {"--input", f.input}}));
   // Every file is read, and every problem with one reported, before any memory is taken; the
   // small batch file first.
   DLPROBE_ASSIGN_OR_RETURN(StepInput in, read_step_input(f.input));
   DLPROBE_ASSIGN_OR_RETURN(safetensors::File weights, safetensors::read_file(f.weights));
   DLPROBE_ASSIGN_OR_RETURN(const model::ModelConfig shape, model_of_weights(weights, f.weights));
+  DLPROBE_RETURN_IF_ERROR(check_finite_weights(weights, f.weights));
   c.model.classes = shape.classes;
   c.model.width = shape.width;
   const std::int64_t images = in.images.shape()[0];

@@ -144,8 +144,10 @@ void add_overwrite_flag(CLI::App& sub, bool& overwrite) {
                "would replace an earlier file is refused before any work)");
 }
 
-Status prepare_outputs(std::initializer_list<NamedOutput> outputs, bool overwrite) {
-  DLPROBE_RETURN_IF_ERROR(check_outputs(std::span(outputs.begin(), outputs.size()), overwrite));
+Status prepare_outputs(std::initializer_list<NamedOutput> outputs, bool overwrite,
+                       std::initializer_list<NamedOutput> inputs) {
+  DLPROBE_RETURN_IF_ERROR(check_outputs(std::span(outputs.begin(), outputs.size()), overwrite,
+                                        std::span(inputs.begin(), inputs.size())));
   const bool to_stdout = std::any_of(outputs.begin(), outputs.end(),
                                      [](const NamedOutput& o) { return is_stdout_path(o.path); });
   return to_stdout ? reserve_stdout() : Status::ok();

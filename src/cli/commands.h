@@ -85,7 +85,9 @@ void add_overwrite_flag(CLI::App& sub, bool& overwrite);
 // something unless `overwrite`, no two the same file (core's check_outputs); and standard output
 // set aside when one of them is "-" (reserve_stdout), so that the rest of what the command prints
 // goes to stderr.
-Status prepare_outputs(std::initializer_list<NamedOutput> outputs, bool overwrite);
+// `inputs`: the files the command reads, which no output may name.
+Status prepare_outputs(std::initializer_list<NamedOutput> outputs, bool overwrite,
+                       std::initializer_list<NamedOutput> inputs = {});
 
 // Adds a flag whose default --help shows.
 template <class T>

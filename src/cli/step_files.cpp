@@ -29,6 +29,14 @@ Result<HostTensor> host_tensor(const safetensors::Tensor& t) {
   return h;
 }
 
+// The storage index of the first NaN or infinity in `t`, or -1.
+std::int64_t first_non_finite(const HostTensor& t) {
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    if (!std::isfinite(t.get(i))) return i;
+  }
+  return -1;
+}
+
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
@@ -65,13 +73,11 @@ Result<StepInput> read_step_input(const std::string& path) {
   in.labels = std::move(lb).value();
   // A NaN or an infinity in the batch would run to a NaN loss and gradients, written as if they
   // were the step's answer: the file is refused instead, naming the first such value.
-  const std::int64_t per_image = s[1] * s[2] * s[3];
-  for (std::int64_t i = 0; i < in.images.numel(); ++i) {
-    if (!std::isfinite(in.images.get(i))) {
-      return invalid_argument(
-          fmt::format("{}: 'images' holds {} at value {} of image {}, not a finite number", path,
-                      in.images.get(i), i % per_image, i / per_image));
-    }
+  if (const std::int64_t i = first_non_finite(in.images); i >= 0) {
+    const std::int64_t per_image = s[1] * s[2] * s[3];
+    return invalid_argument(
+        fmt::format("{}: 'images' holds {} at value {} of image {}, not a finite number", path,
+                    in.images.get(i), i % per_image, i / per_image));
   }
   return in;
 }
@@ -93,6 +99,19 @@ Result<model::ModelConfig> model_of_weights(const safetensors::File& weights,
   m.classes = fc->shape[0];
   m.width = stem->shape[0];
   return m;
+}
+
+Status check_finite_weights(const safetensors::File& weights, const std::string& path) {
+  for (const safetensors::Tensor& t : weights.tensors) {
+    if (!dtype_is_floating(t.dtype) || t.shape.empty()) continue;
+    Result<HostTensor> h = host_tensor(t);
+    if (!h.has_value()) return h.status().with_context(fmt::format("{}: {}", path, t.name));
+    if (const std::int64_t i = first_non_finite(*h); i >= 0) {
+      return invalid_argument(fmt::format("{}: '{}' holds {} at value {}, not a finite number",
+                                          path, t.name, h->get(i), i));
+    }
+  }
+  return Status::ok();
 }
 
 safetensors::Tensor scalar_tensor(std::string name, double value) {

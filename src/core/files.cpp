@@ -144,10 +144,18 @@ Status check_writable(const std::filesystem::path& path, bool overwrite) {
   return Status::ok();
 }
 
-Status check_outputs(std::span<const NamedOutput> outputs, bool overwrite) {
+Status check_outputs(std::span<const NamedOutput> outputs, bool overwrite,
+                     std::span<const NamedOutput> inputs) {
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const NamedOutput& a = outputs[i];
     if (a.path.empty()) continue;
+    for (const NamedOutput& in : inputs) {
+      if (!in.path.empty() && !is_stdout_path(a.path) && same_file(a.path, in.path)) {
+        return invalid_argument(
+            fmt::format("{} and {} both name {}: the output would replace what the command reads",
+                        in.flag, a.flag, a.path.string()));
+      }
+    }
     DLPROBE_RETURN_IF_ERROR(check_writable(a.path, overwrite).with_context(a.flag));
     for (std::size_t j = 0; j < i; ++j) {
       const NamedOutput& b = outputs[j];
@@ -213,18 +221,20 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view con
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, exists ? 0600 : 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
+  // The errors name the file asked for first: the temporary is ours, not the user's.
   if (fd < 0) {
     return error(Errc::io_error,
-                 fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
+                 fmt::format("{}: cannot create {} beside it to replace it: {}", path.string(),
+                             tmp.filename().string(), std::strerror(errno)));
   }
   const auto fail = [&](std::string_view what, int err) {
     ::close(fd);
     ::unlink(tmp.c_str());
-    return error(Errc::io_error,
-                 fmt::format("{}: cannot {}: {}", tmp.string(), what, std::strerror(err)));
+    return error(Errc::io_error, fmt::format("{}: cannot {} {}: {}", path.string(), what,
+                                             tmp.filename().string(), std::strerror(err)));
   };
   if (exists && ::fchmod(fd, st.st_mode & 07777) != 0) return fail("set permissions", errno);
-  if (Status s = write_all(fd, content, tmp.string()); !s) {
+  if (Status s = write_all(fd, content, path.string()); !s) {
     ::close(fd);
     ::unlink(tmp.c_str());
     return s;
@@ -234,8 +244,8 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view con
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    return error(Errc::io_error,
-                 fmt::format("{}: cannot flush: {}", tmp.string(), std::strerror(err)));
+    return error(Errc::io_error, fmt::format("{}: cannot flush {}: {}", path.string(),
+                                             tmp.filename().string(), std::strerror(err)));
   }
   if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const int err = errno;

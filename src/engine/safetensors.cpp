@@ -185,7 +185,9 @@ Result<File> parse(std::span<const std::byte> bytes) {
     expected = e.end;
   }
   if (expected != data_len) {
-    return bad(fmt::format("{} bytes of data follow the last tensor", data_len - expected));
+    // read_file reads one byte past the header's data, so the count of what follows is unknown.
+    return bad(fmt::format("more data follows the last tensor, which ends at byte {} of the data",
+                           expected));
   }
   const std::byte* data = bytes.data() + 8 + header_len;
   for (Entry& e : entries) {

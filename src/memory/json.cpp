@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <set>
+
 #include "dlprobe/core/json_optional.h"
 #include "dlprobe/memory/analysis_json.h"
 #include "dlprobe/results/results.h"
@@ -191,6 +193,55 @@ json to_json(const AnalysisRecord& r) {
   return j;
 }
 
+namespace {
+
+// A calibration's figures within what a device can hold, so that the predictions' sums of them
+// cannot overflow, and its per-call list one entry a call, each within the step's calls: a file
+// edited by hand is refused here rather than predicted from.
+Status check_ranges(const Calibration& c, std::string_view path) {
+  constexpr std::int64_t kMaxBytes = std::int64_t{1} << 50;  // 1 PiB, past any device's memory
+  constexpr std::size_t kMaxCalls = 10'000'000;
+  const auto bytes = [&](std::string_view key, std::int64_t v, std::int64_t least) -> Status {
+    if (v < least || v > kMaxBytes) {
+      return invalid_argument(fmt::format("{}.{}: {} is out of range ({} to {} bytes)", path, key,
+                                          v, least, kMaxBytes));
+    }
+    return Status::ok();
+  };
+  if (c.batch < 1 || c.batch > (std::int64_t{1} << 40)) {
+    return invalid_argument(fmt::format("{}.batch: {} is not a batch size", path, c.batch));
+  }
+  DLPROBE_RETURN_IF_ERROR(bytes("workspace_bytes", c.workspace_bytes, 0));
+  DLPROBE_RETURN_IF_ERROR(bytes("workspace_held_bytes", c.workspace_held_bytes, 0));
+  // What was held at every call is part of the most held at one moment.
+  if (c.workspace_held_bytes > c.workspace_bytes) {
+    return invalid_argument(
+        fmt::format("{}.workspace_held_bytes: {} is above workspace_bytes ({}), the most held",
+                    path, c.workspace_held_bytes, c.workspace_bytes));
+  }
+  // NVML's figure less the allocator's, each read at its own moment: it may come out below 0.
+  if (c.outside_allocator_bytes) {
+    DLPROBE_RETURN_IF_ERROR(
+        bytes("outside_allocator_bytes", *c.outside_allocator_bytes, -kMaxBytes));
+  }
+  if (c.calls < 1 || c.calls > kMaxCalls) {
+    return invalid_argument(
+        fmt::format("{}.calls: {} is out of range (1 to {})", path, c.calls, kMaxCalls));
+  }
+  std::set<std::size_t> seen;
+  for (const auto& [call, taken] : c.workspace_by_call) {
+    if (call >= c.calls || !seen.insert(call).second) {
+      return invalid_argument(
+          fmt::format("{}.workspace_by_call: call {} is {} (the step has {} calls)", path, call,
+                      call >= c.calls ? "past the step's last" : "listed twice", c.calls));
+    }
+    DLPROBE_RETURN_IF_ERROR(bytes("workspace_by_call", taken, 0));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<Calibration> calibration_from_json(const json& j, std::string_view path) {
   if (!j.is_object()) return invalid_argument(fmt::format("{}: expected an object", path));
   Calibration c;
@@ -232,6 +283,7 @@ Result<Calibration> calibration_from_json(const json& j, std::string_view path) 
     }
     c.outside_allocator_bytes = outside->get<std::int64_t>();
   }
+  DLPROBE_RETURN_IF_ERROR(check_ranges(c, path));
   return c;
 }
 

@@ -120,6 +120,32 @@ TEST(BenchCliTest, AControlCharacterInAValueKeepsTheErrorOneLine) {
   EXPECT_NE(r.err.find("'nc\\nhw'"), std::string::npos) << r.err;
 }
 
+// An output that cannot be written (a full device) fails the run before it measures, and the run
+// leaves the other outputs as they were: a results file that existed keeps its content, and one it
+// would have created is not left behind.
+TEST(BenchCliTest, AnOutputThatFailsFirstLeavesTheOthersAsTheyWere) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const std::string dir = ::testing::TempDir() + "bench_cli_full_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string kept = dir + "/kept.json";
+  std::ofstream(kept) << "what an earlier run wrote";
+  const std::string quick = kSmall + "--mode infer --steps 1 --min-time 0s --warmup 0 ";
+  const CliRun over = run(quick + "--json " + kept + " --md /dev/full --overwrite");
+  EXPECT_NE(over.exit_code, 0) << over.output;
+  EXPECT_NE(over.output.find("/dev/full: cannot write"), std::string::npos) << over.output;
+  std::ifstream in(kept);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "what an earlier run wrote");
+  const std::string fresh = dir + "/fresh.json";
+  const CliRun made =
+      run(quick + "--json " + fresh + " --csv " + dir + "/fresh.csv --md /dev/full");
+  EXPECT_NE(made.exit_code, 0) << made.output;
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/fresh.csv"));
+  std::filesystem::remove_all(dir);
+}
+
 // A tuning cache that is not one is refused before anything runs; a new one is created at once
 // (the CPU backends have no convolution engines to tune, so it stays empty there).
 TEST(BenchCliTest, TuningCacheIsCheckedAndCreatedBeforeTheRun) {

@@ -416,6 +416,13 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   expect_error(files("--mode train --steps 99999999999"),
                "--steps: 99999999999 is out of range (accepts 1 to 1000000)");
   expect_error(files("--state-output ''"), "--state-output: an empty value");
+  // An output may not replace a file the step reads, --overwrite or not.
+  expect_error("--device cpu --model resnet18 --weights " + *weights_ + " --input " + *input_ +
+                   " --output " + *weights_ + " --overwrite",
+               "--weights and --output both name " + *weights_ +
+                   ": the output would replace what the command reads");
+  expect_error(files("--overwrite --state-output " + *input_),
+               "--input and --state-output both name " + *input_);
   expect_error("--device cpu --weights " + *weights_ + " --output " + output_, "--input");
   expect_error(with_bad_input, "cannot open");
   // A folder opens but does not read.
@@ -432,6 +439,16 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
                 [](const safetensors::Tensor& t) { return t.name == "layer1.1.conv1.weight"; });
   ASSERT_TRUE(safetensors::write_file(bad, weights).is_ok());
   expect_error(with_bad_weights, "missing tensor 'layer1.1.conv1.weight'");
+  // A NaN or an infinity among the weights is refused, the first one named.
+  safetensors::File nan_weights = safetensors::read_file(*weights_).value();
+  for (safetensors::Tensor& t : nan_weights.tensors) {
+    if (t.name != "fc.bias") continue;
+    ASSERT_EQ(t.dtype, DType::fp32);
+    const float inf = INFINITY;
+    std::memcpy(t.data.data() + 3 * sizeof inf, &inf, sizeof inf);
+  }
+  ASSERT_TRUE(safetensors::write_file(bad, nan_weights).is_ok());
+  expect_error(with_bad_weights, "'fc.bias' holds inf at value 3, not a finite number");
 
   write_input(bad, {file_tensor("images", *images_)});
   expect_error(with_bad_input, "no tensor named 'labels'");

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <utility>
+
 #include "analysis_test_util.h"
 #include "dlprobe/memory/analysis_json.h"
 #include "dlprobe/memory/prediction.h"
@@ -108,6 +111,38 @@ TEST(AnalysisJson, CalibrationsReadBack) {
   broken = to_json(c);
   broken["workspace_by_call"] = json::array({json::array({1})});
   EXPECT_FALSE(calibration_from_json(broken, "x").has_value());
+  // Figures no device holds, or below zero, would overflow the predictions' sums: refused, each
+  // naming its field; so is a per-call list that names a call twice or past the step.
+  const std::pair<const char*, json> out_of_range[] = {
+      {"x.outside_allocator_bytes: 9223372036854775807 is out of range",
+       {{"outside_allocator_bytes", INT64_MAX}}},
+      {"x.outside_allocator_bytes: -1000000000000000000 is out of range",
+       {{"outside_allocator_bytes", -1'000'000'000'000'000'000}}},
+      {"x.workspace_bytes: -1 is out of range", {{"workspace_bytes", -1}}},
+      {"x.workspace_held_bytes: 1125899906842625 is out of range",
+       {{"workspace_held_bytes", (std::int64_t{1} << 50) + 1}}},
+      {"x.workspace_held_bytes: 123457 is above workspace_bytes (123456), the most held",
+       {{"workspace_held_bytes", 123457}}},
+      {"x.batch: 0 is not a batch size", {{"batch", 0}}},
+      {"x.calls: 0 is out of range", {{"calls", 0}}},
+      {"x.workspace_by_call: call 900 is past the step's last",
+       {{"workspace_by_call", json::array({json::array({900u, 1})})}}},
+      {"x.workspace_by_call: call 10 is listed twice",
+       {{"workspace_by_call", json::array({json::array({10u, 1}), json::array({10u, 2})})}}},
+      {"x.workspace_by_call: -1000000 is out of range",
+       {{"workspace_by_call", json::array({json::array({0u, -1'000'000})})}}},
+  };
+  for (const auto& [message, change] : out_of_range) {
+    json edited = to_json(c);
+    edited.update(change);
+    const auto refused = calibration_from_json(edited, "x");
+    ASSERT_FALSE(refused.has_value()) << message;
+    EXPECT_EQ(refused.status().message().rfind(message, 0), 0u) << refused.status().message();
+  }
+  // NVML's figure may come out a little below the allocator's.
+  json below = to_json(c);
+  below["outside_allocator_bytes"] = -4096;
+  EXPECT_TRUE(calibration_from_json(below, "x").has_value());
 }
 
 results::Document document_with(const json& analysis) {

@@ -261,6 +261,11 @@ TEST(MemoryCli, MeasuresBesideThePredictionAndWritesResults) {
       run(kSmall + "--predict-only --batch 8 --precision fp16 --calibration " + json);
   EXPECT_EQ(other.exit_code, 2) << other.output;
   EXPECT_TRUE(has(other.output, "--calibration has no run of resnet18-w16 fp16")) << other.output;
+  // The results may not replace the calibration they are predicted from.
+  const CliRun same = run(kSmall + "--predict-only --batch 8 --calibration " + json + " --json " +
+                          json + " --overwrite");
+  EXPECT_EQ(same.exit_code, 2) << same.output;
+  EXPECT_TRUE(has(same.output, "--calibration and --json both name " + json)) << same.output;
   const std::string html = temp_path("report.html");
   const CliRun rep = run("report " + json + " -o " + html);
   ASSERT_EQ(rep.exit_code, 0) << rep.output;

@@ -14,8 +14,9 @@ namespace dlprobe::bench {
 
 class Outputs {
  public:
-  // Empty paths are not written. Creating writes each file once, empty, so that a path that
-  // cannot be written fails before anything is measured (the error names the file).
+  // Empty paths are not written. Creating writes each output that is not yet a file once, empty,
+  // so that a path that cannot be written fails before anything is measured (the error names the
+  // file); a file that exists keeps its content until the first write() replaces it.
   static Result<Outputs> create(std::string json, std::string csv, std::string md,
                                 results::Context context);
   Status write(const std::vector<results::Configuration>& configurations);
@@ -27,6 +28,8 @@ class Outputs {
  private:
   // Rewrites the files; with `last`, standard output too.
   Status flush(bool last = false) const;
+  // Writes one of the three outputs (`path` is json_, csv_ or md_ itself) from the document.
+  Status write_one(const std::string& path) const;
   std::string json_, csv_, md_;
   results::Document document_;
 };

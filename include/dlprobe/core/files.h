@@ -39,7 +39,10 @@ struct NamedOutput {
 };
 // check_writable() on every output asked for, each error prefixed with its flag, and no two of
 // them naming the same file (through symbolic links and hard links too) or both standard output.
-Status check_outputs(std::span<const NamedOutput> outputs, bool overwrite);
+// `inputs` are the files the command reads, named the same way: an output that names one of them
+// is refused, since writing it would replace what the command reads.
+Status check_outputs(std::span<const NamedOutput> outputs, bool overwrite,
+                     std::span<const NamedOutput> inputs = {});
 
 // Sets standard output aside for the outputs named "-": from now on write_file_atomic("-") writes
 // there, and whatever else the program prints to stdout (tables, the workload's echo) goes to
