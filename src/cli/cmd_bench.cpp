@@ -252,6 +252,7 @@ int run_bench_command(const BenchFlags& flags) {
       !s) {
     return report_error(s);
   }
+  if (Status s = check_history(flags.history); !s) return report_error(s);
   Result<BenchPlan> plan = plan_from(flags);
   if (!plan) return report_error(plan.status());
   warn_cuda_only("bench", plan->sweep.backend, flags.cuda_only);

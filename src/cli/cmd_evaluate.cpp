@@ -70,6 +70,7 @@ int run_evaluate(const EvaluateFlags& flags) {
     if (!existed) std::filesystem::remove_all(options.folder, ec);
     return report_error(why);
   };
+  if (Status s = check_history(flags.history); !s) return report_error(s);
   if (Status s = evaluate::prepare_folder(options.folder, flags.overwrite); !s) {
     return discard(s.with_context("--output"));
   }

@@ -309,6 +309,7 @@ Command add_memory_command(CLI::App& app) {
                 !s) {
               return report_error(s);
             }
+            if (Status s = check_history(f->history); !s) return report_error(s);
             Result<memory::AnalysisOptions> options = to_options(*f);
             return options ? run(*options, *f) : report_error(options.status());
           }};

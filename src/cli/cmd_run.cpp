@@ -182,6 +182,7 @@ int run_run(const RunFlags& flags) {
       !s) {
     return report_error(s);
   }
+  if (Status s = check_history(flags.history); !s) return report_error(s);
   auto plan = plan_from(flags);
   if (!plan) return report_error(plan.status());
   auto session = run::Session::start(std::move(plan).value(), progress_lines());

@@ -15,6 +15,12 @@ void add_history_flags(CLI::App& sub, HistoryFlags& flags) {
   sub.add_flag("--no-history", flags.skip, "Do not add the results to the history");
 }
 
+Status check_history(const HistoryFlags& flags) {
+  if (flags.skip || flags.file.empty()) return Status::ok();
+  const Result<history::History> opened = history::History::open(flags.file);
+  return opened ? Status::ok() : opened.status().with_context("--history");
+}
+
 void store_in_history(const HistoryFlags& flags, const results::Document& document) {
   if (flags.skip) return;
   if (Status s = history::store(document, flags.file); !s) {

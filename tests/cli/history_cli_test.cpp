@@ -280,13 +280,26 @@ TEST_F(HistoryCli, BenchAddsToTheDefaultHistoryUnlessTold) {
   EXPECT_NE(again.out.find("1 already there"), std::string::npos) << again.output;
 }
 
-TEST_F(HistoryCli, AHistoryThatCannotBeWrittenIsAWarningOnly) {
+// A history named with --history that is not one is refused before anything is measured; the
+// default history, which the user did not name, is a warning after the run, its results kept.
+TEST_F(HistoryCli, ANamedHistoryThatCannotBeOpenedIsRefusedFirst) {
   std::ofstream(db_, std::ios::binary) << std::string(4096, '\x5a');
   const fs::path json = dir_ / "results.json";
-  auto r = run_dlprobe(with(kBench, {"--history", db_.string(), "--json", json.string()}));
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(error_lines(r.err), 0) << r.err;
-  EXPECT_NE(r.err.find("results not added to the history"), std::string::npos) << r.err;
+  auto named = run_dlprobe(with(kBench, {"--history", db_.string(), "--json", json.string()}));
+  EXPECT_EQ(named.exit_code, 2) << named.output;
+  EXPECT_EQ(error_lines(named.err), 1) << named.err;
+  EXPECT_NE(named.err.find("--history: "), std::string::npos) << named.err;
+  EXPECT_FALSE(fs::exists(json));
+
+  const fs::path data = dir_ / "data";
+  fs::create_directories(data / "dlprobe");
+  std::ofstream(data / "dlprobe" / "history.sqlite", std::ios::binary) << std::string(4096, '\x5a');
+  const testing::ProcessOptions env{{{"XDG_DATA_HOME", data.string()}}};
+  auto by_default = run_dlprobe(with(kBench, {"--json", json.string()}), env);
+  EXPECT_EQ(by_default.exit_code, 0) << by_default.output;
+  EXPECT_EQ(error_lines(by_default.err), 0) << by_default.err;
+  EXPECT_NE(by_default.err.find("results not added to the history"), std::string::npos)
+      << by_default.err;
   auto results = results::read_file(json);
   ASSERT_TRUE(results) << results.status().message();
   EXPECT_EQ(results->configurations.size(), 1u);
