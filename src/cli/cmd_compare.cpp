@@ -27,7 +27,7 @@ Command add_compare_command(CLI::App& app) {
   sub->add_option("new", flags->next, "New results file")->required();
   sub->add_option("--fail-above", flags->fail_above,
                   "Exit 1 when a configuration is significantly slower by more than this "
-                  "(e.g. 3% or 0.03)");
+                  "(e.g. 3% or 0.03), or ran in the base but did not finish in the new file");
   option(*sub, "--alpha", flags->alpha, "Significance level of the Mann-Whitney U test");
   option(*sub, "--noise", flags->noise,
          "A difference smaller than this is no change, however significant (e.g. 2%)");
@@ -64,6 +64,16 @@ Command add_compare_command(CLI::App& app) {
     if (!fail_above) return kExitOk;
     int regressions = 0;
     for (const auto& row : comparison->rows) {
+      if (row.lost) {
+        ++regressions;
+        std::fprintf(stderr,
+                     "dlprobe: regression: %s ran in the base but not in the new file (%s)\n",
+                     results::describe(row.kind, row.settings).c_str(),
+                     row.new_status == results::RunStatus::ok
+                         ? "no timed steps"
+                         : std::string(results::run_status_name(row.new_status)).c_str());
+        continue;
+      }
       const double drop = report::regression(row);
       if (drop > *fail_above) {
         ++regressions;

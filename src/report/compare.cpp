@@ -80,6 +80,7 @@ Result<ComparisonRow> compare_one(const Configuration& base, const Configuration
   if (base.statistics) row.base_throughput = base.statistics->throughput;
   if (next.statistics) row.new_throughput = next.statistics->throughput;
   if (base.profile && next.profile) row.moved_calls = moved_calls(*base.profile, *next.profile);
+  row.lost = measured(base) && !measured(next);
   if (!measured(base) || !measured(next)) return row;
   const std::string what = results::describe(base.kind, base.settings);
   auto ratio = stats::throughput_ratio(base.samples.step_seconds, base.samples.step_items,
@@ -277,7 +278,8 @@ nlohmann::json comparison_json(const Comparison& comparison) {
         {"mann_whitney_p", r.mann_whitney ? nlohmann::json(r.mann_whitney->p_value) : nullptr},
         {"mann_whitney_exact", r.mann_whitney ? nlohmann::json(r.mann_whitney->exact) : nullptr},
         {"verdict", verdict_name(r.verdict)},
-        {"regression", regression(r)}};
+        {"regression", regression(r)},
+        {"lost", r.lost}};
     if (!r.moved_calls.empty()) {
       nlohmann::json calls = nlohmann::json::array();
       for (const auto& m : r.moved_calls) {

@@ -99,6 +99,40 @@ TEST_F(Cli, CompareGatesOnRegressionsAboveTheLimit) {
   EXPECT_EQ(dlprobe("compare " + slow + " " + kNative + " --fail-above 3%").exit_code, 0);
 }
 
+// A configuration the base measured that did not finish in the new file (out of memory here, or
+// finished without timed steps) fails the gate as a slowdown would; one that failed on both sides
+// does not.
+TEST_F(Cli, CompareGatesOnAConfigurationTheNewRunLost) {
+  results::Document broken = synthetic_native_document();
+  results::Document empty = synthetic_native_document();
+  std::string name;
+  for (std::size_t i = 0; i < broken.configurations.size(); ++i) {
+    if (broken.configurations[i].samples.step_seconds.empty()) continue;
+    name = results::describe(broken.configurations[i].kind, broken.configurations[i].settings);
+    broken.configurations[i].status = results::RunStatus::oom;
+    broken.configurations[i].samples = {};
+    broken.configurations[i].statistics.reset();
+    empty.configurations[i].samples = {};
+    break;
+  }
+  ASSERT_FALSE(name.empty());
+  auto r = dlprobe("compare " + kNative + " " + write("lost.json", broken) + " --fail-above 3%");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(
+      r.err.find("dlprobe: regression: " + name + " ran in the base but not in the new file (oom)"),
+      std::string::npos)
+      << r.err;
+  r = dlprobe("compare " + kNative + " " + write("empty.json", empty) + " --fail-above 3%");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find(" ran in the base but not in the new file (no timed steps)"),
+            std::string::npos)
+      << r.err;
+  // Without a limit compare only reports; the reverse (the new run measured it) is no failure.
+  EXPECT_EQ(dlprobe("compare " + kNative + " " + path("lost.json")).exit_code, 0);
+  EXPECT_EQ(dlprobe("compare " + path("lost.json") + " " + kNative + " --fail-above 3%").exit_code,
+            0);
+}
+
 // A CPU run under load: a fifth of the steps took 2.7 times as long. The throughput fell by a
 // quarter, its interval well clear of 1, while the ranks of the step times barely moved (the U
 // test's p is above 0.05): the verdict is "slower", says why the test disagrees, and the gate

@@ -47,6 +47,9 @@ struct ComparisonRow {
   std::optional<stats::Ratio> ratio;  // new / base
   std::optional<stats::MannWhitney> mann_whitney;
   Verdict verdict = Verdict::not_comparable;
+  // The base measured this configuration (it finished, with timed steps) and the new file did
+  // not: a run that broke, which `--fail-above` gates on as on a slowdown.
+  bool lost = false;
   double noise = 0;  // the threshold applied: the option's, or the spread between runs
   // Why two finished runs are not comparable, or where the two tests disagree; else empty.
   std::string why;
