@@ -508,8 +508,21 @@ json write_settings(const Configuration& c) {
 }
 
 Status read_settings(const json& v, const std::string& path, Configuration& c) {
-  if (c.kind == Kind::native) return read_fields(v, path, NativeSettings::fields, c.settings);
-  return read_fields(v, path, ExternalSettings::fields, c.settings);
+  DLPROBE_RETURN_IF_ERROR(c.kind == Kind::native
+                              ? read_fields(v, path, NativeSettings::fields, c.settings)
+                              : read_fields(v, path, ExternalSettings::fields, c.settings));
+  // No run has a negative size or count (0 reads as absent: an external run's batch, a key that
+  // older files lack).
+  const Settings& s = c.settings;
+  for (const auto& [key, value] :
+       {std::pair{"batch", s.batch}, std::pair{"image_size", s.image_size},
+        std::pair{"classes", s.classes}, std::pair{"width", s.width},
+        std::pair{"streams", s.streams}, std::pair{"stream_lag", s.stream_lag}}) {
+    if (value < 0) {
+      return invalid_argument(fmt::format("{}: {} is out of range", join_path(path, key), value));
+    }
+  }
+  return {};
 }
 
 // Items are written once when every step had the same count (the usual case), else per step.
@@ -585,14 +598,14 @@ struct Schema<Samples> {
                                           join_path(path, "step_items"), s.step_items.size(),
                                           s.step_seconds.size()));
     }
-    // What compare, report and the history compute from: a step takes some time and counts no
-    // negative number of items.
+    // What compare, report and the history compute from: a step takes some time and counts some
+    // items.
     for (std::size_t i = 0; i < s.step_seconds.size(); ++i) {
       if (!(s.step_seconds[i] > 0)) {
         return invalid_argument(fmt::format("{}: step {} took {} s",
                                             join_path(path, "step_seconds"), i, s.step_seconds[i]));
       }
-      if (!(s.step_items[i] >= 0)) {
+      if (!(s.step_items[i] > 0)) {
         return invalid_argument(fmt::format("{}: step {} counted {} items",
                                             join_path(path, "step_items"), i, s.step_items[i]));
       }
@@ -836,6 +849,11 @@ class BoundedDomBuilder final : public json::json_sax_t {
   bool start_object(std::size_t /*elements*/) override { return open(json::object()); }
   bool key(string_t& key) override {
     open_.back().key = key;
+    // nlohmann keeps the last of a key given twice; which one a writer meant is unknown.
+    if (open_.back().value->contains(key)) {
+      failure_ = fmt::format("{}: the key is given twice in its object", path_of_next(kPathParts));
+      return false;
+    }
     return true;
   }
   bool end_object() override { return close(); }

@@ -251,7 +251,7 @@ TEST(Results, FieldsAddedWithinVersionOne) {
   j["configurations"][0]["samples"]["window_other_cpu_seconds"] = {0.5, -1.0};
   EXPECT_EQ(error_of(j.dump()),
             "f.json: configurations[0].samples.window_other_cpu_seconds: -1 is not a CPU time");
-  // Step times and counts as compare reads them: a time above 0, a count not below it.
+  // Step times and counts as compare reads them: each above 0.
   j = to_json(d);
   j["configurations"][0]["samples"]["step_seconds"][2] = 0.0;
   EXPECT_EQ(error_of(j.dump()), "f.json: configurations[0].samples.step_seconds: step 2 took 0 s");
@@ -259,6 +259,16 @@ TEST(Results, FieldsAddedWithinVersionOne) {
   j["configurations"][0]["samples"]["step_items"] = -2;
   EXPECT_EQ(error_of(j.dump()),
             "f.json: configurations[0].samples.step_items: step 0 counted -2 items");
+  j["configurations"][0]["samples"]["step_items"] = 0;
+  EXPECT_EQ(error_of(j.dump()),
+            "f.json: configurations[0].samples.step_items: step 0 counted 0 items");
+  // No size or count in the settings is negative.
+  for (const char* key : {"batch", "image_size", "classes", "width", "streams", "stream_lag"}) {
+    j = to_json(d);
+    j["configurations"][0]["settings"][key] = -5;
+    EXPECT_EQ(error_of(j.dump()),
+              std::string("f.json: configurations[0].settings.") + key + ": -5 is out of range");
+  }
   // The summary's figures are never negative, and its interval is in order.
   j = to_json(d);
   j["configurations"][0]["statistics"]["throughput"] = -5;
@@ -685,6 +695,23 @@ TEST(Results, IntegersThatDoNotFitTheirFieldAreRefused) {
             "f.json: context.gpus[0].sm_count: 3000000000 is out of range");
   EXPECT_EQ(error_of(with_raw_value(j, "/context/gpus/0/sm_count", "2.5")),
             "f.json: context.gpus[0].sm_count: expected an integer, found number");
+}
+
+// A key given twice in one object is refused, naming it: which value the writer meant is unknown.
+TEST(Results, AKeyGivenTwiceIsRefused) {
+  std::string text = results::serialize(sample_document());
+  const std::string first = "\"schema\": ";
+  const std::size_t at = text.find(first);
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "\"schema\": \"dlprobe.results/1\", ");
+  EXPECT_EQ(error_of(text), "f.json: schema: the key is given twice in its object");
+  json j = to_json(sample_document());
+  std::string nested = j.dump();
+  const std::size_t model = nested.find("\"model\":");
+  ASSERT_NE(model, std::string::npos);
+  nested.insert(model, "\"model\": \"resnet18\", ");
+  EXPECT_EQ(error_of(nested),
+            "f.json: configurations[0].settings.model: the key is given twice in its object");
 }
 
 TEST(Results, NonFiniteValuesAreRefused) {
