@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dlprobe/core/files.h"
+#include "dlprobe/core/json_text.h"
 #include "dlprobe/core/log.h"
 
 namespace dlprobe {
@@ -99,8 +100,9 @@ Result<std::map<std::string, ConvTuningEntry>> ConvTuningCache::parse(std::strin
         "{}: not a dlprobe tuning cache: {} (name a new file to start one; this one is kept)",
         source, what));
   };
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return bad("invalid JSON");
+  const Result<nlohmann::json> parsed = parse_json(text);
+  if (!parsed) return bad(parsed.status().message());
+  const nlohmann::json& j = *parsed;
   if (!j.is_object() || !j.contains("schema") || j["schema"] != kSchema) {
     return bad(fmt::format("no \"schema\": \"{}\"", kSchema));
   }

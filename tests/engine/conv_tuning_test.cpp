@@ -95,9 +95,14 @@ TEST_F(ConvTuningTest, PlansAreDroppedBeforeTheFileOutgrowsItsBound) {
 }
 
 TEST_F(ConvTuningTest, FilesThatAreNotACacheAreOneLineErrorsNamingTheFile) {
-  const std::pair<const char*, const char*> cases[] = {
+  const std::pair<std::string, const char*> cases[] = {
       {"{not json", "invalid JSON"},
       {"[]", "schema"},
+      // Nested past the bound, it is refused as the parser reaches the bound, not built.
+      {"{\"schema\": " + std::string(200, '[') + std::string(200, ']') + "}",
+       "nested deeper than 128 levels"},
+      {R"({"schema": "dlprobe.conv-tuning", "schema": "dlprobe.conv-tuning"})",
+       "schema: the key is given twice"},
       {R"({"schema": "dlprobe.results", "version": 1, "entries": {}})", "schema"},
       {R"({"schema": "dlprobe.conv-tuning", "version": 1, "entries": {}})", "version 2"},
       {R"({"schema": "dlprobe.conv-tuning", "version": 2})", "entries"},

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "dlprobe/core/files.h"
+#include "dlprobe/core/json_text.h"
 #include "dlprobe/results/writer.h"
 
 namespace dlprobe::results {
@@ -736,10 +737,11 @@ std::string nested_in_analysis(std::size_t levels) {
 TEST(Results, NestingIsBoundedWhileParsing) {
   // The document, its configurations, the configuration, memory and the analysis hold the arrays.
   constexpr std::size_t kAbove = 5;
-  EXPECT_TRUE(parse(nested_in_analysis(kMaxDepth - kAbove), "f.json").has_value());
-  const std::string message = error_of(nested_in_analysis(kMaxDepth - kAbove + 1));
+  EXPECT_TRUE(parse(nested_in_analysis(kMaxJsonDepth - kAbove), "f.json").has_value());
+  const std::string message = error_of(nested_in_analysis(kMaxJsonDepth - kAbove + 1));
   EXPECT_EQ(message.find("f.json: configurations[0].memory.analysis.deep[0][0]"), 0u) << message;
-  EXPECT_NE(message.find(fmt::format("nested deeper than {} levels", kMaxDepth)), std::string::npos)
+  EXPECT_NE(message.find(fmt::format("nested deeper than {} levels", kMaxJsonDepth)),
+            std::string::npos)
       << message;
   // Far deeper than any stack would hold had the value been built and copied.
   EXPECT_EQ(error_of(nested_in_analysis(100'000)), message);

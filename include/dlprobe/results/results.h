@@ -351,19 +351,17 @@ struct Document {
 
 // ---- JSON ----
 
-// What a results file may be (docs/results-schema.md, "Limits"). The deepest file dlprobe writes
-// nests arrays and objects about ten levels; the bound keeps a hostile file from building a value
-// that nlohmann's recursive copy, comparison and dump would overflow the stack on.
-inline constexpr std::size_t kMaxDepth = 128;
-// Far above any measurement's file (a long sweep with telemetry is a few megabytes); it stops an
-// endless input (/dev/zero, a pipe that never closes) from being read until memory runs out.
+// What a results file may be (docs/results-schema.md, "Limits"): nested no deeper than
+// kMaxJsonDepth (core/json_text.h), and of at most kMaxFileBytes, far above any measurement's
+// file (a long sweep with telemetry is a few megabytes), which stops an endless input
+// (/dev/zero, a pipe that never closes) from being read until memory runs out.
 inline constexpr std::uint64_t kMaxFileBytes = std::uint64_t{1} << 30;
 
 nlohmann::json to_json(const Document& document);
 // Validates everything; errors are one line with the JSON path ("configurations[2].status: ...").
 Result<Document> from_json(const nlohmann::json& json);
 // Parses text; `name` (a file name) prefixes every error. A number beyond a double's range and
-// nesting deeper than kMaxDepth are refused with the JSON path, as a wrong field is.
+// nesting deeper than kMaxJsonDepth are refused with the JSON path, as a wrong field is.
 Result<Document> parse(std::string_view text, std::string_view name = "results");
 // Refuses a file larger than kMaxFileBytes, and any input that goes on past it.
 Result<Document> read_file(const std::filesystem::path& path);
