@@ -88,12 +88,16 @@ Result<model::ModelConfig> model_of_weights(const safetensors::File& weights,
                                             const std::string& path) {
   const safetensors::Tensor* fc = weights.find("fc.weight");
   const safetensors::Tensor* stem = weights.find("conv1.weight");
-  if (fc == nullptr || fc->shape.size() != 2 || fc->shape[0] < 1 || stem == nullptr ||
-      stem->shape.size() != 4 || stem->shape[0] < 1) {
-    return invalid_argument(
-        fmt::format("{}: no 'fc.weight' [classes, features] and 'conv1.weight' [width, 3, 7, 7] "
-                    "tensors, so not a torchvision ResNet state dict",
-                    path));
+  const bool fc_ok = fc != nullptr && fc->shape.size() == 2 && fc->shape[0] >= 1;
+  const bool stem_ok = stem != nullptr && stem->shape.size() == 4 && stem->shape[0] >= 1;
+  if (!fc_ok || !stem_ok) {
+    // Named one at a time: the message says which of the two the file lacks or holds wrongly.
+    return invalid_argument(fmt::format(
+        "{}: {}, so not a torchvision ResNet state dict", path,
+        !fc_ok && !stem_ok ? "no 'fc.weight' [classes, features] and 'conv1.weight' [width, 3, 7, "
+                             "7] tensors"
+        : !fc_ok           ? "no 'fc.weight' [classes, features] tensor"
+                           : "no 'conv1.weight' [width, 3, 7, 7] tensor"));
   }
   model::ModelConfig m;
   m.classes = fc->shape[0];

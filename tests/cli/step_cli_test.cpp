@@ -439,6 +439,12 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
                 [](const safetensors::Tensor& t) { return t.name == "layer1.1.conv1.weight"; });
   ASSERT_TRUE(safetensors::write_file(bad, weights).is_ok());
   expect_error(with_bad_weights, "missing tensor 'layer1.1.conv1.weight'");
+  // Without the stem's weight the message names that one alone.
+  std::erase_if(weights.tensors,
+                [](const safetensors::Tensor& t) { return t.name == "conv1.weight"; });
+  ASSERT_TRUE(safetensors::write_file(bad, weights).is_ok());
+  expect_error(with_bad_weights,
+               "no 'conv1.weight' [width, 3, 7, 7] tensor, so not a torchvision ResNet state dict");
   // A NaN or an infinity among the weights is refused, the first one named.
   safetensors::File nan_weights = safetensors::read_file(*weights_).value();
   for (safetensors::Tensor& t : nan_weights.tensors) {
