@@ -4,12 +4,31 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+#include <string_view>
 
 #include "dlprobe/core/units.h"
 
 namespace dlprobe::history {
 
 namespace {
+
+// The history's text comes from results files of any origin: a control character in one (an
+// escape sequence that retitles the terminal or clears it, a newline that forges a row) is shown
+// as \xNN rather than sent to the terminal.
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 // Columns aligned on their widest cell: text to the left, numbers to the right.
 class Columns {
@@ -22,6 +41,7 @@ class Columns {
     }
   }
   void add(std::vector<std::string> row) {
+    for (std::string& cell : row) cell = printable(cell);
     for (std::size_t i = 0; i < row.size(); ++i) width_[i] = std::max(width_[i], row[i].size());
     rows_.push_back(std::move(row));
   }
@@ -148,7 +168,8 @@ std::string render_list(const std::vector<Entry>& entries, const Prices& prices)
 std::string render_changes(const std::vector<Change>& changes) {
   if (changes.empty()) return "no difference in the recorded environment\n";
   const auto one = [](const Change& c) {
-    return fmt::format("{}: {} -> {}", c.what, or_dash(c.before), or_dash(c.after));
+    return fmt::format("{}: {} -> {}", c.what, printable(or_dash(c.before)),
+                       printable(or_dash(c.after)));
   };
   if (changes.size() == 1) return "the one change: " + one(changes.front()) + "\n";
   std::string out = fmt::format("{} changes:\n", changes.size());

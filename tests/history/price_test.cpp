@@ -2,6 +2,7 @@
 // one-line error naming the file and the JSON path for each bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "common/temp_folder.h"
@@ -99,6 +100,22 @@ TEST(PriceText, EachRowIsCostedAtItsGpusPrice) {
             std::string::npos)
       << text;
   EXPECT_EQ(render_list({h200}, Prices{}).find("$"), std::string::npos);
+}
+
+// A machine name with a terminal's escape sequence and a newline (a results file edited by hand)
+// is listed with them shown, never sent: no row is forged and the terminal is left as it was.
+TEST(HistoryText, ControlCharactersAreShownNotSent) {
+  Entry e;
+  e.id = 1;
+  e.machine = "evil\x1b]0;pwned\x07\nFAKE ROW";
+  e.throughput = 1000;
+  const std::string text = render_list({e}, Prices{});
+  EXPECT_NE(text.find("evil\\x1b]0;pwned\\x07\\x0aFAKE ROW"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;  // the header and the row
+  const std::string changes =
+      render_changes({{.what = "machine", .before = "a", .after = "b\x1b[2J"}});
+  EXPECT_NE(changes.find("a -> b\\x1b[2J"), std::string::npos) << changes;
 }
 
 }  // namespace
