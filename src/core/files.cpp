@@ -14,10 +14,20 @@
 namespace dlprobe {
 
 Result<std::string> read_whole_file(const std::filesystem::path& path, std::uint64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a named pipe waits for a writer, forever if none comes; opened without
+  // waiting, a pipe that nothing writes to reads as ended and is refused below. The reads then
+  // wait as usual (the flag is cleared), for a pipe whose writer is there.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     return error(err == ENOENT ? Errc::not_found : Errc::io_error,
+                 fmt::format("{}: cannot open: {}", path.string(), std::strerror(err)));
+  }
+  if (const int flags = ::fcntl(fd, F_GETFL);
+      flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    const int err = errno;
+    ::close(fd);
+    return error(Errc::io_error,
                  fmt::format("{}: cannot open: {}", path.string(), std::strerror(err)));
   }
   const auto too_large = [&] {
@@ -47,6 +57,9 @@ Result<std::string> read_whole_file(const std::filesystem::path& path, std::uint
     text.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(fd);
+  if (text.empty() && S_ISFIFO(st.st_mode)) {
+    return invalid_argument(fmt::format("{}: a pipe that nothing writes to", path.string()));
+  }
   return text;
 }
 

@@ -163,6 +163,24 @@ TEST_F(FilesTest, AnOutputThatNamesAnInputIsRefused) {
                 ": the output would replace what the command reads");
 }
 
+// A named pipe that nothing writes to is refused at once (opening it had waited for a writer
+// forever); a pipe whose writer is there is read to its end, as `<(cat file)` gives one.
+TEST_F(FilesTest, APipeIsReadWhenWrittenAndRefusedWhenNot) {
+  const auto fifo = dir_ / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const Result<std::string> none = read_whole_file(fifo);
+  ASSERT_FALSE(none.has_value());
+  EXPECT_EQ(none.status().message(), fifo.string() + ": a pipe that nothing writes to");
+  int ends[2];
+  ASSERT_EQ(::pipe(ends), 0);
+  ASSERT_EQ(::write(ends[1], "abc", 3), 3);
+  ::close(ends[1]);  // what was written stays in the pipe, and then it ends
+  const Result<std::string> written = read_whole_file("/proc/self/fd/" + std::to_string(ends[0]));
+  ::close(ends[0]);
+  ASSERT_TRUE(written.has_value()) << written.status().message();
+  EXPECT_EQ(*written, "abc");
+}
+
 TEST_F(FilesTest, ReadingAFolderIsAnIoError) {
   auto r = read_whole_file(dir_.path());
   ASSERT_FALSE(r.has_value());
