@@ -25,6 +25,7 @@
 #include "dlprobe/core/files.h"
 #include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/json_optional.h"
+#include "dlprobe/core/json_text.h"
 #include "dlprobe/core/launcher.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/named.h"

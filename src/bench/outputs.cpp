@@ -20,14 +20,15 @@ Result<Outputs> Outputs::create(std::string json, std::string csv, std::string m
   // A file that exists is left as it is until the first configuration replaces it (the command
   // has checked that it can be), so that a run that fails before measuring keeps what it held;
   // the files this call creates are removed again if a later output fails, so that such a run
-  // leaves none behind either.
+  // leaves none behind either. (A link to nothing is not removed: the link is the user's.)
+  const Contents contents = o.contents();
   std::vector<std::string> created;
-  for (const std::string* path : {&o.json_, &o.csv_, &o.md_}) {
+  for (const auto& [path, content] : contents) {
     if (path->empty() || is_stdout_path(*path)) continue;
     std::error_code ec;
     if (std::filesystem::is_regular_file(*path, ec)) continue;
-    const bool is_new = !std::filesystem::exists(*path, ec);
-    if (Status s = o.write_one(*path); !s) {
+    const bool is_new = !std::filesystem::exists(std::filesystem::symlink_status(*path, ec));
+    if (Status s = write_file_atomic(*path, content); !s) {
       for (const std::string& c : created) std::filesystem::remove(c, ec);
       return s;
     }
@@ -50,22 +51,27 @@ Status Outputs::finish() const {
   return flush(true);
 }
 
+Outputs::Contents Outputs::contents() const {
+  Contents out;
+  const auto asked = [](const std::string& path) { return !path.empty(); };
+  if (asked(json_)) out.emplace_back(&json_, results::serialize(document_));
+  if (asked(csv_) || asked(md_)) {
+    const results::NamedDocument named{"results", document_};
+    const results::Table table = results::configuration_table(std::span(&named, 1));
+    if (asked(csv_)) out.emplace_back(&csv_, results::to_csv(table));
+    if (asked(md_)) out.emplace_back(&md_, results::to_markdown(table));
+  }
+  return out;
+}
+
 Status Outputs::flush(bool last) const {
   // A file is rewritten every time; standard output, which cannot be, only the last time.
-  for (const std::string* path : {&json_, &csv_, &md_}) {
-    if (!path->empty() && (last ? is_stdout_path(*path) : !is_stdout_path(*path))) {
-      DLPROBE_RETURN_IF_ERROR(write_one(*path));
+  for (const auto& [path, content] : contents()) {
+    if (last ? is_stdout_path(*path) : !is_stdout_path(*path)) {
+      DLPROBE_RETURN_IF_ERROR(write_file_atomic(*path, content));
     }
   }
   return Status::ok();
-}
-
-Status Outputs::write_one(const std::string& path) const {
-  if (&path == &json_) return write_file_atomic(path, results::serialize(document_));
-  const results::NamedDocument named{"results", document_};
-  const results::Table table = results::configuration_table(std::span(&named, 1));
-  return write_file_atomic(path,
-                           &path == &csv_ ? results::to_csv(table) : results::to_markdown(table));
 }
 
 }  // namespace dlprobe::bench

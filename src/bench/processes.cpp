@@ -120,9 +120,19 @@ results::Document merge_processes(const std::vector<ProcessRun>& processes) {
                                   [](const ProcessRun& p) { return p.document.has_value(); });
   if (first != processes.end()) {
     out.context = first->document->context;
-    for (const results::Configuration& c : first->document->configurations) {
-      const auto each = measured_in(processes, c);
-      out.configurations.push_back(each.empty() ? c : merge_one(each));
+    // Every configuration any process wrote, in the order the processes wrote them: one that
+    // stopped early (a crash after its first configuration, or before any) holds fewer.
+    for (const ProcessRun& p : processes) {
+      if (!p.document) continue;
+      for (const results::Configuration& c : p.document->configurations) {
+        const bool merged = std::any_of(out.configurations.begin(), out.configurations.end(),
+                                        [&](const results::Configuration& o) {
+                                          return o.kind == c.kind && o.settings == c.settings;
+                                        });
+        if (merged) continue;
+        const auto each = measured_in(processes, c);
+        out.configurations.push_back(each.empty() ? c : merge_one(each));
+      }
     }
     for (const ProcessRun& p : processes) {
       if (!p.document) continue;

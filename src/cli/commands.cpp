@@ -14,26 +14,6 @@
 
 namespace dlprobe::cli {
 
-std::string one_line(std::string_view text) {
-  std::string line;
-  line.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '\n') {
-      line += "\\n";
-    } else if (c == '\t') {
-      line += "\\t";
-    } else if (c == '\r') {
-      line += "\\r";
-    } else if (byte < 0x20 || byte == 0x7f) {
-      line += fmt::format("\\x{:02x}", byte);
-    } else {
-      line += c;
-    }
-  }
-  return line;
-}
-
 namespace {
 
 // The value types of options that show no default ("command --flag", or "--flag" in every

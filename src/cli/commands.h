@@ -58,10 +58,6 @@ void add_text_options(CLI::App& sub, Flags& flags,
   }
 }
 
-// `text` with its control characters escaped (\n, \t, \r, \xNN): an error quotes the values it
-// refuses, and one that holds a line break must not break the error's one line.
-std::string one_line(std::string_view text);
-
 // Gives every option of `app` and its subcommands that takes its value as text the type its help
 // shows: "--steps INT=30", not "TEXT=30". The values stay text for the commands to parse (so that
 // errors name the flag); this pass only names what they take, from the default shown or, where

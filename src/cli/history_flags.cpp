@@ -1,6 +1,8 @@
 #include "history_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
+#include <system_error>
 
 #include "dlprobe/core/log.h"
 #include "dlprobe/history/history.h"
@@ -17,7 +19,13 @@ void add_history_flags(CLI::App& sub, HistoryFlags& flags) {
 
 Status check_history(const HistoryFlags& flags) {
   if (flags.skip || flags.file.empty()) return Status::ok();
-  const Result<history::History> opened = history::History::open(flags.file);
+  // A file not there yet is made by the store at the end, so that a command refused before it
+  // measures leaves no empty history behind.
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(flags.file, ec))) {
+    return Status::ok();
+  }
+  const Result<history::History> opened = history::History::open(flags.file, {.create = false});
   return opened ? Status::ok() : opened.status().with_context("--history");
 }
 

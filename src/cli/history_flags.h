@@ -18,13 +18,14 @@ struct HistoryFlags {
 };
 void add_history_flags(CLI::App& sub, HistoryFlags& flags);
 
-// Adds `document` to the history unless --no-history. A failure is a warning on stderr: the
-// results file and the exit status stay what they are.
-// Before the work: a history named with --history that cannot be opened (not a database, a newer
-// schema, a folder) is refused, so that the run is not measured into nowhere. The default history
-// is left to store_in_history's warning: a machine without HOME still measures.
+// Before the work: a history named with --history that exists and cannot be opened (not a
+// database, a newer schema, a folder) is refused, so that the run is not measured into nowhere.
+// The default history is left to store_in_history's warning: a machine without HOME still
+// measures.
 Status check_history(const HistoryFlags& flags);
 
+// Adds `document` to the history unless --no-history. A failure is a warning on stderr: the
+// results file and the exit status stay what they are.
 void store_in_history(const HistoryFlags& flags, const results::Document& document);
 void store_in_history(const HistoryFlags& flags, const Result<results::Document>& document);
 

@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "dlprobe/core/build_info.h"
 #include "dlprobe/core/log.h"
+#include "dlprobe/core/units.h"
 
 namespace {
 
@@ -46,7 +47,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() != 0) {
-      std::fprintf(stderr, "dlprobe: error: %s (see --help)\n", one_line(e.what()).c_str());
+      std::fprintf(stderr, "dlprobe: error: %s (see --help)\n",
+                   dlprobe::one_line(e.what()).c_str());
       return kExitError;
     }
     return app.exit(e);

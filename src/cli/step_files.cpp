@@ -107,6 +107,7 @@ Result<model::ModelConfig> model_of_weights(const safetensors::File& weights,
 
 Status check_finite_weights(const safetensors::File& weights, const std::string& path) {
   for (const safetensors::Tensor& t : weights.tensors) {
+    // Scalars are skipped: a ResNet state dict's only ones are num_batches_tracked, integers.
     if (!dtype_is_floating(t.dtype) || t.shape.empty()) continue;
     Result<HostTensor> h = host_tensor(t);
     if (!h.has_value()) return h.status().with_context(fmt::format("{}: {}", path, t.name));

@@ -13,23 +13,6 @@ namespace dlprobe::history {
 
 namespace {
 
-// The history's text comes from results files of any origin: a control character in one (an
-// escape sequence that retitles the terminal or clears it, a newline that forges a row) is shown
-// as \xNN rather than sent to the terminal.
-std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      out += fmt::format("\\x{:02x}", byte);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 // Columns aligned on their widest cell: text to the left, numbers to the right.
 class Columns {
  public:
@@ -41,7 +24,9 @@ class Columns {
     }
   }
   void add(std::vector<std::string> row) {
-    for (std::string& cell : row) cell = printable(cell);
+    // The cells come from results files of any origin: their control characters are shown, not
+    // sent to the terminal (an escape sequence that retitles it, a newline that forges a row).
+    for (std::string& cell : row) cell = one_line(cell);
     for (std::size_t i = 0; i < row.size(); ++i) width_[i] = std::max(width_[i], row[i].size());
     rows_.push_back(std::move(row));
   }
@@ -134,8 +119,9 @@ std::string cost_note(const std::vector<const Entry*>& entries, const Prices& pr
     used = "cost per GPU-hour:";
     for (std::size_t i = 0; i < gpus.size(); ++i) {
       const auto price = prices.of(gpus[i]);
-      used += fmt::format("{} {} on {}", i == 0 ? "" : ",",
-                          price ? fmt::format("${:g}", *price) : "none", or_dash(gpus[i]));
+      used +=
+          fmt::format("{} {} on {}", i == 0 ? "" : ",",
+                      price ? fmt::format("${:g}", *price) : "none", one_line(or_dash(gpus[i])));
     }
   }
   return fmt::format("{}; an epoch is ImageNet's {} training images\n", used,
@@ -168,8 +154,8 @@ std::string render_list(const std::vector<Entry>& entries, const Prices& prices)
 std::string render_changes(const std::vector<Change>& changes) {
   if (changes.empty()) return "no difference in the recorded environment\n";
   const auto one = [](const Change& c) {
-    return fmt::format("{}: {} -> {}", c.what, printable(or_dash(c.before)),
-                       printable(or_dash(c.after)));
+    return fmt::format("{}: {} -> {}", c.what, one_line(or_dash(c.before)),
+                       one_line(or_dash(c.after)));
   };
   if (changes.size() == 1) return "the one change: " + one(changes.front()) + "\n";
   std::string out = fmt::format("{} changes:\n", changes.size());
@@ -195,7 +181,8 @@ std::string render_trend(const std::vector<Series>& series, const Prices& prices
   std::string out;
   std::vector<const Entry*> all;
   for (const auto& s : series) {
-    out += fmt::format("{} on {} ({})\n", s.configuration, s.machine, or_dash(s.gpu));
+    out += fmt::format("{} on {} ({})\n", one_line(s.configuration), one_line(s.machine),
+                       one_line(or_dash(s.gpu)));
     std::vector<std::pair<std::string, bool>> header = {
         {"#", true},     {"date (UTC)", false}, {"driver", false}, {"status", false},
         {"img/s", true}, {"95% CI", true},      {"J/img", true}};

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <concepts>
 #include <limits>
+#include <numeric>
 #include <span>
 #include <tuple>
 
@@ -626,6 +627,30 @@ struct Schema<Configuration> {
       DLPROBE_RESULTS_KEYS_SINCE_1(run_spread, runs_in),
       DLPROBE_RESULTS_KEYS(samples, memory, telemetry, compute, findings),
       std::tuple{DLPROBE_RESULTS_KEY_WHEN_SET(profile)});
+  // dlprobe computes the summary from the samples (stats::summarize): where a file has both, a
+  // summary that disagrees with its samples was edited, and compare (which reads the samples)
+  // and report (which shows the summary) would tell two stories.
+  static Status check(const std::string& path, const Configuration& c) {
+    if (!c.statistics || c.samples.step_seconds.empty()) return {};
+    const Summary& s = *c.statistics;
+    const std::vector<double>& seconds = c.samples.step_seconds;
+    const std::vector<double>& items = c.samples.step_items;
+    const double total_seconds = std::accumulate(seconds.begin(), seconds.end(), 0.0);
+    const double total_items = std::accumulate(items.begin(), items.end(), 0.0);
+    const auto same = [](double a, double b) {
+      return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b));
+    };
+    if (s.steps != seconds.size() || !same(s.total_seconds, total_seconds) ||
+        !same(s.total_items, total_items) || !same(s.throughput, total_items / total_seconds)) {
+      return invalid_argument(fmt::format(
+          "{}: {} steps, {} items in {} s, {} items/s, where the samples hold {} steps, {} items "
+          "in {} s, {} items/s (an edited file? restore the samples, or remove the statistics, "
+          "which are computed from them)",
+          join_path(path, "statistics"), s.steps, s.total_items, s.total_seconds, s.throughput,
+          seconds.size(), total_items, total_seconds, total_items / total_seconds));
+    }
+    return {};
+  }
 };
 
 #undef DLPROBE_RESULTS_SCHEMA

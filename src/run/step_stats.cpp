@@ -85,7 +85,12 @@ StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vecto
       }
     }
     if (all_batched) s.items = items;
-    if (all_timed && all_batched) {
+    // A step printed as taking 0 s (a coarse clock: "0.000s") has no throughput of its own: the
+    // per-step samples, which the results file refuses to hold such a step in, are left out, and
+    // the throughput comes from the steps' total time as before.
+    const bool all_positive =
+        std::all_of(times.begin(), times.end(), [](double t) { return t > 0; });
+    if (all_timed && all_batched && all_positive) {
       for (const auto* r : measured) {
         s.step_seconds.push_back(*r->step_time_s);
         s.step_items.push_back(static_cast<double>(r->batch ? *r->batch : *default_batch));

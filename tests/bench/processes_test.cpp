@@ -83,6 +83,17 @@ TEST(MergeProcesses, AFailedProcessIsSaidAndTheOthersKept) {
             "process 2 of 2 ended with exit 1; what it measured is kept with the others");
 }
 
+// A process that stopped before its first configuration left a results file of none: the others'
+// configurations are merged all the same.
+TEST(MergeProcesses, AProcessThatWroteNoConfigurationDropsNoOther) {
+  results::Document none = process(0.1);
+  none.configurations.clear();
+  const results::Document d =
+      merge_processes({{none, "signal 9 (SIGKILL)"}, {process(0.1), ""}, {process(0.11), ""}});
+  ASSERT_EQ(d.configurations.size(), 1u);
+  EXPECT_EQ(d.configurations.front().samples.run_steps, (std::vector<std::int64_t>{10, 10}));
+}
+
 TEST(MergeProcesses, OneProcessMeasuredGivesNoSpread) {
   const results::Document d = merge_processes({{process(0.1), ""}, {std::nullopt, "exit 2"}});
   ASSERT_EQ(d.configurations.size(), 1u);

@@ -116,5 +116,13 @@ TEST(ParseCudaIndex, CudaAndCudaN) {
   }
 }
 
+// Control characters are shown, never passed on: a line stays one line and the terminal is left as
+// it was; other bytes (UTF-8 too) pass as they are.
+TEST(OneLine, EscapesControlCharacters) {
+  EXPECT_EQ(one_line("a\nb\tc\rd"), "a\\nb\\tc\\rd");
+  EXPECT_EQ(one_line("x\x1b]0;t\x07\x7f"), "x\\x1b]0;t\\x07\\x7f");
+  EXPECT_EQ(one_line("H200 \xc2\xb5s"), "H200 \xc2\xb5s");
+}
+
 }  // namespace
 }  // namespace dlprobe

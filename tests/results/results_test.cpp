@@ -270,6 +270,17 @@ TEST(Results, FieldsAddedWithinVersionOne) {
     EXPECT_EQ(error_of(j.dump()),
               std::string("f.json: configurations[0].settings.") + key + ": -5 is out of range");
   }
+  // The summary is the samples': one that disagrees with them (edited) is refused.
+  j = to_json(d);
+  j["configurations"][0]["statistics"]["throughput"] = 1e6;
+  EXPECT_NE(error_of(j.dump()).find("f.json: configurations[0].statistics: "), std::string::npos)
+      << error_of(j.dump());
+  j = to_json(d);
+  j["configurations"][0]["statistics"]["steps"] = 1000;
+  EXPECT_NE(error_of(j.dump()).find("1000 steps, 256 items in 0.402 s, 636.8159203980099 items/s, "
+                                    "where the samples hold 4 steps"),
+            std::string::npos)
+      << error_of(j.dump());
   // The summary's figures are never negative, and its interval is in order.
   j = to_json(d);
   j["configurations"][0]["statistics"]["throughput"] = -5;
@@ -472,7 +483,7 @@ Configuration full_native_configuration() {
   s.steps = 4;
   s.total_items = 224;
   s.total_seconds = 0.41;
-  s.throughput = 546.3;
+  s.throughput = s.total_items / s.total_seconds;  // the samples' below
   s.throughput_ci = {530.5, 560.25};
   s.ci_level = 0.95;
   s.bootstrap_resamples = 2000;
@@ -487,7 +498,7 @@ Configuration full_native_configuration() {
   s.cv = 0.02;
   s.outliers = 1;
   c.statistics = s;
-  c.samples.step_seconds = {0.101, 0.099, 0.1, 0.106};
+  c.samples.step_seconds = {0.101, 0.099, 0.104, 0.106};
   c.samples.step_items = {64, 64, 64, 32};
   c.samples.warmup_steps = 5;
   c.samples.window_steps = {2, 2};

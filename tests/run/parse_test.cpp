@@ -253,6 +253,17 @@ TEST(StepStats, DropsWarmupAndComputesThroughput) {
   EXPECT_EQ(s.throughput_source, "steps");
 }
 
+// A step printed as 0 s (a coarse clock) keeps the throughput from the total time, but no per-step
+// samples: the results file refuses a step of no time, which would make the run unreadable.
+TEST(StepStats, AStepOfNoTimeLeavesNoSamples) {
+  auto steps = timed_steps(12, 0.05, 100);
+  EXPECT_EQ(summarize_steps(steps, {}, 2, std::nullopt).step_seconds.size(), 10u);
+  steps[5].step_time_s = 0.0;
+  const auto s = summarize_steps(steps, {}, 2, std::nullopt);
+  EXPECT_TRUE(s.step_seconds.empty());
+  EXPECT_NEAR(*s.items_per_s, 1000 / 0.45, 1e-9);
+}
+
 TEST(StepStats, WarmupFlagsOverrideTheCount) {
   auto steps = timed_steps(6, 0.1, 10);
   steps[0].warmup = true;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dlprobe/core/status.h"
@@ -28,8 +29,9 @@ class Outputs {
  private:
   // Rewrites the files; with `last`, standard output too.
   Status flush(bool last = false) const;
-  // Writes one of the three outputs (`path` is json_, csv_ or md_ itself) from the document.
-  Status write_one(const std::string& path) const;
+  // Each output asked for, with what it holds now (the table rendered once for both formats).
+  using Contents = std::vector<std::pair<const std::string*, std::string>>;
+  Contents contents() const;
   std::string json_, csv_, md_;
   results::Document document_;
 };

@@ -1,6 +1,6 @@
 // Parsing and printing of the units users type and read: sizes (2GiB, 512MB, 1.5G), durations
-// (100ms, 2s, 1m), and comma lists (16,32,64). Parse errors are one line that names the flag and
-// what it accepts.
+// (100ms, 2s, 1m), and comma lists (16,32,64); and text from files made safe to print. Parse
+// errors are one line that names the flag and what it accepts.
 #pragma once
 
 #include <chrono>
@@ -13,6 +13,11 @@
 #include "dlprobe/core/status.h"
 
 namespace dlprobe {
+
+// `text` with its control characters escaped (\n, \t, \r, \xNN): an error quotes the values it
+// refuses, and one that holds a line break must not break the error's one line; text read from a
+// file (a results file edited by hand) must not send escape sequences to the terminal.
+std::string one_line(std::string_view text);
 
 // Sizes: "2GiB", "512MiB" are binary; "512MB", "2GB" are decimal; a bare suffix "1.5G", "64k" is
 // binary, as docker and the frameworks read it; a bare number is bytes.
