@@ -58,7 +58,8 @@ Result<std::string> read_whole_file(const std::filesystem::path& path, std::uint
   }
   ::close(fd);
   if (text.empty() && S_ISFIFO(st.st_mode)) {
-    return invalid_argument(fmt::format("{}: a pipe that nothing writes to", path.string()));
+    return invalid_argument(
+        fmt::format("{}: a pipe that gave no data (nothing writes to it)", path.string()));
   }
   return text;
 }
@@ -236,9 +237,10 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view con
   }
   // The errors name the file asked for first: the temporary is ours, not the user's.
   if (fd < 0) {
+    const int err = errno;
     return error(Errc::io_error,
                  fmt::format("{}: cannot create {} beside it to replace it: {}", path.string(),
-                             tmp.filename().string(), std::strerror(errno)));
+                             tmp.filename().string(), std::strerror(err)));
   }
   const auto fail = [&](std::string_view what, int err) {
     ::close(fd);

@@ -170,7 +170,8 @@ TEST_F(FilesTest, APipeIsReadWhenWrittenAndRefusedWhenNot) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const Result<std::string> none = read_whole_file(fifo);
   ASSERT_FALSE(none.has_value());
-  EXPECT_EQ(none.status().message(), fifo.string() + ": a pipe that nothing writes to");
+  EXPECT_EQ(none.status().message(),
+            fifo.string() + ": a pipe that gave no data (nothing writes to it)");
   int ends[2];
   ASSERT_EQ(::pipe(ends), 0);
   ASSERT_EQ(::write(ends[1], "abc", 3), 3);
