@@ -13,10 +13,10 @@
 
 namespace dlprobe {
 
-Result<std::string> read_whole_file(const std::filesystem::path& path, std::uint64_t max_bytes) {
+Result<int> open_to_read(const std::filesystem::path& path) {
   // O_NONBLOCK: opening a named pipe waits for a writer, forever if none comes; opened without
-  // waiting, a pipe that nothing writes to reads as ended and is refused below. The reads then
-  // wait as usual (the flag is cleared), for a pipe whose writer is there.
+  // waiting, a pipe that nothing writes to reads as ended. The reads then wait as usual (the flag
+  // is cleared), for a pipe whose writer is there.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
@@ -30,6 +30,11 @@ Result<std::string> read_whole_file(const std::filesystem::path& path, std::uint
     return error(Errc::io_error,
                  fmt::format("{}: cannot open: {}", path.string(), std::strerror(err)));
   }
+  return fd;
+}
+
+Result<std::string> read_whole_file(const std::filesystem::path& path, std::uint64_t max_bytes) {
+  DLPROBE_ASSIGN_OR_RETURN(const int fd, open_to_read(path));
   const auto too_large = [&] {
     ::close(fd);
     return invalid_argument(

@@ -4,13 +4,13 @@
 #include "dlprobe/engine/safetensors.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
 
@@ -250,23 +250,25 @@ std::uint64_t data_end_of(const char* header, std::uint64_t len) {
 }  // namespace
 
 Result<File> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return error(Errc::not_found, fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
-  }
+  // open_to_read: a named pipe that nothing writes to reads as empty, not waited on forever.
+  DLPROBE_ASSIGN_OR_RETURN(const int fd, open_to_read(path));
   // Only as much as the header says the file holds, and one byte more to see whether anything
   // follows: an endless input (/dev/zero, a pipe that does not end) is then judged by its header
   // instead of read until memory runs out. Block reads: a character-by-character copy takes
   // seconds for a ResNet's 45-100 MB state dict in the unoptimised (sanitizer) build.
   std::vector<char> raw;
+  int read_error = 0;
+  bool ended = false;
   const auto read_up_to = [&](std::uint64_t total) {
     constexpr std::uint64_t kBlock = std::uint64_t{1} << 22;
-    while (in && raw.size() < total) {
+    while (!ended && read_error == 0 && raw.size() < total) {
       const std::size_t have = raw.size();
       const auto want = static_cast<std::size_t>(std::min(kBlock, total - have));
       raw.resize(have + want);
-      in.read(raw.data() + have, static_cast<std::streamsize>(want));
-      raw.resize(have + static_cast<std::size_t>(in.gcount()));
+      const ssize_t n = ::read(fd, raw.data() + have, want);
+      raw.resize(have + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+      if (n < 0 && errno != EINTR) read_error = errno;
+      if (n == 0) ended = true;
     }
   };
   read_up_to(8);
@@ -281,7 +283,11 @@ Result<File> read_file(const std::string& path) {
       }
     }
   }
-  if (in.bad()) return error(Errc::io_error, fmt::format("cannot read '{}'", path));
+  ::close(fd);
+  if (read_error != 0) {
+    return error(Errc::io_error,
+                 fmt::format("{}: cannot read: {}", path, std::strerror(read_error)));
+  }
   Result<File> file = parse(std::as_bytes(std::span<const char>(raw)));
   if (!file.has_value()) return file.status().with_context(path);
   return file;

@@ -1,6 +1,8 @@
 #include "dlprobe/engine/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -160,6 +162,14 @@ TEST(SafetensorsTest, ReadsNoFurtherThanTheHeaderSays) {
   const Result<File> zero = read_file("/dev/zero");
   ASSERT_FALSE(zero.has_value());
   EXPECT_NE(zero.status().message().find("/dev/zero"), std::string::npos);
+  // A named pipe that nothing writes to is read as empty at once, not waited on.
+  const std::string fifo = ::testing::TempDir() + "st_fifo_" + std::to_string(::getpid());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const Result<File> pipe = read_file(fifo);
+  ::unlink(fifo.c_str());
+  ASSERT_FALSE(pipe.has_value());
+  EXPECT_NE(pipe.status().message().find("file of 0 bytes is too short"), std::string::npos)
+      << pipe.status().message();
 
   File f;
   f.tensors.push_back({"w", DType::fp32, {2}, f32({1.0f, 2.0f})});

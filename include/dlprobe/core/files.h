@@ -13,6 +13,11 @@
 
 namespace dlprobe {
 
+// A descriptor to read `path` from (the caller closes it). A named pipe is opened without waiting
+// for a writer, which may never come: with none, the first read returns 0, the end. Errc::not_found
+// when it does not exist, Errc::io_error when it cannot be opened; the errors name the path.
+Result<int> open_to_read(const std::filesystem::path& path);
+
 // The file's bytes; Errc::not_found when it does not exist, Errc::io_error when it cannot be read,
 // Errc::invalid_argument when it holds more than `max_bytes` (a regular file is measured before it
 // is read; anything else, a device or a pipe that may never end, is read up to the limit only).
