@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "dlprobe/core/files.h"
@@ -112,21 +113,28 @@ Result<std::map<std::string, ConvTuningEntry>> ConvTuningCache::parse(std::strin
   if (!j.contains("entries") || !j["entries"].is_object()) return bad("no \"entries\" object");
   std::map<std::string, ConvTuningEntry> entries;
   for (const auto& [key, v] : j["entries"].items()) {
-    const auto pair_of_ints = [](const nlohmann::json& k) {
-      return k.is_array() && k.size() == 2 && k[0].is_number_integer() && k[1].is_number_integer();
+    // An unsigned value past int64's range would wrap to a negative knob.
+    const auto int64 = [](const nlohmann::json& x) {
+      return x.is_number_integer() &&
+             !(x.is_number_unsigned() &&
+               x.get<std::uint64_t>() >
+                   static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()));
+    };
+    const auto pair_of_ints = [&](const nlohmann::json& k) {
+      return k.is_array() && k.size() == 2 && int64(k[0]) && int64(k[1]);
     };
     const bool ok =
         v.is_object() && v.contains("engine") && v["engine"].is_number_integer() &&
         v["engine"].get<std::int64_t>() >= 0 && v.contains("knobs") && v["knobs"].is_array() &&
         std::all_of(v["knobs"].begin(), v["knobs"].end(), pair_of_ints) && v.contains("label") &&
         v["label"].is_string() && v.contains("ms") && v["ms"].is_number() &&
-        v.contains("workspace_bytes") && v["workspace_bytes"].is_number_integer() &&
-        v["workspace_bytes"].get<std::int64_t>() >= 0 &&
+        v["ms"].get<double>() >= 0 && v.contains("workspace_bytes") &&
+        v["workspace_bytes"].is_number_integer() && v["workspace_bytes"].get<std::int64_t>() >= 0 &&
         (!v.contains("plan") || v["plan"].is_string());
     if (!ok) {
       return bad(
           fmt::format("entry \"{}\" needs engine >= 0, knobs as [type, value] pairs, "
-                      "label, ms, workspace_bytes >= 0 and, if any, a plan as text",
+                      "label, ms >= 0, workspace_bytes >= 0 and, if any, a plan as text",
                       key));
     }
     ConvTuningEntry e;

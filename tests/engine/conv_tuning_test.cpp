@@ -115,6 +115,12 @@ TEST_F(ConvTuningTest, FilesThatAreNotACacheAreOneLineErrorsNamingTheFile) {
       {R"({"schema": "dlprobe.conv-tuning", "version": 2, "entries": {"k": {"engine": 3}}})",
        "entry \"k\""},
       {R"({"schema": "dlprobe.conv-tuning", "version": 2, "entries": {"k": {"engine": 1,
+         "knobs": [], "label": "", "ms": -1e308, "workspace_bytes": 0}}})",
+       "ms >= 0"},
+      {R"({"schema": "dlprobe.conv-tuning", "version": 2, "entries": {"k": {"engine": 1,
+         "knobs": [[1, 18446744073709551615]], "label": "", "ms": 1, "workspace_bytes": 0}}})",
+       "knobs as [type, value] pairs"},
+      {R"({"schema": "dlprobe.conv-tuning", "version": 2, "entries": {"k": {"engine": 1,
          "knobs": [], "label": "", "ms": 1, "workspace_bytes": 0, "plan": {}}}})",
        "a plan as text"},
   };
