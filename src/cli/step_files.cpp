@@ -105,20 +105,6 @@ Result<model::ModelConfig> model_of_weights(const safetensors::File& weights,
   return m;
 }
 
-Status check_finite_weights(const safetensors::File& weights, const std::string& path) {
-  for (const safetensors::Tensor& t : weights.tensors) {
-    // Scalars are skipped: a ResNet state dict's only ones are num_batches_tracked, integers.
-    if (!dtype_is_floating(t.dtype) || t.shape.empty()) continue;
-    Result<HostTensor> h = host_tensor(t);
-    if (!h.has_value()) return h.status().with_context(fmt::format("{}: {}", path, t.name));
-    if (const std::int64_t i = first_non_finite(*h); i >= 0) {
-      return invalid_argument(fmt::format("{}: '{}' holds {} at value {}, not a finite number",
-                                          path, t.name, h->get(i), i));
-    }
-  }
-  return Status::ok();
-}
-
 safetensors::Tensor scalar_tensor(std::string name, double value) {
   safetensors::Tensor t;
   t.name = std::move(name);

@@ -21,10 +21,6 @@ Result<StepInput> read_step_input(const std::string& path);
 Result<model::ModelConfig> model_of_weights(const safetensors::File& weights,
                                             const std::string& path);
 
-// Every floating tensor of `weights` (read from `path`) finite: a NaN or an infinity would run
-// to a NaN loss and gradients written as if they were the step's answer. The first one is named.
-Status check_finite_weights(const safetensors::File& weights, const std::string& path);
-
 // An fp64 scalar tensor, as the output's `loss` and `loss_scale`.
 safetensors::Tensor scalar_tensor(std::string name, double value);
 

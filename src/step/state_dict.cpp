@@ -2,6 +2,7 @@
 // safetensors.torch writes it.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "dlprobe/step/training_step.h"
@@ -117,6 +118,13 @@ Status TrainingStep::load_state_dict(const safetensors::File& file) {
                                           t->data.size(), v.desc().bytes()));
     }
     std::memcpy(v.data(), t->data.data(), v.desc().bytes());
+    // A NaN or an infinity would run to a NaN loss and gradients that read as the step's answer.
+    for (std::int64_t j = 0; !scalar && j < v.numel(); ++j) {
+      if (!std::isfinite(v.get(j))) {
+        return invalid_argument(fmt::format("tensor '{}' holds {} at value {}, not a finite number",
+                                            e.name, v.get(j), j));
+      }
+    }
     values.push_back(std::move(v));
   }
   for (std::size_t i = 0; i < values.size(); ++i) {

@@ -454,7 +454,7 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
     std::memcpy(t.data.data() + 3 * sizeof inf, &inf, sizeof inf);
   }
   ASSERT_TRUE(safetensors::write_file(bad, nan_weights).is_ok());
-  expect_error(with_bad_weights, "'fc.bias' holds inf at value 3, not a finite number");
+  expect_error(with_bad_weights, ": tensor 'fc.bias' holds inf at value 3, not a finite number");
 
   write_input(bad, {file_tensor("images", *images_)});
   expect_error(with_bad_input, "no tensor named 'labels'");
