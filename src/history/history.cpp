@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
-#include <cctype>
 #include <chrono>
 #include <thread>
 #include <utility>
 
+#include "dlprobe/core/clock.h"
 #include "dlprobe/core/files.h"
 #include "dlprobe/results/table.h"
 #include "statement.h"
@@ -124,45 +124,12 @@ std::string until_bound(const std::string& until) {
   return until.size() == 10 ? until + "T23:59:59Z" : until;
 }
 
-// The number the digits of date[at, at + n) spell, or -1 where one is not a digit.
-int digits(const std::string& date, std::size_t at, std::size_t n) {
-  if (date.size() < at + n) return -1;
-  int value = 0;
-  for (std::size_t i = at; i < at + n; ++i) {
-    if (std::isdigit(static_cast<unsigned char>(date[i])) == 0) return -1;
-    value = value * 10 + (date[i] - '0');
-  }
-  return value;
-}
-
 Status check_date(const std::string& date, const char* which) {
   // ISO-8601 compares as text, which is what the query does: a value that is not one (a month 13,
   // February 30, an hour 99) would silently select everything or nothing.
-  if (date.empty()) return Status::ok();
-  const auto bad = [&] {
-    return invalid_argument(
-        fmt::format("{} '{}': not a date (2026-03-01 or 2026-03-01T12:00:00Z)", which, date));
-  };
-  const int year = digits(date, 0, 4);
-  const int month = digits(date, 5, 2);
-  const int day = digits(date, 8, 2);
-  if (year < 0 || month < 0 || day < 0 || date[4] != '-' || date[7] != '-') return bad();
-  const std::chrono::year_month_day ymd{std::chrono::year(year),
-                                        std::chrono::month(static_cast<unsigned>(month)),
-                                        std::chrono::day(static_cast<unsigned>(day))};
-  if (!ymd.ok()) return bad();
-  // Then, optionally, THH, THH:MM or THH:MM:SS, and Z.
-  std::size_t at = 10;
-  if (at == date.size()) return Status::ok();
-  const int limits[] = {23, 59, 60};  // 60: a leap second
-  for (int part = 0; part < 3 && at < date.size() && (part == 0 || date[at] != 'Z'); ++part) {
-    if (date[at] != (part == 0 ? 'T' : ':')) return bad();
-    const int value = digits(date, at + 1, 2);
-    if (value < 0 || value > limits[part]) return bad();
-    at += 3;
-  }
-  const bool ends = at == date.size() || (date[at] == 'Z' && at + 1 == date.size());
-  return ends ? Status::ok() : bad();
+  if (date.empty() || parse_utc_time(date)) return Status::ok();
+  return invalid_argument(
+      fmt::format("{} '{}': not a date (2026-03-01 or 2026-03-01T12:00:00Z)", which, date));
 }
 
 }  // namespace

@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 
 #include "charts.h"
+#include "dlprobe/core/clock.h"
 #include "dlprobe/report/html.h"
 
 namespace dlprobe::report {
@@ -15,20 +14,12 @@ namespace {
 
 using nlohmann::json;
 
-// Milliseconds since 1970 of an ISO-8601 UTC time ("2026-03-01T12:00:00Z", seconds and zone
-// optional), the x of a point on the page's time axis; none when it is not one.
+// Milliseconds since 1970 of an ISO-8601 UTC time, the x of a point on the page's time axis; none
+// when it is not one.
 std::optional<double> epoch_ms(const std::string& date) {
-  int y = 0;
-  unsigned mo = 0, d = 0, h = 0, mi = 0, s = 0;
-  const int n = std::sscanf(date.c_str(), "%4d-%2u-%2uT%2u:%2u:%2u", &y, &mo, &d, &h, &mi, &s);
-  if (n < 3) return std::nullopt;
-  const std::chrono::year_month_day day{std::chrono::year{y}, std::chrono::month{mo},
-                                        std::chrono::day{d}};
-  if (!day.ok() || h > 23 || mi > 59 || s > 60) return std::nullopt;
-  const auto t = std::chrono::sys_days{day} + std::chrono::hours{h} + std::chrono::minutes{mi} +
-                 std::chrono::seconds{s};
-  return static_cast<double>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count());
+  const auto t = parse_utc_time(date);
+  if (!t) return std::nullopt;
+  return static_cast<double>(t->time_since_epoch().count());
 }
 
 json finite(std::optional<double> v) {
