@@ -23,6 +23,7 @@
 #include "dlprobe/core/command_line.h"
 #include "dlprobe/core/exit_info.h"
 #include "dlprobe/core/files.h"
+#include "dlprobe/core/host_memory.h"
 #include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/json_optional.h"
 #include "dlprobe/core/json_text.h"

@@ -248,7 +248,10 @@ int run_in_processes(const BenchFlags& flags, int count) {
 
 int run_bench_command(const BenchFlags& flags) {
   if (Status s = prepare_outputs({{"--json", flags.json}, {"--csv", flags.csv}, {"--md", flags.md}},
-                                 flags.overwrite);
+                                 flags.overwrite,
+                                 {history_input(flags.history),
+                                  {"--weights", flags.weights},
+                                  {"--tuning-cache", flags.tuning.cache}});
       !s) {
     return report_error(s);
   }

@@ -42,9 +42,9 @@ Command add_compare_command(CLI::App& app) {
       if (!f) return report_error(f.status());
       fail_above = *f;
     }
-    auto alpha = parse_fraction(flags->alpha, "--alpha");
+    auto alpha = parse_alpha(flags->alpha);
     if (!alpha) return report_error(alpha.status());
-    auto noise = parse_fraction(flags->noise, "--noise");
+    auto noise = parse_noise(flags->noise);
     if (!noise) return report_error(noise.status());
     report::CompareOptions options;
     options.alpha = *alpha;

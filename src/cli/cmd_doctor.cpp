@@ -32,7 +32,9 @@ Command add_doctor_command(CLI::App& app) {
   add_overwrite_flag(*sub, flags->overwrite);
   sub->add_flag("--no-ceilings", flags->no_ceilings,
                 "Skip the GEMM and bandwidth measurements (they take tens of seconds)");
-  option(*sub, "--device", flags->device, "CUDA device the ceilings are measured on");
+  sub->add_option("--device", flags->device, "CUDA device the ceilings are measured on")
+      ->capture_default_str()
+      ->transform(decimal_integer());
   option(*sub, "--gemm-size", flags->gemm_size, "m = n = k of the GEMM ceilings");
   option(*sub, "--repetitions", flags->repetitions, "Timed repetitions per ceiling (median)");
   sub->add_option("--dtypes", flags->dtypes,

@@ -2,6 +2,7 @@
 // sweep chosen for the machine, the findings, and results.json, report.html, doctor.json and
 // tuning.json in an output folder, with a five-line summary on stdout. docs/bench.md.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -71,7 +72,9 @@ int run_evaluate(const EvaluateFlags& flags) {
     return report_error(why);
   };
   if (Status s = check_history(flags.history); !s) return report_error(s);
-  if (Status s = evaluate::prepare_folder(options.folder, flags.overwrite); !s) {
+  const std::array<NamedOutput, 2> read = {
+      {history_input(flags.history), {"--tuning-cache", flags.tuning.cache}}};
+  if (Status s = evaluate::prepare_folder(options.folder, flags.overwrite, read); !s) {
     return discard(s.with_context("--output"));
   }
   ProgressLine line(flags.quiet);

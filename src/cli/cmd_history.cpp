@@ -128,16 +128,21 @@ std::vector<report::TrendLine> trend_lines(const std::vector<history::Series>& s
 
 int run_trend(const HistoryCommandFlags& f) {
   if (!f.html.empty()) {
-    if (Status s = prepare_outputs({{"--html", f.html}}, f.overwrite); !s) return report_error(s);
+    const Result<std::filesystem::path> db = database(f);
+    if (Status s = prepare_outputs({{"--html", f.html}}, f.overwrite,
+                                   {{"--history", db ? *db : std::filesystem::path()}});
+        !s) {
+      return report_error(s);
+    }
   }
   auto filter = filter_of(f);
   if (!filter) return report_error(filter.status());
   auto price = price_of(f);
   if (!price) return report_error(price.status());
   history::TrendOptions options;
-  auto alpha = parse_fraction(f.alpha, "--alpha");
+  auto alpha = parse_alpha(f.alpha);
   if (!alpha) return report_error(alpha.status());
-  auto noise = parse_fraction(f.noise, "--noise");
+  auto noise = parse_noise(f.noise);
   if (!noise) return report_error(noise.status());
   auto window = parse_int(f.window, "--window", 1, 1000);
   if (!window) return report_error(window.status());

@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "dlprobe/allocator/gpu_memory_option.h"
 #include "dlprobe/core/command_line.h"
+#include "dlprobe/core/host_memory.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/device/fastest_settings.h"
@@ -47,6 +48,9 @@ struct MemoryFlags {
   std::int64_t calibration_batch = 0;  // read only when given; else the analysis picks one
   bool calibration_batch_given = false;
   std::vector<std::string> cuda_only;  // options only the CUDA backend reads, given
+  // Options only a measurement reads, given: --predict-only refuses them.
+  std::vector<std::string> measured_only;
+  bool optimizer_given = false;
   bool max_batch = false;
   std::string limit;
   std::string json;
@@ -86,6 +90,14 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
   }
   DLPROBE_ASSIGN_OR_RETURN(a.base.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
+  if (f.optimizer_given && a.base.mode != engine::StepMode::train) {
+    return invalid_argument("--optimizer: only with --mode train (the optimizer's update)");
+  }
+  if (f.predict_only && !f.measured_only.empty()) {
+    return invalid_argument(
+        fmt::format("--predict-only measures nothing: leave out {} (only a measurement reads {})",
+                    fmt::join(f.measured_only, ", "), f.measured_only.size() == 1 ? "it" : "them"));
+  }
   DLPROBE_RETURN_IF_ERROR(parse_shape(f.shape, a.base.model));
   // The lists as bench reads them: an item given twice is refused, not measured twice.
   DLPROBE_ASSIGN_OR_RETURN(a.batches,
@@ -128,6 +140,10 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
     if (f.predict_only && !limit && !a.device_bytes) {
       return invalid_argument("--max-batch --predict-only: give --device-memory SIZE");
     }
+    if (limit && a.device_bytes && *limit > *a.device_bytes) {
+      return invalid_argument(fmt::format("--limit: {} is more than the --device-memory {}",
+                                          format_size(*limit), format_size(*a.device_bytes)));
+    }
     for (const auto& g : a.gpu_memory) {
       if (g.allocator.mode != memory::Mode::growth) {
         return invalid_argument(fmt::format(
@@ -155,6 +171,15 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
     memory::SessionOptions& so = a.session.emplace();
     DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, noted_device_choice(f.where, "memory"));
     warn_cuda_only("memory", where.backend, f.cuda_only);
+    // On the CPU the search runs in this machine's memory: a larger limit would answer for memory
+    // it does not have.
+    const std::optional<std::uint64_t> host = host_memory_available();
+    if (where.device.kind == DeviceKind::cpu && a.max_batch_limit && host &&
+        *a.max_batch_limit > *host) {
+      return invalid_argument(
+          fmt::format("--limit: {} is more than the {} this machine has available (--device cpu)",
+                      format_size(*a.max_batch_limit), format_size(*host)));
+    }
     so.device = where.device;
     so.backend = where.backend;
     so.conv.algo = tuning.algo;
@@ -173,9 +198,12 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
 // Prints each configuration as it comes, keeps the results file current and the history's copy.
 class Printer final : public memory::AnalysisObserver {
  public:
-  Printer(std::optional<std::uint64_t> device_bytes, std::unique_ptr<results::ResultsWriter> writer,
-          results::Context context)
+  // `predict_only`: the predictions are the answer, and a largest batch of none fails the command
+  // as a measured one does; otherwise the measurement that follows each prediction decides.
+  Printer(std::optional<std::uint64_t> device_bytes, bool predict_only,
+          std::unique_ptr<results::ResultsWriter> writer, results::Context context)
       : device_bytes_(device_bytes),
+        predict_only_(predict_only),
         writer_(std::move(writer)),
         document_{std::move(context), {}, {}} {}
 
@@ -195,7 +223,10 @@ class Printer final : public memory::AnalysisObserver {
     return writer_->add(std::move(record).value()).with_context("--json");
   }
 
-  void predicted(const memory::PredictedMaxBatch& r) override { print_predicted_max_batch(r); }
+  void predicted(const memory::PredictedMaxBatch& r) override {
+    print_predicted_max_batch(r);
+    if (predict_only_ && r.largest == 0) ++failures_;
+  }
 
   // Prints the summary, adds the results to the history, gives standard output its file if asked.
   int end(const HistoryFlags& history) const {
@@ -209,6 +240,7 @@ class Printer final : public memory::AnalysisObserver {
 
  private:
   std::optional<std::uint64_t> device_bytes_;
+  bool predict_only_;
   std::unique_ptr<results::ResultsWriter> writer_;
   results::Document document_;
   MemorySummary summary_;
@@ -249,7 +281,7 @@ int run(const memory::AnalysisOptions& a, const MemoryFlags& f) {
     writer = std::make_unique<results::ResultsWriter>(std::move(created).value());
   }
   print_picked(a);
-  Printer printer(a.device_bytes, std::move(writer), context);
+  Printer printer(a.device_bytes, f.predict_only, std::move(writer), context);
   const Status s = memory::run_analysis(a, printer);
   return s.is_ok() ? printer.end(f.history) : report_error(s);
 }
@@ -274,7 +306,9 @@ Command add_memory_command(CLI::App& app) {
          "grow, prealloc[:FRACTION|SIZE], limit:SIZE, planned, planned+MODE; a list compares "
          "them, e.g. grow,planned; auto: the fastest for the device (planned on a GPU, grow on "
          "the CPU)");
-  option(*sub, "--warmup", f->warmup, "Steps before the one followed");
+  sub->add_option("--warmup", f->warmup, "Steps before the one followed")
+      ->capture_default_str()
+      ->transform(decimal_integer());
   sub->add_flag("--predict-only", f->predict_only,
                 "Predict without a device (from the plan over the allocator's policy)");
   sub->add_option("--device-memory", f->device_memory,
@@ -282,10 +316,12 @@ Command add_memory_command(CLI::App& app) {
   sub->add_option("--calibration", f->calibration,
                   "A results file of an earlier dlprobe memory run on a GPU: its workspace and "
                   "CUDA context figures go into the prediction");
-  CLI::Option* calibration_batch = sub->add_option(
-      "--calibration-batch", f->calibration_batch,
-      "The batch measured first, whose workspace and context figures predict the others "
-      "(default: the smallest of --batch; 32 for --max-batch)");
+  CLI::Option* calibration_batch =
+      sub->add_option(
+             "--calibration-batch", f->calibration_batch,
+             "The batch measured first, whose workspace and context figures predict the others "
+             "(default: the smallest of --batch; 32 for --max-batch)")
+          ->transform(decimal_integer());
   sub->add_flag("--max-batch", f->max_batch,
                 "Find the largest batch that completes a training step under --limit: "
                 "predicted, then verified by measured runs");
@@ -304,8 +340,14 @@ Command add_memory_command(CLI::App& app) {
   return {sub, [f, sub, calibration_batch] {
             f->calibration_batch_given = calibration_batch->count() > 0;
             f->cuda_only = given_options(*sub, {"--conv-algo"});
+            f->measured_only =
+                given_options(*sub, {"--device", "--backend", "--warmup", "--calibration-batch",
+                                     "--conv-algo", "--tuning-cache"});
+            f->optimizer_given = sub->count("--optimizer") > 0;
             if (Status s = prepare_outputs({{"--json", f->json}}, f->overwrite,
-                                           {{"--calibration", f->calibration}});
+                                           {{"--calibration", f->calibration},
+                                            {"--tuning-cache", f->tuning.cache},
+                                            history_input(f->history)});
                 !s) {
               return report_error(s);
             }

@@ -128,6 +128,11 @@ int run_make_dataset(const MakeFlags& f) {
   auto classes = parse_int(f.classes, "--classes", 1, 100000);
   if (!classes) return report_error(classes.status());
   o.classes = static_cast<int>(*classes);
+  if (o.classes > o.images) {
+    return report_error(invalid_argument(
+        fmt::format("--classes: {} is more than --images {} (each class holds at least one image)",
+                    o.classes, o.images)));
+  }
   auto seed = parse_int(f.seed, "--seed", 0, INT64_MAX);
   if (!seed) return report_error(seed.status());
   o.seed = static_cast<std::uint64_t>(*seed);

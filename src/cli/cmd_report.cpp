@@ -93,7 +93,9 @@ Command add_report_command(CLI::App& app) {
     if (flags->inputs.empty() && flags->history.empty()) {
       return report_error(invalid_argument("report: name results files, or --history FILE"));
     }
-    if (Status s = prepare_outputs({{"-o", flags->output}}, flags->overwrite); !s) {
+    std::vector<NamedOutput> read = {{"--history", flags->history}};
+    for (const std::string& input : flags->inputs) read.push_back({"the results file", input});
+    if (Status s = prepare_outputs({{"-o", flags->output}}, flags->overwrite, read); !s) {
       return report_error(s);
     }
     // Files are named by their base name in charts and tables; the full paths only when two

@@ -178,7 +178,7 @@ int run_run(const RunFlags& flags) {
   // workload starts with SIGPIPE at its default again (ChildProcess::spawn).
   signal(SIGPIPE, SIG_IGN);
   if (Status s = prepare_outputs({{"--json", flags.json}, {"--details-json", flags.details_json}},
-                                 flags.overwrite);
+                                 flags.overwrite, {history_input(flags.history)});
       !s) {
     return report_error(s);
   }

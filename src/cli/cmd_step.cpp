@@ -56,6 +56,7 @@ struct StepFlags {
   bool write_losses = false;  // --steps given: the `losses` tensor too
   std::int64_t batch = 0;     // read only when given; else every image in one batch
   bool batch_given = false;
+  bool optimizer_given = false;
   std::vector<std::string> cuda_only;  // options only the CUDA backend reads, given
 };
 
@@ -68,6 +69,9 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(c.layout, parse_layout(f.workload.layout, "--layout"));
   DLPROBE_ASSIGN_OR_RETURN(c.optimizer,
                            for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
+  if (f.optimizer_given && c.mode != engine::StepMode::train) {
+    return invalid_argument("--optimizer: only with --mode train (the optimizer's update)");
+  }
   DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, noted_device_choice(f.where, "step"));
   warn_cuda_only("step", where.backend, f.cuda_only);
   if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
@@ -90,9 +94,9 @@ Status run_step_command(const StepFlags& f) {
     c.scaler.init_scale = f.loss_scale;
   }
   // The outputs are written after the step: a path that cannot take them is refused first.
-  DLPROBE_RETURN_IF_ERROR(
-      prepare_outputs({{"--output", f.output}, {"--state-output", f.state_output}}, f.overwrite,
-                      {{"--weights", f.weights}, {"--input", f.input}}));
+  DLPROBE_RETURN_IF_ERROR(prepare_outputs(
+      {{"--output", f.output}, {"--state-output", f.state_output}}, f.overwrite,
+      {{"--weights", f.weights}, {"--input", f.input}, {"--tuning-cache", f.tuning.cache}}));
   // Every file is read, and every problem with one reported, before any memory is taken; the
   // small batch file first.
   DLPROBE_ASSIGN_OR_RETURN(StepInput in, read_step_input(f.input));
@@ -229,18 +233,22 @@ Command add_step_command(CLI::App& app) {
       sub->add_option("--loss-scale", flags->loss_scale,
                       "fp16: the loss scale of this step (as GradScaler's initial scale)")
           ->default_str("65536");
-  CLI::Option* steps = sub->add_option(
-      "--steps", flags->steps,
-      "Run this many steps (--mode train; step i on batch i mod the input's batches) "
-      "and also write their losses as 'losses' [N] (default: one step, no 'losses')");
+  CLI::Option* steps =
+      sub->add_option(
+             "--steps", flags->steps,
+             "Run this many steps (--mode train; step i on batch i mod the input's batches) "
+             "and also write their losses as 'losses' [N] (default: one step, no 'losses')")
+          ->transform(decimal_integer());
   CLI::Option* batch =
       sub->add_option("--batch", flags->batch,
-                      "Images per step; must divide the input's images (default: all of them)");
+                      "Images per step; must divide the input's images (default: all of them)")
+          ->transform(decimal_integer());
   return {sub, [flags, sub, steps, loss_scale, batch] {
             flags->cuda_only = given_options(*sub, {"--conv-algo", "--conv-engines"});
             flags->write_losses = steps->count() > 0;
             flags->loss_scale_given = loss_scale->count() > 0;
             flags->batch_given = batch->count() > 0;
+            flags->optimizer_given = sub->count("--optimizer") > 0;
             const Status s = run_step_command(*flags);
             return s.is_ok() ? kExitOk : report_error(s);
           }};

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <regex>
 #include <span>
 #include <string>
@@ -40,6 +42,9 @@ constexpr std::pair<std::string_view, std::string_view> kValueTypes[] = {
     {"--limit", "SIZE"},
     {"--memory-limit", "SIZE"},
     {"--copies", "INT"},
+    // history's filters take a GPU's name (h200); run's --gpu, devices by index.
+    {"list --gpu", "NAME"},
+    {"trend --gpu", "NAME"},
     {"--gpu", "INT[,INT...]"},
     {"--threads", "INT[,INT...]"},
 };
@@ -118,6 +123,37 @@ int report_error(const Status& status) {
   return kExitError;
 }
 
+Result<double> parse_alpha(const std::string& text) {
+  DLPROBE_ASSIGN_OR_RETURN(const double alpha, parse_fraction(text, "--alpha"));
+  if (alpha <= 0 || alpha >= 1) {
+    return invalid_argument(fmt::format(
+        "--alpha: {} is no significance level (accepts more than 0, less than 1, e.g. 0.05)",
+        text));
+  }
+  return alpha;
+}
+
+Result<double> parse_noise(const std::string& text) {
+  DLPROBE_ASSIGN_OR_RETURN(const double noise, parse_fraction(text, "--noise"));
+  if (noise >= 1) {
+    return invalid_argument(
+        fmt::format("--noise: {} is all of the throughput (accepts 0 up to, not with, 1)", text));
+  }
+  return noise;
+}
+
+CLI::Validator decimal_integer() {
+  return {[](std::string& text) {
+            const Result<std::int64_t> value =
+                parse_int(text, "", std::numeric_limits<std::int64_t>::min(),
+                          std::numeric_limits<std::int64_t>::max());
+            if (!value) return value.status().message();
+            text = std::to_string(*value);
+            return std::string();
+          },
+          "", "decimal"};
+}
+
 void add_overwrite_flag(CLI::App& sub, bool& overwrite) {
   sub.add_flag(std::string(kOverwriteFlag), overwrite,
                "Let the outputs replace files that hold something (by default an output that "
@@ -125,9 +161,9 @@ void add_overwrite_flag(CLI::App& sub, bool& overwrite) {
 }
 
 Status prepare_outputs(std::initializer_list<NamedOutput> outputs, bool overwrite,
-                       std::initializer_list<NamedOutput> inputs) {
-  DLPROBE_RETURN_IF_ERROR(check_outputs(std::span(outputs.begin(), outputs.size()), overwrite,
-                                        std::span(inputs.begin(), inputs.size())));
+                       const std::vector<NamedOutput>& inputs) {
+  DLPROBE_RETURN_IF_ERROR(
+      check_outputs(std::span(outputs.begin(), outputs.size()), overwrite, inputs));
   const bool to_stdout = std::any_of(outputs.begin(), outputs.end(),
                                      [](const NamedOutput& o) { return is_stdout_path(o.path); });
   return to_stdout ? reserve_stdout() : Status::ok();

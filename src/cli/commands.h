@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dlprobe/core/files.h"
 #include "dlprobe/core/status.h"
@@ -72,6 +73,11 @@ Status refuse_empty_values(const CLI::App& app);
 // --interval (monitor, run): a duration of at least monitor::kMinInterval, or a one-line error.
 Result<std::chrono::nanoseconds> parse_sampling_interval(const std::string& text);
 
+// --alpha and --noise (compare, history trend): a significance level more than 0 and less than 1,
+// and a noise threshold from 0 up to (not with) 1, or a one-line error naming the flag.
+Result<double> parse_alpha(const std::string& text);
+Result<double> parse_noise(const std::string& text);
+
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
 
@@ -83,7 +89,12 @@ void add_overwrite_flag(CLI::App& sub, bool& overwrite);
 // goes to stderr.
 // `inputs`: the files the command reads, which no output may name.
 Status prepare_outputs(std::initializer_list<NamedOutput> outputs, bool overwrite,
-                       std::initializer_list<NamedOutput> inputs = {});
+                       const std::vector<NamedOutput>& inputs = {});
+
+// For an option bound to an integer: CLI11 reads its text with strtoll's base 0, so "010" would be
+// eight and "0x10" sixteen. This reads it as parse_int reads every other count, in base 10, and
+// hands CLI11 the number written plainly.
+CLI::Validator decimal_integer();
 
 // Adds a flag whose default --help shows.
 template <class T>

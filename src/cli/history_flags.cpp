@@ -29,6 +29,14 @@ Status check_history(const HistoryFlags& flags) {
   return opened ? Status::ok() : opened.status().with_context("--history");
 }
 
+NamedOutput history_input(const HistoryFlags& flags) {
+  if (flags.skip) return {"--history", {}};
+  if (!flags.file.empty()) return {"--history", flags.file};
+  // Without HOME there is no default history to guard: store_in_history warns of it at the end.
+  const Result<std::filesystem::path> path = history::default_path();
+  return {"the default history", path ? *path : std::filesystem::path()};
+}
+
 void store_in_history(const HistoryFlags& flags, const results::Document& document) {
   if (flags.skip) return;
   if (Status s = history::store(document, flags.file); !s) {

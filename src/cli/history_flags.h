@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "dlprobe/core/files.h"
 #include "dlprobe/results/results.h"
 
 namespace CLI {
@@ -23,6 +24,11 @@ void add_history_flags(CLI::App& sub, HistoryFlags& flags);
 // The default history is left to store_in_history's warning: a machine without HOME still
 // measures.
 Status check_history(const HistoryFlags& flags);
+
+// The history as one of the files the command reads and adds to, for prepare_outputs' `inputs`:
+// an output over it would replace the store of earlier results. Its path is the default's where
+// --history is not given, and none with --no-history.
+NamedOutput history_input(const HistoryFlags& flags);
 
 // Adds `document` to the history unless --no-history. A failure is a warning on stderr: the
 // results file and the exit status stay what they are.

@@ -7,11 +7,13 @@ namespace dlprobe {
 namespace {
 
 BatchSearchOptions within_bounds(BatchSearchOptions o) {
-  o.lower = std::max<std::int64_t>(o.lower, 1);
-  o.upper = std::max(o.upper, o.lower);
-  o.guess = std::clamp(o.guess, o.lower, o.upper);
-  o.first_step = std::max<std::int64_t>(o.first_step, 1);
-  o.granularity = std::max<std::int64_t>(o.granularity, 1);
+  const std::int64_t g = o.granularity = std::max<std::int64_t>(o.granularity, 1);
+  // Rounded up to a multiple of the granularity, without overflowing near the top of the range.
+  const auto up = [g](std::int64_t v) { return v / g * g + (v % g == 0 ? 0 : g); };
+  o.lower = up(std::max<std::int64_t>(o.lower, 1));
+  o.upper = std::max(o.upper / g * g, o.lower);
+  o.guess = std::clamp(up(std::max<std::int64_t>(o.guess, 1)), o.lower, o.upper);
+  o.first_step = up(std::max<std::int64_t>(o.first_step, 1));
   return o;
 }
 

@@ -163,18 +163,26 @@ Status check_writable(const std::filesystem::path& path, bool overwrite) {
   return Status::ok();
 }
 
-Status check_outputs(std::span<const NamedOutput> outputs, bool overwrite,
-                     std::span<const NamedOutput> inputs) {
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    const NamedOutput& a = outputs[i];
-    if (a.path.empty()) continue;
+Status check_not_inputs(std::span<const NamedOutput> outputs, std::span<const NamedOutput> inputs) {
+  for (const NamedOutput& a : outputs) {
+    if (a.path.empty() || is_stdout_path(a.path)) continue;
     for (const NamedOutput& in : inputs) {
-      if (!in.path.empty() && !is_stdout_path(a.path) && same_file(a.path, in.path)) {
+      if (!in.path.empty() && same_file(a.path, in.path)) {
         return invalid_argument(
             fmt::format("{} and {} both name {}: the output would replace what the command reads",
                         in.flag, a.flag, a.path.string()));
       }
     }
+  }
+  return Status::ok();
+}
+
+Status check_outputs(std::span<const NamedOutput> outputs, bool overwrite,
+                     std::span<const NamedOutput> inputs) {
+  DLPROBE_RETURN_IF_ERROR(check_not_inputs(outputs, inputs));
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const NamedOutput& a = outputs[i];
+    if (a.path.empty()) continue;
     DLPROBE_RETURN_IF_ERROR(check_writable(a.path, overwrite).with_context(a.flag));
     for (std::size_t j = 0; j < i; ++j) {
       const NamedOutput& b = outputs[j];

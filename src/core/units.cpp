@@ -218,15 +218,19 @@ Result<std::vector<std::string>> parse_list(std::string_view text, std::string_v
 
 Result<std::int64_t> parse_int(std::string_view text, std::string_view flag, std::int64_t min,
                                std::int64_t max) {
+  const auto refuse = [&](const std::string& why) {
+    return invalid_argument(flag.empty() ? why : fmt::format("{}: {}", flag, why));
+  };
   const std::string_view t = trim(text);
   std::int64_t value = 0;
   auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
-  if (t.empty() || ec != std::errc() || ptr != t.data() + t.size()) {
-    return invalid_argument(fmt::format("{}: '{}' is not a whole number", flag, text));
+  const bool whole = !t.empty() && ptr == t.data() + t.size();
+  if (whole && ec == std::errc::result_out_of_range) {
+    return refuse(fmt::format("{} is out of range (accepts {} to {})", t, min, max));
   }
+  if (!whole || ec != std::errc()) return refuse(fmt::format("'{}' is not a whole number", text));
   if (value < min || value > max) {
-    return invalid_argument(
-        fmt::format("{}: {} is out of range (accepts {} to {})", flag, value, min, max));
+    return refuse(fmt::format("{} is out of range (accepts {} to {})", value, min, max));
   }
   return value;
 }

@@ -333,6 +333,7 @@ Loader::Loader(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Result<std::unique_ptr<Loader>> Loader::start(Dataset dataset, LoaderOptions options,
                                               DecoderFactory decoders, BatchAllocator memory) {
   DLPROBE_RETURN_IF_ERROR(validate(options));
+  if (!decoders) decoders = host_decoder_factory(options.limits);
   if (dataset.samples.empty()) {
     return invalid_argument(fmt::format("{}: no samples", dataset.root.string()));
   }

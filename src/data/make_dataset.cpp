@@ -128,6 +128,13 @@ Result<MadeDataset> make_dataset(const fs::path& root, const MakeDatasetOptions&
   if (options.classes < 1 || options.classes > 100000) {
     return invalid_argument(fmt::format("classes: {} (1 to 100000)", options.classes));
   }
+  // A class folder holds at least one image: an empty one is no class to a loader.
+  if (options.classes > options.images) {
+    return invalid_argument(
+        fmt::format("classes: {} is more than the {} images (each class holds "
+                    "at least one)",
+                    options.classes, options.images));
+  }
   if (options.quality < 1 || options.quality > 100) {
     return invalid_argument(fmt::format("quality: {} (1 to 100)", options.quality));
   }

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <ctime>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
 
+#include "dlprobe/core/host_memory.h"
 #include "dlprobe/core/json_optional.h"
 #include "dlprobe/core/parallel.h"
 #include "dlprobe/core/units.h"
@@ -24,18 +24,6 @@ std::vector<int> default_thread_counts(int cores) {
 }
 
 namespace {
-
-// /proc/meminfo's MemAvailable in bytes; nullopt where it cannot be read.
-std::optional<std::uint64_t> memory_available() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  std::uint64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return std::nullopt;
-}
 
 double process_cpu_seconds() {
   timespec ts{};
@@ -147,6 +135,7 @@ Result<ThroughputReport> measure_throughput(const Dataset& dataset,
                                             const ThroughputOptions& options,
                                             DecoderFactory decoders) {
   DLPROBE_RETURN_IF_ERROR(validate(options.loader));
+  if (!decoders) decoders = host_decoder_factory(options.loader.limits);
   ThroughputReport report;
   report.root = dataset.root.string();
   report.images = static_cast<std::int64_t>(dataset.samples.size());
@@ -196,7 +185,7 @@ Result<ThroughputReport> measure_throughput(const Dataset& dataset,
     report.decoder = std::string(probe->name());
   }
   std::map<std::string, SkippedFile> skipped;
-  const std::optional<std::uint64_t> available = memory_available();
+  const std::optional<std::uint64_t> available = host_memory_available();
   if (options.warm_page_cache && available && report.dataset_bytes <= *available / 2) {
     report.page_cache_warmed = true;
     LoaderOptions warm = options.loader;

@@ -56,15 +56,20 @@ std::string default_folder() {
   return utc_now("dlprobe-evaluate-%Y%m%d-%H%M%S");
 }
 
-Status prepare_folder(const std::filesystem::path& dir, bool overwrite) {
+Status prepare_folder(const std::filesystem::path& dir, bool overwrite,
+                      std::span<const NamedOutput> inputs) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     return error(Errc::io_error, fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   }
   // tuning.json is not among them: a cache, it is meant to be found again.
-  for (const char* name : {"results.json", "report.html", "doctor.json"}) {
-    DLPROBE_RETURN_IF_ERROR(check_writable(dir / name, overwrite));
+  const std::array<NamedOutput, 3> outputs = {{{"results.json", dir / "results.json"},
+                                               {"report.html", dir / "report.html"},
+                                               {"doctor.json", dir / "doctor.json"}}};
+  DLPROBE_RETURN_IF_ERROR(check_not_inputs(outputs, inputs));
+  for (const NamedOutput& output : outputs) {
+    DLPROBE_RETURN_IF_ERROR(check_writable(output.path, overwrite));
   }
   return Status::ok();
 }

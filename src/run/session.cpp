@@ -49,8 +49,14 @@ Status check_plan(const SessionPlan& p) {
     if (batch_swept) {
       return invalid_argument("--max-batch searches the batch itself: drop --sweep batch=...");
     }
-    if (p.max_batch->limit < p.max_batch->start) {
-      return invalid_argument("--max-batch-limit: below --max-batch-start");
+    const MaxBatchPlan& mb = *p.max_batch;
+    if (mb.limit < mb.start) return invalid_argument("--max-batch-limit: below --max-batch-start");
+    // The search answers in multiples of the step (BatchSearch): one must lie in the range.
+    if ((mb.start + mb.step - 1) / mb.step * mb.step > mb.limit) {
+      return invalid_argument(
+          fmt::format("--max-batch-step: no multiple of {} lies between --max-batch-start {} and "
+                      "--max-batch-limit {}",
+                      mb.step, mb.start, mb.limit));
     }
   } else if (mentions(p.command, "batch") && !batch_swept) {
     log_warn(

@@ -49,6 +49,25 @@ TEST(HostSource, AlignedRealMemory) {
   EXPECT_FALSE(host.memory_info().has_value());
 }
 
+// Past its budget the source says out of memory, as a full GPU does, and the allocator can free
+// its cache and retry; the heap alone would promise the memory and the kernel kill the process.
+TEST(HostSource, RefusesPastItsBudget) {
+  HostMemorySource host(3 * MiB);
+  auto a = host.allocate(2 * MiB);
+  ASSERT_TRUE(a.has_value());
+  auto b = host.allocate(2 * MiB);
+  ASSERT_FALSE(b.has_value());
+  EXPECT_EQ(b.status().code(), Errc::out_of_memory);
+  EXPECT_EQ(b.status().message(),
+            "host: 2.00 MiB more would pass the 3.00 MiB of memory available to this run (2.00 MiB "
+            "held)");
+  ASSERT_TRUE(host.free(a.value(), 2 * MiB).is_ok());
+  auto c = host.allocate(3 * MiB);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(host.free(c.value(), 3 * MiB).is_ok());
+  EXPECT_FALSE(HostMemorySource(3 * MiB).allocate(SIZE_MAX).has_value());
+}
+
 TEST(HostSource, AllocatorKeepsEveryBufferIntact) {
   auto created = CachingAllocator::create(std::make_unique<HostMemorySource>());
   ASSERT_TRUE(created.has_value());

@@ -200,6 +200,7 @@ TEST(BenchCliTest, OutOfMemoryIsTheAllocatorsReport) {
 
 TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error(kBase + "--batch 2,2", "'2' is given twice");
+  expect_error(kBase + "--batch 2,02", "--batch: '2' and '02' are the same");
   expect_error("--device cpu --model resnet18 --image-size 65536 --batch 1099511627776",
                "overflows 64 bits");
   expect_error(kBase + "--batch 2,,4", "empty item");

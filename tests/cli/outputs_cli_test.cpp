@@ -101,6 +101,40 @@ TEST_F(OutputsCli, EveryCommandRefusesToReplaceAnEarlierFile) {
   EXPECT_FALSE(fs::exists(dir_ / "o.safetensors"));
 }
 
+// --overwrite or not: the history a run adds to, the weights or tuning cache it reads, a results
+// file it reports.
+TEST_F(OutputsCli, AnOutputOverAFileTheCommandReadsIsRefused) {
+  const std::string held = earlier("held.sqlite");
+  const std::string html = earlier("held.html");
+  fs::create_directories(dir_ / "evaluate");
+  const std::string evaluated = earlier("evaluate/results.json");
+  const std::string reads = ": the output would replace what the command reads";
+  const std::pair<std::string, std::string> cases[] = {
+      {kBench + " --json " + held + " --history " + held, "--history and --json both name " + held},
+      {kBench + " --md " + held + " --weights " + held, "--weights and --md both name " + held},
+      {kBench + " --csv " + held + " --tuning-cache " + held,
+       "--tuning-cache and --csv both name " + held},
+      {kMemory + " --json " + held + " --history " + held,
+       "--history and --json both name " + held},
+      {"run --json " + held + " --history " + held + " -- touch " + path("ran"),
+       "--history and --json both name " + held},
+      {"report --history " + html + " -o " + html, "--history and -o both name " + html},
+      {"report " + html + " -o " + html, "the results file and -o both name " + html},
+      {"history --history " + html + " trend --html " + html,
+       "--history and --html both name " + html},
+      {"evaluate --quick --device cpu --out " + path("evaluate") + " --history " +
+           path("evaluate/report.html"),
+       "--output: --history and report.html both name " + path("evaluate/report.html")},
+  };
+  for (const auto& [args, message] : cases) {
+    const Ran r = run(args + " --overwrite");
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_EQ(r.err, "dlprobe: error: " + message + reads + "\n") << args;
+  }
+  for (const std::string& file : {held, html, evaluated}) EXPECT_EQ(slurp(file), kEarlier) << file;
+  EXPECT_FALSE(fs::exists(dir_ / "ran"));
+}
+
 TEST_F(OutputsCli, TwoOutputsNamingOneFileAreRefused) {
   const std::string x = path("x.out");
   const std::string dotted = path("./x.out");

@@ -112,10 +112,13 @@ TEST_F(PipelineCli, RefusesBadInputWithOneLine) {
   expect_error(quote(data_) + " --stages resize", "--stages: unknown stage 'resize'");
   expect_error(quote(data_) + " --threads 0", "--threads");
   expect_error(quote(data_) + " --threads 1,2,1", "--threads: '1' is given twice");
+  expect_error(quote(data_) + " --threads 01,1", "--threads: '01' and '1' are the same");
   expect_error(quote(data_) + " --stages decode,decode", "--stages: 'decode' is given twice");
   expect_error(quote(data_) + " --min-time 5", "--min-time");
   expect_error("make-dataset " + quote(data_), data_ + ": not empty");
   expect_error("make-dataset " + quote((dir_ / "x").string()) + " --images 0", "--images");
+  expect_error("make-dataset " + quote((dir_ / "x").string()) + " --images 3 --classes 5",
+               "--classes: 5 is more than --images 3 (each class holds at least one image)");
   expect_error(quote(data_) + " --device tpu:0", "--device: unknown device 'tpu:0'");
   expect_error(quote(data_) + " --cuda-decoder", "--cuda-decoder: only with --device cuda:N");
   expect_error(quote(data_) + " --device cuda:0 --decode cpu --cuda-decoder",

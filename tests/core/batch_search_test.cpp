@@ -82,6 +82,23 @@ TEST(BatchSearch, BisectsToTheGranularity) {
   EXPECT_TRUE(s.search.converged());
 }
 
+TEST(BatchSearch, EveryProbeIsAMultipleOfTheGranularity) {
+  BatchSearchOptions o;
+  o.guess = 16;
+  o.lower = 16;
+  o.first_step = 16;
+  o.upper = 100;
+  o.granularity = 3;
+  // The bounds become 18 and 99, the walk's steps 18, 36, 72.
+  const Searched all = run(o, [](std::int64_t) { return true; });
+  EXPECT_EQ(all.probes, (Batches{18, 36, 72, 99}));
+  EXPECT_EQ(all.search.largest_passed(), 99);
+  const Searched s = run(o, up_to(50));
+  EXPECT_EQ(s.probes, (Batches{18, 36, 72, 54, 45, 48, 51}));
+  EXPECT_EQ(s.search.largest_passed(), 48);
+  EXPECT_TRUE(s.search.converged());
+}
+
 TEST(BatchSearch, KeepsItsPromiseWhenTheTestIsNotMonotone) {
   // 6 and 7 fail but 8 passes: the walk steps over them, and the answer is a batch that passed
   // whose next batch failed.

@@ -314,6 +314,22 @@ TEST(Loader, StrictStopsAtTheFirstBadFileNamingIt) {
   EXPECT_EQ(batch.status().message().find('\n'), std::string::npos);
 }
 
+TEST(Loader, OptionsLimitsRefuseImagesOverThem) {
+  testing::TempFolder dir;
+  const Dataset dataset = make_folder(dir, 1, 2);  // 40x36 and 53x47 pixels
+  LoaderOptions o = small_options();
+  o.limits.max_pixels = 40 * 36;
+  auto loader = Loader::start(dataset, o);
+  ASSERT_TRUE(loader);
+  std::size_t delivered = 0;
+  for (auto batch = (*loader)->next(); batch && *batch; batch = (*loader)->next()) {
+    delivered += (*batch)->labels.size();
+  }
+  EXPECT_EQ(delivered, 1u);
+  ASSERT_EQ((*loader)->skipped().size(), 1u);
+  EXPECT_EQ((*loader)->skipped()[0].failure, DecodeFailure::too_large);
+}
+
 TEST(Loader, UnreadableFileIsSkipped) {
   testing::TempFolder dir;
   Dataset dataset = make_folder(dir, 1, 2);

@@ -30,6 +30,8 @@ bool has(const std::string& text, const std::string& part) {
 const std::string kSmall =
     "memory --model resnet18 --width 16 --image-size 32 --classes 10 --device cpu "
     "--backend reference --calibration-batch 2 ";
+// The same model predicted: --predict-only takes no option only a measurement reads.
+const std::string kPredict = "memory --model resnet18 --width 16 --image-size 32 --classes 10 ";
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
@@ -44,6 +46,8 @@ TEST(MemoryCli, RefusesBadInputWithOneLine) {
       {"--batch 0", "--batch: 0 is out of range"},
       {"--batch 2,x", "--batch"},
       {"--batch 8,8", "--batch: '8' is given twice"},
+      {"--batch 32,032", "--batch: '32' and '032' are the same"},
+      {"--warmup 010x", "--warmup: '010x' is not a whole number"},
       {"--precision fp32,fp32", "--precision: 'fp32' is given twice"},
       {"--gpu-memory grow,grow", "--gpu-memory: 'grow' is given twice"},
       {"memory --predict-only --model resnet18 --layout nchw --gpu-memory grow --image-size 65536 "
@@ -55,7 +59,15 @@ TEST(MemoryCli, RefusesBadInputWithOneLine) {
       {"--limit 1GiB", "--limit: only with --max-batch"},
       {"--device-memory 16GiB", "--device-memory: describes a GPU you do not have"},
       {"--max-batch --limit 1GiB --gpu-memory prealloc", "use grow or planned"},
-      {"--predict-only --max-batch", "give --device-memory"},
+      {"memory --predict-only --max-batch", "give --device-memory"},
+      {"--predict-only",
+       "--predict-only measures nothing: leave out --device, --backend, --calibration-batch (only "
+       "a measurement reads them)"},
+      {"memory --predict-only --max-batch --limit 16GiB --device-memory 8GiB",
+       "--limit: 16.0 GiB is more than the --device-memory 8.00 GiB"},
+      {"memory --mode grads --optimizer adamw",
+       "--optimizer: only with --mode train (the optimizer's update)"},
+      {"--max-batch --limit 100TiB", "--limit: 100 TiB is more than the "},
       {"--calibration /nonexistent/results.json", "/nonexistent/results.json"},
       {"--conv-algo fastest", "--conv-algo"},
       {"--tuning-cache /nonexistent/dir/t.json", "--tuning-cache"},
@@ -79,7 +91,7 @@ TEST(MemoryCli, RefusesBadInputWithOneLine) {
 }
 
 TEST(MemoryCli, PredictsWithoutADevice) {
-  const CliRun r = run(kSmall +
+  const CliRun r = run(kPredict +
                        "--predict-only --batch 4 --gpu-memory grow,planned "
                        "--device-memory 256MiB");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -189,7 +201,7 @@ TEST(MemoryCli, MaxBatchSaysWhatRecomputingWouldFit) {
 
 TEST(MemoryCli, PicksTheFastestSettingsAndSaysSo) {
   // Nothing named: each precision's fastest layout and the plan for the GPU predicted for.
-  const CliRun r = run(kSmall + "--predict-only --batch 4 --precision fp32,fp16");
+  const CliRun r = run(kPredict + "--predict-only --batch 4 --precision fp32,fp16");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* part :
        {"picked: layout nchw for fp32 and nhwc for fp16, gpu-memory planned (override with "
@@ -254,15 +266,15 @@ TEST(MemoryCli, MeasuresBesideThePredictionAndWritesResults) {
     EXPECT_EQ(a["memory_plan"], c.settings.gpu_memory == "planned" ? "planned" : "dynamic");
   }
   // Its calibration feeds a prediction elsewhere; the report draws its timelines.
-  const CliRun p = run(kSmall + "--predict-only --batch 8 --calibration " + json);
+  const CliRun p = run(kPredict + "--predict-only --batch 8 --calibration " + json);
   ASSERT_EQ(p.exit_code, 0) << p.output;
   EXPECT_TRUE(has(p.output, "(calibration: cpu (reference) bs2)")) << p.output;
   const CliRun other =
-      run(kSmall + "--predict-only --batch 8 --precision fp16 --calibration " + json);
+      run(kPredict + "--predict-only --batch 8 --precision fp16 --calibration " + json);
   EXPECT_EQ(other.exit_code, 2) << other.output;
   EXPECT_TRUE(has(other.output, "--calibration has no run of resnet18-w16 fp16")) << other.output;
   // The results may not replace the calibration they are predicted from.
-  const CliRun same = run(kSmall + "--predict-only --batch 8 --calibration " + json + " --json " +
+  const CliRun same = run(kPredict + "--predict-only --batch 8 --calibration " + json + " --json " +
                           json + " --overwrite");
   EXPECT_EQ(same.exit_code, 2) << same.output;
   EXPECT_TRUE(has(same.output, "--calibration and --json both name " + json)) << same.output;

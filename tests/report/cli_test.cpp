@@ -207,6 +207,16 @@ TEST_F(Cli, CompareErrorsExitTwo) {
   EXPECT_EQ(r.err,
             "dlprobe: error: --fail-above: 'lots' is not a fraction (accepts 0 to 1, e.g. 0.9, or "
             "90%)\n");
+  r = dlprobe("compare " + kNative + " " + kNative + " --alpha 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "dlprobe: error: --alpha: 0 is no significance level (accepts more than 0, less than "
+            "1, e.g. 0.05)\n");
+  r = dlprobe("compare " + kNative + " " + kNative + " --noise 100%");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "dlprobe: error: --noise: 100% is all of the throughput (accepts 0 up to, not with, "
+            "1)\n");
 }
 
 }  // namespace

@@ -63,6 +63,11 @@ TEST(Session, RefusesPlansThatDoNotFitTheCommand) {
   p.axes.clear();
   p.max_batch->limit = 8;
   EXPECT_NE(refused(p).find("below --max-batch-start"), std::string::npos);
+  p.max_batch = MaxBatchPlan{.start = 16, .limit = 50, .step = 100};
+  EXPECT_NE(refused(p).find("--max-batch-step: no multiple of 100 lies between --max-batch-start "
+                            "16 and --max-batch-limit 50"),
+            std::string::npos)
+      << refused(p);
   p.command = {"train"};
   EXPECT_NE(refused(p).find("needs '{batch}'"), std::string::npos);
 }

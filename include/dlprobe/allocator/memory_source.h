@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "dlprobe/core/host_memory.h"
 #include "dlprobe/core/status.h"
 
 namespace dlprobe::memory {
@@ -82,12 +83,22 @@ class HostMemorySource final : public MemorySource {
  public:
   static constexpr std::size_t kAlignment = 512;
 
+  // `budget_bytes`: the most this source holds at once; a segment past it fails with
+  // Errc::out_of_memory. By default the host's available memory when the source is made: the
+  // kernel lets the heap promise more than there is, and a run past it would be killed when it
+  // touched the memory, with no error and no results.
+  explicit HostMemorySource(std::optional<std::uint64_t> budget_bytes = host_memory_available());
+
   std::string_view name() const override { return "host"; }
   Result<void*> allocate(std::size_t bytes) override;
   Status free(void* ptr, std::size_t bytes) override;
   // Not answered: with swap and overcommit, "free" host memory is no limit an allocation meets, so
   // a figure here would mislead an out-of-memory report.
   std::optional<DeviceMemoryInfo> memory_info() const override { return std::nullopt; }
+
+ private:
+  std::optional<std::uint64_t> budget_bytes_;
+  std::uint64_t live_bytes_ = 0;
 };
 
 // cudaMalloc/cudaFree on `device`; memory_info() is cudaMemGetInfo. Fails with Errc::unavailable

@@ -27,8 +27,9 @@ struct BatchSearchOptions {
   // the guess doubles the batch on the way up (16, 32, 64...); 1 costs two probes for a good guess
   // (it and the batch above it).
   std::int64_t first_step = 1;
-  // Bisection probes are multiples of this (at least 1), and the search ends once the smallest
-  // failure is within it of the largest pass.
+  // Every probe is a multiple of this (at least 1): `lower`, `guess` and `first_step` are rounded
+  // up to one, `upper` down (a caller checks that a multiple lies between lower and upper). The
+  // search ends once the smallest failure is within it of the largest pass.
   std::int64_t granularity = 1;
   // At most this many probes; none: as many as the search needs.
   std::optional<int> max_probes;

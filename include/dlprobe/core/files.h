@@ -42,10 +42,12 @@ struct NamedOutput {
   std::string_view flag;
   std::filesystem::path path;
 };
-// check_writable() on every output asked for, each error prefixed with its flag, and no two of
-// them naming the same file (through symbolic links and hard links too) or both standard output.
-// `inputs` are the files the command reads, named the same way: an output that names one of them
-// is refused, since writing it would replace what the command reads.
+// No output names one of `inputs`, the files the command reads (through symbolic links and hard
+// links too): writing it would replace what the command reads.
+Status check_not_inputs(std::span<const NamedOutput> outputs, std::span<const NamedOutput> inputs);
+// check_writable() on every output asked for, each error prefixed with its flag, none of them
+// among `inputs` (check_not_inputs), and no two of them naming the same file or both standard
+// output.
 Status check_outputs(std::span<const NamedOutput> outputs, bool overwrite,
                      std::span<const NamedOutput> inputs = {});
 

@@ -48,7 +48,8 @@ std::optional<int> parse_cuda_index(std::string_view text);
 // "16,32,64" -> {"16","32","64"}; items are trimmed; an empty item is an error.
 Result<std::vector<std::string>> parse_list(std::string_view text, std::string_view flag = "list");
 
-// A whole integer in [min, max]; "1e3" and "12abc" are refused.
+// A whole integer in [min, max], in base 10; "1e3", "0x10" and "12abc" are refused. The error
+// names `flag` first, unless it is empty.
 Result<std::int64_t> parse_int(std::string_view text, std::string_view flag, std::int64_t min,
                                std::int64_t max);
 // A fraction in [0, 1] given as "0.9" or "90%".

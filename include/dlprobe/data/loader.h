@@ -90,9 +90,10 @@ struct BatchView {
 
 class Loader {
  public:
-  // Starts the workers; the first batch is being made when this returns.
+  // Starts the workers; the first batch is being made when this returns. `decoders` empty:
+  // libjpeg-turbo's, within options.limits.
   static Result<std::unique_ptr<Loader>> start(Dataset dataset, LoaderOptions options,
-                                               DecoderFactory decoders = host_decoder_factory(),
+                                               DecoderFactory decoders = {},
                                                BatchAllocator memory = host_batch_allocator());
   // Stops the workers (a batch in the making is finished first).
   ~Loader();

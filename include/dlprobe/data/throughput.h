@@ -97,10 +97,11 @@ struct ThroughputReport {
 };
 
 // Measures `dataset` point by point (each stage at each thread count, for at least min_time after
-// one batch per thread of warm-up).
+// one batch per thread of warm-up). `decoders` empty: libjpeg-turbo's, within
+// options.loader.limits.
 Result<ThroughputReport> measure_throughput(const Dataset& dataset,
                                             const ThroughputOptions& options,
-                                            DecoderFactory decoders = host_decoder_factory());
+                                            DecoderFactory decoders = {});
 
 std::string render_text(const ThroughputReport& report);
 nlohmann::json to_json(const ThroughputReport& report);

@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "dlprobe/bench/sweep.h"
+#include "dlprobe/core/files.h"
 #include "dlprobe/core/status.h"
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/device/device.h"
@@ -35,8 +37,10 @@ struct EvaluateOptions {
 std::string default_folder();
 
 // Creates the folder; refuses it, unless `overwrite`, when results.json, report.html or doctor.json
-// there holds something (an earlier measurement is not replaced unasked: core's check_writable).
-Status prepare_folder(const std::filesystem::path& folder, bool overwrite);
+// there holds something (an earlier measurement is not replaced unasked), and when one of them is
+// among `inputs`, the files the run reads (core's check_not_inputs).
+Status prepare_folder(const std::filesystem::path& folder, bool overwrite,
+                      std::span<const NamedOutput> inputs = {});
 
 struct Plan {
   EvaluateOptions options;  // with the tuning cache set
