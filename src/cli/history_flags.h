@@ -21,8 +21,8 @@ void add_history_flags(CLI::App& sub, HistoryFlags& flags);
 
 // Before the work: a history named with --history that exists and cannot be opened (not a
 // database, a newer schema, a folder) is refused, so that the run is not measured into nowhere.
-// The default history is left to store_in_history's warning: a machine without HOME still
-// measures.
+// The default history that cannot take the results is a warning (a machine without HOME still
+// measures), here and again in store_in_history.
 Status check_history(const HistoryFlags& flags);
 
 // The history as one of the files the command reads and adds to, for prepare_outputs' `inputs`:

@@ -298,8 +298,22 @@ TEST_F(HistoryCli, ANamedHistoryThatCannotBeOpenedIsRefusedFirst) {
   auto by_default = run_dlprobe(with(kBench, {"--json", json.string()}), env);
   EXPECT_EQ(by_default.exit_code, 0) << by_default.output;
   EXPECT_EQ(error_lines(by_default.err), 0) << by_default.err;
-  EXPECT_NE(by_default.err.find("results not added to the history"), std::string::npos)
-      << by_default.err;
+  // Said before the work, and after it.
+  const std::size_t before = by_default.err.find("the results will not be added to the history: ");
+  const std::size_t after = by_default.err.find("results not added to the history");
+  ASSERT_NE(before, std::string::npos) << by_default.err;
+  ASSERT_NE(after, std::string::npos) << by_default.err;
+  EXPECT_LT(before, after) << by_default.err;
+  // A default history with no folder to make.
+  std::ofstream(dir_ / "afile") << "x";
+  const testing::ProcessOptions in_file{{{"XDG_DATA_HOME", (dir_ / "afile").string()}}};
+  auto no_folder = run_dlprobe(with(kBench, {"--json", json.string(), "--overwrite"}), in_file);
+  EXPECT_EQ(no_folder.exit_code, 0) << no_folder.output;
+  EXPECT_NE(no_folder.err.find("the results will not be added to the history: " +
+                               (dir_ / "afile/dlprobe/history.sqlite").string() +
+                               ": cannot make its folder in " + (dir_ / "afile").string()),
+            std::string::npos)
+      << no_folder.err;
   auto results = results::read_file(json);
   ASSERT_TRUE(results) << results.status().message();
   EXPECT_EQ(results->configurations.size(), 1u);
