@@ -326,6 +326,11 @@ Result<Added> History::add(const results::Document& document) {
 Result<std::vector<Entry>> History::list(const Filter& filter) const {
   DLPROBE_RETURN_IF_ERROR(check_date(filter.since, "--since"));
   DLPROBE_RETURN_IF_ERROR(check_date(filter.until, "--until"));
+  // Compared as the query compares them, as text.
+  if (!filter.since.empty() && !filter.until.empty() && filter.since > until_bound(filter.until)) {
+    return invalid_argument(fmt::format("--since {} is after --until {}: no result lies between",
+                                        filter.since, filter.until));
+  }
   Database db{db_, path_};
   std::string sql = fmt::format("SELECT {} FROM results WHERE 1", kColumns);
   std::vector<std::string> texts;

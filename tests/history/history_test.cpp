@@ -135,6 +135,13 @@ TEST(History, FiltersSelectRows) {
   auto bad = h->list(bad_date);
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.status().message().find("--since 'yesterday'"), std::string::npos);
+  Filter reversed;
+  reversed.since = "2026-03-03";
+  reversed.until = "2026-03-02";
+  auto none = h->list(reversed);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.status().message(),
+            "--since 2026-03-03 is after --until 2026-03-02: no result lies between");
   // Shaped like a date but none: each is refused, where as text it would select all or nothing.
   for (const char* date : {"2026-13-01", "2026-00-10", "2026-02-30", "2026-12-07T24:00:00Z",
                            "2026-12-07T12:60", "2026-12-07T12:00:61Z", "2026-12-07T", "2026-12-07Z",
