@@ -13,7 +13,10 @@ HostMemorySource::HostMemorySource(std::optional<std::uint64_t> budget_bytes)
 Result<void*> HostMemorySource::allocate(std::size_t bytes) {
   // aligned_alloc wants a size that is a multiple of the alignment.
   const std::size_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  if (budget_bytes_ && (size < bytes || size > *budget_bytes_ - live_bytes_)) {
+  if (size < bytes) {
+    return error(Errc::out_of_memory, fmt::format("host: {} bytes is past any memory", bytes));
+  }
+  if (budget_bytes_ && size > *budget_bytes_ - live_bytes_) {
     return error(
         Errc::out_of_memory,
         fmt::format("host: {} more would pass the {} of memory available to this run "

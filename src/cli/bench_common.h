@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <concepts>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -39,33 +38,6 @@ struct Tuning {
 };
 // A bad choice or a file that is not a tuning cache: a one-line error naming the flag.
 Result<Tuning> tuning_options(const TuningFlags& flags);
-
-// A comma list, each item parsed by `parse`, no value twice ("2,02" names batch 2 twice; a type
-// without == is compared by its text).
-template <class T, class Parse>
-Result<std::vector<T>> parse_each(const std::string& text, std::string_view flag, Parse parse) {
-  DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> items, parse_list(text, flag));
-  std::vector<T> out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    DLPROBE_ASSIGN_OR_RETURN(T value, parse(items[i]));
-    for (std::size_t j = 0; j < i; ++j) {
-      bool same = false;
-      if constexpr (std::equality_comparable<T>) {
-        same = out[j] == value;
-      } else {
-        same = items[j] == items[i];
-      }
-      if (same) {
-        return invalid_argument(
-            items[j] == items[i]
-                ? fmt::format("{}: '{}' is given twice", flag, items[i])
-                : fmt::format("{}: '{}' and '{}' are the same", flag, items[j], items[i]));
-      }
-    }
-    out.push_back(std::move(value));
-  }
-  return out;
-}
 
 // A duration flag ("2s", "500ms") in seconds, not negative.
 Result<double> parse_seconds(const std::string& text, std::string_view flag);

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <limits>
 
 #include "commands.h"
 #include "dlprobe/core/launcher.h"
@@ -34,7 +35,8 @@ Command add_doctor_command(CLI::App& app) {
                 "Skip the GEMM and bandwidth measurements (they take tens of seconds)");
   sub->add_option("--device", flags->device, "CUDA device the ceilings are measured on")
       ->capture_default_str()
-      ->transform(decimal_integer());
+      ->transform(
+          decimal_integer(std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
   option(*sub, "--gemm-size", flags->gemm_size, "m = n = k of the GEMM ceilings");
   option(*sub, "--repetitions", flags->repetitions, "Timed repetitions per ceiling (median)");
   sub->add_option("--dtypes", flags->dtypes,
@@ -67,16 +69,17 @@ Command add_doctor_command(CLI::App& app) {
     if (!reps) return report_error(reps.status());
     options.ceiling_options.repetitions = static_cast<int>(*reps);
     if (!flags->dtypes.empty()) {
-      auto names = parse_list(flags->dtypes, "--dtypes");
-      if (!names) return report_error(names.status());
-      options.ceiling_options.dtypes.clear();
-      for (const auto& name : *names) {
-        auto dtype = parse_gemm_dtype(name);
-        if (!dtype)
-          return report_error(invalid_argument(fmt::format(
-              "--dtypes: unknown data type '{}' (fp32, tf32, fp16, bf16, fp8_e4m3)", name)));
-        options.ceiling_options.dtypes.push_back(*dtype);
-      }
+      auto dtypes = parse_each<GemmDtype>(
+          flags->dtypes, "--dtypes", [](const std::string& name) -> Result<GemmDtype> {
+            const std::optional<GemmDtype> dtype = parse_gemm_dtype(name);
+            if (!dtype) {
+              return invalid_argument(fmt::format(
+                  "--dtypes: unknown data type '{}' (fp32, tf32, fp16, bf16, fp8_e4m3)", name));
+            }
+            return *dtype;
+          });
+      if (!dtypes) return report_error(dtypes.status());
+      options.ceiling_options.dtypes = std::move(dtypes).value();
     }
 
     options.collectives = flags->nccl;

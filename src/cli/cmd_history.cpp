@@ -129,8 +129,13 @@ std::vector<report::TrendLine> trend_lines(const std::vector<history::Series>& s
 int run_trend(const HistoryCommandFlags& f) {
   if (!f.html.empty()) {
     const Result<std::filesystem::path> db = database(f);
+    const Result<std::filesystem::path> config =
+        f.config.empty() ? history::default_config_path() : std::filesystem::path(f.config);
     if (Status s = prepare_outputs({{"--html", f.html}}, f.overwrite,
-                                   {{"--history", db ? *db : std::filesystem::path()}});
+                                   {{f.file.empty() ? "the default history" : "--history",
+                                     db ? *db : std::filesystem::path()},
+                                    {f.config.empty() ? "the default config" : "--config",
+                                     config ? *config : std::filesystem::path()}});
         !s) {
       return report_error(s);
     }

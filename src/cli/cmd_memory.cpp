@@ -116,9 +116,6 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
           return memory::parse_gpu_memory(s, "--gpu-memory");
         }));
   }
-  if (f.warmup < 0 || f.warmup > 100) {
-    return invalid_argument(fmt::format("--warmup: must be in [0, 100], got {}", f.warmup));
-  }
   a.warmup = static_cast<int>(f.warmup);
   if (!f.device_memory.empty()) {
     DLPROBE_ASSIGN_OR_RETURN(a.device_bytes, parse_size(f.device_memory, "--device-memory"));
@@ -153,10 +150,6 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
     a.max_batch_limit = limit ? limit : a.device_bytes;
   } else if (limit) {
     return invalid_argument("--limit: only with --max-batch (else use --gpu-memory limit:SIZE)");
-  }
-  if (f.calibration_batch_given && f.calibration_batch < 1) {
-    return invalid_argument(
-        fmt::format("--calibration-batch: must be >= 1, got {}", f.calibration_batch));
   }
   a.calibration_batch = f.calibration_batch_given ? f.calibration_batch : 0;
   DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
@@ -308,7 +301,7 @@ Command add_memory_command(CLI::App& app) {
          "the CPU)");
   sub->add_option("--warmup", f->warmup, "Steps before the one followed")
       ->capture_default_str()
-      ->transform(decimal_integer());
+      ->transform(decimal_integer(0, 100));
   sub->add_flag("--predict-only", f->predict_only,
                 "Predict without a device (from the plan over the allocator's policy)");
   sub->add_option("--device-memory", f->device_memory,
@@ -321,7 +314,7 @@ Command add_memory_command(CLI::App& app) {
              "--calibration-batch", f->calibration_batch,
              "The batch measured first, whose workspace and context figures predict the others "
              "(default: the smallest of --batch; 32 for --max-batch)")
-          ->transform(decimal_integer());
+          ->transform(decimal_integer(1, std::int64_t{1} << 40));
   sub->add_flag("--max-batch", f->max_batch,
                 "Find the largest batch that completes a training step under --limit: "
                 "predicted, then verified by measured runs");

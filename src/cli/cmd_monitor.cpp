@@ -53,11 +53,7 @@ Result<MonitorPlan> plan_from(const MonitorFlags& f) {
     plan.duration = d;
   }
   if (!f.gpus.empty()) {
-    DLPROBE_ASSIGN_OR_RETURN(auto list, parse_list(f.gpus, "--gpu"));
-    for (const auto& item : list) {
-      DLPROBE_ASSIGN_OR_RETURN(auto gpu, parse_int(item, "--gpu", 0, 1023));
-      plan.sampler.gpus.push_back(static_cast<unsigned>(gpu));
-    }
+    DLPROBE_ASSIGN_OR_RETURN(plan.sampler.gpus, parse_gpu_indices(f.gpus));
   }
   // The rows are a stream (each round appended as it comes, for tail -f), so they are not written
   // through write_file_atomic; the files are checked as every command's outputs are.

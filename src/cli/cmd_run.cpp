@@ -80,11 +80,7 @@ Result<run::SessionPlan> plan_from(const RunFlags& f) {
   }
   DLPROBE_ASSIGN_OR_RETURN(p.base.interval, parse_sampling_interval(f.interval));
   if (!f.gpus.empty()) {
-    DLPROBE_ASSIGN_OR_RETURN(auto list, parse_list(f.gpus, "--gpu"));
-    for (const auto& item : list) {
-      DLPROBE_ASSIGN_OR_RETURN(auto gpu, parse_int(item, "--gpu", 0, 1023));
-      p.base.gpus.push_back(static_cast<unsigned>(gpu));
-    }
+    DLPROBE_ASSIGN_OR_RETURN(p.base.gpus, parse_gpu_indices(f.gpus));
   }
   p.base.echo = !f.quiet;
   for (const auto& text : f.sweeps) {
@@ -234,7 +230,8 @@ Command add_run_command(CLI::App& app) {
                 "Find the largest {batch} that runs: double until failure, then bisect");
   add_text_options<RunFlags>(
       *sub, *flags,
-      {{"--max-batch-start", &RunFlags::max_batch_start, "First batch tried"},
+      {{"--max-batch-start", &RunFlags::max_batch_start,
+        "First batch tried (rounded up to a multiple of --max-batch-step)"},
        {"--max-batch-limit", &RunFlags::max_batch_limit, "Largest batch tried"},
        {"--max-batch-step", &RunFlags::max_batch_step, "Answer to a multiple of this"},
        {"--max-batch-runs", &RunFlags::max_batch_runs, "At most this many runs per search"},

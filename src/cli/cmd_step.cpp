@@ -105,16 +105,8 @@ Status run_step_command(const StepFlags& f) {
   c.model.classes = shape.classes;
   c.model.width = shape.width;
   const std::int64_t images = in.images.shape()[0];
-  // Each step keeps its loss, so the count sizes an allocation.
-  if (f.steps < 1 || f.steps > kMaxSteps) {
-    return invalid_argument(
-        fmt::format("--steps: {} is out of range (accepts 1 to {})", f.steps, kMaxSteps));
-  }
   if (f.steps > 1 && c.mode != engine::StepMode::train) {
     return invalid_argument("--steps: more than one step needs --mode train");
-  }
-  if (f.batch_given && f.batch < 1) {
-    return invalid_argument(fmt::format("--batch: {} is not >= 1", f.batch));
   }
   if (f.batch_given && images % f.batch != 0) {
     return invalid_argument(
@@ -238,11 +230,11 @@ Command add_step_command(CLI::App& app) {
              "--steps", flags->steps,
              "Run this many steps (--mode train; step i on batch i mod the input's batches) "
              "and also write their losses as 'losses' [N] (default: one step, no 'losses')")
-          ->transform(decimal_integer());
+          ->transform(decimal_integer(1, kMaxSteps));
   CLI::Option* batch =
       sub->add_option("--batch", flags->batch,
                       "Images per step; must divide the input's images (default: all of them)")
-          ->transform(decimal_integer());
+          ->transform(decimal_integer(1, std::int64_t{1} << 40));
   return {sub, [flags, sub, steps, loss_scale, batch] {
             flags->cuda_only = given_options(*sub, {"--conv-algo", "--conv-engines"});
             flags->write_losses = steps->count() > 0;

@@ -123,6 +123,13 @@ int report_error(const Status& status) {
   return kExitError;
 }
 
+Result<std::vector<unsigned>> parse_gpu_indices(const std::string& text) {
+  return parse_each<unsigned>(text, "--gpu", [](const std::string& item) -> Result<unsigned> {
+    DLPROBE_ASSIGN_OR_RETURN(const std::int64_t gpu, parse_int(item, "--gpu", 0, 1023));
+    return static_cast<unsigned>(gpu);
+  });
+}
+
 Result<double> parse_alpha(const std::string& text) {
   DLPROBE_ASSIGN_OR_RETURN(const double alpha, parse_fraction(text, "--alpha"));
   if (alpha <= 0 || alpha >= 1) {
@@ -142,11 +149,9 @@ Result<double> parse_noise(const std::string& text) {
   return noise;
 }
 
-CLI::Validator decimal_integer() {
-  return {[](std::string& text) {
-            const Result<std::int64_t> value =
-                parse_int(text, "", std::numeric_limits<std::int64_t>::min(),
-                          std::numeric_limits<std::int64_t>::max());
+CLI::Validator decimal_integer(std::int64_t min, std::int64_t max) {
+  return {[min, max](std::string& text) {
+            const Result<std::int64_t> value = parse_int(text, "", min, max);
             if (!value) return value.status().message();
             text = std::to_string(*value);
             return std::string();

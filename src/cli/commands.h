@@ -3,9 +3,11 @@
 // lists them and runs the one the user named.
 #pragma once
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <concepts>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -14,6 +16,7 @@
 
 #include "dlprobe/core/files.h"
 #include "dlprobe/core/status.h"
+#include "dlprobe/core/units.h"
 #include "dlprobe/data/gpu_decoder.h"
 
 namespace dlprobe::cli {
@@ -78,6 +81,36 @@ Result<std::chrono::nanoseconds> parse_sampling_interval(const std::string& text
 Result<double> parse_alpha(const std::string& text);
 Result<double> parse_noise(const std::string& text);
 
+// A comma list, each item parsed by `parse`, no value twice ("2,02" names batch 2 twice; the
+// items of a type without == are compared as written).
+template <class T, class Parse>
+Result<std::vector<T>> parse_each(const std::string& text, std::string_view flag, Parse parse) {
+  DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> items, parse_list(text, flag));
+  std::vector<T> out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    DLPROBE_ASSIGN_OR_RETURN(T value, parse(items[i]));
+    for (std::size_t j = 0; j < i; ++j) {
+      bool same = false;
+      if constexpr (std::equality_comparable<T>) {
+        same = out[j] == value;
+      } else {
+        same = items[j] == items[i];
+      }
+      if (same) {
+        return invalid_argument(
+            items[j] == items[i]
+                ? fmt::format("{}: '{}' is given twice", flag, items[i])
+                : fmt::format("{}: '{}' and '{}' are the same", flag, items[j], items[i]));
+      }
+    }
+    out.push_back(std::move(value));
+  }
+  return out;
+}
+
+// --gpu of monitor and run: NVML indices, e.g. "0,2", none twice.
+Result<std::vector<unsigned>> parse_gpu_indices(const std::string& text);
+
 // Prints "dlprobe: error: <message>" on one line to stderr and returns kExitError.
 int report_error(const Status& status);
 
@@ -92,9 +125,9 @@ Status prepare_outputs(std::initializer_list<NamedOutput> outputs, bool overwrit
                        const std::vector<NamedOutput>& inputs = {});
 
 // For an option bound to an integer: CLI11 reads its text with strtoll's base 0, so "010" would be
-// eight and "0x10" sixteen. This reads it as parse_int reads every other count, in base 10, and
-// hands CLI11 the number written plainly.
-CLI::Validator decimal_integer();
+// eight and "0x10" sixteen. This reads it as parse_int reads every other count, in base 10 and in
+// [min, max], and hands CLI11 the number written plainly.
+CLI::Validator decimal_integer(std::int64_t min, std::int64_t max);
 
 // Adds a flag whose default --help shows.
 template <class T>

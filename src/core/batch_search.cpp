@@ -1,6 +1,7 @@
 #include "dlprobe/core/batch_search.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace dlprobe {
 
@@ -8,8 +9,12 @@ namespace {
 
 BatchSearchOptions within_bounds(BatchSearchOptions o) {
   const std::int64_t g = o.granularity = std::max<std::int64_t>(o.granularity, 1);
-  // Rounded up to a multiple of the granularity, without overflowing near the top of the range.
-  const auto up = [g](std::int64_t v) { return v / g * g + (v % g == 0 ? 0 : g); };
+  // Rounded up to a multiple of the granularity; near the top of the range, where none above fits,
+  // down.
+  const auto up = [g](std::int64_t v) {
+    const std::int64_t down = v / g * g;
+    return down == v || down > std::numeric_limits<std::int64_t>::max() - g ? down : down + g;
+  };
   o.lower = up(std::max<std::int64_t>(o.lower, 1));
   o.upper = std::max(o.upper / g * g, o.lower);
   o.guess = std::clamp(up(std::max<std::int64_t>(o.guess, 1)), o.lower, o.upper);

@@ -648,6 +648,10 @@ TEST(DoctorCliTest, ANegativeDeviceIsOneLine) {
       dlprobe::testing::run_dlprobe({"doctor", "--no-ceilings", "--device", "-1"}, kOptions);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.err, "dlprobe: error: --device: -1 is not a CUDA device index (0 or more)\n");
+  const CliRun twice = dlprobe::testing::run_dlprobe(
+      {"doctor", "--no-ceilings", "--dtypes", "fp16,bf16,fp16"}, kOptions);
+  EXPECT_EQ(twice.exit_code, 2) << twice.output;
+  EXPECT_EQ(twice.err, "dlprobe: error: --dtypes: 'fp16' is given twice\n");
 }
 
 TEST(BenchCliTest, NoDeviceGivenRunsWhereTheMachineCan) {

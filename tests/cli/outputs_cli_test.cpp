@@ -122,6 +122,8 @@ TEST_F(OutputsCli, AnOutputOverAFileTheCommandReadsIsRefused) {
       {"report " + html + " -o " + html, "the results file and -o both name " + html},
       {"history --history " + html + " trend --html " + html,
        "--history and --html both name " + html},
+      {"history --history " + html + " --config " + held + " trend --html " + held,
+       "--config and --html both name " + held},
       {"evaluate --quick --device cpu --out " + path("evaluate") + " --history " +
            path("evaluate/report.html"),
        "--output: --history and report.html both name " + path("evaluate/report.html")},

@@ -380,12 +380,14 @@ TEST_F(StepCliTest, StepsTrainsOverTheBatchesAndWritesEachLoss) {
   expect_error(files("--steps 2 --overwrite"), "more than one step needs --mode train");
   expect_error(files("--mode train --batch 3 --overwrite"), "does not divide the 4 images");
   // Counts are read in base 10, as every other count (CLI11 alone would read 010 as eight).
-  const CliRun leading_zero = run_cli(files("--mode train --steps 010 --batch 02 --overwrite"));
+  const CliRun leading_zero = run_cli(files("--mode train --steps 010 --batch 2 --overwrite"));
   ASSERT_EQ(leading_zero.exit_code, 0) << leading_zero.output;
   EXPECT_NE(leading_zero.output.find("10 steps over 2 batches"), std::string::npos)
       << leading_zero.output;
   expect_error(files("--mode train --steps 0x3 --overwrite"),
                "--steps: '0x3' is not a whole number");
+  expect_error(files("--mode train --batch 0x2 --overwrite"),
+               "--batch: '0x2' is not a whole number");
 }
 
 TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
@@ -418,7 +420,7 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
     expect_error(files(std::string("--precision fp16 --loss-scale ") + scale),
                  std::string("--loss-scale: ") + scale + " is not a positive finite number");
   }
-  expect_error(files("--batch 0"), "--batch: 0 is not >= 1");
+  expect_error(files("--batch 0"), "--batch: 0 is out of range (accepts 1 to 1099511627776)");
   // Each step keeps its loss: a count past the bound is refused before any memory is taken.
   expect_error(files("--mode train --steps 99999999999"),
                "--steps: 99999999999 is out of range (accepts 1 to 1000000)");

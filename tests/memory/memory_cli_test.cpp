@@ -50,6 +50,8 @@ TEST(MemoryCli, RefusesBadInputWithOneLine) {
       {"--warmup 010x", "--warmup: '010x' is not a whole number"},
       {"--precision fp32,fp32", "--precision: 'fp32' is given twice"},
       {"--gpu-memory grow,grow", "--gpu-memory: 'grow' is given twice"},
+      {"--gpu-memory prealloc:0.5,prealloc:50%",
+       "--gpu-memory: 'prealloc:0.5' and 'prealloc:50%' are the same"},
       {"memory --predict-only --model resnet18 --layout nchw --gpu-memory grow --image-size 65536 "
        "--batch 1099511627776",
        "overflows 64 bits"},
@@ -78,7 +80,7 @@ TEST(MemoryCli, RefusesBadInputWithOneLine) {
       {"--recompute all", "--recompute: unknown choice 'all' (expected none or block-outputs)"},
       {"memory --model resnet51", "unknown model 'resnet51'"},
       {"memory --model resnet18 --device cpu --calibration-batch 0",
-       "--calibration-batch: must be >= 1, got 0"},
+       "--calibration-batch: 0 is out of range (accepts 1 to 1099511627776)"},
       {"--json ''", "--json: an empty value"},
   };
   for (const auto& [args, needle] : cases) {

@@ -48,11 +48,17 @@ int count_lines(const std::string& text) {
 TEST(MonitorCli, BadInputIsOneLineAndExitTwo) {
   FakeScript script(kH200Script);
   const std::vector<std::vector<std::string>> cases = {
-      {"monitor", "-i", "5ms"},       {"monitor", "-i", "100"},
-      {"monitor", "-c", "0"},         {"monitor", "-c", "x"},
-      {"monitor", "--gpu", "3"},      {"monitor", "--gpu", "0,,1"},
-      {"monitor", "--duration", "1"}, {"monitor", "--csv", "-", "--jsonl", "-"},
-      {"monitor", "--serve", "nope"}, {"monitor", "--csv", "/nonexistent/dir/x.csv"},
+      {"monitor", "-i", "5ms"},
+      {"monitor", "-i", "100"},
+      {"monitor", "-c", "0"},
+      {"monitor", "-c", "x"},
+      {"monitor", "--gpu", "3"},
+      {"monitor", "--gpu", "0,,1"},
+      {"monitor", "--gpu", "0,00"},
+      {"monitor", "--duration", "1"},
+      {"monitor", "--csv", "-", "--jsonl", "-"},
+      {"monitor", "--serve", "nope"},
+      {"monitor", "--csv", "/nonexistent/dir/x.csv"},
   };
   for (const auto& args : cases) {
     Process child = spawn(args);

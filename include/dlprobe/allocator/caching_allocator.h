@@ -96,6 +96,8 @@ struct AllocatorOptions {
   // limit: the process's budget on the device, and what the process holds outside the allocator.
   std::uint64_t limit_bytes = 0;
   std::uint64_t overhead_bytes = 0;
+
+  bool operator==(const AllocatorOptions&) const = default;
 };
 
 // Counters of one category, or of all ("all"). Bytes "allocated" are block sizes (after rounding

@@ -31,6 +31,11 @@ struct GpuMemoryOption {
   AllocatorOptions allocator;
   bool planned = false;
   std::string text;  // as given, for reports
+
+  // The same setting, however written ("prealloc:0.5" and "prealloc:50%").
+  bool operator==(const GpuMemoryOption& o) const {
+    return allocator == o.allocator && planned == o.planned;
+  }
 };
 
 // Errors are one line naming `flag` and what it accepts.

@@ -92,8 +92,8 @@ class HostMemorySource final : public MemorySource {
   std::string_view name() const override { return "host"; }
   Result<void*> allocate(std::size_t bytes) override;
   Status free(void* ptr, std::size_t bytes) override;
-  // Not answered: with swap and overcommit, "free" host memory is no limit an allocation meets, so
-  // a figure here would mislead an out-of-memory report.
+  // Not answered: other processes take and give back host memory while the run goes on, so a
+  // free/total figure would mislead a fraction-based preset; the budget is the source's own limit.
   std::optional<DeviceMemoryInfo> memory_info() const override { return std::nullopt; }
 
  private:
