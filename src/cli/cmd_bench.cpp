@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench_common.h"
@@ -177,8 +178,22 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
     const Status ok = device::backend_supports(s.backend, precision);
     if (!ok) return ok.with_context("--precision");
   }
-  DLPROBE_ASSIGN_OR_RETURN(bench::Expanded expanded,
-                           for_flag("--graph", bench::expand(axes, s.device.kind)));
+  // expand() judges the graph, the streams and the memory together: its refusal names what was
+  // asked of them.
+  std::vector<std::string> asked;
+  for (const auto& [flag, value, open] : {std::tuple{"--graph", f.graph, "auto"},
+                                          {"--streams", f.streams, "auto"},
+                                          {"--stream-lag", f.stream_lag, "auto"},
+                                          {"--gpu-memory", f.gpu_memory, "auto"},
+                                          {"--recompute", f.recompute, "none"}}) {
+    if (value != open) asked.push_back(fmt::format("{} {}", flag, value));
+  }
+  if (f.optimizer_given) asked.push_back("--optimizer " + f.workload.optimizer);
+  DLPROBE_ASSIGN_OR_RETURN(
+      bench::Expanded expanded,
+      for_flag(asked.empty() ? fmt::format("--device {}", device::device_name(s.device))
+                             : fmt::format("{}", fmt::join(asked, ", ")),
+               bench::expand(axes, s.device.kind)));
   s.groups = std::move(expanded.groups);
   s.allocation = expanded.allocation;
   s.gpu_memory = expanded.gpu_memory;

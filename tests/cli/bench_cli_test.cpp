@@ -229,8 +229,10 @@ TEST(BenchCliTest, RefusesBadSweepsWithOneLine) {
   expect_error(kSmall + "--stem-backward both",
                "--stem-backward: unknown choice 'both' (expected apart or fused)");
   expect_error(kSmall + "--graph maybe", "--graph: unknown choice 'maybe'");
+  // The graph, the streams and the memory are judged together: the refusal names what was asked.
   expect_error(kSmall + "--mode infer --graph --gpu-memory grow",
-               "--graph: a graph needs the planned memory");
+               "--graph on, --gpu-memory grow: a graph needs the planned memory");
+  expect_error(kSmall + "--streams 2", "--streams 2: a second stream needs the planned memory");
   expect_error(kSmall + "--layout auto,nhwc", "--layout");
   // Unknown flags are CLI11's errors, still one line.
   expect_error(kSmall + "--no-such-flag", "--no-such-flag");
