@@ -76,8 +76,14 @@ Result<std::vector<ProcessRun>> run_processes(const std::vector<std::string>& ow
   if (own.empty()) {
     return error(Errc::unsupported, "--repeat-process: cannot read this command line (/proc)");
   }
-  std::string folder =
-      (std::filesystem::temp_directory_path() / "dlprobe-processes-XXXXXX").string();
+  std::error_code no_tmp;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(no_tmp);
+  if (no_tmp) {
+    return error(Errc::io_error,
+                 fmt::format("--repeat-process: no folder for the processes' results (TMPDIR): {}",
+                             no_tmp.message()));
+  }
+  std::string folder = (tmp / "dlprobe-processes-XXXXXX").string();
   if (::mkdtemp(folder.data()) == nullptr) {
     return error(Errc::io_error,
                  fmt::format("--repeat-process: cannot create {}: {}", folder, strerror(errno)));

@@ -307,7 +307,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
         std::int64_t timed = 0;
         for (const BenchResult& r : runs) timed += r.timed_steps();
         m.status = results::RunStatus::interrupted;
-        m.error = fmt::format("interrupted (Ctrl-C) after {} timed steps", timed);
+        m.error = fmt::format("interrupted (Ctrl-C or SIGTERM/SIGHUP) after {} timed steps", timed);
       }
       if (sampler) {
         m.telemetry = telemetry_over(windows, tel->gpu);
@@ -364,7 +364,8 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
           d.memory = fed->memory;
           if (fed->interrupted) {
             d.status = results::RunStatus::interrupted;
-            d.error = fmt::format("interrupted (Ctrl-C) after {} timed steps", fed->timed_steps());
+            d.error = fmt::format("interrupted (Ctrl-C or SIGTERM/SIGHUP) after {} timed steps",
+                                  fed->timed_steps());
           }
         } else {
           d.status = fed.status().code() == Errc::out_of_memory ? results::RunStatus::oom

@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "commands.h"
@@ -28,6 +30,9 @@ bool reader_gone() {
 
 int main(int argc, char** argv) {
   using namespace dlprobe::cli;
+  // Past the file-size limit (ulimit -f) a write fails with EFBIG, which the writers report and
+  // clean up after, rather than SIGXFSZ ending the process with nothing said.
+  std::signal(SIGXFSZ, SIG_IGN);
   const auto& build = dlprobe::build_info();
   CLI::App app{"dlprobe: how fast and how big a deep-learning workload is on this GPU and stack"};
   app.set_version_flag("--version", fmt::format("dlprobe {} ({})", build.version, build.git_hash));
@@ -57,7 +62,15 @@ int main(int argc, char** argv) {
   if (verbose) dlprobe::log_set_level(dlprobe::LogLevel::debug);
   for (const auto& command : commands) {
     if (!command.app->parsed()) continue;
-    const int code = command.run();
+    int code = kExitError;
+    // The last resort for what the library does not turn into a Status (a thread the system would
+    // not start, memory it would not give): one line and exit code 2 rather than an abort.
+    try {
+      code = command.run();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dlprobe: error: %s\n", dlprobe::one_line(e.what()).c_str());
+      return kExitError;
+    }
     // What a command prints on standard output is its result too (compare's verdicts, doctor's
     // report, the tables): a write there that failed, as on a full disk, must not end in success.
     // A command that failed has said why in its one line already.

@@ -16,6 +16,7 @@ static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs 
 std::atomic<bool> g_owned{false};
 struct sigaction g_old_int {};
 struct sigaction g_old_term {};
+struct sigaction g_old_hup {};
 
 // Only async-signal-safe calls: lock-free atomics, sigaction and raise.
 void on_signal(int sig) {
@@ -49,11 +50,14 @@ InterruptGuard::InterruptGuard(Second second) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, &g_old_int);
   sigaction(SIGTERM, &action, &g_old_term);
+  // A closed terminal or ssh session: the run keeps what it measured, as after Ctrl-C.
+  sigaction(SIGHUP, &action, &g_old_hup);
 }
 
 InterruptGuard::~InterruptGuard() {
   sigaction(SIGINT, &g_old_int, nullptr);
   sigaction(SIGTERM, &g_old_term, nullptr);
+  sigaction(SIGHUP, &g_old_hup, nullptr);
   g_owned = false;
 }
 

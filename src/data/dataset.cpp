@@ -1,10 +1,13 @@
 #include "dlprobe/data/dataset.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <system_error>
+#include <utility>
 
 namespace dlprobe::data {
 
@@ -32,9 +35,24 @@ Result<std::vector<fs::path>> jpeg_files_under(const fs::path& folder, bool recu
     if (entry.is_regular_file(type_ec) && is_jpeg_name(entry.path())) files.push_back(entry.path());
   };
   if (recursive) {
+    // Links to folders are followed (a dataset assembled from links), each folder once: a link to
+    // a folder above it would otherwise be walked without end.
+    std::set<std::pair<dev_t, ino_t>> walked;
+    const auto first_visit = [&](const fs::path& dir) {
+      struct stat st {};
+      return ::stat(dir.c_str(), &st) != 0 || walked.insert({st.st_dev, st.st_ino}).second;
+    };
+    first_visit(folder);
     fs::recursive_directory_iterator it(folder, fs::directory_options::follow_directory_symlink,
                                         ec);
-    for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) add(*it);
+    for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      std::error_code type_ec;
+      if (it->is_directory(type_ec) && !first_visit(it->path())) {
+        it.disable_recursion_pending();
+        continue;
+      }
+      add(*it);
+    }
   } else {
     fs::directory_iterator it(folder, ec);
     for (; !ec && it != fs::directory_iterator(); it.increment(ec)) add(*it);

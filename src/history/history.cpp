@@ -186,7 +186,13 @@ Result<History> History::open(const std::filesystem::path& path, const OpenOptio
                                                path.string(), ec.message()));
     }
   }
-  if (!options.create && !std::filesystem::exists(path)) {
+  std::error_code looked;
+  const bool there = std::filesystem::exists(path, looked);
+  if (looked) {
+    return error(Errc::io_error,
+                 fmt::format("history {}: cannot look at it: {}", path.string(), looked.message()));
+  }
+  if (!options.create && !there) {
     return error(Errc::not_found,
                  fmt::format("no history at {} yet: evaluate, bench, memory and run add their "
                              "results to it, dlprobe history import adds results files",

@@ -119,7 +119,9 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::spawn(const SpawnOptions& op
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP, SIGCHLD}) signal(sig, SIG_DFL);
+    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP, SIGCHLD, SIGXFSZ}) {
+      signal(sig, SIG_DFL);
+    }
     // stdin is /dev/null: a process group that is not the terminal's foreground would be stopped
     // (SIGTTIN) the moment it read from the terminal.
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);

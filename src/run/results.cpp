@@ -62,7 +62,7 @@ std::string error_of(const RunResult& r) {
     case Outcome::timeout:
       return "stopped at --timeout";
     case Outcome::interrupted:
-      return "interrupted (Ctrl-C)";
+      return "interrupted (Ctrl-C or SIGTERM/SIGHUP)";
     case Outcome::failed:
     case Outcome::crashed:
       break;

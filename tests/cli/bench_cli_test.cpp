@@ -528,6 +528,15 @@ TEST(BenchCliTest, RepeatProcessRunsTheMeasurementInFreshProcesses) {
   EXPECT_EQ(doc->configurations[1].status, dlprobe::results::RunStatus::oom);
   std::filesystem::remove(json);
   expect_error(quick + "--repeat-process 0", "--repeat-process");
+  // No folder for the processes' results: one line, where the throwing call had aborted.
+  dlprobe::testing::ProcessOptions no_tmp = kOptions;
+  no_tmp.env.emplace_back("TMPDIR", "/nonexistent");
+  const CliRun refused = run(quick + "--repeat-process 2 --no-history", no_tmp);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("dlprobe: error: --repeat-process: no folder for the processes' "
+                                "results (TMPDIR): "),
+            std::string::npos)
+      << refused.output;
 }
 
 // Every open choice takes the fastest the engine knows for the device and says so on stderr; a

@@ -282,6 +282,15 @@ TEST_F(HistoryCli, BenchAddsToTheDefaultHistoryUnlessTold) {
 
 // A history named with --history that is not one is refused before anything is measured; the
 // default history, which the user did not name, is a warning after the run, its results kept.
+// A path the system cannot look at (a link to itself) is one line, where it had aborted.
+TEST_F(HistoryCli, AHistoryPathThatCannotBeLookedAtIsOneLine) {
+  fs::create_symlink("loop.sqlite", dir_ / "loop.sqlite");
+  auto r = run_dlprobe({"history", "--history", (dir_ / "loop.sqlite").string(), "list"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(error_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("cannot look at it: "), std::string::npos) << r.err;
+}
+
 TEST_F(HistoryCli, ANamedHistoryThatCannotBeOpenedIsRefusedFirst) {
   std::ofstream(db_, std::ios::binary) << std::string(4096, '\x5a');
   const fs::path json = dir_ / "results.json";

@@ -30,6 +30,13 @@ TEST(InterruptGuard, SigtermCountsToo) {
   EXPECT_EQ(guard.flag()->load(), 1);
 }
 
+// A closed terminal or ssh session: the run keeps what it measured, as after Ctrl-C.
+TEST(InterruptGuard, SighupCountsToo) {
+  InterruptGuard guard;
+  ASSERT_EQ(raise(SIGHUP), 0);
+  EXPECT_EQ(guard.flag()->load(), 1);
+}
+
 TEST(InterruptGuard, ANewGuardStartsFromZero) {
   {
     InterruptGuard guard;

@@ -47,6 +47,23 @@ TEST(Dataset, FlatFolderHasOneClassOfItsJpegFiles) {
   EXPECT_EQ(listed->samples[1].label, 0);
 }
 
+// Links to folders are followed, each folder once: links to the class's own folder (a loop) add
+// nothing, and a link to another folder adds its files.
+TEST(Dataset, FolderLinksAreFollowedOnce) {
+  testing::TempFolder dir;
+  touch(dir / "data/cat/a.jpg");
+  touch(dir / "elsewhere/b.jpg");
+  for (const char* name : {"l1", "l2", "l3"}) {
+    std::filesystem::create_directory_symlink(".", dir / "data/cat" / name);
+  }
+  std::filesystem::create_directory_symlink(dir / "elsewhere", dir / "data/cat/more");
+  auto listed = list_dataset(dir / "data");
+  ASSERT_TRUE(listed) << listed.status().message();
+  ASSERT_EQ(listed->samples.size(), 2u);
+  EXPECT_EQ(listed->samples[0].path, dir / "data/cat/a.jpg");
+  EXPECT_EQ(listed->samples[1].path, dir / "data/cat/more/b.jpg");
+}
+
 TEST(Dataset, EmptyOrMissingFolderIsOneLineNamingIt) {
   testing::TempFolder dir;
   touch(dir / "only.txt");

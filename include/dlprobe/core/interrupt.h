@@ -1,9 +1,10 @@
-// Ctrl-C for long jobs. While an InterruptGuard lives, SIGINT and SIGTERM only count: the handler
+// Ctrl-C for long jobs. While an InterruptGuard lives, SIGINT, SIGTERM and SIGHUP (a closed
+// terminal or ssh session) only count: the handler
 // adds one to a lock-free counter (all a signal handler may safely do), and the job polls the
 // count between its steps, finishes the step it is on, keeps what it measured and writes it.
 //
 // What a second signal does is the owner's choice:
-// - Second::ends_process: a second signal (SIGINT or SIGTERM) meets the default action and ends the
+// - Second::ends_process: a second signal (any of the three) meets the default action and ends the
 //   process at once, for a user who will not wait for the step to end.
 // - Second::counted: every signal counts, for a job whose work runs in child processes that it
 //   must stop itself (ending dlprobe would leave them running); it can act on the second one.
@@ -20,7 +21,7 @@ class InterruptGuard {
  public:
   enum class Second { ends_process, counted };
 
-  // Installs the handler for SIGINT and SIGTERM and sets the count to 0.
+  // Installs the handler for SIGINT, SIGTERM and SIGHUP and sets the count to 0.
   explicit InterruptGuard(Second second = Second::ends_process);
   // Puts back the handlers that were there before.
   ~InterruptGuard();
