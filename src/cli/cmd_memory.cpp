@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "dlprobe/allocator/gpu_memory_option.h"
 #include "dlprobe/core/command_line.h"
 #include "dlprobe/core/host_memory.h"
+#include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/device/fastest_settings.h"
@@ -193,10 +195,14 @@ class Printer final : public memory::AnalysisObserver {
  public:
   // `predict_only`: the predictions are the answer, and a largest batch of none fails the command
   // as a measured one does; otherwise the measurement that follows each prediction decides.
+  // `interrupt`: the guard's count; once it is not 0, the analysis stops after the configuration
+  // being measured.
   Printer(std::optional<std::uint64_t> device_bytes, bool predict_only,
-          std::unique_ptr<results::ResultsWriter> writer, results::Context context)
+          std::unique_ptr<results::ResultsWriter> writer, results::Context context,
+          const std::atomic<int>* interrupt)
       : device_bytes_(device_bytes),
         predict_only_(predict_only),
+        interrupt_(interrupt),
         writer_(std::move(writer)),
         document_{std::move(context), {}, {}} {}
 
@@ -212,9 +218,18 @@ class Printer final : public memory::AnalysisObserver {
     if (!o.failure.is_ok() || (o.max_batch && o.max_batch->found == 0)) ++failures_;
     std::optional<results::Configuration> record = memory::results_record(o);
     if (record) document_.configurations.push_back(*record);
-    if (!writer_ || !record) return Status::ok();
-    return writer_->add(std::move(record).value()).with_context("--json");
+    if (writer_ && record) {
+      DLPROBE_RETURN_IF_ERROR(writer_->add(std::move(record).value()).with_context("--json"));
+    }
+    if (interrupt_ != nullptr && interrupt_->load() > 0) {
+      interrupted_ = true;
+      // Any error ends the analysis; run() tells this one from a failure by interrupted().
+      return error(Errc::internal, "interrupted");
+    }
+    return Status::ok();
   }
+
+  bool interrupted() const { return interrupted_; }
 
   void predicted(const memory::PredictedMaxBatch& r) override {
     print_predicted_max_batch(r);
@@ -234,6 +249,8 @@ class Printer final : public memory::AnalysisObserver {
  private:
   std::optional<std::uint64_t> device_bytes_;
   bool predict_only_;
+  const std::atomic<int>* interrupt_;
+  bool interrupted_ = false;
   std::unique_ptr<results::ResultsWriter> writer_;
   results::Document document_;
   MemorySummary summary_;
@@ -274,8 +291,16 @@ int run(const memory::AnalysisOptions& a, const MemoryFlags& f) {
     writer = std::make_unique<results::ResultsWriter>(std::move(created).value());
   }
   print_picked(a);
-  Printer printer(a.device_bytes, f.predict_only, std::move(writer), context);
+  // Ctrl-C, SIGTERM or SIGHUP: the configuration being measured finishes, and what was measured is
+  // printed, kept in --json and added to the history.
+  InterruptGuard guard;
+  Printer printer(a.device_bytes, f.predict_only, std::move(writer), context, guard.flag());
   const Status s = memory::run_analysis(a, printer);
+  if (printer.interrupted()) {
+    const int code = printer.end(f.history);
+    std::fputs("dlprobe memory: interrupted; what was measured is in the results\n", stderr);
+    return code == kExitError ? code : kExitFailure;
+  }
   return s.is_ok() ? printer.end(f.history) : report_error(s);
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -242,6 +243,35 @@ TEST(MemoryCli, TheCpuIsTheCpuBackendAsInBench) {
   if (has(picked.output, "dlprobe memory: device cuda:0")) GTEST_SKIP() << "a GPU is present";
   EXPECT_TRUE(has(picked.output, "dlprobe memory: device cpu, ")) << picked.output;
   EXPECT_TRUE(has(picked.output, backend)) << picked.output;
+}
+
+// Ctrl-C: the configuration being measured finishes, the rest are skipped, and what was measured
+// stays in --json and reaches the history (it had been killed mid-table, the history left out).
+TEST(MemoryCli, InterruptedKeepsWhatWasMeasured) {
+  const std::string dir = ::testing::TempDir() + "memory_cli_interrupt";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string batches = "8";
+  for (int b = 16; b <= 320; b += 8) batches += fmt::format(",{}", b);
+  dlprobe::testing::ProcessOptions options;
+  options.interrupt_after = std::chrono::milliseconds(1500);
+  const CliRun r = dlprobe::testing::run_dlprobe(
+      dlprobe::testing::split_args(
+          "memory --model resnet18 --width 16 --image-size 96 --classes 10 --device cpu "
+          "--backend reference --batch " +
+          batches + " --json " + dir + "/m.json --history " + dir + "/h.sqlite"),
+      options);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "dlprobe memory: interrupted; what was measured is in the results"))
+      << r.output;
+  auto doc = results::read_file(dir + "/m.json");
+  ASSERT_TRUE(doc) << doc.status().message();
+  EXPECT_GE(doc->configurations.size(), 1u);
+  EXPECT_LT(doc->configurations.size(), 40u);
+  const CliRun listed = run("history --history " + dir + "/h.sqlite list");
+  EXPECT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_TRUE(has(listed.output, "resnet18")) << listed.output;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(MemoryCli, MeasuresBesideThePredictionAndWritesResults) {
