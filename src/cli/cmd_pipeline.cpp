@@ -11,6 +11,7 @@
 
 #include "bench_common.h"
 #include "commands.h"
+#include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/units.h"
 #include "dlprobe/data/make_dataset.h"
 #include "dlprobe/data/throughput.h"
@@ -164,6 +165,10 @@ int run_pipeline(const PipelineFlags& f) {
                  std::string(data::stage_name(p.stage)).c_str(), p.threads,
                  format_grouped(p.images_per_second(), 1).c_str());
   };
+  // Ctrl-C, SIGTERM or SIGHUP: the point being measured finishes, and the points measured are
+  // printed and written.
+  InterruptGuard guard;
+  options->interrupt = guard.flag();
   auto report = data::measure_throughput(*dataset, *options);
   if (!report) return report_error(report.status());
   const std::string text = data::render_text(*report);
@@ -172,6 +177,10 @@ int run_pipeline(const PipelineFlags& f) {
     if (Status s = write_file_atomic(f.json, data::to_json(*report).dump(2) + "\n"); !s) {
       return report_error(s);
     }
+  }
+  if (report->interrupted) {
+    std::fputs("dlprobe pipeline: interrupted; the points measured are above\n", stderr);
+    return kExitFailure;
   }
   // A stage that decoded no image (every file it met skipped) measured nothing: its 0 img/s are
   // kept above, and the run fails, as a training run on such data would.

@@ -200,8 +200,15 @@ Result<ThroughputReport> measure_throughput(const Dataset& dataset,
       if (!batch) break;
     }
   }
+  const auto interrupted = [&] {
+    return options.interrupt != nullptr && options.interrupt->load(std::memory_order_relaxed) > 0;
+  };
   for (Stage stage : options.stages) {
     for (int t : threads) {
+      if (interrupted()) {
+        report.interrupted = true;
+        break;
+      }
       auto measured = gpu ? measure_gpu_point(dataset, options.loader, *gpu, stage, t,
                                               options.min_time, decoders, skipped)
                           : measure_point(dataset, options.loader, stage, t, options.min_time,
@@ -340,7 +347,8 @@ nlohmann::json to_json(const ThroughputReport& r) {
             {"flip", a.flip}}},
           {"points", points},
           {"cores_needed", cores_needed},
-          {"skipped", skipped}};
+          {"skipped", skipped},
+          {"interrupted", r.interrupted}};
 }
 
 }  // namespace dlprobe::data

@@ -2,6 +2,7 @@
 // and stderr, and the JSON file.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -71,6 +72,26 @@ TEST_F(PipelineCli, MeasuresTheCurveAndWritesJson) {
   EXPECT_EQ(doc["skipped"].size(), 0u);
   // An earlier file is not replaced unasked, before any work.
   expect_error(quote(data_) + " --json " + quote(json), "--json: " + json);
+}
+
+// Ctrl-C: the point being measured finishes, no other starts, and the points measured are printed
+// and written (they had all been lost).
+TEST_F(PipelineCli, InterruptedKeepsThePointsMeasured) {
+  const std::string json = (dir_ / "cut.json").string();
+  testing::ProcessOptions options;
+  options.interrupt_after = std::chrono::milliseconds(1000);
+  const auto r = testing::run_dlprobe(
+      testing::split_args("pipeline " + quote(data_) +
+                          " --threads 1,2 --min-time 3s --batch 4 --size 32 --json " + quote(json)),
+      options);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("dlprobe pipeline: interrupted; the points measured are above"),
+            std::string::npos)
+      << r.output;
+  const auto doc = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(doc["interrupted"], true);
+  ASSERT_EQ(doc["points"].size(), 1u);
+  EXPECT_GT(doc["points"][0]["images_per_second"].get<double>(), 0);
 }
 
 TEST_F(PipelineCli, BadFilesAreListedOrStrictlyAnError) {

@@ -6,6 +6,7 @@
 // second. `dlprobe pipeline` prints it; the JSON form is schema dlprobe.pipeline/1.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -45,6 +46,9 @@ struct ThroughputOptions {
   std::optional<int> upload_device;
   // Called after each point, for progress lines.
   std::function<void(const ThroughputPoint&)> on_point;
+  // Once this count (an InterruptGuard's) is not 0, no further point starts: the report holds the
+  // points measured, and says it was interrupted.
+  const std::atomic<int>* interrupt = nullptr;
 };
 
 // 1, 2, 4 ... up to `cores`, and `cores` itself.
@@ -94,6 +98,7 @@ struct ThroughputReport {
   std::vector<ThroughputPoint> points;
   std::vector<SkippedFile> skipped;  // each file once
   std::optional<CoresNeeded> cores_needed;
+  bool interrupted = false;  // points after those in `points` were not measured
 };
 
 // Measures `dataset` point by point (each stage at each thread count, for at least min_time after
