@@ -293,8 +293,15 @@ Result<std::filesystem::path> xdg_file(const char* xdg_var, std::string_view hom
   }
   const char* home = std::getenv("HOME");
   if (home == nullptr || *home == '\0') {
-    return error(Errc::not_found, fmt::format("no {} folder: neither {} nor HOME is set (give {})",
-                                              what, xdg_var, flag));
+    // The XDG specification ignores a relative path, as here: say so rather than "not set".
+    const bool relative = xdg != nullptr && *xdg != '\0';
+    return error(
+        Errc::not_found,
+        fmt::format(
+            "no {} folder: {} HOME is not set (give {})", what,
+            relative ? fmt::format("{} is relative ({}), which does not count, and", xdg_var, xdg)
+                     : fmt::format("{} is not set and", xdg_var),
+            flag));
   }
   return std::filesystem::path(home) / home_dir / "dlprobe" / file;
 }

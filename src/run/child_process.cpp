@@ -92,15 +92,21 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::spawn(const SpawnOptions& op
   int out_pipe[2];
   int err_pipe[2];
   int exec_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) return error(Errc::api_error, "pipe2 failed");
+  // EMFILE is the usual cause (ulimit -n): strerror names it.
+  const auto pipe_failed = [] {
+    return error(Errc::api_error, fmt::format("pipe2 failed: {}", std::strerror(errno)));
+  };
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) return pipe_failed();
   if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    const Status failed = pipe_failed();
     close(out_pipe[0]);
     close(out_pipe[1]);
-    return error(Errc::api_error, "pipe2 failed");
+    return failed;
   }
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    const Status failed = pipe_failed();
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
-    return error(Errc::api_error, "pipe2 failed");
+    return failed;
   }
   const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 

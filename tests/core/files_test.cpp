@@ -235,7 +235,11 @@ TEST(XdgFile, TheVariableThenHomeThenAnErrorNamingTheFlag) {
   ASSERT_FALSE(none);
   EXPECT_EQ(none.status().code(), Errc::not_found);
   EXPECT_EQ(none.status().message(),
-            "no test folder: neither XDG_TEST_HOME nor HOME is set (give --f FILE)");
+            "no test folder: XDG_TEST_HOME is not set and HOME is not set (give --f FILE)");
+  ScopedEnv relative("XDG_TEST_HOME", "rel/xdg");
+  EXPECT_EQ(xdg_file("XDG_TEST_HOME", ".test", "f.json", "test", "--f FILE").status().message(),
+            "no test folder: XDG_TEST_HOME is relative (rel/xdg), which does not count, and HOME "
+            "is not set (give --f FILE)");
 }
 
 }  // namespace
