@@ -79,10 +79,10 @@ TEST_F(PipelineCli, MeasuresTheCurveAndWritesJson) {
 TEST_F(PipelineCli, InterruptedKeepsThePointsMeasured) {
   const std::string json = (dir_ / "cut.json").string();
   testing::ProcessOptions options;
-  options.interrupt_after = std::chrono::milliseconds(1000);
+  options.interrupt_after = std::chrono::milliseconds(2000);
   const auto r = testing::run_dlprobe(
       testing::split_args("pipeline " + quote(data_) +
-                          " --threads 1,2 --min-time 3s --batch 4 --size 32 --json " + quote(json)),
+                          " --threads 1,2 --min-time 5s --batch 4 --size 32 --json " + quote(json)),
       options);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("dlprobe pipeline: interrupted; the points measured are above"),
