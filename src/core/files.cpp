@@ -242,7 +242,9 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view con
   std::filesystem::path tmp;
   int fd = -1;
   for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
-    tmp = target.string() + fmt::format(".tmp.{}.{}", ::getpid(), counter++);
+    // A name of its own rather than the file's with a suffix, which would not fit beside a name
+    // near the file system's 255-byte limit.
+    tmp = target.parent_path() / fmt::format(".dlprobe-{}-{}.tmp", ::getpid(), counter++);
     // Over an existing file the temporary starts private and takes the file's bits before any
     // byte is in it; a new file gets 0666 less the umask, as any program's new file does.
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, exists ? 0600 : 0666);

@@ -37,6 +37,15 @@ TEST_F(FilesTest, RewriteReplacesAndLeavesNoTemporary) {
   EXPECT_EQ(entries, 1);
 }
 
+// A name at the file system's 255-byte limit is written: the temporary's name is not the file's
+// with a suffix (which did not fit).
+TEST_F(FilesTest, ANameAtTheLengthLimitIsWritten) {
+  const std::string name = std::string(250, 'r') + ".json";
+  ASSERT_TRUE(write_file_atomic(dir_ / name, "x").is_ok());
+  ASSERT_TRUE(write_file_atomic(dir_ / name, "y").is_ok());
+  EXPECT_EQ(read_whole_file(dir_ / name).value(), "y");
+}
+
 TEST_F(FilesTest, LargeFileReadsWhole) {
   std::string big(300'000, '\0');
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 26);
