@@ -11,8 +11,8 @@ HostMemorySource::HostMemorySource(std::optional<std::uint64_t> budget_bytes)
     : budget_bytes_(budget_bytes) {}
 
 Result<void*> HostMemorySource::allocate(std::size_t bytes) {
-  // aligned_alloc wants a size that is a multiple of the alignment.
-  const std::size_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  // aligned_alloc wants a size that is a multiple of the alignment; one that wrapped is past any.
+  const std::size_t size = round_up(bytes, kAlignment);
   if (size < bytes) {
     return error(Errc::out_of_memory, fmt::format("host: {} bytes is past any memory", bytes));
   }
@@ -34,7 +34,7 @@ Result<void*> HostMemorySource::allocate(std::size_t bytes) {
 
 Status HostMemorySource::free(void* ptr, std::size_t bytes) {
   std::free(ptr);
-  live_bytes_ -= (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  live_bytes_ -= round_up(bytes, kAlignment);
   return Status::ok();
 }
 

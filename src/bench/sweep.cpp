@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "dlprobe/core/clock.h"
+#include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/device/fastest_settings.h"
 #include "dlprobe/monitor/sampler.h"
@@ -307,7 +308,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
         std::int64_t timed = 0;
         for (const BenchResult& r : runs) timed += r.timed_steps();
         m.status = results::RunStatus::interrupted;
-        m.error = fmt::format("interrupted (Ctrl-C or SIGTERM/SIGHUP) after {} timed steps", timed);
+        m.error = fmt::format("{} after {} timed steps", kInterrupted, timed);
       }
       if (sampler) {
         m.telemetry = telemetry_over(windows, tel->gpu);
@@ -364,8 +365,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepEnvironment& env,
           d.memory = fed->memory;
           if (fed->interrupted) {
             d.status = results::RunStatus::interrupted;
-            d.error = fmt::format("interrupted (Ctrl-C or SIGTERM/SIGHUP) after {} timed steps",
-                                  fed->timed_steps());
+            d.error = fmt::format("{} after {} timed steps", kInterrupted, fed->timed_steps());
           }
         } else {
           d.status = fed.status().code() == Errc::out_of_memory ? results::RunStatus::oom

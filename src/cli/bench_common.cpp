@@ -28,6 +28,13 @@ void add_tuning_flags(CLI::App& sub, TuningFlags& flags) {
                  "this GPU and cuDNN (runs that share it run the same engines)");
 }
 
+Result<engine::OptimizerKind> workload_optimizer(const WorkloadFlags& flags, bool trains) {
+  if (flags.optimizer_given && !trains) {
+    return invalid_argument("--optimizer: only with --mode train (the optimizer's update)");
+  }
+  return for_flag("--optimizer", engine::parse_optimizer(flags.optimizer));
+}
+
 Result<Tuning> tuning_options(const TuningFlags& flags) {
   Tuning t;
   DLPROBE_ASSIGN_OR_RETURN(t.algo, for_flag("--conv-algo", device::parse_conv_algo(flags.algo)));

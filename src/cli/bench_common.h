@@ -51,7 +51,11 @@ struct WorkloadFlags {
   std::string mode = "train";
   std::string layout = "auto";
   std::string optimizer = "sgd";
+  bool optimizer_given = false;  // --optimizer on the command line
 };
+
+// --optimizer, refused when given to a run that does not train: it would be taken and ignored.
+Result<engine::OptimizerKind> workload_optimizer(const WorkloadFlags& flags, bool trains);
 
 // --model, its help the models there are and then `more` ("a comma list sweeps").
 void add_model_flag(CLI::App& sub, std::string& model, std::string_view more = "");

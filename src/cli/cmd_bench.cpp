@@ -58,8 +58,7 @@ struct BenchFlags {
   std::string profile = "0";
   std::string batch_start = "16";
   std::string batch_limit = "4096";
-  bool batch_range_given = false;  // --batch-start or --batch-limit on the command line
-  bool optimizer_given = false;
+  bool batch_range_given = false;      // --batch-start or --batch-limit on the command line
   std::vector<std::string> cuda_only;  // options only the CUDA backend reads, given
   std::string repeat_process;          // empty: measure in this process
   std::string json;
@@ -130,13 +129,11 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
         }));
   }
   DLPROBE_RETURN_IF_ERROR(parse_shape(f.shape, axes.base.model));
-  DLPROBE_ASSIGN_OR_RETURN(axes.base.optimizer,
-                           for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
+  DLPROBE_ASSIGN_OR_RETURN(
+      axes.base.optimizer,
+      workload_optimizer(f.workload, std::find(axes.modes.begin(), axes.modes.end(),
+                                               engine::StepMode::train) != axes.modes.end()));
   // Flags that would be taken and ignored without a word.
-  if (f.optimizer_given && std::find(axes.modes.begin(), axes.modes.end(),
-                                     engine::StepMode::train) == axes.modes.end()) {
-    return invalid_argument("--optimizer: only with --mode train (the optimizer's update)");
-  }
   if (f.batch_range_given && !axes.auto_batch) {
     return invalid_argument("--batch-start and --batch-limit: only with --batch auto");
   }
@@ -188,7 +185,7 @@ Result<BenchPlan> plan_from(const BenchFlags& f) {
                                           {"--recompute", f.recompute, "none"}}) {
     if (value != open) asked.push_back(fmt::format("{} {}", flag, value));
   }
-  if (f.optimizer_given) asked.push_back("--optimizer " + f.workload.optimizer);
+  if (f.workload.optimizer_given) asked.push_back("--optimizer " + f.workload.optimizer);
   DLPROBE_ASSIGN_OR_RETURN(
       bench::Expanded expanded,
       for_flag(asked.empty() ? fmt::format("--device {}", device::device_name(s.device))
@@ -417,7 +414,7 @@ Command add_bench_command(CLI::App& app) {
   return {sub, [flags, sub] {
             flags->batch_range_given =
                 sub->count("--batch-start") + sub->count("--batch-limit") > 0;
-            flags->optimizer_given = sub->count("--optimizer") > 0;
+            flags->workload.optimizer_given = sub->count("--optimizer") > 0;
             flags->cuda_only =
                 given_options(*sub, {"--conv-algo", "--conv-engines", "--conv-sums",
                                      "--conv-prologue", "--stem-backward", "--stream-lag"});

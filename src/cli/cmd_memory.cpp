@@ -52,7 +52,6 @@ struct MemoryFlags {
   std::vector<std::string> cuda_only;  // options only the CUDA backend reads, given
   // Options only a measurement reads, given: --predict-only refuses them.
   std::vector<std::string> measured_only;
-  bool optimizer_given = false;
   bool max_batch = false;
   std::string limit;
   std::string json;
@@ -91,10 +90,7 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
     DLPROBE_ASSIGN_OR_RETURN(a.layout, parse_layout(f.workload.layout, "--layout"));
   }
   DLPROBE_ASSIGN_OR_RETURN(a.base.optimizer,
-                           for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
-  if (f.optimizer_given && a.base.mode != engine::StepMode::train) {
-    return invalid_argument("--optimizer: only with --mode train (the optimizer's update)");
-  }
+                           workload_optimizer(f.workload, a.base.mode == engine::StepMode::train));
   if (f.predict_only && !f.measured_only.empty()) {
     return invalid_argument(
         fmt::format("--predict-only measures nothing: leave out {} (only a measurement reads {})",
@@ -168,12 +164,13 @@ Result<memory::AnalysisOptions> to_options(const MemoryFlags& f) {
     warn_cuda_only("memory", where.backend, f.cuda_only);
     // On the CPU the search runs in this machine's memory: a larger limit would answer for memory
     // it does not have.
-    const std::optional<std::uint64_t> host = host_memory_available();
-    if (where.device.kind == DeviceKind::cpu && a.max_batch_limit && host &&
-        *a.max_batch_limit > *host) {
-      return invalid_argument(
-          fmt::format("--limit: {} is more than the {} this machine has available (--device cpu)",
-                      format_size(*a.max_batch_limit), format_size(*host)));
+    if (where.device.kind == DeviceKind::cpu && a.max_batch_limit) {
+      const std::optional<std::uint64_t> host = host_memory_available();
+      if (host && *a.max_batch_limit > *host) {
+        return invalid_argument(
+            fmt::format("--limit: {} is more than the {} this machine has available (--device cpu)",
+                        format_size(*a.max_batch_limit), format_size(*host)));
+      }
     }
     so.device = where.device;
     so.backend = where.backend;
@@ -361,7 +358,7 @@ Command add_memory_command(CLI::App& app) {
             f->measured_only =
                 given_options(*sub, {"--device", "--backend", "--warmup", "--calibration-batch",
                                      "--conv-algo", "--tuning-cache"});
-            f->optimizer_given = sub->count("--optimizer") > 0;
+            f->workload.optimizer_given = sub->count("--optimizer") > 0;
             if (Status s = prepare_outputs({{"--json", f->json}}, f->overwrite,
                                            {{"--calibration", f->calibration},
                                             {"--tuning-cache", f->tuning.cache},

@@ -56,7 +56,6 @@ struct StepFlags {
   bool write_losses = false;  // --steps given: the `losses` tensor too
   std::int64_t batch = 0;     // read only when given; else every image in one batch
   bool batch_given = false;
-  bool optimizer_given = false;
   std::vector<std::string> cuda_only;  // options only the CUDA backend reads, given
 };
 
@@ -68,10 +67,7 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(c.mode, for_flag("--mode", engine::parse_step_mode(f.workload.mode)));
   DLPROBE_ASSIGN_OR_RETURN(c.layout, parse_layout(f.workload.layout, "--layout"));
   DLPROBE_ASSIGN_OR_RETURN(c.optimizer,
-                           for_flag("--optimizer", engine::parse_optimizer(f.workload.optimizer)));
-  if (f.optimizer_given && c.mode != engine::StepMode::train) {
-    return invalid_argument("--optimizer: only with --mode train (the optimizer's update)");
-  }
+                           workload_optimizer(f.workload, c.mode == engine::StepMode::train));
   DLPROBE_ASSIGN_OR_RETURN(const DeviceChoice where, noted_device_choice(f.where, "step"));
   warn_cuda_only("step", where.backend, f.cuda_only);
   if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
@@ -240,7 +236,7 @@ Command add_step_command(CLI::App& app) {
             flags->write_losses = steps->count() > 0;
             flags->loss_scale_given = loss_scale->count() > 0;
             flags->batch_given = batch->count() > 0;
-            flags->optimizer_given = sub->count("--optimizer") > 0;
+            flags->workload.optimizer_given = sub->count("--optimizer") > 0;
             const Status s = run_step_command(*flags);
             return s.is_ok() ? kExitOk : report_error(s);
           }};

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <functional>
@@ -81,27 +82,20 @@ Result<std::chrono::nanoseconds> parse_sampling_interval(const std::string& text
 Result<double> parse_alpha(const std::string& text);
 Result<double> parse_noise(const std::string& text);
 
-// A comma list, each item parsed by `parse`, no value twice ("2,02" names batch 2 twice; the
-// items of a type without == are compared as written).
-template <class T, class Parse>
+// A comma list, each item parsed by `parse`, no value twice: compared as values, so "2,02" names
+// batch 2 twice.
+template <std::equality_comparable T, class Parse>
 Result<std::vector<T>> parse_each(const std::string& text, std::string_view flag, Parse parse) {
   DLPROBE_ASSIGN_OR_RETURN(std::vector<std::string> items, parse_list(text, flag));
   std::vector<T> out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    DLPROBE_ASSIGN_OR_RETURN(T value, parse(items[i]));
-    for (std::size_t j = 0; j < i; ++j) {
-      bool same = false;
-      if constexpr (std::equality_comparable<T>) {
-        same = out[j] == value;
-      } else {
-        same = items[j] == items[i];
-      }
-      if (same) {
-        return invalid_argument(
-            items[j] == items[i]
-                ? fmt::format("{}: '{}' is given twice", flag, items[i])
-                : fmt::format("{}: '{}' and '{}' are the same", flag, items[j], items[i]));
-      }
+  for (const std::string& item : items) {
+    DLPROBE_ASSIGN_OR_RETURN(T value, parse(item));
+    const auto same = std::find(out.begin(), out.end(), value);
+    if (same != out.end()) {
+      const std::string& first = items[static_cast<std::size_t>(same - out.begin())];
+      return invalid_argument(
+          first == item ? fmt::format("{}: '{}' is given twice", flag, item)
+                        : fmt::format("{}: '{}' and '{}' are the same", flag, first, item));
     }
     out.push_back(std::move(value));
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "dlprobe/core/build_info.h"
+#include "dlprobe/core/interrupt.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/doctor/container.h"
 #include "dlprobe/doctor/cpu_info.h"
@@ -62,7 +63,7 @@ std::string error_of(const RunResult& r) {
     case Outcome::timeout:
       return "stopped at --timeout";
     case Outcome::interrupted:
-      return "interrupted (Ctrl-C or SIGTERM/SIGHUP)";
+      return std::string(kInterrupted);
     case Outcome::failed:
     case Outcome::crashed:
       break;

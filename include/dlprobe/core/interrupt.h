@@ -14,8 +14,12 @@
 #pragma once
 
 #include <atomic>
+#include <string_view>
 
 namespace dlprobe {
+
+// How a configuration or run that a guard cut short is recorded.
+inline constexpr std::string_view kInterrupted = "interrupted (Ctrl-C or SIGTERM/SIGHUP)";
 
 class InterruptGuard {
  public:
