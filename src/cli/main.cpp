@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
       add_pipeline_command(app), add_history_command(app),
   };
   name_value_types(app);
+  // -v is the top-level's, yet a user writes it where the other options are: `dlprobe bench -v`.
+  for (const auto& command : commands) command.app->fallthrough();
 
   try {
     app.parse(argc, argv);

@@ -113,10 +113,16 @@ bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
   const Result<std::filesystem::path> ta = link_target(a);
   const Result<std::filesystem::path> tb = link_target(b);
   if (!ta || !tb) return false;
+  // Absolute first: weakly_canonical leaves a relative name none of whose parts exists as it is,
+  // so "r.json" and "./r.json" (not yet written) would not compare equal.
+  std::error_code ec_a;
+  std::error_code ec_b;
+  const std::filesystem::path ca =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(*ta, ec_a), ec_a);
+  const std::filesystem::path cb =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(*tb, ec_b), ec_b);
+  if (!ec_a && !ec_b && ca == cb) return true;
   std::error_code ec;
-  const std::filesystem::path ca = std::filesystem::weakly_canonical(*ta, ec);
-  const std::filesystem::path cb = std::filesystem::weakly_canonical(*tb, ec);
-  if (!ec && ca == cb) return true;
   return std::filesystem::equivalent(*ta, *tb, ec) && !ec;
 }
 

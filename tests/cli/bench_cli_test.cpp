@@ -261,6 +261,20 @@ TEST(BenchCliTest, OutOfMemoryInASweepIsRecordedAndTheSweepGoesOn) {
 // --recompute block-outputs is recorded where the step recomputed (the reference backend runs
 // batch norm inside the convolutions in fp64 NHWC) and not where it had nothing to recompute
 // (fp32), which a warning says.
+// -v belongs to dlprobe, not to bench, yet it is taken where a user writes it: after the command.
+TEST(BenchCliTest, VerboseIsTakenAfterTheCommandToo) {
+  const std::string quick =
+      kSmall + "--mode infer --steps 1 --min-time 0s --warmup 0 --warmup-time 0s -q --no-history ";
+  for (const char* flag : {"-v", "--verbose"}) {
+    const CliRun r = run(quick + flag);
+    EXPECT_EQ(r.exit_code, 0) << flag << "\n" << r.output;
+    EXPECT_NE(r.err.find("dlprobe debug: "), std::string::npos) << flag << "\n" << r.output;
+  }
+  const CliRun quiet = run(quick);
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_EQ(quiet.err.find("dlprobe debug: "), std::string::npos) << quiet.output;
+}
+
 TEST(BenchCliTest, RecomputeIsRecordedWhereItRan) {
   const std::string json = ::testing::TempDir() + "bench_cli_recompute.json";
   const CliRun r = run(kSmall +

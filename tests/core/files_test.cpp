@@ -160,6 +160,28 @@ TEST_F(FilesTest, TwoOutputsOnOneFileAreRefused) {
   EXPECT_EQ(check_outputs(missing, false).message().rfind("--json: ", 0), 0u);
 }
 
+// Names relative to the working folder, of files not yet written: the same file however spelled.
+TEST_F(FilesTest, TwoSpellingsOfOneNewFileAreRefused) {
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir_.path());
+  std::filesystem::create_directory("sub");
+  const NamedOutput dot[] = {{"--json", "./same.json"}, {"--md", "same.json"}};
+  const NamedOutput up[] = {{"--json", "sub/../z.json"}, {"--md", "z.json"}};
+  const NamedOutput absolute[] = {{"--json", dir_ / "a.json"}, {"--md", "a.json"}};
+  const NamedOutput distinct[] = {{"--json", "same.json"}, {"--md", "sub/same.json"}};
+  const Status dot_status = check_outputs(dot, false);
+  const Status up_status = check_outputs(up, false);
+  const Status absolute_status = check_outputs(absolute, false);
+  const Status distinct_status = check_outputs(distinct, false);
+  std::filesystem::current_path(before);
+  EXPECT_EQ(dot_status.message(),
+            "--json and --md both name same.json: give each a file of its own");
+  EXPECT_FALSE(up_status.is_ok());
+  EXPECT_FALSE(absolute_status.is_ok());
+  EXPECT_TRUE(distinct_status.is_ok()) << distinct_status.message();
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "same.json"));
+}
+
 TEST_F(FilesTest, AnOutputThatNamesAnInputIsRefused) {
   const auto in = dir_ / "in.json";
   std::filesystem::create_symlink("in.json", dir_ / "link.json");
