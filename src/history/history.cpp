@@ -119,17 +119,22 @@ Entry read_entry(Statement& s) {
   return e;
 }
 
-// "2026-03-01" runs to the end of its day; a full time is taken as given.
-std::string until_bound(const std::string& until) {
-  return until.size() == 10 ? until + "T23:59:59Z" : until;
-}
+using Instant = std::chrono::sys_time<std::chrono::milliseconds>;
 
-Status check_date(const std::string& date, const char* which) {
-  // ISO-8601 compares as text, which is what the query does: a value that is not one (a month 13,
-  // February 30, an hour 99) would silently select everything or nothing.
-  if (date.empty() || parse_utc_time(date)) return Status::ok();
-  return invalid_argument(
-      fmt::format("{} '{}': not a date (2026-03-01 or 2026-03-01T12:00:00Z)", which, date));
+// A bound of --since or --until as the instant it names: a time as given (12:00, 12:00:00 and
+// 12:00:00Z are one instant), a date from the start of its day (since) or to its end (until).
+// Dates are compared as instants, not as text: "12:00:30" sorts after "12:00Z" as text.
+Result<std::optional<Instant>> time_bound(const std::string& text, const char* which,
+                                          bool end_of_day) {
+  if (text.empty()) return std::optional<Instant>{};
+  const std::optional<Instant> t = parse_utc_time(text);
+  if (!t) {
+    return invalid_argument(
+        fmt::format("{} '{}': not a date (2026-03-01 or 2026-03-01T12:00:00Z)", which, text));
+  }
+  if (end_of_day && text.size() == 10)
+    return std::optional<Instant>{*t + std::chrono::days(1) - std::chrono::milliseconds(1)};
+  return std::optional<Instant>{*t};
 }
 
 }  // namespace
@@ -330,10 +335,11 @@ Result<Added> History::add(const results::Document& document) {
 }
 
 Result<std::vector<Entry>> History::list(const Filter& filter) const {
-  DLPROBE_RETURN_IF_ERROR(check_date(filter.since, "--since"));
-  DLPROBE_RETURN_IF_ERROR(check_date(filter.until, "--until"));
-  // Compared as the query compares them, as text.
-  if (!filter.since.empty() && !filter.until.empty() && filter.since > until_bound(filter.until)) {
+  DLPROBE_ASSIGN_OR_RETURN(const std::optional<Instant> since,
+                           time_bound(filter.since, "--since", false));
+  DLPROBE_ASSIGN_OR_RETURN(const std::optional<Instant> until,
+                           time_bound(filter.until, "--until", true));
+  if (since && until && *since > *until) {
     return invalid_argument(fmt::format("--since {} is after --until {}: no result lies between",
                                         filter.since, filter.until));
   }
@@ -360,14 +366,6 @@ Result<std::vector<Entry>> History::list(const Filter& filter) const {
   like(filter.driver, "driver");
   equal(filter.model, "model");
   equal(filter.precision, "precision");
-  if (!filter.since.empty()) {
-    sql += " AND date >= ?";
-    texts.push_back(filter.since);
-  }
-  if (!filter.until.empty()) {
-    sql += " AND date <= ?";
-    texts.push_back(until_bound(filter.until));
-  }
   if (filter.batch) sql += " AND batch = ?";
   sql += " ORDER BY date, id";
   DLPROBE_ASSIGN_OR_RETURN(Statement s, db.prepare(sql));
@@ -378,7 +376,13 @@ Result<std::vector<Entry>> History::list(const Filter& filter) const {
   for (;;) {
     DLPROBE_ASSIGN_OR_RETURN(const bool row, s.step());
     if (!row) break;
-    out.push_back(read_entry(s));
+    Entry e = read_entry(s);
+    if (since || until) {
+      // A date that is not a time cannot lie within bounds; the writers give every result one.
+      const std::optional<Instant> at = parse_utc_time(e.date);
+      if (!at || (since && *at < *since) || (until && *at > *until)) continue;
+    }
+    out.push_back(std::move(e));
   }
   return out;
 }

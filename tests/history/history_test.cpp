@@ -162,6 +162,39 @@ TEST(History, FiltersSelectRows) {
   }
 }
 
+// Bounds are instants, however written: 12, 12:00 and 12:00:00Z name one, and a row at 12:00:30
+// lies after it (as text, "12:00:30" sorts after "12:00Z" and "12Z", and before "12:00:00Z").
+TEST(History, TimeBoundsAreInstants) {
+  dlprobe::testing::TempFolder dir;
+  auto h = History::open(dir / "h.sqlite");
+  ASSERT_TRUE(h);
+  for (const char* at : {"2026-11-07T11:59:59Z", "2026-11-07T12:00:00Z", "2026-11-07T12:00:30Z",
+                         "2026-11-07T12:45:00Z", "2026-11-07T23:59:59Z", "2026-11-08T00:00:00Z"}) {
+    ASSERT_TRUE(h->add(document(RunSpec().at(at))));
+  }
+  // The times of the rows that pass.
+  const auto times = [&](const std::string& since, const std::string& until) {
+    Filter f;
+    f.since = since;
+    f.until = until;
+    auto rows = h->list(f);
+    EXPECT_TRUE(rows) << since << " " << until << ": " << rows.status().message();
+    std::string out;
+    for (const Entry& e : rows.value_or(std::vector<Entry>{})) {
+      out += (out.empty() ? "" : " ") + e.date.substr(11, 8);
+    }
+    return out;
+  };
+  for (const char* noon : {"2026-11-07T12", "2026-11-07T12Z", "2026-11-07T12:00",
+                           "2026-11-07T12:00Z", "2026-11-07T12:00:00", "2026-11-07T12:00:00Z"}) {
+    EXPECT_EQ(times("", noon), "11:59:59 12:00:00") << noon;
+    EXPECT_EQ(times(noon, ""), "12:00:00 12:00:30 12:45:00 23:59:59 00:00:00") << noon;
+    EXPECT_EQ(times(noon, noon), "12:00:00") << noon;
+  }
+  EXPECT_EQ(times("2026-11-07T12:00:01", "2026-11-07"), "12:00:30 12:45:00 23:59:59");
+  EXPECT_EQ(times("2026-11-08", ""), "00:00:00");
+}
+
 TEST(History, DefaultPathFollowsXdgDataHome) {
   const char* old_xdg = std::getenv("XDG_DATA_HOME");
   const std::string saved = old_xdg ? old_xdg : "";
