@@ -22,7 +22,8 @@ results::Settings settings_of(const engine::StepConfig& c, const GpuMemoryOption
   s.batch = c.batch;
   s.precision = std::string(engine::precision_name(c.precision));
   s.mode = std::string(engine::step_mode_name(c.mode));
-  s.layout = std::string(layout_name(c.layout));
+  // Lower case, as the flags and bench's results take it; layout_name() is the display name.
+  s.layout = c.layout == Layout::nhwc ? "nhwc" : "nchw";
   s.device = device;
   s.backend = backend;
   s.optimizer = c.mode == engine::StepMode::train ? std::string(engine::optimizer_name(c.optimizer))
@@ -205,12 +206,14 @@ class Analysis {
     for (const GpuMemoryOption& g : gpu_memory_) {
       for (engine::Precision p : o_.precisions) {
         // The calibration (workspace, what the process holds outside the allocator) from one
-        // measured step under the limit; batch 1 when the chosen one does not fit.
+        // measured step under the limit; half the batch while it does not fit. Halving, not
+        // batch 1 at once: small images cannot train at batch 1 (batch norm needs more than one
+        // value a channel), where batches up to the answer would.
         engine::StepConfig c = config_at(
             o_.calibration_batch > 0 ? o_.calibration_batch : kMaxBatchCalibrationBatch, p, g);
         Result<Measurement> cal = measure(*session, c, g, true);
-        if (!cal && cal.status().code() == Errc::out_of_memory && c.batch > 1) {
-          c.batch = 1;
+        while (!cal && cal.status().code() == Errc::out_of_memory && c.batch > 1) {
+          c.batch /= 2;
           cal = session->measure(c, o_.warmup);
         }
         if (!cal) {

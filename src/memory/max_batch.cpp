@@ -55,7 +55,7 @@ Result<MaxBatchResult> find_max_batch(Session& session, const engine::StepConfig
     return true;
   };
   DLPROBE_ASSIGN_OR_RETURN(
-      r.found, search_largest(std::max<std::int64_t>(r.predicted, 1),
+      r.found, search_largest(std::max<std::int64_t>(r.predicted, 2),
                               upper.value_or(max_batch_bound(step, limit_bytes)), fits));
   for (const MaxBatchTrial& t : r.trials) {
     if (t.batch == r.found + 1 && !t.fits) r.next_fails = true;

@@ -172,15 +172,18 @@ Result<std::int64_t> predict_max_batch(const engine::StepConfig& step, std::uint
   DLPROBE_ASSIGN_OR_RETURN(const StepMemory at8, simulate_step(free_run, calibration));
   free_run.step.batch = 16;
   DLPROBE_ASSIGN_OR_RETURN(const StepMemory at16, simulate_step(free_run, calibration));
-  // The slope from allocated bytes, which move with every sample; reserved bytes move in whole
-  // segments.
+  // Allocated bytes, which move with every sample: reserved ones move in whole segments, and an
+  // unlimited allocator reserves more than a limit lets it (a planned step's arena at batch 8 may
+  // pass a limit under which batch 64 runs). The guess only starts the search; at least 2, for
+  // the same reason as batch 8: a step at batch 1 may fail for want of values, not memory, and
+  // end the search, where from 2 it goes down to 1 only when 2 does not fit.
   std::int64_t guess = 8;
   if (at16.peak.allocated_bytes > at8.peak.allocated_bytes) {
     const double per_sample =
         static_cast<double>(at16.peak.allocated_bytes - at8.peak.allocated_bytes) / 8.0;
     const double room = static_cast<double>(limit_bytes) - static_cast<double>(outside) -
-                        static_cast<double>(at8.reserved_peak_bytes);
-    guess = std::max<std::int64_t>(8 + static_cast<std::int64_t>(std::floor(room / per_sample)), 1);
+                        static_cast<double>(at8.peak.allocated_bytes);
+    guess = std::max<std::int64_t>(8 + static_cast<std::int64_t>(std::floor(room / per_sample)), 2);
   }
   return search_largest(guess, upper.value_or(max_batch_bound(step, limit_bytes)), fits);
 }

@@ -105,6 +105,37 @@ TEST(PredictMaxBatch, TheBatchFoundFitsTheSimulationAndTheNextDoesNot) {
   EXPECT_EQ(predict_max_batch(c, limit, &cal).status().code(), Errc::invalid_argument);
 }
 
+// A planned step reserves its arena whole: unlimited, batch 8 may reserve more than a limit
+// under which batches far above 8 run. The search is not misled into batch 1 (which a 32x32 image
+// cannot train at) by the batch-8 figure.
+TEST(PredictMaxBatch, AnArenaOverTheLimitAtBatch8DoesNotEndTheSearch) {
+  const engine::StepConfig c =
+      small_config(1, engine::MemoryPlan::planned, engine::Precision::bf16);
+  auto simulate = [&](std::int64_t b, std::uint64_t limit) {
+    SimulationOptions o;
+    o.step = c;
+    o.step.batch = b;
+    if (limit > 0) {
+      o.allocator.mode = Mode::limit;
+      o.allocator.limit_bytes = limit;
+    }
+    return simulate_step(o);
+  };
+  const Result<StepMemory> free8 = simulate(8, 0);
+  ASSERT_TRUE(free8.has_value()) << free8.status().message();
+  const Result<StepMemory> free4 = simulate(4, 0);
+  ASSERT_TRUE(free4.has_value()) << free4.status().message();
+  // Between what batch 4 needs allocated and what batch 8 reserves unlimited.
+  const auto limit = static_cast<std::uint64_t>(free4->peak.allocated_bytes) + (2u << 20);
+  ASSERT_LT(limit, static_cast<std::uint64_t>(free8->reserved_peak_bytes));
+  ASSERT_TRUE(simulate(2, limit).has_value());
+  Result<std::int64_t> found = predict_max_batch(c, limit, nullptr, 4096);
+  ASSERT_TRUE(found.has_value()) << found.status().message();
+  EXPECT_GE(*found, 2);
+  EXPECT_TRUE(simulate(*found, limit).has_value());
+  EXPECT_EQ(simulate(*found + 1, limit).status().code(), Errc::out_of_memory);
+}
+
 TEST(MaxBatch, VerifiedByMeasuredStepsUnderALimit) {
   SimulationOptions at5;
   at5.step = small_config(5);
