@@ -229,7 +229,8 @@ std::string detail_text(const Sweep& sweep, const results::Configuration& c,
   }
   if (r.arena_fullest) out += arena_text(*r.arena_fullest);
   if (!m.peak.owner.empty()) out += fmt::format("  peak set by      {}\n", m.peak.owner);
-  if (!r.profile.empty()) out += profile_text(r.profile);
+  // The profile the results keep (with --repeat, the last run's), not the first run's.
+  if (c.profile && !c.profile->empty()) out += profile_text(*c.profile);
   return out;
 }
 

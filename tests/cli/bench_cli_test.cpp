@@ -1,4 +1,5 @@
 // dlprobe bench as a user runs it: the binary, its exit code, stdout and stderr.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <pty.h>
@@ -479,6 +480,28 @@ TEST(BenchCliTest, TheProfileIsKeptInTheResultsFile) {
   doc = dlprobe::results::read_file(json);
   ASSERT_TRUE(doc.has_value()) << doc.status().message();
   EXPECT_FALSE(doc->configurations[0].profile.has_value());
+  std::filesystem::remove(json);
+}
+
+// With --repeat each run profiles; the text prints the profile the file keeps (the last run's),
+// to the figure, not the first run's.
+TEST(BenchCliTest, TheProfilePrintedIsTheOneKept) {
+  const std::string json = ::testing::TempDir() + "bench_cli_profile_repeat.json";
+  const CliRun r = run(kSmall +
+                       "--mode grads --steps 2 --min-time 0s --warmup 1 --warmup-time 0s "
+                       "--repeat 3 --profile 2 --overwrite --json " +
+                       json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto doc = dlprobe::results::read_file(json);
+  ASSERT_TRUE(doc.has_value()) << doc.status().message();
+  ASSERT_TRUE(doc->configurations[0].profile.has_value());
+  double total = 0;
+  for (const auto& kind : dlprobe::results::time_by_kind(*doc->configurations[0].profile)) {
+    total += kind.ms;
+  }
+  EXPECT_NE(r.output.find(fmt::format("profile     {:.3f} ms per step", total)), std::string::npos)
+      << total << "\n"
+      << r.output;
   std::filesystem::remove(json);
 }
 

@@ -95,6 +95,8 @@ TEST(AnalysisRuns, MeasuresEachConfigurationBesideWhatItsCalibrationPredicts) {
     EXPECT_EQ(c->settings.batch, out.step.batch);
     EXPECT_EQ(c->settings.device, "cpu");
     EXPECT_EQ(c->settings.gpu_memory, out.gpu_memory.text);
+    // As the flags and bench's results spell it.
+    EXPECT_EQ(c->settings.layout, out.step.layout == Layout::nhwc ? "nhwc" : "nchw");
     ASSERT_TRUE(c->memory.has_value());
     EXPECT_EQ(c->memory->source, "allocator");
     EXPECT_TRUE(c->memory->allocator_stats.is_object());
