@@ -162,7 +162,7 @@ Result<Comparison> compare(const results::Document& base, const results::Documen
     std::optional<std::size_t> match;
     for (std::size_t i = 0; i < next.configurations.size(); ++i) {
       const auto& n = next.configurations[i];
-      if (!used[i] && n.kind == b.kind && n.settings == b.settings) {
+      if (!used[i] && n.kind == b.kind && results::same_settings(b.kind, n.settings, b.settings)) {
         match = i;
         break;
       }

@@ -84,6 +84,8 @@ std::string describe(Kind kind, const Settings& s) {
     if (s.streams > 1) out += fmt::format(" streams={}", s.streams);
     if (s.stream_lag > 0) out += fmt::format(" stream-lag={}", s.stream_lag);
     if (!s.recompute.empty()) out += " recompute=" + s.recompute;
+    // The classes shape the last layer and the loss, so two class counts are two workloads.
+    if (s.classes != 0 && s.classes != 1000) out += fmt::format(" classes={}", s.classes);
     return out;
   }
   if (s.sweep.empty()) return s.command;
@@ -93,6 +95,25 @@ std::string describe(Kind kind, const Settings& s) {
     sweep += fmt::format("{}={}", key, value);
   }
   return fmt::format("{} ({})", s.command, sweep);
+}
+
+Settings with_defaults(Kind kind, const Settings& s) {
+  if (kind != Kind::native) return s;
+  Settings out = s;
+  const auto fill = [](auto& value, const auto& absent, const auto& meant) {
+    if (value == absent) value = meant;
+  };
+  fill(out.width, std::int64_t{0}, std::int64_t{64});
+  fill(out.image_size, std::int64_t{0}, std::int64_t{224});
+  fill(out.classes, std::int64_t{0}, std::int64_t{1000});
+  fill(out.gpu_memory, std::string(), std::string("grow"));
+  fill(out.input, std::string(), std::string("synthetic"));
+  fill(out.streams, std::int64_t{0}, std::int64_t{1});
+  return out;
+}
+
+bool same_settings(Kind kind, const Settings& a, const Settings& b) {
+  return with_defaults(kind, a) == with_defaults(kind, b);
 }
 
 std::string series_label(Kind kind, const Settings& s) {

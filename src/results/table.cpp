@@ -163,9 +163,15 @@ std::vector<Cell> row(const Configuration& c) {
     return range->median;
   };
   r.push_back(optional_number(gpu ? median_of(gpu->power_w) : std::nullopt, "{:.0f}"));
+  // Energy per item is every GPU's energy over the items they made together (as the history
+  // counts it): one GPU's share over all the items would halve it for a run on two.
+  std::optional<double> energy;
+  for (const Telemetry& t : c.telemetry) {
+    if (t.energy_j) energy = energy.value_or(0) + *t.energy_j;
+  }
   std::optional<double> energy_per_item;
-  if (gpu && gpu->energy_j && c.statistics && c.statistics->total_items > 0) {
-    energy_per_item = *gpu->energy_j / c.statistics->total_items;
+  if (energy && c.statistics && c.statistics->total_items > 0) {
+    energy_per_item = *energy / c.statistics->total_items;
   }
   r.push_back(optional_number(energy_per_item, "{:.4f}"));
   r.push_back(optional_number(gpu ? median_of(gpu->gpu_util_pct) : std::nullopt, "{:.0f}"));

@@ -97,7 +97,7 @@ TEST(BenchEndToEnd, CpuSweepResultsReportAndCompare) {
       quote(json.string()) + " --csv " + quote(csv.string()) + " --md " + quote(md.string())));
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   // The table on stdout, a row per configuration; progress on stderr.
-  const std::regex row("resnet18-w16@32 bs=4 fp32 infer nhwc cpu +ok +[0-9.,]+ ");
+  const std::regex row("resnet18-w16@32 bs=4 fp32 infer nhwc cpu classes=10 +ok +[0-9.,]+ ");
   EXPECT_TRUE(std::regex_search(bench.out, row)) << bench.out;
   EXPECT_NE(bench.err.find("[4/4]"), std::string::npos) << bench.err;
 
@@ -116,7 +116,7 @@ TEST(BenchEndToEnd, CpuSweepResultsReportAndCompare) {
   EXPECT_FALSE(doc->context.libraries.empty());
   const std::string csv_text = slurp(csv);
   EXPECT_EQ(count(csv_text, "\n"), 5u) << csv_text;  // header and four rows
-  EXPECT_NE(slurp(md).find("| native | resnet18-w16@32 bs=2 fp32 train nhwc cpu sgd |"),
+  EXPECT_NE(slurp(md).find("| native | resnet18-w16@32 bs=2 fp32 train nhwc cpu sgd classes=10 |"),
             std::string::npos);
 
   const auto html = dir / "report.html";

@@ -451,7 +451,8 @@ TEST(RunSweep, BatchSweepFindings) {
   ASSERT_FALSE(out.findings.empty());
   bool oom = false;
   for (const auto& f : out.findings) {
-    EXPECT_NE(f.title.find("(resnet18-w16@64 fp32 infer nchw cpu/reference)"), std::string::npos)
+    EXPECT_NE(f.title.find("(resnet18-w16@64 fp32 infer nchw cpu/reference classes=10)"),
+              std::string::npos)
         << f.title;
     oom = oom || f.title.starts_with("Out of memory from batch 64");
   }

@@ -124,6 +124,24 @@ TEST(Table, NamesEachIntervalAndShowsTheSpreadBetweenRuns) {
             "processes");
 }
 
+// Every GPU's energy over the items they made together, as the history counts it.
+TEST(Table, EnergyPerItemIsEveryGpusOverAllItems) {
+  auto docs = both();
+  docs[0].document.configurations.resize(1);
+  results::Configuration& c = docs[0].document.configurations[0];
+  ASSERT_TRUE(c.statistics.has_value());
+  const double items = c.statistics->total_items;
+  c.telemetry.resize(2);
+  c.telemetry[0].energy_j = 30;
+  c.telemetry[1].energy_j = 30;
+  const auto t = results::configuration_table(std::span(docs).first(1));
+  const auto it = std::find(t.columns.begin(), t.columns.end(), "energy (J/item)");
+  ASSERT_NE(it, t.columns.end());
+  const auto column = static_cast<std::size_t>(it - t.columns.begin());
+  ASSERT_TRUE(t.rows[0][column].number.has_value());
+  EXPECT_DOUBLE_EQ(*t.rows[0][column].number, 60 / items);
+}
+
 TEST(Table, CsvQuotesAndKeepsFullPrecision) {
   results::Table t;
   t.columns = {"a", "b,c"};

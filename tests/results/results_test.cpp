@@ -452,10 +452,47 @@ TEST(Results, WindowThroughputsAndSeriesLabels) {
   n.recompute = "block-outputs";
   EXPECT_EQ(describe(Kind::native, n),
             "resnet18 bs=8 fp32 train nchw cuda:0 sgd recompute=block-outputs");
+  // Another class count is another workload: its label says so, and the history keeps it apart.
+  n.recompute.clear();
+  n.classes = 1000;
+  EXPECT_EQ(describe(Kind::native, n), "resnet18 bs=8 fp32 train nchw cuda:0 sgd");
+  n.classes = 100000;
+  EXPECT_EQ(describe(Kind::native, n), "resnet18 bs=8 fp32 train nchw cuda:0 sgd classes=100000");
+  EXPECT_EQ(series_label(Kind::native, n), "resnet18 fp32 train nchw cuda:0 sgd classes=100000");
   Settings e;
   e.command = "python t.py";
   e.sweep = {{"batch", "8"}, {"precision", "bf16"}};
   EXPECT_EQ(series_label(Kind::external, e), "python t.py precision=bf16");
+}
+
+// A key a file lacks reads as what it means: a file from before `width` and one with width 64
+// name one configuration; another width, or another class count, does not.
+TEST(Results, SameSettingsFillsInWhatAnAbsentKeyMeans) {
+  Settings old;
+  old.model = "resnet18";
+  old.batch = 2;
+  old.precision = "fp32";
+  Settings now = old;
+  now.width = 64;
+  now.image_size = 224;
+  now.classes = 1000;
+  now.gpu_memory = "grow";
+  now.input = "synthetic";
+  now.streams = 1;
+  EXPECT_FALSE(old == now);
+  EXPECT_TRUE(same_settings(Kind::native, old, now));
+  now.width = 16;
+  EXPECT_FALSE(same_settings(Kind::native, old, now));
+  now.width = 64;
+  now.classes = 10;
+  EXPECT_FALSE(same_settings(Kind::native, old, now));
+  // An external run's keys are its command and sweep alone.
+  Settings a;
+  a.command = "python t.py";
+  Settings b = a;
+  b.sweep = {{"batch", "8"}};
+  EXPECT_FALSE(same_settings(Kind::external, a, b));
+  EXPECT_TRUE(same_settings(Kind::external, a, a));
 }
 
 TEST(Results, IgnoresUnknownKeys) {

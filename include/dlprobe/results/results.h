@@ -165,8 +165,15 @@ std::optional<std::int64_t> batch_of(Kind kind, const Settings& settings);
 std::string precision_of(Kind kind, const Settings& settings);
 // "resnet50 bs=256 bf16 train nhwc cuda:0 sgd" or "python train.py (batch=64, precision=bf16)";
 // a width other than 64 and an image side other than 224 follow the model ("resnet18-w16@64"), a
-// backend other than the device's own follows the device ("cpu/reference").
+// backend other than the device's own follows the device ("cpu/reference"), and classes other
+// than 1000 come last ("classes=10").
 std::string describe(Kind kind, const Settings& settings);
+
+// The settings with what each key a file may lack means written in (width 64, images 224, 1000
+// classes, grow, synthetic input, one stream), so that a file from before a key and one with the
+// key at its default name one configuration.
+Settings with_defaults(Kind kind, const Settings& settings);
+bool same_settings(Kind kind, const Settings& a, const Settings& b);
 
 // Everything of a configuration but its batch: the series it belongs to in a throughput-vs-batch
 // curve. "resnet50 bf16 train nhwc cuda:0 sgd"; "python train.py precision=bf16".
