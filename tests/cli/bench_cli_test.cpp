@@ -262,6 +262,33 @@ TEST(BenchCliTest, OutOfMemoryInASweepIsRecordedAndTheSweepGoesOn) {
 // --recompute block-outputs is recorded where the step recomputed (the reference backend runs
 // batch norm inside the convolutions in fp64 NHWC) and not where it had nothing to recompute
 // (fp32), which a warning says.
+// A configuration of a sweep runs what it runs alone: on oneDNN, NHWC after NCHW over 1x1 images
+// (ResNet-18's last layers at 32x32) took NCHW's primitives from oneDNN's process-wide cache, and
+// with them another workspace and peak.
+TEST(BenchCliTest, ALayoutRunsAloneAsAfterAnother) {
+  const std::string quick =
+      kSmall + "--mode grads --steps 1 --min-time 0s --warmup 0 --warmup-time 0s -q --no-history ";
+  const std::string alone_json = ::testing::TempDir() + "bench_cli_layout_alone.json";
+  const std::string after_json = ::testing::TempDir() + "bench_cli_layout_after.json";
+  const CliRun alone = run(quick + "--layout nhwc --overwrite --json " + alone_json);
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  const CliRun after = run(quick + "--layout nchw,nhwc --overwrite --json " + after_json);
+  ASSERT_EQ(after.exit_code, 0) << after.output;
+  const auto first = dlprobe::results::read_file(alone_json);
+  const auto second = dlprobe::results::read_file(after_json);
+  ASSERT_TRUE(first.has_value() && second.has_value());
+  ASSERT_EQ(second->configurations.size(), 2u);
+  const auto& a = first->configurations.front();
+  const auto& b = second->configurations.back();
+  if (a.settings.backend != "onednn") GTEST_SKIP() << "built without oneDNN";
+  ASSERT_EQ(b.settings.layout, "nhwc");
+  ASSERT_TRUE(a.memory.has_value() && b.memory.has_value());
+  EXPECT_EQ(a.memory->allocator_stats["allocated_bytes.all.peak"],
+            b.memory->allocator_stats["allocated_bytes.all.peak"]);
+  std::filesystem::remove(alone_json);
+  std::filesystem::remove(after_json);
+}
+
 // -v belongs to dlprobe, not to bench, yet it is taken where a user writes it: after the command.
 TEST(BenchCliTest, VerboseIsTakenAfterTheCommandToo) {
   const std::string quick =

@@ -164,7 +164,13 @@ class CpuBackend final : public HostBackend {
       : allocator_(allocator),
         engine_(dnnl::engine::kind::cpu, 0),
         stream_(engine_),
-        isa_(dnnl::get_effective_cpu_isa()) {}
+        isa_(dnnl::get_effective_cpu_isa()) {
+    // Off: the backend keeps every primitive it made (cached() below, keyed with the layout),
+    // and oneDNN's own cache, the process's, handed a sweep's configuration the primitives made
+    // for the one before it: over 1x1 images an NCHW and an NHWC tensor are one descriptor to it,
+    // and NHWC then ran NCHW's kernels (and workspace) rather than what it runs alone.
+    dnnl::set_primitive_cache_capacity(0);
+  }
 
   std::string_view name() const override { return "cpu"; }
   Status synchronize() override {
