@@ -21,15 +21,20 @@ StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vecto
   const bool marked = std::any_of(steps.begin(), steps.end(),
                                   [](const StepRecord& r) { return r.warmup.has_value(); });
   std::vector<const StepRecord*> measured;
-  std::optional<double> warmup_end_s;  // arrival of the last warm-up step
+  // Each measured step's time from when its line came, where a line came before it: the measured
+  // steps' time without step times. A warm-up step between measured ones (an evaluation) leaves
+  // its own interval out, so that the measured items are not divided by the time since it alone.
+  double arrival_time_s = 0;
+  std::optional<double> first_start_s;  // arrival of the line before the first measured step
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const StepRecord& r = steps[i];
     const bool warm =
         marked ? r.warmup.value_or(false) : static_cast<std::int64_t>(i) < warmup_steps;
     if (warm) {
       ++s.warmup_dropped;
-      warmup_end_s = r.arrival_s;
     } else {
+      if (measured.empty() && i > 0) first_start_s = steps[i - 1].arrival_s;
+      if (i > 0) arrival_time_s += r.arrival_s - steps[i - 1].arrival_s;
       measured.push_back(&r);
     }
     if (r.batch) s.batch = r.batch;
@@ -40,7 +45,7 @@ StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vecto
   if (!measured.empty()) {
     const StepRecord& first = *measured.front();
     s.measured_start_s =
-        warmup_end_s ? *warmup_end_s : first.arrival_s - first.step_time_s.value_or(0.0);
+        first_start_s ? *first_start_s : first.arrival_s - first.step_time_s.value_or(0.0);
     s.measured_end_s = measured.back()->arrival_s;
     std::vector<double> times;
     double data = 0;
@@ -59,9 +64,9 @@ StepStats summarize_steps(const std::vector<StepRecord>& steps, const std::vecto
       for (double t : times) sum += t;
       s.elapsed_s = sum;
       if (all_data && sum > 0) s.data_wait_share = data / sum;
-    } else if (warmup_end_s && measured.back()->arrival_s > *warmup_end_s) {
+    } else if (first_start_s && arrival_time_s > 0) {
       // Without step times, the time the measured steps took is read from when their lines came.
-      s.elapsed_s = measured.back()->arrival_s - *warmup_end_s;
+      s.elapsed_s = arrival_time_s;
     }
     if (!times.empty()) {
       std::sort(times.begin(), times.end());

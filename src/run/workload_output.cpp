@@ -272,10 +272,11 @@ std::optional<PrintedFigure> match_printed_figure(std::string_view line) {
       }
     }
   }
-  // "Average Step Time: 0.1523s" (or ms).
+  // "Average Step Time: 0.1523s" (or ms, with a space before the unit or none).
   if (auto at = line.find("Average Step Time:"); at != std::string_view::npos) {
     if (auto n = number_after(line, at + 18)) {
-      const std::string_view unit = line.substr(n->second);
+      std::string_view unit = line.substr(n->second);
+      while (unit.starts_with(' ')) unit.remove_prefix(1);
       const double scale = unit.starts_with("ms") ? 1e-3 : 1.0;
       return PrintedFigure{Kind::step_time_s, n->first * scale, true, "average_step_time"};
     }

@@ -291,6 +291,30 @@ TEST(StepStats, ArrivalTimesWithoutStepTimes) {
   EXPECT_NEAR(*s.measured_end_s, 2.0, 1e-12);
 }
 
+// A warm-up step between measured ones (after an evaluation): the measured steps' time is their
+// own intervals, not the time since that step, and the window starts before the first of them.
+TEST(StepStats, AWarmupStepMidRunLeavesOutItsOwnIntervalAlone) {
+  std::vector<StepRecord> steps;
+  for (int i = 0; i < 10; ++i) {
+    StepRecord r;
+    r.step = i;
+    r.batch = 10;
+    r.arrival_s = 0.2 * (i + 1);
+    r.warmup = i == 0 || i == 6;
+    steps.push_back(r);
+  }
+  const auto s = summarize_steps(steps, {}, 0, std::nullopt);
+  EXPECT_EQ(s.steps_measured, 8);
+  EXPECT_DOUBLE_EQ(*s.items, 80);
+  EXPECT_NEAR(*s.elapsed_s, 1.6, 1e-12);
+  EXPECT_NEAR(*s.items_per_s, 50, 1e-9);
+  EXPECT_NEAR(*s.measured_start_s, 0.2, 1e-12);
+  EXPECT_NEAR(*s.measured_end_s, 2.0, 1e-12);
+  // The first line measured: no line before it to time it from, so no throughput from arrivals.
+  steps[0].warmup = false;
+  EXPECT_FALSE(summarize_steps(steps, {}, 0, std::nullopt).items_per_s);
+}
+
 TEST(StepStats, MeasuredWindowWithoutWarmupStartsOneStepBeforeTheFirstLine) {
   std::vector<StepRecord> steps;
   for (int i = 0; i < 3; ++i) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dlprobe/run/workload_output.h"
@@ -47,6 +48,20 @@ TEST(PrintedFigure, SeedScript) {
   expect_figures("seed_tf.txt", {{Kind::items_per_s, 1234.56, true, "throughput"},
                                  {Kind::step_time_s, 0.1037, true, "average_step_time"},
                                  {Kind::batch, 128, false, "batch_size"}});
+}
+
+// The unit read with or without a space before it: "103.7 ms" is not 103.7 s.
+TEST(PrintedFigure, AverageStepTimeUnits) {
+  for (const auto& [line, seconds] :
+       std::vector<std::pair<std::string, double>>{{"Average Step Time: 103.7ms", 0.1037},
+                                                   {"Average Step Time: 103.7 ms", 0.1037},
+                                                   {"Average Step Time: 0.1037 s", 0.1037},
+                                                   {"Average Step Time: 0.1037s", 0.1037}}) {
+    const auto f = match_printed_figure(line);
+    ASSERT_TRUE(f) << line;
+    EXPECT_EQ(f->kind, Kind::step_time_s) << line;
+    EXPECT_NEAR(f->value, seconds, 1e-12) << line;
+  }
 }
 
 TEST(PrintedFigure, KerasFitProgress) {
