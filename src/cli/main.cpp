@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <vector>
 
 #include "commands.h"
@@ -47,8 +48,13 @@ int main(int argc, char** argv) {
       add_pipeline_command(app), add_history_command(app),
   };
   name_value_types(app);
-  // -v is the top-level's, yet a user writes it where the other options are: `dlprobe bench -v`.
-  for (const auto& command : commands) command.app->fallthrough();
+  // -v is the top-level's, yet a user writes it where the other options are: `dlprobe bench -v`,
+  // `dlprobe pipeline make-dataset -v`.
+  const std::function<void(CLI::App*)> fall_through = [&](CLI::App* command_app) {
+    command_app->fallthrough();
+    for (CLI::App* sub : command_app->get_subcommands({})) fall_through(sub);
+  };
+  for (const auto& command : commands) fall_through(command.app);
 
   try {
     app.parse(argc, argv);
