@@ -21,6 +21,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// How often the monitor's loop looks at a deadline or a signal: a signal handler may only count,
+// and 20 ms is far below anyone's reaction time.
+constexpr auto kDeadlinePoll = 20ms;
+
 struct MonitorFlags {
   std::string interval = "100ms";
   std::string count;
@@ -68,7 +72,13 @@ Result<MonitorPlan> plan_from(const MonitorFlags& f) {
   constexpr std::uint64_t kMaxRing = 200'000;
   std::uint64_t rounds = plan.sampler.max_ticks;
   if (plan.duration) {
-    const auto by_time = static_cast<std::uint64_t>(*plan.duration / plan.sampler.interval) + 2;
+    // The loop in run_monitor notices the deadline within one poll, and the sampler goes on
+    // taking rounds in it: room for those too, or the oldest rounds would leave the summary.
+    const auto poll_rounds = static_cast<std::uint64_t>(
+        (std::chrono::nanoseconds(kDeadlinePoll) + plan.sampler.interval - 1ns) /
+        plan.sampler.interval);
+    const auto by_time =
+        static_cast<std::uint64_t>(*plan.duration / plan.sampler.interval) + 2 + poll_rounds;
     rounds = rounds == 0 ? by_time : std::min(rounds, by_time);
   }
   if (rounds != 0)
@@ -136,8 +146,7 @@ int run_monitor(const MonitorFlags& flags) {
       const auto deadline = plan.duration
                                 ? std::optional(std::chrono::steady_clock::now() + *plan.duration)
                                 : std::nullopt;
-      // Polls: a signal handler may only count, and 20 ms is far below anyone's reaction time.
-      while (!sampler.wait_for(20ms)) {
+      while (!sampler.wait_for(kDeadlinePoll)) {
         if (guard.interrupted()) break;
         if (deadline && std::chrono::steady_clock::now() >= *deadline) break;
       }

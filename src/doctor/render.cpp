@@ -160,15 +160,17 @@ json collectives_json(const CollectiveReport& c) {
                       {"points", points}});
   }
   auto text_or_null = [](const std::string& t) { return t.empty() ? json(nullptr) : json(t); };
+  // Counts of what ran: null where nothing ran, not 0 (the schema's rule for what does not apply).
+  auto count_or_null = [&](auto n) { return c.measured ? json(n) : json(nullptr); };
   return {
       {"measured", c.measured},
       {"why_not", text_or_null(c.why_not)},
       {"mode", text_or_null(c.mode)},
-      {"ranks", c.ranks},
+      {"ranks", count_or_null(c.ranks)},
       {"devices", c.devices},
       {"nccl_version", text_or_null(c.nccl_version)},
       {"nvls", text_or_null(c.nvls)},
-      {"max_bytes", c.max_bytes},
+      {"max_bytes", count_or_null(c.max_bytes)},
       {"max_bytes_note", text_or_null(c.max_bytes_note)},
       {"links", links},
       {"pairs", pairs},

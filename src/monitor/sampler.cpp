@@ -111,7 +111,9 @@ Summary summarize(const std::vector<Tick>& ticks) {
     std::array<std::vector<double>, kColumns.size()> values;
     const GpuReading* first_reading = nullptr;
     const GpuReading* last_reading = nullptr;
-    bool counter_seen = false;
+    // Counter readings within the span: the summary's energy came from the counter only where it
+    // was read again after the first reading (it is read once a second; power fills in between).
+    std::size_t counter_reads = 0;
     const nvml::DeviceSample* first_counter = nullptr;
     const nvml::DeviceSample* last_counter = nullptr;
     const nvml::DeviceSample* previous_power = nullptr;
@@ -123,11 +125,11 @@ Summary summarize(const std::vector<Tick>& ticks) {
         ++gs.samples;
         if (first_reading == nullptr) first_reading = &r;
         last_reading = &r;
-        counter_seen = counter_seen || r.energy_from_counter;
         for (std::size_t c = 0; c < kColumns.size(); ++c) {
           if (auto v = column_value(r.sample, kColumns[c])) values[c].push_back(*v);
         }
         if (r.sample.energy_mj) {
+          ++counter_reads;
           if (first_counter == nullptr) first_counter = &r.sample;
           last_counter = &r.sample;
         }
@@ -147,7 +149,7 @@ Summary summarize(const std::vector<Tick>& ticks) {
     if (first_reading != last_reading && first_reading->energy_since_start_j &&
         last_reading->energy_since_start_j) {
       gs.energy_j = *last_reading->energy_since_start_j - *first_reading->energy_since_start_j;
-      gs.energy_source = counter_seen ? EnergySource::counter : EnergySource::power_integral;
+      gs.energy_source = counter_reads >= 2 ? EnergySource::counter : EnergySource::power_integral;
     } else if (first_counter != nullptr && first_counter != last_counter &&
                *last_counter->energy_mj >= *first_counter->energy_mj) {
       gs.energy_j = static_cast<double>(*last_counter->energy_mj - *first_counter->energy_mj) / 1e3;

@@ -176,7 +176,13 @@ TEST(Collectives, NotMeasuredSaysWhy) {
   Report r;
   r.collectives = c;
   EXPECT_NE(render_text(r).find("not measured: NCCL is not loadable"), std::string::npos);
-  EXPECT_TRUE(nlohmann::json::parse(render_json(r))["collectives"]["measured"] == false);
+  const auto doc = nlohmann::json::parse(render_json(r))["collectives"];
+  EXPECT_TRUE(doc["measured"] == false);
+  // What does not apply is null, never 0.
+  EXPECT_TRUE(doc["ranks"].is_null()) << doc.dump();
+  EXPECT_TRUE(doc["max_bytes"].is_null()) << doc.dump();
+  r.collectives = measured_report(1, 0);
+  EXPECT_TRUE(nlohmann::json::parse(render_json(r))["collectives"]["ranks"].is_number());
 }
 
 }  // namespace

@@ -137,6 +137,22 @@ TEST(MonitorCli, DurationEndsTheRun) {
   EXPECT_GE(count_lines(out), 5);
 }
 
+// A bounded run keeps every round for its summary, the ones taken while the deadline is noticed
+// too: as many as the rows written (one GPU).
+TEST(MonitorCli, ADurationsSummaryHoldsEveryRound) {
+  FakeScript script(kH200Script);
+  for (const char* duration : {"29ms", "109ms"}) {
+    Process child = spawn({"monitor", "-i", "10ms", "--duration", duration, "--csv", "-"});
+    ASSERT_EQ(child.wait(), 0) << child.err();
+    const std::string out = child.out();
+    const std::string err = child.err();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(err, m, std::regex(R"(summary: (\d+) rounds)"))) << err;
+    EXPECT_EQ(std::stoi(m[1]), count_lines(out) - 1) << duration << "\n" << out << err;
+    EXPECT_EQ(err.find("dropped"), std::string::npos) << duration << "\n" << err;
+  }
+}
+
 TEST(MonitorCli, ServesPrometheusMetrics) {
   FakeScript script(kH200Script);
   Process child = spawn({"monitor", "-i", "10ms", "--processes", "--serve", "127.0.0.1:0"});
