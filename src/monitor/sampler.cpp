@@ -189,6 +189,7 @@ struct Sampler::State {
     double last_power_w = 0;
     double integral_j = 0;                // power integrated since start
     double integral_since_counter_j = 0;  // power integrated since the last counter reading
+    double reported_j = 0;                // the most given as energy since start so far
   };
 
   // Whether this round should read the energy counter for `gpu`.
@@ -224,8 +225,12 @@ struct Sampler::State {
       e.integral_since_counter_j = 0;
     }
     if (e.counter_base_mj) {
-      r.energy_since_start_j = static_cast<double>(e.counter_last_mj - *e.counter_base_mj) / 1e3 +
-                               e.integral_since_counter_j;
+      // Never below what was given before: power's estimate between two readings may run ahead of
+      // the counter, and a figure that falls reads as a reset to a Prometheus counter.
+      e.reported_j =
+          std::max(e.reported_j, static_cast<double>(e.counter_last_mj - *e.counter_base_mj) / 1e3 +
+                                     e.integral_since_counter_j);
+      r.energy_since_start_j = e.reported_j;
       r.energy_from_counter = true;
     } else if (e.last_power_ns) {
       r.energy_since_start_j = e.integral_j;

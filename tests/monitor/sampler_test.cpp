@@ -169,6 +169,38 @@ TEST(Sampler, SlowEnergyCounterIsReadOnlyEveryEnergyInterval) {
   EXPECT_DOUBLE_EQ(*s.gpus[0].energy_j, expected);
 }
 
+// Power's estimate between two counter readings may run ahead of the counter (here 200 W against
+// a counter that barely moves); the energy since start never falls at the next reading, since
+// Prometheus reads a counter that falls as a reset.
+TEST(Sampler, EnergySinceStartNeverFalls) {
+  std::string text(kH200Script);
+  const auto replace_line = [&](std::string_view key, std::string_view line) {
+    const std::size_t at = text.find(std::string(key) + " ");
+    ASSERT_NE(at, std::string::npos) << key;
+    text.replace(at, text.find('\n', at) - at, line);
+  };
+  replace_line("power_mw", "power_mw 200000");
+  replace_line("energy_mj", "energy_mj 1000000 1000001 1000002 1000003");
+  FakeScript script(text);
+  SamplerOptions options;
+  options.interval = 10ms;
+  options.max_ticks = 9;
+  options.energy_interval = 25ms;
+  auto sampler = run_to_end(open_fake(), options);
+  ASSERT_TRUE(sampler);
+  const auto ticks = sampler->window(0, INT64_MAX);
+  ASSERT_EQ(ticks.size(), 9U);
+  int counter_reads = 0;
+  for (std::size_t i = 0; i < ticks.size(); ++i) {
+    if (ticks[i].gpus[0].sample.energy_mj) ++counter_reads;
+    if (i == 0) continue;
+    ASSERT_TRUE(ticks[i].gpus[0].energy_since_start_j && ticks[i - 1].gpus[0].energy_since_start_j);
+    EXPECT_GE(*ticks[i].gpus[0].energy_since_start_j, *ticks[i - 1].gpus[0].energy_since_start_j)
+        << "round " << i;
+  }
+  EXPECT_GE(counter_reads, 2);  // the counter was read again within the rounds
+}
+
 TEST(Sampler, RingIsBounded) {
   FakeScript script(kH200Script);
   SamplerOptions options;
