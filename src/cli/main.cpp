@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <functional>
 #include <vector>
 
 #include "commands.h"
@@ -48,13 +47,12 @@ int main(int argc, char** argv) {
       add_pipeline_command(app), add_history_command(app),
   };
   name_value_types(app);
-  // -v is the top-level's, yet a user writes it where the other options are: `dlprobe bench -v`,
-  // `dlprobe pipeline make-dataset -v`.
-  const std::function<void(CLI::App*)> fall_through = [&](CLI::App* command_app) {
-    command_app->fallthrough();
-    for (CLI::App* sub : command_app->get_subcommands({})) fall_through(sub);
-  };
-  for (const auto& command : commands) fall_through(command.app);
+  // -v is the top-level's, yet a user writes it where the other options are: `dlprobe bench -v`.
+  // Not a nested command's (pipeline's options would pass to make-dataset), and not run's, whose
+  // workload after its name may take a -v of its own (`dlprobe run python3 train.py -v`).
+  for (const auto& command : commands) {
+    if (command.app->get_name() != "run") command.app->fallthrough();
+  }
 
   try {
     app.parse(argc, argv);

@@ -160,8 +160,9 @@ json collectives_json(const CollectiveReport& c) {
                       {"points", points}});
   }
   auto text_or_null = [](const std::string& t) { return t.empty() ? json(nullptr) : json(t); };
-  // Counts of what ran: null where nothing ran, not 0 (the schema's rule for what does not apply).
-  auto count_or_null = [&](auto n) { return c.measured ? json(n) : json(nullptr); };
+  // Null where unknown, not 0 (the schema's rule for what does not apply): the ranks are known
+  // once the communicator formed, even where the collectives then did not run.
+  auto count_or_null = [](auto n) { return n > 0 ? json(n) : json(nullptr); };
   return {
       {"measured", c.measured},
       {"why_not", text_or_null(c.why_not)},

@@ -123,7 +123,8 @@ using Instant = std::chrono::sys_time<std::chrono::milliseconds>;
 
 // A bound of --since or --until as the instant it names: a time as given (12:00, 12:00:00 and
 // 12:00:00Z are one instant), a date from the start of its day (since) or to its end (until).
-// Dates are compared as instants, not as text: "12:00:30" sorts after "12:00Z" as text.
+// Dates are compared as instants, not as text: as text "12:00:30" sorts before "12:00Z" and after
+// "12:00:00Z".
 Result<std::optional<Instant>> time_bound(const std::string& text, const char* which,
                                           bool end_of_day) {
   if (text.empty()) return std::optional<Instant>{};
@@ -378,9 +379,16 @@ Result<std::vector<Entry>> History::list(const Filter& filter) const {
     if (!row) break;
     Entry e = read_entry(s);
     if (since || until) {
-      // A date that is not a time cannot lie within bounds; the writers give every result one.
+      // A date dlprobe did not write (an imported "2026-03-01 12:00:00", an offset) is compared
+      // as text rather than dropped by every bound.
       const std::optional<Instant> at = parse_utc_time(e.date);
-      if (!at || (since && *at < *since) || (until && *at > *until)) continue;
+      const bool before =
+          at ? since && *at < *since : !filter.since.empty() && e.date < filter.since;
+      const bool after = at ? until && *at > *until
+                            : !filter.until.empty() &&
+                                  e.date > (filter.until.size() == 10 ? filter.until + "T23:59:59Z"
+                                                                      : filter.until);
+      if (before || after) continue;
     }
     out.push_back(std::move(e));
   }

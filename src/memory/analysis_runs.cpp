@@ -22,8 +22,8 @@ results::Settings settings_of(const engine::StepConfig& c, const GpuMemoryOption
   s.batch = c.batch;
   s.precision = std::string(engine::precision_name(c.precision));
   s.mode = std::string(engine::step_mode_name(c.mode));
-  // Lower case, as the flags and bench's results take it; layout_name() is the display name.
-  s.layout = c.layout == Layout::nhwc ? "nhwc" : "nchw";
+  // As the flags and bench's results spell it; layout_name() is the display name.
+  s.layout = std::string(device::layout_flag(c.layout));
   s.device = device;
   s.backend = backend;
   s.optimizer = c.mode == engine::StepMode::train ? std::string(engine::optimizer_name(c.optimizer))
@@ -214,7 +214,7 @@ class Analysis {
         Result<Measurement> cal = measure(*session, c, g, true);
         while (!cal && cal.status().code() == Errc::out_of_memory && c.batch > 1) {
           c.batch /= 2;
-          cal = session->measure(c, o_.warmup);
+          cal = measure(*session, c, g, true);
         }
         if (!cal) {
           DLPROBE_RETURN_IF_ERROR(failed(c, g, cal.status()));

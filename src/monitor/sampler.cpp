@@ -128,8 +128,8 @@ Summary summarize(const std::vector<Tick>& ticks) {
         for (std::size_t c = 0; c < kColumns.size(); ++c) {
           if (auto v = column_value(r.sample, kColumns[c])) values[c].push_back(*v);
         }
+        if (r.energy_from_counter) ++counter_reads;
         if (r.sample.energy_mj) {
-          ++counter_reads;
           if (first_counter == nullptr) first_counter = &r.sample;
           last_counter = &r.sample;
         }
@@ -223,6 +223,7 @@ struct Sampler::State {
       if (!e.counter_base_mj) e.counter_base_mj = *s.energy_mj;
       e.counter_last_mj = *s.energy_mj;
       e.integral_since_counter_j = 0;
+      r.energy_from_counter = true;
     }
     if (e.counter_base_mj) {
       // Never below what was given before: power's estimate between two readings may run ahead of
@@ -231,7 +232,6 @@ struct Sampler::State {
           std::max(e.reported_j, static_cast<double>(e.counter_last_mj - *e.counter_base_mj) / 1e3 +
                                      e.integral_since_counter_j);
       r.energy_since_start_j = e.reported_j;
-      r.energy_from_counter = true;
     } else if (e.last_power_ns) {
       r.energy_since_start_j = e.integral_j;
     }

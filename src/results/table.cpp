@@ -163,11 +163,15 @@ std::vector<Cell> row(const Configuration& c) {
     return range->median;
   };
   r.push_back(optional_number(gpu ? median_of(gpu->power_w) : std::nullopt, "{:.0f}"));
-  // Energy per item is every GPU's energy over the items they made together (as the history
-  // counts it): one GPU's share over all the items would halve it for a run on two.
+  // Energy per item is every GPU's energy over the items they made together: one GPU's share
+  // over all the items would halve it for a run on two. None where a GPU's energy is unknown.
   std::optional<double> energy;
   for (const Telemetry& t : c.telemetry) {
-    if (t.energy_j) energy = energy.value_or(0) + *t.energy_j;
+    if (!t.energy_j) {
+      energy.reset();
+      break;
+    }
+    energy = energy.value_or(0) + *t.energy_j;
   }
   std::optional<double> energy_per_item;
   if (energy && c.statistics && c.statistics->total_items > 0) {

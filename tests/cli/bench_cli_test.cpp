@@ -259,9 +259,6 @@ TEST(BenchCliTest, OutOfMemoryInASweepIsRecordedAndTheSweepGoesOn) {
   std::filesystem::remove(json);
 }
 
-// --recompute block-outputs is recorded where the step recomputed (the reference backend runs
-// batch norm inside the convolutions in fp64 NHWC) and not where it had nothing to recompute
-// (fp32), which a warning says.
 // A configuration of a sweep runs what it runs alone: on oneDNN, NHWC after NCHW over 1x1 images
 // (ResNet-18's last layers at 32x32) took NCHW's primitives from oneDNN's process-wide cache, and
 // with them another workspace and peak.
@@ -303,6 +300,9 @@ TEST(BenchCliTest, VerboseIsTakenAfterTheCommandToo) {
   EXPECT_EQ(quiet.err.find("dlprobe debug: "), std::string::npos) << quiet.output;
 }
 
+// --recompute block-outputs is recorded where the step recomputed (the reference backend runs
+// batch norm inside the convolutions in fp64 NHWC) and not where it had nothing to recompute
+// (fp32), which a warning says.
 TEST(BenchCliTest, RecomputeIsRecordedWhereItRan) {
   const std::string json = ::testing::TempDir() + "bench_cli_recompute.json";
   const CliRun r = run(kSmall +

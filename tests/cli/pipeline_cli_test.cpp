@@ -45,13 +45,6 @@ class PipelineCli : public ::testing::Test {
   std::string data_;
 };
 
-// -v is dlprobe's; it is taken after a nested command too.
-TEST_F(PipelineCli, VerboseIsTakenAfterTheNestedCommand) {
-  const auto r = run("make-dataset " + quote((dir_ / "v").string()) + " --images 2 --classes 1 -v");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.out.find("2 images in 1 classes"), std::string::npos) << r.out;
-}
-
 TEST_F(PipelineCli, MeasuresTheCurveAndWritesJson) {
   const std::string json = (dir_ / "out.json").string();
   const auto r = run(quote(data_) +

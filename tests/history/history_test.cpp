@@ -163,7 +163,7 @@ TEST(History, FiltersSelectRows) {
 }
 
 // Bounds are instants, however written: 12, 12:00 and 12:00:00Z name one, and a row at 12:00:30
-// lies after it (as text, "12:00:30" sorts after "12:00Z" and "12Z", and before "12:00:00Z").
+// lies after it (as text, "12:00:30" sorts before "12:00Z" and "12Z", and after "12:00:00Z").
 TEST(History, TimeBoundsAreInstants) {
   dlprobe::testing::TempFolder dir;
   auto h = History::open(dir / "h.sqlite");
@@ -193,6 +193,26 @@ TEST(History, TimeBoundsAreInstants) {
   }
   EXPECT_EQ(times("2026-11-07T12:00:01", "2026-11-07"), "12:00:30 12:45:00 23:59:59");
   EXPECT_EQ(times("2026-11-08", ""), "00:00:00");
+}
+
+// A date dlprobe would not write (imported from elsewhere) still passes a bound that holds it.
+TEST(History, ADateNotOfDlprobesFormStaysWithinItsBounds) {
+  dlprobe::testing::TempFolder dir;
+  auto h = History::open(dir / "h.sqlite");
+  ASSERT_TRUE(h);
+  ASSERT_TRUE(h->add(document(RunSpec().at("2026-11-07 12:00:00"))));
+  const auto count = [&](const std::string& since, const std::string& until) {
+    Filter f;
+    f.since = since;
+    f.until = until;
+    auto rows = h->list(f);
+    EXPECT_TRUE(rows) << rows.status().message();
+    return rows ? rows->size() : 0u;
+  };
+  EXPECT_EQ(count("2026-11-01", ""), 1u);
+  EXPECT_EQ(count("", "2026-12-31"), 1u);
+  EXPECT_EQ(count("2026-11-08", ""), 0u);
+  EXPECT_EQ(count("", "2026-11-06"), 0u);
 }
 
 TEST(History, DefaultPathFollowsXdgDataHome) {

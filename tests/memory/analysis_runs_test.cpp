@@ -220,8 +220,12 @@ Outcome search_from(std::int64_t calibration_batch, AnalysisOptions& o) {
   Recorder r;
   const Status s = run_analysis(o, r);
   EXPECT_TRUE(s.is_ok()) << s.message();
-  const std::vector<Recorder::Measured> want = {{calibration_batch, "grow", true}};
-  EXPECT_EQ(r.measured, want);
+  // The calibration first (halved while it does not fit), each said as it starts.
+  EXPECT_FALSE(r.measured.empty());
+  if (!r.measured.empty()) {
+    EXPECT_EQ(r.measured.front(), (Recorder::Measured{calibration_batch, "grow", true}));
+  }
+  for (const Recorder::Measured& m : r.measured) EXPECT_TRUE(m.calibrating);
   EXPECT_EQ(r.outcomes.size(), 1u);
   return r.outcomes.empty() ? Outcome{} : r.outcomes[0];
 }

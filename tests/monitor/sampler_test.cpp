@@ -162,7 +162,9 @@ TEST(Sampler, SlowEnergyCounterIsReadOnlyEveryEnergyInterval) {
   };
   const double expected = 200.0 * seconds(0, 1) + 250.0 * seconds(1, 2);
   EXPECT_DOUBLE_EQ(*ticks[2].gpus[0].energy_since_start_j, expected);
-  EXPECT_TRUE(ticks[2].gpus[0].energy_from_counter);
+  // Read and taken at the first round only.
+  EXPECT_TRUE(ticks[0].gpus[0].energy_from_counter);
+  EXPECT_FALSE(ticks[2].gpus[0].energy_from_counter);
   // The counter read once, at the start: the summary's energy is the power's, and says so.
   const Summary s = sampler->summary();
   EXPECT_EQ(s.gpus[0].energy_source, EnergySource::power_integral);

@@ -62,6 +62,15 @@ class RunCli : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// dlprobe's -v is not taken after `run`: the workload, given without "--", may have a -v of its
+// own, and it is refused rather than silently taken from it.
+TEST_F(RunCli, AVerboseFlagAfterTheWorkloadIsNotDlprobes) {
+  const Outcome o = dlprobe({"run", "--no-history", "echo", "hello", "-v"});
+  EXPECT_EQ(o.code, 2) << o.out << o.err;
+  EXPECT_EQ(o.out.find("hello"), std::string::npos) << o.out;
+  EXPECT_NE(o.err.find("-v"), std::string::npos) << o.err;
+}
+
 TEST_F(RunCli, SweepGoesOnAfterAnOomInTheMiddle) {
   const auto o = dlprobe({"run", "-q", "--details-json", path("r.json"), "--warmup-steps", "2",
                           "--sweep", "batch=16,64,32", "--", DLPROBE_FAKE_WORKLOAD, "--batch",

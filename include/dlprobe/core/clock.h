@@ -35,8 +35,8 @@ inline std::string utc_now(const char* format) {
 // The UTC time an ISO-8601 text names as dlprobe writes it: "2026-03-01", then optionally
 // "THH", ":MM", ":SS" (60: a leap second) and fractional digits, then, after a time, optionally
 // "Z". None where the text is not one (a month 13, February 30, an hour 99, anything after): the
-// history's filters compare dates as text and the report's trend places them on a time axis, and a
-// value that is no date would select everything or nothing, or a point nowhere.
+// history's filters compare dates as instants and the report's trend places them on a time axis,
+// and a value that is no date would select everything or nothing, or a point nowhere.
 std::optional<std::chrono::sys_time<std::chrono::milliseconds>> parse_utc_time(
     std::string_view text);
 

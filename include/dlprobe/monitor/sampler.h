@@ -37,7 +37,7 @@ struct GpuReading {
   // power integrated over the time since its last reading, see energy_interval), else power
   // integrated over time (trapezoids between samples).
   std::optional<double> energy_since_start_j;
-  bool energy_from_counter = false;   // whether the counter underlies energy_since_start_j
+  bool energy_from_counter = false;   // whether this round read the counter and took it
   std::vector<ProcessRow> processes;  // only with SamplerOptions::processes
 };
 
