@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <concepts>
@@ -109,6 +110,9 @@ Settings with_defaults(Kind kind, const Settings& s) {
   fill(out.gpu_memory, std::string(), std::string("grow"));
   fill(out.input, std::string(), std::string("synthetic"));
   fill(out.streams, std::int64_t{0}, std::int64_t{1});
+  // memory's results once wrote the layout as its display name ("NHWC").
+  std::transform(out.layout.begin(), out.layout.end(), out.layout.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 

@@ -486,6 +486,13 @@ TEST(Results, SameSettingsFillsInWhatAnAbsentKeyMeans) {
   now.width = 64;
   now.classes = 10;
   EXPECT_FALSE(same_settings(Kind::native, old, now));
+  // An older memory result's "NHWC" is bench's "nhwc".
+  now.classes = 1000;
+  old.layout = "NHWC";
+  now.layout = "nhwc";
+  EXPECT_TRUE(same_settings(Kind::native, old, now));
+  now.layout = "nchw";
+  EXPECT_FALSE(same_settings(Kind::native, old, now));
   // An external run's keys are its command and sweep alone.
   Settings a;
   a.command = "python t.py";

@@ -170,8 +170,8 @@ std::string precision_of(Kind kind, const Settings& settings);
 std::string describe(Kind kind, const Settings& settings);
 
 // The settings with what each key a file may lack means written in (width 64, images 224, 1000
-// classes, grow, synthetic input, one stream), so that a file from before a key and one with the
-// key at its default name one configuration.
+// classes, grow, synthetic input, one stream; the layout in lower case), so that a file from
+// before a key and one with the key at its default name one configuration.
 Settings with_defaults(Kind kind, const Settings& settings);
 bool same_settings(Kind kind, const Settings& a, const Settings& b);
 
