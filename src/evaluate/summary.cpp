@@ -85,8 +85,8 @@ std::string evaluation_summary(const doctor::Report& report, const bench::Sweep&
           ", {:.1f} TFLOP/s = {:.1f}% of the {} ceiling", *best->compute->achieved_tflops,
           *best->compute->fraction_of_ceiling * 100, best->compute->ceiling_dtype);
     }
-    if (!best->telemetry.empty() && best->telemetry.front().energy_j) {
-      best_line += fmt::format(", {:.3f} J/img", *best->telemetry.front().energy_j / s.total_items);
+    if (const std::optional<double> energy = results::energy_j(*best)) {
+      best_line += fmt::format(", {:.3f} J/img", *energy / s.total_items);
     }
     // The same configuration trained from the JPEGs (evaluate --data), run right after it.
     for (const results::Configuration& c : configurations) {

@@ -176,9 +176,7 @@ Entry entry_of(const results::Document& document, std::size_t index) {
     e.items = s.total_items;
   }
   if (conf.memory) e.peak_memory_bytes = results::peak_memory_bytes(*conf.memory);
-  for (const auto& t : conf.telemetry) {
-    if (t.energy_j) e.energy_j = e.energy_j.value_or(0) + *t.energy_j;
-  }
+  e.energy_j = results::energy_j(conf);
   e.command = joined(c.command_line);
   return e;
 }
@@ -373,24 +371,22 @@ Result<std::vector<Entry>> History::list(const Filter& filter) const {
   int k = 1;
   for (const auto& t : texts) s.bind(k++, t);
   if (filter.batch) s.bind(k++, filter.batch);
+  // A date dlprobe did not write (an imported "2026-03-01 12:00:00", an offset) is compared as
+  // text rather than dropped by every bound.
+  const std::string until_text =
+      filter.until.size() == 10 ? filter.until + "T23:59:59Z" : filter.until;
+  const auto within = [&](const std::string& date) {
+    if (const std::optional<Instant> at = parse_utc_time(date)) {
+      return (!since || *at >= *since) && (!until || *at <= *until);
+    }
+    return (!since || date >= filter.since) && (!until || date <= until_text);
+  };
   std::vector<Entry> out;
   for (;;) {
     DLPROBE_ASSIGN_OR_RETURN(const bool row, s.step());
     if (!row) break;
     Entry e = read_entry(s);
-    if (since || until) {
-      // A date dlprobe did not write (an imported "2026-03-01 12:00:00", an offset) is compared
-      // as text rather than dropped by every bound.
-      const std::optional<Instant> at = parse_utc_time(e.date);
-      const bool before =
-          at ? since && *at < *since : !filter.since.empty() && e.date < filter.since;
-      const bool after = at ? until && *at > *until
-                            : !filter.until.empty() &&
-                                  e.date > (filter.until.size() == 10 ? filter.until + "T23:59:59Z"
-                                                                      : filter.until);
-      if (before || after) continue;
-    }
-    out.push_back(std::move(e));
+    if (within(e.date)) out.push_back(std::move(e));
   }
   return out;
 }

@@ -16,6 +16,7 @@
 #include <numeric>
 #include <span>
 #include <tuple>
+#include <type_traits>
 
 namespace dlprobe::results {
 
@@ -67,49 +68,38 @@ std::string precision_of(Kind kind, const Settings& settings) {
   return it == settings.sweep.end() ? std::string() : it->second;
 }
 
-std::string describe(Kind kind, const Settings& s) {
-  if (kind == Kind::native) {
-    std::string out = s.model;
-    if (s.width != 0 && s.width != 64) out += fmt::format("-w{}", s.width);
-    if (s.image_size != 0 && s.image_size != 224) out += fmt::format("@{}", s.image_size);
-    out += fmt::format(" bs={}", s.batch);
-    const bool own_backend = s.backend.empty() || (s.backend == "cuda" && s.device != "cpu") ||
-                             (s.backend == "onednn" && s.device == "cpu");
-    const std::string device = s.device + (own_backend ? "" : "/" + s.backend);
-    for (const std::string* part : {&s.precision, &s.mode, &s.layout, &device, &s.optimizer}) {
-      // "none" is the optimizer outside train mode: the mode already says so.
-      if (!part->empty() && *part != "none") out += " " + *part;
-    }
-    if (!s.gpu_memory.empty() && s.gpu_memory != "grow") out += " " + s.gpu_memory;
-    if (!s.input.empty() && s.input != "synthetic") out += " input=" + s.input;
-    if (s.streams > 1) out += fmt::format(" streams={}", s.streams);
-    if (s.stream_lag > 0) out += fmt::format(" stream-lag={}", s.stream_lag);
-    if (!s.recompute.empty()) out += " recompute=" + s.recompute;
-    // The classes shape the last layer and the loss, so two class counts are two workloads.
-    if (s.classes != 0 && s.classes != 1000) out += fmt::format(" classes={}", s.classes);
+namespace {
+
+// What each key a native run's file may lack means; a label names only what differs from it.
+const Settings& native_defaults() {
+  static const Settings d = [] {
+    Settings out;
+    out.width = 64;
+    out.image_size = 224;
+    out.classes = 1000;
+    out.gpu_memory = "grow";
+    out.input = "synthetic";
+    out.streams = 1;
     return out;
-  }
-  if (s.sweep.empty()) return s.command;
-  std::string sweep;
-  for (const auto& [key, value] : s.sweep) {
-    if (!sweep.empty()) sweep += ", ";
-    sweep += fmt::format("{}={}", key, value);
-  }
-  return fmt::format("{} ({})", s.command, sweep);
+  }();
+  return d;
 }
+
+}  // namespace
 
 Settings with_defaults(Kind kind, const Settings& s) {
   if (kind != Kind::native) return s;
+  const Settings& d = native_defaults();
   Settings out = s;
-  const auto fill = [](auto& value, const auto& absent, const auto& meant) {
-    if (value == absent) value = meant;
+  const auto fill = [](auto& value, const auto& meant) {
+    if (value == std::remove_cvref_t<decltype(value)>{}) value = meant;
   };
-  fill(out.width, std::int64_t{0}, std::int64_t{64});
-  fill(out.image_size, std::int64_t{0}, std::int64_t{224});
-  fill(out.classes, std::int64_t{0}, std::int64_t{1000});
-  fill(out.gpu_memory, std::string(), std::string("grow"));
-  fill(out.input, std::string(), std::string("synthetic"));
-  fill(out.streams, std::int64_t{0}, std::int64_t{1});
+  fill(out.width, d.width);
+  fill(out.image_size, d.image_size);
+  fill(out.classes, d.classes);
+  fill(out.gpu_memory, d.gpu_memory);
+  fill(out.input, d.input);
+  fill(out.streams, d.streams);
   // memory's results once wrote the layout as its display name ("NHWC").
   std::transform(out.layout.begin(), out.layout.end(), out.layout.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -118,6 +108,40 @@ Settings with_defaults(Kind kind, const Settings& s) {
 
 bool same_settings(Kind kind, const Settings& a, const Settings& b) {
   return with_defaults(kind, a) == with_defaults(kind, b);
+}
+
+std::string describe(Kind kind, const Settings& given) {
+  if (kind == Kind::native) {
+    const Settings s = with_defaults(kind, given);
+    const Settings& d = native_defaults();
+    std::string out = s.model;
+    if (s.width != d.width) out += fmt::format("-w{}", s.width);
+    if (s.image_size != d.image_size) out += fmt::format("@{}", s.image_size);
+    out += fmt::format(" bs={}", s.batch);
+    const bool own_backend = s.backend.empty() || (s.backend == "cuda" && s.device != "cpu") ||
+                             (s.backend == "onednn" && s.device == "cpu");
+    const std::string device = s.device + (own_backend ? "" : "/" + s.backend);
+    for (const std::string* part : {&s.precision, &s.mode, &s.layout, &device, &s.optimizer}) {
+      // "none" is the optimizer outside train mode: the mode already says so.
+      if (!part->empty() && *part != "none") out += " " + *part;
+    }
+    if (s.gpu_memory != d.gpu_memory) out += " " + s.gpu_memory;
+    if (s.input != d.input) out += " input=" + s.input;
+    if (s.streams != d.streams) out += fmt::format(" streams={}", s.streams);
+    if (s.stream_lag > 0) out += fmt::format(" stream-lag={}", s.stream_lag);
+    if (!s.recompute.empty()) out += " recompute=" + s.recompute;
+    // The classes shape the last layer and the loss, so two class counts are two workloads.
+    if (s.classes != d.classes) out += fmt::format(" classes={}", s.classes);
+    return out;
+  }
+  const Settings& s = given;
+  if (s.sweep.empty()) return s.command;
+  std::string sweep;
+  for (const auto& [key, value] : s.sweep) {
+    if (!sweep.empty()) sweep += ", ";
+    sweep += fmt::format("{}={}", key, value);
+  }
+  return fmt::format("{} ({})", s.command, sweep);
 }
 
 std::string series_label(Kind kind, const Settings& s) {

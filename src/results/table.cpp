@@ -22,6 +22,15 @@ std::optional<std::int64_t> peak_memory_bytes(const Memory& memory) {
   return memory.nvml_process_peak_bytes;
 }
 
+std::optional<double> energy_j(const Configuration& configuration) {
+  std::optional<double> total;
+  for (const Telemetry& t : configuration.telemetry) {
+    if (!t.energy_j) return std::nullopt;
+    total = total.value_or(0) + *t.energy_j;
+  }
+  return total;
+}
+
 namespace {
 
 // A bytes figure of a memory.arena object, or none where the key is missing or not an integer.
@@ -163,16 +172,9 @@ std::vector<Cell> row(const Configuration& c) {
     return range->median;
   };
   r.push_back(optional_number(gpu ? median_of(gpu->power_w) : std::nullopt, "{:.0f}"));
-  // Energy per item is every GPU's energy over the items they made together: one GPU's share
-  // over all the items would halve it for a run on two. None where a GPU's energy is unknown.
-  std::optional<double> energy;
-  for (const Telemetry& t : c.telemetry) {
-    if (!t.energy_j) {
-      energy.reset();
-      break;
-    }
-    energy = energy.value_or(0) + *t.energy_j;
-  }
+  // Every GPU's energy over the items they made together: one GPU's share over all the items
+  // would halve it for a run on two.
+  const std::optional<double> energy = energy_j(c);
   std::optional<double> energy_per_item;
   if (energy && c.statistics && c.statistics->total_items > 0) {
     energy_per_item = *energy / c.statistics->total_items;

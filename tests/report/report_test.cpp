@@ -140,6 +140,11 @@ TEST(Table, EnergyPerItemIsEveryGpusOverAllItems) {
   const auto column = static_cast<std::size_t>(it - t.columns.begin());
   ASSERT_TRUE(t.rows[0][column].number.has_value());
   EXPECT_DOUBLE_EQ(*t.rows[0][column].number, 60 / items);
+  // One GPU's energy unknown: none, rather than the other's over every item.
+  c.telemetry[1].energy_j.reset();
+  EXPECT_FALSE(results::energy_j(c).has_value());
+  const auto partial = results::configuration_table(std::span(docs).first(1));
+  EXPECT_FALSE(partial.rows[0][column].number.has_value());
 }
 
 TEST(Table, CsvQuotesAndKeepsFullPrecision) {

@@ -48,6 +48,9 @@ std::string to_markdown(const Table& table);
 // The peak device memory a configuration used, by the best source present: dlprobe's allocator
 // (peak allocated bytes), the framework's own figure, else NVML's view of the process.
 std::optional<std::int64_t> peak_memory_bytes(const Memory& memory);
+// The energy of every GPU the run sampled, together (for energy per item over all the items they
+// made); none where no GPU was sampled or one GPU's energy is unknown, which would understate it.
+std::optional<double> energy_j(const Configuration& configuration);
 // The allocator's breakdown at the overall peak ("peak.allocated_bytes.<category>"), in the
 // allocator's category order; empty without allocator statistics. A planned step's arena, one
 // block to the allocator, is told as what it holds at its fullest where memory.arena says
