@@ -76,15 +76,8 @@ std::optional<results::Telemetry> telemetry_over(const std::vector<WindowTelemet
       add(mem_clock, Column::mem_clock_mhz);
       add(temp, Column::temperature_c);
       add(mem_used, Column::mem_used_mib);
-      if (s.clock_event_reasons) {
-        // Only the bits that slow the GPU down, one at a time: "idle" and application-clock
-        // settings are not news.
-        for (std::uint64_t bit = 1; bit != 0 && bit <= *s.clock_event_reasons; bit <<= 1) {
-          if ((*s.clock_event_reasons & bit) != 0 && nvml::clock_events_throttle(bit)) {
-            reasons |= bit;
-          }
-        }
-      }
+      // Only the bits that slow the GPU down: "idle" and application-clock settings are not news.
+      if (s.clock_event_reasons) reasons |= nvml::throttling_clock_events(*s.clock_event_reasons);
       results::TelemetrySample point;
       point.t_s = static_cast<double>(tick.timestamp_ns - origin) / 1e9;
       point.gpu_util_pct = monitor::column_value(s, Column::gpu_util_pct);

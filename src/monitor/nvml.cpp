@@ -83,11 +83,15 @@ std::vector<std::string> clock_event_reason_names(std::uint64_t mask) {
   return names;
 }
 
-bool clock_events_throttle(std::uint64_t mask) {
+std::uint64_t throttling_clock_events(std::uint64_t mask) {
   constexpr std::uint64_t kThrottling =
       kClockEventSwPowerCap | kClockEventHwSlowdown | kClockEventSwThermalSlowdown |
       kClockEventHwThermalSlowdown | kClockEventHwPowerBrakeSlowdown;
-  return (mask & kThrottling) != 0;
+  return mask & kThrottling;
+}
+
+bool clock_events_throttle(std::uint64_t mask) {
+  return throttling_clock_events(mask) != 0;
 }
 
 struct Library::Impl {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "dlprobe/core/build_info.h"
 #include "dlprobe/core/interrupt.h"
@@ -180,41 +181,68 @@ results::Configuration to_configuration(const RunResult& r, const std::string& c
     c.memory = m;
   }
   if (r.gpu.telemetry && !r.timeline.empty()) {
-    results::Telemetry t;
-    t.gpu = r.gpu.gpus_used.empty() ? 0 : static_cast<int>(r.gpu.gpus_used.front());
+    // One entry per GPU the workload used, each with its own readings; every GPU sampled when
+    // its memory was seen on none (no process attribution), as each may be the one it ran on.
+    std::vector<unsigned> gpus = r.gpu.gpus_used;
+    if (gpus.empty()) {
+      std::set<unsigned> sampled;
+      for (const auto& p : r.timeline) {
+        for (const auto& [gpu, reading] : p.gpus) sampled.insert(gpu);
+      }
+      gpus.assign(sampled.begin(), sampled.end());
+    }
     // The summaries over the window the run's figures and findings describe (the measured
     // steps, or the steady phase found in the telemetry), as a native run's cover its timed
     // window; the time line keeps the whole run, start-up included, for the report's charts.
     const std::optional<TimeWindow>& window = r.gpu.figures_window;
-    t.window_s =
-        window ? window->end_s - window->start_s : r.timeline.back().t_s - r.timeline.front().t_s;
-    std::vector<double> util, power, clock, temp, mem;
-    for (const auto& p : r.timeline) {
-      if (!window || window->holds(p.t_s)) {
-        ++t.samples;
-        if (p.gpu_util_pct) util.push_back(*p.gpu_util_pct);
-        if (p.power_w) power.push_back(*p.power_w);
-        if (p.sm_clock_mhz) clock.push_back(*p.sm_clock_mhz);
-        if (p.temperature_c) temp.push_back(*p.temperature_c);
-        if (p.device_used_bytes) mem.push_back(static_cast<double>(*p.device_used_bytes) / kMiB);
+    for (unsigned gpu : gpus) {
+      results::Telemetry t;
+      t.gpu = static_cast<int>(gpu);
+      t.window_s =
+          window ? window->end_s - window->start_s : r.timeline.back().t_s - r.timeline.front().t_s;
+      std::vector<double> util, mem_util, power, clock, mem_clock, temp, mem;
+      std::uint64_t throttling = 0;
+      for (const auto& p : r.timeline) {
+        const auto it = p.gpus.find(gpu);
+        if (it == p.gpus.end()) continue;
+        const GpuReading& g = it->second;
+        const std::optional<double> used_mib =
+            g.used_bytes ? std::optional<double>(static_cast<double>(*g.used_bytes) / kMiB)
+                         : std::nullopt;
+        if (!window || window->holds(p.t_s)) {
+          ++t.samples;
+          if (g.util_pct) util.push_back(*g.util_pct);
+          if (g.mem_util_pct) mem_util.push_back(*g.mem_util_pct);
+          if (g.power_w) power.push_back(*g.power_w);
+          if (g.sm_clock_mhz) clock.push_back(*g.sm_clock_mhz);
+          if (g.mem_clock_mhz) mem_clock.push_back(*g.mem_clock_mhz);
+          if (g.temperature_c) temp.push_back(*g.temperature_c);
+          if (used_mib) mem.push_back(*used_mib);
+          // Only the bits that slow the GPU down: "idle" is what a GPU waiting for input shows.
+          if (g.clock_event_reasons) {
+            throttling |= nvml::throttling_clock_events(*g.clock_event_reasons);
+          }
+        }
+        results::TelemetrySample s;
+        s.t_s = p.t_s;
+        s.gpu_util_pct = g.util_pct;
+        s.power_w = g.power_w;
+        if (g.sm_clock_mhz) s.sm_clock_mhz = *g.sm_clock_mhz;
+        s.mem_used_mib = used_mib;
+        s.temperature_c = g.temperature_c;
+        t.timeline.push_back(s);
       }
-      results::TelemetrySample s;
-      s.t_s = p.t_s;
-      s.gpu_util_pct = p.gpu_util_pct;
-      s.power_w = p.power_w;
-      if (p.sm_clock_mhz) s.sm_clock_mhz = *p.sm_clock_mhz;
-      if (p.device_used_bytes) s.mem_used_mib = static_cast<double>(*p.device_used_bytes) / kMiB;
-      s.temperature_c = p.temperature_c;
-      t.timeline.push_back(s);
+      t.gpu_util_pct = range_of(util);
+      t.mem_util_pct = range_of(mem_util);
+      t.power_w = range_of(power);
+      t.sm_clock_mhz = range_of(clock);
+      t.mem_clock_mhz = range_of(mem_clock);
+      t.temperature_c = range_of(temp);
+      t.mem_used_mib = range_of(mem);
+      t.energy_source = "none";
+      t.throttle_reasons = nvml::clock_event_reason_names(throttling);
+      c.telemetry.push_back(std::move(t));
     }
-    t.gpu_util_pct = range_of(util);
-    t.power_w = range_of(power);
-    t.sm_clock_mhz = range_of(clock);
-    t.temperature_c = range_of(temp);
-    t.mem_used_mib = range_of(mem);
-    t.energy_source = "none";
-    t.throttle_reasons = nvml::clock_event_reason_names(r.gpu.clock_events_seen);
-    c.telemetry.push_back(std::move(t));
   }
   for (const auto& f : r.findings) c.findings.push_back(to_results_finding(f));
   return c;

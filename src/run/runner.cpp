@@ -54,9 +54,6 @@ struct RawPoint {
   std::map<unsigned, std::uint64_t> new_bytes;
   std::map<unsigned, std::uint64_t> device_bytes;
   bool tree_rows_without_bytes = false;
-  std::map<unsigned, double> util;           // per GPU
-  std::map<unsigned, std::uint64_t> events;  // clock-event reasons per GPU
-  std::map<unsigned, double> power;
 };
 
 class TickQueue {
@@ -409,12 +406,16 @@ void Run::take_ticks() {
     bool gpu_active = false;
     for (const auto& g : tick.gpus) {
       const auto& s = g.sample;
-      if (s.gpu_util_pct) {
-        raw.util[g.gpu] = *s.gpu_util_pct;
-        if (*s.gpu_util_pct > 0) gpu_active = true;
-      }
-      if (s.clock_event_reasons) raw.events[g.gpu] = *s.clock_event_reasons;
-      if (s.power_w) raw.power[g.gpu] = *s.power_w;
+      GpuReading& own = p.gpus[g.gpu];
+      own.util_pct = s.gpu_util_pct;
+      own.mem_util_pct = s.mem_util_pct;
+      own.power_w = s.power_w;
+      if (s.temperature_c) own.temperature_c = double(*s.temperature_c);
+      own.sm_clock_mhz = s.sm_clock_mhz;
+      own.mem_clock_mhz = s.mem_clock_mhz;
+      own.used_bytes = s.mem_used_bytes;
+      own.clock_event_reasons = s.clock_event_reasons;
+      if (s.gpu_util_pct && *s.gpu_util_pct > 0) gpu_active = true;
       if (s.mem_used_bytes) {
         p.device_used_bytes = p.device_used_bytes.value_or(0) + *s.mem_used_bytes;
         const auto before = gpus_[g.gpu].used_before.value_or(0);
@@ -423,7 +424,7 @@ void Run::take_ticks() {
       if (s.temperature_c) {
         p.temperature_c = std::max(p.temperature_c.value_or(0), double(*s.temperature_c));
       }
-      if (s.sm_clock_mhz) p.sm_clock_mhz = *s.sm_clock_mhz;
+      if (s.sm_clock_mhz) p.sm_clock_mhz = std::max(p.sm_clock_mhz.value_or(0), *s.sm_clock_mhz);
       if (s.clock_event_reasons) {
         p.clock_event_reasons = p.clock_event_reasons.value_or(0) | *s.clock_event_reasons;
       }
@@ -446,11 +447,15 @@ void Run::take_ticks() {
       }
     }
     if (gpu_active) last_activity_ = Clock::now();
-    if (!raw.util.empty()) {
-      double sum = 0;
-      for (auto& [gpu, u] : raw.util) sum += u;
-      p.gpu_util_pct = sum / static_cast<double>(raw.util.size());
+    double util_sum = 0;
+    std::size_t util_count = 0;
+    for (const auto& [gpu, reading] : p.gpus) {
+      if (reading.util_pct) {
+        util_sum += *reading.util_pct;
+        ++util_count;
+      }
     }
+    if (util_count > 0) p.gpu_util_pct = util_sum / static_cast<double>(util_count);
     // Keep every raw_stride_-th point; when full, drop every other one and double the stride, so
     // a long run keeps an even time line in bounded memory.
     if (raw_seen_++ % raw_stride_ == 0) raw_.push_back(std::move(raw));
@@ -729,9 +734,9 @@ void Run::compute_gpu_figures() {
       PhaseSample s{raw.point.t_s, std::nullopt, raw.point.host_cpu_pct};
       double sum = 0;
       std::size_t n = 0;
-      for (const auto& [gpu, u] : raw.util) {
-        if (used.empty() || used.count(gpu) != 0) {
-          sum += u;
+      for (const auto& [gpu, reading] : raw.point.gpus) {
+        if (reading.util_pct && (used.empty() || used.count(gpu) != 0)) {
+          sum += *reading.util_pct;
           ++n;
         }
       }
@@ -750,21 +755,21 @@ void Run::compute_gpu_figures() {
                             : (!first_memory_s || (raw.point.workload_gpu_bytes.value_or(0) > 0 &&
                                                    raw.point.t_s >= *first_memory_s));
     if (!active) continue;
-    for (const auto& [gpu, u] : raw.util) {
-      if (used.empty() || used.count(gpu) != 0) {
-        util.push_back(u);
-        util_of[gpu].push_back(u);
-      }
-    }
-    for (const auto& [gpu, w] : raw.power) {
-      if (used.empty() || used.count(gpu) != 0) {
-        power.push_back(w);
-        power_of[gpu].push_back(w);
-      }
-    }
-    if (raw.point.tree_sm_util_pct) sm.push_back(*raw.point.tree_sm_util_pct);
-    for (const auto& [gpu, events] : raw.events) {
+    for (const auto& [gpu, reading] : raw.point.gpus) {
       if (!used.empty() && used.count(gpu) == 0) continue;
+      if (reading.util_pct) {
+        util.push_back(*reading.util_pct);
+        util_of[gpu].push_back(*reading.util_pct);
+      }
+      if (reading.power_w) {
+        power.push_back(*reading.power_w);
+        power_of[gpu].push_back(*reading.power_w);
+      }
+      if (reading.temperature_c) {
+        g.temperature_max_c = std::max(g.temperature_max_c.value_or(0), *reading.temperature_c);
+      }
+      if (!reading.clock_event_reasons) continue;
+      const std::uint64_t events = *reading.clock_event_reasons;
       ++counted;
       g.clock_events_seen |= events;
       if ((events & (nvml::kClockEventSwPowerCap | nvml::kClockEventHwPowerBrakeSlowdown)) != 0) {
@@ -775,9 +780,7 @@ void Run::compute_gpu_figures() {
         ++thermal;
       }
     }
-    if (raw.point.temperature_c) {
-      g.temperature_max_c = std::max(g.temperature_max_c.value_or(0), *raw.point.temperature_c);
-    }
+    if (raw.point.tree_sm_util_pct) sm.push_back(*raw.point.tree_sm_util_pct);
   }
   g.util_median_pct = median(util);
   for (unsigned gpu : g.gpus_used) {

@@ -313,6 +313,51 @@ TEST_F(RunCli, TelemetrySummaryCoversTheMeasuredSteps) {
   EXPECT_DOUBLE_EQ(*t.timeline.front().gpu_util_pct, 0);
 }
 
+// Two GPUs, the workload on GPU 0 at 90 % and 300 W, GPU 1 idle at 70 W with a lower clock and a
+// power cap: the results' telemetry is GPU 0's alone, and its "idle" clock event (a GPU waiting for
+// input) is no throttling.
+TEST_F(RunCli, TelemetryIsEachUsedGpusOwn) {
+  const std::string procs = path("procs");
+  std::ofstream(procs) << "";
+  dlprobe::testing::FakeScript script(
+      "device\nname NVIDIA H200\nmemory_total 150754820096\ngpu_util 90\nmem_util 40\n"
+      "power_mw 300000\nsm_clock 1980\nmem_clock 3201\ntemperature 60\nmem_used 4294967296\n"
+      "clock_events 0x1\nprocess_file " +
+      procs +
+      "\ndevice\nname NVIDIA H200\nmemory_total 150754820096\ngpu_util 0\nmem_util 0\n"
+      "power_mw 70000\nsm_clock 345\nmem_clock 1593\ntemperature 80\nmem_used 1073741824\n"
+      "clock_events 0x4\n");
+  setenv("DLPROBE_NVML_LIBRARY", DLPROBE_FAKE_NVML, 1);
+  const auto o = dlprobe({"run", "-q", "--json", path("results.json"), "-i", "20ms", "--",
+                          DLPROBE_FAKE_WORKLOAD, "--steps", "10", "--step-ms", "20", "--gpu-file",
+                          procs, "--gpu-bytes", "1073741824"});
+  unsetenv("DLPROBE_NVML_LIBRARY");
+  ASSERT_EQ(o.code, 0) << o.err;
+  auto doc = dlprobe::results::read_file(path("results.json"));
+  ASSERT_TRUE(doc) << doc.status().message();
+  ASSERT_EQ(doc->configurations.size(), 1u);
+  ASSERT_EQ(doc->configurations[0].telemetry.size(), 1u);
+  const dlprobe::results::Telemetry& t = doc->configurations[0].telemetry[0];
+  EXPECT_EQ(t.gpu, 0);
+  ASSERT_TRUE(t.gpu_util_pct);
+  ASSERT_TRUE(t.power_w);
+  ASSERT_TRUE(t.sm_clock_mhz);
+  ASSERT_TRUE(t.temperature_c);
+  ASSERT_TRUE(t.mem_used_mib);
+  ASSERT_TRUE(t.mem_util_pct);
+  ASSERT_TRUE(t.mem_clock_mhz);
+  EXPECT_DOUBLE_EQ(t.gpu_util_pct->median, 90);
+  EXPECT_DOUBLE_EQ(t.mem_util_pct->median, 40);
+  EXPECT_DOUBLE_EQ(t.mem_clock_mhz->max, 3201);
+  EXPECT_DOUBLE_EQ(t.power_w->median, 300);
+  EXPECT_DOUBLE_EQ(t.sm_clock_mhz->min, 1980);
+  EXPECT_DOUBLE_EQ(t.temperature_c->max, 60);
+  EXPECT_DOUBLE_EQ(t.mem_used_mib->median, 4096);
+  EXPECT_TRUE(t.throttle_reasons.empty());
+  ASSERT_FALSE(t.timeline.empty());
+  EXPECT_DOUBLE_EQ(*t.timeline.front().power_w, 300);
+}
+
 TEST_F(RunCli, InvalidUtf8InTheOutputStillWritesResults) {
   const auto o = dlprobe({"run", "-q", "--json", path("results.json"), "--shell", "--",
                           "printf 'RuntimeError: CUDA out of memory \\377\\376\\n' >&2; exit 1"});

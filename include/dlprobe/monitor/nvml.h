@@ -31,6 +31,9 @@ enum ClockEventReason : std::uint64_t {
 std::vector<std::string> clock_event_reason_names(std::uint64_t mask);
 // True when a set bit means the GPU runs slower than it could for power or heat (idle is not).
 bool clock_events_throttle(std::uint64_t mask);
+// The bits of `mask` that slow the GPU down (power, thermal, hardware slowdown): not "idle" or an
+// application-clock setting.
+std::uint64_t throttling_clock_events(std::uint64_t mask);
 
 // What does not change while a process runs.
 struct DeviceInfo {

@@ -156,7 +156,21 @@ enum class Attribution {
 };
 std::string_view attribution_name(Attribution a);
 
-// One point of the run's time line (bounded: thinned when long).
+// One GPU's readings in one round of telemetry.
+struct GpuReading {
+  std::optional<double> util_pct;
+  std::optional<double> mem_util_pct;
+  std::optional<double> power_w;
+  std::optional<double> temperature_c;
+  std::optional<unsigned> sm_clock_mhz;
+  std::optional<unsigned> mem_clock_mhz;
+  std::optional<std::uint64_t> used_bytes;  // the device's, every process's
+  std::optional<std::uint64_t> clock_event_reasons;
+};
+
+// One point of the run's time line (bounded: thinned when long). The machine-wide fields fold the
+// GPUs together (utilisation averaged, power and memory summed, the hottest temperature and the
+// highest SM clock); `gpus` keeps each GPU's own readings.
 struct TelemetryPoint {
   double t_s = 0;  // since launch
   std::optional<double> gpu_util_pct;
@@ -171,6 +185,7 @@ struct TelemetryPoint {
   std::optional<double> busiest_process_cpu_pct;
   std::uint64_t rss_bytes = 0;
   std::size_t processes = 0;
+  std::map<unsigned, GpuReading> gpus;  // by NVML index
 };
 
 // One GPU of a run on several: its share of the memory and the work.
