@@ -144,18 +144,39 @@ TreeReading TreeTracker::poll() {
   std::map<int, const ProcStat*> by_pid;
   for (const auto& p : all) by_pid[p.pid] = &p;
 
+  // A process's time since the last poll is its own ticks' growth plus its reaped children's
+  // (cutime and cstime) growth. A child this tracker already saw brings all its time to its
+  // parent's cutime when it is reaped, and the part seen before was counted then: it is taken off
+  // the parent's growth, so that each tick counts once (a child that started and ended between
+  // two polls is counted through its parent alone).
+  // A child whose parent is gone too was reaped by that parent before the parent's own parent
+  // reaped it, so the ticks pass up to the nearest ancestor still here.
+  std::map<int, std::uint64_t> counted_of_reaped;  // by the ancestor that holds them now
+  const auto gone = [&](int pid) { return last_.count(pid) != 0 && by_pid.count(pid) == 0; };
+  for (const auto& [pid, was] : last_) {
+    if (!gone(pid)) continue;
+    int holder = was.ppid;
+    for (std::size_t hops = 0; gone(holder) && hops < last_.size(); ++hops) {
+      holder = last_.at(holder).ppid;
+    }
+    counted_of_reaped[holder] += was.own_ticks + was.children_ticks;
+  }
   std::map<int, Seen> seen;
   double total_ticks = 0;
   double busiest_ticks = 0;
   for (int pid : pids) {
     const ProcStat& p = *by_pid.at(pid);
-    const std::uint64_t ticks = p.utime + p.stime + p.cutime + p.cstime;
-    seen[pid] = {p.starttime, ticks};
+    const Seen now{p.starttime, p.ppid, p.utime + p.stime, p.cutime + p.cstime};
+    seen[pid] = now;
     // A process new since the last poll (or a reused pid) spent all its ticks in this interval.
-    std::uint64_t delta = ticks;
+    std::uint64_t own = now.own_ticks;
+    std::uint64_t children = now.children_ticks;
     if (auto it = last_.find(pid); it != last_.end() && it->second.starttime == p.starttime) {
-      delta = ticks >= it->second.ticks ? ticks - it->second.ticks : 0;
+      own = own >= it->second.own_ticks ? own - it->second.own_ticks : 0;
+      children = children >= it->second.children_ticks ? children - it->second.children_ticks : 0;
     }
+    const std::uint64_t counted = counted_of_reaped[pid];
+    const std::uint64_t delta = own + (children > counted ? children - counted : 0);
     total_ticks += static_cast<double>(delta);
     busiest_ticks = std::max(busiest_ticks, static_cast<double>(delta));
     if (auto rss = read_rss_bytes(pid, proc_root_)) reading.rss_bytes += *rss;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 
 #include "dlprobe/run/process_tree.h"
 #include "dlprobe/run/runner.h"
@@ -79,6 +81,51 @@ TEST(TreeTracker, SeesOwnProcessCpu) {
   const double tick_pct = 100.0 * 2.0 / static_cast<double>(sysconf(_SC_CLK_TCK)) / wall;
   EXPECT_NEAR(*second.cpu_pct, expected, tick_pct + 5.0);
   EXPECT_GT(*second.cpu_pct, 0.0);
+}
+
+// A fake /proc: each process's stat line with its ppid, own and reaped children's ticks.
+void write_stat(const std::filesystem::path& root, int pid, int ppid, std::uint64_t own,
+                std::uint64_t children) {
+  std::filesystem::create_directories(root / std::to_string(pid));
+  // Fields 3 to 22 of proc(5): state, ppid, pgrp, 4-13 unused here, utime, stime, cutime,
+  // cstime, 18-21 unused, starttime.
+  std::ofstream(root / std::to_string(pid) / "stat")
+      << pid << " (w) S " << ppid << " " << ppid << " 0 0 0 0 0 0 0 0 0 " << own << " 0 "
+      << children << " 0 0 0 0 0 " << 1000 + pid << "\n";
+}
+
+// A child seen at 50 ticks runs 30 more and is reaped: its parent's cutime grows by all 80, of
+// which only the 30 are new. Counting the whole growth again (as top would not) gave a 2-core
+// machine's tree 569 % when a busy child ended.
+TEST(TreeTracker, AReapedChildsTicksCountOnce) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("dlprobe_fake_proc_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  write_stat(root, 10, 1, 100, 0);
+  write_stat(root, 11, 10, 50, 0);
+  // And a child (`timeout`, 1 tick) whose own busy child (60 ticks) ends; the child then ends and
+  // is reaped by 10 within the same interval: 10's cutime grows by 1 + 2 + 60 + 15.
+  write_stat(root, 13, 10, 1, 0);
+  write_stat(root, 14, 13, 60, 0);
+  TreeTracker tracker({10}, 0, {}, root.string());
+  const TreeReading first = tracker.poll();
+  EXPECT_EQ(first.pids, (std::vector<int>{10, 11, 13, 14}));
+  std::filesystem::remove_all(root / "11");
+  std::filesystem::remove_all(root / "13");
+  std::filesystem::remove_all(root / "14");
+  write_stat(root, 10, 1, 110, 80 + 78);
+  // A grandchild that started and ended between the polls, reaped by a child born after the
+  // first poll: its 20 ticks count through that child's cutime.
+  write_stat(root, 12, 10, 5, 20);
+  const TreeReading second = tracker.poll();
+  std::filesystem::remove_all(root);
+  ASSERT_TRUE(second.cpu_pct && second.busiest_cpu_pct);
+  const double seconds = static_cast<double>(second.timestamp_ns - first.timestamp_ns) / 1e9;
+  const double per_tick = 100.0 / static_cast<double>(sysconf(_SC_CLK_TCK)) / seconds;
+  // 10 of the parent's own, 30 of the reaped child's, 2 + 15 of the reaped pair's, 5 + 20 of the
+  // new child's.
+  EXPECT_NEAR(*second.cpu_pct, 82 * per_tick, 1e-6 * per_tick);
+  EXPECT_NEAR(*second.busiest_cpu_pct, 57 * per_tick, 1e-6 * per_tick);
 }
 
 TEST(Protocol, StepLine) {

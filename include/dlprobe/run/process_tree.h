@@ -68,7 +68,9 @@ class TreeTracker {
  private:
   struct Seen {
     std::uint64_t starttime = 0;
-    std::uint64_t ticks = 0;
+    int ppid = 0;
+    std::uint64_t own_ticks = 0;       // utime + stime
+    std::uint64_t children_ticks = 0;  // cutime + cstime: its children reaped so far
   };
   std::vector<int> roots_;
   int pgid_ = 0;
