@@ -25,6 +25,7 @@
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/doctor/versions.h"
 #include "dlprobe/evaluate/recorded_sweep.h"
+#include "dlprobe/run/results.h"
 #include "history_flags.h"
 #include "protocol_flags.h"
 
@@ -292,7 +293,7 @@ int run_bench_command(const BenchFlags& flags) {
   if (telemetry) env.telemetry = &*telemetry;
   auto outputs = bench::Outputs::create(
       flags.json, flags.csv, flags.md,
-      evaluate::bench_context(own_command_line(), nvml, doctor::probe_versions()));
+      run::results_context(own_command_line(), nvml, doctor::probe_versions()));
   if (!outputs) return report_error(outputs.status());
   if (sweep.backend == device::BackendKind::cuda && !flags.no_ceiling &&
       !bench::ceiling_dtypes(sweep).empty()) {

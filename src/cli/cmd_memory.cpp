@@ -20,6 +20,7 @@
 #include "dlprobe/core/units.h"
 #include "dlprobe/device/conv_options.h"
 #include "dlprobe/device/fastest_settings.h"
+#include "dlprobe/doctor/versions.h"
 #include "dlprobe/memory/analysis_json.h"
 #include "dlprobe/memory/analysis_runs.h"
 #include "dlprobe/monitor/nvml.h"
@@ -280,7 +281,8 @@ int run(const memory::AnalysisOptions& a, const MemoryFlags& f) {
   if (a.session && a.session->device.kind == DeviceKind::cuda) {
     if (auto lib = nvml::Library::open()) nvml = std::move(lib).value();
   }
-  const results::Context context = run::results_context(own_command_line(), nvml);
+  const results::Context context =
+      run::results_context(own_command_line(), nvml, doctor::probe_versions());
   std::unique_ptr<results::ResultsWriter> writer;
   if (!f.json.empty()) {
     auto created = results::ResultsWriter::create(f.json, context);

@@ -14,6 +14,7 @@
 #include "dlprobe/core/files.h"
 #include "dlprobe/evaluate/summary.h"
 #include "dlprobe/report/html.h"
+#include "dlprobe/run/results.h"
 
 namespace dlprobe::evaluate {
 namespace {
@@ -127,7 +128,7 @@ Result<Evaluation> run_evaluation(const Plan& plan, const std::vector<std::strin
   DLPROBE_ASSIGN_OR_RETURN(
       bench::Outputs outputs,
       bench::Outputs::create((dir / "results.json").string(), "", "",
-                             bench_context(command_line, nvml, plan.report.versions)));
+                             run::results_context(command_line, nvml, plan.report.versions)));
   Evaluation e;
   e.run = record_sweep(sweep, env, outputs,
                        doctor_findings(plan.report, sweep, plan.options.device), callbacks);

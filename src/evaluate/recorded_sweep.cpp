@@ -4,20 +4,6 @@
 
 namespace dlprobe::evaluate {
 
-results::Context bench_context(const std::vector<std::string>& command_line,
-                               const std::shared_ptr<nvml::Library>& nvml,
-                               const doctor::StackVersions& versions) {
-  results::Context c = run::results_context(command_line, nvml);
-  if (versions.cuda_runtime_loaded > 0) {
-    c.cuda_runtime_version = doctor::decode_cuda_version(versions.cuda_runtime_loaded).str();
-  }
-  for (const doctor::LibraryProbe* p : {&versions.cudnn, &versions.cublas, &versions.cublaslt,
-                                        &versions.nccl, &versions.cupti, &versions.onednn}) {
-    c.libraries.push_back({p->name, p->loaded ? p->version : "", p->loaded ? p->path : ""});
-  }
-  return c;
-}
-
 RecordedSweep record_sweep(const bench::Sweep& sweep, const bench::SweepEnvironment& environment,
                            bench::Outputs& outputs, std::vector<results::Finding> findings,
                            const bench::SweepCallbacks& callbacks) {

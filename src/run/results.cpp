@@ -86,8 +86,16 @@ results::Finding to_results_finding(const diagnosis::Finding& f) {
 }
 
 results::Context results_context(const std::vector<std::string>& command_line,
-                                 const std::shared_ptr<nvml::Library>& nvml) {
+                                 const std::shared_ptr<nvml::Library>& nvml,
+                                 const doctor::StackVersions& versions) {
   results::Context c;
+  if (versions.cuda_runtime_loaded > 0) {
+    c.cuda_runtime_version = doctor::decode_cuda_version(versions.cuda_runtime_loaded).str();
+  }
+  for (const doctor::LibraryProbe* p : {&versions.cudnn, &versions.cublas, &versions.cublaslt,
+                                        &versions.nccl, &versions.cupti, &versions.onednn}) {
+    c.libraries.push_back({p->name, p->loaded ? p->version : "", p->loaded ? p->path : ""});
+  }
   const auto& build = build_info();
   c.dlprobe_version = std::string(build.version);
   c.git_hash = std::string(build.git_hash);

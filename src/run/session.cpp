@@ -12,6 +12,7 @@
 #include "dlprobe/core/files.h"
 #include "dlprobe/core/log.h"
 #include "dlprobe/core/units.h"
+#include "dlprobe/doctor/versions.h"
 #include "dlprobe/run/results.h"
 
 namespace dlprobe::run {
@@ -125,7 +126,8 @@ Result<Session> Session::start(SessionPlan plan, SessionEvents events) {
   }
   if (plan.memory_limit_bytes) set_memory_limit(plan);
   Session session(std::move(plan), std::move(events));
-  session.results_.context = results_context(own_command_line(), session.plan_.base.nvml);
+  session.results_.context =
+      results_context(own_command_line(), session.plan_.base.nvml, doctor::probe_versions());
   if (!session.plan_.results_json.empty()) {
     auto writer =
         results::ResultsWriter::create(session.plan_.results_json, session.results_.context);

@@ -320,6 +320,28 @@ TEST(MemoryCli, MeasuresBesideThePredictionAndWritesResults) {
   std::filesystem::remove(html);
 }
 
+// A memory run and a bench run on one machine record the same stack (the CUDA runtime and the
+// libraries doctor probes), so that the report and the history do not take them for two machines.
+TEST(MemoryCli, RecordsTheStackAsBenchDoes) {
+  const std::string memory_json = temp_path("stack_memory.json");
+  const std::string bench_json = temp_path("stack_bench.json");
+  const CliRun m = run(kSmall + "--batch 2 --json " + memory_json + " --overwrite");
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  const CliRun b =
+      run("bench --model resnet18 --width 16 --image-size 32 --classes 10 --device cpu --backend "
+          "reference --batch 2 --steps 2 --warmup 1 --no-ceiling --json " +
+          bench_json + " --overwrite");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  Result<results::Document> from_memory = results::read_file(memory_json);
+  Result<results::Document> from_bench = results::read_file(bench_json);
+  ASSERT_TRUE(from_memory && from_bench);
+  EXPECT_FALSE(from_memory->context.libraries.empty());
+  EXPECT_EQ(from_memory->context.libraries, from_bench->context.libraries);
+  EXPECT_EQ(from_memory->context.cuda_runtime_version, from_bench->context.cuda_runtime_version);
+  std::filesystem::remove(memory_json);
+  std::filesystem::remove(bench_json);
+}
+
 TEST(MemoryCli, TellsWhatThePlannedArenaHolds) {
   const CliRun r = run(kSmall + "--batch 2 --layout nchw --gpu-memory planned");
   ASSERT_EQ(r.exit_code, 0) << r.output;

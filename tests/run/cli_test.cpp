@@ -261,6 +261,8 @@ TEST_F(RunCli, ResultsFileInTheSharedSchema) {
   ASSERT_TRUE(doc) << doc.status().message();
   EXPECT_EQ(doc->context.gpus.size(), 1u);
   EXPECT_EQ(doc->context.command_line.at(1), "run");
+  // The libraries doctor probes, as bench records them: one machine and stack reads alike.
+  EXPECT_FALSE(doc->context.libraries.empty());
   ASSERT_EQ(doc->configurations.size(), 3u);
   const auto& ok = doc->configurations[0];
   EXPECT_EQ(ok.kind, dlprobe::results::Kind::external);

@@ -9,17 +9,10 @@
 
 #include "dlprobe/bench/outputs.h"
 #include "dlprobe/bench/sweep.h"
-#include "dlprobe/doctor/versions.h"
 #include "dlprobe/monitor/nvml.h"
 #include "dlprobe/results/results.h"
 
 namespace dlprobe::evaluate {
-
-// The context of a native run: the machine's (host, GPUs and their state through `nvml`, as
-// `dlprobe run` records them) with the libraries doctor probed and the CUDA runtime.
-results::Context bench_context(const std::vector<std::string>& command_line,
-                               const std::shared_ptr<nvml::Library>& nvml,
-                               const doctor::StackVersions& versions);
 
 struct RecordedSweep {
   bench::SweepOutcome outcome;

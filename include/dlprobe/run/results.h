@@ -7,15 +7,19 @@
 #include <string>
 #include <vector>
 
+#include "dlprobe/doctor/versions.h"
 #include "dlprobe/monitor/nvml.h"
 #include "dlprobe/results/results.h"
 #include "dlprobe/run/runner.h"
 
 namespace dlprobe::run {
 
-// Host, software and GPUs as they were at the start; GPU parts only where NVML is open.
+// Host, software and GPUs as they were at the start; GPU parts only where NVML is open; the CUDA
+// runtime and the libraries as doctor probed them (`versions`), so that every command's results
+// from one machine and stack name it alike.
 results::Context results_context(const std::vector<std::string>& command_line,
-                                 const std::shared_ptr<nvml::Library>& nvml);
+                                 const std::shared_ptr<nvml::Library>& nvml,
+                                 const doctor::StackVersions& versions);
 
 // One configuration: kind external, the command template and sweep values as settings.
 results::Configuration to_configuration(const RunResult& result, const std::string& command);
