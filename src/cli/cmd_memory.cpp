@@ -234,10 +234,11 @@ class Printer final : public memory::AnalysisObserver {
     if (predict_only_ && r.largest == 0) ++failures_;
   }
 
-  // Prints the summary, adds the results to the history, gives standard output its file if asked.
+  // Prints the summary, adds what was measured to the history (a prediction is no measurement),
+  // gives standard output its file if asked.
   int end(const HistoryFlags& history) const {
     summary_.print();
-    store_in_history(history, document_);
+    if (!predict_only_) store_in_history(history, document_);
     if (writer_) {
       if (Status s = writer_->finish(); !s) return report_error(s.with_context("--json"));
     }

@@ -342,6 +342,19 @@ TEST(MemoryCli, RecordsTheStackAsBenchDoes) {
   std::filesystem::remove(bench_json);
 }
 
+// The history keeps what was measured: a prediction is not added, a measurement is.
+TEST(MemoryCli, OnlyMeasurementsEnterTheHistory) {
+  const std::string history = temp_path("history.sqlite");
+  std::filesystem::remove(history);
+  const CliRun p = run(kPredict + "--predict-only --batch 4 --history " + history);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_FALSE(std::filesystem::exists(history));
+  const CliRun m = run(kSmall + "--batch 2 --history " + history);
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_TRUE(std::filesystem::exists(history));
+  std::filesystem::remove(history);
+}
+
 TEST(MemoryCli, TellsWhatThePlannedArenaHolds) {
   const CliRun r = run(kSmall + "--batch 2 --layout nchw --gpu-memory planned");
   ASSERT_EQ(r.exit_code, 0) << r.output;
