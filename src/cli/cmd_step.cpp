@@ -73,6 +73,11 @@ Status run_step_command(const StepFlags& f) {
   if (const Status s = device::backend_supports(where.backend, c.precision); !s.is_ok()) {
     return s.with_context("--precision");
   }
+  // The outputs are written after the step: a path that cannot take them is refused first, before
+  // the tuning cache is opened (which creates its file).
+  DLPROBE_RETURN_IF_ERROR(prepare_outputs(
+      {{"--output", f.output}, {"--state-output", f.state_output}}, f.overwrite,
+      {{"--weights", f.weights}, {"--input", f.input}, {"--tuning-cache", f.tuning.cache}}));
   DLPROBE_ASSIGN_OR_RETURN(const Tuning tuning, tuning_options(f.tuning));
   device::ConvOptions conv;
   conv.algo = tuning.algo;
@@ -87,12 +92,11 @@ Status run_step_command(const StepFlags& f) {
     if (c.precision != engine::Precision::fp16) {
       return invalid_argument("--loss-scale: only fp16 scales the loss");
     }
+    if (c.mode == engine::StepMode::infer) {
+      return invalid_argument("--loss-scale: --mode infer has no backward pass to scale");
+    }
     c.scaler.init_scale = f.loss_scale;
   }
-  // The outputs are written after the step: a path that cannot take them is refused first.
-  DLPROBE_RETURN_IF_ERROR(prepare_outputs(
-      {{"--output", f.output}, {"--state-output", f.state_output}}, f.overwrite,
-      {{"--weights", f.weights}, {"--input", f.input}, {"--tuning-cache", f.tuning.cache}}));
   // Every file is read, and every problem with one reported, before any memory is taken; the
   // small batch file first.
   DLPROBE_ASSIGN_OR_RETURN(StepInput in, read_step_input(f.input));
@@ -100,6 +104,17 @@ Status run_step_command(const StepFlags& f) {
   DLPROBE_ASSIGN_OR_RETURN(const model::ModelConfig shape, model_of_weights(weights, f.weights));
   c.model.classes = shape.classes;
   c.model.width = shape.width;
+  // Every label, not only those of the batches that run (a short run would leave a bad one
+  // unseen), numbered as in the file.
+  for (std::int64_t i = 0; i < in.labels.numel(); ++i) {
+    const double label = in.labels.get(i);
+    if (label < 0 || label >= static_cast<double>(shape.classes)) {
+      return invalid_argument(
+          fmt::format("{}: label {} of sample {} is outside [0, {}) ({} has {})", f.input, label, i,
+                      shape.classes, f.weights,
+                      shape.classes == 1 ? "1 class" : fmt::format("{} classes", shape.classes)));
+    }
+  }
   const std::int64_t images = in.images.shape()[0];
   if (f.steps > 1 && c.mode != engine::StepMode::train) {
     return invalid_argument("--steps: more than one step needs --mode train");
@@ -150,10 +165,12 @@ Status run_step_command(const StepFlags& f) {
     out.tensors.push_back(to_file_tensor("losses", losses));
   }
   std::size_t gradients = 0;
+  std::size_t non_finite = 0;
   if (c.mode != engine::StepMode::infer) {
     for (const model::StateEntry& entry : step->model().state()) {
       if (!model::is_parameter(entry.kind)) continue;
       DLPROBE_ASSIGN_OR_RETURN(HostTensor g, step->gradient(entry.name));
+      if (first_non_finite(g) >= 0) ++non_finite;
       out.tensors.push_back(to_file_tensor(entry.name, g));
       ++gradients;
     }
@@ -181,6 +198,18 @@ Status run_step_command(const StepFlags& f) {
               r.skipped ? " (inf/NaN in the gradients: optimizer step skipped)" : "");
   std::printf("wrote logits, loss%s and %zu gradients to %s\n", f.write_losses ? ", losses" : "",
               gradients, f.output.c_str());
+  // Written as computed, but never as if they were an answer: in grads mode fp16's gradients stay
+  // scaled, and a scale too large for them overflows (train mode skips such a step and says so).
+  if (non_finite > 0 && !r.skipped) {
+    std::fputs(
+        fmt::format("dlprobe step: {} of the {} gradients hold inf or NaN{}\n", non_finite,
+                    gradients,
+                    c.precision == engine::Precision::fp16
+                        ? fmt::format(" at loss scale {:g}: lower --loss-scale", r.loss_scale)
+                        : "")
+            .c_str(),
+        stderr);
+  }
   return Status::ok();
 }
 
@@ -231,15 +260,16 @@ Command add_step_command(CLI::App& app) {
       sub->add_option("--batch", flags->batch,
                       "Images per step; must divide the input's images (default: all of them)")
           ->transform(decimal_integer(1, std::int64_t{1} << 40));
-  return {sub, [flags, sub, steps, loss_scale, batch] {
-            flags->cuda_only = given_options(*sub, {"--conv-algo", "--conv-engines"});
-            flags->write_losses = steps->count() > 0;
-            flags->loss_scale_given = loss_scale->count() > 0;
-            flags->batch_given = batch->count() > 0;
-            flags->workload.optimizer_given = sub->count("--optimizer") > 0;
-            const Status s = run_step_command(*flags);
-            return s.is_ok() ? kExitOk : report_error(s);
-          }};
+  return {
+      sub, [flags, sub, steps, loss_scale, batch] {
+        flags->cuda_only = given_options(*sub, {"--conv-algo", "--conv-engines", "--tuning-cache"});
+        flags->write_losses = steps->count() > 0;
+        flags->loss_scale_given = loss_scale->count() > 0;
+        flags->batch_given = batch->count() > 0;
+        flags->workload.optimizer_given = sub->count("--optimizer") > 0;
+        const Status s = run_step_command(*flags);
+        return s.is_ok() ? kExitOk : report_error(s);
+      }};
 }
 
 }  // namespace dlprobe::cli

@@ -29,19 +29,18 @@ Result<HostTensor> host_tensor(const safetensors::Tensor& t) {
   return h;
 }
 
-// The storage index of the first NaN or infinity in `t`, or -1.
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+}  // namespace
+
 std::int64_t first_non_finite(const HostTensor& t) {
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     if (!std::isfinite(t.get(i))) return i;
   }
   return -1;
 }
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
-}  // namespace
 
 Result<StepInput> read_step_input(const std::string& path) {
   DLPROBE_ASSIGN_OR_RETURN(safetensors::File file, safetensors::read_file(path));

@@ -21,6 +21,9 @@ Result<StepInput> read_step_input(const std::string& path);
 Result<model::ModelConfig> model_of_weights(const safetensors::File& weights,
                                             const std::string& path);
 
+// The storage index of the first NaN or infinity in `t`, or -1.
+std::int64_t first_non_finite(const HostTensor& t);
+
 // An fp64 scalar tensor, as the output's `loss` and `loss_scale`.
 safetensors::Tensor scalar_tensor(std::string name, double value);
 

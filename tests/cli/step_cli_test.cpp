@@ -292,6 +292,19 @@ TEST_F(StepCliTest, Fp16GradientsStayScaled) {
   EXPECT_NEAR(dot / fp32_norm, 1024.0, 1024.0 * 2e-2);
 }
 
+// A loss scale too large for fp16 overflows the scaled gradients: they are written as computed,
+// and stderr says so.
+TEST_F(StepCliTest, OverflowingGradientsAreNamed) {
+  const CliRun cli = run_cli(files("--precision fp16 --loss-scale 1e30"));
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  EXPECT_NE(cli.output.find("gradients hold inf or NaN at loss scale 1e+30: lower --loss-scale"),
+            std::string::npos)
+      << cli.output;
+  const CliRun fine = run_cli(files("--precision fp16 --loss-scale 1024 --overwrite"));
+  ASSERT_EQ(fine.exit_code, 0) << fine.output;
+  EXPECT_EQ(fine.output.find("inf or NaN"), std::string::npos) << fine.output;
+}
+
 TEST_F(StepCliTest, Fp64OnTheCpuAndTheStateAfterTheStep) {
   const std::string state = *dir_ + "state.safetensors";
   ASSERT_EQ(run_cli(files("--precision fp64 --state-output " + state)).exit_code, 0);
@@ -339,8 +352,18 @@ TEST_F(StepCliTest, InferModeWritesNoGradients) {
 // The convolution engines' choices are the CUDA backend's: given for the CPU, each is named on
 // stderr and the step runs.
 TEST_F(StepCliTest, CudaOnlyOptionsOnTheCpuAreNamed) {
-  const CliRun cli = run_cli(files("--mode infer --conv-algo autotune --conv-engines any"));
+  const std::string cache = *dir_ + "tuning.json";
+  std::remove(cache.c_str());
+  const CliRun cli = run_cli(
+      files("--mode infer --conv-algo autotune --conv-engines any --tuning-cache " + cache));
   ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  EXPECT_NE(cli.output.find("dlprobe step: --tuning-cache has no effect on the reference backend"),
+            std::string::npos)
+      << cli.output;
+  // A refused output leaves no tuning cache behind.
+  std::remove(cache.c_str());
+  expect_error(files("--mode infer --tuning-cache " + cache), "--output: ");
+  EXPECT_FALSE(std::filesystem::exists(cache));
   EXPECT_NE(cli.output.find("dlprobe step: --conv-algo has no effect on the reference backend"),
             std::string::npos)
       << cli.output;
@@ -416,6 +439,8 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   expect_error(files("", "cpu --backend tpu"), "--backend: unknown backend 'tpu'");
   expect_error(files("", "cpu --backend cuda"), "--backend: backend cuda does not run on cpu");
   expect_error(files("--loss-scale 1024"), "only fp16 scales the loss");
+  expect_error(files("--precision fp16 --mode infer --loss-scale 1024"),
+               "--loss-scale: --mode infer has no backward pass to scale");
   for (const char* scale : {"0", "-1", "inf"}) {
     expect_error(files(std::string("--precision fp16 --loss-scale ") + scale),
                  std::string("--loss-scale: ") + scale + " is not a positive finite number");
@@ -477,6 +502,8 @@ TEST_F(StepCliTest, RefusesBadInputWithOneLine) {
   big.set(2, 10.0);
   write_input(bad, {file_tensor("images", *images_), file_tensor("labels", big)});
   expect_error(with_bad_input, "label 10 of sample 2 is outside [0, 10)");
+  // Every label is checked, not only the batches that run: batch 2 runs the first two samples.
+  expect_error(with_bad_input + " --batch 2", "label 10 of sample 2 is outside [0, 10)");
   // A NaN or an infinity among the pixels is refused, the first one named.
   HostTensor nan_images = *images_;
   nan_images.set(2 * 3 * 32 * 32 + 5, std::nan(""));
