@@ -186,29 +186,33 @@ void precision_rules(const RunFacts& f, std::vector<Finding>& out) {
   }
 }
 
+// "in 32% of 28 samples", and of which GPU where the run used several.
+std::string share_text(const ThrottleShare& t) {
+  return fmt::format("{:.0f}% of {} samples{}", t.share * 100, t.samples,
+                     t.gpu ? fmt::format(" of GPU {}", *t.gpu) : "");
+}
+
 void clock_rules(const RunFacts& f, std::vector<Finding>& out) {
-  if (f.power_throttle_share >= kThrottleShare) {
+  if (f.power_throttle.share >= kThrottleShare) {
     out.push_back({
         "power_throttling",
         Severity::warning,
         "GPU clocks held back by the power limit",
-        fmt::format("power cap or power brake active in {:.0f}% of {} samples",
-                    f.power_throttle_share * 100, f.telemetry_samples),
+        fmt::format("power cap or power brake active in {}", share_text(f.power_throttle)),
         "Expected under full load on some boards; compare against the board's default power "
         "limit (dlprobe doctor) and check nobody lowered it (nvidia-smi -q -d POWER)",
-        {{"power_throttle_share", f.power_throttle_share}},
+        {{"power_throttle_share", f.power_throttle.share}},
     });
   }
-  if (f.thermal_throttle_share >= kThrottleShare) {
+  if (f.thermal_throttle.share >= kThrottleShare) {
     out.push_back({
         "thermal_throttling",
         Severity::warning,
         "GPU clocks held back by temperature",
-        fmt::format("thermal slowdown active in {:.0f}% of {} samples",
-                    f.thermal_throttle_share * 100, f.telemetry_samples),
+        fmt::format("thermal slowdown active in {}", share_text(f.thermal_throttle)),
         "Check cooling (fans, airflow, inlet temperature); results from this run understate the "
         "GPU",
-        {{"thermal_throttle_share", f.thermal_throttle_share}},
+        {{"thermal_throttle_share", f.thermal_throttle.share}},
     });
   }
 }

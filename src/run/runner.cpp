@@ -177,6 +177,7 @@ class Run {
   std::string printed_format_;
   std::optional<std::int64_t> protocol_warmup_;
   Clock::time_point last_activity_;
+  std::set<unsigned> workload_gpus_;  // where its processes' memory has been seen so far
   enum class Stop { none, interrupted, timeout, hang };
   Stop stop_ = Stop::none;
   std::vector<int> signal_plan_;  // signals still to send, in order
@@ -404,6 +405,7 @@ void Run::take_ticks() {
     TelemetryPoint& p = raw.point;
     p = host_point(tick.timestamp_ns, last_reading_);
     bool gpu_active = false;
+    std::set<unsigned> busy;  // GPUs whose utilisation was above 0 in this round
     for (const auto& g : tick.gpus) {
       const auto& s = g.sample;
       GpuReading& own = p.gpus[g.gpu];
@@ -415,7 +417,7 @@ void Run::take_ticks() {
       own.mem_clock_mhz = s.mem_clock_mhz;
       own.used_bytes = s.mem_used_bytes;
       own.clock_event_reasons = s.clock_event_reasons;
-      if (s.gpu_util_pct && *s.gpu_util_pct > 0) gpu_active = true;
+      if (s.gpu_util_pct && *s.gpu_util_pct > 0) busy.insert(g.gpu);
       if (s.mem_used_bytes) {
         p.device_used_bytes = p.device_used_bytes.value_or(0) + *s.mem_used_bytes;
         const auto before = gpus_[g.gpu].used_before.value_or(0);
@@ -445,6 +447,16 @@ void Run::take_ticks() {
           raw.new_bytes[g.gpu] += *row.used_bytes;
         }
       }
+    }
+    // A GPU's utilisation is the workload's activity only on a GPU where its memory has been
+    // seen (another job's busy GPU would hide a hang); on any GPU while none has been.
+    for (const auto* bytes : {&raw.tree_bytes, &raw.new_bytes}) {
+      for (const auto& [gpu, b] : *bytes) {
+        if (b > 0) workload_gpus_.insert(gpu);
+      }
+    }
+    for (unsigned gpu : busy) {
+      if (workload_gpus_.empty() || workload_gpus_.count(gpu) != 0) gpu_active = true;
     }
     if (gpu_active) last_activity_ = Clock::now();
     double util_sum = 0;
@@ -662,6 +674,8 @@ void Run::compute_gpu_figures() {
   // A device-wide rise below this is other noise (another process, the driver), not the workload.
   constexpr std::uint64_t kDeviceNoise = 256ull << 20;
   std::map<unsigned, std::uint64_t> per_gpu_peak;
+  std::map<unsigned, std::uint64_t> per_gpu_early;  // within prealloc_window of its first memory
+  std::map<unsigned, std::uint64_t> per_gpu_used;   // the device's, every process's
   std::optional<double> first_memory_s;
   for (auto& raw : raw_) {
     std::uint64_t sum = 0;
@@ -673,13 +687,14 @@ void Run::compute_gpu_figures() {
     const bool holds = g.attribution == Attribution::device_wide ? sum > kDeviceNoise : sum > 0;
     if (holds && !first_memory_s) first_memory_s = raw.point.t_s;
     if (!g.peak_bytes || sum > *g.peak_bytes) g.peak_bytes = sum;
-    if (raw.point.device_used_bytes &&
-        (!g.device_peak_used_bytes || *raw.point.device_used_bytes > *g.device_peak_used_bytes)) {
-      g.device_peak_used_bytes = raw.point.device_used_bytes;
+    for (const auto& [gpu, reading] : raw.point.gpus) {
+      if (reading.used_bytes) per_gpu_used[gpu] = std::max(per_gpu_used[gpu], *reading.used_bytes);
     }
     if (holds && *first_memory_s + std::chrono::duration<double>(o_.prealloc_window).count() >=
                      raw.point.t_s) {
-      g.early_peak_bytes = std::max(g.early_peak_bytes.value_or(0), sum);
+      for (const auto& [gpu, bytes] : bytes_of(raw)) {
+        per_gpu_early[gpu] = std::max(per_gpu_early[gpu], bytes);
+      }
     }
   }
   for (const auto& [gpu, peak] : per_gpu_peak) {
@@ -687,24 +702,39 @@ void Run::compute_gpu_figures() {
       g.gpus_used.push_back(gpu);
     }
   }
-  // The GPU that held the most decides the device-relative figures (near OOM, preallocation).
-  std::optional<unsigned> busiest;
+  // The fullest GPU (the workload's peak over the GPU's memory) decides the device-relative
+  // figures: a near OOM or a preallocation happens on one GPU, and on GPUs of different sizes the
+  // one holding the most bytes need not be the fullest.
+  const auto fullness = [&](unsigned gpu) {
+    const std::uint64_t total = gpus_[gpu].info.memory_total_bytes.value_or(0);
+    return total > 0 ? static_cast<double>(per_gpu_peak[gpu]) / static_cast<double>(total)
+                     : static_cast<double>(per_gpu_peak[gpu]);
+  };
+  std::optional<unsigned> fullest;
   for (unsigned gpu : g.gpus_used) {
-    if (!busiest || per_gpu_peak[gpu] > per_gpu_peak[*busiest]) busiest = gpu;
+    if (!fullest || fullness(gpu) > fullness(*fullest)) fullest = gpu;
   }
-  if (busiest) {
-    const auto& info = gpus_[*busiest].info;
-    g.device_total_bytes = info.memory_total_bytes;
-    g.power_limit_w = info.power_limit_w;
-    g.gpu_name = info.name;
-    g.cc_major = info.cc_major;
-    g.device_used_before_bytes = gpus_[*busiest].used_before;
-    g.busiest_gpu_peak_bytes = per_gpu_peak[*busiest];
-  } else if (gpus_.size() == 1) {
-    const auto& b = gpus_.begin()->second;
+  const bool used_one = fullest.has_value();
+  // With no memory of its seen, the one GPU there is still the one it ran on.
+  if (!fullest && gpus_.size() == 1) fullest = gpus_.begin()->first;
+  if (fullest) {
+    const GpuBaseline& b = gpus_[*fullest];
     g.device_total_bytes = b.info.memory_total_bytes;
     g.power_limit_w = b.info.power_limit_w;
     g.device_used_before_bytes = b.used_before;
+    if (auto it = per_gpu_used.find(*fullest); it != per_gpu_used.end()) {
+      g.device_peak_used_bytes = it->second;
+    }
+  }
+  if (used_one) {
+    const GpuBaseline& b = gpus_[*fullest];
+    g.fullest_gpu = *fullest;
+    g.gpu_name = b.info.name;
+    g.cc_major = b.info.cc_major;
+    g.busiest_gpu_peak_bytes = per_gpu_peak[*fullest];
+    if (auto it = per_gpu_early.find(*fullest); it != per_gpu_early.end()) {
+      g.early_peak_bytes = it->second;
+    }
   }
 
   // Utilisation and clocks over the measured steps when the workload reported steps, widened to
@@ -716,9 +746,14 @@ void Run::compute_gpu_figures() {
   std::vector<double> power;
   std::map<unsigned, std::vector<double>> util_of;
   std::map<unsigned, std::vector<double>> power_of;
-  std::size_t counted = 0;
-  std::size_t power_capped = 0;
-  std::size_t thermal = 0;
+  // Per GPU: its samples with clock events read, with a power cap or brake, with a thermal
+  // slowdown.
+  struct Throttling {
+    std::size_t counted = 0;
+    std::size_t power = 0;
+    std::size_t thermal = 0;
+  };
+  std::map<unsigned, Throttling> throttling;
   const std::set<unsigned> used(g.gpus_used.begin(), g.gpus_used.end());
   std::vector<double> times;
   times.reserve(raw_.size());
@@ -770,14 +805,15 @@ void Run::compute_gpu_figures() {
       }
       if (!reading.clock_event_reasons) continue;
       const std::uint64_t events = *reading.clock_event_reasons;
-      ++counted;
+      Throttling& t = throttling[gpu];
+      ++t.counted;
       g.clock_events_seen |= events;
       if ((events & (nvml::kClockEventSwPowerCap | nvml::kClockEventHwPowerBrakeSlowdown)) != 0) {
-        ++power_capped;
+        ++t.power;
       }
       if ((events & (nvml::kClockEventSwThermalSlowdown | nvml::kClockEventHwThermalSlowdown)) !=
           0) {
-        ++thermal;
+        ++t.thermal;
       }
     }
     if (raw.point.tree_sm_util_pct) sm.push_back(*raw.point.tree_sm_util_pct);
@@ -797,9 +833,17 @@ void Run::compute_gpu_figures() {
   }
   g.tree_sm_util_median_pct = median(sm);
   g.power_median_w = median(power);
-  if (counted > 0) {
-    g.power_throttle_share = static_cast<double>(power_capped) / static_cast<double>(counted);
-    g.thermal_throttle_share = static_cast<double>(thermal) / static_cast<double>(counted);
+  // Each GPU judged alone, the worst one kept: one of eight held back is news, pooled it is not.
+  for (const auto& [gpu, t] : throttling) {
+    const auto keep_worst = [&, gpu = gpu](diagnosis::ThrottleShare& worst, std::size_t hits) {
+      const double share = static_cast<double>(hits) / static_cast<double>(t.counted);
+      if (worst.samples == 0 || share > worst.share) {
+        worst = {share, t.counted, std::nullopt};
+        if (throttling.size() > 1) worst.gpu = gpu;
+      }
+    };
+    keep_worst(g.power_throttle, t.power);
+    keep_worst(g.thermal_throttle, t.thermal);
   }
   r_.timeline.reserve(raw_.size());
   for (const auto& raw : raw_) r_.timeline.push_back(raw.point);
@@ -924,9 +968,8 @@ diagnosis::RunFacts facts_of(const RunResult& r) {
   f.precision = r.framework.precision;
   f.channels_last = r.framework.channels_last;
   f.cc_major = r.gpu.cc_major;
-  f.power_throttle_share = r.gpu.power_throttle_share;
-  f.thermal_throttle_share = r.gpu.thermal_throttle_share;
-  f.telemetry_samples = r.gpu.samples;
+  f.power_throttle = r.gpu.power_throttle;
+  f.thermal_throttle = r.gpu.thermal_throttle;
   return f;
 }
 

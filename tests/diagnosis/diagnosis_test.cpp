@@ -127,15 +127,18 @@ TEST(Diagnosis, Precision) {
 
 TEST(Diagnosis, Throttling) {
   RunFacts f;
-  f.telemetry_samples = 100;
-  f.power_throttle_share = 0.04;
-  f.thermal_throttle_share = 0.04;
+  f.power_throttle = {0.04, 100, std::nullopt};
+  f.thermal_throttle = {0.04, 100, std::nullopt};
   EXPECT_TRUE(diagnose_run(f).empty());
-  f.power_throttle_share = 0.3;
-  f.thermal_throttle_share = 0.05;
+  f.power_throttle = {0.3, 100, std::nullopt};
+  f.thermal_throttle = {0.05, 20, 3};
   const auto v = diagnose_run(f);
-  EXPECT_NE(find(v, "power_throttling"), nullptr);
-  EXPECT_NE(find(v, "thermal_throttling"), nullptr);
+  ASSERT_NE(find(v, "power_throttling"), nullptr);
+  EXPECT_EQ(find(v, "power_throttling")->evidence,
+            "power cap or power brake active in 30% of 100 samples");
+  ASSERT_NE(find(v, "thermal_throttling"), nullptr);
+  EXPECT_EQ(find(v, "thermal_throttling")->evidence,
+            "thermal slowdown active in 5% of 20 samples of GPU 3");
 }
 
 TEST(Diagnosis, Outcomes) {

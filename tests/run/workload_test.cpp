@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -501,7 +502,94 @@ TEST(RunWorkload, DeviceWideFallbackPreallocationAndThrottling) {
     }
   }
   EXPECT_TRUE(has_finding(r, "power_throttling"));
-  EXPECT_DOUBLE_EQ(r.gpu.power_throttle_share, 1.0);
+  EXPECT_DOUBLE_EQ(r.gpu.power_throttle.share, 1.0);
+  EXPECT_FALSE(r.gpu.power_throttle.gpu);  // one GPU: not named
+}
+
+// `count` GPUs, each a `device` section of the fake NVML: an 80 GiB H100 at 90 % unless `extra(i)`
+// (more lines) gives its own memory_total or gpu_util.
+std::string gpus_script(int count, const std::function<std::string(int)>& extra) {
+  std::string s;
+  for (int i = 0; i < count; ++i) {
+    const std::string own = extra(i);
+    s += "device\nname NVIDIA H100\npower_limit_mw 700000\nmem_util 40\npower_mw 650000\n"
+         "sm_clock 1980\n" +
+         own;
+    if (own.find("memory_total") == std::string::npos) s += "memory_total 85899345920\n";
+    if (own.find("gpu_util") == std::string::npos) s += "gpu_util 90\n";
+  }
+  return s;
+}
+
+// The workload takes 23 GiB at once on an 80 GiB GPU and on a 24 GiB one: the preallocation (and
+// so the near-OOM judgement) is the 24 GiB GPU's, the fullest, not 46 GiB summed against the
+// larger GPU's 80.
+TEST(RunWorkload, SeveralGpusAreJudgedEachAlone) {
+  const std::string procs = temp_path("procs_several");
+  { std::ofstream(procs) << ""; }
+  testing::FakeScript script(gpus_script(8, [&](int i) {
+    std::string s = i == 3 ? "clock_events 0x4\n" : "clock_events 0x0\n";
+    if (i == 1) s += "memory_total 25769803776\n";
+    if (i <= 1) s += "process_file " + procs + "\n";
+    return s + "mem_used 1073741824 26843545600\n";
+  }));
+  auto o = options({"--child", "--steps", "15", "--step-ms", "20", "--gpu-file", procs,
+                    "--gpu-bytes", "24696061952"});
+  o.nvml = open_fake();
+  ASSERT_TRUE(o.nvml);
+  const RunResult r = run_ok(o);
+  EXPECT_EQ(r.gpu.gpus_used, (std::vector<unsigned>{0, 1}));
+  EXPECT_EQ(r.gpu.fullest_gpu, 1u);
+  EXPECT_EQ(r.gpu.device_total_bytes, 25769803776u);
+  EXPECT_EQ(r.gpu.busiest_gpu_peak_bytes, 24696061952u);
+  EXPECT_EQ(r.gpu.early_peak_bytes, 24696061952u);
+  EXPECT_TRUE(has_finding(r, "memory_preallocated"));
+  for (const auto& f : r.findings) {
+    if (f.id == "near_oom" || f.id == "memory_preallocated") {
+      EXPECT_NE(f.evidence.find("of 24.0 GiB"), std::string::npos) << f.evidence;
+    }
+  }
+  // GPU 3 is not among the GPUs used: its throttling is not this workload's.
+  EXPECT_FALSE(has_finding(r, "power_throttling"));
+  std::remove(procs.c_str());
+}
+
+TEST(RunWorkload, OneThrottlingGpuOfSeveralIsNamed) {
+  const std::string procs = temp_path("procs_throttle");
+  { std::ofstream(procs) << ""; }
+  testing::FakeScript script(gpus_script(8, [&](int i) {
+    return std::string(i == 3 ? "clock_events 0x4\n" : "clock_events 0x0\n") + "process_file " +
+           procs + "\nmem_used 1073741824\n";
+  }));
+  auto o = options({"--child", "--steps", "15", "--step-ms", "20", "--gpu-file", procs,
+                    "--gpu-bytes", "1073741824"});
+  o.nvml = open_fake();
+  ASSERT_TRUE(o.nvml);
+  const RunResult r = run_ok(o);
+  EXPECT_EQ(r.gpu.gpus_used.size(), 8u);
+  EXPECT_DOUBLE_EQ(r.gpu.power_throttle.share, 1.0);
+  EXPECT_EQ(r.gpu.power_throttle.gpu, 3u);
+  EXPECT_TRUE(has_finding(r, "power_throttling"));
+  std::remove(procs.c_str());
+}
+
+// Another job keeps GPU 0 busy; the workload's GPU 1 idles while it hangs: a hang, not a timeout.
+TEST(RunWorkload, AnotherJobsBusyGpuDoesNotHideAHang) {
+  const std::string procs = temp_path("procs_hang");
+  { std::ofstream(procs) << ""; }
+  testing::FakeScript script(gpus_script(2, [&](int i) {
+    return i == 0 ? std::string("mem_used 4294967296\n")
+                  : "gpu_util 0\nmem_used 1073741824\nprocess_file " + procs + "\n";
+  }));
+  auto o = options({"--steps", "2", "--hang", "--gpu-file", procs, "--gpu-bytes", "1073741824"});
+  o.nvml = open_fake();
+  ASSERT_TRUE(o.nvml);
+  o.hang_after = 700ms;
+  o.timeout = 8s;
+  const RunResult r = run_ok(o);
+  EXPECT_EQ(r.outcome, Outcome::hang);
+  EXPECT_LT(r.wall_s, 5.0);
+  std::remove(procs.c_str());
 }
 
 }  // namespace

@@ -39,6 +39,14 @@ inline constexpr double kStillRising = 0.10;    // throughput gain at the larges
 inline constexpr double kSmallBatchShare = 0.50;
 inline constexpr double kFallingShare = 0.95;
 
+// How often one GPU's clocks were held back: the share of its samples in the window, and that GPU
+// where the run used several (each GPU is judged alone: one throttling GPU of eight is news).
+struct ThrottleShare {
+  double share = 0;
+  std::size_t samples = 0;
+  std::optional<unsigned> gpu;
+};
+
 struct RunFacts {
   // Outcome.
   bool oom = false;
@@ -74,9 +82,8 @@ struct RunFacts {
   std::optional<bool> channels_last;
   std::optional<int> cc_major;
   // Clocks.
-  double power_throttle_share = 0;
-  double thermal_throttle_share = 0;
-  std::size_t telemetry_samples = 0;
+  ThrottleShare power_throttle;
+  ThrottleShare thermal_throttle;
 };
 
 std::vector<Finding> diagnose_run(const RunFacts& facts);

@@ -203,10 +203,15 @@ struct GpuFigures {
   std::string telemetry_note;  // why there is none, or what was limited
   Attribution attribution = Attribution::none;
   std::optional<std::uint64_t> peak_bytes;  // workload, per attribution, summed over GPUs
-  std::optional<std::uint64_t> busiest_gpu_peak_bytes;  // on the GPU where it held the most
-  std::optional<std::uint64_t> early_peak_bytes;  // within prealloc_window of its first memory
+  // The device-relative figures are the fullest GPU's (the workload's peak over its memory), as
+  // a near-OOM or a preallocation happens on one GPU: its index, its peak, what the workload held
+  // there within prealloc_window of its first memory, its total, what was in use before, and the
+  // most its memory was used (every process's).
+  std::optional<unsigned> fullest_gpu;
+  std::optional<std::uint64_t> busiest_gpu_peak_bytes;
+  std::optional<std::uint64_t> early_peak_bytes;
   double prealloc_window_s = 0;
-  std::optional<std::uint64_t> device_total_bytes;  // smallest total of the GPUs it used
+  std::optional<std::uint64_t> device_total_bytes;
   std::optional<std::uint64_t> device_used_before_bytes;
   std::optional<std::uint64_t> device_peak_used_bytes;
   std::vector<unsigned> gpus_used;     // where the workload's memory was
@@ -222,8 +227,10 @@ struct GpuFigures {
   std::optional<double> power_limit_w;
   std::optional<double> temperature_max_c;
   std::uint64_t clock_events_seen = 0;  // OR of reasons over the run
-  double power_throttle_share = 0;      // of samples with a power cap / brake reason
-  double thermal_throttle_share = 0;
+  // Of one GPU's samples in the window, the GPU used whose share is largest: a power cap or brake,
+  // a thermal slowdown.
+  diagnosis::ThrottleShare power_throttle;
+  diagnosis::ThrottleShare thermal_throttle;
   std::size_t samples = 0;
 };
 
