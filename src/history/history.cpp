@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -50,6 +51,7 @@ CREATE TABLE results (
   energy_j REAL,
   items REAL,
   command TEXT NOT NULL,
+  gpus INTEGER NOT NULL DEFAULT 1,
   document TEXT NOT NULL,
   digest INTEGER NOT NULL UNIQUE
 );
@@ -60,7 +62,7 @@ CREATE INDEX results_by_configuration ON results (configuration, machine, gpu, d
 constexpr const char* kColumns =
     "id, date, machine, gpu, driver, cuda, cudnn, cublas, framework, dlprobe_version, kind, "
     "configuration, model, precision, batch, layout, status, throughput, ci_low, ci_high, "
-    "median_s, p90_s, p99_s, cv, peak_memory_bytes, energy_j, items, command";
+    "median_s, p90_s, p99_s, cv, peak_memory_bytes, energy_j, items, command, gpus";
 
 std::string library_version(const results::Context& c, std::string_view name) {
   for (const auto& l : c.libraries) {
@@ -96,6 +98,24 @@ std::string joined(const std::vector<std::string>& words) {
   return out;
 }
 
+// Schema 1 to 2: the GPUs a result used (its rows read 1, what schema 1 assumed). Under the write
+// lock, by whichever process comes first; the others see it done.
+Status upgrade(Database& db) {
+  DLPROBE_RETURN_IF_ERROR(db.execute("BEGIN IMMEDIATE"));
+  Status done = [&]() -> Status {
+    DLPROBE_ASSIGN_OR_RETURN(const std::int64_t now, db.pragma_integer("user_version"));
+    if (now >= 2) return Status::ok();
+    DLPROBE_RETURN_IF_ERROR(
+        db.execute("ALTER TABLE results ADD COLUMN gpus INTEGER NOT NULL DEFAULT 1"));
+    return db.execute(fmt::format("PRAGMA user_version = {}", kSchemaVersion));
+  }();
+  if (!done) {
+    (void)db.execute("ROLLBACK");
+    return done;
+  }
+  return db.execute("COMMIT");
+}
+
 Entry read_entry(Statement& s) {
   Entry e;
   int i = 0;
@@ -116,6 +136,7 @@ Entry read_entry(Statement& s) {
   e.energy_j = s.optional_real(i++);
   e.items = s.optional_real(i++);
   e.command = s.text(i++);
+  e.gpus = s.integer(i++);
   return e;
 }
 
@@ -150,7 +171,17 @@ Entry entry_of(const results::Document& document, std::size_t index) {
   Entry e;
   e.date = c.date;
   e.machine = c.hostname;
-  e.gpu = c.gpus.empty() ? "" : c.gpus.front().name;
+  // The GPUs it used are those its telemetry sampled (one entry per GPU used).
+  std::vector<int> used;
+  for (const results::Telemetry& t : conf.telemetry) {
+    if (std::find(used.begin(), used.end(), t.gpu) == used.end()) used.push_back(t.gpu);
+  }
+  e.gpus = std::max<std::int64_t>(static_cast<std::int64_t>(used.size()), 1);
+  const auto named =
+      used.empty() ? c.gpus.end() : std::find_if(c.gpus.begin(), c.gpus.end(), [&](const auto& g) {
+        return g.index == used.front();
+      });
+  e.gpu = named != c.gpus.end() ? named->name : c.gpus.empty() ? "" : c.gpus.front().name;
   e.driver = c.driver_version.value_or("");
   e.cuda = c.cuda_runtime_version.value_or(c.cuda_driver_version.value_or(""));
   e.cudnn = library_version(c, "cuDNN");
@@ -267,6 +298,7 @@ Result<History> History::open(const std::filesystem::path& path, const OpenOptio
           "--history another file",
           path.string()));
     }
+    if (version < kSchemaVersion) DLPROBE_RETURN_IF_ERROR(upgrade(db));
   }
   return h;
 }
@@ -291,7 +323,7 @@ Result<Added> History::add(const results::Document& document) {
   Database db{db_, path_};
   Added out;
   std::string marks;
-  for (int i = 0; i < 27; ++i) marks += ", ?";
+  for (int i = 0; i < 28; ++i) marks += ", ?";
   const std::string insert =
       fmt::format("INSERT OR IGNORE INTO results ({}, document, digest) VALUES (NULL{}, ?, ?)",
                   kColumns, marks);
@@ -320,6 +352,7 @@ Result<Added> History::add(const results::Document& document) {
     s.bind(k++, e.energy_j);
     s.bind(k++, e.items);
     s.bind(k++, e.command);
+    s.bind(k++, e.gpus);
     s.bind(k++, text);
     s.bind(k++, digest(text));
     // A single INSERT outside BEGIN is a transaction of its own: the row is all there or not.

@@ -92,8 +92,10 @@ std::string short_date(const std::string& date) {
 
 void add_cost(std::vector<std::string>& row, const Entry& e, const Prices& prices) {
   if (!prices.any()) return;
+  // A run on several GPUs pays for each of them.
   const auto price = prices.of(e.gpu);
-  const auto cost = price ? cost_at(e.throughput, *price) : std::nullopt;
+  const auto cost =
+      price ? cost_at(e.throughput, *price * static_cast<double>(e.gpus)) : std::nullopt;
   row.push_back(cost ? fmt::format("{:.3f}", cost->dollars_per_million_images) : "-");
   row.push_back(cost ? fmt::format("{:.2f}", cost->dollars_per_epoch) : "-");
 }

@@ -20,8 +20,22 @@ using nlohmann::json;
 
 // What a file records of the machine it ran on, as (what, value) pairs in a fixed order.
 std::vector<std::pair<std::string, std::string>> machine_of(const results::Context& c) {
-  std::string gpu = c.gpus.empty() ? "CPU " + c.cpu : c.gpus.front().name;
-  if (c.gpus.size() > 1) gpu += fmt::format(" ×{}", c.gpus.size());
+  // Each model with its count, in the order NVML lists them: "NVIDIA H200 ×8", or
+  // "NVIDIA A100, NVIDIA H200 ×2" on a machine of mixed GPUs.
+  std::vector<std::pair<std::string, std::size_t>> models;
+  for (const results::Gpu& g : c.gpus) {
+    auto it = std::find_if(models.begin(), models.end(),
+                           [&](const auto& m) { return m.first == g.name; });
+    if (it == models.end()) {
+      models.emplace_back(g.name, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::string gpu = models.empty() ? "CPU " + c.cpu : "";
+  for (const auto& [name, count] : models) {
+    gpu += (gpu.empty() ? "" : ", ") + name + (count > 1 ? fmt::format(" ×{}", count) : "");
+  }
   std::vector<std::pair<std::string, std::string>> out = {
       {"host", c.hostname},
       {"GPU", gpu},

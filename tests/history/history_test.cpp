@@ -268,6 +268,63 @@ TEST(History, AHistoryOfANewerSchemaIsRefused) {
   EXPECT_EQ(History::open(path)->list()->size(), 1u);
 }
 
+// A run on GPUs 1 and 2 of a machine whose GPU 0 is another model: the row names the GPU it used
+// and counts two.
+TEST(History, ARowNamesTheGpusItsRunUsed) {
+  results::Document d = document(RunSpec());
+  d.context.gpus.clear();
+  for (int i = 0; i < 3; ++i) {
+    results::Gpu g;
+    g.index = i;
+    g.name = i == 0 ? "NVIDIA A100" : "NVIDIA H200";
+    d.context.gpus.push_back(g);
+  }
+  for (int gpu : {1, 2}) {
+    results::Telemetry t;
+    t.gpu = gpu;
+    d.configurations[0].telemetry.push_back(t);
+  }
+  const Entry e = entry_of(d, 0);
+  EXPECT_EQ(e.gpu, "NVIDIA H200");
+  EXPECT_EQ(e.gpus, 2);
+  // Without telemetry: the machine's first GPU, one of it.
+  d.configurations[0].telemetry.clear();
+  EXPECT_EQ(entry_of(d, 0).gpu, "NVIDIA A100");
+  EXPECT_EQ(entry_of(d, 0).gpus, 1);
+}
+
+// A history of schema 1 (no gpus column) opens, its rows read one GPU, and new rows keep theirs.
+TEST(History, ASchemaOneHistoryIsUpgraded) {
+  dlprobe::testing::TempFolder dir;
+  const auto path = dir / "h.sqlite";
+  {
+    auto h = History::open(path);
+    ASSERT_TRUE(h);
+    ASSERT_TRUE(h->add(document(RunSpec())));
+  }
+  // Schema 1 as it was: the same table without the column.
+  raw_sql(path,
+          "CREATE TABLE old AS SELECT * FROM results; DROP TABLE results; ALTER TABLE old RENAME "
+          "TO results; ALTER TABLE results DROP COLUMN gpus; PRAGMA user_version = 1;");
+  results::Document two = document(RunSpec().at("2026-03-03T12:00:00Z"));
+  for (int gpu : {0, 1}) {
+    results::Telemetry t;
+    t.gpu = gpu;
+    two.configurations[0].telemetry.push_back(t);
+  }
+  {
+    auto h = History::open(path);
+    ASSERT_TRUE(h) << h.status().message();
+    ASSERT_TRUE(h->add(two));
+    const auto rows = h->list();
+    ASSERT_TRUE(rows);
+    ASSERT_EQ(rows->size(), 2u);
+    EXPECT_EQ((*rows)[0].gpus, 1);
+    EXPECT_EQ((*rows)[1].gpus, 2);
+  }
+  EXPECT_EQ(History::open(path)->list()->size(), 2u);
+}
+
 TEST(History, AnotherProgramsDatabaseIsRefused) {
   dlprobe::testing::TempFolder dir;
   const auto path = dir / "other.sqlite";

@@ -100,6 +100,10 @@ TEST(PriceText, EachRowIsCostedAtItsGpusPrice) {
             std::string::npos)
       << text;
   EXPECT_EQ(render_list({h200}, Prices{}).find("$"), std::string::npos);
+  // The same throughput on two GPUs costs twice as much.
+  Entry pair = h200;
+  pair.gpus = 2;
+  EXPECT_NE(render_list({pair}, p).find("2.000"), std::string::npos) << render_list({pair}, p);
 }
 
 // A machine name with a terminal's escape sequence and a newline (a results file edited by hand)

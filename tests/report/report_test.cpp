@@ -426,6 +426,13 @@ TEST(Html, ComparesMachinesSideBySide) {
   Document there = here;
   there.context.hostname = "gpu-2";
   there.context.driver_version = "590.10";
+  // A machine of mixed GPUs is named by each model's count.
+  there.context.gpus.clear();
+  for (const char* name : {"NVIDIA A100", "NVIDIA H200", "NVIDIA H200"}) {
+    results::Gpu g;
+    g.name = name;
+    there.context.gpus.push_back(g);
+  }
   for (auto& c : there.configurations) {
     if (c.statistics) c.statistics->throughput *= 1.1;
   }
@@ -441,6 +448,7 @@ TEST(Html, ComparesMachinesSideBySide) {
   EXPECT_EQ(count(table, "<tr>"), 1u + 8u);
   EXPECT_EQ(count(table, "<th>"), 1u + 2u);
   EXPECT_NE(table.find("driver 590.10"), std::string::npos) << table;
+  EXPECT_NE(table.find("NVIDIA A100, NVIDIA H200 ×2"), std::string::npos) << table;
   EXPECT_NE(table.find("×1.100"), std::string::npos) << table;
   const auto chart = chart_of(html, "chart-machines");
   ASSERT_FALSE(chart.is_null());

@@ -31,7 +31,7 @@ namespace dlprobe::history {
 
 // The schema this dlprobe writes and reads; a database with a higher PRAGMA user_version came from
 // a newer dlprobe and is refused.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 // $XDG_DATA_HOME/dlprobe/history.sqlite when XDG_DATA_HOME is an absolute path, else
 // $HOME/.local/share/dlprobe/history.sqlite (the XDG Base Directory default). Fails when neither
@@ -43,7 +43,12 @@ struct Entry {
   std::int64_t id = 0;
   std::string date;  // the run's ISO-8601 UTC start, from the results file
   std::string machine;
-  std::string gpu;  // the first GPU's name; "" on a CPU-only machine
+  // The name of the (first) GPU the run used, from its telemetry; the machine's first GPU where it
+  // has none; "" on a CPU-only machine.
+  std::string gpu;
+  // How many GPUs the run used (its telemetry's; 1 where it has none): a result's cost is that many
+  // GPU-hours an hour. Rows added before schema 2 read 1.
+  std::int64_t gpus = 1;
   std::string driver;
   std::string cuda;  // the CUDA runtime dlprobe ran on, else the newest the driver supports
   std::string cudnn;
