@@ -360,7 +360,10 @@ std::string render_text(const Report& r) {
                        or_unknown(g.max_sm_clock_mhz), or_unknown(g.max_mem_clock_mhz));
     std::string dtypes;
     for (const auto& d : g.tensor_core_dtypes) dtypes += " " + d;
-    out += fmt::format("      tensor cores:{}\n", dtypes.empty() ? " none" : dtypes);
+    // Which tensor-core types a GPU has follows from its compute capability: none known without it.
+    out += fmt::format("      tensor cores:{}\n", !dtypes.empty() ? dtypes
+                                                  : g.cc_major    ? " none"
+                                                                  : " unknown");
     if (g.nvml) {
       out +=
           fmt::format("      persistence {}, ECC {}, MIG {}, power limit {} W (default {} W)\n",
@@ -368,7 +371,10 @@ std::string render_text(const Report& r) {
                       or_unknown(g.power_limit_w), or_unknown(g.power_default_limit_w));
       std::string reasons;
       for (const auto& n : g.clock_event_names) reasons += " " + n;
-      out += fmt::format("      clock events:{}{}\n", reasons.empty() ? " none" : reasons,
+      out += fmt::format("      clock events:{}{}\n",
+                         !g.clock_event_reasons ? " unknown"
+                         : reasons.empty()      ? " none"
+                                                : reasons,
                          g.throttled ? " (throttled)" : "");
       if (!g.processes_why_not.empty()) {
         out += fmt::format("      other processes: unknown ({})\n", g.processes_why_not);

@@ -224,6 +224,19 @@ TEST(RenderText, Sections) {
   EXPECT_NE(text.find("fix: stop it"), std::string::npos) << text;
 }
 
+// A GPU whose clock events and compute capability could not be read shows them unknown, not
+// "none" (which says they were read and nothing was set).
+TEST(RenderText, UnreadFieldsAreUnknownNotNone) {
+  Report r = sample_report();
+  EXPECT_NE(render_text(r).find("clock events: none\n"), std::string::npos) << render_text(r);
+  r.gpus[0].clock_event_reasons.reset();
+  r.gpus[0].cc_major.reset();
+  r.gpus[0].cc_minor.reset();
+  const std::string text = render_text(r);
+  EXPECT_NE(text.find("clock events: unknown\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensor cores: unknown\n"), std::string::npos) << text;
+}
+
 // CUDA sees no device and NVML cannot load: what CI and GPU-less machines get.
 void hide_gpus() {
   setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
