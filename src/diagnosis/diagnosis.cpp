@@ -297,10 +297,23 @@ std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& cop
                          *c.window_start_s, *c.window_end_s);
   }
   const bool apart = windows >= 2 && latest_start >= earliest_end;
+  // Which copies were on which GPU, where NVML said.
+  std::map<unsigned, std::vector<int>> on_gpu;
+  for (const auto& c : copies) {
+    if (c.gpu) on_gpu[*c.gpu].push_back(c.copy);
+  }
+  std::string where = "one GPU";
+  if (on_gpu.size() > 1) {
+    where = fmt::format("{} GPUs", on_gpu.size());
+    for (const auto& [gpu, on] : on_gpu) {
+      each +=
+          fmt::format("; GPU {}: cop{} {}", gpu, on.size() == 1 ? "y" : "ies", fmt::join(on, ", "));
+    }
+  }
   Finding summary{
       "shared_gpu",
       ran == n ? Severity::info : Severity::error,
-      fmt::format("{} of {} copies ran together on one GPU: combined {:.1f} items/s", ran, n,
+      fmt::format("{} of {} copies ran together on {}: combined {:.1f} items/s", ran, n, where,
                   combined),
       each,
       ran == n ? "The sum is what the GPU gives when shared this way; compare it with one copy "
@@ -321,11 +334,16 @@ std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& cop
         "Time more steps in each copy so that their measured phases run at the same time";
   }
   out.push_back(std::move(summary));
-  if (!device_total_bytes || *device_total_bytes == 0) return out;
-  const double share = static_cast<double>(*device_total_bytes) / n;
-  // The fraction each copy may take, with a margin for the CUDA contexts outside the pools.
-  const double fraction = std::floor(0.95 / n * 100) / 100;
   for (const auto& c : copies) {
+    const std::optional<std::uint64_t> total =
+        c.device_total_bytes ? c.device_total_bytes : device_total_bytes;
+    if (!total || *total == 0) continue;
+    // The copies on its GPU (those of unknown GPU share one).
+    const auto n_here = static_cast<int>(std::count_if(
+        copies.begin(), copies.end(), [&](const SharedCopyFacts& o) { return o.gpu == c.gpu; }));
+    const double share = static_cast<double>(*total) / n_here;
+    // The fraction each copy may take, with a margin for the CUDA contexts outside the pools.
+    const double fraction = std::floor(0.95 / n_here * 100) / 100;
     if (!c.early_gpu_bytes || static_cast<double>(*c.early_gpu_bytes) <= share) continue;
     const std::string fw = c.framework.value_or("");
     std::string fix;
@@ -337,13 +355,13 @@ std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& cop
       fix = fmt::format(
           "XLA_PYTHON_CLIENT_PREALLOCATE=false, or XLA_PYTHON_CLIENT_MEM_FRACTION={:.2f} for {} "
           "copies, in each copy's environment",
-          fraction, n);
+          fraction, n_here);
     } else {
       fix = fmt::format(
           "Turn the framework's preallocation off in each copy's environment: "
           "TF_FORCE_GPU_ALLOW_GROWTH=true (TensorFlow); XLA_PYTHON_CLIENT_PREALLOCATE=false or "
           "XLA_PYTHON_CLIENT_MEM_FRACTION={:.2f} for {} copies (JAX)",
-          fraction, n);
+          fraction, n_here);
     }
     const bool blocked = ran < n;
     out.push_back({
@@ -353,11 +371,11 @@ std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& cop
                     blocked ? ", and not every copy could run" : ""),
         fmt::format("{:.1f} GiB within its first seconds, over the {:.1f} GiB share of {} copies "
                     "on a {:.1f} GiB GPU",
-                    gib(*c.early_gpu_bytes), share / kGiB, n, gib(*device_total_bytes)),
+                    gib(*c.early_gpu_bytes), share / kGiB, n_here, gib(*total)),
         fix,
         {{"copy", c.copy},
          {"early_gpu_bytes", static_cast<double>(*c.early_gpu_bytes)},
-         {"device_total_bytes", static_cast<double>(*device_total_bytes)}},
+         {"device_total_bytes", static_cast<double>(*total)}},
     });
   }
   return out;

@@ -314,6 +314,8 @@ Status Session::run_copies() {
     f.peak_gpu_bytes = result.gpu.peak_bytes;
     f.early_gpu_bytes = result.gpu.early_peak_bytes;
     f.framework = result.framework.framework;
+    f.gpu = result.gpu.fullest_gpu;
+    if (f.gpu) f.device_total_bytes = result.gpu.device_total_bytes;
     if (result.steps.measured_start_s && result.steps.measured_end_s) {
       f.window_start_s = result.steps.measured_start_s;
       f.window_end_s = result.steps.measured_end_s;

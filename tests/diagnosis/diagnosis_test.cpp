@@ -216,8 +216,10 @@ TEST(Diagnosis, NoSteadyPhaseReplacesTheUtilisationRules) {
 
 TEST(SharedGpuDiagnosis, CombinedThroughputAndEachCopy) {
   std::vector<SharedCopyFacts> copies = {
-      {1, true, false, "ok", 800.0, 20 * kGiB, 20 * kGiB, "pytorch", std::nullopt, std::nullopt},
-      {2, true, false, "ok", 700.0, 21 * kGiB, 21 * kGiB, "pytorch", std::nullopt, std::nullopt},
+      {1, true, false, "ok", 800.0, 20 * kGiB, 20 * kGiB, "pytorch", std::nullopt, std::nullopt,
+       std::nullopt, std::nullopt},
+      {2, true, false, "ok", 700.0, 21 * kGiB, 21 * kGiB, "pytorch", std::nullopt, std::nullopt,
+       std::nullopt, std::nullopt},
   };
   const auto v = diagnose_shared_gpu(copies, 140 * kGiB);
   ASSERT_NE(find(v, "shared_gpu"), nullptr);
@@ -231,8 +233,10 @@ TEST(SharedGpuDiagnosis, CombinedThroughputAndEachCopy) {
 TEST(SharedGpuDiagnosis, WindowsThatDoNotOverlapAreSaid) {
   // As two JAX copies on an H200 measured: one after the other, each with the GPU to itself.
   std::vector<SharedCopyFacts> copies = {
-      {1, true, false, "ok", 5508.5, 105 * kGiB, 105 * kGiB, "jax", 47.46, 48.16},
-      {2, true, false, "ok", 4968.5, 33 * kGiB, 33 * kGiB, "jax", 46.57, 47.35},
+      {1, true, false, "ok", 5508.5, 105 * kGiB, 105 * kGiB, "jax", 47.46, 48.16, std::nullopt,
+       std::nullopt},
+      {2, true, false, "ok", 4968.5, 33 * kGiB, 33 * kGiB, "jax", 46.57, 47.35, std::nullopt,
+       std::nullopt},
   };
   auto v = diagnose_shared_gpu(copies, 140 * kGiB);
   const Finding* s = find(v, "shared_gpu");
@@ -253,8 +257,10 @@ TEST(SharedGpuDiagnosis, WindowsThatDoNotOverlapAreSaid) {
 TEST(SharedGpuDiagnosis, PreallocationWithTheFrameworksSwitch) {
   // JAX's default pool (75 %) in copy 1; copy 2 could not start.
   std::vector<SharedCopyFacts> copies = {
-      {1, true, false, "ok", 900.0, 105 * kGiB, 105 * kGiB, "jax", std::nullopt, std::nullopt},
-      {2, false, true, "oom", std::nullopt, 0, std::nullopt, "jax", std::nullopt, std::nullopt},
+      {1, true, false, "ok", 900.0, 105 * kGiB, 105 * kGiB, "jax", std::nullopt, std::nullopt,
+       std::nullopt, std::nullopt},
+      {2, false, true, "oom", std::nullopt, 0, std::nullopt, "jax", std::nullopt, std::nullopt,
+       std::nullopt, std::nullopt},
   };
   auto v = diagnose_shared_gpu(copies, 140 * kGiB);
   ASSERT_NE(find(v, "shared_gpu_preallocation"), nullptr);
@@ -267,8 +273,8 @@ TEST(SharedGpuDiagnosis, PreallocationWithTheFrameworksSwitch) {
   EXPECT_EQ(p->fix.find("TF_FORCE"), std::string::npos);
   // TensorFlow's, with both copies running (the second fitted in what was left): a warning.
   copies[0].framework = "tensorflow";
-  copies[1] = {2,        true,     false,        "ok",         100.0,
-               2 * kGiB, 2 * kGiB, "tensorflow", std::nullopt, std::nullopt};
+  copies[1] = {2,        true,         false,        "ok",         100.0,        2 * kGiB,
+               2 * kGiB, "tensorflow", std::nullopt, std::nullopt, std::nullopt, std::nullopt};
   v = diagnose_shared_gpu(copies, 140 * kGiB);
   p = find(v, "shared_gpu_preallocation");
   ASSERT_NE(p, nullptr);
@@ -276,6 +282,29 @@ TEST(SharedGpuDiagnosis, PreallocationWithTheFrameworksSwitch) {
   EXPECT_NE(p->fix.find("TF_FORCE_GPU_ALLOW_GROWTH=true"), std::string::npos);
   // Unknown device size: the summary only.
   EXPECT_EQ(find(diagnose_shared_gpu(copies, std::nullopt), "shared_gpu_preallocation"), nullptr);
+}
+
+// Two copies on different GPUs, each GPU to itself: the summary names the GPUs, and a copy that
+// takes 45 GiB of its own 80 GiB GPU is within its share (the whole GPU), not over half of it.
+TEST(SharedGpuDiagnosis, CopiesOnDifferentGpusAreEachAlone) {
+  std::vector<SharedCopyFacts> copies = {
+      {1, true, false, "ok", 900.0, 45 * kGiB, 45 * kGiB, "jax", std::nullopt, std::nullopt, 0u,
+       80 * kGiB},
+      {2, true, false, "ok", 800.0, 10 * kGiB, 10 * kGiB, "jax", std::nullopt, std::nullopt, 2u,
+       80 * kGiB},
+  };
+  auto v = diagnose_shared_gpu(copies, 80 * kGiB);
+  const Finding* s = find(v, "shared_gpu");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->title, "2 of 2 copies ran together on 2 GPUs: combined 1700.0 items/s");
+  EXPECT_NE(s->evidence.find("; GPU 0: copy 1; GPU 2: copy 2"), std::string::npos) << s->evidence;
+  EXPECT_EQ(find(v, "shared_gpu_preallocation"), nullptr);
+  // Both on GPU 0: 45 GiB is over the 40 GiB share of two copies there.
+  copies[1].gpu = 0u;
+  v = diagnose_shared_gpu(copies, 80 * kGiB);
+  EXPECT_EQ(find(v, "shared_gpu")->title,
+            "2 of 2 copies ran together on one GPU: combined 1700.0 items/s");
+  ASSERT_NE(find(v, "shared_gpu_preallocation"), nullptr);
 }
 
 TEST(SweepDiagnosis, StillRisingAtLargestBatch) {

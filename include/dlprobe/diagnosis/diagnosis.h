@@ -112,14 +112,20 @@ struct SharedCopyFacts {
   // its measured steps, else the steady phase.
   std::optional<double> window_start_s;
   std::optional<double> window_end_s;
+  // The GPU its memory was on (the fullest, where several) and that GPU's memory; unknown where
+  // NVML did not attribute it.
+  std::optional<unsigned> gpu;
+  std::optional<std::uint64_t> device_total_bytes;
 };
 
-// Over the copies that ran together on one GPU (device_total_bytes: that GPU's memory): one
-// summary (combined throughput of the copies that ran; each one's outcome, throughput and peak),
-// and `shared_gpu_preallocation` when a copy took more than its share of the device (total / N)
-// within its first seconds, with the switch that turns that off for its framework; an error when
-// another copy could not run, else a warning. Where the copies' measured windows did not overlap,
-// the summary is a warning that says so: their sum is then not a rate the shared GPU gave.
+// Over the copies that ran together (device_total_bytes: the GPU's memory where a copy does not
+// say its own): one summary (combined throughput of the copies that ran; each one's outcome,
+// throughput and peak; the GPUs, where they were on several), and `shared_gpu_preallocation` when
+// a copy took more than its share of its GPU (that GPU's total over the copies on it; copies of
+// unknown GPU count as sharing one) within its first seconds, with the switch that turns that off
+// for its framework; an error when another copy could not run, else a warning. Where the copies'
+// measured windows did not overlap, the summary is a warning that says so: their sum is then not a
+// rate the shared GPU gave.
 std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& copies,
                                          std::optional<std::uint64_t> device_total_bytes);
 
