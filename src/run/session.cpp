@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
+#include <set>
+#include <string_view>
 #include <thread>
 
 #include "dlprobe/core/batch_search.h"
@@ -67,20 +70,74 @@ Status check_plan(const SessionPlan& p) {
   return Status::ok();
 }
 
-// The frameworks' own switches for a memory limit, in every run's environment.
+// The GPUs the workload can see, as NVML indices: --gpu's; else CUDA_VISIBLE_DEVICES's (the run's
+// --env, else ours), whose numbers are read in NVML's order (CUDA's with
+// CUDA_DEVICE_ORDER=PCI_BUS_ID) and whose GPU-... UUIDs are matched, up to the first entry that
+// names no GPU, as CUDA reads it; else GPU 0.
+std::vector<unsigned> visible_gpus(const SessionPlan& p, nvml::Library& nvml) {
+  if (!p.base.gpus.empty()) return p.base.gpus;
+  std::optional<std::string> list;
+  if (auto it = p.base.env_set.find("CUDA_VISIBLE_DEVICES"); it != p.base.env_set.end()) {
+    list = it->second;
+  } else if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    list = v;
+  }
+  if (!list) return {0};
+  const unsigned count = nvml.device_count().value_or(0);
+  std::vector<unsigned> out;
+  std::string_view rest = *list;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    std::string item(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    std::optional<unsigned> gpu;
+    if (!item.empty() && std::all_of(item.begin(), item.end(),
+                                     [](unsigned char c) { return std::isdigit(c) != 0; })) {
+      if (item.size() < 4 && static_cast<unsigned>(std::stoi(item)) < count) {
+        gpu = static_cast<unsigned>(std::stoi(item));
+      }
+    } else {
+      for (unsigned i = 0; i < count && !gpu; ++i) {
+        auto info = nvml.device_info(i);
+        if (info && !item.empty() && info->uuid.rfind(item, 0) == 0) gpu = i;
+      }
+    }
+    if (!gpu) break;
+    out.push_back(*gpu);
+  }
+  return out;
+}
+
+// The frameworks' own switches for a memory limit, in every run's environment. The fraction is of
+// the largest GPU the workload can see, so that the limit holds on each.
 void set_memory_limit(SessionPlan& p) {
   const std::uint64_t limit = *p.memory_limit_bytes;
   p.base.env_set["DLPROBE_MEMORY_LIMIT_MIB"] = std::to_string(limit >> 20);
   std::optional<std::uint64_t> total;
   std::string why = "no NVML";
   if (p.base.nvml) {
-    const unsigned gpu = p.base.gpus.empty() ? 0 : p.base.gpus.front();
-    auto info = p.base.nvml->device_info(gpu);
-    if (info) {
-      total = info->memory_total_bytes;
+    why = "the workload sees no GPU";
+    std::set<std::uint64_t> totals;
+    for (unsigned gpu : visible_gpus(p, *p.base.nvml)) {
+      auto info = p.base.nvml->device_info(gpu);
+      if (!info) {
+        why = info.status().message();
+        totals.clear();
+        break;
+      }
       why = "NVML gives no total";
-    } else {
-      why = info.status().message();
+      if (info->memory_total_bytes) totals.insert(*info->memory_total_bytes);
+    }
+    if (!totals.empty()) {
+      total = *totals.rbegin();
+      if (totals.size() > 1) {
+        log_warn(
+            "--memory-limit: the GPUs the workload sees differ in memory; "
+            "XLA_PYTHON_CLIENT_MEM_FRACTION is of the largest, {}",
+            format_size(*total));
+      }
     }
   }
   if (!total || *total == 0) {

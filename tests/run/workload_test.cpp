@@ -707,5 +707,34 @@ TEST(RunSession, MemoryLimitThroughTheFrameworksSwitches) {
   std::remove(out.c_str());
 }
 
+// The fraction is of the GPU the workload sees: CUDA_VISIBLE_DEVICES=1 (by number or by UUID) is
+// the 40 GiB GPU 1 beside an 80 GiB GPU 0.
+TEST(RunSession, MemoryLimitOfTheGpuTheWorkloadSees) {
+  testing::FakeScript script(
+      "device\nname GPU-Zero\nuuid GPU-00000000-0000-0000-0000-000000000000\n"
+      "memory_total 85899345920\nmem_used 1073741824\n"
+      "device\nname GPU-One\nuuid GPU-11111111-1111-1111-1111-111111111111\n"
+      "memory_total 42949672960\nmem_used 1073741824\n");
+  for (const char* visible : {"1", "GPU-11111111", "1,0"}) {
+    setenv("DLPROBE_NVML_LIBRARY", DLPROBE_FAKE_NVML, 1);
+    const std::string out = temp_path("memory_limit_visible");
+    SessionPlan plan;
+    plan.command = {"/bin/sh", "-c", "echo $XLA_PYTHON_CLIENT_MEM_FRACTION > " + out};
+    plan.memory_limit_bytes = 20ull << 30;
+    plan.base.echo = false;
+    plan.base.env_set["CUDA_VISIBLE_DEVICES"] = visible;
+    auto session = Session::start(std::move(plan), {});
+    unsetenv("DLPROBE_NVML_LIBRARY");
+    ASSERT_TRUE(session) << session.status().message();
+    ASSERT_TRUE(session->run(nullptr));
+    std::ifstream in(out);
+    std::string fraction;
+    in >> fraction;
+    // 20 of 40 GiB; with both GPUs visible, of the larger one, so the limit holds on each.
+    EXPECT_EQ(fraction, std::string(visible) == "1,0" ? "0.2500" : "0.5000") << visible;
+    std::remove(out.c_str());
+  }
+}
+
 }  // namespace
 }  // namespace dlprobe::run
