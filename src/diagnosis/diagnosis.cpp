@@ -338,9 +338,12 @@ std::vector<Finding> diagnose_shared_gpu(const std::vector<SharedCopyFacts>& cop
     const std::optional<std::uint64_t> total =
         c.device_total_bytes ? c.device_total_bytes : device_total_bytes;
     if (!total || *total == 0) continue;
-    // The copies on its GPU (those of unknown GPU share one).
-    const auto n_here = static_cast<int>(std::count_if(
-        copies.begin(), copies.end(), [&](const SharedCopyFacts& o) { return o.gpu == c.gpu; }));
+    // The copies on its GPU; one whose GPU NVML did not show (it may have failed before taking
+    // memory) may have been on any, as copies are unless each is given its own GPU.
+    const auto n_here =
+        static_cast<int>(std::count_if(copies.begin(), copies.end(), [&](const SharedCopyFacts& o) {
+          return !c.gpu || !o.gpu || o.gpu == c.gpu;
+        }));
     const double share = static_cast<double>(*total) / n_here;
     // The fraction each copy may take, with a margin for the CUDA contexts outside the pools.
     const double fraction = std::floor(0.95 / n_here * 100) / 100;

@@ -121,8 +121,8 @@ struct SharedCopyFacts {
 // Over the copies that ran together (device_total_bytes: the GPU's memory where a copy does not
 // say its own): one summary (combined throughput of the copies that ran; each one's outcome,
 // throughput and peak; the GPUs, where they were on several), and `shared_gpu_preallocation` when
-// a copy took more than its share of its GPU (that GPU's total over the copies on it; copies of
-// unknown GPU count as sharing one) within its first seconds, with the switch that turns that off
+// a copy took more than its share of its GPU (that GPU's total over the copies on it, a copy of
+// unknown GPU counted on every GPU) within its first seconds, with the switch that turns that off
 // for its framework; an error when another copy could not run, else a warning. Where the copies'
 // measured windows did not overlap, the summary is a warning that says so: their sum is then not a
 // rate the shared GPU gave.
