@@ -112,7 +112,8 @@ int run_monitor(const MonitorFlags& flags) {
 
   std::unique_ptr<monitor::MetricsServer> server;
   if (plan.serve) {
-    auto started = monitor::MetricsServer::start(*plan.serve, **nvml);
+    auto started = monitor::MetricsServer::start(*plan.serve, **nvml, {}, monitor::resolve_host,
+                                                 plan.sampler.gpus);
     if (!started) return report_error(started.status());
     server = std::move(started).value();
     // An IPv6 address goes in brackets in a URL (and in the Host header the server checks).

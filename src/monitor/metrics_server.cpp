@@ -504,7 +504,8 @@ void route(MetricsServer::State& s, HostRule rule);
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
                                                             const nvml::Library& nvml,
                                                             const ServeLimits& limits,
-                                                            const HostResolver& resolve) {
+                                                            const HostResolver& resolve,
+                                                            const std::vector<unsigned>& gpus) {
   DLPROBE_ASSIGN_OR_RETURN(auto rule, host_rule(at, resolve));
   auto state = std::make_unique<State>(limits);
   if (!state->server.valid()) {
@@ -513,6 +514,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint& at,
   }
   if (auto count = nvml.device_count()) {
     for (unsigned i = 0; i < *count; ++i) {
+      if (!gpus.empty() && std::find(gpus.begin(), gpus.end(), i) == gpus.end()) continue;
       if (auto info = nvml.device_info(i)) state->devices.push_back(std::move(info).value());
     }
   }
@@ -621,8 +623,8 @@ Result<Endpoint> parse_endpoint(std::string_view) {
 }
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const Endpoint&, const nvml::Library&,
-                                                            const ServeLimits&,
-                                                            const HostResolver&) {
+                                                            const ServeLimits&, const HostResolver&,
+                                                            const std::vector<unsigned>&) {
   return no_http();
 }
 

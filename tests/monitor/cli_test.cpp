@@ -213,6 +213,25 @@ int served_port(Process& child) {
   return std::regex_search(err, m, announced) ? std::stoi(m[1]) : 0;
 }
 
+// `--gpu 1` of two GPUs: every series, the memory size's too, is GPU 1's alone.
+TEST(MonitorCli, ServesOnlyTheGpusAskedFor) {
+  FakeScript script(std::string(kH200Script) +
+                    "device\nname NVIDIA H100\nmemory_total 1000\nmem_used 500\n");
+  Process child = spawn({"monitor", "-i", "10ms", "--gpu", "1", "--serve", "127.0.0.1:0"});
+  const int port = served_port(child);
+  ASSERT_GT(port, 0) << child.err();
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(2);
+  client.set_read_timeout(2);
+  auto res = client.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_NE(res->body.find("dlprobe_gpu_memory_total_bytes{gpu=\"1\""), std::string::npos)
+      << res->body;
+  EXPECT_EQ(res->body.find("gpu=\"0\""), std::string::npos) << res->body;
+  child.signal(SIGINT);
+  EXPECT_EQ(child.wait(), 0) << child.err();
+}
+
 // A connection to 127.0.0.1:`port`; -1 when it cannot be made.
 int connect_to(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

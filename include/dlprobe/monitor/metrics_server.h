@@ -52,10 +52,11 @@ class MetricsServer {
   // Resolves the host with `resolve` (an error when it names no address), warns when any of its
   // addresses is not a loopback one (other machines can read the metrics), binds the first of
   // them that can be bound (Errc::io_error when none can) and serves. The GPUs' names and UUIDs
-  // from `nvml` label the series.
+  // from `nvml` label the series; `gpus` (NVML indices; empty: every GPU) are those served.
   static Result<std::unique_ptr<MetricsServer>> start(const Endpoint& at, const nvml::Library& nvml,
                                                       const ServeLimits& limits = {},
-                                                      const HostResolver& resolve = resolve_host);
+                                                      const HostResolver& resolve = resolve_host,
+                                                      const std::vector<unsigned>& gpus = {});
   ~MetricsServer();  // ends every connection, stops serving and joins the threads
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
