@@ -106,14 +106,8 @@ Status run_step_command(const StepFlags& f) {
   c.model.width = shape.width;
   // Every label, not only those of the batches that run (a short run would leave a bad one
   // unseen), numbered as in the file.
-  for (std::int64_t i = 0; i < in.labels.numel(); ++i) {
-    const double label = in.labels.get(i);
-    if (label < 0 || label >= static_cast<double>(shape.classes)) {
-      return invalid_argument(
-          fmt::format("{}: label {} of sample {} is outside [0, {}) ({} has {})", f.input, label, i,
-                      shape.classes, f.weights,
-                      shape.classes == 1 ? "1 class" : fmt::format("{} classes", shape.classes)));
-    }
+  if (Status s = engine::check_label_range(in.labels, shape.classes); !s) {
+    return s.with_context(f.input);
   }
   const std::int64_t images = in.images.shape()[0];
   if (f.steps > 1 && c.mode != engine::StepMode::train) {

@@ -151,11 +151,15 @@ Status TrainingStep::check_labels(const HostTensor& labels) const {
     return invalid_argument(fmt::format("labels must be int32 or int64 [{}], got {} [{}]", c.batch,
                                         dtype_name(labels.dtype()), labels.shape().str()));
   }
+  return check_label_range(labels, c.model.classes);
+}
+
+Status check_label_range(const HostTensor& labels, std::int64_t classes) {
   for (std::int64_t i = 0; i < labels.numel(); ++i) {
     const double label = labels.get(i);
-    if (label < 0 || label >= static_cast<double>(c.model.classes)) {
+    if (label < 0 || label >= static_cast<double>(classes)) {
       return invalid_argument(
-          fmt::format("label {} of sample {} is outside [0, {})", label, i, c.model.classes));
+          fmt::format("label {} of sample {} is outside [0, {})", label, i, classes));
     }
   }
   return Status::ok();

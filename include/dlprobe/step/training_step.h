@@ -49,6 +49,10 @@ struct StepResult {
   double loss_scale = 1.0;  // the scale this step ran with (1 without scaling)
 };
 
+// Every label of `labels` (any length) within [0, classes), the first one outside named by its
+// index: what a step checks of each batch, and `dlprobe step` of a whole input file.
+Status check_label_range(const HostTensor& labels, std::int64_t classes);
+
 class TrainingStep {
  public:
   // Plans the step and allocates everything that lives as long as it, initialised from
