@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <set>
 
 #include "dlprobe/core/build_info.h"
@@ -34,20 +36,57 @@ Json per_gpu_json(const std::vector<PerGpuFigures>& gpus) {
   return out;
 }
 
+// A time-line point's GPUs folded into the machine's: utilisation averaged, memory and power
+// summed, the hottest temperature, the highest SM clock, every clock event (each GPU's own series
+// are in the results file's telemetry).
+struct MachineReading {
+  std::optional<double> util_pct;
+  std::optional<std::uint64_t> used_bytes;
+  std::optional<double> power_w;
+  std::optional<double> temperature_c;
+  std::optional<unsigned> sm_clock_mhz;
+  std::optional<std::uint64_t> clock_event_reasons;
+};
+
+MachineReading machine_reading(const TelemetryPoint& p) {
+  MachineReading m;
+  double util_sum = 0;
+  std::size_t util_count = 0;
+  const auto fold = [](auto& total, const auto& value, auto combine) {
+    if (value) total = total ? combine(*total, *value) : *value;
+  };
+  const auto plus = [](auto a, auto b) { return a + b; };
+  const auto most = [](auto a, auto b) { return std::max(a, b); };
+  for (const auto& [gpu, g] : p.gpus) {
+    if (g.util_pct) {
+      util_sum += *g.util_pct;
+      ++util_count;
+    }
+    fold(m.used_bytes, g.used_bytes, plus);
+    fold(m.power_w, g.power_w, plus);
+    fold(m.temperature_c, g.temperature_c, most);
+    fold(m.sm_clock_mhz, g.sm_clock_mhz, most);
+    fold(m.clock_event_reasons, g.clock_event_reasons, [](auto a, auto b) { return a | b; });
+  }
+  if (util_count > 0) m.util_pct = util_sum / static_cast<double>(util_count);
+  return m;
+}
+
 Json run_json(const RunResult& r) {
   Json findings = Json::array();
   for (const auto& f : r.findings) findings.push_back(finding_json(f));
   Json timeline = Json::array();
   for (const auto& p : r.timeline) {
+    const MachineReading m = machine_reading(p);
     timeline.push_back({{"t_s", p.t_s},
-                        {"gpu_util_pct", p.gpu_util_pct},
+                        {"gpu_util_pct", m.util_pct},
                         {"workload_sm_util_pct", p.tree_sm_util_pct},
                         {"workload_gpu_bytes", p.workload_gpu_bytes},
-                        {"device_used_bytes", p.device_used_bytes},
-                        {"power_w", p.power_w},
-                        {"temperature_c", p.temperature_c},
-                        {"sm_clock_mhz", p.sm_clock_mhz},
-                        {"clock_event_reasons", p.clock_event_reasons},
+                        {"device_used_bytes", m.used_bytes},
+                        {"power_w", m.power_w},
+                        {"temperature_c", m.temperature_c},
+                        {"sm_clock_mhz", m.sm_clock_mhz},
+                        {"clock_event_reasons", m.clock_event_reasons},
                         {"host_cpu_pct", p.host_cpu_pct},
                         {"busiest_process_cpu_pct", p.busiest_process_cpu_pct},
                         {"rss_bytes", p.rss_bytes},

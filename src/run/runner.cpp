@@ -419,18 +419,9 @@ void Run::take_ticks() {
       own.clock_event_reasons = s.clock_event_reasons;
       if (s.gpu_util_pct && *s.gpu_util_pct > 0) busy.insert(g.gpu);
       if (s.mem_used_bytes) {
-        p.device_used_bytes = p.device_used_bytes.value_or(0) + *s.mem_used_bytes;
         const auto before = gpus_[g.gpu].used_before.value_or(0);
         raw.device_bytes[g.gpu] = *s.mem_used_bytes > before ? *s.mem_used_bytes - before : 0;
       }
-      if (s.temperature_c) {
-        p.temperature_c = std::max(p.temperature_c.value_or(0), double(*s.temperature_c));
-      }
-      if (s.sm_clock_mhz) p.sm_clock_mhz = std::max(p.sm_clock_mhz.value_or(0), *s.sm_clock_mhz);
-      if (s.clock_event_reasons) {
-        p.clock_event_reasons = p.clock_event_reasons.value_or(0) | *s.clock_event_reasons;
-      }
-      if (s.power_w) p.power_w = p.power_w.value_or(0) + *s.power_w;
       for (const auto& row : g.processes) {
         const int pid = static_cast<int>(row.pid);
         if (tree_ever_.count(pid) != 0) {
@@ -459,15 +450,6 @@ void Run::take_ticks() {
       if (workload_gpus_.empty() || workload_gpus_.count(gpu) != 0) gpu_active = true;
     }
     if (gpu_active) last_activity_ = Clock::now();
-    double util_sum = 0;
-    std::size_t util_count = 0;
-    for (const auto& [gpu, reading] : p.gpus) {
-      if (reading.util_pct) {
-        util_sum += *reading.util_pct;
-        ++util_count;
-      }
-    }
-    if (util_count > 0) p.gpu_util_pct = util_sum / static_cast<double>(util_count);
     // Keep every raw_stride_-th point; when full, drop every other one and double the stride, so
     // a long run keeps an even time line in bounded memory.
     if (raw_seen_++ % raw_stride_ == 0) raw_.push_back(std::move(raw));

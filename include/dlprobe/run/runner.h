@@ -168,19 +168,12 @@ struct GpuReading {
   std::optional<std::uint64_t> clock_event_reasons;
 };
 
-// One point of the run's time line (bounded: thinned when long). The machine-wide fields fold the
-// GPUs together (utilisation averaged, power and memory summed, the hottest temperature and the
-// highest SM clock); `gpus` keeps each GPU's own readings.
+// One point of the run's time line (bounded: thinned when long): each GPU's readings, the
+// workload's share of them, and its host cost.
 struct TelemetryPoint {
   double t_s = 0;  // since launch
-  std::optional<double> gpu_util_pct;
   std::optional<double> tree_sm_util_pct;
-  std::optional<std::uint64_t> device_used_bytes;
   std::optional<std::uint64_t> workload_gpu_bytes;  // per the attribution
-  std::optional<double> power_w;
-  std::optional<double> temperature_c;
-  std::optional<unsigned> sm_clock_mhz;
-  std::optional<std::uint64_t> clock_event_reasons;
   std::optional<double> host_cpu_pct;
   std::optional<double> busiest_process_cpu_pct;
   std::uint64_t rss_bytes = 0;
